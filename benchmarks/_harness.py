@@ -1,0 +1,47 @@
+"""A tiny harness shared by the benchmark scripts.
+
+Every figure is printed beside a baseline measured in the same run, as a ratio, because the
+machines that run benchmarks are noisy: absolute numbers move between runs, ratios much less.
+"""
+
+from __future__ import annotations
+
+import gc
+import timeit
+from collections.abc import Callable
+
+__all__ = ["per_call", "report", "section"]
+
+
+def per_call(fn: Callable[[], object], *, repeat: int = 5, min_time: float = 0.2) -> float:
+    """Return the best per-call time of ``fn`` in seconds (minimum over ``repeat`` rounds).
+
+    The number of calls per round is chosen so that one round lasts about ``min_time``.
+    """
+    timer = timeit.Timer(fn)
+    number, _ = timer.autorange()
+    number = max(1, int(number * min_time / 0.2))
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        best = min(timer.repeat(repeat=repeat, number=number))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return best / number
+
+
+def section(title: str) -> None:
+    """Print a section heading."""
+    print()
+    print(title)
+    print("-" * len(title))
+
+
+def report(name: str, seconds: float, baseline_name: str, baseline_seconds: float) -> None:
+    """Print one figure beside its baseline and their ratio."""
+    ratio = seconds / baseline_seconds if baseline_seconds > 0 else float("inf")
+    print(
+        f"{name:<44} {seconds * 1e9:>10.0f} ns/call   "
+        f"{baseline_name:<28} {baseline_seconds * 1e9:>8.0f} ns   ratio {ratio:>7.1f}x"
+    )

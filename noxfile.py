@@ -1,0 +1,72 @@
+"""Every check the project runs, in one place: ``nox`` runs the default sessions.
+
+Sessions install what they need themselves (PEP 735 dependency groups from ``pyproject.toml``
+and the package's extras), so a fresh machine with Python and ``pip install nox`` is enough.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+# Every optional extra: the tests and the type checker see the adapters too.
+ALL_EXTRAS = ".[sim,plot,gateway,prometheus]"
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_external_run = True
+nox.options.sessions = ["lint", "typecheck", "tests"]
+
+
+def _groups(*names: str) -> list[str]:
+    requirements: list[str] = []
+    for name in names:
+        requirements.extend(nox.project.dependency_groups(PYPROJECT, name))
+    return requirements
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Ruff: lint rules and the formatter's check."""
+    session.install(*_groups("lint"))
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over src, tests, benchmarks, examples and this file."""
+    session.install(ALL_EXTRAS, *_groups("typecheck"), "nox")
+    session.run("mypy", *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Pytest with branch coverage (Hypothesis included); fails under 95 %."""
+    session.install("-e", ALL_EXTRAS, *_groups("test"))
+    args = session.posargs or [
+        "--cov=prioqueue",
+        "--cov-report=term-missing:skip-covered",
+        "--cov-fail-under=95",
+    ]
+    # Exit code 5 means "no tests collected": allowed through here but said out loud, so an
+    # empty selection (``nox -s tests -- -k nothing``) is not mistaken for a pass.
+    code = session.run("pytest", *args, success_codes=[0, 5])
+    if code == 5:
+        session.warn("pytest collected no tests")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks: each figure is printed beside a baseline measured in the same run."""
+    session.install(ALL_EXTRAS)
+    scripts = sorted((ROOT / "benchmarks").glob("bench_*.py"))
+    selected = [s for s in scripts if not session.posargs or s.stem in session.posargs]
+    if not selected:
+        session.error(f"no benchmark matches {session.posargs}; have {[s.stem for s in scripts]}")
+    for script in selected:
+        session.run("python", str(script))

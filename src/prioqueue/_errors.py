@@ -1,0 +1,63 @@
+"""The exceptions prioqueue raises.
+
+Misuse by the caller raises an exception that names what was wrong and what is allowed.
+Every exception derives from :class:`PrioqueueError`; most also derive from the built-in
+exception a caller would naturally catch (``ValueError``, ``LookupError``), so
+``except ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "DuplicateJob",
+    "InvalidState",
+    "LeaseExpired",
+    "PrioqueueError",
+    "QueueFull",
+    "UnknownJob",
+]
+
+
+class PrioqueueError(Exception):
+    """Base class of every exception raised by prioqueue."""
+
+
+class ConfigError(PrioqueueError, ValueError):
+    """A configuration value breaks a documented rule (raised at construction time)."""
+
+
+class DuplicateJob(PrioqueueError, ValueError):
+    """A job id was submitted while a job with the same id is still known to the dispatcher."""
+
+
+class UnknownJob(PrioqueueError, LookupError):
+    """A job id is not known to the dispatcher (never submitted, or already finished)."""
+
+    def __str__(self) -> str:  # LookupError would repr() the message; keep it readable.
+        return str(self.args[0]) if self.args else "unknown job"
+
+
+class InvalidState(PrioqueueError, RuntimeError):
+    """The call does not fit the job's current state (e.g. completing a job that is queued)."""
+
+
+class LeaseExpired(InvalidState):
+    """A job was completed after its lease deadline; ``expire()`` owns it now."""
+
+
+class QueueFull(PrioqueueError):
+    """The queue (or one member's share of it) is at its configured limit.
+
+    Attributes:
+        retry_after: Seconds after which a retry is likely to be admitted, estimated from the
+            recent service rate. Always a finite number >= 1.
+        limit: The limit that was hit.
+        scope: ``"queue"`` for the global limit, ``"member"`` for the per-member limit.
+    """
+
+    def __init__(self, message: str, *, retry_after: float, limit: int, scope: str) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.limit = limit
+        self.scope = scope
