@@ -1,0 +1,80 @@
+"""The ``prioqueue`` command: ``prioqueue simulate`` and ``prioqueue gateway``.
+
+Each subcommand lives in its adapter's package and is imported only when it runs, so the core
+never imports an adapter and ``prioqueue --help`` works without the optional extras.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+# name -> (module, help). Each module provides ``add_arguments(parser)`` and ``run(args) -> int``.
+_SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "simulate": (
+        "prioqueue.sim.cli",
+        "replay a workload through the real dispatcher and compare policies",
+    ),
+    "gateway": (
+        "prioqueue.gateway.cli",
+        "run the priority gateway in front of llama-swap (an OpenAI-compatible upstream)",
+    ),
+}
+
+_EXTRAS = {"simulate": "sim", "gateway": "gateway"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="prioqueue",
+        description="Priority, fair-share and lease policy for one GPU that runs one job at a time.",
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in _SUBCOMMANDS.items():
+        subparser = sub.add_parser(name, help=help_text, description=help_text)
+        subparser.set_defaults(_module=module_name)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:  # an optional extra is missing
+            subparser.set_defaults(_missing=str(exc))
+            continue
+        module.add_arguments(subparser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the process exit status.
+
+    Exit status: 0 on success, 1 when the command failed, 2 on bad usage.
+    """
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        import prioqueue
+
+        print(f"prioqueue-lanes {prioqueue.__version__}")
+        return 0
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    missing = getattr(args, "_missing", None)
+    if missing is not None:
+        extra = _EXTRAS[args.command]
+        print(
+            f"prioqueue {args.command} needs the optional extra '{extra}': "
+            f"pip install 'prioqueue-lanes[{extra}]' ({missing})",
+            file=sys.stderr,
+        )
+        return 1
+    module = importlib.import_module(args._module)
+    code: int = module.run(args)
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

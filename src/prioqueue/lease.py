@@ -1,0 +1,826 @@
+"""How long a popped image job may run before it counts as lost: the prefetch lease.
+
+Theory of operation. The lease is a conservative, deterministic pop-to-submit deadline (AI
+Horde's "image job TTL as a conservative prefetch lease"). It is fixed at pop time from the
+request alone, never from worker-reported speed or queue internals, and it is generous on
+purpose: a worker may keep one comparable job prefetched while it runs the current one. The
+rules this file keeps:
+
+1. ``W`` is the estimated sampler work: ``steps`` times the sampler's units per step (1, 2 or
+   3; see :data:`SAMPLER_UNITS`), or a flat estimate whatever the steps for adaptive samplers
+   (:data:`FLAT_WORK_SAMPLERS`). Sampler names match case-sensitively, as AI Horde's do
+   (``"DDIM"`` and ``"ddim"`` are separate entries). An unknown name counts 1 unit per step,
+   for compatibility, unless the calculator is strict, when it raises ``ValueError``.
+2. ``P = width * height / 512**2`` is the pixel ratio.
+3. ``base = 30 + 2 * W * P`` seconds.
+4. ControlNet multiplies by 2.
+5. A slow baseline (Flux, Qwen Image, Z-Image Turbo, ...) multiplies by its multiplier (3).
+6. The 150 s minimum applies: ``max(value, 150)``.
+7. Each LoRA adds ``400 MB * 8 / 30 Mbps = 106.666...`` s (at most 5 LoRAs). It comes after
+   the minimum, so short jobs are not swallowed by the floor, and it does not scale with pixels.
+8. An extra-slow worker multiplies by 3.
+9. The result rounds up to whole seconds.
+
+The order is the policy: moving a multiplier across the minimum changes short-job leases.
+Every step is exact (integers and :class:`fractions.Fraction`), so a mathematically whole value
+is never rounded up by float error, and every lease is a positive ``int``. The scalable term is
+0.131072 megapixel-work units per second: about 3.8 times isolated compute time at the 0.5 MPS
+normal-speed classification, about 1.9 times with one equally expensive job prefetched.
+
+Every constant is a field of :class:`LeaseCalculator`, validated when it is made. A calculation
+is O(1): a few integer operations and two dictionary look-ups.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from decimal import Decimal
+from fractions import Fraction
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+from prioqueue._errors import ConfigError
+
+__all__ = [
+    "DEFAULT_CALCULATOR",
+    "FLAT_WORK_SAMPLERS",
+    "SAMPLER_UNITS",
+    "SLOW_BASELINE_MULTIPLIERS",
+    "ImageRequest",
+    "Lease",
+    "LeaseCalculator",
+    "LeaseExplanation",
+    "Number",
+    "explain",
+    "lease_seconds",
+    "sampler_work",
+]
+
+Number = int | float | Fraction | Decimal
+"""A calculator constant: exact types are kept exact; a float is read as its shortest repr."""
+
+_ONE_UNIT = (
+    # AI Horde names.
+    *("k_lms", "k_euler", "k_euler_a", "k_dpm_fast", "k_dpmpp_2m", "k_dpmpp_2m_sde"),
+    *("k_dpmpp_3m_sde", "dpmsolver", "lcm", "DDIM"),
+    # k-diffusion / ComfyUI names of single-evaluation samplers.
+    *("euler", "euler_cfg_pp", "euler_ancestral", "euler_ancestral_cfg_pp", "lms", "dpm_fast"),
+    *("dpmpp_2m", "dpmpp_2m_cfg_pp", "dpmpp_2m_sde", "dpmpp_2m_sde_gpu", "dpmpp_3m_sde"),
+    *("dpmpp_3m_sde_gpu", "ddpm", "ipndm", "ipndm_v", "deis", "res_multistep"),
+    *("res_multistep_cfg_pp", "res_multistep_ancestral", "res_multistep_ancestral_cfg_pp"),
+    *("gradient_estimation", "gradient_estimation_cfg_pp", "er_sde", "sa_solver"),
+    *("ddim", "uni_pc", "uni_pc_bh2"),
+)
+_TWO_UNITS = (
+    *("k_heun", "k_dpm_2", "k_dpm_2_a", "k_dpmpp_2s_a", "k_dpmpp_sde", "exp_heun_2_x0"),
+    *("exp_heun_2_x0_sde", "dpmpp_2s_ancestral_cfg_pp", "seeds_2", "sa_solver_pece"),
+)
+_THREE_UNITS = ("heunpp2", "seeds_3")
+
+SAMPLER_UNITS: Mapping[str, int] = MappingProxyType(
+    {
+        **dict.fromkeys(_ONE_UNIT, 1),
+        **dict.fromkeys(_TWO_UNITS, 2),
+        **dict.fromkeys(_THREE_UNITS, 3),
+    }
+)
+"""Work units per trajectory step of each known fixed-step sampler (read-only, case-sensitive)."""
+
+FLAT_WORK_SAMPLERS: Mapping[str, int] = MappingProxyType({"k_dpm_adaptive": 40})
+"""Samplers whose work is a flat estimate whatever the requested steps (read-only)."""
+
+SLOW_BASELINE_MULTIPLIERS: Mapping[str, Number] = MappingProxyType(
+    dict.fromkeys(
+        (
+            "flux_1",
+            "flux_schnell",
+            "flux_dev",
+            "qwen_image",
+            "z_image_turbo",
+            "krea2_turbo",
+            "anima",
+        ),
+        3,
+    )
+)
+"""Lease multiplier of each slow model baseline (read-only, case-sensitive)."""
+
+_REQUEST_KEYS = frozenset(
+    ("width", "height", "steps", "sampler", "controlnet", "baseline", "loras", "extra_slow_worker")
+)
+
+
+# --- validation helpers ------------------------------------------------------------------------
+
+
+def _check_positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a positive int, got {value!r} ({type(value).__name__})")
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive int (>= 1), got {value!r}")
+
+
+def _check_loras(value: object, max_loras: int | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"loras must be an int count, got {value!r} ({type(value).__name__})")
+    if value < 0:
+        raise ValueError(f"loras must be >= 0, got {value!r}")
+    if max_loras is not None and value > max_loras:
+        raise ValueError(f"loras must be at most max_loras={max_loras}, got {value!r}")
+
+
+def _check_bool(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
+
+
+def _check_sampler(value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"sampler must be a str, got {value!r} ({type(value).__name__})")
+
+
+def _check_baseline(value: object) -> None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"baseline must be a str or None, got {value!r} ({type(value).__name__})")
+
+
+def _check_real(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a finite number, got {value!r} ({type(value).__name__})")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return value
+
+
+def _work(
+    units: Mapping[str, int], flat: Mapping[str, int], strict: bool, sampler: str, steps: int
+) -> int:
+    per_step = units.get(sampler)
+    if per_step is not None:
+        return per_step * steps
+    fixed = flat.get(sampler)
+    if fixed is not None:
+        return fixed
+    if strict:
+        raise ValueError(
+            f"sampler {sampler!r} is not a known sampler (strict mode; names are "
+            f"case-sensitive); known: {', '.join(sorted([*units, *flat]))}"
+        )
+    return steps
+
+
+def _exact(value: Number) -> Fraction:
+    """Return ``value`` as an exact Fraction; a float is read as its shortest decimal repr."""
+    if isinstance(value, float):
+        return Fraction(repr(value))
+    return Fraction(value)
+
+
+def _config_number(minimum: int, *, inclusive: bool = True) -> Any:
+    """Build an attrs validator: a finite real number ``>= minimum`` (or ``> minimum``)."""
+    rule = f"a finite number {'>=' if inclusive else '>'} {minimum}"
+
+    def validate(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        _config_value(f"LeaseCalculator.{attribute.name}", value, minimum, inclusive, rule)
+
+    return validate
+
+
+def _config_value(name: str, value: object, minimum: int, inclusive: bool, rule: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float | Fraction | Decimal):
+        raise ConfigError(f"{name} must be {rule}, got {value!r} ({type(value).__name__})")
+    if isinstance(value, Decimal):
+        finite = value.is_finite()
+    else:
+        finite = not isinstance(value, float) or math.isfinite(value)
+    if not finite or value < minimum or (not inclusive and value == minimum):
+        raise ConfigError(f"{name} must be {rule}, got {value!r}")
+
+
+def _config_int(minimum: int) -> Any:
+    def validate(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ConfigError(
+                f"LeaseCalculator.{attribute.name} must be an int >= {minimum}, got {value!r}"
+            )
+
+    return validate
+
+
+def _read_only(value: object) -> object:
+    """attrs converter: a private read-only copy of a mapping (anything else is validated)."""
+    return MappingProxyType(dict(value)) if isinstance(value, Mapping) else value
+
+
+def _check_units_table(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    name = f"LeaseCalculator.{attribute.name}"
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{name} must be a mapping of sampler name -> units, got {value!r}")
+    for key, units in value.items():
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"{name} keys must be non-empty str sampler names, got {key!r}")
+        if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+            raise ConfigError(f"{name}[{key!r}] must be an int >= 1, got {units!r}")
+
+
+def _check_multipliers(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    name = f"LeaseCalculator.{attribute.name}"
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{name} must be a mapping of baseline -> multiplier, got {value!r}")
+    for key, multiplier in value.items():
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"{name} keys must be non-empty str baselines, got {key!r}")
+        _config_value(f"{name}[{key!r}]", multiplier, 1, True, "a finite number >= 1")
+
+
+def _check_strict(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"LeaseCalculator.{attribute.name} must be a bool, got {value!r}")
+
+
+# --- values ------------------------------------------------------------------------------------
+
+
+def _v_positive_int(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    _check_positive_int(attribute.name, value)
+
+
+@attrs.frozen(kw_only=True)
+class ImageRequest:
+    """The inputs of one lease calculation, validated when made.
+
+    Args:
+        width: Image width in pixels, a positive int (``bool`` is rejected).
+        height: Image height in pixels, a positive int.
+        steps: Requested trajectory steps, a positive int (default 30).
+        sampler: Sampler name, case-sensitive (default ``"k_euler_a"``).
+        controlnet: Whether the request uses ControlNet.
+        baseline: The selected model's baseline (e.g. ``"flux_1"``), or None.
+        loras: How many LoRAs the request names, an int >= 0 (the calculator checks the
+            upper bound, its ``max_loras``).
+        extra_slow_worker: Whether the worker is marked extra slow.
+
+    Raises:
+        TypeError: A field has the wrong type.
+        ValueError: A field is out of range.
+    """
+
+    width: int = attrs.field(validator=_v_positive_int)
+    height: int = attrs.field(validator=_v_positive_int)
+    steps: int = attrs.field(default=30, validator=_v_positive_int)
+    sampler: str = attrs.field(default="k_euler_a", validator=lambda _i, _a, v: _check_sampler(v))
+    controlnet: bool = attrs.field(default=False, validator=lambda _i, a, v: _check_bool(a.name, v))
+    baseline: str | None = attrs.field(default=None, validator=lambda _i, _a, v: _check_baseline(v))
+    loras: int = attrs.field(default=0, validator=lambda _i, _a, v: _check_loras(v, None))
+    extra_slow_worker: bool = attrs.field(
+        default=False, validator=lambda _i, a, v: _check_bool(a.name, v)
+    )
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> ImageRequest:
+        """Build a request from a mapping of the keyword arguments.
+
+        Args:
+            mapping: Keys among the field names; ``width`` and ``height`` are required.
+
+        Returns:
+            The validated request.
+
+        Raises:
+            TypeError: A key is unknown or missing, or a value has the wrong type.
+            ValueError: A value is out of range.
+        """
+        return cls(**_request_kwargs(mapping))
+
+
+def _request_kwargs(mapping: Mapping[Any, Any]) -> dict[str, Any]:
+    unknown = [key for key in mapping if key not in _REQUEST_KEYS]
+    if unknown:
+        raise TypeError(
+            f"unknown lease argument(s) {unknown!r}; allowed: {', '.join(sorted(_REQUEST_KEYS))}"
+        )
+    missing = [key for key in ("width", "height") if key not in mapping]
+    if missing:
+        raise TypeError(f"missing required lease argument(s) {missing!r}")
+    return dict(mapping)
+
+
+@attrs.frozen
+class Lease:
+    """A granted lease: the job belongs to its worker until ``deadline``.
+
+    Args:
+        granted_at: When the lease was granted (monotonic seconds), finite.
+        seconds: The lease length, finite and > 0.
+
+    Raises:
+        TypeError: A field is not a real number.
+        ValueError: A field is not finite, or ``seconds`` is not > 0.
+    """
+
+    granted_at: float = attrs.field(validator=lambda _i, a, v: _check_real(a.name, v))
+    seconds: float = attrs.field()
+
+    @seconds.validator
+    def _check_seconds(self, attribute: attrs.Attribute[float], value: object) -> None:
+        if _check_real(attribute.name, value) <= 0:
+            raise ValueError(f"seconds must be > 0, got {value!r}")
+
+    @property
+    def deadline(self) -> float:
+        """``granted_at + seconds``: the first instant at which the lease is expired. O(1)."""
+        return self.granted_at + self.seconds
+
+    def remaining(self, now: float) -> float:
+        """Seconds left at ``now``, never negative. O(1).
+
+        Args:
+            now: The current monotonic time, finite.
+
+        Returns:
+            ``max(0.0, deadline - now)``.
+
+        Raises:
+            TypeError: ``now`` is not a real number.
+            ValueError: ``now`` is not finite.
+        """
+        _check_real("now", now)
+        return max(0.0, self.deadline - now)
+
+    def expired(self, now: float) -> bool:
+        """Whether the lease has run out at ``now`` (``now >= deadline``). O(1).
+
+        Args:
+            now: The current monotonic time, finite.
+
+        Returns:
+            True once ``now`` reaches the deadline.
+
+        Raises:
+            TypeError: ``now`` is not a real number.
+            ValueError: ``now`` is not finite.
+        """
+        _check_real("now", now)
+        return now >= self.deadline
+
+
+def _fmt(value: Fraction | int) -> str:
+    if isinstance(value, int) or value.denominator == 1:
+        return str(int(value))
+    return f"{float(value):.3f} ({value})"
+
+
+@attrs.frozen(kw_only=True)
+class LeaseExplanation:
+    """Each step of one lease calculation, in the policy's order, with exact values.
+
+    ``str()`` renders a small table, so an operator sees why a lease is what it is.
+    """
+
+    request: ImageRequest
+    work: int
+    pixel_ratio: Fraction
+    base: Fraction
+    controlnet_multiplier: Fraction
+    after_controlnet: Fraction
+    slow_model_multiplier: Fraction
+    after_slow_model: Fraction
+    minimum_seconds: Fraction
+    after_minimum: Fraction
+    lora_seconds: Fraction
+    after_loras: Fraction
+    extra_slow_multiplier: Fraction
+    after_extra_slow: Fraction
+    seconds: int
+
+    def __str__(self) -> str:
+        r = self.request
+        rows = [
+            (f"sampler work W ({r.sampler}, {r.steps} steps)", self.work),
+            (f"pixel ratio P ({r.width}x{r.height} / 512^2)", self.pixel_ratio),
+            ("base = fixed + k * W * P", self.base),
+            (f"x controlnet ({_fmt(self.controlnet_multiplier)})", self.after_controlnet),
+            (
+                f"x slow model ({r.baseline}: {_fmt(self.slow_model_multiplier)})",
+                self.after_slow_model,
+            ),
+            (f"max(., minimum {_fmt(self.minimum_seconds)})", self.after_minimum),
+            (f"+ loras ({r.loras}: {_fmt(self.lora_seconds)})", self.after_loras),
+            (f"x extra-slow worker ({_fmt(self.extra_slow_multiplier)})", self.after_extra_slow),
+            ("lease seconds (rounded up)", self.seconds),
+        ]
+        width = max(len(label) for label, _ in rows)
+        lines = [f"{'step':<{width}}  value"]
+        lines += [f"{label:<{width}}  {_fmt(value)}" for label, value in rows]
+        return "\n".join(lines)
+
+
+# --- the calculator ----------------------------------------------------------------------------
+
+
+def _fraction_pair(value: Number) -> tuple[int, int]:
+    exact = _exact(value)
+    return exact.numerator, exact.denominator
+
+
+@attrs.frozen(kw_only=True)
+class LeaseCalculator:
+    """The lease policy, every constant a field with the ADR's default.
+
+    Numeric constants accept ``int``, ``Fraction``, ``Decimal`` or ``float`` (read as its
+    shortest repr, so ``0.1`` means one tenth); the arithmetic is exact whatever the type.
+
+    Args:
+        fixed_seconds: The fixed term of the base, >= 0 (30).
+        seconds_per_work_pixel_unit: Seconds per unit of ``W * P``, > 0 (2).
+        reference_side: The side of the reference square in ``P``, an int >= 1 (512).
+        controlnet_multiplier: Factor for ControlNet, >= 1 (2).
+        slow_baseline_multipliers: Baseline name -> factor (each >= 1); stored read-only.
+        minimum_seconds: The floor applied after the multipliers, > 0 (150).
+        lora_file_megabytes: Largest permitted LoRA file in MB, >= 0 (400).
+        lora_bandwidth_mbps: Assumed download bandwidth in Mbps, > 0 (30).
+        max_loras: Most LoRAs one request may name, an int >= 0 (5).
+        extra_slow_multiplier: Factor for an extra-slow worker, >= 1 (3).
+        strict_samplers: If true, an unknown sampler raises instead of counting 1 unit/step.
+        sampler_units: Sampler name -> units per step (ints >= 1); stored read-only.
+        flat_work_samplers: Sampler name -> flat work whatever the steps; stored read-only.
+        normal_speed_mps: The normal-speed classification in megapixel-steps per second, > 0
+            (0.5); used only by the documented headroom properties.
+
+    Raises:
+        ConfigError: A constant breaks its rule (the message names the field and the rule).
+    """
+
+    fixed_seconds: Number = attrs.field(default=30, validator=_config_number(0))
+    seconds_per_work_pixel_unit: Number = attrs.field(
+        default=2, validator=_config_number(0, inclusive=False)
+    )
+    reference_side: int = attrs.field(default=512, validator=_config_int(1))
+    controlnet_multiplier: Number = attrs.field(default=2, validator=_config_number(1))
+    slow_baseline_multipliers: Mapping[str, Number] = attrs.field(
+        default=SLOW_BASELINE_MULTIPLIERS,
+        converter=_read_only,
+        validator=_check_multipliers,
+        hash=False,
+    )
+    minimum_seconds: Number = attrs.field(default=150, validator=_config_number(0, inclusive=False))
+    lora_file_megabytes: Number = attrs.field(default=400, validator=_config_number(0))
+    lora_bandwidth_mbps: Number = attrs.field(
+        default=30, validator=_config_number(0, inclusive=False)
+    )
+    max_loras: int = attrs.field(default=5, validator=_config_int(0))
+    extra_slow_multiplier: Number = attrs.field(default=3, validator=_config_number(1))
+    strict_samplers: bool = attrs.field(default=False, validator=_check_strict)
+    sampler_units: Mapping[str, int] = attrs.field(
+        default=SAMPLER_UNITS, converter=_read_only, validator=_check_units_table, hash=False
+    )
+    flat_work_samplers: Mapping[str, int] = attrs.field(
+        default=FLAT_WORK_SAMPLERS, converter=_read_only, validator=_check_units_table, hash=False
+    )
+    normal_speed_mps: Number = attrs.field(
+        default=Fraction(1, 2), validator=_config_number(0, inclusive=False)
+    )
+
+    # Precomputed integer form of the policy (the fast path), set in __attrs_post_init__.
+    _units: dict[str, int] = attrs.field(init=False, repr=False, eq=False)
+    _flat: dict[str, int] = attrs.field(init=False, repr=False, eq=False)
+    _slow: dict[str, tuple[int, int]] = attrs.field(init=False, repr=False, eq=False)
+    _plan: tuple[int, ...] = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        both = sorted(set(self.sampler_units) & set(self.flat_work_samplers))
+        if both:
+            raise ConfigError(
+                f"LeaseCalculator.sampler_units and flat_work_samplers must not share names, "
+                f"both have {both!r}"
+            )
+        fn, fd = _fraction_pair(self.fixed_seconds)
+        kn, kd = _fraction_pair(self.seconds_per_work_pixel_unit)
+        area = self.reference_side**2
+        # base = fixed + k * W * pixels / area = (A + B * W * pixels) / D
+        plan = (
+            fn * kd * area, kn * fd, fd * kd * area,
+            *_fraction_pair(self.controlnet_multiplier),
+            *_fraction_pair(self.minimum_seconds),
+            *_fraction_pair(self.lora_seconds),
+            *_fraction_pair(self.extra_slow_multiplier),
+        )  # fmt: skip
+        object.__setattr__(self, "_units", dict(self.sampler_units))
+        object.__setattr__(self, "_flat", dict(self.flat_work_samplers))
+        slow = {name: _fraction_pair(m) for name, m in self.slow_baseline_multipliers.items()}
+        object.__setattr__(self, "_slow", slow)
+        object.__setattr__(self, "_plan", plan)
+
+    @property
+    def lora_seconds(self) -> Fraction:
+        """The allowance per LoRA: ``megabytes * 8 / Mbps`` (320/3 s by default). O(1)."""
+        return _exact(self.lora_file_megabytes) * 8 / _exact(self.lora_bandwidth_mbps)
+
+    @property
+    def megapixel_work_per_second(self) -> Fraction:
+        """Throughput the scalable term assumes, in megapixel-work units per second. O(1).
+
+        ``reference_side**2 / 1e6 / seconds_per_work_pixel_unit``: 0.131072 by default.
+        """
+        return Fraction(self.reference_side**2, 10**6) / _exact(self.seconds_per_work_pixel_unit)
+
+    @property
+    def isolated_compute_factor(self) -> Fraction:
+        """Scalable time over isolated compute time at ``normal_speed_mps`` (~3.81x). O(1)."""
+        return _exact(self.normal_speed_mps) / self.megapixel_work_per_second
+
+    @property
+    def prefetch_headroom_factor(self) -> Fraction:
+        """The same with one equally expensive job prefetched ahead (~1.91x). O(1)."""
+        return self.isolated_compute_factor / 2
+
+    def work(self, sampler: str, steps: int) -> int:
+        """Estimated sampler work ``W`` under this calculator's tables. O(1).
+
+        Args:
+            sampler: Sampler name (case-sensitive).
+            steps: Requested steps, a positive int.
+
+        Returns:
+            ``units * steps``, the flat estimate for adaptive samplers, or ``steps`` for an
+            unknown sampler.
+
+        Raises:
+            TypeError: Wrong argument types.
+            ValueError: ``steps`` < 1, or an unknown sampler in strict mode.
+        """
+        _check_sampler(sampler)
+        _check_positive_int("steps", steps)
+        return _work(self._units, self._flat, self.strict_samplers, sampler, steps)
+
+    def seconds(
+        self,
+        *,
+        width: int,
+        height: int,
+        steps: int = 30,
+        sampler: str = "k_euler_a",
+        controlnet: bool = False,
+        baseline: str | None = None,
+        loras: int = 0,
+        extra_slow_worker: bool = False,
+    ) -> int:
+        """The lease in whole seconds for one request. O(1), exact integer arithmetic.
+
+        Args:
+            width: Image width in pixels, a positive int.
+            height: Image height in pixels, a positive int.
+            steps: Trajectory steps, a positive int.
+            sampler: Sampler name (case-sensitive).
+            controlnet: Whether ControlNet is used.
+            baseline: The selected model's baseline, or None.
+            loras: Number of LoRAs, ``0 <= loras <= max_loras``.
+            extra_slow_worker: Whether the worker is marked extra slow.
+
+        Returns:
+            A positive int, at least ``ceil(minimum_seconds)``.
+
+        Raises:
+            TypeError: An argument has the wrong type (``bool`` is not an int here).
+            ValueError: An argument is out of range, or an unknown sampler in strict mode.
+        """
+        if type(width) is not int or width <= 0:
+            _check_positive_int("width", width)
+        if type(height) is not int or height <= 0:
+            _check_positive_int("height", height)
+        if type(steps) is not int or steps <= 0:
+            _check_positive_int("steps", steps)
+        if type(sampler) is not str:
+            _check_sampler(sampler)
+        if controlnet is not False and controlnet is not True:
+            _check_bool("controlnet", controlnet)
+        if baseline is not None and type(baseline) is not str:
+            _check_baseline(baseline)
+        if type(loras) is not int or not 0 <= loras <= self.max_loras:
+            _check_loras(loras, self.max_loras)
+        if extra_slow_worker is not False and extra_slow_worker is not True:
+            _check_bool("extra_slow_worker", extra_slow_worker)
+        return self._compute(
+            width, height, steps, sampler, controlnet, baseline, loras, extra_slow_worker
+        )
+
+    def _compute(
+        self,
+        width: int,
+        height: int,
+        steps: int,
+        sampler: str,
+        controlnet: bool,
+        baseline: str | None,
+        loras: int,
+        extra_slow_worker: bool,
+    ) -> int:
+        per_step = self._units.get(sampler)
+        if per_step is not None:
+            work = per_step * steps
+        else:
+            work = _work(self._units, self._flat, self.strict_samplers, sampler, steps)
+        a, b, den, cn, cd, mn, md, ln, ld, xn, xd = self._plan
+        num = a + b * work * width * height
+        if controlnet:
+            num *= cn
+            den *= cd
+        if baseline is not None:
+            slow = self._slow.get(baseline)
+            if slow is not None:
+                num *= slow[0]
+                den *= slow[1]
+        if num * md < mn * den:
+            num, den = mn, md
+        if loras:
+            num = num * ld + loras * ln * den
+            den *= ld
+        if extra_slow_worker:
+            num *= xn
+            den *= xd
+        return -(-num // den)
+
+    def for_request(self, request: ImageRequest) -> int:
+        """The lease in whole seconds for a validated :class:`ImageRequest`. O(1).
+
+        Args:
+            request: The request.
+
+        Returns:
+            A positive int, as :meth:`seconds`.
+
+        Raises:
+            TypeError: ``request`` is not an ImageRequest.
+            ValueError: Too many LoRAs for this calculator, or an unknown sampler in strict mode.
+        """
+        if not isinstance(request, ImageRequest):
+            raise TypeError(f"request must be an ImageRequest, got {type(request).__name__}")
+        if request.loras > self.max_loras:
+            _check_loras(request.loras, self.max_loras)
+        return self._compute(
+            request.width, request.height, request.steps, request.sampler, request.controlnet,
+            request.baseline, request.loras, request.extra_slow_worker,
+        )  # fmt: skip
+
+    def __call__(self, job: object) -> int:
+        """The lease for a request, so a calculator can serve as a dispatcher's ``lease_for``.
+
+        O(1) (O(k) in the keys of a mapping).
+
+        Args:
+            job: An :class:`ImageRequest`, a mapping of :meth:`seconds`' keyword arguments
+                (no other keys), or an object whose ``payload`` attribute holds one of those.
+
+        Returns:
+            A positive int, as :meth:`seconds`.
+
+        Raises:
+            TypeError: ``job`` is none of those, or a key or value is wrong.
+            ValueError: A value is out of range.
+        """
+        source = _request_source(job)
+        if isinstance(source, ImageRequest):
+            return self.for_request(source)
+        return self.seconds(**_request_kwargs(source))
+
+    def explain(self, job: object) -> LeaseExplanation:
+        """Every step of the calculation for ``job``, as exact values. O(1).
+
+        This is the plain Fraction form of the policy; its ``seconds`` always equals what
+        :meth:`__call__` returns for the same job.
+
+        Args:
+            job: Anything :meth:`__call__` accepts.
+
+        Returns:
+            The explanation; ``str()`` of it is a small table.
+
+        Raises:
+            TypeError: ``job`` is not a request (see :meth:`__call__`).
+            ValueError: A value is out of range, or an unknown sampler in strict mode.
+        """
+        source = _request_source(job)
+        request = source if isinstance(source, ImageRequest) else ImageRequest.from_mapping(source)
+        if request.loras > self.max_loras:
+            _check_loras(request.loras, self.max_loras)
+        one = Fraction(1)
+        work = self.work(request.sampler, request.steps)
+        ratio = Fraction(request.width * request.height, self.reference_side**2)
+        base = _exact(self.fixed_seconds) + _exact(self.seconds_per_work_pixel_unit) * work * ratio
+        cn = _exact(self.controlnet_multiplier) if request.controlnet else one
+        table = self.slow_baseline_multipliers
+        slow = _exact(table[request.baseline]) if request.baseline in table else one
+        minimum = _exact(self.minimum_seconds)
+        lora_total = self.lora_seconds * request.loras
+        extra = _exact(self.extra_slow_multiplier) if request.extra_slow_worker else one
+        after_cn = base * cn
+        after_slow = after_cn * slow
+        after_min = max(after_slow, minimum)
+        after_loras = after_min + lora_total
+        after_extra = after_loras * extra
+        return LeaseExplanation(
+            request=request, work=work, pixel_ratio=ratio, base=base,
+            controlnet_multiplier=cn, after_controlnet=after_cn,
+            slow_model_multiplier=slow, after_slow_model=after_slow,
+            minimum_seconds=minimum, after_minimum=after_min,
+            lora_seconds=lora_total, after_loras=after_loras,
+            extra_slow_multiplier=extra, after_extra_slow=after_extra,
+            seconds=math.ceil(after_extra),
+        )  # fmt: skip
+
+
+_MISSING = object()
+
+
+def _request_source(job: object) -> ImageRequest | Mapping[Any, Any]:
+    """Return ``job`` or its ``payload``, whichever is an ImageRequest or a mapping."""
+    if isinstance(job, ImageRequest | Mapping):
+        return job
+    payload = getattr(job, "payload", _MISSING)
+    if isinstance(payload, ImageRequest | Mapping):
+        return payload
+    where = "" if payload is _MISSING else f" (its payload is a {type(payload).__name__})"
+    raise TypeError(
+        "a lease needs an ImageRequest, a mapping of lease arguments, or an object whose "
+        f"payload is one of those; got {type(job).__name__}{where}"
+    )
+
+
+DEFAULT_CALCULATOR = LeaseCalculator()
+"""The calculator with the ADR's constants, used by the module functions."""
+
+
+def lease_seconds(
+    *,
+    width: int,
+    height: int,
+    steps: int = 30,
+    sampler: str = "k_euler_a",
+    controlnet: bool = False,
+    baseline: str | None = None,
+    loras: int = 0,
+    extra_slow_worker: bool = False,
+) -> int:
+    """The lease in whole seconds under the ADR's defaults (:data:`DEFAULT_CALCULATOR`). O(1).
+
+    Args:
+        width: Image width in pixels, a positive int.
+        height: Image height in pixels, a positive int.
+        steps: Trajectory steps, a positive int.
+        sampler: Sampler name (case-sensitive).
+        controlnet: Whether ControlNet is used.
+        baseline: The selected model's baseline, or None.
+        loras: Number of LoRAs, 0 to 5.
+        extra_slow_worker: Whether the worker is marked extra slow.
+
+    Returns:
+        A positive int, at least 150.
+
+    Raises:
+        TypeError: An argument has the wrong type.
+        ValueError: An argument is out of range.
+    """
+    return DEFAULT_CALCULATOR.seconds(
+        width=width, height=height, steps=steps, sampler=sampler, controlnet=controlnet,
+        baseline=baseline, loras=loras, extra_slow_worker=extra_slow_worker,
+    )  # fmt: skip
+
+
+def explain(job: object) -> LeaseExplanation:
+    """Every step of the lease for ``job`` under the ADR's defaults. O(1).
+
+    Args:
+        job: An ImageRequest, a mapping of lease arguments, or an object with such a payload.
+
+    Returns:
+        The explanation (see :meth:`LeaseCalculator.explain`).
+
+    Raises:
+        TypeError: ``job`` is not a request, or a value has the wrong type.
+        ValueError: A value is out of range.
+    """
+    return DEFAULT_CALCULATOR.explain(job)
+
+
+def sampler_work(sampler: str, steps: int, *, strict: bool = False) -> int:
+    """Estimated sampler work ``W`` under the default tables. O(1).
+
+    Args:
+        sampler: Sampler name (case-sensitive).
+        steps: Requested steps, a positive int.
+        strict: If true, an unknown sampler raises instead of counting 1 unit per step.
+
+    Returns:
+        ``units * steps``, 40 for ``k_dpm_adaptive`` whatever the steps, or ``steps`` for an
+        unknown sampler.
+
+    Raises:
+        TypeError: Wrong argument types.
+        ValueError: ``steps`` < 1, or an unknown sampler when ``strict``.
+    """
+    _check_sampler(sampler)
+    _check_positive_int("steps", steps)
+    return _work(SAMPLER_UNITS, FLAT_WORK_SAMPLERS, strict, sampler, steps)

@@ -1,0 +1,319 @@
+"""The values the dispatcher hands out: jobs, grants, explanations and statistics.
+
+Every class here is a frozen, slotted attrs class: safe to share, to hash where it makes sense,
+and to keep after the dispatcher has moved on. None of them refers back to the dispatcher.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+
+if TYPE_CHECKING:
+    from prioqueue.lease import Lease
+    from prioqueue.scoring import ScoreBreakdown
+
+__all__ = [
+    "REORDER_CAUSES",
+    "AheadJob",
+    "Completed",
+    "Expired",
+    "Explanation",
+    "Grant",
+    "Job",
+    "JobState",
+    "LevelStats",
+    "MemberStats",
+    "Overtake",
+    "OvertakeCause",
+    "Reorders",
+    "Stats",
+    "Ticket",
+]
+
+JobState = Literal["queued", "running"]
+OvertakeCause = Literal["priority", "tier", "affinity", "fair share"]
+
+#: The terms whose effect on the dispatch order `Stats` counts, in report order.
+REORDER_CAUSES: tuple[str, ...] = ("aging", "affinity", "tier", "fair_share")
+
+
+@attrs.frozen
+class Job:
+    """One unit of work waiting for (or holding) the resource.
+
+    Attributes:
+        id: The caller's job id, unique among the jobs the dispatcher knows.
+        member: Who the job belongs to; fair share is per member inside a level.
+        priority: The resolved priority number; it is the job's band (level).
+        tier: The member's tier name (``"free"``, ``"pro"``, ``"max"`` by default).
+        tier_bonus: The tier's bonus in score points, looked up at submit time.
+        model: The model the job needs loaded, or None when it does not care.
+        estimate: The caller's runtime estimate in seconds, or None.
+        arrival: The ``now`` the job was submitted at.
+        seq: The dispatcher's submission counter: the final tie-breaker (FIFO).
+        payload: An opaque value for the caller (e.g. the image request a lease is sized
+            from). It must be JSON-serialisable for ``snapshot()``.
+    """
+
+    id: str
+    member: str
+    priority: int
+    tier: str
+    tier_bonus: float
+    model: str | None
+    estimate: float | None
+    arrival: float
+    seq: int
+    payload: Any = None
+
+
+@attrs.frozen
+class Ticket:
+    """What ``submit`` returns: the accepted job and the queue depth after it."""
+
+    job: Job
+    queued: int
+
+
+@attrs.frozen
+class Grant:
+    """A dispatch decision: the job that runs now.
+
+    Attributes:
+        job: The granted job.
+        score: The winner's score at dispatch time, broken into its four terms.
+        lease: The lease when the dispatcher has a ``lease_for`` callable, else None.
+        granted_at: The ``now`` of the dispatch.
+        attempt: 1 for the first grant, 2 after one expired lease, and so on.
+        waited: Seconds between the job's arrival and this grant.
+        swap: True when the job's model differs from the model that was resident.
+    """
+
+    job: Job
+    score: ScoreBreakdown
+    lease: Lease | None
+    granted_at: float
+    attempt: int
+    waited: float
+    swap: bool
+
+
+@attrs.frozen
+class Completed:
+    """What ``complete`` (and ``cancel`` of a running job) reports.
+
+    Attributes:
+        job: The finished job.
+        runtime: Seconds the job ran (reported, or measured from its grant).
+        charge: Seconds added to its lane's virtual start (before the ``now`` clamp).
+    """
+
+    job: Job
+    runtime: float
+    charge: float
+
+
+@attrs.frozen
+class Expired:
+    """A running job whose lease ran out.
+
+    Attributes:
+        job: The job.
+        attempt: The attempt that expired (1-based).
+        deadline: The lease deadline that passed.
+        requeued: True when the job went back to the head of its lane; False when it used its
+            last attempt and is reported as failed (it is no longer in the dispatcher).
+    """
+
+    job: Job
+    attempt: int
+    deadline: float
+    requeued: bool
+
+
+@attrs.frozen
+class AheadJob:
+    """A job predicted to run before the explained one."""
+
+    job_id: str
+    member: str
+    priority: int
+    score: float
+    estimated_start: float | None
+
+
+@attrs.frozen
+class Overtake:
+    """A dispatch that served a later arrival before the explained job.
+
+    Attributes:
+        job_id: The job that was served.
+        member: Its member.
+        priority: Its priority level.
+        at: When it was dispatched.
+        cause: The term that contributed most to its lead over the explained job at that moment.
+        margin: Its score minus the explained job's score at that moment (>= 0).
+    """
+
+    job_id: str
+    member: str
+    priority: int
+    at: float
+    cause: OvertakeCause
+    margin: float
+
+
+@attrs.frozen
+class Explanation:
+    """Why a job is where it is: ``sprio`` for one job.
+
+    Attributes:
+        job: The job.
+        state: ``"queued"`` or ``"running"``.
+        now: The time of the explanation.
+        waited: Seconds since arrival (until the grant, for a running job).
+        score: The job's current score in four terms (at its grant, for a running job).
+        lane_start: Its lane's virtual start ``s``.
+        position: 1-based position in the predicted dispatch order (0 when running).
+        ahead: The jobs predicted to run before it, in order (running job first).
+        estimated_start: Predicted start time, or None when no runtime is known yet.
+        overtaken_by: Dispatches of later arrivals while it waited, oldest first (from the
+            dispatcher's bounded history).
+    """
+
+    job: Job
+    state: JobState
+    now: float
+    waited: float
+    score: ScoreBreakdown
+    lane_start: float
+    position: int
+    ahead: tuple[AheadJob, ...]
+    estimated_start: float | None
+    overtaken_by: tuple[Overtake, ...]
+
+    @property
+    def estimated_wait(self) -> float | None:
+        """Seconds from ``now`` until the predicted start (0 when running), or None."""
+        if self.state == "running":
+            return 0.0
+        if self.estimated_start is None:
+            return None
+        return max(0.0, self.estimated_start - self.now)
+
+    def __str__(self) -> str:
+        lines = [
+            f"job {self.job.id} (member {self.job.member}, priority {self.job.priority}, "
+            f"tier {self.job.tier}, model {self.job.model}): {self.state}, "
+            f"waited {self.waited:.1f} s",
+            f"  score: {self.score}",
+        ]
+        if self.state == "queued":
+            start = (
+                "unknown"
+                if self.estimated_start is None
+                else f"in ~{self.estimated_wait or 0.0:.0f} s"
+            )
+            lines.append(f"  position {self.position}, {len(self.ahead)} ahead, start {start}")
+            for ahead in self.ahead[:10]:
+                lines.append(
+                    f"    ahead: {ahead.job_id} (member {ahead.member}, "
+                    f"priority {ahead.priority}, score {ahead.score:.2f})"
+                )
+            if len(self.ahead) > 10:
+                lines.append(f"    ... and {len(self.ahead) - 10} more")
+        for overtake in self.overtaken_by:
+            lines.append(
+                f"  overtaken at {overtake.at:.1f} by {overtake.job_id} "
+                f"(member {overtake.member}, priority {overtake.priority}): "
+                f"{overtake.cause}, by {overtake.margin:.2f} points"
+            )
+        return "\n".join(lines)
+
+
+@attrs.frozen
+class Reorders:
+    """Dispatches whose winner would have been another job without one term of the score."""
+
+    aging: int = 0
+    affinity: int = 0
+    tier: int = 0
+    fair_share: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """Return the counts keyed by cause name (see ``REORDER_CAUSES``)."""
+        return {cause: getattr(self, cause) for cause in REORDER_CAUSES}
+
+
+@attrs.frozen
+class LevelStats:
+    """Statistics of one priority level.
+
+    Attributes:
+        level: The priority number.
+        queued: Jobs waiting now.
+        oldest_wait: Seconds the oldest waiting job has waited (0 when none waits).
+        mean_wait: Mean seconds waited so far by the waiting jobs (0 when none waits).
+        dispatched: Grants so far (a requeued job counts once per grant).
+        total_wait: Sum of the waits (arrival to grant) of those grants, in seconds.
+        reorders: Dispatches at this level whose winner a term of the score changed.
+        wait_buckets: Cumulative histogram of grant waits: ``(upper bound, count)`` pairs,
+            the last bound is ``inf``.
+    """
+
+    level: int
+    queued: int
+    oldest_wait: float
+    mean_wait: float
+    dispatched: int
+    total_wait: float
+    reorders: Reorders
+    wait_buckets: tuple[tuple[float, int], ...]
+
+
+@attrs.frozen
+class MemberStats:
+    """Statistics of one member, over all levels."""
+
+    member: str
+    queued: int
+    dispatched: int
+    completed: int
+    gpu_seconds: float
+
+
+@attrs.frozen
+class Stats:
+    """A consistent picture of the dispatcher at one moment (``stats(now=...)``).
+
+    Attributes:
+        now: The time of the picture.
+        levels: Per priority level, highest first (levels ever used are kept).
+        members: Per member (members ever seen are kept).
+        running: The job holding the resource, or None.
+        resident_model: The model believed loaded, or None.
+        queued: Jobs waiting now.
+        dispatched: Grants so far.
+        completed: Jobs completed so far.
+        cancelled: Jobs cancelled so far (queued or running).
+        expired: Leases that ran out so far.
+        failed: Jobs dropped after their last attempt (each reported by ``expire``).
+        swaps: Grants whose model differed from the resident model (cold loads).
+    """
+
+    now: float
+    levels: Mapping[int, LevelStats]
+    members: Mapping[str, MemberStats]
+    running: Job | None
+    resident_model: str | None
+    queued: int
+    dispatched: int
+    completed: int
+    cancelled: int
+    expired: int
+    failed: int
+    swaps: int
+
