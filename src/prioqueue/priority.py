@@ -45,7 +45,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final, TypeGuard
 
 import attrs
 
@@ -88,7 +88,7 @@ _ALIAS_NAME: Final = re.compile(r"[!-~]+")
 _OWS: Final = " \t"
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     """Return whether ``value`` is an integer and not a bool."""
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -169,9 +169,7 @@ def _normalise_alias(name: object, value: object) -> str:
 def _freeze_aliases(aliases: Mapping[str, int]) -> Mapping[str, int]:
     """Attrs converter: validate alias entries and return a read-only, lower-cased copy."""
     if not isinstance(aliases, Mapping):
-        raise ConfigError(
-            f"aliases must be a mapping of name to int, got {type(aliases).__name__}"
-        )
+        raise ConfigError(f"aliases must be a mapping of name to int, got {type(aliases).__name__}")
     frozen: dict[str, int] = {}
     for name, value in aliases.items():
         key = _normalise_alias(name, value)
@@ -183,12 +181,12 @@ def _freeze_aliases(aliases: Mapping[str, int]) -> Mapping[str, int]:
     return MappingProxyType(frozen)
 
 
-def _int_field(_: object, attribute: attrs.Attribute[int], value: object) -> None:
+def _int_field(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not _is_int(value):
         raise ConfigError(f"{attribute.name} must be an int (not bool), got {value!r}")
 
 
-def _optional_int_field(_: object, attribute: attrs.Attribute[int | None], value: object) -> None:
+def _optional_int_field(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None and not _is_int(value):
         raise ConfigError(f"{attribute.name} must be an int (not bool) or None, got {value!r}")
 
@@ -295,7 +293,9 @@ class PriorityPolicy:
             value = int(ceiling)
         return value
 
-    def with_aliases(self, aliases: Mapping[str, int] | None = None, /, **extra: int) -> PriorityPolicy:
+    def with_aliases(
+        self, aliases: Mapping[str, int] | None = None, /, **extra: int
+    ) -> PriorityPolicy:
         """Return a copy of this policy with more aliases (new names win over old ones).
 
         Names are compared case-insensitively, so ``with_aliases(Batch=-50)`` replaces
