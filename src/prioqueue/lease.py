@@ -92,22 +92,13 @@ SAMPLER_UNITS: Mapping[str, int] = MappingProxyType(
 FLAT_WORK_SAMPLERS: Mapping[str, int] = MappingProxyType({"k_dpm_adaptive": 40})
 """Samplers whose work is a flat estimate whatever the requested steps (read-only)."""
 
+_SLOW_BASELINES = ("flux_1", "flux_schnell", "flux_dev", "qwen_image", "z_image_turbo")
 SLOW_BASELINE_MULTIPLIERS: Mapping[str, Number] = MappingProxyType(
-    dict.fromkeys(
-        (
-            "flux_1",
-            "flux_schnell",
-            "flux_dev",
-            "qwen_image",
-            "z_image_turbo",
-            "krea2_turbo",
-            "anima",
-        ),
-        3,
-    )
+    dict.fromkeys((*_SLOW_BASELINES, "krea2_turbo", "anima"), 3)
 )
 """Lease multiplier of each slow model baseline (read-only, case-sensitive)."""
 
+_BOOL: type = bool  # typed loosely, so mypy does not call the fast path's bool check unreachable
 _REQUEST_KEYS = frozenset(
     ("width", "height", "steps", "sampler", "controlnet", "baseline", "loras", "extra_slow_worker")
 )
@@ -200,6 +191,11 @@ def _config_value(name: str, value: object, minimum: int, inclusive: bool, rule:
         raise ConfigError(f"{name} must be {rule}, got {value!r}")
 
 
+_AT_LEAST_0 = _config_number(0)
+_AT_LEAST_1 = _config_number(1)
+_ABOVE_0 = _config_number(0, inclusive=False)
+
+
 def _config_int(minimum: int) -> Any:
     def validate(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -211,7 +207,7 @@ def _config_int(minimum: int) -> Any:
 
 
 def _read_only(value: object) -> object:
-    """attrs converter: a private read-only copy of a mapping (anything else is validated)."""
+    """Convert for attrs: a private read-only copy of a mapping (anything else is validated)."""
     return MappingProxyType(dict(value)) if isinstance(value, Mapping) else value
 
 
@@ -296,16 +292,16 @@ class ImageRequest:
         return cls(**_request_kwargs(mapping))
 
 
-def _request_kwargs(mapping: Mapping[Any, Any]) -> dict[str, Any]:
+def _request_kwargs(mapping: Mapping[Any, Any]) -> Mapping[str, Any]:
+    if mapping.keys() <= _REQUEST_KEYS and "width" in mapping and "height" in mapping:
+        return mapping
     unknown = [key for key in mapping if key not in _REQUEST_KEYS]
     if unknown:
         raise TypeError(
             f"unknown lease argument(s) {unknown!r}; allowed: {', '.join(sorted(_REQUEST_KEYS))}"
         )
     missing = [key for key in ("width", "height") if key not in mapping]
-    if missing:
-        raise TypeError(f"missing required lease argument(s) {missing!r}")
-    return dict(mapping)
+    raise TypeError(f"missing required lease argument(s) {missing!r}")
 
 
 @attrs.frozen
@@ -335,13 +331,13 @@ class Lease:
         return self.granted_at + self.seconds
 
     def remaining(self, now: float) -> float:
-        """Seconds left at ``now``, never negative. O(1).
+        """Seconds left at ``now``: ``max(0.0, deadline - now)``, never negative. O(1).
 
         Args:
             now: The current monotonic time, finite.
 
         Returns:
-            ``max(0.0, deadline - now)``.
+            The seconds left.
 
         Raises:
             TypeError: ``now`` is not a real number.
@@ -398,9 +394,9 @@ class LeaseExplanation:
 
     def __str__(self) -> str:
         r = self.request
-        rows = [
+        rows: list[tuple[str, Fraction | int]] = [
             (f"sampler work W ({r.sampler}, {r.steps} steps)", self.work),
-            (f"pixel ratio P ({r.width}x{r.height} / 512^2)", self.pixel_ratio),
+            (f"pixel ratio P ({r.width}x{r.height} / reference area)", self.pixel_ratio),
             ("base = fixed + k * W * P", self.base),
             (f"x controlnet ({_fmt(self.controlnet_multiplier)})", self.after_controlnet),
             (
@@ -454,25 +450,19 @@ class LeaseCalculator:
         ConfigError: A constant breaks its rule (the message names the field and the rule).
     """
 
-    fixed_seconds: Number = attrs.field(default=30, validator=_config_number(0))
-    seconds_per_work_pixel_unit: Number = attrs.field(
-        default=2, validator=_config_number(0, inclusive=False)
-    )
+    fixed_seconds: Number = attrs.field(default=30, validator=_AT_LEAST_0)
+    seconds_per_work_pixel_unit: Number = attrs.field(default=2, validator=_ABOVE_0)
     reference_side: int = attrs.field(default=512, validator=_config_int(1))
-    controlnet_multiplier: Number = attrs.field(default=2, validator=_config_number(1))
+    controlnet_multiplier: Number = attrs.field(default=2, validator=_AT_LEAST_1)
     slow_baseline_multipliers: Mapping[str, Number] = attrs.field(
-        default=SLOW_BASELINE_MULTIPLIERS,
-        converter=_read_only,
-        validator=_check_multipliers,
+        default=SLOW_BASELINE_MULTIPLIERS, converter=_read_only, validator=_check_multipliers,
         hash=False,
-    )
-    minimum_seconds: Number = attrs.field(default=150, validator=_config_number(0, inclusive=False))
-    lora_file_megabytes: Number = attrs.field(default=400, validator=_config_number(0))
-    lora_bandwidth_mbps: Number = attrs.field(
-        default=30, validator=_config_number(0, inclusive=False)
-    )
+    )  # fmt: skip
+    minimum_seconds: Number = attrs.field(default=150, validator=_ABOVE_0)
+    lora_file_megabytes: Number = attrs.field(default=400, validator=_AT_LEAST_0)
+    lora_bandwidth_mbps: Number = attrs.field(default=30, validator=_ABOVE_0)
     max_loras: int = attrs.field(default=5, validator=_config_int(0))
-    extra_slow_multiplier: Number = attrs.field(default=3, validator=_config_number(1))
+    extra_slow_multiplier: Number = attrs.field(default=3, validator=_AT_LEAST_1)
     strict_samplers: bool = attrs.field(default=False, validator=_check_strict)
     sampler_units: Mapping[str, int] = attrs.field(
         default=SAMPLER_UNITS, converter=_read_only, validator=_check_units_table, hash=False
@@ -480,9 +470,7 @@ class LeaseCalculator:
     flat_work_samplers: Mapping[str, int] = attrs.field(
         default=FLAT_WORK_SAMPLERS, converter=_read_only, validator=_check_units_table, hash=False
     )
-    normal_speed_mps: Number = attrs.field(
-        default=Fraction(1, 2), validator=_config_number(0, inclusive=False)
-    )
+    normal_speed_mps: Number = attrs.field(default=Fraction(1, 2), validator=_ABOVE_0)
 
     # Precomputed integer form of the policy (the fast path), set in __attrs_post_init__.
     _units: dict[str, int] = attrs.field(init=False, repr=False, eq=False)
@@ -577,11 +565,11 @@ class LeaseCalculator:
             sampler: Sampler name (case-sensitive).
             controlnet: Whether ControlNet is used.
             baseline: The selected model's baseline, or None.
-            loras: Number of LoRAs, ``0 <= loras <= max_loras``.
+            loras: Number of LoRAs, ``0 <= loras <= max_loras`` (5 by default).
             extra_slow_worker: Whether the worker is marked extra slow.
 
         Returns:
-            A positive int, at least ``ceil(minimum_seconds)``.
+            A positive int, at least ``ceil(minimum_seconds)`` (150 by default).
 
         Raises:
             TypeError: An argument has the wrong type (``bool`` is not an int here).
@@ -593,21 +581,21 @@ class LeaseCalculator:
             _check_positive_int("height", height)
         if type(steps) is not int or steps <= 0:
             _check_positive_int("steps", steps)
-        if type(sampler) is not str:
-            _check_sampler(sampler)
-        if controlnet is not False and controlnet is not True:
+        if type(controlnet) is not _BOOL:
             _check_bool("controlnet", controlnet)
-        if baseline is not None and type(baseline) is not str:
-            _check_baseline(baseline)
+        if type(extra_slow_worker) is not _BOOL:
+            _check_bool("extra_slow_worker", extra_slow_worker)
         if type(loras) is not int or not 0 <= loras <= self.max_loras:
             _check_loras(loras, self.max_loras)
-        if extra_slow_worker is not False and extra_slow_worker is not True:
-            _check_bool("extra_slow_worker", extra_slow_worker)
-        return self._compute(
+        if type(sampler) is not str:
+            _check_sampler(sampler)
+        if baseline is not None and type(baseline) is not str:
+            _check_baseline(baseline)
+        return self._lease(
             width, height, steps, sampler, controlnet, baseline, loras, extra_slow_worker
         )
 
-    def _compute(
+    def _lease(  # positional on purpose: this is the hot path
         self,
         width: int,
         height: int,
@@ -618,6 +606,7 @@ class LeaseCalculator:
         loras: int,
         extra_slow_worker: bool,
     ) -> int:
+        """The exact integer computation, for arguments already validated."""
         per_step = self._units.get(sampler)
         if per_step is not None:
             work = per_step * steps
@@ -644,7 +633,7 @@ class LeaseCalculator:
         return -(-num // den)
 
     def for_request(self, request: ImageRequest) -> int:
-        """The lease in whole seconds for a validated :class:`ImageRequest`. O(1).
+        """The lease in whole seconds for an :class:`ImageRequest`. O(1).
 
         Args:
             request: The request.
@@ -658,21 +647,24 @@ class LeaseCalculator:
         """
         if not isinstance(request, ImageRequest):
             raise TypeError(f"request must be an ImageRequest, got {type(request).__name__}")
-        if request.loras > self.max_loras:
-            _check_loras(request.loras, self.max_loras)
-        return self._compute(
-            request.width, request.height, request.steps, request.sampler, request.controlnet,
-            request.baseline, request.loras, request.extra_slow_worker,
+        r = request  # validated when it was made; only the calculator's own bounds remain
+        if r.loras > self.max_loras:
+            _check_loras(r.loras, self.max_loras)
+        return self._lease(
+            r.width, r.height, r.steps, r.sampler, r.controlnet, r.baseline, r.loras,
+            r.extra_slow_worker,
         )  # fmt: skip
 
     def __call__(self, job: object) -> int:
         """The lease for a request, so a calculator can serve as a dispatcher's ``lease_for``.
 
-        O(1) (O(k) in the keys of a mapping).
+        O(1) (plus O(k) in the keys of a mapping).
 
         Args:
             job: An :class:`ImageRequest`, a mapping of :meth:`seconds`' keyword arguments
                 (no other keys), or an object whose ``payload`` attribute holds one of those.
+                An exact ``ImageRequest`` or ``dict`` is preferred, the job before its
+                payload; then subclasses and other mappings, the job before its payload.
 
         Returns:
             A positive int, as :meth:`seconds`.
@@ -687,10 +679,10 @@ class LeaseCalculator:
         return self.seconds(**_request_kwargs(source))
 
     def explain(self, job: object) -> LeaseExplanation:
-        """Every step of the calculation for ``job``, as exact values. O(1).
+        """Every step of the calculation for ``job``, as exact Fractions. O(1).
 
-        This is the plain Fraction form of the policy; its ``seconds`` always equals what
-        :meth:`__call__` returns for the same job.
+        This is the plain Fraction form of the policy (the reference the integer fast path is
+        tested against); its ``seconds`` equals what :meth:`__call__` returns for ``job``.
 
         Args:
             job: Anything :meth:`__call__` accepts.
@@ -711,22 +703,22 @@ class LeaseCalculator:
         ratio = Fraction(request.width * request.height, self.reference_side**2)
         base = _exact(self.fixed_seconds) + _exact(self.seconds_per_work_pixel_unit) * work * ratio
         cn = _exact(self.controlnet_multiplier) if request.controlnet else one
-        table = self.slow_baseline_multipliers
-        slow = _exact(table[request.baseline]) if request.baseline in table else one
-        minimum = _exact(self.minimum_seconds)
-        lora_total = self.lora_seconds * request.loras
+        slow_table, baseline = self.slow_baseline_multipliers, request.baseline
+        slow = (
+            _exact(slow_table[baseline]) if baseline is not None and baseline in slow_table else one
+        )
         extra = _exact(self.extra_slow_multiplier) if request.extra_slow_worker else one
         after_cn = base * cn
         after_slow = after_cn * slow
-        after_min = max(after_slow, minimum)
-        after_loras = after_min + lora_total
+        after_min = max(after_slow, _exact(self.minimum_seconds))
+        after_loras = after_min + self.lora_seconds * request.loras
         after_extra = after_loras * extra
         return LeaseExplanation(
             request=request, work=work, pixel_ratio=ratio, base=base,
             controlnet_multiplier=cn, after_controlnet=after_cn,
             slow_model_multiplier=slow, after_slow_model=after_slow,
-            minimum_seconds=minimum, after_minimum=after_min,
-            lora_seconds=lora_total, after_loras=after_loras,
+            minimum_seconds=_exact(self.minimum_seconds), after_minimum=after_min,
+            lora_seconds=self.lora_seconds * request.loras, after_loras=after_loras,
             extra_slow_multiplier=extra, after_extra_slow=after_extra,
             seconds=math.ceil(after_extra),
         )  # fmt: skip
@@ -736,12 +728,19 @@ _MISSING = object()
 
 
 def _request_source(job: object) -> ImageRequest | Mapping[Any, Any]:
-    """Return ``job`` or its ``payload``, whichever is an ImageRequest or a mapping."""
-    if isinstance(job, ImageRequest | Mapping):
-        return job
+    """Return ``job`` or its ``payload``, whichever is an ImageRequest or a mapping.
+
+    Exact ``ImageRequest`` and ``dict`` are tried first (cheap type checks; an ABC check
+    costs several hundred ns), the job before its payload; then subclasses and other mappings.
+    """
+    if type(job) in _EXACT_SOURCES:
+        return job  # type: ignore[return-value]
     payload = getattr(job, "payload", _MISSING)
-    if isinstance(payload, ImageRequest | Mapping):
-        return payload
+    if type(payload) in _EXACT_SOURCES:
+        return payload  # type: ignore[return-value]
+    for candidate in (job, payload):
+        if isinstance(candidate, ImageRequest | Mapping):
+            return candidate
     where = "" if payload is _MISSING else f" (its payload is a {type(payload).__name__})"
     raise TypeError(
         "a lease needs an ImageRequest, a mapping of lease arguments, or an object whose "
@@ -749,60 +748,18 @@ def _request_source(job: object) -> ImageRequest | Mapping[Any, Any]:
     )
 
 
+_EXACT_SOURCES = (ImageRequest, dict)
+
 DEFAULT_CALCULATOR = LeaseCalculator()
 """The calculator with the ADR's constants, used by the module functions."""
 
+# The module functions are the default calculator's bound methods: same signature, same
+# docstring, and no extra call layer on the hot path.
+lease_seconds = DEFAULT_CALCULATOR.seconds
+"""The lease in whole seconds under the ADR's defaults (see :meth:`LeaseCalculator.seconds`)."""
 
-def lease_seconds(
-    *,
-    width: int,
-    height: int,
-    steps: int = 30,
-    sampler: str = "k_euler_a",
-    controlnet: bool = False,
-    baseline: str | None = None,
-    loras: int = 0,
-    extra_slow_worker: bool = False,
-) -> int:
-    """The lease in whole seconds under the ADR's defaults (:data:`DEFAULT_CALCULATOR`). O(1).
-
-    Args:
-        width: Image width in pixels, a positive int.
-        height: Image height in pixels, a positive int.
-        steps: Trajectory steps, a positive int.
-        sampler: Sampler name (case-sensitive).
-        controlnet: Whether ControlNet is used.
-        baseline: The selected model's baseline, or None.
-        loras: Number of LoRAs, 0 to 5.
-        extra_slow_worker: Whether the worker is marked extra slow.
-
-    Returns:
-        A positive int, at least 150.
-
-    Raises:
-        TypeError: An argument has the wrong type.
-        ValueError: An argument is out of range.
-    """
-    return DEFAULT_CALCULATOR.seconds(
-        width=width, height=height, steps=steps, sampler=sampler, controlnet=controlnet,
-        baseline=baseline, loras=loras, extra_slow_worker=extra_slow_worker,
-    )  # fmt: skip
-
-
-def explain(job: object) -> LeaseExplanation:
-    """Every step of the lease for ``job`` under the ADR's defaults. O(1).
-
-    Args:
-        job: An ImageRequest, a mapping of lease arguments, or an object with such a payload.
-
-    Returns:
-        The explanation (see :meth:`LeaseCalculator.explain`).
-
-    Raises:
-        TypeError: ``job`` is not a request, or a value has the wrong type.
-        ValueError: A value is out of range.
-    """
-    return DEFAULT_CALCULATOR.explain(job)
+explain = DEFAULT_CALCULATOR.explain
+"""Every step of a lease under the ADR's defaults (see :meth:`LeaseCalculator.explain`)."""
 
 
 def sampler_work(sampler: str, steps: int, *, strict: bool = False) -> int:
