@@ -31,7 +31,9 @@ _EXTRAS = {"simulate": "sim", "gateway": "gateway"}
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="prioqueue",
-        description="Priority, fair-share and lease policy for one GPU that runs one job at a time.",
+        description=(
+            "Priority, fair-share and lease policy for one GPU that runs one job at a time."
+        ),
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
