@@ -1,12 +1,24 @@
 """prioqueue: which waiting job goes next on a GPU that runs one job at a time, and for how long.
 
 The core is sans-IO: every call that depends on time takes ``now`` (monotonic seconds) and
-nothing here sleeps, spawns or reads a clock. Adapters (asyncio, HTTP gateway, Prometheus,
-simulator) live in their own modules and import the core, never the other way round.
+nothing here sleeps, spawns or reads a clock. Adapters (``prioqueue.asyncio``,
+``prioqueue.gateway``, ``prioqueue.prometheus``, ``prioqueue.sim``) live in their own modules
+and import the core, never the other way round.
+
+The public names are re-exported here from the modules that define them:
+
+* :mod:`prioqueue.priority`: ``parse_priority``, ``PriorityPolicy``, the named levels.
+* :mod:`prioqueue.scoring`: ``ScoringConfig``, ``Scorer``, ``ScoreBreakdown``.
+* :mod:`prioqueue.lease`: ``lease_seconds``, ``LeaseCalculator``, ``Lease`` and friends.
+* :mod:`prioqueue.dispatcher`: ``SizeOneDispatcher``; its values live in
+  :mod:`prioqueue.records`.
+* :mod:`prioqueue.testing`: ``ManualClock`` and the brute-force ``ReferenceDispatcher``
+  (imported from there, not re-exported).
 """
 
 from __future__ import annotations
 
+from importlib.metadata import version as _version
 from typing import Any
 
 from prioqueue._errors import (
@@ -18,21 +30,109 @@ from prioqueue._errors import (
     QueueFull,
     UnknownJob,
 )
+from prioqueue.dispatcher import (
+    DEFAULT_RETRY_AFTER,
+    DEFAULT_WAIT_BUCKETS,
+    ChargeModel,
+    SizeOneDispatcher,
+)
+from prioqueue.lease import (
+    DEFAULT_CALCULATOR,
+    FLAT_WORK_SAMPLERS,
+    SAMPLER_UNITS,
+    SLOW_BASELINE_MULTIPLIERS,
+    ImageRequest,
+    Lease,
+    LeaseCalculator,
+    LeaseExplanation,
+    lease_seconds,
+    sampler_work,
+)
+from prioqueue.lease import explain as explain_lease
+from prioqueue.priority import (
+    BATCH,
+    DEFAULT_ALIASES,
+    HEADER,
+    INTERACTIVE,
+    MAX_HEADER_LENGTH,
+    NORMAL,
+    PriorityPolicy,
+    parse_priority,
+)
+from prioqueue.records import (
+    REORDER_CAUSES,
+    AheadJob,
+    Completed,
+    Expired,
+    Explanation,
+    Grant,
+    Job,
+    JobState,
+    LevelStats,
+    MemberStats,
+    Overtake,
+    OvertakeCause,
+    Reorders,
+    Stats,
+    Ticket,
+)
+from prioqueue.scoring import DEFAULT_TIER_BONUSES, ScoreBreakdown, Scorer, ScoringConfig
 
 __all__ = [
+    "BATCH",
+    "DEFAULT_ALIASES",
+    "DEFAULT_CALCULATOR",
+    "DEFAULT_RETRY_AFTER",
+    "DEFAULT_TIER_BONUSES",
+    "DEFAULT_WAIT_BUCKETS",
+    "FLAT_WORK_SAMPLERS",
+    "HEADER",
+    "INTERACTIVE",
+    "MAX_HEADER_LENGTH",
+    "NORMAL",
+    "REORDER_CAUSES",
+    "SAMPLER_UNITS",
+    "SLOW_BASELINE_MULTIPLIERS",
+    "AheadJob",
+    "ChargeModel",
+    "Completed",
     "ConfigError",
     "DuplicateJob",
+    "Expired",
+    "Explanation",
+    "Grant",
+    "ImageRequest",
     "InvalidState",
+    "Job",
+    "JobState",
+    "Lease",
+    "LeaseCalculator",
     "LeaseExpired",
+    "LeaseExplanation",
+    "LevelStats",
+    "MemberStats",
+    "Overtake",
+    "OvertakeCause",
     "PrioqueueError",
+    "PriorityPolicy",
     "QueueFull",
+    "Reorders",
+    "ScoreBreakdown",
+    "Scorer",
+    "ScoringConfig",
+    "SizeOneDispatcher",
+    "Stats",
+    "Ticket",
     "UnknownJob",
+    "explain_lease",
+    "lease_seconds",
+    "parse_priority",
+    "sampler_work",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    """Return ``__version__`` lazily, read from the installed distribution's metadata."""
     if name == "__version__":
-        from importlib.metadata import version
-
-        return version("prioqueue-lanes")
+        return _version("prioqueue-lanes")
     raise AttributeError(f"module 'prioqueue' has no attribute {name!r}")

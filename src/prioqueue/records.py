@@ -178,7 +178,8 @@ class Explanation:
         score: The job's current score in four terms (at its grant, for a running job).
         lane_start: Its lane's virtual start ``s``.
         position: 1-based position in the predicted dispatch order (0 when running).
-        ahead: The jobs predicted to run before it, in order (running job first).
+        ahead: The queued jobs predicted to run before it, in order (the running job, whose
+            remaining time counts towards ``estimated_start``, is not listed).
         estimated_start: Predicted start time, or None when no runtime is known yet.
         overtaken_by: Dispatches of later arrivals while it waited, oldest first (from the
             dispatcher's bounded history).
@@ -316,4 +317,3 @@ class Stats:
     expired: int
     failed: int
     swaps: int
-

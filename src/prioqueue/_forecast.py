@@ -1,0 +1,258 @@
+"""Forecasts and explanations: the diagnostic side of the dispatcher (private).
+
+Theory of operation:
+
+* ``forecast_order`` predicts the dispatch order of the queued jobs by a dry run of the
+  dispatcher's own rules on its current state: each step picks the lane with the highest key,
+  "runs" its head for the job's estimated runtime (its estimate, else the recent mean runtime of
+  its model, else of all jobs), charges the lane as the charge model would, and moves the
+  resident model. No new arrivals are assumed, and affinity is applied to lane heads only (a
+  lane's affinity job further back is not pulled forward in the forecast). The dry run never
+  touches the dispatcher's state.
+* ``overtakes`` reads the bounded dispatch history: every dispatch of a job submitted after the
+  explained one, while the explained one waited, with the term that gave the winner the biggest
+  lead over the explained job at that moment.
+
+Costs: a forecast is O(L log L + k log L) for L backlogged lanes and k predicted dispatches;
+``overtakes`` is O(h) for h remembered dispatches.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
+
+import attrs
+
+from prioqueue.records import AheadJob, Job, Overtake, OvertakeCause
+from prioqueue.scoring import ScoreBreakdown
+
+if TYPE_CHECKING:
+    from prioqueue._lanes import _Entry, _Lane
+
+__all__: list[str] = []  # private module
+
+
+@attrs.frozen
+class DispatchRecord:
+    """One remembered dispatch (private)."""
+
+    at: float
+    job: Job
+    score: ScoreBreakdown
+    resident: str | None
+    lane_s: float
+
+
+@attrs.frozen
+class Predicted:
+    """One step of a forecast (private)."""
+
+    entry: _Entry
+    start: float | None
+
+
+class _SimLane:
+    __slots__ = ("head", "jobs", "lane", "s", "version")
+
+    def __init__(self, lane: _Lane, jobs: Iterator[_Entry]) -> None:
+        self.lane = lane
+        self.jobs = jobs
+        self.s = lane.s
+        self.version = 0
+        self.head: _Entry | None = next(jobs, None)
+
+
+def forecast_order(
+    lanes: Iterable[_Lane],
+    *,
+    now: float,
+    busy_until: float | None,
+    resident: str | None,
+    divisor: float,
+    affinity: Callable[[str], float],
+    runtime: Callable[[Job], float | None],
+    charge: Callable[[Job, float], float],
+    fair_share: bool,
+    stop_at: _Entry | None = None,
+    limit: int | None = None,
+) -> list[Predicted]:
+    """Predict the dispatch order of the queued jobs (see the module docstring).
+
+    Args:
+        lanes: The backlogged lanes.
+        now: The current time.
+        busy_until: When the running job is expected to finish (None: unknown); ``now`` when
+            the resource is free.
+        resident: The resident model.
+        divisor: The aging divisor.
+        affinity: ``model -> bonus``.
+        runtime: ``job -> expected seconds`` or None when unknown.
+        charge: The dispatcher's charge function.
+        fair_share: Whether lanes are charged (False: per-job lanes).
+        stop_at: Stop after predicting this entry.
+        limit: Stop after this many predictions.
+
+    Returns:
+        The predicted dispatches in order, each with its predicted start (None once a runtime
+        on the way is unknown).
+    """
+    sims = [_SimLane(lane, lane.queued()) for lane in lanes]
+    main: list[tuple[float, float, int, int, _SimLane]] = []
+    models: dict[str, list[tuple[float, float, int, int, _SimLane]]] = {}
+
+    def push(sim: _SimLane) -> None:
+        head = sim.head
+        if head is None:
+            return
+        job = head.job
+        base = sim.lane.level + job.tier_bonus
+        heapq.heappush(main, (-(base - sim.s / divisor), sim.s, job.seq, sim.version, sim))
+        if job.model is not None:
+            aff = affinity(job.model)
+            if aff > 0.0:
+                item = (-(base + aff - sim.s / divisor), sim.s, job.seq, sim.version, sim)
+                heapq.heappush(models.setdefault(job.model, []), item)
+
+    def top(
+        heap: list[tuple[float, float, int, int, _SimLane]],
+    ) -> tuple[float, float, int, int, _SimLane] | None:
+        while heap and heap[0][3] != heap[0][4].version:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
+
+    for sim in sims:
+        push(sim)
+    clock: float | None = busy_until
+    nominal = now if busy_until is None else busy_until
+    out: list[Predicted] = []
+    while limit is None or len(out) < limit:
+        best = top(main)
+        if best is None:
+            break
+        if resident is not None:
+            heap = models.get(resident)
+            other = top(heap) if heap is not None else None
+            head = best[4].head
+            assert head is not None
+            if head.job.model == resident and affinity(resident) > 0.0:
+                aff = affinity(resident)
+                sim = best[4]
+                base = sim.lane.level + head.job.tier_bonus
+                best = (-(base + aff - sim.s / divisor), sim.s, head.job.seq, sim.version, sim)
+            if other is not None and other[:3] < best[:3]:
+                best = other
+        sim = best[4]
+        entry = sim.head
+        assert entry is not None
+        out.append(Predicted(entry=entry, start=clock))
+        if entry is stop_at:
+            break
+        expected = runtime(entry.job)
+        seconds = 1.0 if expected is None else expected
+        if clock is not None:
+            clock = None if expected is None else clock + seconds
+        nominal += seconds
+        if fair_share:
+            sim.s = min(sim.s + charge(entry.job, seconds), nominal)
+        if entry.job.model is not None:
+            resident = entry.job.model
+        sim.version += 1
+        sim.head = next(sim.jobs, None)
+        push(sim)
+    return out
+
+
+def ahead_jobs(
+    predicted: list[Predicted],
+    *,
+    now: float,
+    resident: str | None,
+    divisor: float,
+    affinity: Callable[[str], float],
+) -> tuple[AheadJob, ...]:
+    """Turn predictions into public ``AheadJob`` values with each job's current score."""
+    result = []
+    for step in predicted:
+        job = step.entry.job
+        lane = step.entry.lane
+        aff = affinity(job.model) if job.model is not None and job.model == resident else 0.0
+        score = lane.level + job.tier_bonus + aff + (now - lane.s) / divisor
+        result.append(
+            AheadJob(
+                job_id=job.id,
+                member=job.member,
+                priority=job.priority,
+                score=score,
+                estimated_start=step.start,
+            )
+        )
+    return tuple(result)
+
+
+def lane_s_at(lane: _Lane, at: float) -> float:
+    """Return the lane's virtual start at time ``at`` from its log (its oldest value before)."""
+    log = lane.s_log
+    if not log:
+        return lane.s
+    index = bisect.bisect_right(log, at, key=lambda item: item[0]) - 1
+    return log[max(index, 0)][1]
+
+
+def overtakes(
+    job: Job,
+    *,
+    until: float,
+    history: Iterable[DispatchRecord],
+    s_at: Callable[[float], float],
+    divisor: float,
+    affinity: Callable[[str], float],
+) -> tuple[Overtake, ...]:
+    """The remembered dispatches of later submissions that ran while ``job`` waited.
+
+    Args:
+        job: The explained job.
+        until: The end of its wait (its grant, or now).
+        history: The dispatch records, oldest first.
+        s_at: ``time -> the job's lane's virtual start at that time``.
+        divisor: The aging divisor.
+        affinity: ``model -> bonus``.
+
+    Returns:
+        One ``Overtake`` per such dispatch, oldest first.
+    """
+    result = []
+    for record in history:
+        winner = record.job
+        if winner.seq <= job.seq or record.at > until:
+            continue
+        at = record.at
+        mine_aff = 0.0
+        if job.model is not None and job.model == record.resident:
+            mine_aff = affinity(job.model)
+        mine_aging = (at - s_at(at)) / divisor
+        score = record.score
+        leads: list[tuple[float, OvertakeCause]] = [
+            (score.band - job.priority, "priority"),
+            (score.tier_bonus - job.tier_bonus, "tier"),
+            (score.swap_affinity - mine_aff, "affinity"),
+            (score.aging - mine_aging, "fair share"),
+        ]
+        lead, cause = max(leads, key=lambda item: item[0])
+        if lead <= 0:
+            cause = "fair share"  # an exact tie, broken by the older virtual start
+        margin = sum(value for value, _ in leads)
+        result.append(
+            Overtake(
+                job_id=winner.id,
+                member=winner.member,
+                priority=winner.priority,
+                at=at,
+                cause=cause,
+                margin=max(0.0, margin) if math.isfinite(margin) else 0.0,
+            )
+        )
+    return tuple(result)

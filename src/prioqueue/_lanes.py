@@ -1,0 +1,322 @@
+"""Lanes and the rankings that order them: the data structures behind the dispatcher.
+
+Theory of operation (see docs/design/dispatcher.md for the model):
+
+* An ``_Entry`` is one grant attempt of one job: its state goes QUEUED -> RUNNING -> GONE, and
+  never back. A requeued job gets a *new* entry, so a stale reference to the old one (left
+  behind by lazy deletion) can never come back to life.
+* A ``_Lane`` holds one member's entries at one level in FIFO order, plus one FIFO per model.
+  Both deques use lazy deletion: dead entries are dropped when they reach the front.
+* A lane's *version* changes whenever anything its ranking keys depend on changes (its head,
+  its affinity candidates, its virtual start ``s``). Heap entries carry the version they were
+  computed for; an entry whose version is not the lane's current one is stale and is skipped.
+* A ``_Ranking`` orders backlogged lanes by one key function: a main heap (no affinity) and one
+  heap per model holding the lanes eligible for that model's affinity bonus, keyed with the
+  bonus included. The dispatcher keeps one ranking for the real score and, for its reorder
+  statistics, one per counterfactual score (without aging, without tier, without fair share).
+
+Every heap item is ``(neg_key, tie, seq, version, lane)``: the highest key first, then the
+smaller tie (the lane's ``s``, or the job's arrival), then the smaller submission sequence.
+The version makes items unique per lane, so two lanes are never compared.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from heapq import heapify, heappop, heappush
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from prioqueue.records import Job
+
+__all__: list[str] = []  # private module
+
+QUEUED = 0
+RUNNING = 1
+GONE = 2
+
+# (neg_key, tie, seq, version, lane)
+_Item = tuple[float, float, int, int, "_Lane"]
+# (model, affinity bonus, oldest queued entry for the model)
+_Candidate = tuple[str, float, "_Entry"]
+
+
+class _Entry:
+    """One grant attempt of one job (mutable, private)."""
+
+    __slots__ = ("attempt", "granted_at", "job", "lane", "state")
+
+    def __init__(self, job: Job, lane: _Lane, attempt: int) -> None:
+        self.job = job
+        self.lane = lane
+        self.attempt = attempt
+        self.state = QUEUED
+        self.granted_at = 0.0
+
+
+class _Lane:
+    """One member's queue at one level (mutable, private).
+
+    Attributes:
+        member: The member.
+        level: The priority level.
+        s: The virtual start.
+        jobs: Entries in FIFO order (lazy deletion).
+        by_model: Per model, its entries in FIFO order (lazy deletion).
+        live: Number of queued entries.
+        version: Bumped whenever a ranking key of the lane changes.
+        s_log: ``(time, s)`` changes of ``s`` while backlogged (for ``explain``).
+    """
+
+    __slots__ = ("by_model", "jobs", "level", "live", "member", "s", "s_log", "version")
+
+    def __init__(self, member: str, level: int, s: float) -> None:
+        self.member = member
+        self.level = level
+        self.s = s
+        self.jobs: deque[_Entry] = deque()
+        self.by_model: dict[str, deque[_Entry]] = {}
+        self.live = 0
+        self.version = 0
+        self.s_log: deque[tuple[float, float]] = deque()
+
+    def head(self) -> _Entry:
+        """Return the oldest queued entry. The lane must be backlogged. Amortised O(1)."""
+        jobs = self.jobs
+        while jobs[0].state != QUEUED:
+            jobs.popleft()
+        return jobs[0]
+
+    def first_for(self, model: str) -> _Entry | None:
+        """Return the oldest queued entry for ``model``, or None. Amortised O(1)."""
+        fifo = self.by_model.get(model)
+        if fifo is None:
+            return None
+        while fifo and fifo[0].state != QUEUED:
+            fifo.popleft()
+        if not fifo:
+            del self.by_model[model]
+            return None
+        return fifo[0]
+
+    def models(self) -> list[str]:
+        """Return the models this lane may hold queued entries for."""
+        return list(self.by_model)
+
+    def append(self, entry: _Entry) -> None:
+        """Add a queued entry at the tail."""
+        self.jobs.append(entry)
+        model = entry.job.model
+        if model is not None:
+            fifo = self.by_model.get(model)
+            if fifo is None:
+                self.by_model[model] = fifo = deque()
+            fifo.append(entry)
+        self.live += 1
+
+    def appendleft(self, entry: _Entry) -> None:
+        """Put a queued entry back at the head (a requeued job)."""
+        self.jobs.appendleft(entry)
+        model = entry.job.model
+        if model is not None:
+            fifo = self.by_model.get(model)
+            if fifo is None:
+                self.by_model[model] = fifo = deque()
+            fifo.appendleft(entry)
+        self.live += 1
+
+    def candidates(
+        self, head: _Entry, window: float, affinity: Callable[[str], float]
+    ) -> tuple[list[_Candidate], list[_Candidate]]:
+        """Return the lane's affinity candidates: within the window, and anywhere.
+
+        Each candidate is ``(model, bonus, entry)`` with the oldest queued entry of a model
+        whose bonus is positive. O(M) amortised.
+        """
+        windowed: list[_Candidate] = []
+        anywhere: list[_Candidate] = []
+        limit = head.job.arrival + window
+        by_model = self.by_model
+        for model in list(by_model):
+            fifo = by_model[model]
+            while fifo and fifo[0].state != QUEUED:
+                fifo.popleft()
+            if not fifo:
+                del by_model[model]
+                continue
+            aff = affinity(model)
+            if aff <= 0.0:
+                continue
+            entry = fifo[0]
+            candidate = (model, aff, entry)
+            anywhere.append(candidate)
+            if entry.job.arrival <= limit:
+                windowed.append(candidate)
+        return windowed, anywhere
+
+    def queued(self) -> Iterator[_Entry]:
+        """Iterate over the queued entries in lane order. O(len(jobs))."""
+        return (entry for entry in self.jobs if entry.state == QUEUED)
+
+    def log_s(self, now: float) -> None:
+        """Record the current ``s`` for ``explain`` and forget what no queued job needs."""
+        log = self.s_log
+        log.append((now, self.s))
+        if self.live:
+            oldest = self.head().job.arrival
+            while len(log) >= 2 and log[1][0] <= oldest:
+                log.popleft()
+
+
+# A key function: (lane, head entry, candidate entry, affinity bonus) -> (key, tie).
+KeyFunction = Callable[[_Lane, _Entry, _Entry, float], tuple[float, float]]
+
+
+def real_key(d: float) -> KeyFunction:
+    """The real score: ``level + tier + affinity - s / d``, ties by ``s``."""
+
+    def key(lane: _Lane, head: _Entry, candidate: _Entry, aff: float) -> tuple[float, float]:
+        return lane.level + head.job.tier_bonus + aff - lane.s / d, lane.s
+
+    return key
+
+
+def no_aging_key(lane: _Lane, head: _Entry, candidate: _Entry, aff: float) -> tuple[float, float]:
+    """The score without aging: ``level + tier + affinity``, ties by ``s``."""
+    return lane.level + head.job.tier_bonus + aff, lane.s
+
+
+def no_tier_key(d: float) -> KeyFunction:
+    """The score without the tier bonus: ``level + affinity - s / d``, ties by ``s``."""
+
+    def key(lane: _Lane, head: _Entry, candidate: _Entry, aff: float) -> tuple[float, float]:
+        return lane.level + aff - lane.s / d, lane.s
+
+    return key
+
+
+def no_fair_key(d: float) -> KeyFunction:
+    """Per-job aging: ``level + tier + affinity - arrival / d``, ties by arrival."""
+
+    def key(lane: _Lane, head: _Entry, candidate: _Entry, aff: float) -> tuple[float, float]:
+        arrival = candidate.job.arrival
+        return lane.level + head.job.tier_bonus + aff - arrival / d, arrival
+
+    return key
+
+
+class _Ranking:
+    """Backlogged lanes ordered by one key function, with affinity per model.
+
+    Args:
+        key: The key function.
+        affinity: ``model -> bonus``.
+        window: The affinity window in seconds, or None for "any job of the model".
+    """
+
+    __slots__ = ("affinity", "key", "main", "models", "window")
+
+    def __init__(
+        self, key: KeyFunction, affinity: Callable[[str], float], window: float | None
+    ) -> None:
+        self.key = key
+        self.affinity = affinity
+        self.window = window
+        self.main: list[_Item] = []
+        self.models: dict[str, list[_Item]] = {}
+
+    def candidate(self, lane: _Lane, model: str) -> _Entry | None:
+        """Return the lane's affinity job for ``model`` under this ranking, or None."""
+        entry = lane.first_for(model)
+        if entry is None:
+            return None
+        window = self.window
+        if window is not None and entry.job.arrival > lane.head().job.arrival + window:
+            return None
+        return entry
+
+    def push(self, lane: _Lane, head: _Entry, candidates: list[_Candidate]) -> None:
+        """Push the lane's main item and one item per affinity candidate. O(M log n)."""
+        version = lane.version
+        key = self.key
+        k, tie = key(lane, head, head, 0.0)
+        heappush(self.main, (-k, tie, head.job.seq, version, lane))
+        self.push_candidates(lane, head, candidates)
+
+    def push_candidates(self, lane: _Lane, head: _Entry, candidates: list[_Candidate]) -> None:
+        """Push one item per affinity candidate (to each model's heap). O(M log n)."""
+        version = lane.version
+        key = self.key
+        models = self.models
+        for model, aff, entry in candidates:
+            k, tie = key(lane, head, entry, aff)
+            heap = models.get(model)
+            if heap is None:
+                models[model] = heap = []
+            heappush(heap, (-k, tie, entry.job.seq, version, lane))
+
+    @staticmethod
+    def _top(heap: list[_Item]) -> _Item | None:
+        while heap:
+            item = heap[0]
+            lane = item[4]
+            if item[3] == lane.version and lane.live:
+                return item
+            heappop(heap)
+        return None
+
+    def best(self, resident: str | None) -> tuple[_Lane, _Entry, float] | None:
+        """Return ``(lane, entry, affinity)`` of the winner, or None when nothing is queued.
+
+        The winner is the better of the main heap's top (scored with its affinity bonus when
+        it is eligible) and the resident model's top. Amortised O(log n).
+        """
+        top = self._top(self.main)
+        if top is None:
+            return None
+        lane = top[4]
+        head = lane.head()
+        if resident is None:
+            return lane, head, 0.0
+        best_item = top
+        best_lane, best_entry, best_aff = lane, head, 0.0
+        aff = self.affinity(resident)
+        if aff > 0.0:
+            entry = self.candidate(lane, resident)
+            if entry is not None:
+                key, tie = self.key(lane, head, entry, aff)
+                best_item = (-key, tie, entry.job.seq, lane.version, lane)
+                best_entry, best_aff = entry, aff
+            heap = self.models.get(resident)
+            other = self._top(heap) if heap is not None else None
+            if other is not None and other[:3] < best_item[:3]:
+                other_lane = other[4]
+                found = self.candidate(other_lane, resident)
+                assert found is not None  # the item is current, so the lane is eligible
+                best_lane, best_entry, best_aff = other_lane, found, aff
+        return best_lane, best_entry, best_aff
+
+    def compact(self, live_lanes: int) -> None:
+        """Drop stale items when they outnumber live ones. Amortised O(1) per push."""
+        limit = 4 * live_lanes + 64
+        if len(self.main) > limit:
+            self.main = self._valid(self.main)
+        for model, heap in list(self.models.items()):
+            if len(heap) > limit:
+                kept = self._valid(heap)
+                if kept:
+                    self.models[model] = kept
+                else:
+                    del self.models[model]
+
+    @staticmethod
+    def _valid(heap: list[_Item]) -> list[_Item]:
+        kept = [item for item in heap if item[3] == item[4].version and item[4].live]
+        heapify(kept)
+        return kept
+
+    def clear(self) -> None:
+        """Forget every item (used when rebuilding after ``restore``)."""
+        self.main.clear()
+        self.models.clear()

@@ -1,0 +1,1231 @@
+"""``SizeOneDispatcher``: which waiting job goes next on a resource that runs one job at a time.
+
+Theory of operation (the full model, with its invariants, is docs/design/dispatcher.md):
+
+* Jobs wait in **lanes**, one per ``(member, level)``; a lane is FIFO. Lanes compete with one
+  score, ``level + tier + affinity + (now - s) / divisor``, where ``s`` is the lane's
+  **virtual start**: how long the lane has been denied its fair share, not how long each job
+  has existed. The winning lane gives up its head (or its oldest job for the resident model,
+  when it holds one within the affinity window).
+* ``s`` advances by each finished job's **charge** (its runtime, by default) and is lifted when
+  a lane becomes backlogged, so a member can neither bank credit while idle nor be punished
+  for another member's backlog. ``s`` never exceeds ``now``.
+* Non-preemptive: ``dispatch`` grants only while nothing runs. A grant may carry a lease; a
+  job past its lease is requeued at the head of its lane by ``expire`` (and reported as failed
+  after ``max_attempts`` grants, never silently dropped).
+* Sans-IO: every call that depends on time takes ``now`` (monotonic seconds, never going
+  backwards); nothing here sleeps, spawns or reads a clock.
+* Nothing is lost and nothing runs twice: every call validates its arguments and computes
+  everything that can fail (the lease, for one) before it changes any state.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+import math
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from heapq import heapify as _heapify
+from heapq import heappop as _heappop
+from heapq import heappush as _heappush
+from typing import Any, Literal, cast
+
+import attrs
+
+from prioqueue import _lanes
+from prioqueue._errors import (
+    ConfigError,
+    DuplicateJob,
+    InvalidState,
+    LeaseExpired,
+    QueueFull,
+    UnknownJob,
+)
+from prioqueue._forecast import DispatchRecord, ahead_jobs, forecast_order, lane_s_at, overtakes
+from prioqueue._lanes import GONE, QUEUED, RUNNING, _Entry, _Lane, _Ranking
+from prioqueue.lease import Lease
+from prioqueue.priority import PriorityPolicy
+from prioqueue.records import (
+    AheadJob,
+    Completed,
+    Expired,
+    Explanation,
+    Grant,
+    Job,
+    JobState,
+    LevelStats,
+    MemberStats,
+    Reorders,
+    Stats,
+    Ticket,
+)
+from prioqueue.scoring import ScoreBreakdown, Scorer
+
+__all__ = ["DEFAULT_RETRY_AFTER", "DEFAULT_WAIT_BUCKETS", "ChargeModel", "SizeOneDispatcher"]
+
+#: Upper bounds (seconds) of the grant-wait histogram in ``Stats``; the last bucket is +inf.
+DEFAULT_WAIT_BUCKETS: tuple[float, ...] = (
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0,
+)  # fmt: skip
+
+#: ``QueueFull.retry_after`` when no completion has been seen yet (seconds).
+DEFAULT_RETRY_AFTER = 30.0
+
+#: How a finished job advances its lane's virtual start: see ``SizeOneDispatcher``.
+ChargeModel = Literal["runtime", "estimate"] | float | Callable[[Job, float], float]
+
+_RECENT = 64  # completions kept for the service rate and the mean runtime
+_SNAPSHOT_FORMAT = "prioqueue.dispatcher/1"
+
+
+def _finite(name: str, value: object) -> float:
+    if value.__class__ is float or value.__class__ is int:
+        number = float(cast(float, value))
+        if math.isfinite(number):
+            return number
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+        if math.isfinite(number):
+            return number
+    raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
+
+
+def _positive_or_none(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    number = _finite(name, value)
+    if number <= 0:
+        raise ValueError(f"{name} must be a positive number of seconds or None, got {value!r}")
+    return number
+
+
+def _limit(name: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{name} must be a positive int or None, got {value!r}")
+    return value
+
+
+def _name(field: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{field} must be a non-empty str, got {value!r}")
+    return value
+
+
+def _charge_function(charge: object) -> Callable[[Job, float], float]:
+    if charge == "runtime":
+        return lambda job, runtime: runtime
+    if charge == "estimate":
+        return lambda job, runtime: runtime if job.estimate is None else job.estimate
+    if isinstance(charge, (int, float)) and not isinstance(charge, bool):
+        constant = float(charge)
+        if not math.isfinite(constant) or constant <= 0:
+            raise ConfigError(f"a constant charge must be a finite number > 0, got {charge!r}")
+        return lambda job, runtime: constant
+    if callable(charge):
+        return cast(Callable[[Job, float], float], charge)
+    raise ConfigError(
+        f"charge must be 'runtime', 'estimate', a number of seconds or a callable "
+        f"(job, runtime) -> seconds, got {charge!r}"
+    )
+
+
+class _Level:
+    """Per-level bookkeeping (private)."""
+
+    __slots__ = (
+        "arrivals",
+        "backlog",
+        "buckets",
+        "dispatched",
+        "queued",
+        "reorders",
+        "sum_arrival",
+        "total_wait",
+    )
+
+    def __init__(self, buckets: int) -> None:
+        self.queued = 0
+        self.sum_arrival = 0.0
+        self.dispatched = 0
+        self.total_wait = 0.0
+        self.reorders = [0, 0, 0, 0]  # aging, affinity, tier, fair share
+        self.buckets = [0] * (buckets + 1)
+        # Heaps with lazy deletion: (arrival, seq, entry) of queued entries, and
+        # (s, id, version, lane) of backlogged lanes (for the lift's minimum).
+        self.arrivals: list[tuple[float, int, _Entry]] = []
+        self.backlog: list[tuple[float, int, int, _Lane]] = []
+
+
+class _Member:
+    __slots__ = ("completed", "dispatched", "gpu_seconds", "queued")
+
+    def __init__(self) -> None:
+        self.queued = 0
+        self.dispatched = 0
+        self.completed = 0
+        self.gpu_seconds = 0.0
+
+
+class SizeOneDispatcher:
+    """The waiting jobs of one size-1 resource, and which one goes next.
+
+    Args:
+        scorer: The score's weights (default ``Scorer()``: band spacing 100, tiers free 0 /
+            pro 1 / max 2, affinity up to 10, one aging point per 60 s).
+        policy: Turns ``submit(priority=...)`` values (ints, aliases, header strings) into
+            priority numbers, clamped to the policy's range (default ``PriorityPolicy()``).
+        charge: How a finished job advances its lane's virtual start: ``"runtime"`` (the
+            reported or measured runtime), ``"estimate"`` (the job's estimate, else its
+            runtime), a number (the same for every job: count-based fairness) or a callable
+            ``(job, runtime) -> seconds``.
+        lease_for: ``job -> seconds``, called at dispatch to size the grant's lease (a
+            :class:`~prioqueue.lease.LeaseCalculator` works); None for no leases.
+        max_queued: Most jobs that may wait at once; None for no limit.
+        max_queued_per_member: Most jobs one member may have waiting; None for no limit.
+        max_attempts: Grants a job gets before an expired lease fails it for good.
+        fair_share: False turns every job into its own lane aging from its arrival (the
+            design's plain per-job aging), for comparison.
+        track_reorders: Keep the counterfactual rankings behind ``Stats`` reorder counts
+            (a constant factor in cost; the counts stay 0 when off).
+        history: Dispatches remembered for ``explain``'s overtakes.
+        wait_buckets: Upper bounds of the grant-wait histogram, increasing.
+
+    Raises:
+        ConfigError: An option is out of range.
+        TypeError: ``scorer`` or ``policy`` has the wrong type.
+
+    Complexity: ``submit``, ``dispatch``, ``complete``, ``cancel`` and ``expire`` are
+    amortised O(log n + M) in the number of lanes or queued jobs n and the number of models M
+    queued in the lanes they touch; ``stats`` is O(levels + members); ``forecast`` and
+    ``explain`` are diagnostic, O(L log L + k log L) for L lanes and k jobs predicted ahead.
+    """
+
+    def __init__(
+        self,
+        scorer: Scorer | None = None,
+        *,
+        policy: PriorityPolicy | None = None,
+        charge: ChargeModel = "runtime",
+        lease_for: Callable[[Job], float] | None = None,
+        max_queued: int | None = None,
+        max_queued_per_member: int | None = None,
+        max_attempts: int = 3,
+        fair_share: bool = True,
+        track_reorders: bool = True,
+        history: int = 10_000,
+        wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
+    ) -> None:
+        scorer = Scorer() if scorer is None else scorer
+        if not isinstance(scorer, Scorer):
+            raise TypeError(f"scorer must be a Scorer, got {type(scorer).__name__}")
+        policy = PriorityPolicy() if policy is None else policy
+        if not isinstance(policy, PriorityPolicy):
+            raise TypeError(f"policy must be a PriorityPolicy, got {type(policy).__name__}")
+        if lease_for is not None and not callable(lease_for):
+            raise ConfigError(f"lease_for must be a callable job -> seconds, got {lease_for!r}")
+        if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
+            raise ConfigError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        if not isinstance(history, int) or isinstance(history, bool) or history < 0:
+            raise ConfigError(f"history must be an int >= 0, got {history!r}")
+        bounds = tuple(float(b) for b in wait_buckets)
+        if (
+            not bounds
+            or any(not math.isfinite(b) or b <= 0 for b in bounds)
+            or any(a >= b for a, b in itertools.pairwise(bounds))
+        ):
+            raise ConfigError(
+                f"wait_buckets must be finite positive bounds in increasing order, "
+                f"got {wait_buckets!r}"
+            )
+        self._scorer = scorer
+        self._policy = policy
+        self._charge_model = charge
+        self._charge = _charge_function(charge)
+        self._lease_for = lease_for
+        self._max_queued = _limit("max_queued", max_queued)
+        self._max_member = _limit("max_queued_per_member", max_queued_per_member)
+        self._max_attempts = max_attempts
+        self._fair_share = bool(fair_share)
+        self._track = bool(track_reorders)
+        self._buckets = bounds
+        config = scorer.config
+        d = config.aging_divisor
+        self._divisor = d
+        window = config.max_affinity * d
+        self._window = window
+        graded = dict(config.affinity_by_model)
+        default_affinity = config.max_affinity
+
+        def affinity(model: str) -> float:
+            return graded.get(model, default_affinity)
+
+        self._affinity = affinity
+        self._ranking = _Ranking(_lanes.real_key(d), affinity, window)
+        # The counterfactual rankings behind the reorder counts: without aging, without the
+        # tier bonus, without fair share (the real ranking without affinity is its main heap).
+        self._counterfactuals: tuple[_Ranking, ...] = (
+            (
+                _Ranking(_lanes.no_aging_key, affinity, window),
+                _Ranking(_lanes.no_tier_key(d), affinity, window),
+                _Ranking(_lanes.no_fair_key(d), affinity, None),
+            )
+            if self._track
+            else ()
+        )
+        self._all_rankings = (self._ranking, *self._counterfactuals)
+        self._dirty: dict[int, _Lane] = {}
+        self._lanes: dict[tuple[str, int] | str, _Lane] = {}
+        self._entries: dict[str, _Entry] = {}
+        self._levels: dict[int, _Level] = {}
+        self._members: dict[str, _Member] = {}
+        self._backlogged = 0
+        self._running: _Entry | None = None
+        self._grant: Grant | None = None
+        self._resident: str | None = None
+        self._seq = 0
+        self._now = -math.inf
+        self._recent: deque[tuple[float, float, str | None]] = deque(maxlen=_RECENT)
+        self._history: deque[DispatchRecord] = deque(maxlen=history)
+        self._totals = {"dispatched": 0, "completed": 0, "cancelled": 0, "expired": 0}
+        self._failed = 0
+        self._swaps = 0
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def scorer(self) -> Scorer:
+        """The scorer (read-only)."""
+        return self._scorer
+
+    @property
+    def policy(self) -> PriorityPolicy:
+        """The priority policy (read-only)."""
+        return self._policy
+
+    @property
+    def resident_model(self) -> str | None:
+        """The model believed loaded: set by every dispatch of a job with a model."""
+        return self._resident
+
+    @property
+    def running(self) -> Grant | None:
+        """The grant of the job holding the resource, or None when it is free."""
+        return self._grant
+
+    @property
+    def fair_share(self) -> bool:
+        """Whether lanes are per member (True) or per job (False)."""
+        return self._fair_share
+
+    def __len__(self) -> int:
+        """Return the number of queued jobs (the running one excluded). O(1)."""
+        return len(self._entries) - (self._running is not None)
+
+    def __contains__(self, job_id: object) -> bool:
+        """Return whether the job is queued or running. O(1)."""
+        return job_id in self._entries
+
+    def job(self, job_id: str) -> Job:
+        """Return a queued or running job.
+
+        Raises:
+            UnknownJob: The id is not queued or running.
+        """
+        return self._entry(job_id).job
+
+    def state(self, job_id: str) -> JobState:
+        """Return ``"queued"`` or ``"running"``.
+
+        Raises:
+            UnknownJob: The id is not queued or running.
+        """
+        return "running" if self._entry(job_id).state == RUNNING else "queued"
+
+    def set_resident_model(self, model: str | None) -> None:
+        """Tell the dispatcher which model is loaded (None: nothing, e.g. after an idle unload).
+
+        Raises:
+            ValueError: ``model`` is not a non-empty str or None.
+        """
+        self._resident = None if model is None else _name("model", model)
+
+    def next_deadline(self) -> float | None:
+        """Return when ``expire`` next has work: the running lease's deadline, or None. O(1)."""
+        grant = self._grant
+        if grant is None or grant.lease is None:
+            return None
+        return grant.lease.deadline
+
+    # ------------------------------------------------------------------ helpers
+
+    def _tick(self, now: object) -> float:
+        t = _finite("now", now)
+        if t < self._now:
+            raise ValueError(
+                f"now ({t!r}) is earlier than a time already seen ({self._now!r}); "
+                "pass monotonic seconds"
+            )
+        self._now = t
+        return t
+
+    def _entry(self, job_id: object) -> _Entry:
+        entry = self._entries.get(job_id) if isinstance(job_id, str) else None
+        if entry is None:
+            raise UnknownJob(f"job {job_id!r} is not queued or running")
+        return entry
+
+    def _level(self, level: int) -> _Level:
+        stats = self._levels.get(level)
+        if stats is None:
+            stats = self._levels[level] = _Level(len(self._buckets))
+        return stats
+
+    def _member(self, member: str) -> _Member:
+        stats = self._members.get(member)
+        if stats is None:
+            stats = self._members[member] = _Member()
+        return stats
+
+    def _touch(self, lane: _Lane) -> None:
+        """Mark a lane for re-ranking after any change of its head, candidates or ``s``.
+
+        Its old heap items go stale at once (the version changes); fresh ones are pushed by
+        ``_flush`` just before the next ranking query, so a lane changed twice between two
+        dispatches (a dispatch, then a completion) is re-ranked once.
+        """
+        lane.version += 1
+        self._dirty[id(lane)] = lane
+
+    def _flush(self) -> None:
+        """Push the fresh heap items of every lane changed since the last flush."""
+        dirty = self._dirty
+        if not dirty:
+            return
+        rankings = self._all_rankings
+        fair = self._fair_share
+        levels = self._levels
+        window = self._window
+        affinity = self._affinity
+        for lane in dirty.values():
+            if lane.live:
+                head = lane.head()
+                windowed, anywhere = lane.candidates(head, window, affinity)
+                for ranking in rankings:
+                    ranking.push(lane, head, windowed if ranking.window is not None else anywhere)
+                if fair:
+                    _heappush(levels[lane.level].backlog, (lane.s, id(lane), lane.version, lane))
+        dirty.clear()
+        live = self._backlogged
+        for ranking in rankings:
+            ranking.compact(live)
+
+    def _retry_after(self) -> float:
+        recent = self._recent
+        if len(recent) >= 2:
+            span = recent[-1][0] - recent[0][0]
+            if span > 0:
+                return max(1.0, math.ceil(span / (len(recent) - 1)))
+        if recent:
+            return max(1.0, math.ceil(recent[-1][1]))
+        return DEFAULT_RETRY_AFTER
+
+    def _min_backlogged_s(self, level: _Level) -> float:
+        self._flush()
+        backlog = level.backlog
+        while backlog:
+            s, _, version, lane = backlog[0]
+            if version == lane.version and lane.live:
+                return s
+            _heappop(backlog)
+        return math.inf
+
+    # ------------------------------------------------------------------ submit
+
+    def submit(
+        self,
+        job_id: str,
+        *,
+        member: str,
+        priority: int | str | bytes | None = 0,
+        tier: str = "free",
+        model: str | None = None,
+        estimate: float | None = None,
+        payload: Any = None,
+        now: float,
+    ) -> Ticket:
+        """Queue a job.
+
+        Args:
+            job_id: A non-empty id, unique among the queued and running jobs.
+            member: Who the job belongs to (fair share is per member inside a level).
+            priority: The priority number, an alias (``"interactive"``) or a raw header value;
+                resolved and clamped by the policy (unparseable means the policy's default).
+            tier: The member's tier name, one of the scorer's tiers.
+            model: The model the job needs loaded, or None.
+            estimate: Expected runtime in seconds (> 0), or None.
+            payload: An opaque value kept with the job (e.g. for ``lease_for``); it must be
+                JSON-serialisable for ``snapshot``.
+            now: The current monotonic time.
+
+        Returns:
+            The ticket: the job as stored and the queue depth after it.
+
+        Raises:
+            DuplicateJob: A job with this id is queued or running.
+            QueueFull: ``max_queued`` or ``max_queued_per_member`` is reached; the exception's
+                ``retry_after`` estimates when a retry may succeed from the recent service
+                rate.
+            ValueError: An argument is out of range (unknown tier, non-finite time, ...).
+            TypeError: ``priority`` has a type no header could have.
+
+        Complexity: amortised O(log n + M).
+        """
+        if not isinstance(job_id, str) or not job_id:
+            raise ValueError(f"job_id must be a non-empty str, got {job_id!r}")
+        member = _name("member", member)
+        level = self._policy.parse(priority)
+        tier_bonus = self._scorer.tier_bonus(tier)
+        if model is not None:
+            model = _name("model", model)
+        estimate = _positive_or_none("estimate", estimate)
+        t = self._tick(now)
+        if job_id in self._entries:
+            raise DuplicateJob(f"job {job_id!r} is already {self.state(job_id)}")
+        queued = len(self)
+        if self._max_queued is not None and queued >= self._max_queued:
+            raise QueueFull(
+                f"the queue holds {queued} jobs, its limit (max_queued={self._max_queued})",
+                retry_after=self._retry_after(),
+                limit=self._max_queued,
+                scope="queue",
+            )
+        member_stats = self._member(member)
+        if self._max_member is not None and member_stats.queued >= self._max_member:
+            raise QueueFull(
+                f"member {member!r} has {member_stats.queued} jobs queued, its limit "
+                f"(max_queued_per_member={self._max_member})",
+                retry_after=self._retry_after(),
+                limit=self._max_member,
+                scope="member",
+            )
+        self._seq += 1
+        job = Job(
+            id=job_id,
+            member=member,
+            priority=level,
+            tier=tier,
+            tier_bonus=tier_bonus,
+            model=model,
+            estimate=estimate,
+            arrival=t,
+            seq=self._seq,
+            payload=payload,
+        )
+        self._enqueue(job, attempt=1, now=t, requeue=False)
+        return Ticket(job=job, queued=queued + 1)
+
+    def _enqueue(
+        self, job: Job, *, attempt: int, now: float, requeue: bool, lift: bool = True
+    ) -> _Entry:
+        key: tuple[str, int] | str = (job.member, job.priority) if self._fair_share else job.id
+        lane = self._lanes.get(key)
+        level = self._level(job.priority)
+        if lane is None:
+            # A new lane has no own s: the lift below gives it min(now, smallest backlogged s).
+            start = -math.inf if self._fair_share else job.arrival
+            lane = self._lanes[key] = _Lane(job.member, job.priority, start)
+        entry = _Entry(job, lane, attempt)
+        self._entries[job.id] = entry
+        was_backlogged = lane.live > 0
+        if not was_backlogged and self._fair_share and not requeue and lift:
+            # The lift: no credit banked while idle, no debt for others' backlog.
+            lane.s = max(lane.s, min(now, self._min_backlogged_s(level)))
+        if requeue:
+            lane.appendleft(entry)
+        else:
+            lane.append(entry)
+        level.queued += 1
+        level.sum_arrival += job.arrival
+        _heappush(level.arrivals, (job.arrival, job.seq, entry))
+        self._member(job.member).queued += 1
+        if not was_backlogged:
+            self._backlogged += 1
+            lane.s_log.clear()
+            lane.log_s(now)
+        if was_backlogged and not requeue:
+            # The head and s are unchanged: only this job's model may become eligible.
+            model = job.model
+            if model is not None and id(lane) not in self._dirty and lane.first_for(model) is entry:
+                head = lane.head()
+                windowed, anywhere = lane.candidates(head, self._window, self._affinity)
+                for ranking in self._all_rankings:
+                    chosen = windowed if ranking.window is not None else anywhere
+                    ranking.push_candidates(lane, head, [c for c in chosen if c[0] == model])
+        else:
+            self._touch(lane)
+        if len(level.arrivals) > 2 * level.queued + 64:
+            level.arrivals = [a for a in level.arrivals if a[2].state == QUEUED]
+            _heapify(level.arrivals)
+        return entry
+
+    def _dequeue(self, entry: _Entry) -> None:
+        """Take a queued entry out of its lane's accounting (the deques drop it lazily)."""
+        job = entry.job
+        lane = entry.lane
+        lane.live -= 1
+        level = self._levels[job.priority]
+        level.queued -= 1
+        level.sum_arrival -= job.arrival
+        if level.queued == 0:
+            level.sum_arrival = 0.0  # no float drift left behind
+        self._member(job.member).queued -= 1
+        if lane.live == 0:
+            self._backlogged -= 1
+            lane.jobs.clear()
+            lane.by_model.clear()
+        self._touch(lane)
+
+    # ------------------------------------------------------------------ dispatch
+
+    def dispatch(self, now: float) -> Grant | None:
+        """Grant the resource to the best waiting job, when it is free.
+
+        Args:
+            now: The current monotonic time.
+
+        Returns:
+            The grant, or None when a job is running or none is queued. A running job past its
+            lease keeps the resource until ``expire`` reclaims it.
+
+        Raises:
+            ValueError: ``now`` is not finite or goes backwards.
+            Exception: Whatever ``lease_for`` raises; the dispatcher is then unchanged.
+
+        Complexity: amortised O(log n + M) (times 4 with ``track_reorders``).
+        """
+        t = self._tick(now)
+        if self._running is not None:
+            return None
+        self._flush()
+        resident = self._resident
+        best = self._ranking.best(resident)
+        if best is None:
+            return None
+        lane, entry, aff = best
+        job = entry.job
+        lease = None
+        if self._lease_for is not None:
+            seconds = self._lease_for(job)
+            lease = Lease(granted_at=t, seconds=seconds)
+        aging = (t - lane.s) / self._divisor
+        score = ScoreBreakdown(
+            band=job.priority,
+            tier_bonus=lane.head().job.tier_bonus,
+            swap_affinity=aff,
+            aging=aging,
+        )
+        level = self._levels[job.priority]
+        if self._track:
+            self._count_reorders(level, job, lane, resident)
+        swap = job.model is not None and job.model != resident
+        grant = Grant(
+            job=job,
+            score=score,
+            lease=lease,
+            granted_at=t,
+            attempt=entry.attempt,
+            waited=t - job.arrival,
+            swap=swap,
+        )
+        self._history.append(
+            DispatchRecord(at=t, job=job, score=score, resident=resident, lane_s=lane.s)
+        )
+        # State changes start here; nothing below can fail.
+        entry.state = RUNNING
+        entry.granted_at = t
+        self._dequeue(entry)
+        self._running = entry
+        self._grant = grant
+        if job.model is not None:
+            self._resident = job.model
+        if swap:
+            self._swaps += 1
+        wait = t - job.arrival
+        level.dispatched += 1
+        level.total_wait += wait
+        level.buckets[bisect.bisect_left(self._buckets, wait)] += 1
+        self._member(job.member).dispatched += 1
+        self._totals["dispatched"] += 1
+        return grant
+
+    def _count_reorders(self, level: _Level, job: Job, lane: _Lane, resident: str | None) -> None:
+        counts = level.reorders
+        # Without affinity: the real ranking's main heap, each lane offering its head.
+        plain = self._ranking.best(None)
+        if plain is not None and plain[1].job is not job:
+            counts[1] += 1
+        for index, ranking in zip((0, 2, 3), self._counterfactuals):
+            other = ranking.best(resident)
+            if other is not None and other[1].job is not job:
+                counts[index] += 1
+
+    # ------------------------------------------------------------------ finish
+
+    def _finish(self, entry: _Entry, runtime: float, now: float) -> float:
+        """Free the resource from a running entry and charge its lane. Returns the charge."""
+        job = entry.job
+        charge = float(self._charge(job, runtime))
+        if not math.isfinite(charge) or charge < 0:
+            raise ValueError(f"the charge model returned {charge!r}; charges must be >= 0")
+        lane = entry.lane
+        entry.state = GONE
+        del self._entries[job.id]
+        self._running = None
+        self._grant = None
+        member = self._member(job.member)
+        member.gpu_seconds += charge
+        if self._fair_share:
+            lane.s = min(lane.s + charge, now)
+            if lane.live:
+                lane.log_s(now)
+                self._touch(lane)
+        elif not lane.live:
+            del self._lanes[job.id]
+        self._recent.append((now, runtime, job.model))
+        return charge
+
+    def complete(self, job_id: str, *, now: float, runtime: float | None = None) -> Completed:
+        """Mark the running job done and free the resource.
+
+        Args:
+            job_id: The running job.
+            now: The current monotonic time.
+            runtime: Seconds it ran (>= 0); None measures ``now - granted_at``.
+
+        Returns:
+            The job, its runtime and the charge added to its lane.
+
+        Raises:
+            UnknownJob: The id is not queued or running.
+            InvalidState: The job is queued, not running.
+            LeaseExpired: ``now`` is at or past the job's lease deadline; ``expire`` owns it.
+            ValueError: ``now`` or ``runtime`` is out of range.
+
+        Complexity: amortised O(log n + M).
+        """
+        t = _finite("now", now)
+        entry = self._entry(job_id)
+        if entry.state != RUNNING:
+            raise InvalidState(f"job {job_id!r} is queued, not running; cancel() removes it")
+        grant = self._grant
+        assert grant is not None
+        if grant.lease is not None and grant.lease.expired(t):
+            raise LeaseExpired(
+                f"job {job_id!r} finished at {t!r}, at or after its lease deadline "
+                f"{grant.lease.deadline!r}; call expire() to requeue or fail it"
+            )
+        if runtime is None:
+            measured = t - entry.granted_at
+        else:
+            measured = _finite("runtime", runtime)
+            if measured < 0:
+                raise ValueError(f"runtime must be >= 0 seconds, got {runtime!r}")
+        self._tick(t)
+        charge = self._finish(entry, max(measured, 0.0), t)
+        self._member(entry.job.member).completed += 1
+        self._totals["completed"] += 1
+        return Completed(job=entry.job, runtime=measured, charge=charge)
+
+    def cancel(self, job_id: str, *, now: float) -> Job:
+        """Remove a queued job, or stop a running one (charged for the time it ran).
+
+        Args:
+            job_id: A queued or running job.
+            now: The current monotonic time.
+
+        Returns:
+            The removed job.
+
+        Raises:
+            UnknownJob: The id is not queued or running.
+            ValueError: ``now`` is out of range.
+
+        Complexity: amortised O(log n + M).
+        """
+        t = _finite("now", now)
+        entry = self._entry(job_id)
+        self._tick(t)
+        if entry.state == RUNNING:
+            self._finish(entry, t - entry.granted_at, t)
+        else:
+            entry.state = GONE
+            del self._entries[entry.job.id]
+            self._dequeue(entry)
+            lane = entry.lane
+            if not self._fair_share and not lane.live:
+                del self._lanes[entry.job.id]
+        self._totals["cancelled"] += 1
+        return entry.job
+
+    def expire(self, now: float) -> list[Expired]:
+        """Reclaim the resource from a job past its lease.
+
+        The job goes back to the head of its lane, keeping the lane's age, or, after
+        ``max_attempts`` grants, is reported as failed and forgotten.
+
+        Args:
+            now: The current monotonic time.
+
+        Returns:
+            The expired jobs (at most one: the resource runs one job at a time).
+
+        Raises:
+            ValueError: ``now`` is out of range.
+
+        Complexity: amortised O(log n + M).
+        """
+        t = self._tick(now)
+        entry, grant = self._running, self._grant
+        if entry is None or grant is None or grant.lease is None or not grant.lease.expired(t):
+            return []
+        job = entry.job
+        entry.state = GONE
+        del self._entries[job.id]
+        self._running = None
+        self._grant = None
+        self._totals["expired"] += 1
+        requeued = entry.attempt < self._max_attempts
+        if requeued:
+            self._enqueue(job, attempt=entry.attempt + 1, now=t, requeue=True)
+        else:
+            self._failed += 1
+            if not self._fair_share and not entry.lane.live:
+                del self._lanes[job.id]
+        return [
+            Expired(
+                job=job, attempt=entry.attempt, deadline=grant.lease.deadline, requeued=requeued
+            )
+        ]
+
+    # ------------------------------------------------------------------ diagnostics
+
+    def _expected_runtime(self, job: Job) -> float | None:
+        if job.estimate is not None:
+            return job.estimate
+        recent = self._recent
+        if not recent:
+            return None
+        same = [runtime for _, runtime, model in recent if model == job.model]
+        pool = same or [runtime for _, runtime, _ in recent]
+        return sum(pool) / len(pool)
+
+    def _busy_until(self, now: float) -> float | None:
+        entry = self._running
+        if entry is None:
+            return now
+        expected = self._expected_runtime(entry.job)
+        if expected is None:
+            return None
+        return max(now, entry.granted_at + expected)
+
+    def _predict(self, now: float, *, stop_at: _Entry | None, limit: int | None) -> list[Any]:
+        backlogged = {id(lane): lane for lane in self._lanes.values() if lane.live}
+        return forecast_order(
+            backlogged.values(),
+            now=now,
+            busy_until=self._busy_until(now),
+            resident=self._resident,
+            divisor=self._divisor,
+            affinity=self._affinity,
+            runtime=self._expected_runtime,
+            charge=self._charge,
+            fair_share=self._fair_share,
+            stop_at=stop_at,
+            limit=limit,
+        )
+
+    def forecast(self, *, now: float, limit: int | None = None) -> list[AheadJob]:
+        """Predict the dispatch order of the queued jobs, with estimated starts.
+
+        The prediction replays the dispatcher's rules on its current state (no new arrivals;
+        runtimes from estimates or the recent mean; affinity at lane heads only). It is a
+        forecast, not a promise.
+
+        Args:
+            now: The current monotonic time.
+            limit: Predict at most this many jobs (None: all).
+
+        Returns:
+            The queued jobs in predicted order.
+
+        Raises:
+            ValueError: ``now`` is out of range or ``limit`` is negative.
+
+        Complexity: O(L log L + k log L) for L backlogged lanes and k predicted jobs.
+        """
+        t = self._tick(now)
+        if limit is not None and (not isinstance(limit, int) or limit < 0):
+            raise ValueError(f"limit must be an int >= 0 or None, got {limit!r}")
+        predicted = self._predict(t, stop_at=None, limit=limit)
+        return list(
+            ahead_jobs(
+                predicted,
+                now=t,
+                resident=self._resident,
+                divisor=self._divisor,
+                affinity=self._affinity,
+            )
+        )
+
+    def explain(self, job_id: str, *, now: float) -> Explanation:
+        """Explain why a job waits: its score's terms, the jobs ahead, what overtook it.
+
+        Args:
+            job_id: A queued or running job.
+            now: The current monotonic time.
+
+        Returns:
+            The explanation (``str()`` of it reads like ``sprio``).
+
+        Raises:
+            UnknownJob: The id is not queued or running.
+            ValueError: ``now`` is out of range.
+
+        Complexity: O(L log L + k log L + h) for L lanes, k jobs ahead, h remembered
+        dispatches.
+        """
+        entry = self._entry(job_id)
+        t = self._tick(now)
+        job = entry.job
+        lane = entry.lane
+        overtaken = overtakes(
+            job,
+            until=entry.granted_at if entry.state == RUNNING else t,
+            history=self._history,
+            s_at=(lambda at: lane_s_at(lane, at)) if self._fair_share else (lambda at: job.arrival),
+            divisor=self._divisor,
+            affinity=self._affinity,
+        )
+        if entry.state == RUNNING:
+            grant = self._grant
+            assert grant is not None
+            return Explanation(
+                job=job,
+                state="running",
+                now=t,
+                waited=grant.waited,
+                score=grant.score,
+                lane_start=lane.s,
+                position=0,
+                ahead=(),
+                estimated_start=grant.granted_at,
+                overtaken_by=overtaken,
+            )
+        predicted = self._predict(t, stop_at=entry, limit=None)
+        ahead = ahead_jobs(
+            predicted[:-1],
+            now=t,
+            resident=self._resident,
+            divisor=self._divisor,
+            affinity=self._affinity,
+        )
+        aff = 0.0
+        if job.model is not None and job.model == self._resident:
+            aff = self._affinity(job.model)
+        score = ScoreBreakdown(
+            band=job.priority,
+            tier_bonus=lane.head().job.tier_bonus,
+            swap_affinity=aff,
+            aging=(t - lane.s) / self._divisor,
+        )
+        return Explanation(
+            job=job,
+            state="queued",
+            now=t,
+            waited=t - job.arrival,
+            score=score,
+            lane_start=lane.s,
+            position=len(ahead) + 1,
+            ahead=ahead,
+            estimated_start=predicted[-1].start,
+            overtaken_by=overtaken,
+        )
+
+    def stats(self, *, now: float) -> Stats:
+        """Return a consistent picture of queues, waits, dispatches and reorders.
+
+        Args:
+            now: The current monotonic time.
+
+        Returns:
+            The statistics (levels highest first).
+
+        Raises:
+            ValueError: ``now`` is out of range.
+
+        Complexity: O(levels + members), amortised (the oldest wait per level is kept in a
+        heap with lazy deletion).
+        """
+        t = self._tick(now)
+        levels = {}
+        for number in sorted(self._levels, reverse=True):
+            level = self._levels[number]
+            arrivals = level.arrivals
+            while arrivals and arrivals[0][2].state != QUEUED:
+                _heappop(arrivals)
+            oldest = t - arrivals[0][0] if arrivals else 0.0
+            mean = t - level.sum_arrival / level.queued if level.queued else 0.0
+            cumulative, buckets = 0, []
+            for bound, count in zip((*self._buckets, math.inf), level.buckets):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            levels[number] = LevelStats(
+                level=number,
+                queued=level.queued,
+                oldest_wait=max(0.0, oldest),
+                mean_wait=max(0.0, mean),
+                dispatched=level.dispatched,
+                total_wait=level.total_wait,
+                reorders=Reorders(*level.reorders),
+                wait_buckets=tuple(buckets),
+            )
+        members = {
+            name: MemberStats(
+                member=name,
+                queued=m.queued,
+                dispatched=m.dispatched,
+                completed=m.completed,
+                gpu_seconds=m.gpu_seconds,
+            )
+            for name, m in sorted(self._members.items())
+        }
+        return Stats(
+            now=t,
+            levels=levels,
+            members=members,
+            running=None if self._running is None else self._running.job,
+            resident_model=self._resident,
+            queued=len(self),
+            dispatched=self._totals["dispatched"],
+            completed=self._totals["completed"],
+            cancelled=self._totals["cancelled"],
+            expired=self._totals["expired"],
+            failed=self._failed,
+            swaps=self._swaps,
+        )
+
+    # ------------------------------------------------------------------ persistence
+
+    def snapshot(self, *, now: float) -> dict[str, Any]:
+        """Return the dispatcher's state as JSON-serialisable data, for ``restore``.
+
+        It holds every queued job (in lane order), each lane's virtual start, the running job
+        with its lease, and the resident model. Counters behind ``stats`` and the dispatch
+        history are not kept: they restart at zero.
+
+        Args:
+            now: The current monotonic time (stored as ``taken_at``).
+
+        Returns:
+            A dict of plain JSON types.
+
+        Raises:
+            TypeError: A job's payload is not JSON-serialisable (the message names the job).
+            ValueError: ``now`` is out of range.
+
+        Complexity: O(n) in the queued jobs.
+        """
+        t = self._tick(now)
+        lanes = []
+        queued = []
+        for lane in self._lanes.values():
+            if self._fair_share:
+                lanes.append({"member": lane.member, "level": lane.level, "s": lane.s})
+            for entry in lane.queued():
+                queued.append(_job_record(entry))
+        running = None
+        current, grant = self._running, self._grant
+        if current is not None and grant is not None:
+            running = _job_record(current)
+            running["granted_at"] = grant.granted_at
+            running["lease_seconds"] = None if grant.lease is None else grant.lease.seconds
+            running["score"] = attrs.asdict(grant.score)
+            running["swap"] = grant.swap
+        return {
+            "format": _SNAPSHOT_FORMAT,
+            "taken_at": t,
+            "seq": self._seq,
+            "fair_share": self._fair_share,
+            "resident_model": self._resident,
+            "lanes": lanes,
+            "queued": queued,
+            "running": running,
+        }
+
+    @classmethod
+    def restore(
+        cls,
+        state: Mapping[str, Any],
+        *,
+        scorer: Scorer | None = None,
+        now: float | None = None,
+        **options: Any,
+    ) -> SizeOneDispatcher:
+        """Rebuild a dispatcher from ``snapshot()`` data: no queued job, lane age or lease lost.
+
+        Args:
+            state: What ``snapshot`` returned (possibly through JSON).
+            scorer: The scorer of the new dispatcher (its tiers must know every job's tier).
+            now: The new process's monotonic time. When given, every stored time is shifted by
+                ``now - taken_at``, so waits, lane ages and the lease resume where they
+                stopped (the downtime does not count). When None, times are kept as they are
+                (same clock).
+            **options: The constructor's other keyword arguments (``fair_share`` defaults to
+                the snapshot's).
+
+        Returns:
+            The restored dispatcher.
+
+        Raises:
+            ValueError: ``state`` is not a valid snapshot (the message says what is wrong), or
+                a job's tier is unknown to ``scorer``.
+
+        Complexity: O(n log n) in the jobs.
+        """
+        try:
+            if state.get("format") != _SNAPSHOT_FORMAT:
+                raise ValueError(
+                    f"format is {state.get('format')!r}, expected {_SNAPSHOT_FORMAT!r}"
+                )
+            taken_at = _finite("taken_at", state["taken_at"])
+            shift = 0.0 if now is None else _finite("now", now) - taken_at
+            options.setdefault("fair_share", bool(state["fair_share"]))
+            dispatcher = cls(scorer, **options)
+            dispatcher._seq = int(state["seq"])
+            dispatcher._now = taken_at + shift
+            if dispatcher._fair_share:
+                for record in state["lanes"]:
+                    member, level = str(record["member"]), int(record["level"])
+                    s = _finite("lane s", record["s"]) + shift
+                    dispatcher._lanes[(member, level)] = _Lane(member, level, s)
+                    dispatcher._level(level)
+            for record in state["queued"]:
+                job = dispatcher._job_from_record(record, shift)
+                dispatcher._enqueue(
+                    job,
+                    attempt=int(record["attempt"]),
+                    now=dispatcher._now,
+                    requeue=False,
+                    lift=False,
+                )
+            running = state["running"]
+            if running is not None:
+                dispatcher._restore_running(running, shift)
+            resident = state["resident_model"]
+            dispatcher._resident = None if resident is None else str(resident)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"invalid snapshot: {exc!r}") from exc
+        except ValueError as exc:
+            raise ValueError(f"invalid snapshot: {exc}") from exc
+        return dispatcher
+
+    def _job_from_record(self, record: Mapping[str, Any], shift: float) -> Job:
+        tier = str(record["tier"])
+        model = record["model"]
+        estimate = record["estimate"]
+        job_id = _name("job id", record["id"])
+        if job_id in self._entries:
+            raise DuplicateJob(f"job {job_id!r} appears twice")
+        return Job(
+            id=job_id,
+            member=_name("member", record["member"]),
+            priority=int(record["priority"]),
+            tier=tier,
+            tier_bonus=self._scorer.tier_bonus(tier),
+            model=None if model is None else _name("model", model),
+            estimate=_positive_or_none("estimate", estimate),
+            arrival=_finite("arrival", record["arrival"]) + shift,
+            seq=int(record["seq"]),
+            payload=record.get("payload"),
+        )
+
+    def _restore_running(self, record: Mapping[str, Any], shift: float) -> None:
+        job = self._job_from_record(record, shift)
+        key: tuple[str, int] | str = (job.member, job.priority) if self._fair_share else job.id
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane(job.member, job.priority, job.arrival)
+        self._level(job.priority)
+        entry = _Entry(job, lane, int(record["attempt"]))
+        entry.state = RUNNING
+        entry.granted_at = _finite("granted_at", record["granted_at"]) + shift
+        seconds = record["lease_seconds"]
+        lease = None if seconds is None else Lease(granted_at=entry.granted_at, seconds=seconds)
+        self._entries[job.id] = entry
+        self._running = entry
+        self._grant = Grant(
+            job=job,
+            score=ScoreBreakdown(**record["score"]),
+            lease=lease,
+            granted_at=entry.granted_at,
+            attempt=entry.attempt,
+            waited=entry.granted_at - job.arrival,
+            swap=bool(record["swap"]),
+        )
+
+    # ------------------------------------------------------------------ invariants
+
+    def _check(self) -> None:
+        """Assert every internal invariant (for tests; O(n))."""
+        queued = [e for e in self._entries.values() if e.state == QUEUED]
+        running = [e for e in self._entries.values() if e.state == RUNNING]
+        assert len(running) <= 1
+        assert (running[0] if running else None) is self._running
+        assert (self._grant is None) == (self._running is None)
+        assert len(queued) == len(self)
+        assert all(e.state in (QUEUED, RUNNING) for e in self._entries.values())
+        backlogged = 0
+        for lane in self._lanes.values():
+            live = [e for e in lane.jobs if e.state == QUEUED]
+            assert len(live) == lane.live, (lane.member, lane.level)
+            assert all(self._entries.get(e.job.id) is e for e in live)
+            for model, fifo in lane.by_model.items():
+                assert [e for e in fifo if e.state == QUEUED] == [
+                    e for e in live if e.job.model == model
+                ]
+            backlogged += lane.live > 0
+            if self._fair_share and lane.live:
+                assert lane.s <= self._now
+        assert backlogged == self._backlogged
+        assert sum(level.queued for level in self._levels.values()) == len(queued)
+        assert sum(m.queued for m in self._members.values()) == len(queued)
+        for entry in queued:
+            assert entry.lane.live > 0
+
+
+def _job_record(entry: _Entry) -> dict[str, Any]:
+    job = entry.job
+    payload = job.payload
+    if payload is not None and not isinstance(payload, (str, int, float, bool)):
+        try:
+            json.dumps(payload)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"job {job.id!r} has a payload that is not JSON-serialisable: {exc}"
+            ) from None
+    return {
+        "id": job.id,
+        "member": job.member,
+        "priority": job.priority,
+        "tier": job.tier,
+        "model": job.model,
+        "estimate": job.estimate,
+        "arrival": job.arrival,
+        "seq": job.seq,
+        "payload": payload,
+        "attempt": entry.attempt,
+    }
