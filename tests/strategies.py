@@ -8,6 +8,8 @@ keep numbers in realistic ranges so that float rounding never blurs the properti
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import strategies as st
 
 from prioqueue.priority import MAX_HEADER_LENGTH, PriorityPolicy
@@ -170,6 +172,7 @@ __all__ += [
     "DISPATCHER_MODELS",
     "DISPATCHER_TIERS",
     "dispatcher_estimates",
+    "dispatcher_job_specs",
     "dispatcher_levels",
     "dispatcher_models",
     "dispatcher_priorities",
@@ -241,4 +244,17 @@ def dispatcher_scorers() -> st.SearchStrategy[Scorer]:
                 )
             ),
         ]
+    )
+
+
+def dispatcher_job_specs() -> st.SearchStrategy[dict[str, Any]]:
+    """Keyword arguments for one ``submit`` (all but the id and ``now``)."""
+    return st.fixed_dictionaries(
+        {
+            "member": st.sampled_from(DISPATCHER_MEMBERS),
+            "priority": dispatcher_priorities(),
+            "tier": st.sampled_from(DISPATCHER_TIERS),
+            "model": dispatcher_models(),
+            "estimate": dispatcher_estimates(),
+        }
     )

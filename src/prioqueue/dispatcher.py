@@ -154,9 +154,9 @@ class _Level:
         self.total_wait = 0.0
         self.reorders = [0, 0, 0, 0]  # aging, affinity, tier, fair share
         self.buckets = [0] * (buckets + 1)
-        # Heaps with lazy deletion: (arrival, seq, entry) of queued entries, and
+        # Heaps with lazy deletion: (arrival, seq, id, entry) of queued entries, and
         # (s, id, version, lane) of backlogged lanes (for the lift's minimum).
-        self.arrivals: list[tuple[float, int, _Entry]] = []
+        self.arrivals: list[tuple[float, int, int, _Entry]] = []
         self.backlog: list[tuple[float, int, int, _Lane]] = []
 
 
@@ -550,7 +550,8 @@ class SizeOneDispatcher:
             lane.append(entry)
         level.queued += 1
         level.sum_arrival += job.arrival
-        _heappush(level.arrivals, (job.arrival, job.seq, entry))
+        # id(entry) keeps a requeued job's new entry apart from its old, dead one.
+        _heappush(level.arrivals, (job.arrival, job.seq, id(entry), entry))
         self._member(job.member).queued += 1
         if not was_backlogged:
             self._backlogged += 1
@@ -568,7 +569,7 @@ class SizeOneDispatcher:
         else:
             self._touch(lane)
         if len(level.arrivals) > 2 * level.queued + 64:
-            level.arrivals = [a for a in level.arrivals if a[2].state == QUEUED]
+            level.arrivals = [a for a in level.arrivals if a[3].state == QUEUED]
             _heapify(level.arrivals)
         return entry
 
@@ -975,7 +976,7 @@ class SizeOneDispatcher:
         for number in sorted(self._levels, reverse=True):
             level = self._levels[number]
             arrivals = level.arrivals
-            while arrivals and arrivals[0][2].state != QUEUED:
+            while arrivals and arrivals[0][3].state != QUEUED:
                 _heappop(arrivals)
             oldest = t - arrivals[0][0] if arrivals else 0.0
             mean = t - level.sum_arrival / level.queued if level.queued else 0.0
