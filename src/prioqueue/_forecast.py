@@ -77,6 +77,7 @@ def forecast_order(
     runtime: Callable[[Job], float | None],
     charge: Callable[[Job, float], float],
     fair_share: bool,
+    pending: tuple[_Lane, float] | None = None,
     stop_at: _Entry | None = None,
     limit: int | None = None,
 ) -> list[Predicted]:
@@ -93,6 +94,7 @@ def forecast_order(
         runtime: ``job -> expected seconds`` or None when unknown.
         charge: The dispatcher's charge function.
         fair_share: Whether lanes are charged (False: per-job lanes).
+        pending: The running job's lane and the charge it will add when it finishes.
         stop_at: Stop after predicting this entry.
         limit: Stop after this many predictions.
 
@@ -124,10 +126,12 @@ def forecast_order(
             heapq.heappop(heap)
         return heap[0] if heap else None
 
-    for sim in sims:
-        push(sim)
     clock: float | None = busy_until
     nominal = now if busy_until is None else busy_until
+    for sim in sims:
+        if pending is not None and fair_share and sim.lane is pending[0]:
+            sim.s = min(sim.s + pending[1], nominal)
+        push(sim)
     out: list[Predicted] = []
     while limit is None or len(out) < limit:
         best = top(main)
@@ -167,20 +171,13 @@ def forecast_order(
 
 
 def ahead_jobs(
-    predicted: list[Predicted],
-    *,
-    now: float,
-    resident: str | None,
-    divisor: float,
-    affinity: Callable[[str], float],
+    predicted: list[Predicted], *, lane_score: Callable[[_Lane], float]
 ) -> tuple[AheadJob, ...]:
-    """Turn predictions into public ``AheadJob`` values with each job's current score."""
+    """Turn predictions into public ``AheadJob`` values with each lane's current score."""
     result = []
     for step in predicted:
         job = step.entry.job
-        lane = step.entry.lane
-        aff = affinity(job.model) if job.model is not None and job.model == resident else 0.0
-        score = lane.level + job.tier_bonus + aff + (now - lane.s) / divisor
+        score = lane_score(step.entry.lane)
         result.append(
             AheadJob(
                 job_id=job.id,
@@ -207,6 +204,7 @@ def overtakes(
     *,
     until: float,
     history: Iterable[DispatchRecord],
+    tier_bonus: float,
     s_at: Callable[[float], float],
     divisor: float,
     affinity: Callable[[str], float],
@@ -217,6 +215,7 @@ def overtakes(
         job: The explained job.
         until: The end of its wait (its grant, or now).
         history: The dispatch records, oldest first.
+        tier_bonus: The tier bonus the job's lane competes with (its head's).
         s_at: ``time -> the job's lane's virtual start at that time``.
         divisor: The aging divisor.
         affinity: ``model -> bonus``.
@@ -237,7 +236,7 @@ def overtakes(
         score = record.score
         leads: list[tuple[float, OvertakeCause]] = [
             (score.band - job.priority, "priority"),
-            (score.tier_bonus - job.tier_bonus, "tier"),
+            (score.tier_bonus - tier_bonus, "tier"),
             (score.swap_affinity - mine_aff, "affinity"),
             (score.aging - mine_aging, "fair share"),
         ]

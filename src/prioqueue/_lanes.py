@@ -100,10 +100,6 @@ class _Lane:
             return None
         return fifo[0]
 
-    def models(self) -> list[str]:
-        """Return the models this lane may hold queued entries for."""
-        return list(self.by_model)
-
     def append(self, entry: _Entry) -> None:
         """Add a queued entry at the tail."""
         self.jobs.append(entry)
@@ -215,7 +211,7 @@ class _Ranking:
         window: The affinity window in seconds, or None for "any job of the model".
     """
 
-    __slots__ = ("affinity", "key", "main", "models", "window")
+    __slots__ = ("affinity", "key", "main", "models", "pushed", "window")
 
     def __init__(
         self, key: KeyFunction, affinity: Callable[[str], float], window: float | None
@@ -225,6 +221,7 @@ class _Ranking:
         self.window = window
         self.main: list[_Item] = []
         self.models: dict[str, list[_Item]] = {}
+        self.pushed = 0  # items pushed since the last compaction
 
     def candidate(self, lane: _Lane, model: str) -> _Entry | None:
         """Return the lane's affinity job for ``model`` under this ranking, or None."""
@@ -242,7 +239,9 @@ class _Ranking:
         key = self.key
         k, tie = key(lane, head, head, 0.0)
         heappush(self.main, (-k, tie, head.job.seq, version, lane))
-        self.push_candidates(lane, head, candidates)
+        self.pushed += 1
+        if candidates:
+            self.push_candidates(lane, head, candidates)
 
     def push_candidates(self, lane: _Lane, head: _Entry, candidates: list[_Candidate]) -> None:
         """Push one item per affinity candidate (to each model's heap). O(M log n)."""
@@ -255,6 +254,7 @@ class _Ranking:
             if heap is None:
                 models[model] = heap = []
             heappush(heap, (-k, tie, entry.job.seq, version, lane))
+        self.pushed += len(candidates)
 
     @staticmethod
     def _top(heap: list[_Item]) -> _Item | None:
@@ -285,9 +285,14 @@ class _Ranking:
         if aff > 0.0:
             entry = self.candidate(lane, resident)
             if entry is not None:
+                # The lane offers its affinity job too. Under the real score it always beats
+                # the head (same lane key plus a positive bonus); under per-job aging an older
+                # head may still be better, so compare.
                 key, tie = self.key(lane, head, entry, aff)
-                best_item = (-key, tie, entry.job.seq, lane.version, lane)
-                best_entry, best_aff = entry, aff
+                item = (-key, tie, entry.job.seq, lane.version, lane)
+                if item[:3] < best_item[:3]:
+                    best_item = item
+                    best_entry, best_aff = entry, aff
             heap = self.models.get(resident)
             other = self._top(heap) if heap is not None else None
             if other is not None and other[:3] < best_item[:3]:
@@ -298,8 +303,15 @@ class _Ranking:
         return best_lane, best_entry, best_aff
 
     def compact(self, live_lanes: int) -> None:
-        """Drop stale items when they outnumber live ones. Amortised O(1) per push."""
+        """Drop stale items when they outnumber live ones. Amortised O(1) per push.
+
+        Each heap holds at most one current item per lane, so once more items were pushed
+        since the last compaction than four times the live lanes, most items are stale.
+        """
         limit = 4 * live_lanes + 64
+        if self.pushed <= limit:
+            return
+        self.pushed = 0
         if len(self.main) > limit:
             self.main = self._valid(self.main)
         for model, heap in list(self.models.items()):
@@ -315,8 +327,3 @@ class _Ranking:
         kept = [item for item in heap if item[3] == item[4].version and item[4].live]
         heapify(kept)
         return kept
-
-    def clear(self) -> None:
-        """Forget every item (used when rebuilding after ``restore``)."""
-        self.main.clear()
-        self.models.clear()

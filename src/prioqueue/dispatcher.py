@@ -155,9 +155,9 @@ class _Level:
         self.reorders = [0, 0, 0, 0]  # aging, affinity, tier, fair share
         self.buckets = [0] * (buckets + 1)
         # Heaps with lazy deletion: (arrival, seq, id, entry) of queued entries, and
-        # (s, id, version, lane) of backlogged lanes (for the lift's minimum).
+        # (s, id, lane) of backlogged lanes (for the lift's minimum).
         self.arrivals: list[tuple[float, int, int, _Entry]] = []
-        self.backlog: list[tuple[float, int, int, _Lane]] = []
+        self.backlog: list[tuple[float, int, _Lane]] = []
 
 
 class _Member:
@@ -231,7 +231,10 @@ class SizeOneDispatcher:
             raise ConfigError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
         if not isinstance(history, int) or isinstance(history, bool) or history < 0:
             raise ConfigError(f"history must be an int >= 0, got {history!r}")
-        bounds = tuple(float(b) for b in wait_buckets)
+        try:
+            bounds = tuple(_finite("wait_buckets", b) for b in wait_buckets)
+        except (TypeError, ValueError):
+            bounds = ()
         if (
             not bounds
             or any(not math.isfinite(b) or b <= 0 for b in bounds)
@@ -406,8 +409,6 @@ class SizeOneDispatcher:
         if not dirty:
             return
         rankings = self._all_rankings
-        fair = self._fair_share
-        levels = self._levels
         window = self._window
         affinity = self._affinity
         for lane in dirty.values():
@@ -416,8 +417,6 @@ class SizeOneDispatcher:
                 windowed, anywhere = lane.candidates(head, window, affinity)
                 for ranking in rankings:
                     ranking.push(lane, head, windowed if ranking.window is not None else anywhere)
-                if fair:
-                    _heappush(levels[lane.level].backlog, (lane.s, id(lane), lane.version, lane))
         dirty.clear()
         live = self._backlogged
         for ranking in rankings:
@@ -433,15 +432,43 @@ class SizeOneDispatcher:
             return max(1.0, math.ceil(recent[-1][1]))
         return DEFAULT_RETRY_AFTER
 
-    def _min_backlogged_s(self, level: _Level) -> float:
-        self._flush()
+    def _lift_floor(self, level: _Level, job: Job) -> float:
+        """Where a lane that becomes backlogged with ``job`` may start, before ``min(now, .)``.
+
+        The most-starved backlogged lane at the level (smallest ``s``) sets the floor: the
+        newcomer starts level with it, later by the seconds its bounded offsets (tier bonus and
+        affinity, as they stand now) exceed that lane's, so offsets alone can never carry a
+        newcomer past the lane that has waited longest. ``inf`` when no lane is backlogged.
+        """
         backlog = level.backlog
         while backlog:
-            s, _, version, lane = backlog[0]
-            if version == lane.version and lane.live:
-                return s
+            s, _, lane = backlog[0]
+            if s == lane.s and lane.live:
+                resident = self._resident
+                mine = job.tier_bonus
+                if resident is not None and job.model == resident:
+                    mine += self._affinity(resident)
+                theirs = lane.head().job.tier_bonus
+                if resident is not None and self._ranking.candidate(lane, resident) is not None:
+                    theirs += self._affinity(resident)
+                return s + max(0.0, mine - theirs) * self._divisor
             _heappop(backlog)
         return math.inf
+
+    def _note_s(self, lane: _Lane) -> None:
+        """Record a backlogged lane's current ``s`` for the lift's minimum (fair share only).
+
+        An item is current while the lane is backlogged with that very ``s``; older ones are
+        dropped when they surface.
+        """
+        level = self._levels[lane.level]
+        _heappush(level.backlog, (lane.s, id(lane), lane))
+        if len(level.backlog) > 2 * self._backlogged + 64:
+            # One current item per backlogged lane (a lane that went idle and came back with
+            # the same s was pushed twice).
+            current = {id(item[2]): item for item in level.backlog if item[2].live}
+            level.backlog = [(lane.s, key, lane) for key, (_, _, lane) in current.items()]
+            _heapify(level.backlog)
 
     # ------------------------------------------------------------------ submit
 
@@ -535,15 +562,15 @@ class SizeOneDispatcher:
         lane = self._lanes.get(key)
         level = self._level(job.priority)
         if lane is None:
-            # A new lane has no own s: the lift below gives it min(now, smallest backlogged s).
-            start = -math.inf if self._fair_share else job.arrival
+            # A new lane has no own s: the lift gives it one. Without a lift (restore), a lane
+            # starts at its first job's arrival, as it would alone at its level.
+            start = -math.inf if self._fair_share and lift else job.arrival
             lane = self._lanes[key] = _Lane(job.member, job.priority, start)
         entry = _Entry(job, lane, attempt)
         self._entries[job.id] = entry
         was_backlogged = lane.live > 0
         if not was_backlogged and self._fair_share and not requeue and lift:
-            # The lift: no credit banked while idle, no debt for others' backlog.
-            lane.s = max(lane.s, min(now, self._min_backlogged_s(level)))
+            lane.s = max(lane.s, min(now, self._lift_floor(level, job)))
         if requeue:
             lane.appendleft(entry)
         else:
@@ -557,6 +584,8 @@ class SizeOneDispatcher:
             self._backlogged += 1
             lane.s_log.clear()
             lane.log_s(now)
+            if self._fair_share:
+                self._note_s(lane)
         if was_backlogged and not requeue:
             # The head and s are unchanged: only this job's model may become eligible.
             model = job.model
@@ -693,6 +722,7 @@ class SizeOneDispatcher:
             lane.s = min(lane.s + charge, now)
             if lane.live:
                 lane.log_s(now)
+                self._note_s(lane)
                 self._touch(lane)
         elif not lane.live:
             del self._lanes[job.id]
@@ -833,12 +863,28 @@ class SizeOneDispatcher:
             return None
         return max(now, entry.granted_at + expected)
 
+    def _lane_score(self, lane: _Lane, now: float) -> float:
+        """A backlogged lane's current score (its affinity as the ranking would give it)."""
+        aff = 0.0
+        resident = self._resident
+        if resident is not None and self._ranking.candidate(lane, resident) is not None:
+            aff = self._affinity(resident)
+        return lane.level + lane.head().job.tier_bonus + aff + (now - lane.s) / self._divisor
+
     def _predict(self, now: float, *, stop_at: _Entry | None, limit: int | None) -> list[Any]:
         backlogged = {id(lane): lane for lane in self._lanes.values() if lane.live}
+        pending = None
+        running = self._running
+        if running is not None:
+            expected = self._expected_runtime(running.job)
+            elapsed = max(0.0, now - running.granted_at)
+            runtime = elapsed if expected is None else max(expected, elapsed)
+            pending = (running.lane, float(self._charge(running.job, runtime)))
         return forecast_order(
             backlogged.values(),
             now=now,
             busy_until=self._busy_until(now),
+            pending=pending,
             resident=self._resident,
             divisor=self._divisor,
             affinity=self._affinity,
@@ -869,18 +915,12 @@ class SizeOneDispatcher:
         Complexity: O(L log L + k log L) for L backlogged lanes and k predicted jobs.
         """
         t = self._tick(now)
-        if limit is not None and (not isinstance(limit, int) or limit < 0):
+        if limit is not None and (
+            not isinstance(limit, int) or isinstance(limit, bool) or limit < 0
+        ):
             raise ValueError(f"limit must be an int >= 0 or None, got {limit!r}")
         predicted = self._predict(t, stop_at=None, limit=limit)
-        return list(
-            ahead_jobs(
-                predicted,
-                now=t,
-                resident=self._resident,
-                divisor=self._divisor,
-                affinity=self._affinity,
-            )
-        )
+        return list(ahead_jobs(predicted, lane_score=lambda lane: self._lane_score(lane, t)))
 
     def explain(self, job_id: str, *, now: float) -> Explanation:
         """Explain why a job waits: its score's terms, the jobs ahead, what overtook it.
@@ -907,6 +947,7 @@ class SizeOneDispatcher:
             job,
             until=entry.granted_at if entry.state == RUNNING else t,
             history=self._history,
+            tier_bonus=lane.head().job.tier_bonus if lane.live else job.tier_bonus,
             s_at=(lambda at: lane_s_at(lane, at)) if self._fair_share else (lambda at: job.arrival),
             divisor=self._divisor,
             affinity=self._affinity,
@@ -927,16 +968,11 @@ class SizeOneDispatcher:
                 overtaken_by=overtaken,
             )
         predicted = self._predict(t, stop_at=entry, limit=None)
-        ahead = ahead_jobs(
-            predicted[:-1],
-            now=t,
-            resident=self._resident,
-            divisor=self._divisor,
-            affinity=self._affinity,
-        )
+        ahead = ahead_jobs(predicted[:-1], lane_score=lambda other: self._lane_score(other, t))
         aff = 0.0
-        if job.model is not None and job.model == self._resident:
-            aff = self._affinity(job.model)
+        resident = self._resident
+        if resident is not None and self._ranking.candidate(lane, resident) is not None:
+            aff = self._affinity(resident)
         score = ScoreBreakdown(
             band=job.priority,
             tier_bonus=lane.head().job.tier_bonus,
@@ -1097,6 +1133,14 @@ class SizeOneDispatcher:
 
         Complexity: O(n log n) in the jobs.
         """
+        if not isinstance(state, Mapping):
+            raise ValueError(f"invalid snapshot: expected a mapping, got {type(state).__name__}")
+        try:
+            options.setdefault("fair_share", bool(state["fair_share"]))
+        except KeyError as exc:
+            raise ValueError(f"invalid snapshot: missing {exc}") from None
+        # The constructor's own errors (ConfigError, TypeError) are not the snapshot's fault.
+        dispatcher = cls(scorer, **options)
         try:
             if state.get("format") != _SNAPSHOT_FORMAT:
                 raise ValueError(
@@ -1104,8 +1148,7 @@ class SizeOneDispatcher:
                 )
             taken_at = _finite("taken_at", state["taken_at"])
             shift = 0.0 if now is None else _finite("now", now) - taken_at
-            options.setdefault("fair_share", bool(state["fair_share"]))
-            dispatcher = cls(scorer, **options)
+            snapshot_fair = bool(state["fair_share"])
             dispatcher._seq = int(state["seq"])
             dispatcher._now = taken_at + shift
             if dispatcher._fair_share:
@@ -1116,6 +1159,14 @@ class SizeOneDispatcher:
                     dispatcher._level(level)
             for record in state["queued"]:
                 job = dispatcher._job_from_record(record, shift)
+                if (
+                    snapshot_fair
+                    and dispatcher._fair_share
+                    and (job.member, job.priority) not in dispatcher._lanes
+                ):
+                    raise ValueError(f"job {job.id!r} has no lane record")
+                # From a snapshot without fair share, a new lane starts at its oldest job's
+                # arrival (an enqueue without a lift does that).
                 dispatcher._enqueue(
                     job,
                     attempt=int(record["attempt"]),
