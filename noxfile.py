@@ -19,7 +19,7 @@ nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_external_run = True
-nox.options.sessions = ["lint", "typecheck", "tests"]
+nox.options.sessions = ["lint", "typecheck", "tests", "docs", "examples"]
 
 
 def _groups(*names: str) -> list[str]:
@@ -58,6 +58,28 @@ def tests(session: nox.Session) -> None:
     code = session.run("pytest", *args, success_codes=[0, 5])
     if code == 5:
         session.warn("pytest collected no tests")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Run every code sample in the docs, then build the site with warnings as errors."""
+    session.install(ALL_EXTRAS, *_groups("docs", "test"))
+    session.run("pytest", "tests/test_docs.py", "-p", "no:cacheprovider")
+    session.run(
+        "mkdocs",
+        "build",
+        "--strict",
+        "--site-dir",
+        str(ROOT / "site"),
+        env={"NO_MKDOCS_2_WARNING": "1"},
+    )
+
+
+@nox.session
+def examples(session: nox.Session) -> None:
+    """Run every script in examples/ with a timeout, and check the outputs the docs quote."""
+    session.install(ALL_EXTRAS, *_groups("test"))
+    session.run("pytest", "tests/test_examples.py", "-v", "-p", "no:cacheprovider")
 
 
 @nox.session
