@@ -67,14 +67,16 @@ class _Lane:
         live: Number of queued entries.
         version: Bumped whenever a ranking key of the lane changes.
         s_log: ``(time, s)`` changes of ``s`` while backlogged (for ``explain``).
+        ident: The lane's creation number: the deterministic tie-breaker between lanes.
     """
 
-    __slots__ = ("by_model", "jobs", "level", "live", "member", "s", "s_log", "version")
+    __slots__ = ("by_model", "ident", "jobs", "level", "live", "member", "s", "s_log", "version")
 
-    def __init__(self, member: str, level: int, s: float) -> None:
+    def __init__(self, member: str, level: int, s: float, ident: int = 0) -> None:
         self.member = member
         self.level = level
         self.s = s
+        self.ident = ident
         self.jobs: deque[_Entry] = deque()
         self.by_model: dict[str, deque[_Entry]] = {}
         self.live = 0

@@ -155,7 +155,7 @@ class _Level:
         self.reorders = [0, 0, 0, 0]  # aging, affinity, tier, fair share
         self.buckets = [0] * (buckets + 1)
         # Heaps with lazy deletion: (arrival, seq, id, entry) of queued entries, and
-        # (s, id, lane) of backlogged lanes (for the lift's minimum).
+        # (s, ident, lane) of backlogged lanes (for the lift's minimum).
         self.arrivals: list[tuple[float, int, int, _Entry]] = []
         self.backlog: list[tuple[float, int, _Lane]] = []
 
@@ -281,6 +281,7 @@ class SizeOneDispatcher:
         )
         self._all_rankings = (self._ranking, *self._counterfactuals)
         self._dirty: dict[int, _Lane] = {}
+        self._idents = 0
         self._lanes: dict[tuple[str, int] | str, _Lane] = {}
         self._entries: dict[str, _Entry] = {}
         self._levels: dict[int, _Level] = {}
@@ -435,7 +436,8 @@ class SizeOneDispatcher:
     def _lift_floor(self, level: _Level, job: Job) -> float:
         """Where a lane that becomes backlogged with ``job`` may start, before ``min(now, .)``.
 
-        The most-starved backlogged lane at the level (smallest ``s``) sets the floor: the
+        The most-starved backlogged lane at the level (smallest ``s``; on a tie, the lane
+        created first) sets the floor: the
         newcomer starts level with it, later by the seconds its bounded offsets (tier bonus and
         affinity, as they stand now) exceed that lane's, so offsets alone can never carry a
         newcomer past the lane that has waited longest. ``inf`` when no lane is backlogged.
@@ -455,6 +457,10 @@ class SizeOneDispatcher:
             _heappop(backlog)
         return math.inf
 
+    def _new_ident(self) -> int:
+        self._idents += 1
+        return self._idents
+
     def _note_s(self, lane: _Lane) -> None:
         """Record a backlogged lane's current ``s`` for the lift's minimum (fair share only).
 
@@ -462,11 +468,11 @@ class SizeOneDispatcher:
         dropped when they surface.
         """
         level = self._levels[lane.level]
-        _heappush(level.backlog, (lane.s, id(lane), lane))
+        _heappush(level.backlog, (lane.s, lane.ident, lane))
         if len(level.backlog) > 2 * self._backlogged + 64:
             # One current item per backlogged lane (a lane that went idle and came back with
             # the same s was pushed twice).
-            current = {id(item[2]): item for item in level.backlog if item[2].live}
+            current = {item[2].ident: item for item in level.backlog if item[2].live}
             level.backlog = [(lane.s, key, lane) for key, (_, _, lane) in current.items()]
             _heapify(level.backlog)
 
@@ -565,7 +571,7 @@ class SizeOneDispatcher:
             # A new lane has no own s: the lift gives it one. Without a lift (restore), a lane
             # starts at its first job's arrival, as it would alone at its level.
             start = -math.inf if self._fair_share and lift else job.arrival
-            lane = self._lanes[key] = _Lane(job.member, job.priority, start)
+            lane = self._lanes[key] = _Lane(job.member, job.priority, start, self._new_ident())
         entry = _Entry(job, lane, attempt)
         self._entries[job.id] = entry
         was_backlogged = lane.live > 0
@@ -1155,7 +1161,9 @@ class SizeOneDispatcher:
                 for record in state["lanes"]:
                     member, level = str(record["member"]), int(record["level"])
                     s = _finite("lane s", record["s"]) + shift
-                    dispatcher._lanes[(member, level)] = _Lane(member, level, s)
+                    dispatcher._lanes[(member, level)] = _Lane(
+                        member, level, s, dispatcher._new_ident()
+                    )
                     dispatcher._level(level)
             for record in state["queued"]:
                 job = dispatcher._job_from_record(record, shift)
@@ -1210,7 +1218,9 @@ class SizeOneDispatcher:
         key: tuple[str, int] | str = (job.member, job.priority) if self._fair_share else job.id
         lane = self._lanes.get(key)
         if lane is None:
-            lane = self._lanes[key] = _Lane(job.member, job.priority, job.arrival)
+            lane = self._lanes[key] = _Lane(
+                job.member, job.priority, job.arrival, self._new_ident()
+            )
         self._level(job.priority)
         entry = _Entry(job, lane, int(record["attempt"]))
         entry.state = RUNNING
