@@ -1,0 +1,340 @@
+"""Built-in workloads, parameterised and seeded: the same seed always builds the same jobs.
+
+* ``film-night`` (the default): one member renders a film of ``shots`` batch shots of about
+  ``shot_seconds`` each, submitted all at once, while a crowd of ``members`` sends interactive
+  images (tens of seconds) and videos (4-16 minutes) and normal-priority tool calls as random
+  (Poisson) streams for ``hours``. Free, pro and max tiers; three models.
+* ``two-films``: two members' films compete at the batch level (fair share).
+* ``swap-storm``: normal-priority requests for random models, with slow cold loads
+  (affinity against swaps).
+* ``overload``: arrivals above capacity at all three levels (aging and starvation); a few jobs
+  hang and need their lease to expire, a few are cancelled.
+
+Cold loads: the image model loads in 45 s and the LLM in 20 s, so a cold image or tool call
+costs 2-3 times a warm one (the design's figure); the video model loads in 90 s.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from prioqueue._errors import ConfigError
+from prioqueue.priority import BATCH, INTERACTIVE, NORMAL
+from prioqueue.sim.workload import Arrival, Workload
+
+__all__ = ["DEFAULT_SCENARIO", "SCENARIOS", "Scenario", "build", "convert_param", "parse_params"]
+
+DEFAULT_SCENARIO = "film-night"
+
+_LOADS = {"image": 30.0, "video": 60.0, "llm": 15.0}
+_TIERS = ("free", "pro", "max")
+
+Params = dict[str, Any]
+
+
+@attrs.frozen
+class Scenario:
+    """A named workload generator.
+
+    Attributes:
+        name: The scenario's name.
+        summary: One line for ``--list-scenarios``.
+        defaults: Parameter name to default value (its type is the parameter's type).
+        make: Builds the arrivals from the parameters and a seeded RNG.
+    """
+
+    name: str
+    summary: str
+    defaults: Mapping[str, Any]
+    make: Callable[[Params, random.Random], list[Arrival]]
+
+
+class _Gen:
+    """Small helpers around one seeded RNG."""
+
+    def __init__(self, rng: random.Random, params: Params) -> None:
+        self.rng = rng
+        self.cancel_fraction = float(params.get("cancel_fraction", 0.0))
+        self.lost_fraction = float(params.get("lost_fraction", 0.0))
+
+    def estimate(self, duration: float) -> float:
+        """A caller's estimate: the duration with about 20 % log-normal noise."""
+        return round(duration * self.rng.lognormvariate(0.0, 0.2), 3)
+
+    def job(
+        self, at: float, member: str, priority: int, tier: str, model: str, duration: float
+    ) -> Arrival:
+        rng = self.rng
+        cancel = None
+        if self.cancel_fraction and rng.random() < self.cancel_fraction:
+            cancel = round(rng.uniform(5.0, 1800.0), 3)
+        hangs = 1 if self.lost_fraction and rng.random() < self.lost_fraction else 0
+        duration = round(duration, 3)
+        return Arrival(
+            arrival=round(at, 3),
+            member=member,
+            priority=priority,
+            tier=tier,
+            model=model,
+            duration=duration,
+            estimate=self.estimate(duration),
+            cancel_after=cancel,
+            hangs=hangs,
+        )
+
+    def poisson(self, per_hour: float, hours: float) -> list[float]:
+        """Arrival times of a Poisson stream of ``per_hour`` jobs an hour over ``hours``."""
+        times: list[float] = []
+        if per_hour <= 0:
+            return times
+        rate = per_hour / 3600.0
+        end = hours * 3600.0
+        t = self.rng.expovariate(rate)
+        while t < end:
+            times.append(t)
+            t += self.rng.expovariate(rate)
+        return times
+
+
+def _crowd(members: int) -> list[tuple[str, str]]:
+    width = len(str(members))
+    return [(f"m{k:0{width}d}", _TIERS[k % 3]) for k in range(1, members + 1)]
+
+
+def _film(
+    gen: _Gen, member: str, tier: str, shots: int, seconds: float, at: float
+) -> list[Arrival]:
+    rng = gen.rng
+    return [
+        gen.job(at, member, BATCH, tier, "video", seconds * rng.uniform(0.85, 1.15))
+        for _ in range(shots)
+    ]
+
+
+def _crowd_streams(gen: _Gen, params: Params) -> list[Arrival]:
+    rng = gen.rng
+    crowd = _crowd(int(params["members"]))
+    hours = float(params["hours"])
+    jobs: list[Arrival] = []
+    if not crowd:
+        return jobs
+    for at in gen.poisson(float(params["images_per_hour"]), hours):
+        member, tier = rng.choice(crowd)
+        jobs.append(gen.job(at, member, INTERACTIVE, tier, "image", rng.uniform(10.0, 60.0)))
+    for at in gen.poisson(float(params["videos_per_hour"]), hours):
+        member, tier = rng.choice(crowd)
+        jobs.append(gen.job(at, member, INTERACTIVE, tier, "video", rng.uniform(240.0, 960.0)))
+    for at in gen.poisson(float(params["tools_per_hour"]), hours):
+        member, tier = rng.choice(crowd)
+        jobs.append(gen.job(at, member, NORMAL, tier, "llm", rng.uniform(5.0, 30.0)))
+    return jobs
+
+
+def _film_night(params: Params, rng: random.Random) -> list[Arrival]:
+    gen = _Gen(rng, params)
+    jobs = _film(gen, "director", "pro", int(params["shots"]), float(params["shot_seconds"]), 0.0)
+    return jobs + _crowd_streams(gen, params)
+
+
+def _two_films(params: Params, rng: random.Random) -> list[Arrival]:
+    gen = _Gen(rng, params)
+    shots, seconds = int(params["shots"]), float(params["shot_seconds"])
+    jobs = _film(gen, "ana", "pro", shots, seconds, 0.0)
+    jobs += _film(gen, "ben", "pro", shots, seconds, float(params["offset"]))
+    return jobs + _crowd_streams(gen, params)
+
+
+def _swap_storm(params: Params, rng: random.Random) -> list[Arrival]:
+    gen = _Gen(rng, params)
+    crowd = _crowd(int(params["members"]))
+    models = [f"model-{k}" for k in range(1, int(params["models"]) + 1)]
+    low, high = float(params["min_seconds"]), float(params["max_seconds"])
+    per_hour = float(params["load"]) * 3600.0 / ((low + high) / 2.0)
+    jobs = []
+    for at in gen.poisson(per_hour, float(params["hours"])):
+        member, tier = rng.choice(crowd)
+        jobs.append(gen.job(at, member, NORMAL, tier, rng.choice(models), rng.uniform(low, high)))
+    return jobs
+
+
+def _overload(params: Params, rng: random.Random) -> list[Arrival]:
+    gen = _Gen(rng, params)
+    crowd = _crowd(int(params["members"]))
+    hours = float(params["hours"])
+    load = float(params["load"])
+    # (level, model, shortest, longest, share of the load)
+    mix = (
+        (INTERACTIVE, "image", 10.0, 60.0, 0.4),
+        (NORMAL, "llm", 5.0, 30.0, 0.3),
+        (BATCH, "video", 120.0, 360.0, 0.3),
+    )
+    jobs = []
+    for level, model, low, high, share in mix:
+        per_hour = share * load * 3600.0 / ((low + high) / 2.0)
+        for at in gen.poisson(per_hour, hours):
+            member, tier = rng.choice(crowd)
+            jobs.append(gen.job(at, member, level, tier, model, rng.uniform(low, high)))
+    return jobs
+
+
+_CROWD_DEFAULTS: dict[str, Any] = {
+    "hours": 12.0,
+    "members": 12,
+    "images_per_hour": 8.0,
+    "videos_per_hour": 0.25,
+    "tools_per_hour": 4.0,
+    "cancel_fraction": 0.02,
+    "lost_fraction": 0.0,
+}
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "film-night",
+            "a 174-shot batch film against a crowd's interactive images, videos and tool calls",
+            {"shots": 174, "shot_seconds": 240.0, **_CROWD_DEFAULTS},
+            _film_night,
+        ),
+        Scenario(
+            "two-films",
+            "two members' batch films compete at the same level (fair share)",
+            {
+                "shots": 174,
+                "shot_seconds": 240.0,
+                "offset": 600.0,
+                **_CROWD_DEFAULTS,
+                "images_per_hour": 0.0,
+                "videos_per_hour": 0.0,
+                "tools_per_hour": 0.0,
+                "cancel_fraction": 0.0,
+            },
+            _two_films,
+        ),
+        Scenario(
+            "swap-storm",
+            "requests for random models with slow cold loads (affinity against swaps)",
+            {
+                "hours": 2.0,
+                "members": 8,
+                "models": 3,
+                "load": 0.6,
+                "min_seconds": 10.0,
+                "max_seconds": 30.0,
+                "cancel_fraction": 0.0,
+                "lost_fraction": 0.0,
+            },
+            _swap_storm,
+        ),
+        Scenario(
+            "overload",
+            "arrivals at 130 % of capacity on all levels (aging against starvation)",
+            {
+                "hours": 4.0,
+                "members": 10,
+                "load": 1.3,
+                "cancel_fraction": 0.01,
+                "lost_fraction": 0.005,
+            },
+            _overload,
+        ),
+    )
+}
+
+
+def convert_param(name: str, key: str, default: Any, value: Any) -> Any:
+    """Convert a parameter value to the type of its default (int or float), >= 0.
+
+    Args:
+        name: The scenario (or converter) name, for the message.
+        key: The parameter name.
+        default: Its default value.
+        value: The value given.
+
+    Returns:
+        The converted value.
+
+    Raises:
+        ConfigError: The value is not a number of that type, or is negative.
+    """
+    kind = type(default)
+    if isinstance(value, kind) and not isinstance(value, bool):
+        return value
+    try:
+        if kind is int:
+            converted: Any = int(str(value), 10)
+        else:
+            converted = float(value)
+    except (TypeError, ValueError):
+        expected = "an integer" if kind is int else "a number"
+        raise ConfigError(
+            f"scenario {name!r}: parameter {key!r} must be {expected}, got {value!r}"
+        ) from None
+    if converted < 0:
+        raise ConfigError(f"scenario {name!r}: parameter {key!r} must be >= 0, got {value!r}")
+    return converted
+
+
+def parse_params(name: str, overrides: Mapping[str, Any]) -> Params:
+    """Return the scenario's parameters: its defaults with ``overrides`` applied and checked.
+
+    Args:
+        name: The scenario name.
+        overrides: Parameter name to value (strings are converted to the default's type).
+
+    Returns:
+        Every parameter of the scenario.
+
+    Raises:
+        ConfigError: Unknown scenario or parameter, or a value of the wrong type or < 0.
+    """
+    scenario = SCENARIOS.get(name)
+    if scenario is None:
+        raise ConfigError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    params = dict(scenario.defaults)
+    for key, value in overrides.items():
+        norm = key.strip().replace("-", "_")
+        if norm not in params:
+            raise ConfigError(
+                f"scenario {name!r} has no parameter {key!r}; it has: {', '.join(params)}"
+            )
+        params[norm] = convert_param(name, norm, params[norm], value)
+    for key in ("cancel_fraction", "lost_fraction"):
+        if key in params and params[key] > 1:
+            raise ConfigError(f"scenario {name!r}: {key} must be within [0, 1]")
+    return params
+
+
+def build(name: str = DEFAULT_SCENARIO, *, seed: int = 1, **overrides: Any) -> Workload:
+    """Build a built-in scenario's workload.
+
+    Args:
+        name: The scenario (see :data:`SCENARIOS`).
+        seed: The RNG seed; the same seed and parameters always give the same workload.
+        **overrides: Parameters to change (see each scenario's ``defaults``).
+
+    Returns:
+        The workload, sorted by arrival time.
+
+    Raises:
+        ConfigError: See :func:`parse_params`.
+    """
+    params = parse_params(name, overrides)
+    rng = random.Random(f"{name}:{seed}")
+    jobs = SCENARIOS[name].make(params, rng)
+    jobs.sort(key=_arrival_time)
+    return Workload(
+        name=name,
+        arrivals=jobs,
+        load_seconds=_LOADS,
+        default_load=30.0,
+        params={"seed": seed, **params},
+    )
+
+
+def _arrival_time(job: Arrival) -> float:
+    return job.arrival

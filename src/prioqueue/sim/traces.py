@@ -1,0 +1,429 @@
+"""Workloads from files: the simulator's trace format, and a converter for the Azure LLM traces.
+
+Trace format (CSV with a header row, or JSON Lines with one object per line):
+
+========== ======== =================================================================
+column     required meaning
+========== ======== =================================================================
+arrival    yes      submission time in seconds (any origin; shifted so the first is 0)
+member     yes      who sends the job (non-empty)
+priority   no       a number or an alias (``interactive``, ``normal``, ``batch``); 0
+tier       no       the member's tier name; ``free``
+model      no       the model the job needs; empty means none
+duration   yes      warm runtime in seconds (>= 0)
+estimate   no       the caller's runtime estimate in seconds (> 0); empty means none
+cancel_after no     seconds after arrival at which the caller cancels; empty means never
+========== ======== =================================================================
+
+Other columns are ignored. A bad row raises :class:`TraceError` naming the file, the line
+(1-based, the CSV header is line 1) and the column.
+
+The Azure LLM inference trace 2023 (``TIMESTAMP, ContextTokens, GeneratedTokens``) is mapped
+reproducibly from a seed: arrivals are the timestamps, rescaled so the offered load is
+``target_load``; members are drawn with Zipf weights, each with a fixed tier; levels and models
+are drawn with fixed weights; the duration is ``ContextTokens / prefill_tps + GeneratedTokens /
+decode_tps``. The files are read from the path the user gives and never copied.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import math
+import random
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from prioqueue._errors import ConfigError
+from prioqueue.priority import DEFAULT_ALIASES
+from prioqueue.sim.scenarios import convert_param
+from prioqueue.sim.workload import Arrival, Workload
+
+__all__ = [
+    "AZURE_ATTRIBUTION",
+    "AZURE_DEFAULTS",
+    "COLUMNS",
+    "TraceError",
+    "convert_azure",
+    "read_trace",
+    "write_trace",
+]
+
+COLUMNS = ("arrival", "member", "priority", "tier", "model", "duration", "estimate", "cancel_after")
+_REQUIRED = ("arrival", "member", "duration")
+_NUMBER = re.compile(r"[+-]?[0-9]+")
+
+AZURE_ATTRIBUTION = (
+    "Azure LLM inference trace 2023, (c) Microsoft Corporation (Azure Public Dataset, "
+    "https://github.com/Azure/AzurePublicDataset, data/AzureLLMInferenceTrace_{code,conv}.csv "
+    "at commit b469a113cedca53ddc3bdea71a143dc4b7d8700c), licensed under CC BY 4.0 "
+    '(https://creativecommons.org/licenses/by/4.0/). Provided "as is" without warranties. '
+    "Modified: arrivals rescaled and members, priorities, tiers, models and durations "
+    "synthesised by prioqueue's converter. Cite: Patel et al., \"Splitwise: Efficient "
+    'generative LLM inference using phase splitting", ISCA 2024.'
+)
+
+AZURE_DEFAULTS: dict[str, Any] = {
+    "members": 20,
+    "target_load": 0.9,
+    "prefill_tps": 4000.0,
+    "decode_tps": 40.0,
+    "interactive_share": 0.5,
+    "normal_share": 0.35,
+    "batch_share": 0.15,
+    "model_load": 15.0,
+}
+_AZURE_MODELS = (("llm-small", 0.6), ("llm-medium", 0.3), ("llm-large", 0.1))
+
+
+class TraceError(ConfigError):
+    """A trace row is malformed.
+
+    Attributes:
+        path: The file.
+        line: The 1-based line number (the CSV header is line 1).
+        column: The column name (and for CSV its 1-based position), or None.
+    """
+
+    def __init__(self, path: str, line: int, column: str | None, message: str) -> None:
+        where = f"{path}:{line}: " + (f"column {column}: " if column else "")
+        super().__init__(where + message)
+        self.path = path
+        self.line = line
+        self.column = column
+
+
+def _rows(
+    path: Path, handle: TextIO, fmt: str
+) -> Iterator[tuple[int, dict[str, Any], dict[str, str]]]:
+    """Yield ``(line, row, column labels)`` of a CSV or JSONL trace."""
+    name = str(path)
+    if fmt == "csv":
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        if header is None:
+            raise TraceError(name, 1, None, "empty file: expected a header row")
+        header = [h.strip() for h in header]
+        labels = {h: f"{h!r} (#{k})" for k, h in enumerate(header, 1)}
+        for column in _REQUIRED:
+            if column not in labels:
+                raise TraceError(name, 1, repr(column), f"missing; the header has {header}")
+        for values in reader:
+            line = reader.line_num
+            if not values or all(not v.strip() for v in values):
+                continue
+            if len(values) != len(header):
+                raise TraceError(
+                    name, line, None, f"expected {len(header)} fields, got {len(values)}"
+                )
+            yield line, dict(zip(header, values, strict=True)), labels
+        return
+    for line, text in enumerate(handle, 1):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TraceError(
+                name, line, None, f"invalid JSON: {exc.msg} (at char {exc.pos})"
+            ) from None
+        if not isinstance(row, dict):
+            raise TraceError(name, line, None, "expected a JSON object")
+        yield line, row, {key: repr(key) for key in row}
+
+
+def _empty(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _parse_row(name: str, line: int, row: Mapping[str, Any], labels: Mapping[str, str]) -> Arrival:
+    def fail(column: str, message: str) -> TraceError:
+        return TraceError(name, line, labels.get(column, repr(column)), message)
+
+    def number(column: str, *, required: bool, positive: bool = False) -> float | None:
+        value: Any = row.get(column)
+        if _empty(value):
+            if required:
+                raise fail(column, "missing value")
+            return None
+        if isinstance(value, bool):
+            raise fail(column, f"expected a number, got {value!r}")
+        try:
+            result = float(value)
+        except (TypeError, ValueError):
+            raise fail(column, f"expected a number, got {value!r}") from None
+        if not math.isfinite(result) or result < 0 or (positive and result == 0):
+            rule = "> 0" if positive else ">= 0"
+            raise fail(column, f"expected a finite number {rule}, got {value!r}")
+        return result
+
+    def text(column: str, default: str | None) -> str | None:
+        value = row.get(column)
+        if _empty(value):
+            return default
+        if not isinstance(value, str):
+            raise fail(column, f"expected a string, got {value!r}")
+        return value.strip()
+
+    arrival = number("arrival", required=True)
+    duration = number("duration", required=True)
+    member = text("member", None)
+    if member is None:
+        raise fail("member", "missing value")
+    raw = row.get("priority")
+    priority = 0
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        priority = raw
+    elif not _empty(raw):
+        if not isinstance(raw, str):
+            raise fail("priority", f"expected a number or an alias, got {raw!r}")
+        stripped = raw.strip()
+        if _NUMBER.fullmatch(stripped):
+            priority = int(stripped)
+        elif stripped.lower() in DEFAULT_ALIASES:
+            priority = DEFAULT_ALIASES[stripped.lower()]
+        else:
+            aliases = ", ".join(DEFAULT_ALIASES)
+            raise fail("priority", f"expected an integer or one of {aliases}, got {raw!r}")
+    if arrival is None or duration is None:  # required above
+        raise AssertionError("unreachable")
+    return Arrival(
+        arrival=arrival,
+        member=member,
+        priority=priority,
+        tier=text("tier", "free") or "free",
+        model=text("model", None),
+        duration=duration,
+        estimate=number("estimate", required=False, positive=True),
+        cancel_after=number("cancel_after", required=False),
+    )
+
+
+def _format(path: Path, fmt: str) -> str:
+    if fmt != "auto":
+        return fmt
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return "csv"
+    if suffix in (".jsonl", ".ndjson", ".json"):
+        return "jsonl"
+    raise ConfigError(
+        f"{path}: cannot tell the trace format from the suffix {suffix!r}; "
+        "use --trace-format csv, jsonl or azure"
+    )
+
+
+def read_trace(
+    path: str | Path,
+    *,
+    fmt: str = "auto",
+    seed: int = 1,
+    load_seconds: Mapping[str, float] | None = None,
+    default_load: float = 30.0,
+    params: Mapping[str, Any] | None = None,
+) -> Workload:
+    """Read a trace into a workload (shifted so that the first arrival is at 0).
+
+    Args:
+        path: The file.
+        fmt: ``"auto"`` (by suffix: ``.csv``, ``.jsonl``/``.ndjson``/``.json``), ``"csv"``,
+            ``"jsonl"`` or ``"azure"`` (see :func:`convert_azure`).
+        seed: The converter's seed (``azure`` only).
+        load_seconds: Cold-load seconds per model.
+        default_load: Cold-load seconds of models not in ``load_seconds``.
+        params: The converter's parameters (``azure`` only; see :data:`AZURE_DEFAULTS`).
+
+    Returns:
+        The workload, sorted by arrival time (stable).
+
+    Raises:
+        TraceError: A malformed row (the message names file, line and column).
+        ConfigError: An unknown format or parameter.
+        OSError: The file cannot be read.
+    """
+    path = Path(path)
+    fmt = _format(path, fmt)
+    if fmt == "azure":
+        return convert_azure(path, seed=seed, params=params, load_seconds=load_seconds)
+    if fmt not in ("csv", "jsonl"):
+        raise ConfigError(f"unknown trace format {fmt!r}; use auto, csv, jsonl or azure")
+    if params:
+        raise ConfigError(f"--param does not apply to {fmt} traces (got {', '.join(params)})")
+    jobs: list[Arrival] = []
+    with path.open(newline="" if fmt == "csv" else None, encoding="utf-8") as handle:
+        for line, row, labels in _rows(path, handle, fmt):
+            jobs.append(_parse_row(str(path), line, row, labels))
+    if not jobs:
+        raise TraceError(str(path), 1, None, "the trace has no jobs")
+    jobs.sort(key=lambda job: job.arrival)
+    origin = jobs[0].arrival
+    if origin:
+        jobs = [_shift(job, origin) for job in jobs]
+    return Workload(
+        name=f"trace:{path.name}",
+        arrivals=jobs,
+        load_seconds=dict(load_seconds or {}),
+        default_load=default_load,
+        params={"path": str(path), "format": fmt},
+    )
+
+
+def _shift(job: Arrival, origin: float) -> Arrival:
+    return Arrival(
+        arrival=job.arrival - origin,
+        member=job.member,
+        priority=job.priority,
+        tier=job.tier,
+        model=job.model,
+        duration=job.duration,
+        estimate=job.estimate,
+        cancel_after=job.cancel_after,
+        hangs=job.hangs,
+    )
+
+
+def _azure_time(name: str, line: int, text: str) -> float:
+    value = text.strip()
+    base, _, fraction = value.partition(".")
+    try:
+        stamp = dt.datetime.strptime(base, "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.timezone.utc)
+        if fraction and not fraction.isdigit():
+            raise ValueError(fraction)
+    except ValueError:
+        raise TraceError(
+            name, line, "'TIMESTAMP' (#1)", f"expected YYYY-MM-DD HH:MM:SS.fffffff, got {text!r}"
+        ) from None
+    return stamp.timestamp() + (int(fraction) / 10 ** len(fraction) if fraction else 0.0)
+
+
+def convert_azure(
+    path: str | Path,
+    *,
+    seed: int = 1,
+    params: Mapping[str, Any] | None = None,
+    load_seconds: Mapping[str, float] | None = None,
+) -> Workload:
+    """Map an Azure LLM inference trace (2023) onto members, levels, models and durations.
+
+    The same file, seed and parameters always give the same workload. See the module
+    docstring for the mapping and :data:`AZURE_ATTRIBUTION` for the licence notice, which
+    must accompany anything shared from the result.
+
+    Args:
+        path: ``AzureLLMInferenceTrace_code.csv`` or ``..._conv.csv`` (or a copy).
+        seed: The mapping's seed.
+        params: Overrides of :data:`AZURE_DEFAULTS`.
+        load_seconds: Cold-load seconds per model (default ``model_load`` for each).
+
+    Returns:
+        The workload.
+
+    Raises:
+        TraceError: A malformed row.
+        ConfigError: An unknown or bad parameter.
+        OSError: The file cannot be read.
+    """
+    path = Path(path)
+    name = str(path)
+    settings = dict(AZURE_DEFAULTS)
+    for key, value in (params or {}).items():
+        norm = key.strip().replace("-", "_")
+        if norm not in settings:
+            known = ", ".join(settings)
+            raise ConfigError(f"the azure converter has no parameter {key!r}; it has: {known}")
+        settings[norm] = convert_param("azure", norm, settings[norm], value)
+    members = max(1, int(settings["members"]))
+    for key in ("target_load", "prefill_tps", "decode_tps"):
+        if not settings[key] > 0:
+            raise ConfigError(f"azure converter: {key} must be > 0")
+    rows: list[tuple[float, float]] = []  # (timestamp, duration)
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.reader(handle)
+        header = [h.strip() for h in next(reader, [])]
+        expected = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
+        if header[:3] != expected:
+            raise TraceError(name, 1, None, f"expected the header {expected}, got {header}")
+        for values in reader:
+            line = reader.line_num
+            if not values:
+                continue
+            if len(values) < 3:
+                raise TraceError(name, line, None, f"expected 3 fields, got {len(values)}")
+            stamp = _azure_time(name, line, values[0])
+            tokens = []
+            for k, column in ((1, "ContextTokens"), (2, "GeneratedTokens")):
+                text = values[k].strip()
+                if not text.isdigit():
+                    raise TraceError(
+                        name, line, f"{column!r} (#{k + 1})", f"expected a count, got {text!r}"
+                    )
+                tokens.append(int(text))
+            duration = tokens[0] / settings["prefill_tps"] + tokens[1] / settings["decode_tps"]
+            rows.append((stamp, duration))
+    if not rows:
+        raise TraceError(name, 1, None, "the trace has no rows")
+    rng = random.Random(f"azure:{seed}")
+    names = [f"u{k:03d}" for k in range(1, members + 1)]
+    weights = [1.0 / k for k in range(1, members + 1)]
+    tiers = {member: ("free", "pro", "max")[rng.randrange(3)] for member in names}
+    levels = (100, 0, -100)
+    level_weights = [settings[f"{lv}_share"] for lv in ("interactive", "normal", "batch")]
+    models = [m for m, _ in _AZURE_MODELS]
+    model_weights = [w for _, w in _AZURE_MODELS]
+    origin = min(stamp for stamp, _ in rows)
+    span = max(stamp for stamp, _ in rows) - origin
+    work = math.fsum(duration for _, duration in rows)
+    scale = work / (settings["target_load"] * span) if span > 0 else 1.0
+    jobs = []
+    for stamp, duration in rows:
+        member = rng.choices(names, weights)[0]
+        jobs.append(
+            Arrival(
+                arrival=round((stamp - origin) * scale, 6),
+                member=member,
+                priority=rng.choices(levels, level_weights)[0],
+                tier=tiers[member],
+                model=rng.choices(models, model_weights)[0],
+                duration=round(duration, 6),
+                estimate=round(duration * rng.lognormvariate(0.0, 0.2), 6),
+            )
+        )
+    jobs.sort(key=lambda job: job.arrival)
+    loads = {model: float(settings["model_load"]) for model in models}
+    loads.update(load_seconds or {})
+    return Workload(
+        name=f"azure:{path.name}",
+        arrivals=jobs,
+        load_seconds=loads,
+        default_load=float(settings["model_load"]),
+        params={"path": name, "format": "azure", "seed": seed, "time_scale": scale, **settings},
+    )
+
+
+def write_trace(workload: Workload, handle: TextIO) -> int:
+    """Write a workload as a JSON Lines trace (the format :func:`read_trace` reads).
+
+    Args:
+        workload: The workload.
+        handle: A text file open for writing.
+
+    Returns:
+        The number of rows written.
+    """
+    for job in workload.arrivals:
+        row: dict[str, Any] = {
+            "arrival": job.arrival,
+            "member": job.member,
+            "priority": job.priority,
+            "tier": job.tier,
+            "model": job.model,
+            "duration": job.duration,
+            "estimate": job.estimate,
+        }
+        if job.cancel_after is not None:
+            row["cancel_after"] = job.cancel_after
+        handle.write(json.dumps(row, separators=(",", ":")) + "\n")
+    return len(workload.arrivals)

@@ -1,0 +1,236 @@
+"""The command line end to end: exit codes, output and the JSON schema."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prioqueue.cli import main
+from prioqueue.sim import build, build_report, parse_spec, render
+from prioqueue.sim import cli as sim_cli
+
+SMALL = ["--scenario", "two-films", "--param", "shots=6", "--no-progress"]
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    assert main(["simulate", *argv, "--json", "-"]) == 0
+    out = capsys.readouterr().out
+    report: dict[str, Any] = json.loads(out)
+    return report
+
+
+def test_default_film_night_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("scenario film-night")
+    for policy in ("fifo", "strict", "prioqueue", "no-aging", "no-affinity", "no-fair-share"):
+        assert policy in out
+    for title in ("Waits by level", "Fair share by level", "GPU", "Reorders by cause"):
+        assert title in out
+
+
+def test_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    report = _json(capsys, *SMALL)
+    assert report["scenario"]["name"] == "two-films"
+    assert report["scenario"]["params"]["shots"] == 6
+    assert list(report["policies"]) == [
+        "fifo",
+        "strict",
+        "prioqueue",
+        "no-aging",
+        "no-affinity",
+        "no-fair-share",
+    ]
+    section = report["policies"]["prioqueue"]
+    level = section["levels"]["-100"]
+    for key in ("jobs", "wait_p50", "wait_p95", "wait_p99", "wait_max", "slowdown_mean"):
+        assert key in level
+    for key in ("jain", "service_gap", "gap_bound", "service_gap_members", "reorders"):
+        assert key in level
+    assert set(section["members"]) == {"ana", "bob"} - {"bob"} | {"ben"}
+    assert section["members"]["ana"]["gpu_seconds"] > 0
+    for key in ("swaps", "load_seconds", "idle_waiting_seconds", "reorders", "makespan"):
+        assert key in section
+    assert set(section["reorders"]) == {"aging", "affinity", "tier", "fair_share"}
+
+
+def test_policies_side_by_side_and_determinism(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*SMALL, "--policy", "prioqueue:divisor=30", "--policy", "prioqueue:divisor=120"]
+    first = _json(capsys, *argv)
+    again = _json(capsys, *argv)
+    assert list(first["policies"]) == ["prioqueue:divisor=30", "prioqueue:divisor=120"]
+    assert first["policies"]["prioqueue:divisor=30"]["params"]["aging_divisor"] == 30
+    for report in (first, again):
+        for section in report["policies"].values():
+            section.pop("timing")
+    assert first == again
+
+
+def test_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "sim.toml"
+    config.write_text(
+        'scenario = "swap-storm"\nseed = 7\npolicies = ["fifo", "prioqueue"]\n'
+        "lease_factor = 2\n[params]\nhours = 0.5\n"
+        '[policy]\naging_divisor = 30\ncharge = "estimate"\n'
+        "[policy.tier_bonuses]\nfree = 0\npro = 1\nmax = 3\n[load_seconds]\nmodel-1 = 90\n"
+    )
+    report = _json(capsys, "--config", str(config), "--max-affinity", "5", "--no-progress")
+    assert report["scenario"]["name"] == "swap-storm"
+    assert report["scenario"]["params"]["seed"] == 7
+    assert report["scenario"]["load_seconds"]["model-1"] == 90
+    params = report["policies"]["prioqueue"]["params"]
+    assert params["aging_divisor"] == 30
+    assert params["max_affinity"] == 5
+    assert params["tier_bonuses"]["max"] == 3
+    assert params["charge"] == "estimate"
+
+
+def test_flags_build_the_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    report = _json(
+        capsys,
+        *SMALL,
+        "--policy",
+        "prioqueue",
+        "--aging-divisor",
+        "120",
+        "--band-spacing",
+        "50",
+        "--tier-bonus",
+        "free=0",
+        "--tier-bonus",
+        "pro=2",
+        "--affinity",
+        "video=4",
+        "--charge",
+        "300",
+        "--load-seconds",
+        "video=10",
+        "--lease-factor",
+        "2",
+    )
+    params = report["policies"]["prioqueue"]["params"]
+    assert params["aging_divisor"] == 120
+    assert params["band_spacing"] == 50
+    assert params["tier_bonuses"] == {"free": 0, "pro": 2}
+    assert params["affinity_by_model"] == {"video": 4}
+    assert params["charge"] == 300
+    assert report["policies"]["prioqueue"]["load_seconds"] == 10
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--scenario", "nope"], "unknown scenario"),
+        (["--param", "hours"], "--param expects KEY=VALUE"),
+        (["--param", "nope=1"], "has no parameter"),
+        (["--policy", "lottery"], "unknown policy"),
+        (["--policy", "fifo", "--policy", "fifo"], "policy given twice"),
+        (["--max-affinity", "200"], "band_spacing"),
+        (["--tier-bonus", "pro=x"], "expected a number"),
+        (["--charge", "often"], "expected a number"),
+        (["--lease-factor", "0.5"], "--lease-factor must be"),
+        (["--tier-bonus", "free=0", "--scenario", "film-night"], "tiers ['max', 'pro']"),
+        (["--scenario", "overload", "--trace", "x.csv"], "either --scenario or --trace"),
+    ],
+)
+def test_usage_errors_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", "--no-progress", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("prioqueue simulate: error:")
+    assert message in err
+
+
+def test_bad_config_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.toml"
+    for text, message in [
+        ("x = [", "invalid TOML"),
+        ("colour = 1", "unknown keys"),
+        ("[policy]\nspeed = 1", "[policy]: unknown keys"),
+        ("[policy]\naging_divisor = 'slow'", "aging_divisor"),
+        ("policies = 3", "policies must be a list"),
+    ]:
+        bad.write_text(text)
+        assert main(["simulate", "--config", str(bad)]) == 2
+        assert message in capsys.readouterr().err
+    assert main(["simulate", "--config", str(tmp_path / "missing.toml")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_bad_trace_row_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "jobs.csv"
+    trace.write_text("arrival,member,priority,duration\n0,a,batch,10\n5,b,interactive,ten\n")
+    assert main(["simulate", "--trace", str(trace)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"prioqueue simulate: {trace}:3: column 'duration' (#4): expected a number, got 'ten'"
+    )
+    assert len(err.splitlines()) == 1
+    assert main(["simulate", "--trace", str(tmp_path / "missing.csv")]) == 1
+    assert "missing.csv" in capsys.readouterr().err
+
+
+def test_trace_replay_and_json_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "jobs.jsonl"
+    trace.write_text(
+        '{"arrival": 0, "member": "a", "priority": "batch", "duration": 100, "model": "m"}\n'
+        '{"arrival": 1, "member": "b", "priority": 100, "duration": 10, "model": "n"}\n'
+    )
+    out = tmp_path / "report.json"
+    assert main(["simulate", "--trace", str(trace), "--json", str(out), "--plain"]) == 0
+    assert "scenario trace:jobs.jsonl" in capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert report["scenario"]["source"] == str(trace)
+    levels = report["policies"]["strict"]["levels"]
+    assert levels["-100"]["wait_max"] == 0
+    assert levels["100"]["wait_max"] == 100 + 30 - 1  # behind the batch job and its cold load
+
+
+def test_azure_trace_prints_attribution(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "azure.csv"
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n"
+    )
+    argv = ["--trace", str(trace), "--trace-format", "azure", "--param", "members=3"]
+    assert main(["simulate", *argv, "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["scenario"]["params"]["members"] == 3
+    assert "CC BY 4.0" in captured.err
+
+
+def test_list_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--list-scenarios"]) == 0
+    out = capsys.readouterr().out
+    for name in ("film-night", "two-films", "swap-storm", "overload"):
+        assert name in out
+
+
+def test_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    charts = tmp_path / "charts"
+    argv = [*SMALL, "--policy", "fifo", "--policy", "prioqueue", "--plot", str(charts)]
+    assert main(["simulate", *argv, "--json", "-"]) == 0
+    assert "wrote 3 charts" in capsys.readouterr().err
+    for name in ("waits.png", "timeline.png", "service.png"):
+        assert (charts / name).read_bytes().startswith(b"\x89PNG")
+
+
+def test_rich_output_and_progress(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("rich")
+    workload = build("two-films", shots=4)
+    specs = [parse_spec("fifo"), parse_spec("prioqueue")]
+    results = sim_cli._run_all(workload, specs, 3.0, show=True)
+    report = build_report(workload, results)
+    buffer = io.StringIO()
+    render.render_rich(report, file=buffer)
+    text = buffer.getvalue()
+    assert "Waits by level" in text
+    assert "prioqueue" in text
+    assert render.duration(None) == "-"
+    assert render.duration(7200) == "2.0h"
