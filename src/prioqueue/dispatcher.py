@@ -367,6 +367,9 @@ class SizeOneDispatcher:
     # ------------------------------------------------------------------ helpers
 
     def _tick(self, now: object) -> float:
+        if now.__class__ is float and self._now <= now < math.inf:
+            self._now = now
+            return now
         t = _finite("now", now)
         if t < self._now:
             raise ValueError(
@@ -701,9 +704,10 @@ class SizeOneDispatcher:
     def _count_reorders(self, level: _Level, job: Job, lane: _Lane, resident: str | None) -> None:
         counts = level.reorders
         # Without affinity: the real ranking's main heap, each lane offering its head.
-        plain = self._ranking.best(None)
-        if plain is not None and plain[1].job is not job:
-            counts[1] += 1
+        if resident is not None:
+            plain = self._ranking.best(None)
+            if plain is not None and plain[1].job is not job:
+                counts[1] += 1
         for index, ranking in zip((0, 2, 3), self._counterfactuals):
             other = ranking.best(resident)
             if other is not None and other[1].job is not job:
