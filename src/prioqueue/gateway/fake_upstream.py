@@ -1,0 +1,402 @@
+"""A fake llama-swap: a real HTTP server for tests, benchmarks and trying the gateway out.
+
+It speaks enough of the OpenAI API (chat completions, completions, embeddings, images, audio;
+streaming chat as server-sent events) and of llama-swap's (``GET /running``, ``POST /unload``)
+for the gateway and the official ``openai`` client. It does *not* serialise requests itself:
+it counts the inferences in progress and records the most it ever saw (``max_active``), so a
+test can assert that the gateway never let two through at once.
+
+A request can steer its own handling with an extra ``"fake"`` object in its JSON body (the
+gateway forwards bodies untouched; with the ``openai`` client use ``extra_body``)::
+
+    {"model": "m", "messages": [...], "fake": {"seconds": 0.5, "status": 500, "hold": "h1",
+                                               "tokens": 5, "tag": "job-7"}}
+
+``seconds`` is the time spent on the inference, ``status`` an error status to answer with,
+``hold`` the name of a gate the request waits at until :meth:`FakeLlamaSwap.release` opens it,
+``tokens`` the number of streamed tokens and ``tag`` a label recorded in :attr:`served`.
+Switching models costs ``load_seconds`` (the cold load).
+
+Run it by hand with ``python -m prioqueue.gateway.fake_upstream --listen 127.0.0.1:8080``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import attrs
+
+__all__ = ["FakeLlamaSwap", "Served", "ServerThread", "bind_loopback", "main"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+_INFERENCE = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/images/generations",
+    "/v1/audio/speech",
+)
+
+
+@attrs.define
+class Served:
+    """One inference the fake saw.
+
+    Attributes:
+        model: The body's ``model``.
+        tag: ``fake.tag`` from the body, or the gateway's ``X-Prioqueue-Job`` header.
+        path: The request path.
+        started: ``time.monotonic()`` when the inference began (after any cold load).
+        finished: When it ended, or None while running.
+        cancelled: True when the client went away before the end.
+        cold_load: True when serving it switched models.
+        headers: The request headers (lower-case names).
+    """
+
+    model: str | None
+    tag: str | None
+    path: str
+    started: float
+    finished: float | None = None
+    cancelled: bool = False
+    cold_load: bool = False
+    headers: dict[str, str] = attrs.field(factory=dict)
+
+
+class FakeLlamaSwap:
+    """The ASGI application. Thread-safe to inspect; every counter is read-only from outside.
+
+    Args:
+        load_seconds: Cold-load time when the model changes.
+        token_seconds: Delay between streamed tokens.
+        models: The models ``GET /v1/models`` lists.
+    """
+
+    def __init__(
+        self,
+        *,
+        load_seconds: float = 0.0,
+        token_seconds: float = 0.0,
+        models: tuple[str, ...] = ("model-a", "model-b"),
+    ) -> None:
+        self.load_seconds = load_seconds
+        self.token_seconds = token_seconds
+        self.models = models
+        self.loaded: str | None = None
+        self.active = 0
+        self.max_active = 0
+        self.loads = 0
+        self.requests = 0
+        self.served: list[Served] = []
+        self._lock = threading.Lock()
+        self._gates: dict[str, threading.Event] = {}
+
+    def release(self, name: str) -> None:
+        """Open the gate ``name``: requests holding at it go on (from any thread)."""
+        self._gate(name).set()
+
+    def _gate(self, name: str) -> threading.Event:
+        with self._lock:
+            return self._gates.setdefault(name, threading.Event())
+
+    def order(self) -> list[str | None]:
+        """Return the tags of the inferences in the order they started."""
+        with self._lock:
+            return [entry.tag for entry in self.served]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one ASGI request (lifespan events are acknowledged)."""
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                else:
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        self.requests += 1
+        path: str = scope["path"]
+        method: str = scope["method"]
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        if method == "POST" and path in _INFERENCE:
+            await self._inference(scope, bytes(body), receive, send)
+        elif path == "/v1/models":
+            data = [{"id": model, "object": "model", "owned_by": "fake"} for model in self.models]
+            await _json(send, 200, {"object": "list", "data": data})
+        elif path == "/running":
+            running = [] if self.loaded is None else [{"model": self.loaded, "state": "ready"}]
+            await _json(send, 200, {"running": running})
+        elif path == "/unload":
+            self.loaded = None
+            await _json(send, 200, {"unloaded": True})
+        elif path == "/health":
+            await _send(send, 200, [(b"content-type", b"text/plain")], b"OK")
+        elif path == "/echo":
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+            echo = {
+                "method": method,
+                "path": path,
+                "query": scope.get("query_string", b"").decode("latin-1"),
+                "headers": headers,
+                "body": bytes(body).decode("utf-8", "replace"),
+            }
+            await _json(send, 200, echo, extra=[(b"x-fake", b"echo")])
+        else:
+            await _json(send, 404, {"error": f"no route {path}"}, extra=[(b"x-fake", b"404")])
+
+    async def _inference(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
+        try:
+            request = json.loads(body)
+            if not isinstance(request, dict):
+                raise TypeError("not an object")
+        except (ValueError, TypeError):
+            await _json(send, 400, {"error": {"message": "invalid JSON"}})
+            return
+        fake = request.get("fake") or {}
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        model = request.get("model")
+        entry = Served(
+            model=model,
+            tag=fake.get("tag") or headers.get("x-prioqueue-job"),
+            path=scope["path"],
+            started=time.monotonic(),
+            headers=headers,
+        )
+        disconnected = asyncio.Event()
+
+        async def watch() -> None:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                disconnected.set()
+
+        watcher = asyncio.ensure_future(watch())
+        with self._lock:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            if model != self.loaded:
+                entry.cold_load = True
+                self.loads += 1
+                if self.load_seconds and await _wait(disconnected, self.load_seconds):
+                    entry.cancelled = True
+                    return
+                self.loaded = model
+            entry.started = time.monotonic()
+            with self._lock:
+                self.served.append(entry)
+            hold = fake.get("hold")
+            if hold is not None:
+                gate = self._gate(str(hold))
+                while not gate.is_set():
+                    if await _wait(disconnected, 0.002):
+                        entry.cancelled = True
+                        return
+            seconds = float(fake.get("seconds", 0.0))
+            if seconds and await _wait(disconnected, seconds):
+                entry.cancelled = True
+                return
+            status = int(fake.get("status", 200))
+            if status != 200:
+                await _json(send, status, {"error": {"message": f"fake error {status}"}})
+            elif request.get("stream"):
+                entry.cancelled = await self._stream(
+                    send, model, int(fake.get("tokens", 3)), disconnected
+                )
+            else:
+                await _json(send, 200, _completion(scope["path"], model), extra=[(b"x-fake", b"1")])
+        finally:
+            entry.finished = time.monotonic()
+            with self._lock:
+                self.active -= 1
+            watcher.cancel()
+
+    async def _stream(
+        self, send: Send, model: str | None, tokens: int, disconnected: asyncio.Event
+    ) -> bool:
+        """Stream ``tokens`` chat chunks as SSE; return True when the client went away."""
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream"), (b"x-fake", b"1")],
+            }
+        )
+        for index in range(tokens):
+            if self.token_seconds and await _wait(disconnected, self.token_seconds):
+                return True
+            if disconnected.is_set():
+                return True
+            chunk = {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": model or "fake",
+                "choices": [
+                    {"index": 0, "delta": {"content": f"tok{index} "}, "finish_reason": None}
+                ],
+            }
+            data = b"data: " + json.dumps(chunk).encode() + b"\n\n"
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        done = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": model or "fake",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        }
+        tail = b"data: " + json.dumps(done).encode() + b"\n\ndata: [DONE]\n\n"
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        return False
+
+
+async def _wait(event: asyncio.Event, seconds: float) -> bool:
+    """Sleep ``seconds`` unless ``event`` is set first; return whether it was set."""
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)
+    return event.is_set()
+
+
+def _completion(path: str, model: str | None) -> dict[str, Any]:
+    if path == "/v1/embeddings":
+        return {
+            "object": "list",
+            "model": model,
+            "data": [{"object": "embedding", "index": 0, "embedding": [0.0, 1.0]}],
+            "usage": {"prompt_tokens": 1, "total_tokens": 1},
+        }
+    if path == "/v1/chat/completions":
+        return {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "created": 0,
+            "model": model or "fake",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "hello"},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+    return {"id": "fake", "object": "text_completion", "model": model, "choices": [{"text": "hi"}]}
+
+
+async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    headers = [*headers, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _json(
+    send: Send, status: int, value: object, *, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    headers = [(b"content-type", b"application/json"), *(extra or [])]
+    await _send(send, status, headers, json.dumps(value).encode())
+
+
+def bind_loopback(port: int = 0, host: str = "127.0.0.1") -> socket.socket:
+    """Return a listening TCP socket on ``host:port`` (port 0: a free one)."""
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the
+    # listening socket says so (proto 0 would cost a 40 ms delayed ACK per response).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+class ServerThread:
+    """Run an ASGI app under uvicorn in a background thread, on a loopback port.
+
+    Use as a context manager; :attr:`url` is the base URL once it has started.
+
+    Args:
+        app: The ASGI application.
+        port: The port (0: a free one).
+        log_level: uvicorn's log level.
+    """
+
+    def __init__(self, app: Any, *, port: int = 0, log_level: str = "warning") -> None:
+        import uvicorn
+
+        self.sock = bind_loopback(port)
+        self.port: int = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=2, backlog=2048
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self._run, name=f"uvicorn:{self.port}", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.run(self.server.serve(sockets=[self.sock]))
+
+    def start(self, timeout: float = 10.0) -> ServerThread:
+        """Start the server and wait until it accepts connections."""
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError(f"server on port {self.port} did not start")
+            time.sleep(0.005)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask the server to exit and wait for its thread."""
+        self.server.should_exit = True
+        self.thread.join(timeout)
+        self.sock.close()
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:  # pragma: no cover - run as a script
+    """Run the fake llama-swap in the foreground: ``--listen HOST:PORT --load-seconds S``."""
+    import uvicorn
+
+    parser = argparse.ArgumentParser(prog="python -m prioqueue.gateway.fake_upstream")
+    parser.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT")
+    parser.add_argument("--load-seconds", type=float, default=0.0, help="cold-load time")
+    parser.add_argument("--token-seconds", type=float, default=0.0, help="time per token")
+    parser.add_argument("--quiet", action="store_true", help="log warnings only, no access log")
+    args = parser.parse_args(argv)
+    host, _, port = args.listen.rpartition(":")
+    app = FakeLlamaSwap(load_seconds=args.load_seconds, token_seconds=args.token_seconds)
+    uvicorn.run(
+        app,
+        host=host or "127.0.0.1",
+        port=int(port),
+        log_level="warning" if args.quiet else "info",
+        access_log=not args.quiet,
+        backlog=2048,
+    )
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

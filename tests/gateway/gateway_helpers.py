@@ -1,0 +1,97 @@
+"""Helpers and fixtures for the gateway tests: a fake llama-swap and the gateway, both real servers.
+
+Both run under uvicorn in background threads on free loopback ports; the tests talk to them
+over HTTP. Everything here has bounded timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import attrs
+import httpx
+import pytest
+
+from prioqueue.gateway import Gateway, parse_config
+from prioqueue.gateway.fake_upstream import FakeLlamaSwap, ServerThread
+
+CHAT = "/v1/chat/completions"
+
+
+@attrs.define
+class Stack:
+    fake: FakeLlamaSwap
+    upstream: str
+    gateway: Gateway
+    url: str
+
+
+StackFactory = Callable[..., Stack]
+
+
+@pytest.fixture
+def make_stack() -> Iterator[StackFactory]:
+    servers: list[ServerThread] = []
+
+    def make(
+        config: dict[str, Any] | None = None,
+        *,
+        upstream: str | None = None,
+        load_seconds: float = 0.0,
+        token_seconds: float = 0.0,
+    ) -> Stack:
+        fake = FakeLlamaSwap(load_seconds=load_seconds, token_seconds=token_seconds)
+        up = ServerThread(fake).start()
+        servers.append(up)
+        data = {"allow_anonymous": True, **(config or {})}
+        gateway = Gateway(parse_config(data, upstream=upstream or up.url))
+        gw = ServerThread(gateway).start()
+        servers.append(gw)
+        return Stack(fake, up.url, gateway, gw.url)
+
+    yield make
+    for server in reversed(servers):
+        server.stop()
+
+
+def chat(model: str = "model-a", **fake: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+    if fake:
+        body["fake"] = fake
+    return body
+
+
+async def wait_for(
+    probe: Callable[[], Awaitable[bool]] | Callable[[], bool], timeout: float = 10.0
+) -> None:
+    """Poll ``probe`` until it is true (a sync or async callable)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        result = probe()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+async def status(client: httpx.AsyncClient) -> dict[str, Any]:
+    response = await client.get("/prioqueue/status")
+    assert response.status_code == 200
+    data: dict[str, Any] = response.json()
+    return data
+
+
+async def queued(client: httpx.AsyncClient) -> int:
+    return int((await status(client))["queued"])
+
+
+def run(coro: Awaitable[Any], timeout: float = 30.0) -> Any:
+    async def bounded() -> Any:
+        return await asyncio.wait_for(coro, timeout)
+
+    return asyncio.run(bounded())

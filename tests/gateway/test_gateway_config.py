@@ -1,0 +1,180 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from prioqueue import ConfigError
+from prioqueue.gateway.config import (
+    DEFAULT_GATED_PATHS,
+    ApiKey,
+    load_config,
+    parse_config,
+    parse_listen,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FULL = """
+upstream = "http://10.0.0.5:8080/"
+listen = "0.0.0.0:9000"
+allow_anonymous = true
+anonymous_max_priority = -100
+gated_paths = ["/v1/chat/completions", "/v1/images/*"]
+charge = 1.5
+upstream_api_key = "upstream-secret"
+
+[tiers]
+free = 0
+gold = 3
+
+[policy]
+minimum = -100
+maximum = 100
+[policy.aliases]
+urgent = 50
+
+[scoring]
+aging_divisor = 30
+max_affinity = 5
+
+[limits]
+max_queued = 10
+max_queued_per_member = 3
+lease_seconds = 60
+[limits.lease_seconds_by_path]
+"/v1/images/generations" = 1800
+[limits.max_wait_seconds]
+interactive = 30
+urgent = 45
+"-100" = 0
+default = 600
+
+[resident]
+poll_seconds = 2
+
+[trusted_header]
+member = "X-Auth-User"
+tier = "X-Auth-Tier"
+max_priority = 100
+
+[keys."sk-alice"]
+member = "alice"
+tier = "gold"
+max_priority = 100
+"""
+
+
+def test_full_configuration(tmp_path: Path) -> None:
+    path = tmp_path / "gw.toml"
+    path.write_text(FULL, encoding="utf-8")
+    config = load_config(path)
+    assert config.upstream == "http://10.0.0.5:8080"
+    assert (config.host, config.port, config.listen) == ("0.0.0.0", 9000, "0.0.0.0:9000")
+    assert config.anonymous_max_priority == -100
+    assert config.keys == {"sk-alice": ApiKey("alice", "gold", 100)}
+    assert config.scoring.tier_bonuses == {"free": 0, "gold": 3}
+    assert config.scoring.aging_divisor == 30
+    assert config.policy.parse("urgent") == 50
+    assert config.charge == 1.5
+    assert config.limits.lease_for("/v1/images/generations") == 1800
+    assert config.limits.lease_for("/v1/chat/completions") == 60
+    assert config.limits.max_wait_for(100) == 30
+    assert config.limits.max_wait_for(50) == 45
+    assert config.limits.max_wait_for(-100) is None
+    assert config.limits.max_wait_for(0) == 600
+    assert config.trusted_header is not None
+    assert config.trusted_header.member == "x-auth-user"
+    assert config.resident_poll_seconds == 2
+    assert config.is_gated("POST", "/v1/images/edits")
+    assert not config.is_gated("GET", "/v1/chat/completions")
+    assert not config.is_gated("POST", "/v1/embeddings")
+
+
+def test_no_file_allows_anonymous_and_overrides_apply() -> None:
+    config = load_config(None, upstream="http://127.0.0.1:1234", listen="127.0.0.1:0")
+    assert config.allow_anonymous
+    assert config.upstream == "http://127.0.0.1:1234"
+    assert config.port == 0
+    assert config.gated_paths == DEFAULT_GATED_PATHS
+
+
+def test_file_defaults_refuse_anonymous(tmp_path: Path) -> None:
+    path = tmp_path / "gw.toml"
+    path.write_text('upstream = "http://127.0.0.1:8080"\n', encoding="utf-8")
+    assert not load_config(path).allow_anonymous
+    assert load_config(path, upstream="http://[::1]:1").upstream == "http://[::1]:1"
+
+
+def test_the_example_configuration_is_valid() -> None:
+    config = load_config(ROOT / "examples" / "gateway.toml")
+    assert config.keys
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '[keys."abc"]\nmember = "a"\ntier = "gold"\n',
+            "keys.abc.tier: unknown tier 'gold' (known: free, pro, max)",
+        ),
+        ('[keys."a.b"]\nmember = "a"\ncolour = 1\n', 'keys."a.b".colour: unknown key'),
+        ('[keys."k"]\ntier = "pro"\n', "keys.k.member: is required"),
+        ("upstrem = 'http://x'\n", "upstrem: unknown key"),
+        ("upstream = 'ftp://x'\n", "upstream: expected an http:// or https:// URL"),
+        ("listen = 'localhost'\n", "listen: expected 'host:port'"),
+        ("allow_anonymous = 1\n", "allow_anonymous: must be true or false"),
+        ("anonymous_max_priority = 'high'\n", "anonymous_max_priority: must be an integer"),
+        ("[limits]\nlease_seconds = -1\n", "limits.lease_seconds: must be > 0"),
+        ("[limits]\nmax_queued = 0\n", "limits.max_queued: must be >= 1"),
+        ("[limits.max_wait_seconds]\nsoon = 5\n", "limits.max_wait_seconds.soon: not a priority"),
+        ("[limits.lease_seconds_by_path]\nx = 5\n", "limits.lease_seconds_by_path.x: a path"),
+        ("gated_paths = ['v1']\n", "gated_paths: must be a list of paths"),
+        ("[scoring]\nmax_affinity = 200\n", "scoring: band_spacing"),
+        ("[policy]\nminimum = 5\nmaximum = 1\n", "policy: minimum (5)"),
+        ("[trusted_header]\ntier = 'x'\n", "trusted_header.member: is required"),
+        ("charge = 'sometimes'\n", "charge: must be a finite number"),
+        ("[tiers]\nfree = -1\n", "tiers.free: must be >= 0"),
+        ("keys = 3\n", "keys: must be a table"),
+    ],
+)
+def test_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert f"{path}: {message}" in str(info.value)
+
+
+def test_unreadable_or_invalid_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.toml")
+    path = tmp_path / "bad.toml"
+    path.write_text("a = [", encoding="utf-8")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(path)
+
+
+def test_override_errors_name_the_option() -> None:
+    with pytest.raises(ConfigError, match="--upstream"):
+        parse_config({}, upstream="nope")
+    with pytest.raises(ConfigError, match="--listen"):
+        parse_config({}, listen="1.2.3.4:99999")
+
+
+def test_parse_listen() -> None:
+    assert parse_listen(":8090") == ("127.0.0.1", 8090)
+    assert parse_listen("[::1]:80") == ("::1", 80)
+    config = parse_config({"listen": "[::1]:81"})
+    assert config.listen == "[::1]:81"
+
+
+def test_command_line_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from prioqueue.cli import main
+
+    assert main(["gateway", "--config", str(ROOT / "examples" / "gateway.toml"), "--check"]) == 0
+    assert "configuration OK" in capsys.readouterr().out
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[keys."k"]\nmember = "m"\ntier = "gold"\n', encoding="utf-8")
+    assert main(["gateway", "--config", str(bad)]) == 2
+    assert "keys.k.tier: unknown tier 'gold'" in capsys.readouterr().err
