@@ -43,7 +43,9 @@ def _fill(d: SizeOneDispatcher, n: int, members: int, rng: random.Random, now: f
     return n
 
 
-def _cycles(d: SizeOneDispatcher, start: int, cycles: int, members: int, rng: random.Random) -> float:
+def _cycles(
+    d: SizeOneDispatcher, start: int, cycles: int, members: int, rng: random.Random
+) -> float:
     now = 1.0
     next_id = start
     member_names = [f"m{i}" for i in range(members)]

@@ -73,7 +73,7 @@ def test_export_list_is_exactly_the_public_api() -> None:
 def test_version_comes_from_the_distribution() -> None:
     assert prioqueue.__version__ == "0.1.0"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        _ = prioqueue.nope  # type: ignore[attr-defined]
+        _ = prioqueue.nope
 
 
 def test_every_exception_is_a_prioqueue_error() -> None:
