@@ -167,63 +167,62 @@ class _Lane:
                 log.popleft()
 
 
-# A key function: (lane, head entry, candidate entry, affinity bonus) -> (key, tie).
-KeyFunction = Callable[[_Lane, _Entry, _Entry, float], tuple[float, float]]
+#: The rankings: the real score, and the score without one of its terms.
+REAL = 0
+NO_AGING = 1
+NO_TIER = 2
+NO_FAIR = 3
 
 
-def real_key(d: float) -> KeyFunction:
-    """The real score: ``level + tier + affinity - s / d``, ties by ``s``."""
+def key_of(
+    kind: int, divisor: float, lane: _Lane, head: _Entry, candidate: _Entry, aff: float
+) -> tuple[float, float]:
+    """Return ``(key, tie)`` of a lane offering ``candidate`` with bonus ``aff``.
 
-    def key(lane: _Lane, head: _Entry, candidate: _Entry, aff: float) -> tuple[float, float]:
-        return lane.level + head.job.tier_bonus + aff - lane.s / d, lane.s
+    * ``REAL``: ``level + tier + affinity - s / d``, ties by ``s``.
+    * ``NO_AGING``: ``level + tier + affinity``, ties by ``s``.
+    * ``NO_TIER``: ``level + affinity - s / d``, ties by ``s``.
+    * ``NO_FAIR`` (per-job aging): ``level + tier + affinity - arrival / d``, ties by arrival.
 
-    return key
-
-
-def no_aging_key(lane: _Lane, head: _Entry, candidate: _Entry, aff: float) -> tuple[float, float]:
-    """The score without aging: ``level + tier + affinity``, ties by ``s``."""
-    return lane.level + head.job.tier_bonus + aff, lane.s
-
-
-def no_tier_key(d: float) -> KeyFunction:
-    """The score without the tier bonus: ``level + affinity - s / d``, ties by ``s``."""
-
-    def key(lane: _Lane, head: _Entry, candidate: _Entry, aff: float) -> tuple[float, float]:
-        return lane.level + aff - lane.s / d, lane.s
-
-    return key
-
-
-def no_fair_key(d: float) -> KeyFunction:
-    """Per-job aging: ``level + tier + affinity - arrival / d``, ties by arrival."""
-
-    def key(lane: _Lane, head: _Entry, candidate: _Entry, aff: float) -> tuple[float, float]:
-        arrival = candidate.job.arrival
-        return lane.level + head.job.tier_bonus + aff - arrival / d, arrival
-
-    return key
+    ``tier`` is the head's tier bonus. The expressions are written exactly as the reference
+    model computes them, so float rounding cannot make the two disagree.
+    """
+    if kind == REAL:
+        return lane.level + head.job.tier_bonus + aff - lane.s / divisor, lane.s
+    if kind == NO_AGING:
+        return lane.level + head.job.tier_bonus + aff, lane.s
+    if kind == NO_TIER:
+        return lane.level + aff - lane.s / divisor, lane.s
+    arrival = candidate.job.arrival
+    return lane.level + head.job.tier_bonus + aff - arrival / divisor, arrival
 
 
 class _Ranking:
-    """Backlogged lanes ordered by one key function, with affinity per model.
+    """Backlogged lanes ordered by one score (``REAL`` or a counterfactual), with affinity.
 
     Args:
-        key: The key function.
+        kind: ``REAL``, ``NO_AGING``, ``NO_TIER`` or ``NO_FAIR`` (see ``key_of``).
+        divisor: The aging divisor.
         affinity: ``model -> bonus``.
         window: The affinity window in seconds, or None for "any job of the model".
     """
 
-    __slots__ = ("affinity", "key", "main", "models", "pushed", "window")
+    __slots__ = ("affinity", "divisor", "kind", "main", "models", "pushed", "window")
 
     def __init__(
-        self, key: KeyFunction, affinity: Callable[[str], float], window: float | None
+        self, kind: int, divisor: float, affinity: Callable[[str], float], window: float | None
     ) -> None:
-        self.key = key
+        self.kind = kind
+        self.divisor = divisor
         self.affinity = affinity
         self.window = window
         self.main: list[_Item] = []
         self.models: dict[str, list[_Item]] = {}
         self.pushed = 0  # items pushed since the last compaction
+
+    def key(self, lane: _Lane, head: _Entry, candidate: _Entry, aff: float) -> tuple[float, float]:
+        """Return ``(key, tie)`` under this ranking (see ``key_of``)."""
+        return key_of(self.kind, self.divisor, lane, head, candidate, aff)
 
     def candidate(self, lane: _Lane, model: str) -> _Entry | None:
         """Return the lane's affinity job for ``model`` under this ranking, or None."""
@@ -236,27 +235,44 @@ class _Ranking:
         return entry
 
     def push(self, lane: _Lane, head: _Entry, candidates: list[_Candidate]) -> None:
-        """Push the lane's main item and one item per affinity candidate. O(M log n)."""
-        version = lane.version
-        key = self.key
-        k, tie = key(lane, head, head, 0.0)
-        heappush(self.main, (-k, tie, head.job.seq, version, lane))
-        self.pushed += 1
-        if candidates:
-            self.push_candidates(lane, head, candidates)
+        """Push the lane's main item and one item per affinity candidate. O(M log n).
 
-    def push_candidates(self, lane: _Lane, head: _Entry, candidates: list[_Candidate]) -> None:
-        """Push one item per affinity candidate (to each model's heap). O(M log n)."""
+        The keys are computed inline (this is the dispatcher's hottest loop); they equal
+        ``key_of`` term for term.
+        """
         version = lane.version
-        key = self.key
+        kind = self.kind
+        level = lane.level
+        s = lane.s
+        d = self.divisor
+        seq = head.job.seq
+        if kind == REAL:
+            base = level + head.job.tier_bonus
+            heappush(self.main, (-(base + 0.0 - s / d), s, seq, version, lane))
+        elif kind == NO_AGING:
+            base = level + head.job.tier_bonus
+            heappush(self.main, (-(base + 0.0), s, seq, version, lane))
+        elif kind == NO_TIER:
+            base = level
+            heappush(self.main, (-(level + 0.0 - s / d), s, seq, version, lane))
+        else:
+            base = level + head.job.tier_bonus
+            arrival = head.job.arrival
+            heappush(self.main, (-(base + 0.0 - arrival / d), arrival, seq, version, lane))
+        self.pushed += 1 + len(candidates)
         models = self.models
         for model, aff, entry in candidates:
-            k, tie = key(lane, head, entry, aff)
+            if kind in (REAL, NO_TIER):
+                item = (-(base + aff - s / d), s, entry.job.seq, version, lane)
+            elif kind == NO_AGING:
+                item = (-(base + aff), s, entry.job.seq, version, lane)
+            else:
+                arrival = entry.job.arrival
+                item = (-(base + aff - arrival / d), arrival, entry.job.seq, version, lane)
             heap = models.get(model)
             if heap is None:
                 models[model] = heap = []
-            heappush(heap, (-k, tie, entry.job.seq, version, lane))
-        self.pushed += len(candidates)
+            heappush(heap, item)
 
     @staticmethod
     def _top(heap: list[_Item]) -> _Item | None:

@@ -267,14 +267,14 @@ class SizeOneDispatcher:
             return graded.get(model, default_affinity)
 
         self._affinity = affinity
-        self._ranking = _Ranking(_lanes.real_key(d), affinity, window)
+        self._ranking = _Ranking(_lanes.REAL, d, affinity, window)
         # The counterfactual rankings behind the reorder counts: without aging, without the
         # tier bonus, without fair share (the real ranking without affinity is its main heap).
         self._counterfactuals: tuple[_Ranking, ...] = (
             (
-                _Ranking(_lanes.no_aging_key, affinity, window),
-                _Ranking(_lanes.no_tier_key(d), affinity, window),
-                _Ranking(_lanes.no_fair_key(d), affinity, None),
+                _Ranking(_lanes.NO_AGING, d, affinity, window),
+                _Ranking(_lanes.NO_TIER, d, affinity, window),
+                _Ranking(_lanes.NO_FAIR, d, affinity, None),
             )
             if self._track
             else ()
@@ -595,16 +595,10 @@ class SizeOneDispatcher:
             lane.log_s(now)
             if self._fair_share:
                 self._note_s(lane)
-        if was_backlogged and not requeue:
-            # The head and s are unchanged: only this job's model may become eligible.
-            model = job.model
-            if model is not None and id(lane) not in self._dirty and lane.first_for(model) is entry:
-                head = lane.head()
-                windowed, anywhere = lane.candidates(head, self._window, self._affinity)
-                for ranking in self._all_rankings:
-                    chosen = windowed if ranking.window is not None else anywhere
-                    ranking.push_candidates(lane, head, [c for c in chosen if c[0] == model])
-        else:
+        if not was_backlogged or requeue:
+            self._touch(lane)
+        elif job.model is not None and lane.first_for(job.model) is entry:
+            # The head and s are unchanged, but the lane may now be eligible for this model.
             self._touch(lane)
         if len(level.arrivals) > 2 * level.queued + 64:
             level.arrivals = [a for a in level.arrivals if a[3].state == QUEUED]
