@@ -174,34 +174,20 @@ NO_TIER = 2
 NO_FAIR = 3
 
 
-def key_of(
-    kind: int, divisor: float, lane: _Lane, head: _Entry, candidate: _Entry, aff: float
-) -> tuple[float, float]:
-    """Return ``(key, tie)`` of a lane offering ``candidate`` with bonus ``aff``.
-
-    * ``REAL``: ``level + tier + affinity - s / d``, ties by ``s``.
-    * ``NO_AGING``: ``level + tier + affinity``, ties by ``s``.
-    * ``NO_TIER``: ``level + affinity - s / d``, ties by ``s``.
-    * ``NO_FAIR`` (per-job aging): ``level + tier + affinity - arrival / d``, ties by arrival.
-
-    ``tier`` is the head's tier bonus. The expressions are written exactly as the reference
-    model computes them, so float rounding cannot make the two disagree.
-    """
-    if kind == REAL:
-        return lane.level + head.job.tier_bonus + aff - lane.s / divisor, lane.s
-    if kind == NO_AGING:
-        return lane.level + head.job.tier_bonus + aff, lane.s
-    if kind == NO_TIER:
-        return lane.level + aff - lane.s / divisor, lane.s
-    arrival = candidate.job.arrival
-    return lane.level + head.job.tier_bonus + aff - arrival / divisor, arrival
-
-
 class _Ranking:
     """Backlogged lanes ordered by one score (``REAL`` or a counterfactual), with affinity.
 
     Args:
-        kind: ``REAL``, ``NO_AGING``, ``NO_TIER`` or ``NO_FAIR`` (see ``key_of``).
+        kind: The score, with its key and tie-breaker:
+
+            * ``REAL``: ``level + tier + affinity - s / d``, ties by ``s``.
+            * ``NO_AGING``: ``level + tier + affinity``, ties by ``s``.
+            * ``NO_TIER``: ``level + affinity - s / d``, ties by ``s``.
+            * ``NO_FAIR`` (per-job aging): ``level + tier + affinity - arrival / d``, ties by
+              the offered job's arrival.
+
+            ``tier`` is the lane head's bonus. The expressions are evaluated exactly as the
+            reference model writes them, so float rounding cannot make the two disagree.
         divisor: The aging divisor.
         affinity: ``model -> bonus``.
         window: The affinity window in seconds, or None for "any job of the model".
@@ -220,10 +206,6 @@ class _Ranking:
         self.models: dict[str, list[_Item]] = {}
         self.pushed = 0  # items pushed since the last compaction
 
-    def key(self, lane: _Lane, head: _Entry, candidate: _Entry, aff: float) -> tuple[float, float]:
-        """Return ``(key, tie)`` under this ranking (see ``key_of``)."""
-        return key_of(self.kind, self.divisor, lane, head, candidate, aff)
-
     def candidate(self, lane: _Lane, model: str) -> _Entry | None:
         """Return the lane's affinity job for ``model`` under this ranking, or None."""
         entry = lane.first_for(model)
@@ -237,8 +219,7 @@ class _Ranking:
     def push(self, lane: _Lane, head: _Entry, candidates: list[_Candidate]) -> None:
         """Push the lane's main item and one item per affinity candidate. O(M log n).
 
-        The keys are computed inline (this is the dispatcher's hottest loop); they equal
-        ``key_of`` term for term.
+        The keys are computed inline: this is the dispatcher's hottest loop.
         """
         version = lane.version
         kind = self.kind
@@ -274,51 +255,37 @@ class _Ranking:
                 models[model] = heap = []
             heappush(heap, item)
 
-    @staticmethod
-    def _top(heap: list[_Item]) -> _Item | None:
-        while heap:
-            item = heap[0]
-            lane = item[4]
-            if item[3] == lane.version and lane.live:
-                return item
-            heappop(heap)
-        return None
-
     def best(self, resident: str | None) -> tuple[_Lane, _Entry, float] | None:
         """Return ``(lane, entry, affinity)`` of the winner, or None when nothing is queued.
 
-        The winner is the better of the main heap's top (scored with its affinity bonus when
-        it is eligible) and the resident model's top. Amortised O(log n).
+        Every backlogged lane offers its head (the main heap) and, for each model it is
+        eligible for, its affinity job with the bonus (that model's heap); the winner is the
+        best offer for the resident model. A lane's own affinity offer beats its head offer
+        whenever the bonus adds to the same lane key, so taking the better of the two tops is
+        exact. Amortised O(log n).
         """
-        top = self._top(self.main)
-        if top is None:
+        main = self.main
+        while main:
+            top = main[0]
+            lane = top[4]
+            if top[3] == lane.version and lane.live:
+                break
+            heappop(main)
+        else:
             return None
-        lane = top[4]
-        head = lane.head()
-        if resident is None:
-            return lane, head, 0.0
-        best_item = top
-        best_lane, best_entry, best_aff = lane, head, 0.0
-        aff = self.affinity(resident)
-        if aff > 0.0:
-            entry = self.candidate(lane, resident)
-            if entry is not None:
-                # The lane offers its affinity job too. Under the real score it always beats
-                # the head (same lane key plus a positive bonus); under per-job aging an older
-                # head may still be better, so compare.
-                key, tie = self.key(lane, head, entry, aff)
-                item = (-key, tie, entry.job.seq, lane.version, lane)
-                if item[:3] < best_item[:3]:
-                    best_item = item
-                    best_entry, best_aff = entry, aff
+        if resident is not None:
             heap = self.models.get(resident)
-            other = self._top(heap) if heap is not None else None
-            if other is not None and other[:3] < best_item[:3]:
+            while heap:
+                other = heap[0]
                 other_lane = other[4]
-                found = self.candidate(other_lane, resident)
-                assert found is not None  # the item is current, so the lane is eligible
-                best_lane, best_entry, best_aff = other_lane, found, aff
-        return best_lane, best_entry, best_aff
+                if other[3] == other_lane.version and other_lane.live:
+                    if other[:3] < top[:3]:
+                        found = self.candidate(other_lane, resident)
+                        assert found is not None  # a current item: the lane is eligible
+                        return other_lane, found, self.affinity(resident)
+                    break
+                heappop(heap)
+        return lane, lane.head(), 0.0
 
     def compact(self, live_lanes: int) -> None:
         """Drop stale items when they outnumber live ones. Amortised O(1) per push.
