@@ -220,8 +220,11 @@ def dispatcher_runtimes() -> st.SearchStrategy[float | None]:
 
 
 def time_steps() -> st.SearchStrategy[float]:
-    """Clock advances in seconds (dyadic): from nothing to two hours."""
-    return st.sampled_from([0.0, 0.25, 1.0, 5.0, 30.0, 60.0, 120.0, 240.0, 600.0, 1800.0, 7200.0])
+    """Clock advances in seconds (dyadic), from nothing to two hours; 1.5, 4 and 600 are the
+    affinity windows of :func:`dispatcher_scorers`, so window edges get hit exactly."""
+    return st.sampled_from(
+        [0.0, 0.25, 0.5, 1.0, 1.5, 4.0, 5.0, 30.0, 60.0, 120.0, 240.0, 600.0, 1800.0, 7200.0]
+    )
 
 
 def dispatcher_scorers() -> st.SearchStrategy[Scorer]:

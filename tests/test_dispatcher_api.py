@@ -925,6 +925,8 @@ def test_charge_models_advance_the_lane_virtual_start(
     d = make(charge=charge)
     d.submit("j1", member="alice", estimate=estimate, model=model, now=0)
     d.submit("j2", member="alice", now=0)
+    # Bob keeps the level shared: a lane alone at its level is re-anchored at now instead.
+    d.submit("b1", member="bob", now=0)
     assert d.explain("j2", now=0).lane_start == 0.0
     grant_of(d, 0)
     done = d.complete("j1", now=100, runtime=40)
@@ -999,6 +1001,7 @@ def test_cancel_a_running_job_frees_the_resource_and_charges_the_time_it_ran() -
     d = make()
     d.submit("a1", member="alice", now=0)
     d.submit("a2", member="alice", now=0)
+    d.submit("b1", member="bob", now=0)  # shares the level: alice's lane is charged, not re-anchored
     grant_of(d, 10)
     job = d.cancel("a1", now=45)
     assert job.id == "a1"
@@ -1011,7 +1014,7 @@ def test_cancel_a_running_job_frees_the_resource_and_charges_the_time_it_ran() -
     assert stats.running is None
     assert stats.members["alice"].gpu_seconds == 35.0
     assert stats.members["alice"].completed == 0
-    assert grant_of(d, 45).job.id == "a2"
+    assert grant_of(d, 45).job.id == "b1"  # bob's lane (s = 0) is older than alice's (35)
 
 
 def test_cancel_unknown_and_bad_times() -> None:
@@ -1280,8 +1283,9 @@ def test_forecast_and_explain_agree_with_the_actual_dispatch_order() -> None:
     assert actual == predicted
     assert starts == [a.estimated_start for a in forecast]
     # Interactive first; at level 0 the max and pro tiers, then alice (whose lane is charged
-    # 40 s per job); carol's max-tier batch lane beats frank's later -99 job.
-    assert predicted == ["i1", "e1", "b1", "b2", "a1", "a2", "a3", "c1", "c2", "f1"]
+    # 40 s per job); carol's max-tier batch lane beats frank's later -99 job once, then, alone
+    # at its level, is re-anchored at now, and frank's job (waiting since t=63) goes first.
+    assert predicted == ["i1", "e1", "b1", "b2", "a1", "a2", "a3", "c1", "f1", "c2"]
 
 
 def test_forecast_charges_the_running_jobs_lane() -> None:
@@ -1864,15 +1868,16 @@ def test_restore_keeps_idle_lanes_virtual_start() -> None:
     d.submit("a1", member="a", now=0)
     d.submit("b1", member="b", now=0)
     d.submit("b2", member="b", now=0)
+    d.submit("c1", member="c", now=0)  # keeps the level shared while b is charged
     grant_of(d, 0)
-    d.complete("a1", now=100)  # a is idle with s = 100; b is backlogged with s = 0
+    d.complete("a1", now=100)  # a is idle with s = 100; b and c are backlogged with s = 0
     grant_of(d, 100)
     d.complete("b1", now=110)  # b: s = 10
     r = Checked.restore(json.loads(json.dumps(d.snapshot(now=110))))
     for x in (d, r):
-        x.submit("a2", member="a", now=120)  # lift: max(100, min(120, 10)) = 100
+        x.submit("a2", member="a", now=120)  # lift: max(100, min(120, 0)) = 100
         assert x.explain("a2", now=120).lane_start == 100.0
-        assert drain(x, 120) == ["b2", "a2"]
+        assert drain(x, 120) == ["c1", "b2", "a2"]
 
 
 def test_restore_payload_round_trip() -> None:

@@ -128,9 +128,15 @@ def forecast_order(
 
     clock: float | None = busy_until
     nominal = now if busy_until is None else busy_until
+    # Backlogged lanes per level: a lane alone at its level is re-anchored after a charge.
+    per_level: dict[int, int] = {}
+    for sim in sims:
+        per_level[sim.lane.level] = per_level.get(sim.lane.level, 0) + 1
     for sim in sims:
         if pending is not None and fair_share and sim.lane is pending[0]:
             sim.s = min(sim.s + pending[1], nominal)
+            if per_level[sim.lane.level] == 1:
+                sim.s = nominal
         push(sim)
     out: list[Predicted] = []
     while limit is None or len(out) < limit:
@@ -160,12 +166,17 @@ def forecast_order(
         if clock is not None:
             clock = None if expected is None else clock + seconds
         nominal += seconds
-        if fair_share:
-            sim.s = min(sim.s + charge(entry.job, seconds), nominal)
-        if entry.job.model is not None:
-            resident = entry.job.model
         sim.version += 1
         sim.head = next(sim.jobs, None)
+        level = sim.lane.level
+        if sim.head is None:
+            per_level[level] -= 1
+        if fair_share:
+            sim.s = min(sim.s + charge(entry.job, seconds), nominal)
+            if sim.head is not None and per_level[level] == 1:
+                sim.s = nominal
+        if entry.job.model is not None:
+            resident = entry.job.model
         push(sim)
     return out
 

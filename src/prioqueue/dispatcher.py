@@ -141,6 +141,7 @@ class _Level:
         "backlog",
         "buckets",
         "dispatched",
+        "lanes",
         "queued",
         "reorders",
         "sum_arrival",
@@ -149,6 +150,7 @@ class _Level:
 
     def __init__(self, buckets: int) -> None:
         self.queued = 0
+        self.lanes = 0  # backlogged lanes
         self.sum_arrival = 0.0
         self.dispatched = 0
         self.total_wait = 0.0
@@ -591,6 +593,7 @@ class SizeOneDispatcher:
         self._member(job.member).queued += 1
         if not was_backlogged:
             self._backlogged += 1
+            level.lanes += 1
             lane.s_log.clear()
             lane.log_s(now)
             if self._fair_share:
@@ -618,6 +621,7 @@ class SizeOneDispatcher:
         self._member(job.member).queued -= 1
         if lane.live == 0:
             self._backlogged -= 1
+            level.lanes -= 1
             lane.jobs.clear()
             lane.by_model.clear()
         self._touch(lane)
@@ -724,6 +728,12 @@ class SizeOneDispatcher:
         member.gpu_seconds += charge
         if self._fair_share:
             lane.s = min(lane.s + charge, now)
+            if lane.live and self._levels[lane.level].lanes == 1:
+                # Alone at its level, the lane is re-anchored at now, exactly as a producer
+                # that resubmits one job at a time would be lifted: lag accrued while other
+                # levels used the GPU is not fair-share debt, so a bulk backlog cannot outrank
+                # higher levels sooner than a one-at-a-time producer would.
+                lane.s = now
             if lane.live:
                 lane.log_s(now)
                 self._note_s(lane)

@@ -108,7 +108,9 @@ class Completed:
     Attributes:
         job: The finished job.
         runtime: Seconds the job ran (reported, or measured from its grant).
-        charge: Seconds added to its lane's virtual start (before the ``now`` clamp).
+        charge: The charge model's value in seconds: added to its lane's virtual start when
+            fair share is on (before the ``now`` clamp), and to the member's
+            ``MemberStats.gpu_seconds`` in any case.
     """
 
     job: Job
@@ -277,7 +279,17 @@ class LevelStats:
 
 @attrs.frozen
 class MemberStats:
-    """Statistics of one member, over all levels."""
+    """Statistics of one member, over all levels.
+
+    Attributes:
+        member: The member.
+        queued: Jobs waiting now.
+        dispatched: Grants so far.
+        completed: Jobs completed so far.
+        gpu_seconds: Sum of the charges of the member's finished jobs (completed, or cancelled
+            while running): GPU-seconds with the default ``"runtime"`` charge model, the
+            charge model's unit otherwise.
+    """
 
     member: str
     queued: int

@@ -45,7 +45,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from prioqueue._errors import QueueFull
-from prioqueue.asyncio import AsyncDispatcher, DispatcherClosed, QueueTimeout
+from prioqueue.asyncio import (
+    AsyncDispatcher,
+    DispatcherClosed,
+    JobCancelled,
+    QueueTimeout,
+    Turn,
+)
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.gateway import _observe
 from prioqueue.gateway.config import GatewayConfig
@@ -470,7 +476,7 @@ class Gateway:
         loop = asyncio.get_running_loop()
         flight = _Flight(task=asyncio.current_task())
         watcher = loop.create_task(_watch(receive, flight))
-        lease_timer: asyncio.TimerHandle | None = None
+        lease_watch: asyncio.Task[None] | None = None
         status = 0
         try:
             async with turn as grant:
@@ -480,8 +486,8 @@ class Gateway:
                 if grant.waited >= _EXPLAIN_AFTER:
                     record["explanation"] = _observe.capture(self, job_id)
                 if grant.lease is not None:
-                    remaining = grant.lease.remaining(self.gate.now())
-                    lease_timer = loop.call_later(remaining, _expire, flight)
+                    # The adapter owns the one lease timer; it revokes the turn on expiry.
+                    lease_watch = loop.create_task(_watch_lease(turn, flight))
                 request = self._build(scope, headers, body, job_id)
                 status = await self._forward(request, send, flight, ours)
                 record["outcome"] = "done"
@@ -489,10 +495,16 @@ class Gateway:
             status, record["outcome"] = 429, "rejected: queue full"
             retry = [(b"retry-after", str(math.ceil(exc.retry_after)).encode())]
             await _respond(send, 429, _error_body(str(exc), "queue_full"), ours + retry)
-        except (QueueTimeout, DispatcherClosed) as exc:
+        except (QueueTimeout, DispatcherClosed, JobCancelled) as exc:
+            # JobCancelled: the grant was revoked (its lease ran out) before this request
+            # could start; nothing reached the upstream, so the client may simply retry.
             status = 503
             record["outcome"] = (
-                "timed out in the queue" if isinstance(exc, QueueTimeout) else "shutdown"
+                "timed out in the queue"
+                if isinstance(exc, QueueTimeout)
+                else "shutdown"
+                if isinstance(exc, DispatcherClosed)
+                else "revoked before it started"
             )
             retry = [(b"retry-after", str(math.ceil(config.limits.retry_after_seconds)).encode())]
             await _respond(send, 503, _error_body(str(exc), "unavailable"), ours + retry)
@@ -515,8 +527,8 @@ class Gateway:
         finally:
             flight.done = True
             watcher.cancel()
-            if lease_timer is not None:
-                lease_timer.cancel()
+            if lease_watch is not None:
+                lease_watch.cancel()
             record["status"] = status
             self._remember(record, turn.grant)
 
@@ -573,9 +585,10 @@ async def _watch(receive: Receive, flight: _Flight) -> None:
             return
 
 
-def _expire(flight: _Flight) -> None:
-    """The lease timer: stop a request that held the GPU too long."""
-    if not flight.done and flight.task is not None:
+async def _watch_lease(turn: Turn, flight: _Flight) -> None:
+    """Stop a request that held the GPU past its lease, once the adapter has expired it."""
+    await turn.revoked.wait()
+    if turn.expired is not None and not flight.done and flight.task is not None:
         flight.lease_expired = True
         flight.task.cancel()
 
