@@ -23,18 +23,15 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import json
 import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from heapq import heapify as _heapify
 from heapq import heappop as _heappop
 from heapq import heappush as _heappush
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
-import attrs
-
-from prioqueue import _lanes
+from prioqueue import _lanes, _observe, _persist
 from prioqueue._errors import (
     ConfigError,
     DuplicateJob,
@@ -43,8 +40,9 @@ from prioqueue._errors import (
     QueueFull,
     UnknownJob,
 )
-from prioqueue._forecast import DispatchRecord, ahead_jobs, forecast_order, lane_s_at, overtakes
+from prioqueue._forecast import DispatchRecord
 from prioqueue._lanes import GONE, QUEUED, RUNNING, _Entry, _Lane, _Ranking
+from prioqueue._validate import charge_function, checked_name, finite, limit, positive_or_none
 from prioqueue.lease import Lease
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import (
@@ -55,9 +53,6 @@ from prioqueue.records import (
     Grant,
     Job,
     JobState,
-    LevelStats,
-    MemberStats,
-    Reorders,
     Stats,
     Ticket,
 )
@@ -77,60 +72,6 @@ DEFAULT_RETRY_AFTER = 30.0
 ChargeModel = Literal["runtime", "estimate"] | float | Callable[[Job, float], float]
 
 _RECENT = 64  # completions kept for the service rate and the mean runtime
-_SNAPSHOT_FORMAT = "prioqueue.dispatcher/1"
-
-
-def _finite(name: str, value: object) -> float:
-    if value.__class__ is float or value.__class__ is int:
-        number = float(cast(float, value))
-        if math.isfinite(number):
-            return number
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        number = float(value)
-        if math.isfinite(number):
-            return number
-    raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
-
-
-def _positive_or_none(name: str, value: object) -> float | None:
-    if value is None:
-        return None
-    number = _finite(name, value)
-    if number <= 0:
-        raise ValueError(f"{name} must be a positive number of seconds or None, got {value!r}")
-    return number
-
-
-def _limit(name: str, value: object) -> int | None:
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"{name} must be a positive int or None, got {value!r}")
-    return value
-
-
-def _name(field: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{field} must be a non-empty str, got {value!r}")
-    return value
-
-
-def _charge_function(charge: object) -> Callable[[Job, float], float]:
-    if charge == "runtime":
-        return lambda job, runtime: runtime
-    if charge == "estimate":
-        return lambda job, runtime: runtime if job.estimate is None else job.estimate
-    if isinstance(charge, (int, float)) and not isinstance(charge, bool):
-        constant = float(charge)
-        if not math.isfinite(constant) or constant <= 0:
-            raise ConfigError(f"a constant charge must be a finite number > 0, got {charge!r}")
-        return lambda job, runtime: constant
-    if callable(charge):
-        return cast(Callable[[Job, float], float], charge)
-    raise ConfigError(
-        f"charge must be 'runtime', 'estimate', a number of seconds or a callable "
-        f"(job, runtime) -> seconds, got {charge!r}"
-    )
 
 
 class _Level:
@@ -234,7 +175,7 @@ class SizeOneDispatcher:
         if not isinstance(history, int) or isinstance(history, bool) or history < 0:
             raise ConfigError(f"history must be an int >= 0, got {history!r}")
         try:
-            bounds = tuple(_finite("wait_buckets", b) for b in wait_buckets)
+            bounds = tuple(finite("wait_buckets", b) for b in wait_buckets)
         except (TypeError, ValueError):
             bounds = ()
         if (
@@ -249,10 +190,10 @@ class SizeOneDispatcher:
         self._scorer = scorer
         self._policy = policy
         self._charge_model = charge
-        self._charge = _charge_function(charge)
+        self._charge = charge_function(charge)
         self._lease_for = lease_for
-        self._max_queued = _limit("max_queued", max_queued)
-        self._max_member = _limit("max_queued_per_member", max_queued_per_member)
+        self._max_queued = limit("max_queued", max_queued)
+        self._max_member = limit("max_queued_per_member", max_queued_per_member)
         self._max_attempts = max_attempts
         self._fair_share = bool(fair_share)
         self._track = bool(track_reorders)
@@ -357,7 +298,7 @@ class SizeOneDispatcher:
         Raises:
             ValueError: ``model`` is not a non-empty str or None.
         """
-        self._resident = None if model is None else _name("model", model)
+        self._resident = None if model is None else checked_name("model", model)
 
     def next_deadline(self) -> float | None:
         """Return when ``expire`` next has work: the running lease's deadline, or None. O(1)."""
@@ -372,7 +313,7 @@ class SizeOneDispatcher:
         if now.__class__ is float and self._now <= now < math.inf:
             self._now = now
             return now
-        t = _finite("now", now)
+        t = finite("now", now)
         if t < self._now:
             raise ValueError(
                 f"now ({t!r}) is earlier than a time already seen ({self._now!r}); "
@@ -524,12 +465,12 @@ class SizeOneDispatcher:
         """
         if not isinstance(job_id, str) or not job_id:
             raise ValueError(f"job_id must be a non-empty str, got {job_id!r}")
-        member = _name("member", member)
+        member = checked_name("member", member)
         level = self._policy.parse(priority)
         tier_bonus = self._scorer.tier_bonus(tier)
         if model is not None:
-            model = _name("model", model)
-        estimate = _positive_or_none("estimate", estimate)
+            model = checked_name("model", model)
+        estimate = positive_or_none("estimate", estimate)
         t = self._tick(now)
         if job_id in self._entries:
             raise DuplicateJob(f"job {job_id!r} is already {self.state(job_id)}")
@@ -762,7 +703,7 @@ class SizeOneDispatcher:
 
         Complexity: amortised O(log n + M).
         """
-        t = _finite("now", now)
+        t = finite("now", now)
         entry = self._entry(job_id)
         if entry.state != RUNNING:
             raise InvalidState(f"job {job_id!r} is queued, not running; cancel() removes it")
@@ -776,7 +717,7 @@ class SizeOneDispatcher:
         if runtime is None:
             measured = t - entry.granted_at
         else:
-            measured = _finite("runtime", runtime)
+            measured = finite("runtime", runtime)
             if measured < 0:
                 raise ValueError(f"runtime must be >= 0 seconds, got {runtime!r}")
         self._tick(t)
@@ -801,7 +742,7 @@ class SizeOneDispatcher:
 
         Complexity: amortised O(log n + M).
         """
-        t = _finite("now", now)
+        t = finite("now", now)
         entry = self._entry(job_id)
         self._tick(t)
         if entry.state == RUNNING:
@@ -858,57 +799,6 @@ class SizeOneDispatcher:
 
     # ------------------------------------------------------------------ diagnostics
 
-    def _expected_runtime(self, job: Job) -> float | None:
-        if job.estimate is not None:
-            return job.estimate
-        recent = self._recent
-        if not recent:
-            return None
-        same = [runtime for _, runtime, model in recent if model == job.model]
-        pool = same or [runtime for _, runtime, _ in recent]
-        return sum(pool) / len(pool)
-
-    def _busy_until(self, now: float) -> float | None:
-        entry = self._running
-        if entry is None:
-            return now
-        expected = self._expected_runtime(entry.job)
-        if expected is None:
-            return None
-        return max(now, entry.granted_at + expected)
-
-    def _lane_score(self, lane: _Lane, now: float) -> float:
-        """A backlogged lane's current score (its affinity as the ranking would give it)."""
-        aff = 0.0
-        resident = self._resident
-        if resident is not None and self._ranking.candidate(lane, resident) is not None:
-            aff = self._affinity(resident)
-        return lane.level + lane.head().job.tier_bonus + aff + (now - lane.s) / self._divisor
-
-    def _predict(self, now: float, *, stop_at: _Entry | None, limit: int | None) -> list[Any]:
-        backlogged = {id(lane): lane for lane in self._lanes.values() if lane.live}
-        pending = None
-        running = self._running
-        if running is not None:
-            expected = self._expected_runtime(running.job)
-            elapsed = max(0.0, now - running.granted_at)
-            runtime = elapsed if expected is None else max(expected, elapsed)
-            pending = (running.lane, float(self._charge(running.job, runtime)))
-        return forecast_order(
-            backlogged.values(),
-            now=now,
-            busy_until=self._busy_until(now),
-            pending=pending,
-            resident=self._resident,
-            divisor=self._divisor,
-            affinity=self._affinity,
-            runtime=self._expected_runtime,
-            charge=self._charge,
-            fair_share=self._fair_share,
-            stop_at=stop_at,
-            limit=limit,
-        )
-
     def forecast(self, *, now: float, limit: int | None = None) -> list[AheadJob]:
         """Predict the dispatch order of the queued jobs, with estimated starts.
 
@@ -928,13 +818,7 @@ class SizeOneDispatcher:
 
         Complexity: O(L log L + k log L) for L backlogged lanes and k predicted jobs.
         """
-        t = self._tick(now)
-        if limit is not None and (
-            not isinstance(limit, int) or isinstance(limit, bool) or limit < 0
-        ):
-            raise ValueError(f"limit must be an int >= 0 or None, got {limit!r}")
-        predicted = self._predict(t, stop_at=None, limit=limit)
-        return list(ahead_jobs(predicted, lane_score=lambda lane: self._lane_score(lane, t)))
+        return _observe.forecast(self, self._tick(now), limit)
 
     def explain(self, job_id: str, *, now: float) -> Explanation:
         """Explain why a job waits: its score's terms, the jobs ahead, what overtook it.
@@ -954,57 +838,7 @@ class SizeOneDispatcher:
         dispatches.
         """
         entry = self._entry(job_id)
-        t = self._tick(now)
-        job = entry.job
-        lane = entry.lane
-        overtaken = overtakes(
-            job,
-            until=entry.granted_at if entry.state == RUNNING else t,
-            history=self._history,
-            tier_bonus=lane.head().job.tier_bonus if lane.live else job.tier_bonus,
-            s_at=(lambda at: lane_s_at(lane, at)) if self._fair_share else (lambda at: job.arrival),
-            divisor=self._divisor,
-            affinity=self._affinity,
-        )
-        if entry.state == RUNNING:
-            grant = self._grant
-            assert grant is not None
-            return Explanation(
-                job=job,
-                state="running",
-                now=t,
-                waited=grant.waited,
-                score=grant.score,
-                lane_start=lane.s,
-                position=0,
-                ahead=(),
-                estimated_start=grant.granted_at,
-                overtaken_by=overtaken,
-            )
-        predicted = self._predict(t, stop_at=entry, limit=None)
-        ahead = ahead_jobs(predicted[:-1], lane_score=lambda other: self._lane_score(other, t))
-        aff = 0.0
-        resident = self._resident
-        if resident is not None and self._ranking.candidate(lane, resident) is not None:
-            aff = self._affinity(resident)
-        score = ScoreBreakdown(
-            band=job.priority,
-            tier_bonus=lane.head().job.tier_bonus,
-            swap_affinity=aff,
-            aging=(t - lane.s) / self._divisor,
-        )
-        return Explanation(
-            job=job,
-            state="queued",
-            now=t,
-            waited=t - job.arrival,
-            score=score,
-            lane_start=lane.s,
-            position=len(ahead) + 1,
-            ahead=ahead,
-            estimated_start=predicted[-1].start,
-            overtaken_by=overtaken,
-        )
+        return _observe.explain(self, entry, self._tick(now))
 
     def stats(self, *, now: float) -> Stats:
         """Return a consistent picture of queues, waits, dispatches and reorders.
@@ -1021,53 +855,7 @@ class SizeOneDispatcher:
         Complexity: O(levels + members), amortised (the oldest wait per level is kept in a
         heap with lazy deletion).
         """
-        t = self._tick(now)
-        levels = {}
-        for number in sorted(self._levels, reverse=True):
-            level = self._levels[number]
-            arrivals = level.arrivals
-            while arrivals and arrivals[0][3].state != QUEUED:
-                _heappop(arrivals)
-            oldest = t - arrivals[0][0] if arrivals else 0.0
-            mean = t - level.sum_arrival / level.queued if level.queued else 0.0
-            cumulative, buckets = 0, []
-            for bound, count in zip((*self._buckets, math.inf), level.buckets):
-                cumulative += count
-                buckets.append((bound, cumulative))
-            levels[number] = LevelStats(
-                level=number,
-                queued=level.queued,
-                oldest_wait=max(0.0, oldest),
-                mean_wait=max(0.0, mean),
-                dispatched=level.dispatched,
-                total_wait=level.total_wait,
-                reorders=Reorders(*level.reorders),
-                wait_buckets=tuple(buckets),
-            )
-        members = {
-            name: MemberStats(
-                member=name,
-                queued=m.queued,
-                dispatched=m.dispatched,
-                completed=m.completed,
-                gpu_seconds=m.gpu_seconds,
-            )
-            for name, m in sorted(self._members.items())
-        }
-        return Stats(
-            now=t,
-            levels=levels,
-            members=members,
-            running=None if self._running is None else self._running.job,
-            resident_model=self._resident,
-            queued=len(self),
-            dispatched=self._totals["dispatched"],
-            completed=self._totals["completed"],
-            cancelled=self._totals["cancelled"],
-            expired=self._totals["expired"],
-            failed=self._failed,
-            swaps=self._swaps,
-        )
+        return _observe.stats(self, self._tick(now))
 
     # ------------------------------------------------------------------ persistence
 
@@ -1090,32 +878,7 @@ class SizeOneDispatcher:
 
         Complexity: O(n) in the queued jobs.
         """
-        t = self._tick(now)
-        lanes = []
-        queued = []
-        for lane in self._lanes.values():
-            if self._fair_share:
-                lanes.append({"member": lane.member, "level": lane.level, "s": lane.s})
-            for entry in lane.queued():
-                queued.append(_job_record(entry))
-        running = None
-        current, grant = self._running, self._grant
-        if current is not None and grant is not None:
-            running = _job_record(current)
-            running["granted_at"] = grant.granted_at
-            running["lease_seconds"] = None if grant.lease is None else grant.lease.seconds
-            running["score"] = attrs.asdict(grant.score)
-            running["swap"] = grant.swap
-        return {
-            "format": _SNAPSHOT_FORMAT,
-            "taken_at": t,
-            "seq": self._seq,
-            "fair_share": self._fair_share,
-            "resident_model": self._resident,
-            "lanes": lanes,
-            "queued": queued,
-            "running": running,
-        }
+        return _persist.dump(self, self._tick(now))
 
     @classmethod
     def restore(
@@ -1155,97 +918,8 @@ class SizeOneDispatcher:
             raise ValueError(f"invalid snapshot: missing {exc}") from None
         # The constructor's own errors (ConfigError, TypeError) are not the snapshot's fault.
         dispatcher = cls(scorer, **options)
-        try:
-            if state.get("format") != _SNAPSHOT_FORMAT:
-                raise ValueError(
-                    f"format is {state.get('format')!r}, expected {_SNAPSHOT_FORMAT!r}"
-                )
-            taken_at = _finite("taken_at", state["taken_at"])
-            shift = 0.0 if now is None else _finite("now", now) - taken_at
-            snapshot_fair = bool(state["fair_share"])
-            dispatcher._seq = int(state["seq"])
-            dispatcher._now = taken_at + shift
-            if dispatcher._fair_share:
-                for record in state["lanes"]:
-                    member, level = str(record["member"]), int(record["level"])
-                    s = _finite("lane s", record["s"]) + shift
-                    dispatcher._lanes[(member, level)] = _Lane(
-                        member, level, s, dispatcher._new_ident()
-                    )
-                    dispatcher._level(level)
-            for record in state["queued"]:
-                job = dispatcher._job_from_record(record, shift)
-                if (
-                    snapshot_fair
-                    and dispatcher._fair_share
-                    and (job.member, job.priority) not in dispatcher._lanes
-                ):
-                    raise ValueError(f"job {job.id!r} has no lane record")
-                # From a snapshot without fair share, a new lane starts at its oldest job's
-                # arrival (an enqueue without a lift does that).
-                dispatcher._enqueue(
-                    job,
-                    attempt=int(record["attempt"]),
-                    now=dispatcher._now,
-                    requeue=False,
-                    lift=False,
-                )
-            running = state["running"]
-            if running is not None:
-                dispatcher._restore_running(running, shift)
-            resident = state["resident_model"]
-            dispatcher._resident = None if resident is None else str(resident)
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise ValueError(f"invalid snapshot: {exc!r}") from exc
-        except ValueError as exc:
-            raise ValueError(f"invalid snapshot: {exc}") from exc
+        _persist.load(dispatcher, state, now)
         return dispatcher
-
-    def _job_from_record(self, record: Mapping[str, Any], shift: float) -> Job:
-        tier = str(record["tier"])
-        model = record["model"]
-        estimate = record["estimate"]
-        job_id = _name("job id", record["id"])
-        if job_id in self._entries:
-            raise DuplicateJob(f"job {job_id!r} appears twice")
-        return Job(
-            id=job_id,
-            member=_name("member", record["member"]),
-            priority=int(record["priority"]),
-            tier=tier,
-            tier_bonus=self._scorer.tier_bonus(tier),
-            model=None if model is None else _name("model", model),
-            estimate=_positive_or_none("estimate", estimate),
-            arrival=_finite("arrival", record["arrival"]) + shift,
-            seq=int(record["seq"]),
-            payload=record.get("payload"),
-        )
-
-    def _restore_running(self, record: Mapping[str, Any], shift: float) -> None:
-        job = self._job_from_record(record, shift)
-        key: tuple[str, int] | str = (job.member, job.priority) if self._fair_share else job.id
-        lane = self._lanes.get(key)
-        if lane is None:
-            lane = self._lanes[key] = _Lane(
-                job.member, job.priority, job.arrival, self._new_ident()
-            )
-        self._level(job.priority)
-        entry = _Entry(job, lane, int(record["attempt"]))
-        entry.state = RUNNING
-        entry.granted_at = _finite("granted_at", record["granted_at"]) + shift
-        seconds = record["lease_seconds"]
-        lease = None if seconds is None else Lease(granted_at=entry.granted_at, seconds=seconds)
-        self._entries[job.id] = entry
-        self._running = entry
-        self._grant = Grant(
-            job=job,
-            score=ScoreBreakdown(**record["score"]),
-            lease=lease,
-            granted_at=entry.granted_at,
-            attempt=entry.attempt,
-            waited=entry.granted_at - job.arrival,
-            swap=bool(record["swap"]),
-        )
 
     # ------------------------------------------------------------------ invariants
 
@@ -1275,27 +949,3 @@ class SizeOneDispatcher:
         assert sum(m.queued for m in self._members.values()) == len(queued)
         for entry in queued:
             assert entry.lane.live > 0
-
-
-def _job_record(entry: _Entry) -> dict[str, Any]:
-    job = entry.job
-    payload = job.payload
-    if payload is not None and not isinstance(payload, (str, int, float, bool)):
-        try:
-            json.dumps(payload)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(
-                f"job {job.id!r} has a payload that is not JSON-serialisable: {exc}"
-            ) from None
-    return {
-        "id": job.id,
-        "member": job.member,
-        "priority": job.priority,
-        "tier": job.tier,
-        "model": job.model,
-        "estimate": job.estimate,
-        "arrival": job.arrival,
-        "seq": job.seq,
-        "payload": payload,
-        "attempt": entry.attempt,
-    }

@@ -1,0 +1,76 @@
+"""Argument checks shared by the dispatcher's modules (private).
+
+Each returns the checked value or raises the documented exception with a message that names
+the argument and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
+from prioqueue._errors import ConfigError
+
+if TYPE_CHECKING:
+    from prioqueue.records import Job
+
+__all__: list[str] = []  # private module
+
+
+def finite(name: str, value: object) -> float:
+    """Return ``value`` as a float; ValueError unless it is a finite real number (not bool)."""
+    if value.__class__ is float or value.__class__ is int:
+        number = float(cast(float, value))
+        if math.isfinite(number):
+            return number
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+        if math.isfinite(number):
+            return number
+    raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
+
+
+def positive_or_none(name: str, value: object) -> float | None:
+    """Return None or a finite number > 0; ValueError otherwise."""
+    if value is None:
+        return None
+    number = finite(name, value)
+    if number <= 0:
+        raise ValueError(f"{name} must be a positive number of seconds or None, got {value!r}")
+    return number
+
+
+def limit(name: str, value: object) -> int | None:
+    """Return None or an int >= 1; ConfigError otherwise."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{name} must be a positive int or None, got {value!r}")
+    return value
+
+
+def checked_name(field: str, value: object) -> str:
+    """Return a non-empty str; ValueError otherwise."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{field} must be a non-empty str, got {value!r}")
+    return value
+
+
+def charge_function(charge: object) -> Callable[[Job, float], float]:
+    """Turn a charge model into ``(job, runtime) -> seconds``; ConfigError for a bad one."""
+    if charge == "runtime":
+        return lambda job, runtime: runtime
+    if charge == "estimate":
+        return lambda job, runtime: runtime if job.estimate is None else job.estimate
+    if isinstance(charge, (int, float)) and not isinstance(charge, bool):
+        constant = float(charge)
+        if not math.isfinite(constant) or constant <= 0:
+            raise ConfigError(f"a constant charge must be a finite number > 0, got {charge!r}")
+        return lambda job, runtime: constant
+    if callable(charge):
+        return cast("Callable[[Job, float], float]", charge)
+    raise ConfigError(
+        f"charge must be 'runtime', 'estimate', a number of seconds or a callable "
+        f"(job, runtime) -> seconds, got {charge!r}"
+    )
