@@ -1001,7 +1001,8 @@ def test_cancel_a_running_job_frees_the_resource_and_charges_the_time_it_ran() -
     d = make()
     d.submit("a1", member="alice", now=0)
     d.submit("a2", member="alice", now=0)
-    d.submit("b1", member="bob", now=0)  # shares the level: alice's lane is charged, not re-anchored
+    # Bob shares the level: alice's lane is charged, not re-anchored.
+    d.submit("b1", member="bob", now=0)
     grant_of(d, 10)
     job = d.cancel("a1", now=45)
     assert job.id == "a1"
