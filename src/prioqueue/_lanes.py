@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator
 from heapq import heapify, heappop, heappush
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from prioqueue.records import Job
@@ -70,10 +70,22 @@ class _Lane:
         ident: The lane's creation number: the deterministic tie-breaker between lanes.
     """
 
-    __slots__ = ("by_model", "ident", "jobs", "level", "live", "member", "s", "s_log", "version")
+    __slots__ = (
+        "by_model",
+        "ident",
+        "jobs",
+        "level",
+        "live",
+        "member",
+        "owner",
+        "s",
+        "s_log",
+        "version",
+    )
 
     def __init__(self, member: str, level: int, s: float, ident: int = 0) -> None:
         self.member = member
+        self.owner: Any = None  # the dispatcher's statistics of ``member`` (set on creation)
         self.level = level
         self.s = s
         self.ident = ident

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from prioqueue._errors import DuplicateJob
-from prioqueue._lanes import RUNNING, _Entry, _Lane
+from prioqueue._lanes import RUNNING, _Entry
 from prioqueue._validate import checked_name, finite, positive_or_none
 from prioqueue.lease import Lease
 from prioqueue.records import Grant, Job
@@ -76,7 +76,7 @@ def load(d: SizeOneDispatcher, state: Mapping[str, Any], now: float | None) -> N
             for record in state["lanes"]:
                 member, level = str(record["member"]), int(record["level"])
                 s = finite("lane s", record["s"]) + shift
-                d._lanes[(member, level)] = _Lane(member, level, s, d._new_ident())
+                d._lanes[(member, level)] = d._new_lane(member, level, s)
                 d._level(level)
         for record in state["queued"]:
             job = _job_from_record(d, record, shift)
@@ -128,7 +128,7 @@ def _restore_running(d: SizeOneDispatcher, record: Mapping[str, Any], shift: flo
     key: tuple[str, int] | str = (job.member, job.priority) if d._fair_share else job.id
     lane = d._lanes.get(key)
     if lane is None:
-        lane = d._lanes[key] = _Lane(job.member, job.priority, job.arrival, d._new_ident())
+        lane = d._lanes[key] = d._new_lane(job.member, job.priority, job.arrival)
     d._level(job.priority)
     entry = _Entry(job, lane, int(record["attempt"]))
     entry.state = RUNNING

@@ -20,6 +20,8 @@ __all__: list[str] = []  # private module
 
 def finite(name: str, value: object) -> float:
     """Return ``value`` as a float; ValueError unless it is a finite real number (not bool)."""
+    if value.__class__ is float and -math.inf < value < math.inf:
+        return value
     if value.__class__ is float or value.__class__ is int:
         number = float(cast(float, value))
         if math.isfinite(number):

@@ -403,9 +403,13 @@ class SizeOneDispatcher:
             _heappop(backlog)
         return math.inf
 
-    def _new_ident(self) -> int:
+    def _new_lane(self, member: str, level: int, s: float) -> _Lane:
+        """Make a lane (the caller files it under its key) with its member's statistics."""
         self._idents += 1
-        return self._idents
+        lane = _Lane(member, level, s, self._idents)
+        lane.owner = self._member(member)
+        self._level(level)
+        return lane
 
     def _note_s(self, lane: _Lane) -> None:
         """Record a backlogged lane's current ``s`` for the lift's minimum (fair share only).
@@ -517,7 +521,7 @@ class SizeOneDispatcher:
             # A new lane has no own s: the lift gives it one. Without a lift (restore), a lane
             # starts at its first job's arrival, as it would alone at its level.
             start = -math.inf if self._fair_share and lift else job.arrival
-            lane = self._lanes[key] = _Lane(job.member, job.priority, start, self._new_ident())
+            lane = self._lanes[key] = self._new_lane(job.member, job.priority, start)
         entry = _Entry(job, lane, attempt)
         self._entries[job.id] = entry
         was_backlogged = lane.live > 0
@@ -531,7 +535,7 @@ class SizeOneDispatcher:
         level.sum_arrival += job.arrival
         # id(entry) keeps a requeued job's new entry apart from its old, dead one.
         _heappush(level.arrivals, (job.arrival, job.seq, id(entry), entry))
-        self._member(job.member).queued += 1
+        lane.owner.queued += 1
         if not was_backlogged:
             self._backlogged += 1
             level.lanes += 1
@@ -559,7 +563,7 @@ class SizeOneDispatcher:
         level.sum_arrival -= job.arrival
         if level.queued == 0:
             level.sum_arrival = 0.0  # no float drift left behind
-        self._member(job.member).queued -= 1
+        lane.owner.queued -= 1
         if lane.live == 0:
             self._backlogged -= 1
             level.lanes -= 1
@@ -636,7 +640,7 @@ class SizeOneDispatcher:
         level.dispatched += 1
         level.total_wait += wait
         level.buckets[bisect.bisect_left(self._buckets, wait)] += 1
-        self._member(job.member).dispatched += 1
+        lane.owner.dispatched += 1
         self._totals["dispatched"] += 1
         return grant
 
@@ -665,7 +669,7 @@ class SizeOneDispatcher:
         del self._entries[job.id]
         self._running = None
         self._grant = None
-        member = self._member(job.member)
+        member = lane.owner
         member.gpu_seconds += charge
         if self._fair_share:
             lane.s = min(lane.s + charge, now)
@@ -722,7 +726,7 @@ class SizeOneDispatcher:
                 raise ValueError(f"runtime must be >= 0 seconds, got {runtime!r}")
         self._tick(t)
         charge = self._finish(entry, max(measured, 0.0), t)
-        self._member(entry.job.member).completed += 1
+        entry.lane.owner.completed += 1
         self._totals["completed"] += 1
         return Completed(job=entry.job, runtime=measured, charge=charge)
 

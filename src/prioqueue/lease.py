@@ -98,6 +98,7 @@ SLOW_BASELINE_MULTIPLIERS: Mapping[str, Number] = MappingProxyType(
 )
 """Lease multiplier of each slow model baseline (read-only, case-sensitive)."""
 
+_INF = math.inf
 _BOOL: type = bool  # typed loosely, so mypy does not call the fast path's bool check unreachable
 _REQUEST_KEYS = frozenset(
     ("width", "height", "steps", "sampler", "controlnet", "baseline", "loras", "extra_slow_worker")
@@ -139,6 +140,8 @@ def _check_baseline(value: object) -> None:
 
 
 def _check_real(name: str, value: object) -> float:
+    if value.__class__ is float and -_INF < value < _INF:
+        return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name} must be a finite number, got {value!r} ({type(value).__name__})")
     if not math.isfinite(value):
