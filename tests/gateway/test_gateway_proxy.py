@@ -185,3 +185,25 @@ def test_multipart_audio_is_gated(make_stack: StackFactory) -> None:
     response = run(go())
     assert response.status_code == 404  # the fake has no transcription route ...
     assert "x-prioqueue-job" in response.headers  # ... but the request was gated
+
+
+@pytest.mark.parametrize("path", ["/x/../v1/chat/completions", "//v1/chat/completions"])
+def test_a_path_that_normalises_to_a_gated_path_is_gated(
+    make_stack: StackFactory, path: str
+) -> None:
+    # httpx would normalise the path itself; http.client sends it as written.
+    import http.client
+    import json
+    from urllib.parse import urlsplit
+
+    stack = make_stack()
+    address = urlsplit(stack.url)
+    connection = http.client.HTTPConnection(address.hostname or "", address.port, timeout=10)
+    try:
+        body = json.dumps({"model": "model-a", "messages": []})
+        connection.request("POST", path, body, {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        response.read()
+        assert response.getheader("x-prioqueue-job") is not None  # it went through the gate
+    finally:
+        connection.close()

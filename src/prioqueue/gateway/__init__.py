@@ -5,7 +5,7 @@ inference calls) wait for their turn in a :class:`~prioqueue.dispatcher.SizeOneD
 everything else passes straight through. Run it with ``prioqueue gateway --config FILE``
 (``pip install 'prioqueue-lanes[gateway]'``); see ``docs/gateway.md``.
 
-Only the standard library and prioqueue's core are imported here; httpx and uvicorn are
+Only the standard library and prioqueue's core are imported here; aiohttp and uvicorn are
 imported when the gateway starts.
 """
 

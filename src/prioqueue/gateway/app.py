@@ -36,11 +36,13 @@ import contextlib
 import json
 import logging
 import math
+import re
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -60,7 +62,8 @@ from prioqueue.records import Grant, Job
 from prioqueue.scoring import Scorer
 
 if TYPE_CHECKING:
-    import httpx
+    import aiohttp
+    from yarl import URL
 
 __all__ = ["BadRequest", "Gateway", "Identity", "extract_model"]
 
@@ -75,6 +78,32 @@ _PRIORITY_HEADER = b"x-llamaswap-priority"
 _JSON = (b"content-type", b"application/json")
 _EXPLAIN_AFTER = 1.0
 """A request that waited this many seconds keeps its explanation for after it finishes."""
+_QUERY_UNSAFE = re.compile(rb"[^\x21\x24-\x3b\x3d\x3f-\x7e]")
+"""Bytes percent-encoded in a forwarded query: controls, space, non-ASCII, ``"#<>``."""
+_PATH_UNSAFE = re.compile(rb"[^\x21\x24-\x3b\x3d\x40-\x5f\x61-\x7a\x7c\x7e]")
+"""Bytes percent-encoded in a forwarded path: those of a query and ``?`{}``."""
+
+
+def _percent(match: re.Match[bytes]) -> bytes:
+    return b"%%%02X" % match.group()[0]
+
+
+_SLASHES = re.compile(r"/{2,}")
+
+
+def _remove_dot_segments(path: str) -> str:
+    """Drop ``.`` and ``..`` segments from a URL path (RFC 3986 section 5.2.4)."""
+    segments = path.split("/")
+    if "." not in segments and ".." not in segments:
+        return path
+    out: list[str] = []
+    for segment in segments:
+        if segment == "..":
+            if out and out != [""]:
+                out.pop()
+        elif segment != ".":
+            out.append(segment)
+    return "/".join(out)
 
 
 class BadRequest(Exception):
@@ -180,13 +209,16 @@ class Gateway:
             fair_share=config.fair_share,
         )
         self.gate = AsyncDispatcher(self.dispatcher, clock=clock)
-        self.client: httpx.AsyncClient | None = None
+        self.client: aiohttp.ClientSession | None = None
         self.history: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.metrics: Callable[[], bytes] | None = _observe.metrics_renderer(self)
         self._poller: asyncio.Task[None] | None = None
         self._closing = False
         self._closer: asyncio.Future[None] | None = None
         self._upstream = config.upstream
+        parts = urlsplit(config.upstream)
+        self._upstream_origin = f"{parts.scheme}://{parts.netloc}"
+        self._upstream_path = parts.path
         key = config.upstream_api_key
         self._authorization = None if key is None else b"Bearer " + key.encode("latin-1")
         self._anonymous = (
@@ -227,8 +259,8 @@ class Gateway:
                 await self._poller
             self._poller = None
         if self.client is not None:
-            await self.client.aclose()
-            self.client = None
+            client, self.client = self.client, None
+            await client.close()
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -252,8 +284,8 @@ class Gateway:
             if self.client is None or self._busy():
                 continue
             try:
-                response = await self.client.get(url)
-                running = response.json().get("running", [])
+                async with self.client.get(url, allow_redirects=False) as response:
+                    running = json.loads(await response.read()).get("running", [])
             except Exception as exc:
                 log.debug("resident-model poll failed: %s", exc)
                 continue
@@ -317,7 +349,9 @@ class Gateway:
             body = _error_body("a valid API key is required", "invalid_api_key")
             await _respond(send, 401, body, [(b"www-authenticate", b"Bearer")])
             return
-        path: str = scope["path"]
+        # Route on the normalised path, the one the upstream will act on: otherwise
+        # "/x/../v1/chat/completions" or "//v1/chat/completions" would bypass the gate.
+        path = _remove_dot_segments(_SLASHES.sub("/", scope["path"]))
         if path.startswith("/prioqueue/") or path == "/metrics":
             await _observe.serve(self, scope, send)
         elif self.config.is_gated(scope["method"], path):
@@ -325,13 +359,27 @@ class Gateway:
         else:
             await self._passthrough(scope, receive, send)
 
-    def _url(self, scope: Scope) -> str:
+    def _url(self, scope: Scope) -> URL:
+        """Return the upstream URL of a request: its raw path and query, kept encoded.
+
+        Bytes a URL may not hold are percent-encoded and ``.``/``..`` segments removed (as
+        the previous client, httpx, did); everything else goes out as the client sent it.
+        """
+        from yarl import URL  # with aiohttp; imported when used, like the client
+
+        raw: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
+        raw = raw.partition(b"?")[0]
+        if _PATH_UNSAFE.search(raw) is not None:
+            raw = _PATH_UNSAFE.sub(_percent, raw)
+        path = self._upstream_path + raw.decode("ascii")
+        if "." in path:
+            path = _remove_dot_segments(path)
         query: bytes = scope.get("query_string", b"")
-        path: str = scope.get("raw_path", b"").decode("latin-1") or scope["path"]
-        path = path.partition("?")[0]
         if query:
-            return f"{self._upstream}{path}?{query.decode('latin-1')}"
-        return self._upstream + path
+            if _QUERY_UNSAFE.search(query) is not None:
+                query = _QUERY_UNSAFE.sub(_percent, query)
+            return URL(f"{self._upstream_origin}{path}?{query.decode('ascii')}", encoded=True)
+        return URL(self._upstream_origin + path, encoded=True)
 
     async def _passthrough(self, scope: Scope, receive: Receive, send: Send) -> None:
         client = self.client
@@ -348,12 +396,8 @@ class Gateway:
                 if not message.get("more_body", False):
                     return
 
-        request = client.build_request(
-            scope["method"],
-            self._url(scope),
-            headers=request_headers(headers, authorization=self._authorization),
-            content=body() if has_body else None,
-        )
+        forwarded = request_headers(headers, authorization=self._authorization)
+        request = (scope["method"], self._url(scope), forwarded, body() if has_body else None)
         flight = _Flight(task=None)
         try:
             await self._forward(request, send, flight, [])
@@ -362,27 +406,35 @@ class Gateway:
 
     async def _forward(
         self,
-        request: httpx.Request,
+        request: _Request,
         send: Send,
         flight: _Flight,
         extra: list[tuple[bytes, bytes]],
     ) -> int:
         """Send ``request`` upstream and stream the response to the client; return its status.
 
+        A response read to its end gives its connection back to the pool; any other end
+        (an error, a cancellation: the client left or the lease ran out) closes it, so the
+        upstream sees the request abandoned.
+
         Raises:
             _UpstreamFailed: The upstream could not be reached (before any response byte).
         """
-        import httpx
+        import aiohttp
 
         client = self.client
-        assert client is not None
+        assert client is not None, "the gateway was not started (lifespan)"
+        method, url, forwarded, data = request
         try:
-            response = await client.send(request, stream=True)
-        except httpx.HTTPError as exc:
+            response = await client.request(
+                method, url, headers=forwarded, data=data, allow_redirects=False
+            )
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             raise _UpstreamFailed(f"upstream unreachable: {exc!r}") from None
+        complete = False
         try:
-            status = response.status_code
-            headers = response_headers(response.headers.raw)
+            status = response.status
+            headers = response_headers(response.raw_headers)
             if status >= 500 and extra:
                 headers.append((b"x-prioqueue-upstream-status", str(status).encode()))
                 status = 502
@@ -393,17 +445,26 @@ class Gateway:
             # one (SSE, chunked), every chunk goes out as it comes and an empty one ends it.
             length = response.headers.get("content-length", "")
             left = int(length) if length.isdigit() else -1
-            async for chunk in response.aiter_raw():
+            content = response.content
+            while True:
+                chunk = await content.readany()
+                if not chunk:
+                    break
                 left -= len(chunk)
                 if left == 0:
+                    complete = True
                     flight.done = True
                     await send({"type": "http.response.body", "body": chunk})
                     return status
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            complete = True
             flight.done = True
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            await response.aclose()
+            if complete:
+                response.release()
+            else:
+                response.close()
         return status
 
     async def _read_body(self, receive: Receive, limit: int) -> bytes | None:
@@ -534,17 +595,13 @@ class Gateway:
 
     def _build(
         self, scope: Scope, headers: list[tuple[bytes, bytes]], body: bytes, job_id: str
-    ) -> httpx.Request:
-        client = self.client
-        assert client is not None, "the gateway was not started (lifespan)"
+    ) -> _Request:
         forwarded = request_headers(
             headers,
             extra=[(b"x-prioqueue-job", job_id.encode())],
             authorization=self._authorization,
         )
-        return client.build_request(
-            scope["method"], self._url(scope), headers=forwarded, content=body
-        )
+        return scope["method"], self._url(scope), forwarded, body
 
     def _remember(self, record: dict[str, Any], grant: Grant | None) -> None:
         limit = self.config.job_history
@@ -564,6 +621,11 @@ class Gateway:
             UnknownJob: The job is neither queued, running nor remembered.
         """
         return _observe.explain(self, job_id)
+
+
+_Request = tuple[str, "URL", list[tuple[str, str]], Any]
+"""What :meth:`Gateway._forward` sends: method, URL, headers and body (bytes, an async
+iterator of bytes, or None)."""
 
 
 class _TooLarge(Exception):
