@@ -23,7 +23,7 @@ import bisect
 import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import attrs
 
@@ -36,9 +36,8 @@ if TYPE_CHECKING:
 __all__: list[str] = []  # private module
 
 
-@attrs.frozen
-class DispatchRecord:
-    """One remembered dispatch (private)."""
+class DispatchRecord(NamedTuple):
+    """One remembered dispatch (private; a named tuple because one is made per dispatch)."""
 
     at: float
     job: Job

@@ -604,28 +604,15 @@ class SizeOneDispatcher:
             seconds = self._lease_for(job)
             lease = Lease(granted_at=t, seconds=seconds)
         aging = (t - lane.s) / self._divisor
-        score = ScoreBreakdown(
-            band=job.priority,
-            tier_bonus=lane.head().job.tier_bonus,
-            swap_affinity=aff,
-            aging=aging,
-        )
+        # Positional arguments: band, tier_bonus, swap_affinity, aging (the hot path).
+        score = ScoreBreakdown(job.priority, lane.head().job.tier_bonus, aff, aging)
         level = self._levels[job.priority]
         if self._track:
             self._count_reorders(level, job, lane, resident)
         swap = job.model is not None and job.model != resident
-        grant = Grant(
-            job=job,
-            score=score,
-            lease=lease,
-            granted_at=t,
-            attempt=entry.attempt,
-            waited=t - job.arrival,
-            swap=swap,
-        )
-        self._history.append(
-            DispatchRecord(at=t, job=job, score=score, resident=resident, lane_s=lane.s)
-        )
+        # Positional: job, score, lease, granted_at, attempt, waited, swap.
+        grant = Grant(job, score, lease, t, entry.attempt, t - job.arrival, swap)
+        self._history.append(DispatchRecord(t, job, score, resident, lane.s))
         # State changes start here; nothing below can fail.
         entry.state = RUNNING
         entry.granted_at = t

@@ -185,8 +185,9 @@ class ScoringConfig:
 
 
 def _breakdown_term(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value.__class__ is float and 0.0 <= value < _INF:
-        return  # the common case, checked first: one dispatch builds one breakdown
+    cls = value.__class__
+    if (cls is float or cls is int) and 0 <= value < _INF:  # type: ignore[operator]
+        return  # the common case, checked first: every dispatch builds one breakdown
     if not _is_real(value) or not 0 <= value < _INF:
         raise ValueError(f"{attribute.name} must be a finite number >= 0, got {value!r}")
 
