@@ -363,7 +363,7 @@ class Gateway:
         """Return the upstream URL of a request: its raw path and query, kept encoded.
 
         Bytes a URL may not hold are percent-encoded and ``.``/``..`` segments removed (as
-        the previous client, httpx, did); everything else goes out as the client sent it.
+        common HTTP clients do); everything else goes out as the client sent it.
         """
         from yarl import URL  # with aiohttp; imported when used, like the client
 

@@ -21,6 +21,7 @@ makes a variant, so several divisors can run side by side on the same arrivals.
 
 from __future__ import annotations
 
+import abc
 import heapq
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -153,8 +154,11 @@ class _Expired:
         self.requeued = requeued
 
 
-class _Baseline:
-    """Shared bookkeeping of the baselines: jobs by id, the running job and its lease."""
+class _Baseline(abc.ABC):
+    """Shared bookkeeping of the baselines: jobs by id, the running job and its lease.
+
+    Subclasses decide the order: ``_push`` files a job, ``_pop`` takes the next one.
+    """
 
     def __init__(self, lease_for: Callable[[Any], float] | None = None) -> None:
         self._jobs: dict[str, _Job] = {}
@@ -167,11 +171,13 @@ class _Baseline:
     def __len__(self) -> int:
         return self._queued
 
-    def _push(self, job: _Job, *, requeue: bool) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _push(self, job: _Job, *, requeue: bool) -> None:
+        """File a queued job (at the head of its queue when ``requeue``)."""
 
-    def _pop(self) -> _Job | None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _pop(self) -> _Job | None:
+        """Take the next job to run, or None when none is queued."""
 
     def submit(
         self,
