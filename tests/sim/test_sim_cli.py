@@ -234,3 +234,4 @@ def test_rich_output_and_progress(capsys: pytest.CaptureFixture[str]) -> None:
     assert "prioqueue" in text
     assert render.duration(None) == "-"
     assert render.duration(7200) == "2.0h"
+    assert render.duration(1.2e10) == "unbounded"  # the no-aging ablation's fairness bound

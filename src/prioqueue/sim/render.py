@@ -39,8 +39,14 @@ class Table:
     left: int = 1
 
 
+_YEAR = 365 * 86_400.0
+
+
 def duration(seconds: float | None) -> str:
     """Format seconds for people: ``12.3s``, ``4.2m`` or ``3.1h`` (``-`` for None).
+
+    Durations of a year or more (e.g. the fairness bound of the ``no-aging`` ablation, whose
+    divisor is 1e9) read ``unbounded``: no run lasts that long, so the number means nothing.
 
     Args:
         seconds: A duration, or None.
@@ -50,6 +56,8 @@ def duration(seconds: float | None) -> str:
     """
     if seconds is None:
         return "-"
+    if abs(seconds) >= _YEAR:
+        return "unbounded"
     if abs(seconds) < 90:
         return f"{seconds:.1f}s"
     if abs(seconds) < 90 * 60:
