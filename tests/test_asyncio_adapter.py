@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import pytest
 
 import prioqueue.asyncio as pa
-from prioqueue._errors import DuplicateJob, PrioqueueError, QueueFull, UnknownJob
+from prioqueue._errors import DuplicateJob, LeaseError, PrioqueueError, QueueFull, UnknownJob
 from prioqueue.asyncio import AsyncDispatcher, DispatcherClosed, JobCancelled, QueueTimeout
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.records import Expired, Grant
@@ -647,7 +647,9 @@ def test_a_job_whose_lease_cannot_be_computed_fails_its_waiter_only() -> None:
         await settle()
         release.set()
         results = await asyncio.gather(task, bad, good, return_exceptions=True)
-        assert isinstance(results[1], ValueError)
+        assert isinstance(results[1], LeaseError)
+        assert results[1].job_id == "bad"
+        assert isinstance(results[1].__cause__, ValueError)
         assert rec.order == ["blocker", "good"]
         assert "bad" not in gate.dispatcher
         assert gate._timer is None

@@ -20,6 +20,7 @@ from prioqueue._errors import (
     ConfigError,
     DuplicateJob,
     InvalidState,
+    LeaseError,
     LeaseExpired,
     PrioqueueError,
     QueueFull,
@@ -751,8 +752,10 @@ def test_lease_for_that_raises_leaves_the_dispatcher_unchanged() -> None:
     d = make(lease_for=flaky)
     d.submit("j", member="m", model="sdxl", now=0)
     before = d.stats(now=5)
-    with pytest.raises(RuntimeError, match="lease service down"):
+    with pytest.raises(LeaseError, match="lease_for raised for job 'j'") as info:
         d.dispatch(5)
+    assert info.value.job_id == "j"
+    assert isinstance(info.value.__cause__, RuntimeError)
     assert calls == ["j"]
     assert d.state("j") == "queued"
     assert d.running is None
@@ -768,10 +771,11 @@ def test_lease_for_that_raises_leaves_the_dispatcher_unchanged() -> None:
     assert d.stats(now=6).swaps == 1
 
 
-def test_lease_for_returning_an_invalid_length_leaves_the_dispatcher_unchanged() -> None:
-    d = make(lease_for=lambda job: 0.0)
+@pytest.mark.parametrize("bad", [0.0, -5, INF, NAN, None, True, "60"])
+def test_lease_for_returning_an_invalid_length_leaves_the_dispatcher_unchanged(bad: Any) -> None:
+    d = make(lease_for=lambda job: bad)
     d.submit("j", member="m", now=0)
-    with pytest.raises(ValueError, match="seconds must be > 0"):
+    with pytest.raises(LeaseError, match=r"lease_for returned .* for job 'j'; a lease must be"):
         d.dispatch(1)
     assert d.state("j") == "queued"
     assert d.stats(now=1).dispatched == 0
@@ -950,12 +954,12 @@ def test_virtual_start_never_exceeds_now() -> None:
     assert explanation.score.aging == 0.0
 
 
-@pytest.mark.parametrize("bad", [-1.0, NAN, INF])
-def test_a_bad_charge_from_a_callable_raises_and_keeps_the_job_running(bad: float) -> None:
+@pytest.mark.parametrize("bad", [-1.0, NAN, INF, None, "5", True])
+def test_a_bad_charge_from_a_callable_raises_and_keeps_the_job_running(bad: Any) -> None:
     d = make(charge=lambda job, runtime: bad)
     d.submit("j", member="m", now=0)
     grant_of(d, 0)
-    with pytest.raises(ValueError, match=r"the charge model returned .*; charges must be >= 0"):
+    with pytest.raises(ValueError, match=r"the charge model returned .* for job 'j'; a charge"):
         d.complete("j", now=10)
     assert d.state("j") == "running"
     assert d.stats(now=10).completed == 0

@@ -39,6 +39,7 @@ EXPECTED = {
     "JobState",
     "Lease",
     "LeaseCalculator",
+    "LeaseError",
     "LeaseExpired",
     "LeaseExplanation",
     "LevelStats",

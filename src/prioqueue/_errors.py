@@ -12,6 +12,7 @@ __all__ = [
     "ConfigError",
     "DuplicateJob",
     "InvalidState",
+    "LeaseError",
     "LeaseExpired",
     "PrioqueueError",
     "QueueFull",
@@ -44,6 +45,22 @@ class InvalidState(PrioqueueError, RuntimeError):
 
 class LeaseExpired(InvalidState):
     """A job was completed after its lease deadline; ``expire()`` owns it now."""
+
+
+class LeaseError(PrioqueueError):
+    """A dispatcher's ``lease_for`` raised, or returned no usable lease, for the job it granted.
+
+    The dispatcher is unchanged (the job is still queued); the caller decides whether to cancel
+    the job or fix ``lease_for`` and dispatch again. The original exception, if any, is the
+    ``__cause__``.
+
+    Attributes:
+        job_id: The job whose lease could not be computed.
+    """
+
+    def __init__(self, message: str, *, job_id: str) -> None:
+        super().__init__(message)
+        self.job_id = job_id
 
 
 class QueueFull(PrioqueueError):

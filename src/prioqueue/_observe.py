@@ -7,6 +7,7 @@ which changes nothing observable). See ``_forecast`` for the dry run behind fore
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from heapq import heappop
 from typing import TYPE_CHECKING
 
@@ -29,22 +30,36 @@ if TYPE_CHECKING:
 __all__: list[str] = []  # private module
 
 
-def expected_runtime(d: SizeOneDispatcher, job: Job) -> float | None:
-    if job.estimate is not None:
-        return job.estimate
-    recent = d._recent
-    if not recent:
-        return None
-    same = [runtime for _, runtime, model in recent if model == job.model]
-    pool = same or [runtime for _, runtime, _ in recent]
-    return sum(pool) / len(pool)
+def runtime_estimator(d: SizeOneDispatcher) -> Callable[[Job], float | None]:
+    """Return ``job -> expected runtime`` (its estimate, else a recent mean, else None).
+
+    The recent mean is that of the job's model, else of all jobs; the means are computed once
+    here, not once per job. O(64).
+    """
+    sums: dict[str | None, list[float]] = {}
+    for _, runtime, model in d._recent:
+        total = sums.setdefault(model, [0.0, 0.0])
+        total[0] += runtime
+        total[1] += 1
+    means = {model: total / count for model, (total, count) in sums.items()}
+    count = sum(c for _, c in sums.values())
+    overall = sum(t for t, _ in sums.values()) / count if count else None
+
+    def expected(job: Job) -> float | None:
+        if job.estimate is not None:
+            return job.estimate
+        return means.get(job.model, overall)
+
+    return expected
 
 
-def _busy_until(d: SizeOneDispatcher, now: float) -> float | None:
+def _busy_until(
+    d: SizeOneDispatcher, now: float, estimate: Callable[[Job], float | None]
+) -> float | None:
     entry = d._running
     if entry is None:
         return now
-    expected = expected_runtime(d, entry.job)
+    expected = estimate(entry.job)
     if expected is None:
         return None
     return max(now, entry.granted_at + expected)
@@ -62,23 +77,24 @@ def lane_score(d: SizeOneDispatcher, lane: _Lane, now: float) -> float:
 def predict(
     d: SizeOneDispatcher, now: float, *, stop_at: _Entry | None, limit: int | None
 ) -> list[Predicted]:
-    backlogged = {id(lane): lane for lane in d._lanes.values() if lane.live}
+    backlogged = [lane for lane in d._lanes.values() if lane.live]
+    estimate = runtime_estimator(d)
     pending = None
     running = d._running
     if running is not None:
-        expected = expected_runtime(d, running.job)
+        expected = estimate(running.job)
         elapsed = max(0.0, now - running.granted_at)
         runtime = elapsed if expected is None else max(expected, elapsed)
         pending = (running.lane, float(d._charge(running.job, runtime)))
     return forecast_order(
-        backlogged.values(),
+        backlogged,
         now=now,
-        busy_until=_busy_until(d, now),
+        busy_until=_busy_until(d, now, estimate),
         pending=pending,
         resident=d._resident,
         divisor=d._divisor,
         affinity=d._affinity,
-        runtime=lambda job: expected_runtime(d, job),
+        runtime=estimate,
         charge=d._charge,
         fair_share=d._fair_share,
         stop_at=stop_at,

@@ -51,7 +51,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from prioqueue._errors import LeaseExpired, PrioqueueError
+from prioqueue._errors import LeaseError, LeaseExpired, PrioqueueError
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.records import Expired, Explanation, Grant, Stats, Ticket
 
@@ -196,8 +196,9 @@ class Turn:
             asyncio.CancelledError: The waiting task was cancelled; the job was removed
                 (or, when the grant arrived in the same instant, released at once).
             RuntimeError: The turn was already entered.
-            Exception: Everything :meth:`submit` raises, at once, without waiting; and
-                whatever ``lease_for`` raised for this job when it won (it was removed).
+            LeaseError: ``lease_for`` failed for this job when it won (it was removed); the
+                original exception is the ``__cause__``.
+            Exception: Everything :meth:`submit` raises, at once, without waiting.
         """
         if self._entered:
             raise RuntimeError(f"turn {self.job_id!r} was already entered")
@@ -461,7 +462,7 @@ class AsyncDispatcher:
             resident = d.resident_model
             try:
                 grant = d.dispatch(now)
-            except Exception as exc:  # lease_for failed; the dispatcher is unchanged
+            except LeaseError as exc:  # lease_for failed; the dispatcher is unchanged
                 self._drop_unleasable(exc, now)
                 continue
             if grant is None:
@@ -485,19 +486,12 @@ class AsyncDispatcher:
             break
         self._arm()
 
-    def _drop_unleasable(self, exc: Exception, now: float) -> None:
-        """Remove the job whose ``lease_for`` raised and fail its waiter with the error.
+    def _drop_unleasable(self, exc: LeaseError, now: float) -> None:
+        """Remove the job whose lease could not be computed and fail its waiter with the error.
 
-        The job is the one named by the exception's ``job_id`` attribute when it has one,
-        else the head of ``forecast()`` (the dispatcher's predicted winner). Without this, a
-        job whose lease cannot be computed would block the resource for good.
+        Without this, a job whose lease cannot be computed would block the resource for good.
         """
-        job_id = getattr(exc, "job_id", None)
-        if not isinstance(job_id, str) or job_id not in self._d:
-            ahead = self._d.forecast(now=now, limit=1)
-            if not ahead:  # pragma: no cover - dispatch only calls lease_for for a winner
-                raise exc
-            job_id = ahead[0].job_id
+        job_id = exc.job_id
         self._d.cancel(job_id, now=now)
         turn = self._waiters.pop(job_id, None)
         if turn is None:

@@ -36,6 +36,7 @@ from prioqueue._errors import (
     ConfigError,
     DuplicateJob,
     InvalidState,
+    LeaseError,
     LeaseExpired,
     QueueFull,
     UnknownJob,
@@ -178,18 +179,13 @@ class SizeOneDispatcher:
             bounds = tuple(finite("wait_buckets", b) for b in wait_buckets)
         except (TypeError, ValueError):
             bounds = ()
-        if (
-            not bounds
-            or any(not math.isfinite(b) or b <= 0 for b in bounds)
-            or any(a >= b for a, b in itertools.pairwise(bounds))
-        ):
+        if not bounds or bounds[0] <= 0 or any(a >= b for a, b in itertools.pairwise(bounds)):
             raise ConfigError(
                 f"wait_buckets must be finite positive bounds in increasing order, "
                 f"got {wait_buckets!r}"
             )
         self._scorer = scorer
         self._policy = policy
-        self._charge_model = charge
         self._charge = charge_function(charge)
         self._lease_for = lease_for
         self._max_queued = limit("max_queued", max_queued)
@@ -203,12 +199,7 @@ class SizeOneDispatcher:
         self._divisor = d
         window = config.max_affinity * d
         self._window = window
-        graded = dict(config.affinity_by_model)
-        default_affinity = config.max_affinity
-
-        def affinity(model: str) -> float:
-            return graded.get(model, default_affinity)
-
+        affinity = scorer.affinity
         self._affinity = affinity
         self._ranking = _Ranking(_lanes.REAL, d, affinity, window)
         # The counterfactual rankings behind the reorder counts: without aging, without the
@@ -585,7 +576,8 @@ class SizeOneDispatcher:
 
         Raises:
             ValueError: ``now`` is not finite or goes backwards.
-            Exception: Whatever ``lease_for`` raises; the dispatcher is then unchanged.
+            LeaseError: ``lease_for`` raised or returned no positive finite number of
+                seconds; the dispatcher is unchanged and the error names the job.
 
         Complexity: amortised O(log n + M) (times 4 with ``track_reorders``).
         """
@@ -599,10 +591,7 @@ class SizeOneDispatcher:
             return None
         lane, entry, aff = best
         job = entry.job
-        lease = None
-        if self._lease_for is not None:
-            seconds = self._lease_for(job)
-            lease = Lease(granted_at=t, seconds=seconds)
+        lease = None if self._lease_for is None else self._lease(job, t)
         aging = (t - lane.s) / self._divisor
         # Positional arguments: band, tier_bonus, swap_affinity, aging (the hot path).
         score = ScoreBreakdown(job.priority, lane.head().job.tier_bonus, aff, aging)
@@ -631,6 +620,28 @@ class SizeOneDispatcher:
         self._totals["dispatched"] += 1
         return grant
 
+    def _lease(self, job: Job, t: float) -> Lease:
+        """Size the winner's lease; any failure becomes a ``LeaseError`` naming the job."""
+        assert self._lease_for is not None
+        try:
+            seconds = self._lease_for(job)
+        except Exception as exc:
+            raise LeaseError(
+                f"lease_for raised for job {job.id!r}: {exc!r}; the job is still queued",
+                job_id=job.id,
+            ) from exc
+        if (
+            not isinstance(seconds, (int, float))
+            or isinstance(seconds, bool)
+            or not 0 < seconds < math.inf
+        ):
+            raise LeaseError(
+                f"lease_for returned {seconds!r} for job {job.id!r}; a lease must be a finite "
+                "number of seconds > 0; the job is still queued",
+                job_id=job.id,
+            )
+        return Lease(granted_at=t, seconds=seconds)
+
     def _count_reorders(self, level: _Level, job: Job, lane: _Lane, resident: str | None) -> None:
         counts = level.reorders
         # Without affinity: the real ranking's main heap, each lane offering its head.
@@ -648,9 +659,14 @@ class SizeOneDispatcher:
     def _finish(self, entry: _Entry, runtime: float, now: float) -> float:
         """Free the resource from a running entry and charge its lane. Returns the charge."""
         job = entry.job
-        charge = float(self._charge(job, runtime))
-        if not math.isfinite(charge) or charge < 0:
-            raise ValueError(f"the charge model returned {charge!r}; charges must be >= 0")
+        value = self._charge(job, runtime)
+        charge = value if isinstance(value, (int, float)) and not isinstance(value, bool) else -1
+        if not 0 <= charge < math.inf:
+            raise ValueError(
+                f"the charge model returned {value!r} for job {job.id!r}; a charge must be a "
+                "finite number of seconds >= 0"
+            )
+        charge = float(charge)
         lane = entry.lane
         entry.state = GONE
         del self._entries[job.id]

@@ -44,7 +44,14 @@ from typing import Any
 
 import attrs
 
-from prioqueue._errors import DuplicateJob, InvalidState, LeaseExpired, QueueFull, UnknownJob
+from prioqueue._errors import (
+    DuplicateJob,
+    InvalidState,
+    LeaseError,
+    LeaseExpired,
+    QueueFull,
+    UnknownJob,
+)
 from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
 from prioqueue.lease import Lease
 from prioqueue.priority import PriorityPolicy
@@ -419,7 +426,7 @@ class ReferenceDispatcher:
                 return None
             win = min(offers, key=lambda o: (-self._key(o), o.s, o.job.seq))
             job = win.job
-            lease = None if self._lease_for is None else Lease(now, self._lease_for(job))
+            lease = None if self._lease_for is None else self._lease(job, now)
             attempt = self._attempts.get(job.seq, 0) + 1
             swap = job.model is not None and job.model != self._resident
             grant = Grant(
@@ -698,6 +705,23 @@ class ReferenceDispatcher:
         fair = min(rows, key=lambda row: row[:3])[3]
         return {"aging": aging.job, "affinity": affinity.job, "tier": tier.job, "fair_share": fair}
 
+    def _lease(self, job: Job, now: float) -> Lease:
+        """The winner's lease; ``LeaseError`` (naming the job) when ``lease_for`` fails."""
+        assert self._lease_for is not None
+        try:
+            seconds = self._lease_for(job)
+        except Exception as exc:
+            raise LeaseError(
+                f"lease_for raised for job {job.id!r}: {exc!r}", job_id=job.id
+            ) from exc
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not 0 < seconds < math.inf
+        ):
+            raise LeaseError(f"lease_for returned {seconds!r} for job {job.id!r}", job_id=job.id)
+        return Lease(now, seconds)
+
     def _finish(self, job: Job, runtime: float, now: float) -> float:
         """Free the resource from the running job and charge its lane; return the charge.
 
@@ -709,11 +733,17 @@ class ReferenceDispatcher:
         elif self._charge == "estimate":
             charge = runtime if job.estimate is None else job.estimate
         elif callable(self._charge):
-            charge = float(self._charge(job, runtime))
+            charge = self._charge(job, runtime)
         else:
             charge = float(self._charge)
+        if isinstance(charge, bool) or not isinstance(charge, (int, float)):
+            charge = math.nan
         if not (math.isfinite(charge) and charge >= 0):
-            raise ValueError(f"the charge model returned {charge!r}; charges must be >= 0")
+            raise ValueError(
+                f"the charge model returned {charge!r} for job {job.id!r}; a charge must be a "
+                "finite number of seconds >= 0"
+            )
+        charge = float(charge)
         self._running = None
         del self._attempts[job.seq]
         self._runtimes.append(runtime)
