@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,13 +37,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser: The subcommand's parser.
     """
     parser.epilog = (
-        "policies: fifo, strict, prioqueue, no-aging, no-affinity, no-fair-share; a policy can "
-        "take parameters: --policy prioqueue:divisor=30 --policy prioqueue:divisor=120. "
-        "See docs/simulator.md for the trace format and the JSON schema."
+        "Without --scenario or --trace, runs film-night, two-films and overload and opens with "
+        "a verdict. policies: fifo, strict, prioqueue (default) and the ablations no-aging, "
+        "no-affinity, no-fair-share (--ablations); a policy can take parameters: "
+        "--policy prioqueue:divisor=30. Sweep a parameter: --sweep divisor=30,60,120,240 "
+        "--seeds 5. See docs/simulator.md for the trace format and the JSON schema."
     )
     source = parser.add_argument_group("workload")
     source.add_argument(
-        "--scenario", help="built-in scenario (default film-night; see --list-scenarios)"
+        "--scenario",
+        help="built-in scenario (default: the film-night, two-films, overload suite; "
+        "see --list-scenarios)",
     )
     source.add_argument("--list-scenarios", action="store_true", help="list scenarios and exit")
     source.add_argument("--seed", type=int, help="RNG seed of the scenario or converter (1)")
@@ -58,7 +63,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--trace-format",
         choices=("auto", "csv", "jsonl", "azure"),
         default="auto",
-        help="trace format (auto: by suffix; azure: an Azure LLM inference 2023 CSV)",
+        help="trace format (auto: by suffix and header, recognising the Azure LLM inference "
+        "2023 CSV; azure: force that converter)",
+    )
+    source.add_argument(
+        "--horizon",
+        type=float,
+        metavar="HOURS",
+        help="stop the clock after HOURS (0: run until every job has left); jobs still queued "
+        "count as unfinished (default: the scenario's, none for traces)",
     )
     source.add_argument(
         "--load-seconds",
@@ -78,7 +91,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="SPEC",
-        help="policy to compare, KIND[:key=value,...]; repeatable (default: all six)",
+        help="policy to compare, KIND[:key=value,...]; repeatable (default: fifo, strict, "
+        "prioqueue)",
+    )
+    policy.add_argument(
+        "--ablations",
+        action="store_true",
+        help="add no-aging, no-affinity and no-fair-share to the policies",
+    )
+    policy.add_argument(
+        "--sweep",
+        metavar="KEY=V1,V2,...",
+        help="run prioqueue (or the one --policy given) once per value of a dispatcher "
+        "parameter (divisor, spacing, affinity, charge, fair_share) over --seeds seeds",
+    )
+    policy.add_argument(
+        "--seeds", type=int, metavar="N", help="seeds of a sweep: --seed, --seed+1, ... (5)"
     )
     policy.add_argument("--config", metavar="FILE", help="TOML file of settings (see docs)")
     policy.add_argument("--aging-divisor", type=float, help="seconds per aging point (60)")
@@ -101,13 +129,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     policy.add_argument("--charge", help="fair-share charge: runtime, estimate or SECONDS")
     output = parser.add_argument_group("output")
     output.add_argument("--json", metavar="FILE", help="write the report as JSON ('-': stdout)")
-    output.add_argument("--plot", metavar="DIR", help="write PNG charts (needs the plot extra)")
+    output.add_argument(
+        "--plot",
+        metavar="DIR",
+        help="write PNG charts: wait CDFs, GPU timeline, service gap; a sweep's frontier "
+        "(needs the plot extra)",
+    )
     output.add_argument("--plain", action="store_true", help="plain text even on a terminal")
-    output.add_argument("--no-progress", action="store_true", help="no progress bar")
+    output.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (shown on stderr, on a terminal)",
+    )
 
 
 class _UsageError(Exception):
     """Bad usage: exit status 2."""
+
+
+_EXAMPLES = {
+    "--param": "hours=6",
+    "--load-seconds": "image=30",
+    "--tier-bonus": "pro=1",
+    "--affinity": "video=10",
+}
 
 
 def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
@@ -115,7 +160,10 @@ def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise _UsageError(f"{flag} expects KEY=VALUE, got {item!r}")
+            raise _UsageError(
+                f"{flag} expects KEY=VALUE (e.g. {flag} {_EXAMPLES.get(flag, 'key=1')}), "
+                f"got {item!r}"
+            )
         result[key.strip()] = value.strip()
     return result
 
@@ -182,12 +230,14 @@ def _base_params(args: argparse.Namespace, config: Mapping[str, Any]) -> PolicyP
 
 
 def _specs(args: argparse.Namespace, config: Mapping[str, Any]) -> list[PolicySpec]:
-    from prioqueue.sim.policies import DEFAULT_POLICIES, parse_spec
+    from prioqueue.sim.policies import ABLATIONS, DEFAULT_POLICIES, parse_spec
 
     base = _base_params(args, config)
     written = args.policy or config.get("policies") or list(DEFAULT_POLICIES)
     if not isinstance(written, list) or not all(isinstance(s, str) for s in written):
         raise _UsageError("policies must be a list of strings")
+    if args.ablations:
+        written = [*written, *(a for a in ABLATIONS if a not in written)]
     specs = [parse_spec(spec, base) for spec in written]
     labels = [spec.label for spec in specs]
     duplicates = sorted({label for label in labels if labels.count(label) > 1})
@@ -196,7 +246,10 @@ def _specs(args: argparse.Namespace, config: Mapping[str, Any]) -> list[PolicySp
     return specs
 
 
-def _workload(args: argparse.Namespace, config: Mapping[str, Any]) -> tuple[Workload, str]:
+def _workloads(args: argparse.Namespace, config: Mapping[str, Any]) -> list[tuple[Workload, str]]:
+    """The workloads to run: a trace, one scenario, or the default suite."""
+    import attrs
+
     from prioqueue.sim import scenarios, traces
 
     params: dict[str, Any] = dict(config.get("params", {}))
@@ -204,22 +257,37 @@ def _workload(args: argparse.Namespace, config: Mapping[str, Any]) -> tuple[Work
     seed = args.seed if args.seed is not None else int(config.get("seed", 1))
     loads = _numbers(dict(config.get("load_seconds", {})), "load_seconds")
     loads.update(_numbers(_pairs(args.load_seconds, "--load-seconds"), "model"))
+    horizon = args.horizon
+    if horizon is not None and not (0 <= horizon < float("inf")):
+        raise _UsageError(f"--horizon must be a number of hours >= 0, got {horizon!r}")
     if args.trace:
         if args.scenario:
             raise _UsageError("give either --scenario or --trace, not both")
         workload = traces.read_trace(
             args.trace, fmt=args.trace_format, seed=seed, load_seconds=loads, params=params
         )
-        if args.trace_format == "azure" or workload.params.get("format") == "azure":
+        if workload.params.get("format") == "azure":
             print(f"trace data: {traces.AZURE_ATTRIBUTION}", file=sys.stderr)
-        return workload, args.trace
-    name = args.scenario or config.get("scenario") or scenarios.DEFAULT_SCENARIO
-    workload = scenarios.build(str(name), seed=seed, **params)
-    if loads:
-        import attrs
-
-        workload = attrs.evolve(workload, load_seconds={**workload.load_seconds, **loads})
-    return workload, "built-in"
+        found = [(workload, str(args.trace))]
+    else:
+        name = args.scenario or config.get("scenario")
+        names = [str(name)] if name else list(scenarios.DEFAULT_SUITE)
+        if params and not name:
+            raise _UsageError(
+                "--param applies to one scenario: give --scenario NAME (see --list-scenarios)"
+            )
+        found = []
+        for one in names:
+            workload = scenarios.build(one, seed=seed, **params)
+            if loads:
+                workload = attrs.evolve(workload, load_seconds={**workload.load_seconds, **loads})
+            found.append((workload, "built-in"))
+    if horizon is not None:
+        found = [
+            (attrs.evolve(w, horizon=horizon * 3600.0 if horizon > 0 else None), source)
+            for w, source in found
+        ]
+    return found
 
 
 def _check_tiers(workload: Workload, specs: Sequence[PolicySpec]) -> None:
@@ -241,20 +309,28 @@ def _run_all(
 ) -> list[RunResult]:
     from prioqueue.sim.engine import simulate
 
+    horizon = workload.horizon
     if not show:
-        return [simulate(workload, spec, lease_factor=lease_factor) for spec in specs]
+        return [
+            simulate(workload, spec, lease_factor=lease_factor, horizon=horizon) for spec in specs
+        ]
+    from rich.console import Console
     from rich.progress import Progress
 
     total = len(workload.arrivals)
     results = []
-    with Progress(transient=True) as bar:
+    with Progress(console=Console(stderr=True), transient=True) as bar:
         for spec in specs:
-            task = bar.add_task(spec.label, total=total)
+            task = bar.add_task(f"{workload.name}: {spec.label}", total=total)
 
             def advance(done: int, task: Any = task) -> None:
                 bar.update(task, completed=done)
 
-            results.append(simulate(workload, spec, lease_factor=lease_factor, progress=advance))
+            results.append(
+                simulate(
+                    workload, spec, lease_factor=lease_factor, horizon=horizon, progress=advance
+                )
+            )
     return results
 
 
@@ -326,39 +402,109 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def _run(args: argparse.Namespace) -> int:
-    from prioqueue.sim import report as metrics
+def _list_scenarios() -> None:
     from prioqueue.sim import scenarios
 
+    for scenario in scenarios.SCENARIOS.values():
+        print(f"{scenario.name}: {scenario.summary}")
+        for key, value in scenario.defaults.items():
+            unit = scenarios.UNITS.get(key, "")
+            print(f"    {key}={value:g}  ({unit})" if unit else f"    {key}={value:g}")
+
+
+def _plot_module() -> Any:
+    """Import the chart module now, before any simulation, or fail with the install hint."""
+    try:
+        from prioqueue.sim import plot
+    except ImportError as exc:
+        hint = "pip install 'prioqueue-lanes[plot]'"
+        raise _Failure(f"--plot needs the optional extra 'plot': {hint} ({exc})") from None
+    return plot
+
+
+def _run(args: argparse.Namespace) -> int:
+    from prioqueue.sim import report as metrics
+
     if args.list_scenarios:
-        for scenario in scenarios.SCENARIOS.values():
-            params = " ".join(f"{k}={v}" for k, v in scenario.defaults.items())
-            print(f"{scenario.name}: {scenario.summary}\n    {params}")
+        _list_scenarios()
         return 0
+    plot = _plot_module() if args.plot else None
     config = _load_toml(args.config) if args.config else {}
-    specs: list[PolicySpec] = _guard(lambda: _specs(args, config))
-    workload, source = _guard(lambda: _workload(args, config))
-    _guard(lambda: _check_tiers(workload, specs))
     lease = args.lease_factor if args.lease_factor is not None else config.get("lease_factor", 3.0)
     if not isinstance(lease, (int, float)) or not lease >= 1:
         raise _UsageError(f"--lease-factor must be a number >= 1, got {lease!r}")
-    if not workload.arrivals:
-        raise _Failure("the workload has no jobs")
-    results = _run_all(workload, specs, float(lease), _show_progress(args))
+    if args.sweep:
+        return _run_sweep(args, config, float(lease), plot)
+    specs: list[PolicySpec] = _guard(lambda: _specs(args, config))
+    found: list[tuple[Workload, str]] = _guard(lambda: _workloads(args, config))
     base = _base_params(args, config)
-    report = metrics.build_report(workload, results, base=base, source=source)
+    show = _show_progress(args)
+    reports: list[dict[str, Any]] = []
+    runs: list[list[RunResult]] = []
+    for workload, source in found:
+        _guard(partial(_check_tiers, workload, specs))
+        if not workload.arrivals:
+            raise _Failure(f"{workload.name}: the workload has no jobs")
+        results = _run_all(workload, specs, float(lease), show)
+        runs.append(results)
+        reports.append(metrics.build_report(workload, results, base=base, source=source))
+    report: dict[str, Any] = reports[0] if len(reports) == 1 else {"scenarios": reports}
+    _emit(report, args)
+    if plot is not None:
+        written: list[Path] = []
+        for results, one in zip(runs, reports, strict=True):
+            target = Path(args.plot)
+            if len(reports) > 1:
+                target = target / one["scenario"]["name"]
+            written += _guard(partial(plot.write_charts, results, one, target, base=base))
+        print(f"wrote {len(written)} charts to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _emit(report: Mapping[str, Any], args: argparse.Namespace) -> None:
     if args.json == "-":
         _write_json(report, "-")
     else:
         _print_report(report, args)
         if args.json:
             _guard(lambda: _write_json(report, args.json))
-    if args.plot:
-        try:
-            from prioqueue.sim import plot
-        except ImportError as exc:
-            hint = "pip install 'prioqueue-lanes[plot]'"
-            raise _Failure(f"--plot needs the optional extra 'plot': {hint} ({exc})") from None
-        written = _guard(lambda: plot.write_charts(results, report, Path(args.plot)))
-        print(f"wrote {len(written)} charts to {args.plot}", file=sys.stderr)
+
+
+def _run_sweep(args: argparse.Namespace, config: Mapping[str, Any], lease: float, plot: Any) -> int:
+    from prioqueue.sim import render, sweep
+
+    key, values = _guard(lambda: sweep.parse_sweep(args.sweep))
+    if len(args.policy) > 1:
+        raise _UsageError("--sweep varies one policy: give at most one --policy KIND")
+    policy = args.policy[0] if args.policy else "prioqueue"
+    seeds_n = 5 if args.seeds is None else args.seeds
+    if seeds_n < 1:
+        raise _UsageError(f"--seeds must be >= 1, got {seeds_n}")
+    first = args.seed if args.seed is not None else int(config.get("seed", 1))
+    seeds = list(range(first, first + seeds_n))
+    if args.trace:
+        raise _UsageError("--sweep runs a scenario over several seeds; it takes no --trace")
+    if not (args.scenario or config.get("scenario")):
+        args = argparse.Namespace(**{**vars(args), "scenario": "overload"})
+    base = _base_params(args, config)
+
+    def make(seed: int) -> Workload:
+        local = argparse.Namespace(**{**vars(args), "seed": seed})
+        workload, _ = _workloads(local, config)[0]
+        return workload
+
+    workload = _guard(lambda: make(seeds[0]))
+    result = _guard(
+        lambda: sweep.run_sweep(make, policy, key, values, seeds, base=base, lease_factor=lease)
+    )
+    out = {"scenario": workload.name, "params": dict(workload.params), **result}
+    if args.json == "-":
+        _write_json(out, "-")
+    else:
+        sys.stdout.write(render.render_sweep(out))
+        if args.json:
+            _guard(lambda: _write_json(out, args.json))
+    if plot is not None:
+        path = _guard(lambda: plot.write_frontier(out, Path(args.plot)))
+        print(f"wrote {path}", file=sys.stderr)
     return 0

@@ -15,6 +15,10 @@ Events, in the order they are handled at one instant:
    so a film submitted at once competes as a whole);
 5. the GPU, when free, asks the policy for the next job.
 
+The run ends when every job has left, or at the ``horizon`` when one is given: events at the
+horizon itself are still handled, and whatever is queued or running then is left as it is
+(``QUEUED`` or ``RUNNING``) so that the report can count it as unfinished work.
+
 A grant whose model differs from the loaded one pays the model's cold-load time first. Only
 one job runs, so the completion is a single variable; cancellations wait in a ``heapq``; the
 arrivals are already sorted. Each step is O(log n) plus the policy's own cost.
@@ -58,9 +62,11 @@ class RunResult:
     Attributes:
         spec: The policy.
         workload: The workload.
-        status: Final state of each job (``DONE``, ``CANCELLED`` or ``FAILED``).
+        status: Final state of each job (``DONE``, ``CANCELLED`` or ``FAILED``; with a
+            horizon also ``QUEUED`` or ``RUNNING`` for unfinished work and ``PENDING`` for a
+            job that arrives after it).
         start: Grant time of each job's last attempt, NaN when it never ran (or only hung).
-        end: Time each job left: completed, cancelled or failed.
+        end: Time each job left: completed, cancelled or failed (NaN while unfinished).
         load: Cold-load seconds paid by each job's last attempt.
         retries: ``(job, granted, expired, load)`` of every attempt whose lease ran out.
         swaps: Cold loads (grants whose model was not the loaded one).
@@ -72,6 +78,7 @@ class RunResult:
         events: Calls into the policy (submit, dispatch, complete, cancel, expire).
         wall_seconds: Real seconds the run took.
         reorders: The dispatcher's reorders by level and cause (empty for baselines).
+        horizon: The time the clock stopped when a horizon cut the run short, else None.
     """
 
     spec: PolicySpec
@@ -90,6 +97,12 @@ class RunResult:
     events: int = 0
     wall_seconds: float = 0.0
     reorders: dict[int, dict[str, int]] = attrs.field(factory=dict)
+    horizon: float | None = None
+
+    @property
+    def clock_end(self) -> float:
+        """The time the run ended: the horizon when one cut it short, else the makespan."""
+        return self.makespan if self.horizon is None else self.horizon
 
 
 def _lease_for(workload: Workload, factor: float) -> Callable[[Any], float]:
@@ -108,9 +121,12 @@ def simulate(
     spec: PolicySpec,
     *,
     lease_factor: float | None = 3.0,
+    horizon: float | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> RunResult:
     """Run ``workload`` through a fresh queue for ``spec`` until every job has left.
+
+    O((n + grants) log n) plus the policy's own cost per call.
 
     Args:
         workload: The arrivals (sorted by time) and the models' cold-load times.
@@ -118,16 +134,22 @@ def simulate(
         lease_factor: Leases last ``lease_factor * duration`` plus the slowest cold load
             (>= 1, so only a hanging job expires); None for no leases, when hanging jobs
             are treated as healthy.
+        horizon: Stop the clock at this many seconds (None: run until every job has left);
+            jobs still queued or running then stay unfinished.
         progress: Called now and then with the number of jobs that have left.
 
     Returns:
         The per-job outcomes and the GPU totals.
 
     Raises:
-        ValueError: ``lease_factor`` is below 1.
+        ValueError: ``lease_factor`` is below 1, or ``horizon`` is negative or not a number.
     """
     if lease_factor is not None and not lease_factor >= 1:
         raise ValueError(f"lease_factor must be >= 1, got {lease_factor!r}")
+    if horizon is not None and not (isinstance(horizon, (int, float)) and 0 <= horizon < math.inf):
+        raise ValueError(f"horizon must be a finite number of seconds >= 0, got {horizon!r}")
+    stop = math.inf if horizon is None else float(horizon)
+    cut = False
     began = time.perf_counter()
     arrivals = workload.arrivals
     n = len(arrivals)
@@ -174,6 +196,9 @@ def simulate(
         if cancels and cancels[0][0] < t:
             t = cancels[0][0]
         if t == inf:
+            break
+        if t > stop:
+            cut = True
             break
         if waiting_from >= 0:
             idle_waiting += t - waiting_from
@@ -273,6 +298,9 @@ def simulate(
     result.idle_waiting_seconds = idle_waiting
     result.lost_seconds = lost
     result.makespan = now
+    if cut:
+        result.horizon = stop
+        result.makespan = max((e for e in end if not math.isnan(e)), default=0.0)
     result.events = events
     result.reorders = reorder_counts(queue, now)
     result.wall_seconds = time.perf_counter() - began

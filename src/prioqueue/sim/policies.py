@@ -34,6 +34,7 @@ from prioqueue._errors import ConfigError, InvalidState, UnknownJob
 from prioqueue.scoring import DEFAULT_TIER_BONUSES, Scorer, ScoringConfig
 
 __all__ = [
+    "ABLATIONS",
     "BASELINES",
     "DEFAULT_POLICIES",
     "NO_AGING_DIVISOR",
@@ -53,7 +54,10 @@ NO_AGING_DIVISOR = 1e9
 
 BASELINES = ("fifo", "strict")
 POLICY_KINDS = ("fifo", "strict", "prioqueue", "no-aging", "no-affinity", "no-fair-share")
-DEFAULT_POLICIES = POLICY_KINDS
+DEFAULT_POLICIES = ("fifo", "strict", "prioqueue")
+"""What a report compares unless told otherwise: the two baselines and the full policy."""
+ABLATIONS = ("no-aging", "no-affinity", "no-fair-share")
+"""The full policy with one term switched off each (``--ablations``)."""
 
 _MAX_ATTEMPTS = 3
 

@@ -14,7 +14,18 @@ import attrs
 
 from prioqueue.priority import DEFAULT_ALIASES
 
-__all__ = ["Table", "duration", "render_plain", "render_rich", "tables"]
+__all__ = [
+    "Table",
+    "duration",
+    "render_plain",
+    "render_rich",
+    "render_sweep",
+    "reports_of",
+    "sweep_table",
+    "tables",
+    "verdict_lines",
+    "verdict_table",
+]
 
 _LEVEL_NAMES = {value: name for name, value in DEFAULT_ALIASES.items()}
 _MAX_MEMBERS = 20
@@ -100,30 +111,35 @@ def tables(report: Mapping[str, Any]) -> list[Table]:
             row = section["levels"].get(level)
             if row is None:
                 continue
+            floor = row["censored_from"]
             waits.append(
                 (
                     _level(level),
                     name,
                     str(row["jobs"]),
                     str(row["completed"]),
-                    duration(row["wait_p50"]),
-                    duration(row["wait_p95"]),
-                    duration(row["wait_p99"]),
-                    duration(row["wait_max"]),
+                    str(row["unfinished"]),
+                    _censored(row["wait_p50"], floor),
+                    _censored(row["wait_p95"], floor),
+                    _censored(row["wait_p99"], floor),
+                    _censored(row["wait_max"], floor),
                     _number(row["slowdown_mean"], 1),
                 )
             )
             gap = row["service_gap"]
             within = "-" if gap is None else ("yes" if gap <= row["gap_bound"] else "NO")
             pair = row["service_gap_members"]
+            share = row["fair_share"]
             fair.append(
                 (
                     _level(level),
                     name,
-                    _number(row["jain"], 3),
                     duration(gap),
                     "-" if pair is None else " / ".join(pair),
                     duration(row["gap_bound"]),
+                    _number(share["worst"], 2)
+                    + ("" if share["worst_member"] is None else f" {share['worst_member']}"),
+                    _number(row["jain"], 3),
                     within,
                 )
             )
@@ -165,16 +181,31 @@ def tables(report: Mapping[str, Any]) -> list[Table]:
     return [
         Table(
             "Waits by level (arrival to start)",
-            ("level", "policy", "jobs", "done", "p50", "p95", "p99", "max", "slowdown"),
+            (
+                "level",
+                "policy",
+                "jobs",
+                "done",
+                "unfinished",
+                "p50",
+                "p95",
+                "p99",
+                "max",
+                "slowdown",
+            ),
             tuple(waits),
+            "unfinished: queued when the horizon stopped the clock; their waits count as "
+            "censored (>=: a lower bound)",
             left=2,
         ),
         Table(
-            "Fair share by level",
-            ("level", "policy", "Jain", "max gap", "between", "bound", "within"),
+            "Fair share by level (members compared only while both are backlogged)",
+            ("level", "policy", "max gap", "between", "bound", "min share", "Jain", "within"),
             tuple(fair),
-            "gap: largest drift in service between two members backlogged at the same level; "
-            "bound: 2*C + (T + A)*d",
+            "gap: largest drift in service between two backlogged members, bound 2*C + (T + A)*d; "
+            "min share: the worst member's GPU time over its max-min fair share (1 = fair); "
+            "Jain (secondary): over contended service, low when members ask for different "
+            "amounts",
             left=2,
         ),
         Table(
@@ -201,6 +232,102 @@ def tables(report: Mapping[str, Any]) -> list[Table]:
     ]
 
 
+def _censored(value: float | None, floor: float | None) -> str:
+    if value is not None and floor is not None and value >= floor:
+        return "≥" + duration(value)
+    return duration(value)
+
+
+def reports_of(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Return the scenario reports of a report: itself, or each of a suite's.
+
+    Args:
+        report: One scenario's report, or ``{"scenarios": [report, ...]}``.
+
+    Returns:
+        The scenario reports, in order.
+    """
+    if "scenarios" in report:
+        return list(report["scenarios"])
+    return [report]
+
+
+def _batch_cell(row: Mapping[str, Any]) -> str:
+    worst = duration(row["batch_worst"])
+    if row["batch_starved"]:
+        return f"starved: {row['batch_starved']} never ran (≥{worst})"
+    if row["batch_unfinished"]:
+        return f"≥{worst} ({row['batch_unfinished']} queued at end)"
+    return worst
+
+
+def _fair_cell(fair: Mapping[str, Any]) -> str:
+    if fair["gap"] is None:
+        return "-"
+    mark = "ok" if fair["within"] else "OVER"
+    return f"{duration(fair['gap'])} / {duration(fair['bound'])} {mark}"
+
+
+def verdict_table(report: Mapping[str, Any]) -> Table:
+    """Build the verdict: one row per scenario and policy (the summary's numbers).
+
+    Args:
+        report: One scenario's report or a suite.
+
+    Returns:
+        The table; its note holds each scenario's trade-off sentence.
+    """
+    rows: list[tuple[str, ...] | None] = []
+    notes = []
+    for one in reports_of(report):
+        if rows:
+            rows.append(None)
+        first = True
+        for label, row in one["summary"]["policies"].items():
+            p99 = duration(row["interactive_p99"])
+            rows.append(
+                (
+                    one["scenario"]["name"] if first else "",
+                    label,
+                    ("≥" + p99) if row["interactive_censored"] else p99,
+                    _batch_cell(row),
+                    _fair_cell(row["fairness"]),
+                    _number(row["fairness"]["worst_share"], 2),
+                    str(row["swaps"]),
+                )
+            )
+            first = False
+        if one["summary"]["trade_off"]:
+            notes.append(f"{one['scenario']['name']}: {one['summary']['trade_off']}")
+    return Table(
+        "Verdict (details and definitions below)",
+        (
+            "scenario",
+            "policy",
+            "interactive p99",
+            "batch worst wait",
+            "worst gap / bound",
+            "min share",
+            "swaps",
+        ),
+        tuple(rows),
+        "\n".join(notes),
+        left=2,
+    )
+
+
+def verdict_lines(report: Mapping[str, Any]) -> list[str]:
+    """Return the verdict as plain-text lines (the table, then the trade-off sentences).
+
+    Args:
+        report: One scenario's report or a suite.
+
+    Returns:
+        The lines, without newlines.
+    """
+    return _plain_table(verdict_table(report))
+
+
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
@@ -213,6 +340,8 @@ def _header(report: Mapping[str, Any]) -> str:
     if seed is not None:
         parts.append(f"seed {seed}")
     parts.append(f"work {duration(scenario['work_seconds'])}")
+    horizon = scenario.get("horizon")
+    parts.append("until every job left" if horizon is None else f"horizon {duration(horizon)}")
     return ", ".join(parts)
 
 
@@ -225,21 +354,29 @@ def render_plain(report: Mapping[str, Any]) -> str:
     Returns:
         The text, ending with a newline.
     """
-    out = [_header(report)]
-    for table in tables(report):
+    out = verdict_lines(report)
+    for one in reports_of(report):
         out.append("")
-        out.append(table.title)
-        widths = [len(h) for h in table.headers]
-        for cells in table.rows:
-            if cells is not None:
-                widths = [max(w, len(cell)) for w, cell in zip(widths, cells, strict=True)]
-        out.append(_line(table.headers, widths, table.left))
-        out.append("  ".join("-" * w for w in widths))
-        for cells in table.rows:
-            out.append("" if cells is None else _line(cells, widths, table.left))
-        if table.note:
-            out.append(table.note)
+        out.append("=" * 8 + " " + _header(one))
+        for table in tables(one):
+            out.append("")
+            out.extend(_plain_table(table))
     return "\n".join(out) + "\n"
+
+
+def _plain_table(table: Table) -> list[str]:
+    out = [table.title]
+    widths = [len(h) for h in table.headers]
+    for cells in table.rows:
+        if cells is not None:
+            widths = [max(w, len(cell)) for w, cell in zip(widths, cells, strict=True)]
+    out.append(_line(table.headers, widths, table.left))
+    out.append("  ".join("-" * w for w in widths))
+    for cells in table.rows:
+        out.append("" if cells is None else _line(cells, widths, table.left))
+    if table.note:
+        out.extend(table.note.split("\n"))
+    return out
 
 
 def _line(cells: Sequence[str], widths: Sequence[int], left: int) -> str:
@@ -264,21 +401,87 @@ def render_rich(report: Mapping[str, Any], file: IO[str] | None = None) -> None:
     from rich.table import Table as RichTable
 
     console = Console(file=file)
-    console.print(f"[bold]{_header(report)}[/bold]")
-    for table in tables(report):
-        grid = RichTable(title=table.title, title_justify="left", caption=table.note or None)
-        for k, header in enumerate(table.headers):
-            if k < table.left:
-                grid.add_column(header, justify="left", no_wrap=True)
-            else:
-                grid.add_column(header, justify="right")
-        section = False
-        for cells in table.rows:
-            if cells is None:
-                section = True
-                continue
-            if section:
-                grid.add_section()
-                section = False
-            grid.add_row(*cells, style="bold red" if cells[-1] == "NO" else None)
-        console.print(grid)
+    _rich_table(console, RichTable, verdict_table(report))
+    for one in reports_of(report):
+        console.print(f"[bold]{_header(one)}[/bold]")
+        for table in tables(one):
+            _rich_table(console, RichTable, table)
+
+
+def _rich_table(console: Any, rich_table: Any, table: Table) -> None:
+    grid = rich_table(
+        title=table.title,
+        title_justify="left",
+        caption=table.note or None,
+        caption_justify="left",
+    )
+    for k, header in enumerate(table.headers):
+        if k < table.left:
+            grid.add_column(header, justify="left", no_wrap=True)
+        else:
+            grid.add_column(header, justify="right")
+    section = False
+    for cells in table.rows:
+        if cells is None:
+            section = True
+            continue
+        if section:
+            grid.add_section()
+            section = False
+        bad = cells[-1] == "NO" or any(c.endswith("OVER") for c in cells)
+        grid.add_row(*cells, style="bold red" if bad else None)
+    console.print(grid)
+
+
+def _spread_cell(figure: Mapping[str, float | None], kind: str) -> str:
+    if figure["median"] is None:
+        return "-"
+    if kind == "duration":
+        return f"{duration(figure['median'])} ({duration(figure['min'])}-{duration(figure['max'])})"
+    if kind == "ratio":
+        return f"{figure['median']:.2f} ({figure['min']:.2f}-{figure['max']:.2f})"
+    return f"{figure['median']:g} ({figure['min']:g}-{figure['max']:g})"
+
+
+def sweep_table(sweep: Mapping[str, Any]) -> Table:
+    """Build a sweep's table: medians over the seeds, (min-max) beside each.
+
+    Args:
+        sweep: What ``prioqueue.sim.sweep.run_sweep`` returned, plus ``scenario``.
+
+    Returns:
+        One row per value; the note names the frontier.
+    """
+    front = set(sweep["frontier"])
+    rows = tuple(
+        (
+            f"{sweep['key']}={row['value']}",
+            _spread_cell(row["figures"]["interactive_p99"], "duration"),
+            _spread_cell(row["figures"]["batch_worst"], "duration"),
+            _spread_cell(row["figures"]["gap_over_bound"], "ratio"),
+            _spread_cell(row["figures"]["swaps"], "count"),
+            "*" if row["value"] in front else "",
+        )
+        for row in sweep["values"]
+    )
+    seeds = sweep["seeds"]
+    return Table(
+        f"Sweep of {sweep['policy']} on {sweep['scenario']}, seeds {seeds[0]}-{seeds[-1]}: "
+        "median (min-max)",
+        ("value", "interactive p99", "batch worst wait", "gap / bound", "swaps", "frontier"),
+        rows,
+        "frontier (*): no other value has both a lower interactive p99 and a lower batch worst "
+        "wait (medians); pick among these by what your batch users can accept",
+    )
+
+
+def render_sweep(sweep: Mapping[str, Any]) -> str:
+    """Render a sweep as plain text.
+
+    Args:
+        sweep: What ``prioqueue.sim.sweep.run_sweep`` returned, plus ``scenario``.
+
+    Returns:
+        The text, ending with a newline.
+    """
+    return "\n".join(_plain_table(sweep_table(sweep))) + "\n"

@@ -1,44 +1,47 @@
-"""The simulator's metrics: waits per level, fair share, GPU use and reorders, as plain data.
+"""The simulator's metrics: waits per level, fairness, GPU use and reorders, as plain data.
 
 Definitions (documented in ``docs/simulator.md``):
 
-* **wait**: seconds from a job's arrival to the grant of the attempt that ran it to the end
-  (completed jobs only). Percentiles interpolate linearly between closest ranks (numpy's
-  default).
+* **wait**: seconds from a job's arrival to the grant of the attempt that ran it to the end.
+  A job still queued when a horizon stops the clock has a **censored** wait: the time it had
+  waited by then, a lower bound; censored waits are counted in the percentiles (so a policy
+  cannot look good by never running a job) and ``censored_from`` says from which value on a
+  figure is only a lower bound. Percentiles interpolate linearly between closest ranks
+  (numpy's default).
+* **unfinished**: jobs queued at the horizon; **starved**: those among them that had waited
+  longer than the level's aging bound ``(H - L + T + A) * d`` (``H`` the top level, ``L`` the
+  job's, ``T`` the tier spread, ``A`` the largest affinity, ``d`` the divisor): past it, aging
+  ranks a job above any fresh job, so a policy that ages never leaves one waiting that long
+  behind fresh work.
 * **slowdown**: response time (arrival to completion) over the job's warm duration (at least
   one second), averaged over the completed jobs.
 * **GPU seconds** of a member: every second the GPU held one of its jobs, cold loads and hung
   attempts included.
-* **service gap**: for every pair of members backlogged (holding a queued job) at the same level
-  over an interval, how far apart the service charged to them in that interval drifts; the
-  largest over all pairs and intervals. Service is credited when a job leaves the GPU, in the
-  policy's charge units (GPU seconds with the default ``runtime`` charge). The analytic bound is
-  ``2 * C + (T + A) * d``: ``C`` the largest charge at the level, ``T`` the spread of the tier
-  bonuses at the level, ``A`` the largest affinity and ``d`` the aging divisor (the baselines
-  are measured against the default policy's bound).
-* **Jain's index** at a level: ``(sum x)^2 / (n * sum x^2)`` over the members that were backlogged
-  while another member also was, ``x`` being the service each received during such contended
-  time (1: equal shares; 1/n: one member got everything).
+* **service gap**, **share of the max-min fair share** and **Jain's index**: see
+  :mod:`prioqueue.sim.fairness`. The gap's analytic bound is ``2 * C + (T + A) * d`` (``C`` the
+  largest charge at the level); the baselines are measured against the default policy's.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prioqueue.sim.engine import CANCELLED, DONE, FAILED, RunResult
+from prioqueue.sim.engine import CANCELLED, DONE, FAILED, PENDING, QUEUED, RunResult
+from prioqueue.sim.fairness import OFF as _OFF
+from prioqueue.sim.fairness import ON as _ON
+from prioqueue.sim.fairness import SERVICE as _SERVICE
+from prioqueue.sim.fairness import fair_shares, jain_index, service_gaps
 from prioqueue.sim.policies import PolicyParams
 from prioqueue.sim.workload import Workload
 
 __all__ = ["build_report", "jain_index", "percentile", "service_gaps", "summarize"]
 
-_SERVICE, _OFF, _ON = 0, 1, 2
-
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """Return the ``q``-th percentile of sorted ``values`` (linear interpolation).
+    """Return the ``q``-th percentile of sorted ``values`` (linear interpolation). O(1).
 
     Args:
         values: Sorted numbers.
@@ -55,22 +58,6 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return values[low] + (values[high] - values[low]) * (rank - low)
 
 
-def jain_index(values: Iterable[float]) -> float | None:
-    """Return Jain's fairness index of ``values`` (None when empty or all zero).
-
-    Args:
-        values: Non-negative allocations.
-
-    Returns:
-        ``(sum x)^2 / (n * sum x^2)``, within ``[1/n, 1]``.
-    """
-    xs = list(values)
-    square = math.fsum(x * x for x in xs)
-    if not xs or square == 0:
-        return None
-    return math.fsum(xs) ** 2 / (len(xs) * square)
-
-
 def _charge(
     params: PolicyParams, is_baseline: bool, estimate: float | None, runtime: float
 ) -> float:
@@ -81,86 +68,23 @@ def _charge(
     return float(params.charge)
 
 
-def service_gaps(
-    events: list[tuple[float, int, str, float]],
-) -> tuple[float, tuple[str, str] | None, dict[str, float]]:
-    """Sweep one level's events and measure the largest service gap and contended service.
-
-    Args:
-        events: ``(time, kind, member, amount)`` with kind 0 (service of ``amount``
-            credited), 1 (one queued job fewer) or 2 (one queued job more). At one instant,
-            services come first, then departures, then arrivals.
-
-    Returns:
-        The largest gap, the pair of members it was between (None when no two members were
-        ever backlogged together), and each member's service received while it and another
-        member were backlogged.
-    """
-    events.sort(key=lambda e: (e[0], e[1]))
-    queued: dict[str, int] = defaultdict(int)
-    active: set[str] = set()
-    # pair (a, b) with a < b -> [S_a - S_b, max, min]
-    pairs: dict[tuple[str, str], list[float]] = {}
-    contended: dict[str, float] = {}
-    best = 0.0
-    best_pair: tuple[str, str] | None = None
-
-    def close(pair: tuple[str, str], track: list[float]) -> None:
-        nonlocal best, best_pair
-        gap = track[1] - track[2]
-        if best_pair is None or gap > best:
-            best, best_pair = gap, pair
-
-    for _, kind, member, amount in events:
-        if kind == _SERVICE:
-            if member not in active:
-                continue
-            if len(active) > 1:
-                contended[member] = contended.get(member, 0.0) + amount
-            for other in active:
-                if other == member:
-                    continue
-                if member < other:
-                    track = pairs[member, other]
-                    track[0] += amount
-                else:
-                    track = pairs[other, member]
-                    track[0] -= amount
-                if track[0] > track[1]:
-                    track[1] = track[0]
-                elif track[0] < track[2]:
-                    track[2] = track[0]
-        elif kind == _OFF:
-            queued[member] -= 1
-            if queued[member] == 0:
-                active.discard(member)
-                for other in active:
-                    pair = (member, other) if member < other else (other, member)
-                    close(pair, pairs.pop(pair))
-        else:
-            queued[member] += 1
-            if queued[member] == 1:
-                for other in active:
-                    pair = (member, other) if member < other else (other, member)
-                    pairs[pair] = [0.0, 0.0, 0.0]
-                    contended.setdefault(member, 0.0)
-                    contended.setdefault(other, 0.0)
-                active.add(member)
-    for pair, track in pairs.items():
-        close(pair, track)
-    return best, best_pair, contended
-
-
 def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def summarize(result: RunResult, base: PolicyParams) -> dict[str, Any]:
+def summarize(
+    result: RunResult,
+    base: PolicyParams,
+    *,
+    gap_timelines: dict[int, list[tuple[float, float]]] | None = None,
+) -> dict[str, Any]:
     """Return one policy's section of the report (see ``docs/simulator.md`` for the schema).
 
     Args:
         result: The run.
-        base: The parameters whose analytic bound the baselines are measured against.
+        base: The parameters whose analytic bounds the baselines are measured against.
+        gap_timelines: When given, filled with each level's service gap over time (see
+            :func:`~prioqueue.sim.fairness.service_gaps`), for charts.
 
     Returns:
         A JSON-serialisable mapping.
@@ -171,12 +95,17 @@ def summarize(result: RunResult, base: PolicyParams) -> dict[str, Any]:
     params = base if spec.is_baseline else spec.params
     tiers = params.tier_bonuses
     status, start, end = result.status, result.start, result.end
+    clock = result.clock_end
 
     waits: dict[int, list[float]] = defaultdict(list)
+    censored: dict[int, list[float]] = defaultdict(list)
     slowdown: dict[int, list[float]] = defaultdict(list)
     counts: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # jobs, done, cancel, fail
     level_events: dict[int, list[tuple[float, int, str, float]]] = defaultdict(list)
+    backlog: dict[int, list[tuple[float, float, str]]] = defaultdict(list)
+    runs: dict[int, list[tuple[float, float, str]]] = defaultdict(list)
     largest_charge: dict[int, float] = defaultdict(float)
+    longest_run: dict[int, float] = defaultdict(float)
     level_tiers: dict[int, set[str]] = defaultdict(set)
     gpu: dict[str, float] = defaultdict(float)
     member_jobs: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])  # jobs, done, wait
@@ -184,8 +113,11 @@ def summarize(result: RunResult, base: PolicyParams) -> dict[str, Any]:
     for j, granted, expired, _ in result.retries:
         requeued_from[j].append((granted, expired))
         gpu[arrivals[j].member] += expired - granted
+        runs[arrivals[j].priority].append((granted, expired, arrivals[j].member))
 
     for i, job in enumerate(arrivals):
+        if status[i] == PENDING:  # arrived after the horizon
+            continue
         level = job.priority
         member = job.member
         row = counts[level]
@@ -197,43 +129,66 @@ def summarize(result: RunResult, base: PolicyParams) -> dict[str, Any]:
         for granted, expired in requeued_from.get(i, ()):
             events.append((queued_from, _ON, member, 0.0))
             events.append((granted, _OFF, member, 0.0))
+            backlog[level].append((queued_from, granted, member))
             queued_from = expired
         st = status[i]
         ran = not math.isnan(start[i])
         if st == FAILED:
             row[3] += 1
         else:
+            left = start[i] if ran else (clock if st == QUEUED else end[i])
             events.append((queued_from, _ON, member, 0.0))
-            events.append((start[i] if ran else end[i], _OFF, member, 0.0))
+            events.append((left, _OFF, member, 0.0))
+            backlog[level].append((queued_from, left, member))
         if ran:
-            runtime = end[i] - start[i]
+            finished = not math.isnan(end[i])
+            stop = end[i] if finished else clock
+            runtime = stop - start[i]
             gpu[member] += runtime
-            charge = _charge(params, spec.is_baseline, job.estimate, runtime)
-            events.append((end[i], _SERVICE, member, charge))
-            largest_charge[level] = max(largest_charge[level], charge)
+            runs[level].append((start[i], stop, member))
+            longest_run[level] = max(longest_run[level], runtime)
+            if finished:
+                charge = _charge(params, spec.is_baseline, job.estimate, runtime)
+                events.append((end[i], _SERVICE, member, charge))
+                largest_charge[level] = max(largest_charge[level], charge)
+            wait = start[i] - job.arrival
+            if st != CANCELLED:
+                waits[level].append(wait)
+        elif st == QUEUED:
+            censored[level].append(clock - job.arrival)
         if st == DONE:
             row[1] += 1
-            wait = start[i] - job.arrival
-            waits[level].append(wait)
             slowdown[level].append((end[i] - job.arrival) / max(job.duration, 1.0))
             member_jobs[member][1] += 1
-            member_jobs[member][2] += wait
+            member_jobs[member][2] += start[i] - job.arrival
         elif st == CANCELLED:
             row[2] += 1
 
+    top = max(counts, default=0)
     levels: dict[str, Any] = {}
     for level in sorted(counts, reverse=True):
         jobs, done, cancelled, failed = counts[level]
-        ws = sorted(waits[level])
-        gap, pair, contended = service_gaps(level_events[level])
+        unfinished = sorted(censored[level])
+        ws = sorted(waits[level] + unfinished)
+        timeline = None
+        if gap_timelines is not None:
+            timeline = gap_timelines.setdefault(level, [])
+        gap, pair, contended = service_gaps(level_events[level], timeline)
         bonuses = [tiers.get(t, 0.0) for t in level_tiers[level]]
         spread = max(bonuses) - min(bonuses) if bonuses else 0.0
-        bound = 2 * largest_charge[level] + (spread + params.max_affinity) * params.aging_divisor
+        offsets = (spread + params.max_affinity) * params.aging_divisor
+        bound = 2 * largest_charge[level] + offsets
+        aging_bound = (top - level) * params.aging_divisor + offsets
+        shares = fair_shares(backlog[level], runs[level])
         levels[str(level)] = {
             "jobs": jobs,
             "completed": done,
             "cancelled": cancelled,
             "failed": failed,
+            "unfinished": len(unfinished),
+            "starved": sum(1 for w in unfinished if w > aging_bound),
+            "censored_from": _round(unfinished[0] if unfinished else None),
+            "aging_bound": _round(aging_bound),
             "wait_p50": _round(percentile(ws, 50)),
             "wait_p95": _round(percentile(ws, 95)),
             "wait_p99": _round(percentile(ws, 99)),
@@ -242,10 +197,11 @@ def summarize(result: RunResult, base: PolicyParams) -> dict[str, Any]:
             "slowdown_mean": _round(
                 math.fsum(slowdown[level]) / len(slowdown[level]) if slowdown[level] else None
             ),
-            "jain": _round(jain_index(contended.values()), 4),
             "service_gap": _round(gap if pair is not None else None),
             "service_gap_members": list(pair) if pair is not None else None,
             "gap_bound": _round(bound),
+            "fair_share": _share_summary(shares, longest_run[level]),
+            "jain": _round(jain_index(contended.values()), 4),
             "reorders": result.reorders.get(level, {}),
         }
 
@@ -270,10 +226,11 @@ def summarize(result: RunResult, base: PolicyParams) -> dict[str, Any]:
         "params": None if spec.is_baseline else spec.params.as_dict(),
         "levels": levels,
         "members": members,
-        "jobs": len(arrivals),
+        "jobs": sum(c[0] for c in counts.values()),
         "completed": sum(c[1] for c in counts.values()),
         "cancelled": sum(c[2] for c in counts.values()),
         "failed": sum(c[3] for c in counts.values()),
+        "unfinished": sum(1 for st in status if st == QUEUED),
         "expired": len(result.retries),
         "swaps": result.swaps,
         "load_seconds": _round(result.load_seconds),
@@ -282,11 +239,26 @@ def summarize(result: RunResult, base: PolicyParams) -> dict[str, Any]:
         "idle_waiting_seconds": _round(result.idle_waiting_seconds),
         "lost_seconds": _round(result.lost_seconds),
         "makespan": _round(result.makespan),
+        "horizon": _round(result.horizon),
         "events": result.events,
         "reorders": dict(totals),
         "timing": {
             "wall_seconds": round(wall, 4),
             "events_per_second": round(result.events / wall) if wall > 0 else None,
+        },
+    }
+
+
+def _share_summary(shares: Mapping[str, tuple[float, float]], longest: float) -> dict[str, Any]:
+    """The level's worst rated share of the max-min fair share, and every member's figures."""
+    rated = {m: got / fair for m, (got, fair) in shares.items() if fair > 0 and fair >= longest}
+    worst = min(rated, key=lambda m: (rated[m], m)) if rated else None
+    return {
+        "worst": _round(rated[worst] if worst is not None else None, 4),
+        "worst_member": worst,
+        "rated": len(rated),
+        "members": {
+            m: {"received": _round(got), "fair": _round(fair)} for m, (got, fair) in shares.items()
         },
     }
 
@@ -307,11 +279,15 @@ def build_report(
         source: Where the workload came from (``"built-in"`` or a trace path).
 
     Returns:
-        ``{"scenario": {...}, "policies": {label: {...}}}``, JSON-serialisable.
+        ``{"scenario": {...}, "summary": {...}, "policies": {label: {...}}}``,
+        JSON-serialisable; the summary is :func:`prioqueue.sim.summary.summarize_report`'s.
     """
+    from prioqueue.sim.summary import summarize_report
+
     base = base if base is not None else PolicyParams()
     params: Mapping[str, Any] = workload.params
-    return {
+    horizons = {r.horizon for r in results}
+    report: dict[str, Any] = {
         "scenario": {
             "name": workload.name,
             "source": source or "built-in",
@@ -319,6 +295,10 @@ def build_report(
             "jobs": len(workload.arrivals),
             "work_seconds": round(workload.work_seconds(), 3),
             "load_seconds": dict(workload.load_seconds),
+            "horizon": _round(max((h for h in horizons if h is not None), default=None)),
         },
+        "summary": {},
         "policies": {r.spec.label: summarize(r, base) for r in results},
     }
+    report["summary"] = summarize_report(report)
+    return report

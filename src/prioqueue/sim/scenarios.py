@@ -8,7 +8,11 @@
 * ``swap-storm``: normal-priority requests for random models, with slow cold loads
   (affinity against swaps).
 * ``overload``: arrivals above capacity at all three levels (aging and starvation); a few jobs
-  hang and need their lease to expire, a few are cancelled.
+  hang and need their lease to expire, a few are cancelled. The clock stops when the arrivals
+  do (``horizon``): with the box overloaded for ever, what is still queued then is what a policy
+  left waiting, and the report counts it.
+
+Every scenario has a ``horizon`` parameter (hours; 0 runs until every job has left).
 
 Cold loads: the image model loads in 45 s and the LLM in 20 s, so a cold image or tool call
 costs 2-3 times a warm one (the design's figure); the video model loads in 90 s.
@@ -26,9 +30,39 @@ from prioqueue._errors import ConfigError
 from prioqueue.priority import BATCH, INTERACTIVE, NORMAL
 from prioqueue.sim.workload import Arrival, Workload
 
-__all__ = ["DEFAULT_SCENARIO", "SCENARIOS", "Scenario", "build", "convert_param", "parse_params"]
+__all__ = [
+    "DEFAULT_SCENARIO",
+    "DEFAULT_SUITE",
+    "SCENARIOS",
+    "UNITS",
+    "Scenario",
+    "build",
+    "convert_param",
+    "parse_params",
+]
 
 DEFAULT_SCENARIO = "film-night"
+DEFAULT_SUITE = ("film-night", "two-films", "overload")
+"""The scenarios a bare ``prioqueue simulate`` runs, each making one part of the case."""
+
+UNITS: dict[str, str] = {
+    "shots": "jobs",
+    "shot_seconds": "s",
+    "offset": "s",
+    "hours": "h of arrivals",
+    "members": "members",
+    "images_per_hour": "jobs/h",
+    "videos_per_hour": "jobs/h",
+    "tools_per_hour": "jobs/h",
+    "cancel_fraction": "of jobs",
+    "lost_fraction": "of jobs",
+    "models": "models",
+    "load": "x capacity",
+    "min_seconds": "s",
+    "max_seconds": "s",
+    "horizon": "h; 0: until every job has left",
+}
+"""The unit of each scenario parameter, for ``--list-scenarios``."""
 
 _LOADS = {"image": 30.0, "video": 60.0, "llm": 15.0}
 _TIERS = ("free", "pro", "max")
@@ -43,7 +77,8 @@ class Scenario:
     Attributes:
         name: The scenario's name.
         summary: One line for ``--list-scenarios``.
-        defaults: Parameter name to default value (its type is the parameter's type).
+        defaults: Parameter name to default value (its type is the parameter's type); only the
+            parameters the scenario uses.
         make: Builds the arrivals from the parameters and a seeded RNG.
     """
 
@@ -197,7 +232,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "film-night",
             "a 174-shot batch film against a crowd's interactive images, videos and tool calls",
-            {"shots": 174, "shot_seconds": 240.0, **_CROWD_DEFAULTS},
+            {"shots": 174, "shot_seconds": 240.0, **_CROWD_DEFAULTS, "horizon": 0.0},
             _film_night,
         ),
         Scenario(
@@ -212,6 +247,7 @@ SCENARIOS: dict[str, Scenario] = {
                 "videos_per_hour": 0.0,
                 "tools_per_hour": 0.0,
                 "cancel_fraction": 0.0,
+                "horizon": 0.0,
             },
             _two_films,
         ),
@@ -227,18 +263,21 @@ SCENARIOS: dict[str, Scenario] = {
                 "max_seconds": 30.0,
                 "cancel_fraction": 0.0,
                 "lost_fraction": 0.0,
+                "horizon": 0.0,
             },
             _swap_storm,
         ),
         Scenario(
             "overload",
-            "arrivals at 130 % of capacity on all levels (aging against starvation)",
+            "arrivals at 110 % of capacity on all levels until the horizon (aging against "
+            "starvation)",
             {
-                "hours": 4.0,
+                "hours": 8.0,
                 "members": 10,
-                "load": 1.3,
+                "load": 1.1,
                 "cancel_fraction": 0.01,
                 "lost_fraction": 0.005,
+                "horizon": 8.0,
             },
             _overload,
         ),
@@ -327,12 +366,14 @@ def build(name: str = DEFAULT_SCENARIO, *, seed: int = 1, **overrides: Any) -> W
     rng = random.Random(f"{name}:{seed}")
     jobs = SCENARIOS[name].make(params, rng)
     jobs.sort(key=_arrival_time)
+    horizon = float(params["horizon"]) * 3600.0
     return Workload(
         name=name,
         arrivals=jobs,
         load_seconds=_LOADS,
         default_load=30.0,
         params={"seed": seed, **params},
+        horizon=horizon if horizon > 0 else None,
     )
 
 

@@ -13,9 +13,17 @@ model      no       the model the job needs; empty means none
 duration   yes      warm runtime in seconds (>= 0)
 estimate   no       the caller's runtime estimate in seconds (> 0); empty means none
 cancel_after no     seconds after arrival at which the caller cancels; empty means never
+hangs      no       how many of its first grants hang (a lost worker); 0
+swap, load no       (JSONL) the recorded request paid a cold load of ``load`` seconds
 ========== ======== =================================================================
 
-Other columns are ignored. A bad row raises :class:`TraceError` naming the file, the line
+A JSON Lines trace may open with a header line ``{"prioqueue_trace": 1, "load_seconds":
+{model: seconds}, "default_load": seconds}`` (written by :func:`write_trace` and
+:class:`~prioqueue.sim.recorder.TraceRecorder`). A model's cold-load time is, first found:
+the caller's ``load_seconds`` (``--load-seconds``), the header's, the mean of the ``load``
+values recorded for it, the header's ``default_load``. So a converted trace replays exactly
+like its source. Other columns are
+ignored. A bad row raises :class:`TraceError` naming the file, the line
 (1-based, the CSV header is line 1) and the column.
 
 The Azure LLM inference trace 2023 (``TIMESTAMP, ContextTokens, GeneratedTokens``) is mapped
@@ -39,20 +47,35 @@ from typing import Any, TextIO
 
 from prioqueue._errors import ConfigError
 from prioqueue.priority import DEFAULT_ALIASES
+from prioqueue.sim.recorder import TRACE_HEADER_KEY, TraceRecorder, header_line
 from prioqueue.sim.scenarios import convert_param
 from prioqueue.sim.workload import Arrival, Workload
 
 __all__ = [
     "AZURE_ATTRIBUTION",
     "AZURE_DEFAULTS",
+    "AZURE_HEADER",
     "COLUMNS",
     "TraceError",
+    "TraceRecorder",
     "convert_azure",
     "read_trace",
     "write_trace",
 ]
 
-COLUMNS = ("arrival", "member", "priority", "tier", "model", "duration", "estimate", "cancel_after")
+COLUMNS = (
+    "arrival",
+    "member",
+    "priority",
+    "tier",
+    "model",
+    "duration",
+    "estimate",
+    "cancel_after",
+    "hangs",
+)
+AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+"""The first three columns of an Azure LLM inference 2023 CSV (``--trace-format auto``)."""
 _REQUIRED = ("arrival", "member", "duration")
 _NUMBER = re.compile(r"[+-]?[0-9]+")
 
@@ -132,6 +155,9 @@ def _rows(
             ) from None
         if not isinstance(row, dict):
             raise TraceError(name, line, None, "expected a JSON object")
+        if TRACE_HEADER_KEY in row:
+            yield line, row, {}
+            continue
         yield line, row, {key: repr(key) for key in row}
 
 
@@ -190,6 +216,9 @@ def _parse_row(name: str, line: int, row: Mapping[str, Any], labels: Mapping[str
             raise fail("priority", f"expected an integer or one of {aliases}, got {raw!r}")
     if arrival is None or duration is None:  # required above
         raise AssertionError("unreachable")
+    hangs = number("hangs", required=False)
+    if hangs is not None and hangs != int(hangs):
+        raise fail("hangs", f"expected a whole number of grants, got {row.get('hangs')!r}")
     return Arrival(
         arrival=arrival,
         member=member,
@@ -199,6 +228,7 @@ def _parse_row(name: str, line: int, row: Mapping[str, Any], labels: Mapping[str
         duration=duration,
         estimate=number("estimate", required=False, positive=True),
         cancel_after=number("cancel_after", required=False),
+        hangs=0 if hangs is None else int(hangs),
     )
 
 
@@ -207,6 +237,10 @@ def _format(path: Path, fmt: str) -> str:
         return fmt
     suffix = path.suffix.lower()
     if suffix == ".csv":
+        with path.open(newline="", encoding="utf-8") as handle:
+            header = next(csv.reader(handle), [])
+        if tuple(h.strip() for h in header[:3]) == AZURE_HEADER:
+            return "azure"
         return "csv"
     if suffix in (".jsonl", ".ndjson", ".json"):
         return "jsonl"
@@ -230,10 +264,12 @@ def read_trace(
     Args:
         path: The file.
         fmt: ``"auto"`` (by suffix: ``.csv``, ``.jsonl``/``.ndjson``/``.json``), ``"csv"``,
-            ``"jsonl"`` or ``"azure"`` (see :func:`convert_azure`).
+            ``"jsonl"`` or ``"azure"`` (see :func:`convert_azure`); ``auto`` recognises an
+            Azure CSV by its header.
         seed: The converter's seed (``azure`` only).
-        load_seconds: Cold-load seconds per model.
-        default_load: Cold-load seconds of models not in ``load_seconds``.
+        load_seconds: Cold-load seconds per model; they win over the trace's own.
+        default_load: Cold-load seconds of models known neither from ``load_seconds`` nor
+            from the trace (a JSONL header's ``default_load`` wins over it).
         params: The converter's parameters (``azure`` only; see :data:`AZURE_DEFAULTS`).
 
     Returns:
@@ -253,22 +289,49 @@ def read_trace(
     if params:
         raise ConfigError(f"--param does not apply to {fmt} traces (got {', '.join(params)})")
     jobs: list[Arrival] = []
+    header: dict[str, Any] = {}
+    measured: dict[str, list[float]] = {}
     with path.open(newline="" if fmt == "csv" else None, encoding="utf-8") as handle:
         for line, row, labels in _rows(path, handle, fmt):
-            jobs.append(_parse_row(str(path), line, row, labels))
+            if not labels and TRACE_HEADER_KEY in row:
+                if jobs or header:
+                    raise TraceError(str(path), line, None, "the header must be the first line")
+                header = _header(str(path), line, row)
+                continue
+            job = _parse_row(str(path), line, row, labels)
+            jobs.append(job)
+            if row.get("swap") is True and job.model is not None:
+                load = row.get("load")
+                if isinstance(load, (int, float)) and not isinstance(load, bool) and load >= 0:
+                    measured.setdefault(job.model, []).append(float(load))
     if not jobs:
         raise TraceError(str(path), 1, None, "the trace has no jobs")
     jobs.sort(key=lambda job: job.arrival)
     origin = jobs[0].arrival
     if origin:
         jobs = [_shift(job, origin) for job in jobs]
+    loads = {model: math.fsum(values) / len(values) for model, values in measured.items()}
+    loads.update(header.get("load_seconds", {}))
+    loads.update(load_seconds or {})
     return Workload(
         name=f"trace:{path.name}",
         arrivals=jobs,
-        load_seconds=dict(load_seconds or {}),
-        default_load=default_load,
+        load_seconds=loads,
+        default_load=float(header.get("default_load", default_load)),
         params={"path": str(path), "format": fmt},
     )
+
+
+def _header(name: str, line: int, row: Mapping[str, Any]) -> dict[str, Any]:
+    if row[TRACE_HEADER_KEY] != 1:
+        raise TraceError(name, line, None, f"unknown trace version {row[TRACE_HEADER_KEY]!r}")
+    loads = row.get("load_seconds", {})
+    default = row.get("default_load", 30.0)
+    try:
+        header_line(loads, default)  # validates
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise TraceError(name, line, None, f"bad header: {exc}") from None
+    return {"load_seconds": dict(loads), "default_load": float(default)}
 
 
 def _shift(job: Arrival, origin: float) -> Arrival:
@@ -404,15 +467,19 @@ def convert_azure(
 
 
 def write_trace(workload: Workload, handle: TextIO) -> int:
-    """Write a workload as a JSON Lines trace (the format :func:`read_trace` reads).
+    """Write a workload as a JSON Lines trace (the format :func:`read_trace` reads). O(n).
+
+    The header line carries the models' cold-load times, so reading the file back gives a
+    workload that replays exactly like this one.
 
     Args:
         workload: The workload.
         handle: A text file open for writing.
 
     Returns:
-        The number of rows written.
+        The number of rows written (the header not counted).
     """
+    handle.write(header_line(workload.load_seconds, workload.default_load))
     for job in workload.arrivals:
         row: dict[str, Any] = {
             "arrival": job.arrival,
@@ -425,5 +492,7 @@ def write_trace(workload: Workload, handle: TextIO) -> int:
         }
         if job.cancel_after is not None:
             row["cancel_after"] = job.cancel_after
+        if job.hangs:
+            row["hangs"] = job.hangs
         handle.write(json.dumps(row, separators=(",", ":")) + "\n")
     return len(workload.arrivals)

@@ -66,6 +66,8 @@ class Workload:
             ``default_load``.
         default_load: The cold-load time of a model missing from ``load_seconds``.
         params: The parameters the workload was built from (for the report).
+        horizon: Seconds after which the simulation stops the clock (jobs still queued then
+            are unfinished), or None to run until every job has left.
     """
 
     name: str
@@ -73,6 +75,7 @@ class Workload:
     load_seconds: Mapping[str, float] = attrs.field(factory=dict, converter=_freeze)
     default_load: float = 0.0
     params: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze_params)
+    horizon: float | None = None
 
     def load_time(self, model: str | None) -> float:
         """Return the seconds a cold load of ``model`` takes (0 for ``None``).

@@ -1,0 +1,166 @@
+"""Parameter sweeps: one policy parameter over several values and seeds, medians and spread.
+
+``prioqueue simulate --sweep divisor=30,60,120,240 --seeds 5`` builds the scenario once per seed,
+runs the policy once per value on each seed's arrivals, and reports for each value the median
+and the spread (min and max over the seeds) of: interactive p99 wait, batch worst wait
+(censored waits included), the worst service gap over its bound, and swaps. The **frontier**
+is the set of values that no other value beats on both interactive p99 and batch worst wait
+(medians): the candidates an operator chooses between. Everything but the timings is
+deterministic for given seeds.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from prioqueue._errors import ConfigError
+from prioqueue.sim.engine import simulate
+from prioqueue.sim.policies import PolicyParams, parse_spec
+from prioqueue.sim.report import build_report
+from prioqueue.sim.workload import Workload
+
+__all__ = ["METRICS", "frontier", "parse_sweep", "run_sweep"]
+
+METRICS = ("interactive_p99", "batch_worst", "gap_over_bound", "swaps")
+"""The figures a sweep reports for each value."""
+
+
+def parse_sweep(text: str) -> tuple[str, list[str]]:
+    """Parse ``KEY=V1,V2,...`` (a policy parameter and at least one value).
+
+    Args:
+        text: The option's value.
+
+    Returns:
+        The key and the values, as written.
+
+    Raises:
+        ConfigError: No ``=``, no key, no value, or a value given twice.
+    """
+    key, sep, rest = text.partition("=")
+    values = [v.strip() for v in rest.split(",") if v.strip()]
+    if not sep or not key.strip() or not values:
+        raise ConfigError(f"--sweep expects KEY=V1,V2,... (e.g. divisor=30,60,120), got {text!r}")
+    if len(set(values)) != len(values):
+        raise ConfigError(f"--sweep {text!r}: a value is given twice")
+    return key.strip(), values
+
+
+def _figures(section: dict[str, Any], summary: dict[str, Any]) -> dict[str, float | None]:
+    fair = summary["fairness"]
+    ratio = None if fair["gap"] is None or not fair["bound"] else fair["gap"] / fair["bound"]
+    return {
+        "interactive_p99": summary["interactive_p99"],
+        "batch_worst": summary["batch_worst"],
+        "gap_over_bound": None if ratio is None else round(ratio, 4),
+        "swaps": float(section["swaps"]),
+    }
+
+
+def _spread(values: Sequence[float | None]) -> dict[str, float | None]:
+    known = [v for v in values if v is not None]
+    if not known:
+        return {"median": None, "min": None, "max": None}
+    return {
+        "median": round(statistics.median(known), 3),
+        "min": round(min(known), 3),
+        "max": round(max(known), 3),
+    }
+
+
+def frontier(points: Sequence[tuple[str, float | None, float | None]]) -> list[str]:
+    """Return the labels of the points no other point beats on both figures (lower is better).
+
+    O(n^2) for ``n`` points; points with a missing figure are left out.
+
+    Args:
+        points: ``(label, interactive p99, batch worst wait)``.
+
+    Returns:
+        The labels on the frontier, in the order given.
+    """
+    known = [(label, x, y) for label, x, y in points if x is not None and y is not None]
+    return [
+        label
+        for label, x, y in known
+        if not any(
+            (ox <= x and oy <= y) and (ox < x or oy < y)
+            for other, ox, oy in known
+            if other != label
+        )
+    ]
+
+
+def run_sweep(
+    make_workload: Callable[[int], Workload],
+    policy: str,
+    key: str,
+    values: Sequence[str],
+    seeds: Sequence[int],
+    *,
+    base: PolicyParams | None = None,
+    lease_factor: float = 3.0,
+    horizon: Callable[[Workload], float | None] = lambda w: w.horizon,
+) -> dict[str, Any]:
+    """Run ``policy`` with ``key`` set to each value on each seed's workload.
+
+    Args:
+        make_workload: Builds the workload of a seed.
+        policy: The policy kind (e.g. ``"prioqueue"``); must not be a baseline.
+        key: The parameter (``divisor``, ``affinity``, ``spacing``, ``charge``, ...).
+        values: The values, as written.
+        seeds: The seeds (at least one).
+        base: The parameters the values apply to.
+        lease_factor: As for :func:`~prioqueue.sim.engine.simulate`.
+        horizon: The horizon of a workload (default: the workload's own).
+
+    Returns:
+        ``{"policy", "key", "seeds", "values": [{"value", "label", "figures": {metric:
+        {"median", "min", "max"}}, "per_seed": [...]}], "frontier": [value, ...]}``.
+
+    Raises:
+        ConfigError: A baseline policy, no seeds, or a bad parameter or value.
+    """
+    if not seeds:
+        raise ConfigError("--sweep needs at least one seed")
+    specs = [parse_spec(f"{policy}:{key}={value}", base) for value in values]
+    if specs[0].is_baseline:
+        raise ConfigError(f"--sweep varies a dispatcher parameter; {policy!r} takes none")
+    per_value: list[list[dict[str, float | None]]] = [[] for _ in specs]
+    for seed in seeds:
+        workload = make_workload(seed)
+        results = [
+            simulate(workload, spec, lease_factor=lease_factor, horizon=horizon(workload))
+            for spec in specs
+        ]
+        report = build_report(workload, results, base=base)
+        for k, spec in enumerate(specs):
+            section = report["policies"][spec.label]
+            per_value[k].append(_figures(section, report["summary"]["policies"][spec.label]))
+    rows: list[dict[str, Any]] = []
+    for value, spec, runs in zip(values, specs, per_value, strict=True):
+        rows.append(
+            {
+                "value": value,
+                "label": spec.label,
+                "figures": {m: _spread([run[m] for run in runs]) for m in METRICS},
+                "per_seed": runs,
+            }
+        )
+    points = [
+        (
+            row["value"],
+            row["figures"]["interactive_p99"]["median"],
+            row["figures"]["batch_worst"]["median"],
+        )
+        for row in rows
+    ]
+    return {
+        "policy": policy,
+        "key": key,
+        "seeds": list(seeds),
+        "values": rows,
+        "frontier": frontier(points),
+    }
