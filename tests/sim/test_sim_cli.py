@@ -23,20 +23,30 @@ def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
     return report
 
 
-def test_default_film_night_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
+def test_default_run_opens_with_the_verdict(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("scenario film-night")
-    for policy in ("fifo", "strict", "prioqueue", "no-aging", "no-affinity", "no-fair-share"):
-        assert policy in out
+    head = out.splitlines()[:15]
+    assert head[0].startswith("Verdict")
+    verdict = "\n".join(head)
+    for scenario in ("film-night", "two-films", "overload"):
+        assert scenario in verdict
+    for policy in ("fifo", "strict", "prioqueue"):
+        assert policy in verdict
+    # The case, in the first 15 lines: strict starves batch work in overload, prioqueue does
+    # not; fifo and strict break the fairness bound in two-films, prioqueue stays within.
+    overload = [line for line in head if "overload" in line or line.startswith(" ")]
+    assert any("strict" in line and "starved:" in line for line in head)
+    assert not any("prioqueue" in line and "starved:" in line for line in head), overload
+    assert any("two-films" in line and "OVER" in line for line in head)
+    assert sum("ok" in line for line in head if "prioqueue" in line) == 3
+    assert "no-aging" not in out  # ablations only with --ablations
     for title in ("Waits by level", "Fair share by level", "GPU", "Reorders by cause"):
         assert title in out
 
 
-def test_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
-    report = _json(capsys, *SMALL)
-    assert report["scenario"]["name"] == "two-films"
-    assert report["scenario"]["params"]["shots"] == 6
+def test_ablations_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    report = _json(capsys, *SMALL, "--ablations")
     assert list(report["policies"]) == [
         "fifo",
         "strict",
@@ -45,12 +55,25 @@ def test_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
         "no-affinity",
         "no-fair-share",
     ]
+
+
+def test_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    report = _json(capsys, *SMALL)
+    assert report["scenario"]["name"] == "two-films"
+    assert report["scenario"]["params"]["shots"] == 6
+    assert report["scenario"]["horizon"] is None
+    assert list(report["policies"]) == ["fifo", "strict", "prioqueue"]
+    assert set(report["summary"]["policies"]) == set(report["policies"])
+    assert report["summary"]["trade_off"]
     section = report["policies"]["prioqueue"]
     level = section["levels"]["-100"]
     for key in ("jobs", "wait_p50", "wait_p95", "wait_p99", "wait_max", "slowdown_mean"):
         assert key in level
+    for key in ("unfinished", "starved", "censored_from", "aging_bound", "fair_share"):
+        assert key in level
     for key in ("jain", "service_gap", "gap_bound", "service_gap_members", "reorders"):
         assert key in level
+    assert set(level["fair_share"]) == {"worst", "worst_member", "rated", "members"}
     assert set(section["members"]) == {"ana", "bob"} - {"bob"} | {"ben"}
     assert section["members"]["ana"]["gpu_seconds"] > 0
     for key in ("swaps", "load_seconds", "idle_waiting_seconds", "reorders", "makespan"):
@@ -126,7 +149,15 @@ def test_flags_build_the_policy(capsys: pytest.CaptureFixture[str]) -> None:
     [
         (["--scenario", "nope"], "unknown scenario"),
         (["--param", "hours"], "--param expects KEY=VALUE"),
-        (["--param", "nope=1"], "has no parameter"),
+        (["--param", "nope=1", "--scenario", "overload"], "has no parameter"),
+        (["--param", "hours=1"], "give --scenario NAME"),
+        (["--horizon", "-1"], "--horizon must be"),
+        (["--sweep", "divisor"], "--sweep expects KEY=V1,V2"),
+        (["--sweep", "divisor=1,1"], "given twice"),
+        (["--sweep", "colour=1,2"], "unknown parameter"),
+        (["--sweep", "divisor=30", "--policy", "strict"], "takes none"),
+        (["--sweep", "divisor=30", "--seeds", "0"], "--seeds must be"),
+        (["--sweep", "divisor=30", "--trace", "x.jsonl"], "takes no --trace"),
         (["--policy", "lottery"], "unknown policy"),
         (["--policy", "fifo", "--policy", "fifo"], "policy given twice"),
         (["--max-affinity", "200"], "band_spacing"),
@@ -183,7 +214,9 @@ def test_trace_replay_and_json_file(tmp_path: Path, capsys: pytest.CaptureFixtur
     )
     out = tmp_path / "report.json"
     assert main(["simulate", "--trace", str(trace), "--json", str(out), "--plain"]) == 0
-    assert "scenario trace:jobs.jsonl" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert text.startswith("Verdict")
+    assert "scenario trace:jobs.jsonl" in text
     report = json.loads(out.read_text())
     assert report["scenario"]["source"] == str(trace)
     levels = report["policies"]["strict"]["levels"]
@@ -197,11 +230,12 @@ def test_azure_trace_prints_attribution(tmp_path: Path, capsys: pytest.CaptureFi
         "TIMESTAMP,ContextTokens,GeneratedTokens\n"
         "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n"
     )
-    argv = ["--trace", str(trace), "--trace-format", "azure", "--param", "members=3"]
-    assert main(["simulate", *argv, "--json", "-"]) == 0
-    captured = capsys.readouterr()
-    assert json.loads(captured.out)["scenario"]["params"]["members"] == 3
-    assert "CC BY 4.0" in captured.err
+    for fmt in ("azure", "auto"):  # auto recognises the Azure header
+        argv = ["--trace", str(trace), "--trace-format", fmt, "--param", "members=3"]
+        assert main(["simulate", *argv, "--json", "-"]) == 0
+        captured = capsys.readouterr()
+        assert json.loads(captured.out)["scenario"]["params"]["members"] == 3
+        assert "CC BY 4.0" in captured.err
 
 
 def test_list_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
@@ -209,6 +243,10 @@ def test_list_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for name in ("film-night", "two-films", "swap-storm", "overload"):
         assert name in out
+    swap_storm = out.split("swap-storm:", 1)[1].split("overload:", 1)[0]
+    assert "models=3  (models)" in swap_storm
+    assert "shots" not in swap_storm  # only the parameters the scenario uses
+    assert "hours=8  (h of arrivals)" in out.split("overload:", 1)[1]
 
 
 def test_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -217,8 +255,76 @@ def test_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = [*SMALL, "--policy", "fifo", "--policy", "prioqueue", "--plot", str(charts)]
     assert main(["simulate", *argv, "--json", "-"]) == 0
     assert "wrote 3 charts" in capsys.readouterr().err
-    for name in ("waits.png", "timeline.png", "service.png"):
-        assert (charts / name).read_bytes().startswith(b"\x89PNG")
+    for name in ("waits.png", "timeline.png", "service_gap.png"):
+        data = (charts / name).read_bytes()
+        assert data.startswith(b"\x89PNG")
+        assert len(data) > 1000
+
+
+def test_plot_sweep_frontier(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    argv = ["--scenario", "overload", "--param", "hours=1", "--param", "horizon=1"]
+    assert (
+        main(
+            [
+                "simulate",
+                *argv,
+                "--sweep",
+                "divisor=30,120",
+                "--seeds",
+                "2",
+                "--plot",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
+    assert (tmp_path / "frontier.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_plot_without_matplotlib_fails_before_simulating(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    import prioqueue.sim
+    from prioqueue.sim import engine
+
+    monkeypatch.delattr(prioqueue.sim, "plot", raising=False)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    monkeypatch.delitem(sys.modules, "prioqueue.sim.plot", raising=False)
+    calls = []
+    monkeypatch.setattr(engine, "simulate", lambda *a, **k: calls.append(a))
+    assert main(["simulate", *SMALL, "--plot", str(tmp_path / "charts")]) == 1
+    err = capsys.readouterr().err
+    assert "--plot needs the optional extra 'plot'" in err
+    assert "pip install 'prioqueue-lanes[plot]'" in err
+    assert calls == []  # failed before any simulation
+    assert not (tmp_path / "charts").exists()
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_goes_to_stderr_only_on_a_terminal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+    import sys
+
+    pytest.importorskip("rich")
+    args = argparse.Namespace(no_progress=False)
+    assert sim_cli._show_progress(args) is False  # captured stderr is no terminal
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert sim_cli._show_progress(args) is True
+    assert sim_cli._show_progress(argparse.Namespace(no_progress=True)) is False
+    workload = build("two-films", shots=4)
+    sim_cli._run_all(workload, [parse_spec("prioqueue")], 3.0, show=True)
+    assert capsys.readouterr().out == ""  # nothing on stdout
 
 
 def test_rich_output_and_progress(capsys: pytest.CaptureFixture[str]) -> None:
@@ -230,6 +336,7 @@ def test_rich_output_and_progress(capsys: pytest.CaptureFixture[str]) -> None:
     buffer = io.StringIO()
     render.render_rich(report, file=buffer)
     text = buffer.getvalue()
+    assert text.lstrip().startswith("Verdict")
     assert "Waits by level" in text
     assert "prioqueue" in text
     assert render.duration(None) == "-"

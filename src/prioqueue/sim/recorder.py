@@ -44,12 +44,20 @@ def _finite(name: str, value: object, *, positive: bool = False) -> float:
     return number
 
 
-def header_line(load_seconds: Mapping[str, float] | None, default_load: float | None) -> str:
+def header_line(
+    load_seconds: Mapping[str, float] | None,
+    default_load: float | None,
+    *,
+    origin: float | None = None,
+    horizon: float | None = None,
+) -> str:
     """Return the JSON header line of a trace (with its newline).
 
     Args:
         load_seconds: Cold-load seconds per model, or None.
         default_load: Cold-load seconds of a model not listed, or None.
+        origin: The time the arrivals count from (None: the first arrival is 0 on replay).
+        horizon: Seconds after the origin at which the replay stops the clock, or None.
 
     Returns:
         ``{"prioqueue_trace": 1, ...}`` followed by a newline.
@@ -66,6 +74,10 @@ def header_line(load_seconds: Mapping[str, float] | None, default_load: float | 
         }
     if default_load is not None:
         header["default_load"] = _finite("default_load", default_load)
+    if origin is not None:
+        header["origin"] = _finite("origin", origin)
+    if horizon is not None:
+        header["horizon"] = _finite("horizon", horizon)
     return json.dumps(header, separators=(",", ":")) + "\n"
 
 

@@ -18,7 +18,9 @@ swap, load no       (JSONL) the recorded request paid a cold load of ``load`` se
 ========== ======== =================================================================
 
 A JSON Lines trace may open with a header line ``{"prioqueue_trace": 1, "load_seconds":
-{model: seconds}, "default_load": seconds}`` (written by :func:`write_trace` and
+{model: seconds}, "default_load": seconds, "origin": seconds, "horizon": seconds}`` (each
+optional; ``origin`` is the time arrivals count from, by default the first arrival; written by
+:func:`write_trace` and
 :class:`~prioqueue.sim.recorder.TraceRecorder`). A model's cold-load time is, first found:
 the caller's ``load_seconds`` (``--load-seconds``), the header's, the mean of the ``load``
 values recorded for it, the header's ``default_load``. So a converted trace replays exactly
@@ -307,7 +309,7 @@ def read_trace(
     if not jobs:
         raise TraceError(str(path), 1, None, "the trace has no jobs")
     jobs.sort(key=lambda job: job.arrival)
-    origin = jobs[0].arrival
+    origin = header.get("origin", jobs[0].arrival)
     if origin:
         jobs = [_shift(job, origin) for job in jobs]
     loads = {model: math.fsum(values) / len(values) for model, values in measured.items()}
@@ -319,6 +321,7 @@ def read_trace(
         load_seconds=loads,
         default_load=float(header.get("default_load", default_load)),
         params={"path": str(path), "format": fmt},
+        horizon=header.get("horizon"),
     )
 
 
@@ -327,11 +330,17 @@ def _header(name: str, line: int, row: Mapping[str, Any]) -> dict[str, Any]:
         raise TraceError(name, line, None, f"unknown trace version {row[TRACE_HEADER_KEY]!r}")
     loads = row.get("load_seconds", {})
     default = row.get("default_load", 30.0)
+    origin, horizon = row.get("origin"), row.get("horizon")
     try:
-        header_line(loads, default)  # validates
+        header_line(loads, default, origin=origin, horizon=horizon)  # validates
     except (TypeError, ValueError, AttributeError) as exc:
         raise TraceError(name, line, None, f"bad header: {exc}") from None
-    return {"load_seconds": dict(loads), "default_load": float(default)}
+    header: dict[str, Any] = {"load_seconds": dict(loads), "default_load": float(default)}
+    if origin is not None:
+        header["origin"] = float(origin)
+    if horizon is not None:
+        header["horizon"] = float(horizon)
+    return header
 
 
 def _shift(job: Arrival, origin: float) -> Arrival:
@@ -469,8 +478,9 @@ def convert_azure(
 def write_trace(workload: Workload, handle: TextIO) -> int:
     """Write a workload as a JSON Lines trace (the format :func:`read_trace` reads). O(n).
 
-    The header line carries the models' cold-load times, so reading the file back gives a
-    workload that replays exactly like this one.
+    The header line carries the models' cold-load times, the time origin (0: the arrivals are
+    written as they are) and the horizon, so reading the file back gives a workload that
+    replays exactly like this one.
 
     Args:
         workload: The workload.
@@ -479,7 +489,11 @@ def write_trace(workload: Workload, handle: TextIO) -> int:
     Returns:
         The number of rows written (the header not counted).
     """
-    handle.write(header_line(workload.load_seconds, workload.default_load))
+    handle.write(
+        header_line(
+            workload.load_seconds, workload.default_load, origin=0.0, horizon=workload.horizon
+        )
+    )
     for job in workload.arrivals:
         row: dict[str, Any] = {
             "arrival": job.arrival,

@@ -1,0 +1,153 @@
+"""The demand-respecting fairness measures on hand-made workloads with known answers."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prioqueue.sim import engine, report
+from prioqueue.sim.fairness import OFF, ON, SERVICE, fair_shares, jain_index, service_gaps
+from prioqueue.sim.policies import PolicyParams, parse_spec
+from prioqueue.sim.workload import Arrival, Workload
+
+BASE = PolicyParams()
+
+
+def _level(kind: str, *jobs: Arrival, horizon: float | None = None) -> dict[str, object]:
+    workload = Workload("hand-made", list(jobs), horizon=horizon)
+    result = engine.simulate(workload, parse_spec(kind), horizon=horizon)
+    levels: dict[str, dict[str, object]] = report.summarize(result, BASE)["levels"]
+    return levels["0"]
+
+
+def _worked_example() -> list[Arrival]:
+    # docs/simulator.md and prioqueue.sim.fairness: A submits three 60 s jobs, B one, all at 0.
+    return [
+        Arrival(0, "A", 0, duration=60),
+        Arrival(0, "A", 0, duration=60),
+        Arrival(0, "A", 0, duration=60),
+        Arrival(0, "B", 0, duration=60),
+    ]
+
+
+def test_worked_example_strict() -> None:
+    level = _level("strict", *_worked_example())
+    share = level["fair_share"]
+    assert isinstance(share, dict)
+    # [0, 120): both backlogged, A ran 120 s, each was entitled to 60 s.
+    assert share["members"] == {
+        "A": {"received": 120.0, "fair": 60.0},
+        "B": {"received": 0.0, "fair": 60.0},
+    }
+    assert share["worst"] == 0.0
+    assert share["worst_member"] == "B"
+    assert level["service_gap"] == 120.0
+    assert level["jain"] == 0.5
+
+
+def test_worked_example_fair_share() -> None:
+    level = _level("prioqueue", *_worked_example())
+    share = level["fair_share"]
+    assert isinstance(share, dict)
+    # a1 then b1: B is backlogged only during [0, 60), 30 s each, below one job: not rated.
+    assert share["members"] == {
+        "A": {"received": 60.0, "fair": 30.0},
+        "B": {"received": 0.0, "fair": 30.0},
+    }
+    assert share["worst"] is None
+    assert share["rated"] == 0
+    assert level["service_gap"] == 60.0
+    assert level["jain"] == 0.5  # Jain cannot tell the two runs apart
+
+
+def test_different_demand_jain_misleads() -> None:
+    # A wants 10 jobs, B wants 1: a fair policy serves B at once and then A alone. Jain's
+    # index over raw GPU seconds says 0.6 (unfair); the demand-respecting figures say fair.
+    jobs = [Arrival(0, "A", 0, duration=60) for _ in range(10)]
+    jobs.append(Arrival(1, "B", 0, duration=60))
+    result = engine.simulate(Workload("demand", jobs), parse_spec("prioqueue"))
+    section = report.summarize(result, BASE)
+    raw = [m["gpu_seconds"] for m in section["members"].values()]
+    assert jain_index(raw) == pytest.approx(121 / 202)
+    level = section["levels"]["0"]
+    assert level["service_gap"] <= level["gap_bound"]
+    assert level["service_gap"] == 60.0  # one job of A ran while B waited
+    strict = report.summarize(engine.simulate(Workload("demand", jobs), parse_spec("strict")), BASE)
+    # strict makes B wait behind all ten: B got 0 of 300 fair seconds.
+    share = strict["levels"]["0"]["fair_share"]
+    assert share["worst_member"] == "B"
+    assert share["worst"] == 0.0
+    # Contended over [1, 540): B from its arrival, A until its last job left the queue.
+    assert share["members"]["B"]["fair"] == pytest.approx(269.5)
+    assert share["members"]["A"]["received"] == pytest.approx(539.0)
+
+
+def test_two_equal_films_are_split_evenly() -> None:
+    jobs = [Arrival(0, m, 0, duration=100) for m in ("ana", "ben") for _ in range(20)]
+    fair = _level("prioqueue", *jobs)["fair_share"]
+    strict = _level("strict", *jobs)["fair_share"]
+    assert isinstance(fair, dict)
+    assert isinstance(strict, dict)
+    assert fair["worst"] == pytest.approx(1.0, abs=0.06)
+    assert strict["worst"] < 0.1
+
+
+def test_unfinished_work_is_censored() -> None:
+    # Interactive work fills the GPU until the horizon; the batch job never runs under strict.
+    jobs = [Arrival(0, "b", -100, duration=10)]
+    jobs += [Arrival(10 * k, "i", 100, duration=10) for k in range(100)]
+    workload = Workload("censored", jobs, horizon=500.0)
+    result = engine.simulate(workload, parse_spec("strict"), horizon=500.0)
+    assert result.horizon == 500.0
+    assert result.status[0] == engine.QUEUED
+    assert result.status[-1] == engine.PENDING  # arrives after the horizon
+    batch = report.summarize(result, BASE)["levels"]["-100"]
+    assert batch["unfinished"] == 1
+    assert batch["wait_max"] == 500.0  # censored at the horizon
+    assert batch["censored_from"] == 500.0
+    assert batch["starved"] == 0  # 500 s is less than the aging bound
+    assert batch["aging_bound"] == (200 + 0 + 10) * 60
+
+
+def test_service_gaps_timeline() -> None:
+    events = [
+        (0.0, ON, "a", 0.0),
+        (0.0, ON, "b", 0.0),
+        (10.0, SERVICE, "a", 10.0),
+        (20.0, SERVICE, "a", 10.0),
+        (25.0, OFF, "a", 0.0),
+        (30.0, SERVICE, "b", 10.0),
+    ]
+    timeline: list[tuple[float, float]] = []
+    gap, pair, contended = service_gaps(events, timeline)
+    assert (gap, pair) == (20.0, ("a", "b"))
+    assert contended == {"a": 20.0, "b": 0.0}
+    assert timeline == [
+        (0.0, 0.0),
+        (0.0, 0.0),
+        (10.0, 10.0),
+        (20.0, 20.0),
+        (25.0, 0.0),
+        (30.0, 0.0),
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 100), st.floats(0, 50), st.sampled_from("abc"), st.booleans()),
+        max_size=12,
+    )
+)
+def test_fair_shares_conserve_contended_service(
+    items: list[tuple[float, float, str, bool]],
+) -> None:
+    # Property: the fair parts of the contending members add up to what they received.
+    backlog = [(s, s + d, m) for s, d, m, is_run in items if not is_run]
+    runs = [(s, s + d, m) for s, d, m, is_run in items if is_run]
+    shares = fair_shares(backlog, runs)
+    received = sum(got for got, _ in shares.values())
+    fair = sum(f for _, f in shares.values())
+    assert received == pytest.approx(fair, abs=1e-6)
+    assert all(got >= 0 and f >= 0 for got, f in shares.values())

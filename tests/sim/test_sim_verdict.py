@@ -1,0 +1,125 @@
+"""The verdict: its numbers are the tables' and the JSON's; sweeps are deterministic per seed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from prioqueue.cli import main
+from prioqueue.sim import build, build_report, engine, parse_spec, render, sweep
+from prioqueue.sim.render import duration
+
+
+def _suite(capsys: pytest.CaptureFixture[str]) -> tuple[dict[str, Any], str]:
+    assert main(["simulate", "--no-progress", "--json", "-"]) == 0
+    report: dict[str, Any] = json.loads(capsys.readouterr().out)
+    assert main(["simulate", "--no-progress", "--plain"]) == 0
+    return report, capsys.readouterr().out
+
+
+def test_summary_equals_tables_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    report, text = _suite(capsys)
+    scenarios = report["scenarios"]
+    assert [s["scenario"]["name"] for s in scenarios] == ["film-night", "two-films", "overload"]
+    verdict = text.split("\n\n========")[0]
+    for one in scenarios:
+        for label, row in one["summary"]["policies"].items():
+            section = one["policies"][label]
+            levels = section["levels"]
+            # The summary copies the sections' numbers.
+            if "100" in levels:
+                assert row["interactive_p99"] == levels["100"]["wait_p99"]
+            assert row["batch_worst"] == levels["-100"]["wait_max"]
+            assert row["batch_unfinished"] == levels["-100"]["unfinished"]
+            assert row["batch_starved"] == levels["-100"]["starved"]
+            assert row["swaps"] == section["swaps"]
+            fair = row["fairness"]
+            level = levels[str(fair["level"])]
+            assert (fair["gap"], fair["bound"]) == (level["service_gap"], level["gap_bound"])
+            shares = [lv["fair_share"]["worst"] for lv in levels.values()]
+            rated = [s for s in shares if s is not None]
+            assert fair["worst_share"] == (min(rated) if rated else None)
+            # The text shows the same numbers, in the verdict and in the tables.
+            assert duration(row["batch_worst"]) in verdict
+            assert f"{duration(fair['gap'])} / {duration(fair['bound'])}" in verdict
+            tables = text.split(f"scenario {one['scenario']['name']},", 1)[1]
+            assert duration(level["service_gap"]) in tables
+        assert one["summary"]["trade_off"] in verdict
+
+
+def test_default_case_is_made(capsys: pytest.CaptureFixture[str]) -> None:
+    report, _ = _suite(capsys)
+    by_name = {s["scenario"]["name"]: s["summary"]["policies"] for s in report["scenarios"]}
+    film = by_name["film-night"]
+    # Interactive close to strict, far from fifo.
+    assert film["prioqueue"]["interactive_p99"] <= 1.1 * film["strict"]["interactive_p99"]
+    assert film["fifo"]["interactive_p99"] > 10 * film["prioqueue"]["interactive_p99"]
+    # Fairness within the bound where fifo and strict break it.
+    films = by_name["two-films"]
+    assert films["prioqueue"]["fairness"]["within"] is True
+    assert films["strict"]["fairness"]["within"] is False
+    assert films["fifo"]["fairness"]["within"] is False
+    # Under overload strict starves batch jobs, prioqueue none.
+    over = by_name["overload"]
+    assert over["strict"]["batch_starved"] > 0
+    assert over["prioqueue"]["batch_starved"] == 0
+    assert over["prioqueue"]["batch_worst"] < over["strict"]["batch_worst"]
+    for summary in by_name.values():
+        assert summary["prioqueue"]["fairness"]["within"] is True
+
+
+def test_trade_off_sentence_names_both_sides() -> None:
+    workload = build("overload", hours=3.0, horizon=3.0, load=1.2)
+    results = [
+        engine.simulate(workload, parse_spec(p), horizon=workload.horizon)
+        for p in ("fifo", "strict", "prioqueue")
+    ]
+    report = build_report(workload, results)
+    sentence = report["summary"]["trade_off"]
+    assert "strict" in sentence
+    assert "prioqueue" in sentence
+    assert "fifo" in sentence
+    assert sentence.endswith(".")
+    lines = render.verdict_lines(report)
+    assert lines[0].startswith("Verdict")
+    assert any(sentence in line for line in lines)
+
+
+def test_sweep_is_deterministic_per_seed() -> None:
+    def make(seed: int) -> Any:
+        return build("overload", seed=seed, hours=1.5, horizon=1.5)
+
+    first = sweep.run_sweep(make, "prioqueue", "divisor", ["30", "240"], [1, 2, 3])
+    again = sweep.run_sweep(make, "prioqueue", "divisor", ["30", "240"], [1, 2, 3])
+    assert first == again
+    other = sweep.run_sweep(make, "prioqueue", "divisor", ["30", "240"], [4, 5, 6])
+    assert other["values"] != first["values"]
+    row = first["values"][0]
+    p99 = [run["interactive_p99"] for run in row["per_seed"]]
+    assert row["figures"]["interactive_p99"]["median"] == pytest.approx(sorted(p99)[1], abs=1e-3)
+    assert row["figures"]["interactive_p99"]["min"] == pytest.approx(min(p99), abs=1e-3)
+    assert first["frontier"]
+    assert set(first["frontier"]) <= {"30", "240"}
+
+
+def test_frontier() -> None:
+    points = [("a", 1.0, 9.0), ("b", 2.0, 5.0), ("c", 3.0, 6.0), ("d", 4.0, 1.0), ("e", None, 1.0)]
+    assert sweep.frontier(points) == ["a", "b", "d"]
+    assert sweep.frontier([("x", 1.0, 1.0), ("y", 1.0, 1.0)]) == ["x", "y"]  # ties stay
+
+
+def test_sweep_cli_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--scenario", "overload", "--param", "hours=1", "--param", "horizon=1"]
+    argv += ["--sweep", "divisor=30,120", "--seeds", "2"]
+    assert main([*argv, "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["seeds"] == [1, 2]
+    assert [row["value"] for row in data["values"]] == ["30", "120"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("Sweep of prioqueue on overload, seeds 1-2")
+    for row in data["values"]:
+        figure = row["figures"]["batch_worst"]
+        assert duration(figure["median"]) in text
