@@ -17,10 +17,14 @@ AZURE_DIR = Path(
 
 @pytest.mark.parametrize("name", list(scenarios.SCENARIOS))
 def test_scenarios_are_seeded_and_sorted(name: str) -> None:
-    small = {"shots": 10} if "shots" in scenarios.SCENARIOS[name].defaults else {}
-    first = scenarios.build(name, seed=3, hours=1.0, **small)
-    again = scenarios.build(name, seed=3, hours=1.0, **small)
-    other = scenarios.build(name, seed=4, hours=1.0, **small)
+    defaults = scenarios.SCENARIOS[name].defaults
+    small: dict[str, float] = {"shots": 10} if "shots" in defaults else {}
+    if "hours" in defaults:
+        small["hours"] = 1.0
+    assert set(defaults) <= set(scenarios.UNITS)  # --list-scenarios shows every unit
+    first = scenarios.build(name, seed=3, **small)
+    again = scenarios.build(name, seed=3, **small)
+    other = scenarios.build(name, seed=4, **small)
     assert first.arrivals == again.arrivals
     assert first.arrivals != other.arrivals
     times = [a.arrival for a in first.arrivals]

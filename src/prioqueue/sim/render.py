@@ -299,8 +299,10 @@ def verdict_table(report: Mapping[str, Any]) -> Table:
             first = False
         if one["summary"]["trade_off"]:
             notes.append(f"{one['scenario']['name']}: {one['summary']['trade_off']}")
+    seeds = sorted({str(one["scenario"]["params"].get("seed", "-")) for one in reports_of(report)})
     return Table(
-        "Verdict (details and definitions below)",
+        f"Verdict: prioqueue against fifo and strict (seed {', '.join(seeds)}; details and "
+        "definitions below)",
         (
             "scenario",
             "policy",

@@ -179,8 +179,7 @@ def _two_films(params: Params, rng: random.Random) -> list[Arrival]:
     gen = _Gen(rng, params)
     shots, seconds = int(params["shots"]), float(params["shot_seconds"])
     jobs = _film(gen, "ana", "pro", shots, seconds, 0.0)
-    jobs += _film(gen, "ben", "pro", shots, seconds, float(params["offset"]))
-    return jobs + _crowd_streams(gen, params)
+    return jobs + _film(gen, "ben", "pro", shots, seconds, float(params["offset"]))
 
 
 def _swap_storm(params: Params, rng: random.Random) -> list[Arrival]:
@@ -242,11 +241,8 @@ SCENARIOS: dict[str, Scenario] = {
                 "shots": 174,
                 "shot_seconds": 240.0,
                 "offset": 600.0,
-                **_CROWD_DEFAULTS,
-                "images_per_hour": 0.0,
-                "videos_per_hour": 0.0,
-                "tools_per_hour": 0.0,
                 "cancel_fraction": 0.0,
+                "lost_fraction": 0.0,
                 "horizon": 0.0,
             },
             _two_films,

@@ -136,6 +136,21 @@ def trade_off(policies: Mapping[str, Mapping[str, Any]]) -> str:
         if others:
             text += f" ({' and '.join(others)} exceed{'s' if len(others) == 1 else ''} it)"
         parts.append(text)
+    mine_share = fair["worst_share"]
+    starved_shares = [
+        (label, row["fairness"]["worst_share"])
+        for label, row in policies.items()
+        if row["kind"] in ("fifo", "strict")
+        and row["fairness"]["worst_share"] is not None
+        and row["fairness"]["worst_share"] < 0.5
+    ]
+    if starved_shares and mine_share is not None and mine_share >= 0.8:
+        share = min(item[1] for item in starved_shares)
+        labels = " and ".join(label for label, value in starved_shares if value == share)
+        parts.append(
+            f"{labels} gave one member {share:.2f} of its max-min fair share, {name} "
+            f"at least {mine_share:.2f}"
+        )
     fifo = _find(policies, "fifo")
     if fifo is not None and fifo[1]["interactive_p99"] is not None:
         parts.append(f"fifo makes interactive p99 wait {_dur(fifo[1]['interactive_p99'])}")
