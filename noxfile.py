@@ -60,11 +60,24 @@ def tests(session: nox.Session) -> None:
         session.warn("pytest collected no tests")
 
 
+# The simulator's pictures that README.md and docs/simulator.md show, with the commands that
+# draw them (the pages quote these commands). ``nox -s docs`` redraws them, so they never go
+# stale; commit what changed.
+PICTURES = (
+    ("--scenario", "overload", "--plot", "docs/images/overload"),
+    ("--sweep", "divisor=30,60,120,240", "--seeds", "5", "--plot", "docs/images/sweep"),
+)
+
+
 @nox.session
 def docs(session: nox.Session) -> None:
-    """Run every code sample in the docs, then build the site with warnings as errors."""
+    """Redraw the simulator's pictures, run every code sample in the docs, build the site."""
     session.install(ALL_EXTRAS, *_groups("docs", "test"))
-    session.run("pytest", "tests/test_docs.py", "-p", "no:cacheprovider")
+    for args in PICTURES:
+        session.run("prioqueue", "simulate", *args, "--plain", "--no-progress", silent=True)
+    session.run(
+        "pytest", "tests/test_docs.py", "tests/sim/test_sim_docs.py", "-p", "no:cacheprovider"
+    )
     session.run(
         "mkdocs",
         "build",
