@@ -5,8 +5,10 @@ Usage::
     python examples/azure_trace.py ../shared/traces/azure-llm-2023-conv.csv conv.jsonl --seed 1
     prioqueue simulate --trace conv.jsonl
 
-(or replay the CSV directly: ``prioqueue simulate --trace FILE.csv --trace-format azure``).
-The mapping is reproducible from the seed; see ``docs/simulator.md``. The Azure files are read
+(or replay the CSV directly: ``prioqueue simulate --trace FILE.csv``, which recognises it).
+The mapping is reproducible from the seed, and the JSON Lines file carries the cold-load times
+in its header, so replaying it gives exactly the numbers of replaying the CSV with the same
+seed and parameters; see ``docs/simulator.md``. The Azure files are read
 from the path given and never copied into this repository. Anything shared from the output
 must carry the attribution printed below (CC BY 4.0).
 """

@@ -40,7 +40,7 @@ def test_the_docs_quote_the_verdict() -> None:
 def test_quoted_output_is_current(
     page: str, kind: str, command: str, quoted: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    words = shlex.split(command.split("(")[0])
+    words = shlex.split(command.split("(", maxsplit=1)[0])
     assert words[:2] == ["prioqueue", "simulate"], f"{page}: not a simulate command"
     assert main([*words[1:], "--plain", "--no-progress"]) == 0
     out = capsys.readouterr().out

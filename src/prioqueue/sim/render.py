@@ -299,10 +299,11 @@ def verdict_table(report: Mapping[str, Any]) -> Table:
             first = False
         if one["summary"]["trade_off"]:
             notes.append(f"{one['scenario']['name']}: {one['summary']['trade_off']}")
-    seeds = sorted({str(one["scenario"]["params"].get("seed", "-")) for one in reports_of(report)})
+    found = {one["scenario"]["params"].get("seed") for one in reports_of(report)}
+    seeds = sorted(str(seed) for seed in found if seed is not None)
+    where = f"seed {', '.join(seeds)}; " if seeds else ""
     return Table(
-        f"Verdict: prioqueue against fifo and strict (seed {', '.join(seeds)}; details and "
-        "definitions below)",
+        f"Verdict: prioqueue against fifo and strict ({where}details and definitions below)",
         (
             "scenario",
             "policy",
