@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from prioqueue._errors import ConfigError
 from prioqueue.cli import main
 from prioqueue.sim import build, build_report, engine, parse_spec, render, sweep
 from prioqueue.sim.render import duration
@@ -123,3 +124,36 @@ def test_sweep_cli_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:
     for row in data["values"]:
         figure = row["figures"]["batch_worst"]
         assert duration(figure["median"]) in text
+
+
+def test_horizon_flag_overrides_the_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["simulate", "--scenario", "overload", "--param", "hours=1", "--no-progress"]
+    assert main([*base, "--horizon", "0.5", "--json", "-"]) == 0
+    cut = json.loads(capsys.readouterr().out)
+    assert cut["scenario"]["horizon"] == 1800.0
+    assert cut["policies"]["strict"]["horizon"] == 1800.0
+    assert main([*base, "--horizon", "0", "--json", "-"]) == 0
+    drained = json.loads(capsys.readouterr().out)
+    assert drained["scenario"]["horizon"] is None
+    assert all(s["unfinished"] == 0 for s in drained["policies"].values())
+
+
+def test_sweep_errors_and_files(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match="at least one seed"):
+        sweep.run_sweep(lambda seed: build("overload", seed=seed), "prioqueue", "d", ["1"], [])
+    argv = ["simulate", "--scenario", "overload", "--param", "hours=1", "--param", "horizon=1"]
+    argv += ["--sweep", "divisor=60", "--seeds", "1"]
+    assert main([*argv, "--policy", "fifo", "--policy", "strict"]) == 2
+    assert "at most one --policy" in capsys.readouterr().err
+    out = tmp_path / "sweep.json"
+    assert main([*argv, "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["frontier"] == ["60"]
+    assert capsys.readouterr().out.startswith("Sweep of prioqueue")
+    assert sweep._spread([None, None]) == {"median": None, "min": None, "max": None}
+
+
+def test_engine_rejects_a_bad_horizon() -> None:
+    workload = build("two-films", shots=2)
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="horizon must be a finite number"):
+            engine.simulate(workload, parse_spec("fifo"), horizon=bad)
