@@ -151,3 +151,50 @@ def test_fair_shares_conserve_contended_service(
     fair = sum(f for _, f in shares.values())
     assert received == pytest.approx(fair, abs=1e-6)
     assert all(got >= 0 and f >= 0 for got, f in shares.values())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 300),
+            st.sampled_from("abc"),
+            st.sampled_from((100, 0, -100)),
+            st.integers(1, 90),
+            st.integers(0, 1),
+        ),
+        min_size=1,
+        max_size=25,
+    ),
+    st.one_of(st.none(), st.integers(0, 600)),
+    st.sampled_from(("fifo", "strict", "prioqueue")),
+)
+def test_every_job_is_accounted_for_at_any_horizon(
+    rows: list[tuple[int, str, int, int, int]], horizon: int | None, kind: str
+) -> None:
+    # Property: with or without a horizon no job is lost or counted twice, and the censored
+    # waits are exactly the waits of the jobs still queued at the horizon.
+    jobs = sorted(
+        (Arrival(float(t), m, p, duration=float(d), hangs=h) for t, m, p, d, h in rows),
+        key=lambda a: a.arrival,
+    )
+    cut = None if horizon is None else float(horizon)
+    result = engine.simulate(Workload("prop", jobs, horizon=cut), parse_spec(kind), horizon=cut)
+    section = report.summarize(result, BASE)
+    arrived = [i for i, a in enumerate(jobs) if cut is None or a.arrival <= cut]
+    assert section["jobs"] == len(arrived)
+    queued = [i for i in arrived if result.status[i] == engine.QUEUED]
+    running = [i for i in arrived if result.status[i] == engine.RUNNING]
+    left = section["completed"] + section["cancelled"] + section["failed"]
+    assert left + len(queued) + len(running) == len(arrived)
+    assert section["unfinished"] == len(queued)
+    assert len(running) <= 1  # one GPU
+    if cut is None:
+        assert not queued
+        assert not running
+    for level, row in section["levels"].items():
+        mine = [i for i in queued if jobs[i].priority == int(level)]
+        assert row["unfinished"] == len(mine)
+        if mine:
+            assert row["censored_from"] == min(round(cut - jobs[i].arrival, 3) for i in mine)
+            assert row["wait_max"] >= row["censored_from"]

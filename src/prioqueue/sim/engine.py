@@ -15,6 +15,11 @@ Events, in the order they are handled at one instant:
    so a film submitted at once competes as a whole);
 5. the GPU, when free, asks the policy for the next job.
 
+Only the dispatcher's public API is used. The running job lives in one slot (``running``,
+``run_end``, ``deadline``, ``loaded``); a fleet of several workers makes these per-worker
+arrays and step 5 a loop over the free workers. The report's measures (waits, fair shares,
+service gaps) already accept several jobs running at once.
+
 The run ends when every job has left, or at the ``horizon`` when one is given: events at the
 horizon itself are still handled, and whatever is queued or running then is left as it is
 (``QUEUED`` or ``RUNNING``) so that the report can count it as unfinished work.
