@@ -196,5 +196,6 @@ def test_every_job_is_accounted_for_at_any_horizon(
         mine = [i for i in queued if jobs[i].priority == int(level)]
         assert row["unfinished"] == len(mine)
         if mine:
+            assert cut is not None
             assert row["censored_from"] == min(round(cut - jobs[i].arrival, 3) for i in mine)
             assert row["wait_max"] >= row["censored_from"]
