@@ -157,3 +157,23 @@ def test_engine_rejects_a_bad_horizon() -> None:
     for bad in (-1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="horizon must be a finite number"):
             engine.simulate(workload, parse_spec("fifo"), horizon=bad)
+
+
+def test_sweep_a_tier_bonus_and_a_model_affinity() -> None:
+    spec = parse_spec("prioqueue:tier.max=5,affinity.video=3")
+    assert spec.params.tier_bonuses["max"] == 5
+    assert spec.params.tier_bonuses["pro"] == 1  # the others keep their defaults
+    assert spec.params.affinity_by_model == {"video": 3}
+    with pytest.raises(ConfigError, match="tier.max must be a number"):
+        parse_spec("prioqueue:tier.max=lots")
+    result = sweep.run_sweep(
+        lambda seed: build("overload", seed=seed, hours=1.0, horizon=1.0),
+        "prioqueue",
+        "tier.max",
+        ["0", "8"],
+        [1],
+    )
+    assert [row["label"] for row in result["values"]] == [
+        "prioqueue:tier.max=0",
+        "prioqueue:tier.max=8",
+    ]

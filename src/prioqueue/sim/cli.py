@@ -102,8 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     policy.add_argument(
         "--sweep",
         metavar="KEY=V1,V2,...",
-        help="run prioqueue (or the one --policy given) once per value of a dispatcher "
-        "parameter (divisor, spacing, affinity, charge, fair_share) over --seeds seeds",
+        help="run prioqueue (or the one --policy given) once per value of a scoring or "
+        "dispatcher parameter (divisor, spacing, affinity, charge, fair_share, tier.NAME, "
+        "affinity.MODEL) over --seeds seeds",
     )
     policy.add_argument(
         "--seeds", type=int, metavar="N", help="seeds of a sweep: --seed, --seed+1, ... (5)"

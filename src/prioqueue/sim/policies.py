@@ -409,9 +409,20 @@ def _ablate(kind: str, params: PolicyParams) -> PolicyParams:
 
 
 def _override(params: PolicyParams, key: str, text: str, spec: str) -> PolicyParams:
+    prefix, dot, name = key.strip().partition(".")
+    if dot and prefix in ("tier", "affinity") and name.strip():
+        try:
+            number = float(text)
+        except ValueError:
+            raise ConfigError(f"policy {spec!r}: {key} must be a number, got {text!r}") from None
+        if prefix == "tier":
+            return attrs.evolve(params, tier_bonuses={**params.tier_bonuses, name.strip(): number})
+        return attrs.evolve(
+            params, affinity_by_model={**params.affinity_by_model, name.strip(): number}
+        )
     field = _KEY_ALIASES.get(key.strip().lower().replace("-", "_"))
     if field is None:
-        known = ", ".join(sorted(_KEY_ALIASES))
+        known = ", ".join([*sorted(_KEY_ALIASES), "tier.NAME", "affinity.MODEL"])
         raise ConfigError(f"policy {spec!r}: unknown parameter {key!r}; known: {known}")
     value: Any
     text = text.strip()
@@ -433,7 +444,8 @@ def parse_spec(spec: str, base: PolicyParams | None = None) -> PolicySpec:
     """Parse ``KIND`` or ``KIND:key=value,key=value`` into a :class:`PolicySpec`.
 
     Keys: ``aging_divisor`` (``divisor``, ``d``), ``band_spacing`` (``spacing``),
-    ``max_affinity`` (``affinity``), ``charge`` and ``fair_share``. The ablation's change is
+    ``max_affinity`` (``affinity``), ``charge``, ``fair_share``, ``tier.NAME`` (one tier's
+    bonus) and ``affinity.MODEL`` (one model's affinity). The ablation's change is
     applied after the overrides (``no-aging:divisor=30`` still does not age).
 
     Args:
