@@ -164,7 +164,7 @@ def test_sweep_a_tier_bonus_and_a_model_affinity() -> None:
     assert spec.params.tier_bonuses["max"] == 5
     assert spec.params.tier_bonuses["pro"] == 1  # the others keep their defaults
     assert spec.params.affinity_by_model == {"video": 3}
-    with pytest.raises(ConfigError, match="tier.max must be a number"):
+    with pytest.raises(ConfigError, match=r"tier\.max must be a number"):
         parse_spec("prioqueue:tier.max=lots")
     result = sweep.run_sweep(
         lambda seed: build("overload", seed=seed, hours=1.0, horizon=1.0),
