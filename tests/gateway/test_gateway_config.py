@@ -87,8 +87,10 @@ def test_full_configuration(tmp_path: Path) -> None:
     assert config.trusted_header.member == "x-auth-user"
     assert config.resident_poll_seconds == 2
     assert config.is_gated("POST", "/v1/images/edits")
-    assert not config.is_gated("GET", "/v1/chat/completions")
-    assert not config.is_gated("POST", "/v1/embeddings")
+    assert config.is_gated("GET", "/v1/chat/completions")  # listed: every method
+    assert config.is_gated("POST", "/v1/embeddings")  # every POST
+    assert not config.is_gated("GET", "/v1/embeddings")
+    assert not config.is_gated("POST", "/v1/models")  # a pass-through path
 
 
 def test_no_file_allows_anonymous_and_overrides_apply() -> None:

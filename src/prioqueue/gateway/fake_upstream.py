@@ -335,17 +335,28 @@ class ServerThread:
         app: The ASGI application.
         port: The port (0: a free one).
         log_level: uvicorn's log level.
+        limits: Serve with the gateway's hardened HTTP protocol and these limits (header
+            timeout and sizes), as ``prioqueue gateway`` does; None: plain uvicorn.
     """
 
-    def __init__(self, app: Any, *, port: int = 0, log_level: str = "warning") -> None:
+    def __init__(
+        self, app: Any, *, port: int = 0, log_level: str = "warning", limits: Any = None
+    ) -> None:
         import uvicorn
 
         self.sock = bind_loopback(port)
         self.port: int = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=2, backlog=2048
-        )
+        if limits is not None:
+            from prioqueue.gateway._server import uvicorn_config
+
+            config = uvicorn_config(
+                app, limits, log_level=log_level, timeout_graceful_shutdown=2
+            )
+        else:
+            config = uvicorn.Config(
+                app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=2, backlog=2048
+            )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._run, name=f"uvicorn:{self.port}", daemon=True)
 
