@@ -7,8 +7,8 @@ upstream when the turn comes), bounded in size (``limits.max_body_bytes``: 413) 
 (``limits.body_timeout``: 408). The model is then taken from the body the way llama-swap
 takes it, so that the job is queued for the model that will actually run:
 
-* JSON (the default): the top-level ``model`` string. A body that is not JSON, nests deeper
-  than the parser's recursion limit, has ``"model": ""`` or names ``model`` twice is refused with 400
+* JSON: the top-level ``model`` string. A body that is not JSON, nests deeper than the
+  parser's recursion limit, has ``"model": ""`` or names ``model`` twice is refused with 400
   (llama-swap reads the *first* ``model`` key, Python's parser the last: a client could
   queue as one model and run another).
 * ``multipart/form-data`` (audio transcriptions, image edits): the ``model`` form field.
@@ -26,7 +26,14 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
-__all__ = ["BadRequest", "BodyTimeout", "TooLarge", "extract_model", "read_body"]
+__all__ = [
+    "BadRequest",
+    "BodyTimeout",
+    "TooLarge",
+    "extract_model",
+    "model_from_url",
+    "read_body",
+]
 
 _MODEL_KEY = re.compile(rb'"model"')
 
@@ -100,6 +107,22 @@ def extract_model(body: bytes, content_type: bytes) -> str | None:
     if not isinstance(value, dict):
         raise BadRequest("the request body must be a JSON object")
     return _checked(value.get("model"))
+
+
+def model_from_url(path: str, query: bytes) -> str | None:
+    """Return the model a bodiless request names, as llama-swap reads it.
+
+    ``/upstream/{model}/...`` names it in the path; model GET routes (``/props``...) in the
+    ``model`` query parameter.
+
+    Complexity: O(len(path) + len(query)).
+    """
+    if path.startswith("/upstream/"):
+        return path[len("/upstream/") :].partition("/")[0] or None
+    if b"model=" in query:
+        values = parse_qs(query.decode("latin-1")).get("model")
+        return values[0] if values and values[0] else None
+    return None
 
 
 def _checked(model: object) -> str | None:

@@ -96,7 +96,7 @@ def hardened_protocol(limits: Limits) -> type[Any] | None:
     total = limits.max_headers_bytes
     count = limits.max_header_count
 
-    class HardenedHttpToolsProtocol(HttpToolsProtocol):  # type: ignore[misc]
+    class HardenedHttpToolsProtocol(HttpToolsProtocol):
         """HttpToolsProtocol with a header deadline and header size and count limits."""
 
         _header_timer: Any = None

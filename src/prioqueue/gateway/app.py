@@ -61,10 +61,17 @@ from urllib.parse import urlsplit
 import attrs
 
 from prioqueue._errors import QueueFull
-from prioqueue.asyncio import AsyncDispatcher, DispatcherClosed, JobCancelled, QueueTimeout, Turn
+from prioqueue.asyncio import AsyncDispatcher, DispatcherClosed, JobCancelled, QueueTimeout
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.gateway import _observe
-from prioqueue.gateway._body import BadRequest, BodyTimeout, TooLarge, extract_model, read_body
+from prioqueue.gateway._body import (
+    BadRequest,
+    BodyTimeout,
+    TooLarge,
+    extract_model,
+    model_from_url,
+    read_body,
+)
 from prioqueue.gateway._forward import (
     Flight,
     Request,
@@ -437,7 +444,9 @@ class Gateway:
             body = await read_body(receive, limit, limits.body_timeout)
             if body is None:
                 return 499  # the client left before sending its body (nginx's number)
-            model = extract_model(body, content_type)
+            model = extract_model(body, content_type) or model_from_url(
+                path, scope.get("query_string", b"")
+            )
         except TooLarge:
             return await respond(send, 413, error_body(f"body over {limit} bytes", "too_large"))
         except BodyTimeout:
@@ -515,8 +524,10 @@ class Gateway:
             status, outcome = 504, "upstream sent no response in time"
             await respond(send, 504, error_body(str(exc), "upstream_timeout"), ours)
         except SlowReader:
-            outcome = f"cut: the client read nothing for {limits.drain_seconds:g} s"
-            log.warning("job %s (%s %s): %s; the GPU is free again", job_id, who.member, path, outcome)
+            outcome = f"cut: the client took nothing for {limits.drain_seconds:g} s"
+            log.warning(
+                "job %s (%s %s): %s; the GPU is free again", job_id, who.member, path, outcome
+            )
         except asyncio.CancelledError:
             if flight.disconnected:
                 outcome = "client disconnected"
@@ -564,12 +575,14 @@ class Gateway:
             lease,
         )
         if not flight.started:
-            message = error_body("the request ran past its lease", "lease_expired")
-            return await respond(send, 504, message, ours)
+            body = error_body(f"the request ran past its lease of {lease} s", "lease_expired")
+            return await respond(send, 504, body, ours)
         if flight.sse:
-            message = f"the response was cut: its lease of {lease} s ran out"
+            end = sse_error(
+                f"the response was cut: its lease of {lease} s ran out", "lease_expired"
+            )
             with contextlib.suppress(Exception):
-                await send({"type": "http.response.body", "body": sse_error(message, "lease_expired")})
+                await send({"type": "http.response.body", "body": end})
         return 504
 
     def _remember(

@@ -1,5 +1,10 @@
 """``prioqueue gateway``: run the gateway under uvicorn until SIGTERM or SIGINT.
 
+Start: the configuration is validated, the extras checked (without the ``gateway`` extra the
+command prints the install line and exits 1), the port bound (a port in use is one line on
+stderr and exit 1), and only then is "listening" printed. ``--check`` stops before binding
+and also says whether ``/metrics`` is available (the ``prometheus`` extra).
+
 Shutdown: on the first SIGTERM/SIGINT the gateway stops accepting connections, fails every
 queued request with 503 (``Retry-After``), lets running requests finish for at most
 ``limits.shutdown_grace_seconds`` and exits with status 0. A second SIGINT exits at once.
@@ -9,14 +14,34 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
+import importlib.util
 import signal
 import sys
 from typing import Any
 
 from prioqueue._errors import ConfigError
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["INSTALL", "add_arguments", "missing_extras", "run"]
+
+INSTALL = "pip install '.[gateway,prometheus]'"
+"""The install line from a clone (``prioqueue-lanes[gateway,prometheus]`` once released)."""
+
+_GATEWAY_MODULES = ("aiohttp", "uvicorn", "yarl")
+
+
+def missing_extras() -> tuple[list[str], bool]:
+    """Return the gateway extra's missing modules and whether prometheus-client is there."""
+    missing = [name for name in _GATEWAY_MODULES if not _importable(name)]
+    return missing, _importable("prometheus_client")
+
+
+def _importable(name: str) -> bool:
+    if name in sys.modules:
+        return sys.modules[name] is not None
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,8 +110,24 @@ def _server_class() -> Any:
     return GatewayServer
 
 
+def _raise_file_limit() -> None:
+    """Allow as many open sockets as the hard limit does (thousands of waiting clients)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Windows
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = 65536 if hard == resource.RLIM_INFINITY else hard
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the gateway; returns the exit status (0 after a clean shutdown, 2 on bad config).
+    """Run the gateway; returns the exit status.
+
+    0 after a clean shutdown (or a passing ``--check``), 1 when an extra is missing or the
+    port cannot be bound, 2 on a bad configuration.
 
     Args:
         args: The parsed options of :func:`add_arguments`.
@@ -101,29 +142,45 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"prioqueue gateway: {exc}", file=sys.stderr)
         return 2
+    missing, prometheus = missing_extras()
+    if missing:
+        print(
+            f"prioqueue gateway needs the 'gateway' extra (missing: {', '.join(missing)}); "
+            f"from a clone: {INSTALL}",
+            file=sys.stderr,
+        )
+        return 1
     if args.check:
         print(f"configuration OK: listen {config.listen}, upstream {config.upstream}")
+        if not prometheus:
+            print(f"note: /metrics is off without the 'prometheus' extra ({INSTALL})")
         return 0
-    import uvicorn
-
+    from prioqueue.gateway._server import BindError, bind, uvicorn_config
     from prioqueue.gateway.app import Gateway
 
+    try:
+        sock = bind(config.host, config.port)
+    except BindError as exc:
+        print(f"prioqueue gateway: {exc}", file=sys.stderr)
+        return 1
+    _raise_file_limit()
     gateway = Gateway(config)
-    uv_config = uvicorn.Config(
+    uv_config = uvicorn_config(
         gateway,
-        host=config.host,
-        port=config.port,
-        lifespan="on",
+        config.limits,
         log_level=args.log_level,
         access_log=not args.no_access_log,
-        timeout_graceful_shutdown=math.ceil(config.limits.shutdown_grace_seconds),
-        backlog=2048,
     )
     server = _server_class()(uv_config, gateway)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
     print(
-        f"prioqueue gateway: listening on http://{config.listen}, upstream {config.upstream}",
+        f"prioqueue gateway: listening on http://{shown}:{port}, upstream {config.upstream}",
         file=sys.stderr,
         flush=True,
     )
-    server.run()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
     return 0 if server.started else 1
