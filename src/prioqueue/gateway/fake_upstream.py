@@ -15,7 +15,8 @@ gateway forwards bodies untouched; with the ``openai`` client use ``extra_body``
 ``seconds`` is the time spent on the inference, ``status`` an error status to answer with,
 ``bytes`` the size of a plain (``application/octet-stream``) response body sent in 64 KiB
 chunks instead of the usual JSON, ``hold`` the name of a gate the request waits at until
-:meth:`FakeLlamaSwap.release` opens it, ``tokens`` the number of streamed tokens and ``tag`` a label recorded in :attr:`served`.
+:meth:`FakeLlamaSwap.release` opens it, ``tokens`` the number of streamed tokens and ``tag``
+a label recorded in :attr:`served`.
 Switching models costs ``load_seconds`` (the cold load).
 
 Run it by hand with ``python -m prioqueue.gateway.fake_upstream --listen 127.0.0.1:8080``.
