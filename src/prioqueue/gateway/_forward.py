@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
@@ -66,6 +67,7 @@ _QUERY_UNSAFE = re.compile(rb"[^\x21\x24-\x3b\x3d\x3f-\x7e]")
 _PATH_UNSAFE = re.compile(rb"[^\x21\x24-\x3b\x3d\x40-\x5f\x61-\x7a\x7c\x7e]")
 """Bytes percent-encoded in a forwarded path: those of a query and ``?`{}``."""
 _SLASHES = re.compile(r"/{2,}")
+_ERRNO = re.compile(r"\[Errno (\d+)\]")
 _JSON = (b"content-type", b"application/json")
 
 
@@ -172,7 +174,13 @@ def describe(exc: BaseException) -> str:
     host = getattr(getattr(exc, "_conn_key", None), "host", None)
     port = getattr(getattr(exc, "_conn_key", None), "port", None)
     if os_error is not None and host is not None:
-        reason = getattr(os_error, "strerror", None) or str(os_error)
+        # asyncio's strerror repeats the address ("Connect call failed ('h', p)"): say what
+        # the error number means instead; "Multiple exceptions: [Errno 111] ...": the first.
+        number = getattr(os_error, "errno", None)
+        if number is None:
+            found = _ERRNO.search(str(os_error))
+            number = int(found.group(1)) if found else None
+        reason = os.strerror(number) if number else "connection failed"
         return f"cannot connect to {host}:{port}: {reason}"
     text = " ".join(str(exc).split())
     name = type(exc).__name__

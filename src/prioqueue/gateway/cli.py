@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import signal
 import sys
@@ -93,8 +94,6 @@ def _server_class() -> Any:
                 self.loop.call_soon_threadsafe(self.gateway.begin_shutdown)
 
         def capture_signals(self) -> Any:  # no re-raising the signal after shutdown: exit 0
-            import contextlib
-
             @contextlib.contextmanager
             def capture() -> Any:
                 handled = (signal.SIGINT, signal.SIGTERM)
@@ -172,6 +171,11 @@ def run(args: argparse.Namespace) -> int:
         access_log=not args.no_access_log,
     )
     server = _server_class()(uv_config, gateway)
+    # From here a SIGTERM means a clean shutdown, even before uvicorn has started.
+    previous: dict[int, Any] = {}
+    with contextlib.suppress(ValueError):  # not the main thread: uvicorn's own handling
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, server.handle_exit)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(
@@ -183,4 +187,6 @@ def run(args: argparse.Namespace) -> int:
         server.run(sockets=[sock])
     finally:
         sock.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 0 if server.started else 1
