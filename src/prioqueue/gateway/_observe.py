@@ -19,6 +19,7 @@ computed per grant.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
@@ -165,7 +166,7 @@ def explain(gateway: Gateway, job_id: str, who: Identity | None = None) -> dict[
     if job_id in dispatcher:
         if not _sees(who, dispatcher.job(job_id).member):
             raise unknown
-        explanation = gateway.gate.explain(job_id)
+        explanation = _explain_live(gateway, job_id)
         now = explanation.now
         data = attrs.asdict(explanation)
         if who is None or who.observer:
@@ -194,6 +195,31 @@ def explain(gateway: Gateway, job_id: str, who: Identity | None = None) -> dict[
         data["swap"] = grant.swap
         data["overtaken_by"] = _overtaken(gateway, grant, who)
     return data
+
+
+EXPLAIN_AHEAD = 100
+"""The most jobs ahead (and overtakes) an explanation lists, when the core can bound them."""
+
+
+def _takes_limits() -> bool:
+    """Whether the core's ``explain`` takes ``ahead_limit``/``overtakes_limit``."""
+    from prioqueue.dispatcher import SizeOneDispatcher
+
+    parameters = inspect.signature(SizeOneDispatcher.explain).parameters
+    return "ahead_limit" in parameters and "overtakes_limit" in parameters
+
+
+_BOUNDED_EXPLAIN = _takes_limits()
+
+
+def _explain_live(gateway: Gateway, job_id: str) -> Any:
+    """The dispatcher's explanation, with its lists bounded when the core supports it."""
+    dispatcher = gateway.dispatcher
+    if _BOUNDED_EXPLAIN:
+        return dispatcher.explain(  # type: ignore[call-arg, unused-ignore]
+            job_id, now=gateway.gate.now(), ahead_limit=EXPLAIN_AHEAD, overtakes_limit=EXPLAIN_AHEAD
+        )
+    return gateway.gate.explain(job_id)
 
 
 def _overtaken(gateway: Gateway, grant: Any, who: Identity | None) -> list[dict[str, Any]]:

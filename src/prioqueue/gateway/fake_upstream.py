@@ -438,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - run as a s
         port=int(port),
         log_level="warning" if args.quiet else "info",
         access_log=not args.quiet,
-        backlog=2048,
+        backlog=4096,
     )
     return 0
 
