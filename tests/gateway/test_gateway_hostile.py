@@ -19,8 +19,8 @@ from prioqueue.gateway.fake_upstream import FakeLlamaSwap, ServerThread
 
 def _connect(url: str) -> socket.socket:
     address = urlsplit(url)
-    sock = socket.create_connection((address.hostname, address.port), timeout=10)
-    return sock
+    assert address.port is not None
+    return socket.create_connection((address.hostname, address.port), timeout=10)
 
 
 def _read_all(sock: socket.socket) -> bytes:
@@ -107,7 +107,7 @@ def test_a_slow_reader_does_not_hold_the_gpu(make_stack: StackFactory) -> None:
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a reader that reads nothing
     address = urlsplit(stack.url)
-    sock.connect((address.hostname, address.port))
+    sock.connect((address.hostname or "", address.port or 0))
     try:
         sock.sendall(_request(CHAT, body))
 
@@ -166,10 +166,12 @@ def test_a_stream_cut_by_its_lease_says_so(
     stack = make_stack({"limits": {"lease_seconds": 0.6}}, token_seconds=0.1)
     caplog.set_level(logging.WARNING, logger="prioqueue.gateway")
     request = {**chat(tokens=100), "stream": True}
-    with httpx.Client(base_url=stack.url, timeout=10) as client:
-        with client.stream("POST", CHAT, json=request) as response:
-            assert response.status_code == 200
-            text = "".join(response.iter_text())
+    with (
+        httpx.Client(base_url=stack.url, timeout=10) as client,
+        client.stream("POST", CHAT, json=request) as response,
+    ):
+        assert response.status_code == 200
+        text = "".join(response.iter_text())
     last = text.strip().split("\n\n")[-1]
     assert last.startswith("event: error")
     assert "lease of 0.6 s ran out" in last
@@ -205,7 +207,8 @@ def test_the_breaker_fails_fast_while_the_upstream_is_down(make_stack: StackFact
             message = failed.json()["error"]["message"]
             assert message.startswith("upstream unreachable: cannot connect to 127.0.0.1:")
             assert message.endswith(": Connection refused")
-            assert "(" not in message and "\n" not in message  # one line, no repr
+            assert "(" not in message  # no repr
+            assert "\n" not in message  # one line
         fast = client.post(CHAT, json=chat())
         assert fast.status_code == 503
         assert "failing fast" in fast.json()["error"]["message"]

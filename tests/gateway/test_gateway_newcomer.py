@@ -104,7 +104,7 @@ def test_fake_upstream_documents_itself() -> None:
 def test_run_gateway_example_needs_only_the_gateway_extra() -> None:
     allowed = set(sys.stdlib_module_names) | {"prioqueue", "aiohttp", "uvicorn", "yarl", "attrs"}
     tree = ast.parse((ROOT / "examples" / "run_gateway.py").read_text(encoding="utf-8"))
-    imported = set()
+    imported: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             imported.update(alias.name.split(".")[0] for alias in node.names)

@@ -94,6 +94,7 @@ class Flight:
     started: bool = False
     sse: bool = False
     timed_out: bool = False
+    first_byte: float | None = None
 
 
 def error_body(message: str, kind: str) -> bytes:
@@ -285,7 +286,8 @@ async def forward(
         ) from None
     finally:
         timer.cancel()
-    on_first_byte(loop.time() - started)
+    flight.first_byte = loop.time() - started
+    on_first_byte(flight.first_byte)
     complete = False
     try:
         status = response.status

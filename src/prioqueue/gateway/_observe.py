@@ -30,9 +30,19 @@ import attrs
 from prioqueue._errors import UnknownJob
 
 if TYPE_CHECKING:
-    from prioqueue.gateway.app import Gateway, Identity
+    from prioqueue.gateway.app import Gateway
+    from prioqueue.gateway.settings import Identity
+    from prioqueue.records import Grant
 
-__all__ = ["STATUS_LIMIT", "STATUS_MAX", "explain", "metrics_renderer", "serve", "status"]
+__all__ = [
+    "STATUS_LIMIT",
+    "STATUS_MAX",
+    "explain",
+    "metrics_renderer",
+    "remember",
+    "serve",
+    "status",
+]
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
@@ -244,6 +254,48 @@ def _overtaken(gateway: Gateway, grant: Any, who: Identity | None) -> list[dict[
     found.reverse()
     _redact(found, who)
     return found
+
+
+def remember(
+    gateway: Gateway,
+    job_id: str,
+    who: Identity,
+    model: str | None,
+    path: str,
+    priority: int,
+    outcome: str,
+    status: int,
+    grant: Grant | None,
+) -> None:
+    """Keep a finished job's record: O(1), bounded in entries and (estimated) bytes."""
+    config = gateway.config
+    if config.job_history <= 0 or config.job_history_bytes <= 0:
+        return
+    record: dict[str, Any] = {
+        "id": job_id,
+        "member": who.member,
+        "tier": who.tier,
+        "priority": priority,
+        "model": model,
+        "path": path,
+        "outcome": outcome,
+        "status": status,
+        "_grant": grant,
+    }
+    if grant is not None:
+        record["runtime"] = max(0.0, gateway.gate.now() - grant.granted_at)
+    size = _RECORD_OVERHEAD + len(job_id) + len(who.member) + len(model or "") + len(path)
+    record["_size"] = size
+    history = gateway.history
+    history[job_id] = record
+    gateway.history_bytes += size
+    while len(history) > config.job_history or gateway.history_bytes > config.job_history_bytes:
+        _, old = history.popitem(last=False)
+        gateway.history_bytes -= old["_size"]
+
+
+_RECORD_OVERHEAD = 1200
+"""Estimated bytes of one history record beyond its strings (dict, grant, floats)."""
 
 
 def metrics_renderer(gateway: Gateway) -> Callable[[], bytes] | None:

@@ -58,8 +58,6 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import attrs
-
 from prioqueue._errors import QueueFull
 from prioqueue.asyncio import AsyncDispatcher, DispatcherClosed, JobCancelled, QueueTimeout
 from prioqueue.dispatcher import SizeOneDispatcher
@@ -89,8 +87,9 @@ from prioqueue.gateway._forward import (
     watch_lease,
 )
 from prioqueue.gateway._health import Breaker, HttpStats
+from prioqueue.gateway._record import Recorder, record_finished
 from prioqueue.gateway.proxy import make_client, request_headers
-from prioqueue.gateway.settings import GatewayConfig
+from prioqueue.gateway.settings import GatewayConfig, Identity, bearer
 from prioqueue.records import Grant, Job
 from prioqueue.scoring import Scorer
 
@@ -113,43 +112,25 @@ GRANT_RING = 10_000
 """Recent grants kept for explaining finished jobs (what overtook them)."""
 
 
-@attrs.frozen
-class Identity:
-    """Who a request comes from: member, tier, priority ceiling and what it may see.
-
-    Attributes:
-        member: The member its jobs are charged to.
-        tier: Its tier.
-        ceiling: The highest priority it may use.
-        observer: Sees every member's jobs (ids, members, models, paths).
-        admin: May call the management routes (``admin_paths``).
-    """
-
-    member: str
-    tier: str
-    ceiling: int
-    observer: bool = False
-    admin: bool = False
-
-
-def _bearer(value: bytes) -> bytes | None:
-    """Return the token of an ``Authorization: Bearer`` value (scheme in any case)."""
-    scheme, _, token = value.strip().partition(b" ")
-    if scheme.lower() != b"bearer":
-        return None
-    return token.strip() or None
-
-
 class Gateway:
     """The ASGI application. One instance serves one upstream with one dispatcher.
 
     Args:
         config: The configuration.
         clock: Monotonic seconds for the dispatcher (tests may inject one).
+        recorder: Writes every queued request once it leaves, as a replayable trace (see
+            :mod:`prioqueue.gateway._record`), or None.
     """
 
-    def __init__(self, config: GatewayConfig, *, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        config: GatewayConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        recorder: Recorder | None = None,
+    ):
         self.config = config
+        self.recorder = recorder
         limits = config.limits
         self.dispatcher = SizeOneDispatcher(
             Scorer(config.scoring),
@@ -303,7 +284,7 @@ class Gateway:
                     authorization = value
                     break
         if authorization is not None:
-            token = _bearer(authorization)
+            token = bearer(authorization)
             known = None if token is None else self._keys.get(token)
             if known is not None:
                 return known
@@ -312,7 +293,7 @@ class Gateway:
     def _metrics_token(self, headers: list[tuple[bytes, bytes]]) -> bool:
         for name, value in headers:
             if name == b"authorization":
-                return _bearer(value) == self._metrics_key
+                return bearer(value) == self._metrics_key
         return False
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -464,6 +445,7 @@ class Gateway:
             return await respond(send, 429, error_body(message, "queue_full"), retry)
         priority = min(config.policy.parse(priority_value, who.ceiling), who.ceiling)
         job_id = uuid.uuid4().hex
+        arrival = self.gate.now()
         turn = self.gate.turn(
             job_id,
             member=who.member,
@@ -553,7 +535,22 @@ class Gateway:
             watcher.cancel()
             if lease_watch is not None:
                 lease_watch.cancel()
-            self._remember(job_id, who, model, path, priority, outcome, status, turn.grant)
+            _observe.remember(self, job_id, who, model, path, priority, outcome, status, turn.grant)
+            if self.recorder is not None:
+                record_finished(
+                    self.recorder,
+                    arrival=arrival,
+                    now=self.gate.now(),
+                    member=who.member,
+                    tier=who.tier,
+                    priority=priority,
+                    model=model,
+                    estimate=config.estimate_seconds,
+                    outcome=outcome,
+                    grant=turn.grant,
+                    first_byte=flight.first_byte,
+                    streamed=flight.sse,
+                )
         return status
 
     async def _lease_cut(
@@ -585,43 +582,6 @@ class Gateway:
                 await send({"type": "http.response.body", "body": end})
         return 504
 
-    def _remember(
-        self,
-        job_id: str,
-        who: Identity,
-        model: str | None,
-        path: str,
-        priority: int,
-        outcome: str,
-        status: int,
-        grant: Grant | None,
-    ) -> None:
-        """Keep a finished job's record: O(1), bounded in entries and (estimated) bytes."""
-        config = self.config
-        if config.job_history <= 0 or config.job_history_bytes <= 0:
-            return
-        record: dict[str, Any] = {
-            "id": job_id,
-            "member": who.member,
-            "tier": who.tier,
-            "priority": priority,
-            "model": model,
-            "path": path,
-            "outcome": outcome,
-            "status": status,
-            "_grant": grant,
-        }
-        if grant is not None:
-            record["runtime"] = max(0.0, self.gate.now() - grant.granted_at)
-        size = _RECORD_OVERHEAD + len(job_id) + len(who.member) + len(model or "") + len(path)
-        record["_size"] = size
-        history = self.history
-        history[job_id] = record
-        self.history_bytes += size
-        while len(history) > config.job_history or self.history_bytes > config.job_history_bytes:
-            _, old = history.popitem(last=False)
-            self.history_bytes -= old["_size"]
-
     def explain(self, job_id: str, who: Identity | None = None) -> dict[str, Any]:
         """Return what is known of a job: the dispatcher's explanation, or its history record.
 
@@ -634,7 +594,3 @@ class Gateway:
                 caller's to see).
         """
         return _observe.explain(self, job_id, who)
-
-
-_RECORD_OVERHEAD = 1200
-"""Estimated bytes of one history record beyond its strings (dict, grant, floats)."""

@@ -3,7 +3,8 @@
 Start: the configuration is validated, the extras checked (without the ``gateway`` extra the
 command prints the install line and exits 1), the port bound (a port in use is one line on
 stderr and exit 1), and only then is "listening" printed. ``--check`` stops before binding
-and also says whether ``/metrics`` is available (the ``prometheus`` extra).
+and also says whether ``/metrics`` is available (the ``prometheus`` extra). ``--record FILE``
+appends every queued request to FILE as a trace for ``prioqueue simulate --trace FILE``.
 
 Shutdown: on the first SIGTERM/SIGINT the gateway stops accepting connections, fails every
 queued request with 503 (``Retry-After``), lets running requests finish for at most
@@ -66,7 +67,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="uvicorn's log level (default: info)",
     )
     parser.add_argument("--no-access-log", action="store_true", help="do not log every request")
-    parser.add_argument("--check", action="store_true", help="validate the configuration and exit")
+    parser.add_argument(
+        "--record",
+        metavar="FILE",
+        help="append every queued request, once it leaves, to FILE as a trace that "
+        "`prioqueue simulate --trace FILE` replays (JSON Lines)",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="validate the configuration and the extras, exit"
+    )
 
 
 def _server_class() -> Any:
@@ -107,6 +116,20 @@ def _server_class() -> Any:
             return capture()
 
     return GatewayServer
+
+
+def _open_recorder(path: str) -> Any:
+    """Open the simulator's trace recorder on ``path`` (the file is appended to)."""
+    try:
+        from prioqueue.sim.recorder import (  # type: ignore[import-not-found, unused-ignore]
+            TraceRecorder,
+        )
+    except ImportError:
+        raise ImportError(
+            "recording needs prioqueue.sim.recorder (the simulator's trace recorder), which "
+            "this installation lacks"
+        ) from None
+    return TraceRecorder(path)
 
 
 def _raise_file_limit() -> None:
@@ -162,8 +185,16 @@ def run(args: argparse.Namespace) -> int:
     except BindError as exc:
         print(f"prioqueue gateway: {exc}", file=sys.stderr)
         return 1
+    recorder = None
+    if args.record:
+        try:
+            recorder = _open_recorder(args.record)
+        except (ImportError, OSError, ValueError) as exc:
+            sock.close()
+            print(f"prioqueue gateway: --record {args.record}: {exc}", file=sys.stderr)
+            return 1
     _raise_file_limit()
-    gateway = Gateway(config)
+    gateway = Gateway(config, recorder=recorder)
     uv_config = uvicorn_config(
         gateway,
         config.limits,
@@ -189,4 +220,6 @@ def run(args: argparse.Namespace) -> int:
         sock.close()
         for number, handler in previous.items():
             signal.signal(number, handler)
+        if recorder is not None:
+            recorder.close()
     return 0 if server.started else 1

@@ -38,9 +38,11 @@ __all__ = [
     "DEFAULT_UPSTREAM",
     "ApiKey",
     "GatewayConfig",
+    "Identity",
     "Limits",
     "PathSet",
     "TrustedHeader",
+    "bearer",
 ]
 
 DEFAULT_UPSTREAM: Final = "http://127.0.0.1:8080"
@@ -310,3 +312,30 @@ class GatewayConfig:
     def is_admin(self, path: str) -> bool:
         """Return whether a normalised ``path`` is a management route (admin keys only)."""
         return path in self._admin
+
+
+@attrs.frozen
+class Identity:
+    """Who a request comes from: member, tier, priority ceiling and what it may see.
+
+    Attributes:
+        member: The member its jobs are charged to.
+        tier: Its tier.
+        ceiling: The highest priority it may use.
+        observer: Sees every member's jobs (ids, members, models, paths).
+        admin: May call the management routes (``admin_paths``).
+    """
+
+    member: str
+    tier: str
+    ceiling: int
+    observer: bool = False
+    admin: bool = False
+
+
+def bearer(value: bytes) -> bytes | None:
+    """Return the token of an ``Authorization: Bearer`` value (scheme in any case). O(len)."""
+    scheme, _, token = value.strip().partition(b" ")
+    if scheme.lower() != b"bearer":
+        return None
+    return token.strip() or None
