@@ -149,6 +149,45 @@ def test_bodies_llama_swap_would_misread_are_400(
     assert stack.fake.requests == 0
 
 
+def test_passthrough_failures_are_one_line_502s(make_stack: StackFactory) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    stack = make_stack(upstream=dead)
+    with httpx.Client(base_url=stack.url, timeout=10) as client:
+        response = client.get("/v1/models")
+    assert response.status_code == 502
+    assert response.json()["error"]["message"].endswith(": Connection refused")
+
+
+def test_a_passthrough_upstream_that_never_answers_is_504(make_stack: StackFactory) -> None:
+    import threading
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts connections (the kernel does), never answers
+    try:
+        stack = make_stack(
+            {"limits": {"first_byte_timeout": 0.3}},
+            upstream=f"http://127.0.0.1:{silent.getsockname()[1]}",
+        )
+        with httpx.Client(base_url=stack.url, timeout=10) as client:
+            response = client.get("/v1/models")
+        assert response.status_code == 504
+        assert "no response within 0.3 s" in response.json()["error"]["message"]
+    finally:
+        threading.Thread(target=silent.close).start()
+
+
+def test_model_from_a_bodiless_request() -> None:
+    from prioqueue.gateway._body import model_from_url
+
+    assert model_from_url("/props", b"model=qwen&x=1") == "qwen"
+    assert model_from_url("/props", b"model=") is None
+    assert model_from_url("/props", b"") is None
+    assert model_from_url("/upstream/flux/sdapi/v1/txt2img", b"") == "flux"
+
+
 def test_extract_model_reads_forms_and_opaque_bodies() -> None:
     assert extract_model(b"model=whisper&x=1", b"application/x-www-form-urlencoded") == "whisper"
     assert extract_model(b"\x00\x01", b"application/octet-stream") is None

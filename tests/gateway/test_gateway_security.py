@@ -138,9 +138,10 @@ def test_queued_jobs_of_others_are_counted_not_named(make_stack: StackFactory) -
         async with httpx.AsyncClient(base_url=stack.url, timeout=10) as client:
             holder = asyncio.ensure_future(client.post(CHAT, json=chat(hold="gpu"), headers=ALICE))
             await wait_for(lambda: stack.fake.active == 1)
+            urgent = {**ALICE, "X-LlamaSwap-Priority": "interactive"}
             queued = [
                 asyncio.ensure_future(client.post(CHAT, json=chat("model-b"), headers=h))
-                for h in (ALICE, BOB)
+                for h in (urgent, BOB)
             ]
 
             async def two_queued() -> bool:
@@ -150,17 +151,19 @@ def test_queued_jobs_of_others_are_counted_not_named(make_stack: StackFactory) -
             await wait_for(two_queued)
             bob = (await client.get("/prioqueue/status", headers=BOB)).json()
             assert bob["running"] == {"mine": False}
-            (level,) = bob["levels"].values()
-            assert level["queued"] == 2
-            (own,) = level["jobs"]
+            assert [level["queued"] for level in bob["levels"].values()] == [1, 1]
+            (own,) = bob["levels"]["0"]["jobs"]
             assert own["member"] == "bob"
             assert "alice" not in json.dumps(bob)
             explained = (await client.get(f"/prioqueue/jobs/{own['id']}", headers=BOB)).json()
             assert "text" not in explained
-            assert all("member" not in entry for entry in explained["ahead"])
+            (ahead,) = explained["ahead"]  # alice's interactive job, unnamed
+            assert "member" not in ahead
+            assert "job_id" not in ahead
+            assert ahead["priority"] == 100
             watch = (await client.get("/prioqueue/status", headers=WATCH)).json()
             assert watch["running"]["member"] == "alice"
-            assert len(next(iter(watch["levels"].values()))["jobs"]) == 2
+            assert sum(len(level["jobs"]) for level in watch["levels"].values()) == 2
             stack.fake.release("gpu")
             assert (await holder).status_code == 200
             assert [(await q).status_code for q in queued] == [200, 200]
