@@ -16,8 +16,9 @@ Each connection sends chat completions back to back for a fixed window; requests
 completions inside the window over its length. At the end of the window the clients hang up
 (a queued request whose client left is dropped by the gateway) and the next phase starts once
 the gateway's queue is empty. Reported beside each figure: failed connections (connects that
-did not succeed), errors (non-2xx or reset), the gateway's RSS growth, and the ratio of the
-gated rate to the gated rate at the smallest N (goal: >= 0.8) and to the direct rate.
+did not succeed), errors (non-2xx or reset), the gateway's RSS growth, its CPU time per
+request (robust to other load on the machine), and the ratio of the gated rate to the gated
+rate at the smallest N (goal: >= 0.8) and to the direct rate.
 
 Then: with 5,000 requests queued behind one long job, the latency of
 ``GET /prioqueue/status`` and ``GET /prioqueue/jobs/{id}`` (goal: p95 < 5 ms), beside the
@@ -101,7 +102,7 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 async def _clients(port: int, count: int, seconds: float) -> dict[str, Any]:
     """Open ``count`` connections, send back to back, count completions inside the window."""
     _raise_nofile()
-    done = errors = failed = 0
+    done = errors = failed = total = 0
     window: list[float] = [0.0, 0.0]
     measuring = False
     stop = asyncio.Event()
@@ -109,7 +110,7 @@ async def _clients(port: int, count: int, seconds: float) -> dict[str, Any]:
     connected = 0
 
     async def one(index: int) -> None:
-        nonlocal done, errors, failed, connected
+        nonlocal done, errors, failed, connected, total
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 30)
         except (OSError, asyncio.TimeoutError):
@@ -123,6 +124,7 @@ async def _clients(port: int, count: int, seconds: float) -> dict[str, Any]:
             while not stop.is_set():
                 writer.write(request)
                 status, _ = await _read_response(reader)
+                total += 1
                 if measuring and not stop.is_set():
                     if 200 <= status < 300:
                         done += 1
@@ -152,7 +154,13 @@ async def _clients(port: int, count: int, seconds: float) -> dict[str, Any]:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     elapsed = window[1] - window[0]
-    return {"rps": done / elapsed, "done": done, "errors": errors, "failed": failed}
+    return {
+        "rps": done / elapsed,
+        "done": done,
+        "total": total,
+        "errors": errors,
+        "failed": failed,
+    }
 
 
 def _client_main(port: int, count: int, seconds: float) -> None:
@@ -197,6 +205,11 @@ def _rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _run_clients(port: int, count: int, seconds: float) -> dict[str, Any]:
@@ -363,14 +376,17 @@ def _bench(
     )
     print(
         f"{'clients':>8} {'direct req/s':>13} {'gated req/s':>12} {'gated/direct':>13} "
-        f"{'vs first':>9} {'failed conn':>12} {'errors':>7} {'gateway RSS':>12}"
+        f"{'vs first':>9} {'failed conn':>12} {'errors':>7} {'gateway RSS':>12} "
+        f"{'CPU/req':>9}"
     )
     first = None
     failed_total = 0
     for count in sizes:
         direct = _run_clients(upstream, count, seconds)
+        cpu = _cpu_seconds(pid)
         gated = _run_clients(gateway, count, seconds)
         _drain(gateway)
+        cpu_ms = (_cpu_seconds(pid) - cpu) * 1e3 / max(1, gated["total"])
         first = first or gated["rps"]
         failed = direct["failed"] + gated["failed"]
         failed_total += gated["failed"]
@@ -378,12 +394,17 @@ def _bench(
         print(
             f"{count:>8,} {direct['rps']:>13.0f} {gated['rps']:>12.0f} "
             f"{gated['rps'] / direct['rps']:>13.2f} {gated['rps'] / first:>9.2f} "
-            f"{failed:>12} {gated['errors']:>7} {rss:>9.0f} MiB"
+            f"{failed:>12} {gated['errors']:>7} {rss:>9.0f} MiB {cpu_ms:>6.2f} ms"
         )
     growth = _rss_mib(pid) - rss_before
     print(
         f"gateway RSS growth over the run: {growth:.0f} MiB (goal < 200); failed gateway "
         f"connections: {failed_total} (goal 0); goal for 'vs first': >= 0.80"
+    )
+    print(
+        "CPU/req: the gateway's CPU seconds over the whole phase (connection setup and "
+        "teardown included) per request answered; unlike req/s it does not move with the "
+        "other processes on a shared machine"
     )
     asyncio.run(_status_explain(gateway, queued, 200))
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import importlib.util
 import signal
 import sys
@@ -132,6 +133,22 @@ def _open_recorder(path: str) -> Any:
     return TraceRecorder(path)
 
 
+GC_THRESHOLDS = (50_000, 20, 100)
+"""The collector's thresholds in the gateway process (Python's defaults: 700, 10, 10)."""
+
+
+def _tune_gc() -> None:
+    """Collect garbage less often: thousands of waiting clients are millions of live objects.
+
+    Every collection of the older generations walks all of them; with 10,000 connections the
+    default thresholds cost the gateway about half its CPU (``bench_gateway.py``: 2.0 ms of
+    CPU per request at 10,000 clients, 0.9-1.2 ms with these). Objects made at start (modules,
+    configuration) are moved out of the collector's sight with ``gc.freeze()``.
+    """
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 def _raise_file_limit() -> None:
     """Allow as many open sockets as the hard limit does (thousands of waiting clients)."""
     try:
@@ -195,6 +212,8 @@ def run(args: argparse.Namespace) -> int:
             return 1
     _raise_file_limit()
     gateway = Gateway(config, recorder=recorder)
+    thresholds = gc.get_threshold()
+    _tune_gc()
     uv_config = uvicorn_config(
         gateway,
         config.limits,
@@ -222,4 +241,6 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(number, handler)
         if recorder is not None:
             recorder.close()
+        gc.unfreeze()  # as it was (run in-process, e.g. by a test)
+        gc.set_threshold(*thresholds)
     return 0 if server.started else 1
