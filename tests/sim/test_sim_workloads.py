@@ -214,11 +214,7 @@ def test_azure_parameter_errors(tmp_path: Path) -> None:
         traces.convert_azure(path, params={"target_load": 0})
 
 
-@pytest.mark.skipif(
-    not (AZURE_DIR / "azure-llm-2023-code.csv").exists(),
-    reason=f"no traces: save data/AzureLLMInferenceTrace_code.csv from "
-    f"https://github.com/Azure/AzurePublicDataset as {AZURE_DIR / 'azure-llm-2023-code.csv'}",
-)
+@pytest.mark.skipif(not (AZURE_DIR / "azure-llm-2023-code.csv").exists(), reason="no traces")
 def test_real_azure_trace() -> None:
     workload = traces.convert_azure(AZURE_DIR / "azure-llm-2023-code.csv", seed=1)
     assert len(workload.arrivals) == 8819
