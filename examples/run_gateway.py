@@ -14,7 +14,8 @@ What it does, in order:
    them and a few lines of ``GET /metrics``;
 5. stops the gateway with SIGTERM (it exits 0 after a graceful shutdown).
 
-Needs the gateway extra: ``pip install 'prioqueue-lanes[gateway]'`` (and ``[prometheus]`` for
+Needs the gateway extra and nothing else (its HTTP client is the gateway's own, aiohttp):
+from a clone, ``pip install '.[gateway,prometheus]'`` (``[prometheus]`` only for
 ``/metrics``). Run it: ``python examples/run_gateway.py [--config FILE]``.
 """
 
@@ -33,7 +34,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
+import attrs
 
 from prioqueue import HEADER
 from prioqueue.gateway import GatewayConfig, load_config
@@ -63,15 +65,16 @@ def gateway_process(config: Path, upstream: str) -> Iterator[str]:
     sys.stdout.flush()  # before the child writes to the same terminal
     process = subprocess.Popen(command)
     url = f"http://{listen}"
+    host, _, port = listen.rpartition(":")
     try:
         deadline = time.monotonic() + 30.0
-        while True:  # wait until it answers
+        while True:  # wait until it accepts connections
             if process.poll() is not None:
                 raise RuntimeError(f"the gateway exited with status {process.returncode}")
             try:
-                httpx.get(f"{url}/prioqueue/status", timeout=1.0)
+                socket.create_connection((host, int(port)), timeout=1.0).close()
                 break
-            except httpx.TransportError:
+            except OSError:
                 if time.monotonic() > deadline:
                     raise RuntimeError("the gateway did not start in 30 s") from None
                 time.sleep(0.05)
@@ -107,9 +110,31 @@ def callers(config: GatewayConfig) -> list[tuple[str, str, str | None]]:
     ]
 
 
+@attrs.frozen
+class Answer:
+    """What the example keeps of a response."""
+
+    status: int
+    headers: dict[str, str]
+    text: str
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+async def get(client: aiohttp.ClientSession, path: str) -> Answer:
+    async with client.get(path) as response:
+        headers = {k.lower(): v for k, v in response.headers.items()}
+        return Answer(response.status, headers, await response.text())
+
+
 async def send(
-    client: httpx.AsyncClient, label: str, priority: str, key: str | None, hold: str | None = None
-) -> httpx.Response:
+    client: aiohttp.ClientSession,
+    label: str,
+    priority: str,
+    key: str | None,
+    hold: str | None = None,
+) -> Answer:
     """POST a chat completion; the fake upstream records ``tag`` and waits at ``hold``."""
     headers = {HEADER: priority}
     if key is not None:
@@ -118,13 +143,15 @@ async def send(
     if hold is not None:
         fake["hold"] = hold
     body = {"model": "model-a", "messages": [{"role": "user", "content": label}], "fake": fake}
-    return await client.post(ENDPOINT, json=body, headers=headers)
+    async with client.post(ENDPOINT, json=body, headers=headers) as response:
+        headers = {k.lower(): v for k, v in response.headers.items()}
+        return Answer(response.status, headers, await response.text())
 
 
-async def wait_until(client: httpx.AsyncClient, what: str, test: Any) -> dict[str, Any]:
+async def wait_until(client: aiohttp.ClientSession, what: str, test: Any) -> dict[str, Any]:
     """Poll ``/prioqueue/status`` until ``test(status)`` is true."""
     for _ in range(600):
-        status: dict[str, Any] = (await client.get("/prioqueue/status")).json()
+        status: dict[str, Any] = (await get(client, "/prioqueue/status")).json()
         if test(status):
             return status
         await asyncio.sleep(0.01)
@@ -135,9 +162,13 @@ async def drive(url: str, config: GatewayConfig, fake: FakeLlamaSwap) -> None:
     """Send the requests and print what happened."""
     plan = callers(config)
     first_key = plan[0][2]
-    # The status endpoints need an identity too: use the most trusted key (plan[2]'s).
-    reader = {} if plan[2][2] is None else {"Authorization": f"Bearer {plan[2][2]}"}
-    async with httpx.AsyncClient(base_url=url, timeout=30.0, headers=reader) as client:
+    # The status endpoints need an identity too, one that sees every member's jobs: an
+    # observer (or admin) key when the configuration has one.
+    observers = [key for key, entry in config.keys.items() if entry.observer]
+    reader_key = observers[0] if observers else plan[2][2]
+    reader = {} if reader_key is None else {"Authorization": f"Bearer {reader_key}"}
+    timeout = aiohttp.ClientTimeout(total=30.0)
+    async with aiohttp.ClientSession(url, timeout=timeout, headers=reader) as client:
         long_job = asyncio.create_task(send(client, "film-shot-1", "batch", first_key, "gpu"))
         await wait_until(client, "the first job to run", lambda s: s["running"] is not None)
         print("\nfilm-shot-1 holds the GPU; queueing four more requests behind it")
@@ -157,7 +188,7 @@ async def drive(url: str, config: GatewayConfig, fake: FakeLlamaSwap) -> None:
         fake.release("gpu")
         responses = [await long_job, *[await task for task in tasks]]
         for response in responses:
-            response.raise_for_status()
+            assert response.status == 200, response.text
 
         print("\nserved by the upstream in this order:")
         by_tag = {label: (priority, response) for (label, priority, _), response in
@@ -172,13 +203,13 @@ async def drive(url: str, config: GatewayConfig, fake: FakeLlamaSwap) -> None:
         assert levels[1] == max(levels), "the best request after the long job should go first"
 
         job_id = responses[3].headers["x-prioqueue-job"]
-        explained = (await client.get(f"/prioqueue/jobs/{job_id}")).json()
+        explained = (await get(client, f"/prioqueue/jobs/{job_id}")).json()
         print(f"\nGET /prioqueue/jobs/{job_id[:8]}... (the portrait), some of its fields:")
         for field in ("member", "tier", "priority", "outcome", "score"):
             print(f"  {field}: {json.dumps(explained.get(field))}")
 
-        metrics = await client.get("/metrics")
-        if metrics.status_code == 200:
+        metrics = await get(client, "/metrics")
+        if metrics.status == 200:
             print("\nGET /metrics (dispatches per level):")
             for line in metrics.text.splitlines():
                 if line.startswith("prioqueue_dispatched_total"):

@@ -30,7 +30,7 @@ _EXTRAS = {"simulate": "sim", "gateway": "gateway"}
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="prioqueue",
+        prog="prioqueue",  # also under ``python -m prioqueue``
         description=(
             "Priority, fair-share and lease policy for one GPU that runs one job at a time."
         ),
@@ -68,8 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing is not None:
         extra = _EXTRAS[args.command]
         print(
-            f"prioqueue {args.command} needs the optional extra '{extra}': "
-            f"pip install 'prioqueue-lanes[{extra}]' ({missing})",
+            f"prioqueue {args.command} needs the optional extra '{extra}': from a clone, "
+            f"pip install '.[{extra}]' (prioqueue-lanes[{extra}] once released) ({missing})",
             file=sys.stderr,
         )
         return 1

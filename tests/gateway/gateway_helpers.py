@@ -45,9 +45,9 @@ def make_stack() -> Iterator[StackFactory]:
         fake = FakeLlamaSwap(load_seconds=load_seconds, token_seconds=token_seconds)
         up = ServerThread(fake).start()
         servers.append(up)
-        data = {"allow_anonymous": True, **(config or {})}
+        data = {"allow_anonymous": True, "anonymous_observer": True, **(config or {})}
         gateway = Gateway(parse_config(data, upstream=upstream or up.url))
-        gw = ServerThread(gateway).start()
+        gw = ServerThread(gateway, limits=gateway.config.limits).start()
         servers.append(gw)
         return Stack(fake, up.url, gateway, gw.url)
 

@@ -87,8 +87,10 @@ def test_full_configuration(tmp_path: Path) -> None:
     assert config.trusted_header.member == "x-auth-user"
     assert config.resident_poll_seconds == 2
     assert config.is_gated("POST", "/v1/images/edits")
-    assert not config.is_gated("GET", "/v1/chat/completions")
-    assert not config.is_gated("POST", "/v1/embeddings")
+    assert config.is_gated("GET", "/v1/chat/completions")  # listed: every method
+    assert config.is_gated("POST", "/v1/embeddings")  # every POST
+    assert not config.is_gated("GET", "/v1/embeddings")
+    assert not config.is_gated("POST", "/v1/models")  # a pass-through path
 
 
 def test_no_file_allows_anonymous_and_overrides_apply() -> None:
@@ -136,6 +138,17 @@ def test_the_example_configuration_is_valid() -> None:
         ("charge = 'sometimes'\n", "charge: must be a finite number"),
         ("[tiers]\nfree = -1\n", "tiers.free: must be >= 0"),
         ("keys = 3\n", "keys: must be a table"),
+        ("gated_methods = ['P OST']\n", "gated_methods: must be a list of HTTP method names"),
+        ("passthrough_paths = 'v1'\n", "passthrough_paths: must be a list of paths"),
+        ("admin_paths = ['api']\n", "admin_paths: must be a list of paths"),
+        (
+            "[limits.lease_seconds_by_path]\n'/a*/b' = 5\n",
+            "limits.lease_seconds_by_path.\"/a*/b\": '*' may only end a path",
+        ),
+        ("[limits]\nmax_header_count = 0\n", "limits.max_header_count: must be >= 1"),
+        ("[limits]\ndrain_seconds = 0\n", "limits.drain_seconds: must be > 0"),
+        ('[keys."k"]\nmember = "m"\nadmin = "yes"\n', "keys.k.admin: must be true or false"),
+        ("metrics_key = ''\n", "metrics_key: must be a non-empty string"),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -160,6 +173,31 @@ def test_override_errors_name_the_option() -> None:
         parse_config({}, upstream="nope")
     with pytest.raises(ConfigError, match="--listen"):
         parse_config({}, listen="1.2.3.4:99999")
+
+
+def test_roles_limits_and_route_lists() -> None:
+    config = parse_config(
+        {
+            "keys": {"a": {"member": "a", "admin": True}, "o": {"member": "o", "observer": True}},
+            "gated_methods": ["post"],
+            "passthrough_paths": ["/v1/embeddings"],
+            "metrics_key": "scrape",
+            "limits": {"drain_seconds": 2, "max_header_count": 10},
+        }
+    )
+    assert config.keys["a"] == ApiKey("a", "free", 0, observer=True, admin=True)
+    assert config.keys["o"].observer
+    assert not config.keys["o"].admin
+    assert config.gated_methods == ("POST",)
+    assert not config.is_gated("POST", "/v1/embeddings")
+    assert not config.is_gated("PUT", "/v1/chat/completions")
+    assert config.is_gated("GET", "/upstream/m/x")
+    assert config.is_admin("/api/models/unload")
+    assert (config.limits.drain_seconds, config.limits.max_header_count) == (2.0, 10)
+    assert config.metrics_key == "scrape"
+    by_prefix = parse_config({"limits": {"lease_seconds_by_path": {"/v1/images/*": 60}}})
+    assert by_prefix.limits.lease_for("/v1/images/generations") == 60
+    assert by_prefix.limits.lease_for("/v1/chat/completions") == 900
 
 
 def test_parse_listen() -> None:

@@ -294,3 +294,55 @@ def test_command_runs_in_process_until_sigterm(make_stack: StackFactory) -> None
     thread.join(10)
     assert code == 0
     assert seen == [200]
+
+
+def test_a_request_past_the_shutdown_grace_gets_a_clear_503(
+    make_stack: StackFactory, tmp_path: Path
+) -> None:
+    stack = make_stack()  # only its fake upstream is used here
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "gw.toml"
+    config.write_text(
+        f'upstream = "{stack.upstream}"\nlisten = "127.0.0.1:{port}"\nallow_anonymous = true\n'
+        "[limits]\nshutdown_grace_seconds = 1\n",
+        encoding="utf-8",
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "prioqueue", "gateway", "--config", str(config),
+         "--log-level", "warning"],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+
+    async def go() -> httpx.Response:
+        async with httpx.AsyncClient(base_url=url, timeout=20) as client:
+
+            async def up() -> bool:
+                try:
+                    await client.get("/prioqueue/status")
+                except httpx.TransportError:
+                    return False
+                return True
+
+            await wait_for(up, timeout=20)
+            holder = await _hold(client, gate="forever")
+            process.send_signal(signal.SIGTERM)
+            return await holder
+
+    try:
+        response = run(go())
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        assert process.stdout is not None
+        output = process.stdout.read().decode()
+        process.stdout.close()
+    assert response.status_code == 503
+    assert "shut down before this request could finish" in response.json()["error"]["message"]
+    assert "Traceback" not in output

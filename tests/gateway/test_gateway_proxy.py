@@ -50,7 +50,7 @@ def test_openai_client_plain_and_streaming(make_stack: StackFactory) -> None:
 
 
 def test_passthrough_keeps_status_headers_and_body(make_stack: StackFactory) -> None:
-    stack = make_stack()
+    stack = make_stack({"passthrough_paths": ["/v1/models", "/echo"]})
     with httpx.Client(base_url=stack.url, timeout=10) as client:
         models = client.get("/v1/models")
         assert models.status_code == 200
@@ -93,8 +93,10 @@ def test_api_keys_ceilings_and_401(make_stack: StackFactory) -> None:
         assert capped.headers["x-prioqueue-priority"] == "0"
         lower = client.post(CHAT, json=chat(), headers={**bulk, "X-LlamaSwap-Priority": "batch"})
         assert lower.headers["x-prioqueue-priority"] == "-100"
-    # the client's key is forwarded as is (no upstream_api_key configured)
-    assert stack.fake.served[0].headers["authorization"] == "Bearer sk-web"
+    # The client's gateway key never reaches the upstream, nor its raw priority header:
+    # the upstream sees the effective priority.
+    assert "authorization" not in stack.fake.served[0].headers
+    assert [s.headers["x-llamaswap-priority"] for s in stack.fake.served] == ["100", "0", "-100"]
 
 
 def test_anonymous_member_has_ceiling_and_upstream_key_replaces(make_stack: StackFactory) -> None:

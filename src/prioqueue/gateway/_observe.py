@@ -2,13 +2,28 @@
 
 Times in the answers are relative (seconds waited, seconds until an estimated start), never
 the dispatcher's monotonic clock, which means nothing outside the process.
+
+What a caller sees depends on its key. An *observer* (``observer = true`` or ``admin = true``
+on its key, or ``anonymous_observer``) sees everything. Anyone else sees its own member's
+jobs in full and every other job only as a count: no ids, members, models or paths (the
+resident model neither, since it tells what others run), and ``/metrics`` (labelled by
+member) answers it 403; a job of another member is unknown to it (404, as if it did not
+exist). ``metrics_key`` reads ``/metrics`` and nothing else.
+
+Cost: ``status`` walks the predicted order of at most ``?limit=`` jobs (default
+:data:`STATUS_LIMIT`, at most :data:`STATUS_MAX`); explaining a queued job is the
+dispatcher's ``explain``; explaining a finished one scans the grants made while it waited,
+from a ring of the last :data:`~prioqueue.gateway.app.GRANT_RING` grants. Nothing is
+computed per grant.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
 
 import attrs
 
@@ -16,25 +31,45 @@ from prioqueue._errors import UnknownJob
 
 if TYPE_CHECKING:
     from prioqueue.gateway.app import Gateway
+    from prioqueue.gateway.settings import Identity
+    from prioqueue.records import Grant
 
-__all__ = ["explain", "metrics_renderer", "serve", "status"]
+__all__ = [
+    "STATUS_LIMIT",
+    "STATUS_MAX",
+    "explain",
+    "metrics_renderer",
+    "remember",
+    "serve",
+    "status",
+]
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
-_STATUS_LIMIT = 1000
-"""Most queued jobs listed by ``/prioqueue/status`` (the counts are always complete)."""
+STATUS_LIMIT = 100
+"""Queued jobs listed by ``/prioqueue/status`` unless ``?limit=`` says otherwise."""
+STATUS_MAX = 1000
+"""The most queued jobs ``?limit=`` may ask for (the counts are always complete)."""
 
 
 def _relative(when: float | None, now: float) -> float | None:
     return None if when is None else round(max(0.0, when - now), 3)
 
 
-def status(gateway: Gateway, *, limit: int = _STATUS_LIMIT) -> dict[str, Any]:
+def _sees(who: Identity | None, member: str) -> bool:
+    return who is None or who.observer or who.member == member
+
+
+def status(
+    gateway: Gateway, who: Identity | None = None, *, limit: int = STATUS_LIMIT
+) -> dict[str, Any]:
     """Return the queue as JSON-ready data: the running job, then each level's queue.
 
     Args:
         gateway: The gateway.
-        limit: Most queued jobs to list (in predicted dispatch order).
+        who: The caller (None: an observer). Others' jobs are counted, not listed, for a
+            caller that is not an observer.
+        limit: Most queued jobs to look at (in predicted dispatch order).
 
     Returns:
         ``{"running": ..., "resident_model": ..., "queued": n, "levels": {level: {...}}}``;
@@ -47,9 +82,12 @@ def status(gateway: Gateway, *, limit: int = _STATUS_LIMIT) -> dict[str, Any]:
     stats = dispatcher.stats(now=now)
     running: dict[str, Any] | None = None
     grant = dispatcher.running
-    if grant is not None:
+    if grant is not None and not _sees(who, grant.job.member):
+        running = {"mine": False}
+    elif grant is not None:
         job = grant.job
         running = {
+            "mine": who is not None and who.member == job.member,
             "id": job.id,
             "member": job.member,
             "priority": job.priority,
@@ -73,6 +111,8 @@ def status(gateway: Gateway, *, limit: int = _STATUS_LIMIT) -> dict[str, Any]:
             "jobs": [],
         }
     for position, ahead in enumerate(dispatcher.forecast(now=now, limit=limit), start=1):
+        if not _sees(who, ahead.member):
+            continue
         entry = levels.setdefault(str(ahead.priority), {"queued": 0, "jobs": []})
         entry["jobs"].append(
             {
@@ -84,10 +124,15 @@ def status(gateway: Gateway, *, limit: int = _STATUS_LIMIT) -> dict[str, Any]:
                 "estimated_start_in": _relative(ahead.estimated_start, now),
             }
         )
+    observer = who is None or who.observer
+    mine = None if who is None else stats.members.get(who.member)
     return {
         "running": running,
-        "resident_model": dispatcher.resident_model,
+        "resident_model": dispatcher.resident_model if observer else None,
         "queued": len(dispatcher),
+        "yours": None if mine is None else {"member": mine.member, "queued": mine.queued},
+        "listed_up_to": limit,
+        "upstream": gateway.breaker.as_dict(),
         "dispatched": stats.dispatched,
         "completed": stats.completed,
         "cancelled": stats.cancelled,
@@ -98,48 +143,159 @@ def status(gateway: Gateway, *, limit: int = _STATUS_LIMIT) -> dict[str, Any]:
     }
 
 
-def explain(gateway: Gateway, job_id: str) -> dict[str, Any]:
+_HIDDEN = ("job_id", "member")
+
+
+def _redact(entries: list[dict[str, Any]], who: Identity | None) -> None:
+    for entry in entries:
+        if not _sees(who, entry["member"]):
+            for key in _HIDDEN:
+                entry.pop(key, None)
+
+
+def explain(gateway: Gateway, job_id: str, who: Identity | None = None) -> dict[str, Any]:
     """Return why a job waits (queued or running), or its record once finished.
 
     Args:
         gateway: The gateway.
         job_id: The id from the ``X-Prioqueue-Job`` header.
+        who: The caller (None: an observer); a job of another member is unknown to a
+            caller that is not an observer, and others' jobs in the answer lose their ids
+            and members.
 
     Returns:
-        For a live job, the dispatcher's explanation (``text`` reads like ``sprio``); for a
-        finished one, the gateway's record of it (outcome, status, wait, runtime, the score
-        at its grant, and the explanation captured at its grant when it waited long).
+        For a live job, the dispatcher's explanation (``text``, for observers, reads like
+        ``sprio``); for a finished one, the gateway's record of it (outcome, status, wait,
+        runtime, the score at its grant, and the later arrivals granted while it waited).
 
     Raises:
-        UnknownJob: The job is neither live nor remembered.
+        UnknownJob: The job is neither live nor remembered (or not the caller's to see).
     """
-    if job_id in gateway.dispatcher:
-        explanation = gateway.gate.explain(job_id)
+    unknown = UnknownJob(f"job {job_id!r} is not queued, running or remembered")
+    dispatcher = gateway.dispatcher
+    if job_id in dispatcher:
+        if not _sees(who, dispatcher.job(job_id).member):
+            raise unknown
+        explanation = _explain_live(gateway, job_id)
         now = explanation.now
         data = attrs.asdict(explanation)
-        data["text"] = str(explanation)
+        if who is None or who.observer:
+            data["text"] = str(explanation)
         data["estimated_start_in"] = _relative(explanation.estimated_start, now)
         for entry in data["ahead"]:
             entry["estimated_start_in"] = _relative(entry.pop("estimated_start"), now)
         for entry in data["overtaken_by"]:
             entry["seconds_ago"] = round(max(0.0, now - entry.pop("at")), 3)
+        _redact(data["ahead"], who)
+        _redact(data["overtaken_by"], who)
         for key in ("now", "estimated_start", "lane_start"):
             data.pop(key, None)
         data["job"].pop("arrival", None)
         data["job"].pop("seq", None)
         return data
     record = gateway.history.get(job_id)
-    if record is None:
-        raise UnknownJob(f"job {job_id!r} is not queued, running or remembered")
-    return {"state": "finished", **record}
+    if record is None or not _sees(who, record["member"]):
+        raise unknown
+    data = {"state": "finished"}
+    data.update((key, value) for key, value in record.items() if not key.startswith("_"))
+    grant = record["_grant"]
+    if grant is not None:
+        data["waited"] = round(grant.waited, 3)
+        data["score"] = attrs.asdict(grant.score)
+        data["swap"] = grant.swap
+        data["overtaken_by"] = _overtaken(gateway, grant, who)
+    return data
 
 
-def capture(gateway: Gateway, job_id: str) -> dict[str, Any] | None:
-    """Return the explanation of a job that just got the GPU (kept for after it finishes)."""
-    try:
-        return explain(gateway, job_id)
-    except UnknownJob:  # pragma: no cover - defensive: called while the job runs
-        return None
+EXPLAIN_AHEAD = 100
+"""The most jobs ahead (and overtakes) an explanation lists, when the core can bound them."""
+
+
+def _takes_limits() -> bool:
+    """Whether the core's ``explain`` takes ``ahead_limit``/``overtakes_limit``."""
+    from prioqueue.dispatcher import SizeOneDispatcher
+
+    parameters = inspect.signature(SizeOneDispatcher.explain).parameters
+    return "ahead_limit" in parameters and "overtakes_limit" in parameters
+
+
+_BOUNDED_EXPLAIN = _takes_limits()
+
+
+def _explain_live(gateway: Gateway, job_id: str) -> Any:
+    """The dispatcher's explanation, with its lists bounded when the core supports it."""
+    dispatcher = gateway.dispatcher
+    if _BOUNDED_EXPLAIN:
+        return dispatcher.explain(  # type: ignore[call-arg, unused-ignore]
+            job_id, now=gateway.gate.now(), ahead_limit=EXPLAIN_AHEAD, overtakes_limit=EXPLAIN_AHEAD
+        )
+    return gateway.gate.explain(job_id)
+
+
+def _overtaken(gateway: Gateway, grant: Any, who: Identity | None) -> list[dict[str, Any]]:
+    """The later arrivals granted while a finished job waited (from the ring of grants).
+
+    Complexity: O(g) for the g grants made since the job arrived (at most the ring's size).
+    """
+    arrival = grant.job.arrival
+    found: list[dict[str, Any]] = []
+    for other in reversed(gateway.grants):
+        if other.granted_at < arrival:
+            break
+        if other.granted_at < grant.granted_at and other.job.arrival > arrival:
+            entry = {
+                "job_id": other.job.id,
+                "member": other.job.member,
+                "priority": other.job.priority,
+                "waited": round(other.waited, 3),
+                "score": round(other.score.effective, 3),
+            }
+            found.append(entry)
+    found.reverse()
+    _redact(found, who)
+    return found
+
+
+def remember(
+    gateway: Gateway,
+    job_id: str,
+    who: Identity,
+    model: str | None,
+    path: str,
+    priority: int,
+    outcome: str,
+    status: int,
+    grant: Grant | None,
+) -> None:
+    """Keep a finished job's record: O(1), bounded in entries and (estimated) bytes."""
+    config = gateway.config
+    if config.job_history <= 0 or config.job_history_bytes <= 0:
+        return
+    record: dict[str, Any] = {
+        "id": job_id,
+        "member": who.member,
+        "tier": who.tier,
+        "priority": priority,
+        "model": model,
+        "path": path,
+        "outcome": outcome,
+        "status": status,
+        "_grant": grant,
+    }
+    if grant is not None:
+        record["runtime"] = max(0.0, gateway.gate.now() - grant.granted_at)
+    size = _RECORD_OVERHEAD + len(job_id) + len(who.member) + len(model or "") + len(path)
+    record["_size"] = size
+    history = gateway.history
+    history[job_id] = record
+    gateway.history_bytes += size
+    while len(history) > config.job_history or gateway.history_bytes > config.job_history_bytes:
+        _, old = history.popitem(last=False)
+        gateway.history_bytes -= old["_size"]
+
+
+_RECORD_OVERHEAD = 1200
+"""Estimated bytes of one history record beyond its strings (dict, grant, floats)."""
 
 
 def metrics_renderer(gateway: Gateway) -> Callable[[], bytes] | None:
@@ -150,42 +306,64 @@ def metrics_renderer(gateway: Gateway) -> Callable[[], bytes] | None:
         from prioqueue import prometheus
     except ImportError:  # pragma: no cover - exercised only without the extra
         return None
+    from prioqueue.gateway._health import collector
+
     registry = CollectorRegistry()  # one per gateway: several can live in one process
     prometheus.register(gateway.gate, registry=registry)
+    registry.register(collector(gateway))
     return lambda: prometheus.render(registry)
 
 
-async def _json(send: Send, status_code: int, value: object) -> None:
-    body = json.dumps(value, indent=1, default=str).encode()
+async def _json(send: Send, status_code: int, value: object) -> int:
+    body = json.dumps(value, separators=(",", ":"), default=str).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status_code, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+    return status_code
 
 
-async def serve(gateway: Gateway, scope: MutableMapping[str, Any], send: Send) -> None:
-    """Answer a request to one of the gateway's own paths (only GET is allowed)."""
-    path: str = scope["path"]
+async def serve_metrics(gateway: Gateway, scope: MutableMapping[str, Any], send: Send) -> int:
+    """Answer ``GET /metrics`` (the caller is allowed to read it); return the status."""
     if scope["method"] not in ("GET", "HEAD"):
-        await _json(send, 405, {"error": {"message": "only GET is allowed here"}})
-    elif path == "/metrics":
-        render = gateway.metrics
-        if render is None:
-            await _json(send, 404, {"error": {"message": "install prioqueue-lanes[prometheus]"}})
-            return
-        body = render()
-        headers = [
-            (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
-            (b"content-length", str(len(body)).encode()),
-        ]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-    elif path == "/prioqueue/status":
-        await _json(send, 200, status(gateway))
-    elif path.startswith("/prioqueue/jobs/"):
+        return await _json(send, 405, {"error": {"message": "only GET is allowed here"}})
+    render = gateway.metrics
+    if render is None:
+        message = "metrics need the prometheus extra: pip install '.[gateway,prometheus]'"
+        return await _json(send, 404, {"error": {"message": message}})
+    body = render()
+    headers = [
+        (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+    return 200
+
+
+def _limit(scope: MutableMapping[str, Any]) -> int:
+    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("limit")
+    if not values or not values[0].isdigit():
+        return STATUS_LIMIT
+    return min(int(values[0]), STATUS_MAX)
+
+
+async def serve(
+    gateway: Gateway, scope: MutableMapping[str, Any], send: Send, who: Identity, path: str
+) -> int:
+    """Answer a request to one of the gateway's own paths (only GET); return the status."""
+    if scope["method"] not in ("GET", "HEAD"):
+        return await _json(send, 405, {"error": {"message": "only GET is allowed here"}})
+    if path == "/metrics":
+        if not who.observer:
+            message = "/metrics needs an observer or admin key, or the metrics_key"
+            return await _json(send, 403, {"error": {"message": message}})
+        return await serve_metrics(gateway, scope, send)
+    if path == "/prioqueue/status":
+        return await _json(send, 200, status(gateway, who, limit=_limit(scope)))
+    if path.startswith("/prioqueue/jobs/"):
         job_id = path[len("/prioqueue/jobs/") :]
         try:
-            await _json(send, 200, explain(gateway, job_id))
+            return await _json(send, 200, explain(gateway, job_id, who))
         except UnknownJob as exc:
-            await _json(send, 404, {"error": {"message": str(exc)}})
-    else:
-        await _json(send, 404, {"error": {"message": f"no such path {path}"}})
+            return await _json(send, 404, {"error": {"message": str(exc)}})
+    return await _json(send, 404, {"error": {"message": f"no such path {path}"}})

@@ -4,39 +4,53 @@ Theory of operation
 -------------------
 Every HTTP request goes through :meth:`Gateway.__call__`:
 
-1. **Who.** The caller is identified by a trusted header (when the operator enabled one), an
-   ``Authorization: Bearer`` key from the ``[keys]`` table, or as the anonymous member (when
-   allowed). Otherwise: 401. The identity gives a member, a tier and a priority ceiling.
-2. **Observability** paths (``/prioqueue/status``, ``/prioqueue/jobs/{id}``, ``/metrics``)
-   are answered by the gateway itself.
-3. **Pass-through.** A request that is not a POST to a gated path is forwarded untouched,
-   body streamed in both directions.
-4. **Gated.** The body is read (at most ``limits.max_body_bytes``: 413 beyond), the model is
-   taken from its JSON ``model`` field (invalid JSON: 400, the GPU is never involved), the
+1. **Where.** The path is normalised (``//`` collapsed, ``.``/``..`` removed): routing,
+   gating and lease lookups all use the path the upstream will act on.
+2. **Who.** The caller is identified by a trusted header (when the operator enabled one), an
+   ``Authorization: Bearer`` key from the ``[keys]`` table (the scheme in any case), or as
+   the anonymous member (when allowed). Otherwise: 401. The identity gives a member, a tier,
+   a priority ceiling and two flags: ``observer`` (sees every member's jobs) and ``admin``
+   (may call ``admin_paths``: 403 otherwise). ``/metrics`` also accepts ``metrics_key``.
+3. **Observability** paths (``/prioqueue/status``, ``/prioqueue/jobs/{id}``, ``/metrics``)
+   are answered by the gateway itself, redacted for callers that are not observers.
+4. **Fail fast.** While the upstream circuit breaker is open (the upstream failed
+   ``limits.breaker_failures`` times in a row), requests get 503 at once.
+5. **Pass-through.** A request that is not gated (see
+   :meth:`~prioqueue.gateway.settings.GatewayConfig.is_gated`) is forwarded, body streamed
+   in both directions.
+6. **Gated.** The body is read (bounded in size and time), the model taken from it (see
+   :mod:`prioqueue.gateway._body`; a bad body is 400 and never involves the GPU), the
    priority from ``X-LlamaSwap-Priority`` under the caller's ceiling. The request then waits
-   for its turn in the :class:`~prioqueue.asyncio.AsyncDispatcher`, is forwarded, and its
-   response is streamed back chunk by chunk. The GPU is released when the upstream's
-   response ends, fails, or the lease runs out.
+   for its turn in the :class:`~prioqueue.asyncio.AsyncDispatcher` (its body counted in
+   ``limits.max_queued_body_bytes``), is forwarded and its response streamed back. The GPU
+   is released when the response ends, fails, the lease runs out, or the client reads too
+   slowly.
 
-Failures map to statuses: queue full 429 (``Retry-After``), waited past the level's limit or
-shutting down 503 (``Retry-After``), upstream unreachable or 5xx 502, lease ran out 504. A
-client that disconnects is noticed by a watcher task reading ``http.disconnect``: it cancels
-the request's task, which removes the queued job, or closes the upstream request and frees
-the GPU.
+What the client must not decide upstream is stripped from forwarded requests: its
+``Authorization`` (replaced by ``upstream_api_key`` when set), its ``X-LlamaSwap-Priority``
+(a gated request carries the effective number instead) and any ``X-Prioqueue-*`` header.
+
+Failures map to statuses: queue full or too many queued body bytes 429 (``Retry-After``),
+waited past the level's limit, shutting down or breaker open 503 (``Retry-After``), upstream
+unreachable or 5xx 502, no first byte in time or lease ran out before the response began 504.
+A streamed (SSE) response cut by its lease ends with an ``event: error`` naming the lease.
 
 Each gated response carries ``X-Prioqueue-Job`` (the job id, for ``/prioqueue/jobs/{id}``),
 ``X-Prioqueue-Priority`` (the priority it ran at, after the ceiling) and
 ``X-Prioqueue-Queue-Wait`` (seconds spent queued).
+
+Explanations cost nothing per grant: the grant object is kept in the job's record and in a
+bounded ring of recent grants; a finished job's explanation is built from them on request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
 import math
-import re
 import time
 import uuid
 from collections import OrderedDict
@@ -44,26 +58,43 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import attrs
-
 from prioqueue._errors import QueueFull
-from prioqueue.asyncio import (
-    AsyncDispatcher,
-    DispatcherClosed,
-    JobCancelled,
-    QueueTimeout,
-    Turn,
-)
+from prioqueue.asyncio import AsyncDispatcher, DispatcherClosed, JobCancelled, QueueTimeout
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.gateway import _observe
-from prioqueue.gateway.config import GatewayConfig
-from prioqueue.gateway.proxy import make_client, request_headers, response_headers
+from prioqueue.gateway._body import (
+    BadRequest,
+    BodyTimeout,
+    TooLarge,
+    extract_model,
+    model_from_url,
+    read_body,
+)
+from prioqueue.gateway._forward import (
+    Flight,
+    Request,
+    SlowReader,
+    UpstreamFailed,
+    UpstreamTimeout,
+    error_body,
+    forward,
+    normalise_path,
+    respond,
+    sse_error,
+    uncancel,
+    upstream_url,
+    watch_disconnect,
+    watch_lease,
+)
+from prioqueue.gateway._health import Breaker, HttpStats
+from prioqueue.gateway._record import Recorder, record_finished
+from prioqueue.gateway.proxy import make_client, request_headers
+from prioqueue.gateway.settings import GatewayConfig, Identity, bearer
 from prioqueue.records import Grant, Job
 from prioqueue.scoring import Scorer
 
 if TYPE_CHECKING:
     import aiohttp
-    from yarl import URL
 
 __all__ = ["BadRequest", "Gateway", "Identity", "extract_model"]
 
@@ -75,116 +106,10 @@ Send = Callable[[Message], Awaitable[None]]
 log = logging.getLogger("prioqueue.gateway")
 
 _PRIORITY_HEADER = b"x-llamaswap-priority"
-_JSON = (b"content-type", b"application/json")
-_EXPLAIN_AFTER = 1.0
-"""A request that waited this many seconds keeps its explanation for after it finishes."""
-_QUERY_UNSAFE = re.compile(rb"[^\x21\x24-\x3b\x3d\x3f-\x7e]")
-"""Bytes percent-encoded in a forwarded query: controls, space, non-ASCII, ``"#<>``."""
-_PATH_UNSAFE = re.compile(rb"[^\x21\x24-\x3b\x3d\x40-\x5f\x61-\x7a\x7c\x7e]")
-"""Bytes percent-encoded in a forwarded path: those of a query and ``?`{}``."""
-
-
-def _percent(match: re.Match[bytes]) -> bytes:
-    return b"%%%02X" % match.group()[0]
-
-
-_SLASHES = re.compile(r"/{2,}")
-
-
-def _remove_dot_segments(path: str) -> str:
-    """Drop ``.`` and ``..`` segments from a URL path (RFC 3986 section 5.2.4)."""
-    segments = path.split("/")
-    if "." not in segments and ".." not in segments:
-        return path
-    out: list[str] = []
-    for segment in segments:
-        if segment == "..":
-            if out and out != [""]:
-                out.pop()
-        elif segment != ".":
-            out.append(segment)
-    return "/".join(out)
-
-
-class BadRequest(Exception):
-    """A gated request's body cannot be read for its model (answered with 400)."""
-
-
-@attrs.frozen
-class Identity:
-    """Who a request comes from: member, tier and priority ceiling."""
-
-    member: str
-    tier: str
-    ceiling: int
-
-
-@attrs.define
-class _Flight:
-    """The mutable state of one gated request, shared with its watcher and lease timer."""
-
-    task: asyncio.Task[Any] | None
-    done: bool = False
-    disconnected: bool = False
-    lease_expired: bool = False
-    started: bool = False
-
-
-def extract_model(body: bytes, content_type: bytes) -> str | None:
-    """Return the ``model`` of a gated request's body.
-
-    Args:
-        body: The request body: JSON, or ``multipart/form-data`` (audio transcriptions).
-        content_type: The ``Content-Type`` header value (may be empty).
-
-    Returns:
-        The model, or None when the body names none.
-
-    Raises:
-        BadRequest: The body is not a JSON object (or a multipart form), or ``model`` is
-            not a string.
-
-    Complexity: O(len(body)).
-    """
-    if content_type[:19].lower() == b"multipart/form-data":
-        return _multipart_model(body, content_type)
-    try:
-        value = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"the request body is not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise BadRequest("the request body must be a JSON object")
-    model = value.get("model")
-    if model is not None and not isinstance(model, str):
-        raise BadRequest("'model' must be a string")
-    return model
-
-
-def _multipart_model(body: bytes, content_type: bytes) -> str | None:
-    _, _, rest = content_type.partition(b"boundary=")
-    boundary = rest.split(b";")[0].strip().strip(b'"')
-    if not boundary:
-        raise BadRequest("multipart/form-data without a boundary")
-    for part in body.split(b"--" + boundary):
-        head, sep, value = part.partition(b"\r\n\r\n")
-        if sep and b' name="model"' in head.replace(b";name=", b"; name="):
-            try:
-                return value.rstrip(b"\r\n").decode("utf-8")
-            except UnicodeDecodeError:
-                raise BadRequest("the 'model' form field is not UTF-8") from None
-    return None
-
-
-def _error_body(message: str, kind: str) -> bytes:
-    return json.dumps({"error": {"message": message, "type": kind, "code": None}}).encode()
-
-
-async def _respond(
-    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    all_headers = [_JSON, (b"content-length", str(len(body)).encode()), *(headers or [])]
-    await send({"type": "http.response.start", "status": status, "headers": all_headers})
-    await send({"type": "http.response.body", "body": body})
+_CLIENT_DECIDES = frozenset({b"authorization", _PRIORITY_HEADER})
+"""Request headers never forwarded as the client sent them (``x-prioqueue-*`` neither)."""
+GRANT_RING = 10_000
+"""Recent grants kept for explaining finished jobs (what overtook them)."""
 
 
 class Gateway:
@@ -193,10 +118,19 @@ class Gateway:
     Args:
         config: The configuration.
         clock: Monotonic seconds for the dispatcher (tests may inject one).
+        recorder: Writes every queued request once it leaves, as a replayable trace (see
+            :mod:`prioqueue.gateway._record`), or None.
     """
 
-    def __init__(self, config: GatewayConfig, *, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        config: GatewayConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        recorder: Recorder | None = None,
+    ):
         self.config = config
+        self.recorder = recorder
         limits = config.limits
         self.dispatcher = SizeOneDispatcher(
             Scorer(config.scoring),
@@ -211,6 +145,11 @@ class Gateway:
         self.gate = AsyncDispatcher(self.dispatcher, clock=clock)
         self.client: aiohttp.ClientSession | None = None
         self.history: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.history_bytes = 0
+        self.grants: collections.deque[Grant] = collections.deque(maxlen=GRANT_RING)
+        self.http_stats = HttpStats()
+        self.breaker = Breaker(limits.breaker_failures, limits.breaker_cooldown_seconds, clock)
+        self.queued_body_bytes = 0
         self.metrics: Callable[[], bytes] | None = _observe.metrics_renderer(self)
         self._poller: asyncio.Task[None] | None = None
         self._closing = False
@@ -222,14 +161,22 @@ class Gateway:
         key = config.upstream_api_key
         self._authorization = None if key is None else b"Bearer " + key.encode("latin-1")
         self._anonymous = (
-            Identity(config.anonymous_member, config.anonymous_tier, config.anonymous_max_priority)
+            Identity(
+                config.anonymous_member,
+                config.anonymous_tier,
+                config.anonymous_max_priority,
+                observer=config.anonymous_observer,
+            )
             if config.allow_anonymous
             else None
         )
         self._keys = {
-            f"Bearer {key}".encode("latin-1"): Identity(e.member, e.tier, e.max_priority)
+            key.encode("latin-1"): Identity(
+                e.member, e.tier, e.max_priority, observer=e.observer or e.admin, admin=e.admin
+            )
             for key, e in config.keys.items()
         }
+        self._metrics_key = None if config.metrics_key is None else config.metrics_key.encode()
 
     def _lease_for(self, job: Job) -> float:
         return self.config.limits.lease_for(str(job.payload))
@@ -315,8 +262,8 @@ class Gateway:
             headers: The request headers (ASGI, lower-case names).
 
         Returns:
-            The identity: trusted header first (when enabled), then the API key, then the
-            anonymous member (when allowed).
+            The identity: trusted header first (when enabled), then the API key (``Bearer``
+            in any case), then the anonymous member (when allowed).
         """
         trusted = self.config.trusted_header
         authorization = None
@@ -337,53 +284,94 @@ class Gateway:
                     authorization = value
                     break
         if authorization is not None:
-            known = self._keys.get(authorization.strip())
+            token = bearer(authorization)
+            known = None if token is None else self._keys.get(token)
             if known is not None:
                 return known
         return self._anonymous
 
+    def _metrics_token(self, headers: list[tuple[bytes, bytes]]) -> bool:
+        for name, value in headers:
+            if name == b"authorization":
+                return bearer(value) == self._metrics_key
+        return False
+
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers: list[tuple[bytes, bytes]] = scope["headers"]
-        identity = self.identify(headers)
-        if identity is None:
-            body = _error_body("a valid API key is required", "invalid_api_key")
-            await _respond(send, 401, body, [(b"www-authenticate", b"Bearer")])
-            return
         # Route on the normalised path, the one the upstream will act on: otherwise
         # "/x/../v1/chat/completions" or "//v1/chat/completions" would bypass the gate.
-        path = _remove_dot_segments(_SLASHES.sub("/", scope["path"]))
+        path = normalise_path(scope["path"])
+        stats = self.http_stats
+        if path == "/metrics" and self._metrics_key is not None and self._metrics_token(headers):
+            stats.answered("observe", await _observe.serve_metrics(self, scope, send))
+            return
+        identity = self.identify(headers)
+        if identity is None:
+            body = error_body("a valid API key is required", "invalid_api_key")
+            await respond(send, 401, body, [(b"www-authenticate", b"Bearer")])
+            stats.answered("refused", 401)
+            return
         if path.startswith("/prioqueue/") or path == "/metrics":
-            await _observe.serve(self, scope, send)
-        elif self.config.is_gated(scope["method"], path):
-            await self._gated(scope, receive, send, identity)
+            stats.answered("observe", await _observe.serve(self, scope, send, identity, path))
+            return
+        config = self.config
+        if config.is_admin(path) and not identity.admin:
+            body = error_body(f"{path} needs an admin key", "permission_denied")
+            stats.answered("refused", await respond(send, 403, body))
+            return
+        retry_in = self.breaker.retry_in()
+        gated = config.is_gated(scope["method"], path)
+        route = "admin" if config.is_admin(path) else "gated" if gated else "passthrough"
+        if retry_in > 0:
+            message = (
+                f"the upstream is failing ({self.breaker.last_error}); failing fast for "
+                f"{retry_in:.1f} s more"
+            )
+            retry = [(b"retry-after", str(math.ceil(retry_in)).encode())]
+            status = await respond(send, 503, error_body(message, "upstream_down"), retry)
+        elif gated:
+            status = await self._gated(scope, receive, send, identity, path)
         else:
-            await self._passthrough(scope, receive, send)
+            status = await self._passthrough(scope, receive, send)
+        stats.answered(route, status)
 
-    def _url(self, scope: Scope) -> URL:
-        """Return the upstream URL of a request: its raw path and query, kept encoded.
+    def _request_headers(
+        self, headers: list[tuple[bytes, bytes]], extra: list[tuple[bytes, bytes]]
+    ) -> list[tuple[str, str]]:
+        return request_headers(
+            headers,
+            extra=extra,
+            drop=_CLIENT_DECIDES,
+            drop_prefix=b"x-prioqueue-",
+            authorization=self._authorization,
+        )
 
-        Bytes a URL may not hold are percent-encoded and ``.``/``..`` segments removed (as
-        common HTTP clients do); everything else goes out as the client sent it.
-        """
-        from yarl import URL  # with aiohttp; imported when used, like the client
+    def _first_byte(self, seconds: float) -> None:
+        self.breaker.success()
+        self.http_stats.upstream_latency(seconds)
 
-        raw: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
-        raw = raw.partition(b"?")[0]
-        if _PATH_UNSAFE.search(raw) is not None:
-            raw = _PATH_UNSAFE.sub(_percent, raw)
-        path = self._upstream_path + raw.decode("ascii")
-        if "." in path:
-            path = _remove_dot_segments(path)
-        query: bytes = scope.get("query_string", b"")
-        if query:
-            if _QUERY_UNSAFE.search(query) is not None:
-                query = _QUERY_UNSAFE.sub(_percent, query)
-            return URL(f"{self._upstream_origin}{path}?{query.decode('ascii')}", encoded=True)
-        return URL(self._upstream_origin + path, encoded=True)
-
-    async def _passthrough(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _send_upstream(
+        self, request: Request, send: Send, flight: Flight, extra: list[tuple[bytes, bytes]]
+    ) -> int:
         client = self.client
         assert client is not None, "the gateway was not started (lifespan)"
+        limits = self.config.limits
+        try:
+            return await forward(
+                client,
+                request,
+                send,
+                flight,
+                extra,
+                first_byte_timeout=limits.first_byte_timeout,
+                drain_seconds=limits.drain_seconds if extra else None,
+                on_first_byte=self._first_byte,
+            )
+        except (UpstreamFailed, UpstreamTimeout) as exc:
+            self.breaker.failure(str(exc))
+            raise
+
+    async def _passthrough(self, scope: Scope, receive: Receive, send: Send) -> int:
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         has_body = any(name in (b"content-length", b"transfer-encoding") for name, _ in headers)
 
@@ -396,96 +384,33 @@ class Gateway:
                 if not message.get("more_body", False):
                     return
 
-        forwarded = request_headers(headers, authorization=self._authorization)
-        request = (scope["method"], self._url(scope), forwarded, body() if has_body else None)
-        flight = _Flight(task=None)
+        url = upstream_url(scope, self._upstream_origin, self._upstream_path)
+        forwarded = self._request_headers(headers, [])
+        request = (scope["method"], url, forwarded, body() if has_body else None)
+        flight = Flight(task=asyncio.current_task())
         try:
-            await self._forward(request, send, flight, [])
-        except _UpstreamFailed as exc:
-            await _respond(send, 502, _error_body(str(exc), "upstream_error"))
+            return await self._send_upstream(request, send, flight, [])
+        except UpstreamFailed as exc:
+            return await respond(send, 502, error_body(str(exc), "upstream_error"))
+        except UpstreamTimeout as exc:
+            return await respond(send, 504, error_body(str(exc), "upstream_timeout"))
+        except asyncio.CancelledError:
+            if not self._closing or flight.started:
+                raise
+            uncancel(flight.task)
+            return await self._shutdown_503(send)
 
-    async def _forward(
-        self,
-        request: _Request,
-        send: Send,
-        flight: _Flight,
-        extra: list[tuple[bytes, bytes]],
+    async def _shutdown_503(self, send: Send) -> int:
+        message = "the gateway shut down before this request could finish; retry later"
+        retry = [(b"retry-after", str(math.ceil(self.config.limits.retry_after_seconds)).encode())]
+        return await respond(send, 503, error_body(message, "shutdown"), retry)
+
+    async def _gated(
+        self, scope: Scope, receive: Receive, send: Send, who: Identity, path: str
     ) -> int:
-        """Send ``request`` upstream and stream the response to the client; return its status.
-
-        A response read to its end gives its connection back to the pool; any other end
-        (an error, a cancellation: the client left or the lease ran out) closes it, so the
-        upstream sees the request abandoned.
-
-        Raises:
-            _UpstreamFailed: The upstream could not be reached (before any response byte).
-        """
-        import aiohttp
-
-        client = self.client
-        assert client is not None, "the gateway was not started (lifespan)"
-        method, url, forwarded, data = request
-        try:
-            response = await client.request(
-                method, url, headers=forwarded, data=data, allow_redirects=False
-            )
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            raise _UpstreamFailed(f"upstream unreachable: {exc!r}") from None
-        complete = False
-        try:
-            status = response.status
-            headers = response_headers(response.raw_headers)
-            if status >= 500 and extra:
-                headers.append((b"x-prioqueue-upstream-status", str(status).encode()))
-                status = 502
-            headers.extend(extra)
-            flight.started = True
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            # With a Content-Length, the last chunk ends the body (one message fewer); without
-            # one (SSE, chunked), every chunk goes out as it comes and an empty one ends it.
-            length = response.headers.get("content-length", "")
-            left = int(length) if length.isdigit() else -1
-            content = response.content
-            while True:
-                chunk = await content.readany()
-                if not chunk:
-                    break
-                left -= len(chunk)
-                if left == 0:
-                    complete = True
-                    flight.done = True
-                    await send({"type": "http.response.body", "body": chunk})
-                    return status
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            complete = True
-            flight.done = True
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            if complete:
-                response.release()
-            else:
-                response.close()
-        return status
-
-    async def _read_body(self, receive: Receive, limit: int) -> bytes | None:
-        """Read the whole request body; None when the client left. Raises _TooLarge."""
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            chunk: bytes = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise _TooLarge
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-    async def _gated(self, scope: Scope, receive: Receive, send: Send, who: Identity) -> None:
         config = self.config
-        limit = config.limits.max_body_bytes
+        limits = config.limits
+        limit = limits.max_body_bytes
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         priority_value: bytes | None = None
         content_type = b""
@@ -495,22 +420,32 @@ class Gateway:
             elif name == b"content-type":
                 content_type = value
             elif name == b"content-length" and value.isdigit() and int(value) > limit:
-                await _respond(send, 413, _error_body(f"body over {limit} bytes", "too_large"))
-                return
+                return await respond(send, 413, error_body(f"body over {limit} bytes", "too_large"))
         try:
-            body = await self._read_body(receive, limit)
+            body = await read_body(receive, limit, limits.body_timeout)
             if body is None:
-                return
-            model = extract_model(body, content_type)
-        except _TooLarge:
-            await _respond(send, 413, _error_body(f"body over {limit} bytes", "too_large"))
-            return
+                return 499  # the client left before sending its body (nginx's number)
+            model = extract_model(body, content_type) or model_from_url(
+                path, scope.get("query_string", b"")
+            )
+        except TooLarge:
+            return await respond(send, 413, error_body(f"body over {limit} bytes", "too_large"))
+        except BodyTimeout:
+            message = f"the request body did not arrive within {limits.body_timeout:g} s"
+            return await respond(send, 408, error_body(message, "timeout"))
         except BadRequest as exc:
-            await _respond(send, 400, _error_body(str(exc), "invalid_request_error"))
-            return
-        priority = config.policy.parse(priority_value, who.ceiling)
+            return await respond(send, 400, error_body(str(exc), "invalid_request_error"))
+        size = len(body)
+        if self.queued_body_bytes + size > limits.max_queued_body_bytes:
+            message = (
+                f"queued requests already hold {self.queued_body_bytes} bytes of bodies "
+                f"(limit {limits.max_queued_body_bytes})"
+            )
+            retry = [(b"retry-after", str(math.ceil(limits.retry_after_seconds)).encode())]
+            return await respond(send, 429, error_body(message, "queue_full"), retry)
+        priority = min(config.policy.parse(priority_value, who.ceiling), who.ceiling)
         job_id = uuid.uuid4().hex
-        path: str = scope["path"]
+        arrival = self.gate.now()
         turn = self.gate.turn(
             job_id,
             member=who.member,
@@ -519,144 +454,143 @@ class Gateway:
             model=model,
             estimate=config.estimate_seconds,
             payload=path,
-            timeout=config.limits.max_wait_for(priority),
+            timeout=limits.max_wait_for(priority),
         )
         ours = [
             (b"x-prioqueue-job", job_id.encode()),
             (b"x-prioqueue-priority", str(priority).encode()),
         ]
-        record: dict[str, Any] = {
-            "id": job_id,
-            "member": who.member,
-            "tier": who.tier,
-            "priority": priority,
-            "model": model,
-            "path": path,
-            "outcome": "queued",
-        }
         loop = asyncio.get_running_loop()
-        flight = _Flight(task=asyncio.current_task())
-        watcher = loop.create_task(_watch(receive, flight))
+        flight = Flight(task=asyncio.current_task())
+        watcher = loop.create_task(watch_disconnect(receive, flight))
         lease_watch: asyncio.Task[None] | None = None
         status = 0
+        outcome = "queued"
+        self.queued_body_bytes += size
+        held = size
         try:
             async with turn as grant:
-                record["waited"] = grant.waited
-                record["score"] = attrs.asdict(grant.score)
+                self.queued_body_bytes -= held
+                held = 0
+                self.grants.append(grant)
                 ours.append((b"x-prioqueue-queue-wait", f"{grant.waited:.3f}".encode()))
-                if grant.waited >= _EXPLAIN_AFTER:
-                    record["explanation"] = _observe.capture(self, job_id)
                 if grant.lease is not None:
                     # The adapter owns the one lease timer; it revokes the turn on expiry.
-                    lease_watch = loop.create_task(_watch_lease(turn, flight))
-                request = self._build(scope, headers, body, job_id)
-                status = await self._forward(request, send, flight, ours)
-                record["outcome"] = "done"
+                    lease_watch = loop.create_task(watch_lease(turn, flight))
+                url = upstream_url(scope, self._upstream_origin, self._upstream_path)
+                extra = [(_PRIORITY_HEADER, str(priority).encode()), ours[0]]
+                request = (scope["method"], url, self._request_headers(headers, extra), body)
+                status = await self._send_upstream(request, send, flight, ours)
+                outcome = "done"
         except QueueFull as exc:
-            status, record["outcome"] = 429, "rejected: queue full"
+            status, outcome = 429, "rejected: queue full"
             retry = [(b"retry-after", str(math.ceil(exc.retry_after)).encode())]
-            await _respond(send, 429, _error_body(str(exc), "queue_full"), ours + retry)
+            await respond(send, 429, error_body(str(exc), "queue_full"), ours + retry)
         except (QueueTimeout, DispatcherClosed, JobCancelled) as exc:
             # JobCancelled: the grant was revoked (its lease ran out) before this request
             # could start; nothing reached the upstream, so the client may simply retry.
             status = 503
-            record["outcome"] = (
+            outcome = (
                 "timed out in the queue"
                 if isinstance(exc, QueueTimeout)
                 else "shutdown"
                 if isinstance(exc, DispatcherClosed)
                 else "revoked before it started"
             )
-            retry = [(b"retry-after", str(math.ceil(config.limits.retry_after_seconds)).encode())]
-            await _respond(send, 503, _error_body(str(exc), "unavailable"), ours + retry)
-        except _UpstreamFailed as exc:
-            status, record["outcome"] = 502, "upstream unreachable"
-            await _respond(send, 502, _error_body(str(exc), "upstream_error"), ours)
+            retry = [(b"retry-after", str(math.ceil(limits.retry_after_seconds)).encode())]
+            await respond(send, 503, error_body(str(exc), "unavailable"), ours + retry)
+        except UpstreamFailed as exc:
+            status, outcome = 502, "upstream unreachable"
+            await respond(send, 502, error_body(str(exc), "upstream_error"), ours)
+        except UpstreamTimeout as exc:
+            status, outcome = 504, "upstream sent no response in time"
+            await respond(send, 504, error_body(str(exc), "upstream_timeout"), ours)
+        except SlowReader:
+            outcome = f"cut: the client took nothing for {limits.drain_seconds:g} s"
+            log.warning(
+                "job %s (%s %s): %s; the GPU is free again", job_id, who.member, path, outcome
+            )
         except asyncio.CancelledError:
             if flight.disconnected:
-                record["outcome"] = "client disconnected"
-                _uncancel(flight.task)
+                outcome = "client disconnected"
+                uncancel(flight.task)
             elif flight.lease_expired:
-                record["outcome"] = "lease expired"
-                _uncancel(flight.task)
+                outcome = "lease expired"
+                uncancel(flight.task)
+                status = await self._lease_cut(send, flight, job_id, who, path, ours)
+            elif self._closing:
+                outcome = "shutdown: past the grace period"
+                uncancel(flight.task)
                 if not flight.started:
-                    status = 504
-                    message = _error_body("the request ran past its lease", "lease_expired")
-                    await _respond(send, 504, message, ours)
+                    status = await self._shutdown_503(send)
+                elif flight.sse:
+                    end = sse_error("the gateway shut down before the response ended", "shutdown")
+                    with contextlib.suppress(Exception):
+                        await send({"type": "http.response.body", "body": end})
             else:
                 raise
         finally:
+            self.queued_body_bytes -= held
             flight.done = True
             watcher.cancel()
             if lease_watch is not None:
                 lease_watch.cancel()
-            record["status"] = status
-            self._remember(record, turn.grant)
+            _observe.remember(self, job_id, who, model, path, priority, outcome, status, turn.grant)
+            if self.recorder is not None:
+                record_finished(
+                    self.recorder,
+                    arrival=arrival,
+                    now=self.gate.now(),
+                    member=who.member,
+                    tier=who.tier,
+                    priority=priority,
+                    model=model,
+                    estimate=config.estimate_seconds,
+                    outcome=outcome,
+                    grant=turn.grant,
+                    first_byte=flight.first_byte,
+                    streamed=flight.sse,
+                )
+        return status
 
-    def _build(
-        self, scope: Scope, headers: list[tuple[bytes, bytes]], body: bytes, job_id: str
-    ) -> _Request:
-        forwarded = request_headers(
-            headers,
-            extra=[(b"x-prioqueue-job", job_id.encode())],
-            authorization=self._authorization,
+    async def _lease_cut(
+        self,
+        send: Send,
+        flight: Flight,
+        job_id: str,
+        who: Identity,
+        path: str,
+        ours: list[tuple[bytes, bytes]],
+    ) -> int:
+        """End a request whose lease ran out: 504 before the response, else cut it."""
+        lease = f"{self.config.limits.lease_for(path):g}"
+        log.warning(
+            "job %s (%s %s): its lease of %s s ran out; the response was cut and the GPU freed",
+            job_id,
+            who.member,
+            path,
+            lease,
         )
-        return scope["method"], self._url(scope), forwarded, body
+        if not flight.started:
+            body = error_body(f"the request ran past its lease of {lease} s", "lease_expired")
+            return await respond(send, 504, body, ours)
+        if flight.sse:
+            end = sse_error(
+                f"the response was cut: its lease of {lease} s ran out", "lease_expired"
+            )
+            with contextlib.suppress(Exception):
+                await send({"type": "http.response.body", "body": end})
+        return 504
 
-    def _remember(self, record: dict[str, Any], grant: Grant | None) -> None:
-        limit = self.config.job_history
-        if limit <= 0:
-            return
-        if grant is not None:
-            record["runtime"] = max(0.0, self.gate.now() - grant.granted_at)
-        history = self.history
-        history[record["id"]] = record
-        if len(history) > limit:
-            history.popitem(last=False)
-
-    def explain(self, job_id: str) -> dict[str, Any]:
+    def explain(self, job_id: str, who: Identity | None = None) -> dict[str, Any]:
         """Return what is known of a job: the dispatcher's explanation, or its history record.
 
+        Args:
+            job_id: The job id.
+            who: The caller (None: an observer); others' jobs are unknown to non-observers.
+
         Raises:
-            UnknownJob: The job is neither queued, running nor remembered.
+            UnknownJob: The job is neither queued, running nor remembered (or not the
+                caller's to see).
         """
-        return _observe.explain(self, job_id)
-
-
-_Request = tuple[str, "URL", list[tuple[str, str]], Any]
-"""What :meth:`Gateway._forward` sends: method, URL, headers and body (bytes, an async
-iterator of bytes, or None)."""
-
-
-class _TooLarge(Exception):
-    pass
-
-
-class _UpstreamFailed(Exception):
-    pass
-
-
-async def _watch(receive: Receive, flight: _Flight) -> None:
-    """Cancel the request's task when its client disconnects before the response ends."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            if not flight.done and flight.task is not None:
-                flight.disconnected = True
-                flight.task.cancel()
-            return
-
-
-async def _watch_lease(turn: Turn, flight: _Flight) -> None:
-    """Stop a request that held the GPU past its lease, once the adapter has expired it."""
-    await turn.revoked.wait()
-    if turn.expired is not None and not flight.done and flight.task is not None:
-        flight.lease_expired = True
-        flight.task.cancel()
-
-
-def _uncancel(task: asyncio.Task[Any] | None) -> None:
-    """Forget a cancellation the gateway itself requested (Python 3.11+)."""
-    uncancel = getattr(task, "uncancel", None)
-    if uncancel is not None:
-        uncancel()
+        return _observe.explain(self, job_id, who)

@@ -30,18 +30,33 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
 
 from prioqueue._errors import ConfigError
+from prioqueue.gateway.settings import (
+    DEFAULT_ADMIN_PATHS,
+    DEFAULT_GATED_METHODS,
+    DEFAULT_GATED_PATHS,
+    DEFAULT_LISTEN,
+    DEFAULT_PASSTHROUGH_PATHS,
+    DEFAULT_UPSTREAM,
+    ApiKey,
+    GatewayConfig,
+    Limits,
+    TrustedHeader,
+)
 from prioqueue.priority import DEFAULT_ALIASES, PriorityPolicy
 from prioqueue.scoring import DEFAULT_TIER_BONUSES, ScoringConfig
 
 __all__ = [
+    "DEFAULT_ADMIN_PATHS",
+    "DEFAULT_GATED_METHODS",
     "DEFAULT_GATED_PATHS",
     "DEFAULT_LISTEN",
+    "DEFAULT_PASSTHROUGH_PATHS",
     "DEFAULT_UPSTREAM",
     "ApiKey",
     "GatewayConfig",
@@ -51,162 +66,6 @@ __all__ = [
     "parse_config",
     "parse_listen",
 ]
-
-DEFAULT_UPSTREAM: Final = "http://127.0.0.1:8080"
-"""llama-swap's default address."""
-DEFAULT_LISTEN: Final = "127.0.0.1:8090"
-"""Where the gateway listens unless told otherwise (loopback only)."""
-DEFAULT_GATED_PATHS: Final[tuple[str, ...]] = (
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/embeddings",
-    "/v1/images/*",
-    "/v1/audio/*",
-)
-"""OpenAI-style inference paths; a trailing ``*`` matches any suffix."""
-_MAX_BODY: Final = 16 * 1024 * 1024
-
-
-@attrs.frozen
-class ApiKey:
-    """Who an API key belongs to and how high it may ask.
-
-    Attributes:
-        member: The member the key's jobs are charged to (fair share is per member).
-        tier: The member's tier (a name from the ``[tiers]`` table).
-        max_priority: The highest priority the key may use; higher headers are capped.
-    """
-
-    member: str
-    tier: str
-    max_priority: int
-
-
-@attrs.frozen
-class TrustedHeader:
-    """Identity taken from headers set by an authenticating proxy in front of the gateway.
-
-    Attributes:
-        member: The (lower-case) header naming the member.
-        tier: The (lower-case) header naming the tier, or None to use ``default_tier``.
-        default_tier: The tier when the tier header is absent or names no known tier.
-        max_priority: The priority ceiling of every member identified this way.
-    """
-
-    member: str
-    tier: str | None
-    default_tier: str
-    max_priority: int
-
-
-@attrs.frozen
-class Limits:
-    """Sizes and times that bound what one request may cost.
-
-    Attributes:
-        max_queued: Most requests waiting at once (429 beyond), or None.
-        max_queued_per_member: Most requests one member may have waiting, or None.
-        max_body_bytes: Largest body of a gated request the gateway reads (413 beyond).
-        lease_seconds: Longest time a request may hold the GPU (504 after it).
-        lease_seconds_by_path: Per-path overrides of ``lease_seconds``.
-        max_wait_seconds: Longest wait in the queue, for levels not in ``max_wait_by_level``
-            (503 after it), or None for no limit.
-        max_wait_by_level: Per priority level overrides of ``max_wait_seconds``.
-        retry_after_seconds: The ``Retry-After`` of a 503 after a queue timeout or shutdown.
-        connect_timeout: Seconds to connect to the upstream (502 after it).
-        shutdown_grace_seconds: How long running requests may finish at shutdown.
-    """
-
-    max_queued: int | None = None
-    max_queued_per_member: int | None = None
-    max_body_bytes: int = _MAX_BODY
-    lease_seconds: float = 900.0
-    lease_seconds_by_path: Mapping[str, float] = attrs.field(factory=dict)
-    max_wait_seconds: float | None = None
-    max_wait_by_level: Mapping[int, float | None] = attrs.field(factory=dict)
-    retry_after_seconds: float = 5.0
-    connect_timeout: float = 5.0
-    shutdown_grace_seconds: float = 30.0
-
-    def lease_for(self, path: str) -> float:
-        """Return the lease (seconds) of a request to ``path``. O(1)."""
-        return self.lease_seconds_by_path.get(path, self.lease_seconds)
-
-    def max_wait_for(self, level: int) -> float | None:
-        """Return the queue-wait limit (seconds) of a priority level, or None. O(1)."""
-        if level in self.max_wait_by_level:
-            return self.max_wait_by_level[level]
-        return self.max_wait_seconds
-
-
-@attrs.frozen
-class GatewayConfig:
-    """The whole gateway configuration (see ``examples/gateway.toml``).
-
-    Attributes:
-        upstream: The upstream base URL (llama-swap), ``http://`` or ``https://``.
-        host: The address to listen on.
-        port: The port to listen on (0: any free port).
-        allow_anonymous: Whether requests without a known key are served (as ``anonymous``).
-        anonymous_member: The member of anonymous requests.
-        anonymous_tier: The tier of anonymous requests.
-        anonymous_max_priority: The priority ceiling of anonymous requests.
-        keys: API key -> who it is.
-        trusted_header: Identity from an auth proxy's headers, or None (disabled).
-        gated_paths: Path patterns of the POST requests that need the GPU.
-        policy: How ``X-LlamaSwap-Priority`` values become numbers.
-        scoring: The score's weights (tier bonuses included).
-        limits: Sizes and times.
-        charge: Fair-share charge model: ``"runtime"``, ``"estimate"`` or seconds per job.
-        fair_share: Whether fair share inside a level is on.
-        estimate_seconds: Runtime estimate given to every request (for forecasts), or None.
-        resident_poll_seconds: Poll the upstream's model status every so many seconds
-            (0: never).
-        resident_path: The upstream path that lists loaded models (llama-swap: ``/running``).
-        upstream_api_key: Replaces the client's ``Authorization`` towards the upstream when
-            set; otherwise the client's header is forwarded as is.
-        job_history: Finished jobs remembered for ``GET /prioqueue/jobs/{id}``.
-    """
-
-    upstream: str = DEFAULT_UPSTREAM
-    host: str = "127.0.0.1"
-    port: int = 8090
-    allow_anonymous: bool = True
-    anonymous_member: str = "anonymous"
-    anonymous_tier: str = "free"
-    anonymous_max_priority: int = 0
-    keys: Mapping[str, ApiKey] = attrs.field(factory=dict)
-    trusted_header: TrustedHeader | None = None
-    gated_paths: tuple[str, ...] = DEFAULT_GATED_PATHS
-    policy: PriorityPolicy = attrs.field(factory=PriorityPolicy)
-    scoring: ScoringConfig = attrs.field(factory=ScoringConfig)
-    limits: Limits = attrs.field(factory=Limits)
-    charge: str | float = "runtime"
-    fair_share: bool = True
-    estimate_seconds: float | None = None
-    resident_poll_seconds: float = 0.0
-    resident_path: str = "/running"
-    upstream_api_key: str | None = None
-    job_history: int = 1000
-
-    @property
-    def listen(self) -> str:
-        """``host:port`` (IPv6 hosts in brackets)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
-
-    def is_gated(self, method: str, path: str) -> bool:
-        """Return whether a request needs the GPU: a POST to a gated path. O(patterns)."""
-        if method != "POST":
-            return False
-        for pattern in self.gated_paths:
-            if pattern.endswith("*"):
-                if path.startswith(pattern[:-1]):
-                    return True
-            elif path == pattern:
-                return True
-        return False
-
 
 # --- reading -------------------------------------------------------------------------------
 
@@ -387,6 +246,47 @@ def _scoring(root: _Table) -> ScoringConfig:
         raise ConfigError(f"{root.source}scoring: {exc}") from None
 
 
+_LIMIT_INTEGERS = (
+    "max_body_bytes",
+    "max_queued_body_bytes",
+    "max_header_bytes",
+    "max_headers_bytes",
+    "max_header_count",
+    "breaker_failures",
+)
+_LIMIT_NUMBERS = (
+    ("lease_seconds", True),
+    ("retry_after_seconds", True),
+    ("connect_timeout", True),
+    ("first_byte_timeout", True),
+    ("drain_seconds", True),
+    ("shutdown_grace_seconds", False),
+    ("header_timeout", True),
+    ("body_timeout", True),
+    ("breaker_cooldown_seconds", True),
+)
+
+
+def _paths(root: _Table, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    raw = root.get(key)
+    if raw is None:
+        return default
+    if not isinstance(raw, list) or not all(isinstance(p, str) and p.startswith("/") for p in raw):
+        raise root.fail(key, f"must be a list of paths starting with '/': {raw!r}")
+    return tuple(raw)
+
+
+def _methods(root: _Table, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    raw = root.get(key)
+    if raw is None:
+        return default
+    if not isinstance(raw, list) or not all(
+        isinstance(m, str) and m.isascii() and m.isalpha() for m in raw
+    ):
+        raise root.fail(key, f"must be a list of HTTP method names: {raw!r}")
+    return tuple(m.upper() for m in raw)
+
+
 def _limits(root: _Table, policy: PriorityPolicy) -> Limits:
     table = root.table("limits")
     by_path = table.table("lease_seconds_by_path")
@@ -394,6 +294,8 @@ def _limits(root: _Table, policy: PriorityPolicy) -> Limits:
     for path in by_path.data:
         if not path.startswith("/"):
             raise by_path.fail(path, "a path must start with '/'")
+        if "*" in path[:-1]:
+            raise by_path.fail(path, "'*' may only end a path")
         lease_by_path[path] = by_path.number(path, None)  # type: ignore[assignment]
     wait_default: float | None = None
     wait_by_level: dict[int, float | None] = {}
@@ -409,17 +311,19 @@ def _limits(root: _Table, policy: PriorityPolicy) -> Limits:
                 wait_by_level[_level(waits, key, policy)] = seconds
     else:
         wait_default = table.number("max_wait_seconds", None)
+    defaults = Limits()
+    kwargs: dict[str, Any] = {}
+    for key in _LIMIT_INTEGERS:
+        kwargs[key] = table.integer(key, getattr(defaults, key), minimum=1)
+    for key, positive in _LIMIT_NUMBERS:
+        kwargs[key] = table.number(key, getattr(defaults, key), positive=positive)
     limits = Limits(
         max_queued=table.integer("max_queued", None, minimum=1),
         max_queued_per_member=table.integer("max_queued_per_member", None, minimum=1),
-        max_body_bytes=table.integer("max_body_bytes", _MAX_BODY, minimum=1),  # type: ignore[arg-type]
-        lease_seconds=table.number("lease_seconds", 900.0),  # type: ignore[arg-type]
         lease_seconds_by_path=MappingProxyType(lease_by_path),
         max_wait_seconds=wait_default,
         max_wait_by_level=MappingProxyType(wait_by_level),
-        retry_after_seconds=table.number("retry_after_seconds", 5.0),  # type: ignore[arg-type]
-        connect_timeout=table.number("connect_timeout", 5.0),  # type: ignore[arg-type]
-        shutdown_grace_seconds=table.number("shutdown_grace_seconds", 30.0, positive=False),  # type: ignore[arg-type]
+        **kwargs,
     )
     table.finish()
     return limits
@@ -436,10 +340,13 @@ def _keys(root: _Table, tiers: Mapping[str, float]) -> dict[str, ApiKey]:
         if not member:
             raise entry.fail("member", "is required")
         max_priority = entry.integer("max_priority", 0)
+        admin = entry.boolean("admin", False)
         keys[key] = ApiKey(
             member=member,
             tier=_tier(entry, "tier", tiers, next(iter(tiers), "free")),
             max_priority=max_priority,  # type: ignore[arg-type]
+            observer=entry.boolean("observer", False) or admin,
+            admin=admin,
         )
         entry.finish()
     return keys
@@ -497,16 +404,6 @@ def parse_config(
         listen if listen is not None else root.string("listen", DEFAULT_LISTEN), where=where
     )
     root.used.add("listen")
-    gated_raw = root.get("gated_paths")
-    gated = DEFAULT_GATED_PATHS
-    if gated_raw is not None:
-        if not isinstance(gated_raw, list) or not all(
-            isinstance(p, str) and p.startswith("/") for p in gated_raw
-        ):
-            raise root.fail(
-                "gated_paths", f"must be a list of paths starting with '/': {gated_raw!r}"
-            )
-        gated = tuple(gated_raw)
     charge_raw = root.get("charge")
     charge: str | float = "runtime"
     if charge_raw is not None:
@@ -529,7 +426,12 @@ def parse_config(
         anonymous_max_priority=root.integer("anonymous_max_priority", 0),  # type: ignore[arg-type]
         keys=MappingProxyType(_keys(root, tiers)),
         trusted_header=_trusted(root, tiers),
-        gated_paths=gated,
+        anonymous_observer=root.boolean("anonymous_observer", False),
+        gated_paths=_paths(root, "gated_paths", DEFAULT_GATED_PATHS),
+        gated_methods=_methods(root, "gated_methods", DEFAULT_GATED_METHODS),
+        passthrough_paths=_paths(root, "passthrough_paths", DEFAULT_PASSTHROUGH_PATHS),
+        admin_paths=_paths(root, "admin_paths", DEFAULT_ADMIN_PATHS),
+        metrics_key=root.optional_string("metrics_key"),
         policy=policy,
         scoring=scoring,
         limits=_limits(root, policy),
@@ -540,6 +442,7 @@ def parse_config(
         resident_path=resident_path,
         upstream_api_key=root.optional_string("upstream_api_key"),
         job_history=root.integer("job_history", 1000, minimum=0),  # type: ignore[arg-type]
+        job_history_bytes=root.integer("job_history_bytes", 16 * 1024 * 1024, minimum=0),  # type: ignore[arg-type]
     )
     root.finish()
     return config

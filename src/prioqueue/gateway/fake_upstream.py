@@ -13,8 +13,10 @@ gateway forwards bodies untouched; with the ``openai`` client use ``extra_body``
                                                "tokens": 5, "tag": "job-7"}}
 
 ``seconds`` is the time spent on the inference, ``status`` an error status to answer with,
-``hold`` the name of a gate the request waits at until :meth:`FakeLlamaSwap.release` opens it,
-``tokens`` the number of streamed tokens and ``tag`` a label recorded in :attr:`served`.
+``bytes`` the size of a plain (``application/octet-stream``) response body sent in 64 KiB
+chunks instead of the usual JSON, ``hold`` the name of a gate the request waits at until
+:meth:`FakeLlamaSwap.release` opens it, ``tokens`` the number of streamed tokens and ``tag``
+a label recorded in :attr:`served`.
 Switching models costs ``load_seconds`` (the cold load).
 
 Run it by hand with ``python -m prioqueue.gateway.fake_upstream --listen 127.0.0.1:8080``.
@@ -215,7 +217,10 @@ class FakeLlamaSwap:
                 entry.cancelled = True
                 return
             status = int(fake.get("status", 200))
-            if status != 200:
+            size = int(fake.get("bytes", 0))
+            if size > 0:
+                entry.cancelled = await _big(send, size, disconnected)
+            elif status != 200:
                 await _json(send, status, {"error": {"message": f"fake error {status}"}})
             elif request.get("stream"):
                 entry.cancelled = await self._stream(
@@ -266,6 +271,21 @@ class FakeLlamaSwap:
         tail = b"data: " + json.dumps(done).encode() + b"\n\ndata: [DONE]\n\n"
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         return False
+
+
+async def _big(send: Send, size: int, disconnected: asyncio.Event) -> bool:
+    """Send ``size`` bytes in 64 KiB chunks; return True when the client went away."""
+    headers = [(b"content-type", b"application/octet-stream")]
+    headers.append((b"content-length", str(size).encode()))
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    chunk = b"x" * 65536
+    while size > 0:
+        if disconnected.is_set():
+            return True
+        part = chunk[: min(size, len(chunk))]
+        size -= len(part)
+        await send({"type": "http.response.body", "body": part, "more_body": size > 0})
+    return False
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> bool:
@@ -335,17 +355,26 @@ class ServerThread:
         app: The ASGI application.
         port: The port (0: a free one).
         log_level: uvicorn's log level.
+        limits: Serve with the gateway's hardened HTTP protocol and these limits (header
+            timeout and sizes), as ``prioqueue gateway`` does; None: plain uvicorn.
     """
 
-    def __init__(self, app: Any, *, port: int = 0, log_level: str = "warning") -> None:
+    def __init__(
+        self, app: Any, *, port: int = 0, log_level: str = "warning", limits: Any = None
+    ) -> None:
         import uvicorn
 
         self.sock = bind_loopback(port)
         self.port: int = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=2, backlog=2048
-        )
+        if limits is not None:
+            from prioqueue.gateway._server import uvicorn_config
+
+            config = uvicorn_config(app, limits, log_level=log_level)
+        else:
+            config = uvicorn.Config(
+                app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=2, backlog=2048
+            )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._run, name=f"uvicorn:{self.port}", daemon=True)
 
@@ -379,10 +408,26 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - run as a s
     """Run the fake llama-swap in the foreground: ``--listen HOST:PORT --load-seconds S``."""
     import uvicorn
 
-    parser = argparse.ArgumentParser(prog="python -m prioqueue.gateway.fake_upstream")
-    parser.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT")
-    parser.add_argument("--load-seconds", type=float, default=0.0, help="cold-load time")
-    parser.add_argument("--token-seconds", type=float, default=0.0, help="time per token")
+    parser = argparse.ArgumentParser(
+        prog="python -m prioqueue.gateway.fake_upstream",
+        description="A fake llama-swap for trying the gateway without a GPU: OpenAI-style "
+        "inference routes (chat and text completions, embeddings, images, speech; streaming "
+        "chat as server-sent events), GET /v1/models, /running, /health and /unload. It does "
+        "not serialise requests: put `prioqueue gateway --upstream URL` in front of it.",
+        epilog="A request may steer its own handling with a 'fake' object in its JSON body, "
+        'e.g. {"model": "m", "messages": [], "fake": {"seconds": 0.5, "tokens": 5, '
+        '"status": 500, "bytes": 1048576}}: inference time, streamed tokens, an error status, '
+        "a response body of that many bytes.",
+    )
+    parser.add_argument(
+        "--listen", default="127.0.0.1:8080", metavar="HOST:PORT", help="default 127.0.0.1:8080"
+    )
+    parser.add_argument(
+        "--load-seconds", type=float, default=0.0, metavar="S", help="cold-load time per swap"
+    )
+    parser.add_argument(
+        "--token-seconds", type=float, default=0.0, metavar="S", help="delay between tokens"
+    )
     parser.add_argument("--quiet", action="store_true", help="log warnings only, no access log")
     args = parser.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
@@ -393,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - run as a s
         port=int(port),
         log_level="warning" if args.quiet else "info",
         access_log=not args.quiet,
-        backlog=2048,
+        backlog=4096,
     )
     return 0
 

@@ -72,6 +72,7 @@ def request_headers(
     *,
     extra: Iterable[tuple[bytes, bytes]] = (),
     drop: frozenset[bytes] = frozenset(),
+    drop_prefix: bytes | None = None,
     authorization: bytes | None = None,
 ) -> list[tuple[str, str]]:
     """Return the headers to send upstream for a client request.
@@ -80,7 +81,9 @@ def request_headers(
         headers: The client's headers (ASGI: lower-case names).
         extra: Headers to add (e.g. the job id).
         drop: More lower-case names to remove.
-        authorization: When given, replaces the client's ``Authorization`` value.
+        drop_prefix: Remove the headers whose (lower-case) name starts with this.
+        authorization: When given, sent as ``Authorization`` (after ``drop``, so a client's
+            own value never survives when ``drop`` names it).
 
     Returns:
         The forwarded headers, decoded as Latin-1 (what the client library takes).
@@ -93,13 +96,14 @@ def request_headers(
     for name, value in headers:
         if name == b"connection":
             tokens = tokens | _connection_tokens(((name, value),))
-        elif name not in skip:
+        elif name not in skip and (drop_prefix is None or not name.startswith(drop_prefix)):
             out.append((name.decode("latin-1"), value.decode("latin-1")))
     if tokens:
         named = {token.decode("latin-1") for token in tokens}
         out = [(name, value) for name, value in out if name not in named]
     if authorization is not None:
-        out = [(name, value) for name, value in out if name != "authorization"]
+        if b"authorization" not in skip:
+            out = [(name, value) for name, value in out if name != "authorization"]
         out.append(("authorization", authorization.decode("latin-1")))
     out.extend((name.decode("latin-1"), value.decode("latin-1")) for name, value in extra)
     return out

@@ -1,0 +1,353 @@
+"""Forwarding one request upstream and streaming its answer back, within its time limits.
+
+Theory of operation
+-------------------
+:func:`forward` sends a request with the shared aiohttp client and copies the response to the
+client chunk by chunk. Each way a forwarded request can end early has one mechanism: a flag
+on the request's :class:`Flight` plus a cancellation of the request's task, set by
+
+* the client disconnecting (a watcher task reading ``http.disconnect``),
+* the lease running out (a watcher of the turn's ``revoked`` event),
+* the upstream not starting its response within ``first_byte_timeout`` (a timer),
+* the client not taking a chunk within ``drain_seconds`` (a timer per write, gated requests
+  only: a slow reader must not hold the GPU; uvicorn's write buffer is the bounded buffer
+  the rest of a finished response is delivered from).
+
+Timers are loop ``call_later`` handles, not tasks, so they cost next to nothing per request.
+A response read to its end gives its upstream connection back to the pool; any other end
+closes it, which is how the upstream learns the request was abandoned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from prioqueue.gateway.proxy import response_headers
+
+if TYPE_CHECKING:
+    import aiohttp
+    from yarl import URL
+
+    from prioqueue.asyncio import Turn
+
+__all__ = [
+    "Flight",
+    "Request",
+    "SlowReader",
+    "UpstreamFailed",
+    "UpstreamTimeout",
+    "describe",
+    "error_body",
+    "forward",
+    "normalise_path",
+    "respond",
+    "sse_error",
+    "uncancel",
+    "upstream_url",
+    "watch_disconnect",
+    "watch_lease",
+]
+
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+Request = tuple[str, "URL", list[tuple[str, str]], Any]
+"""What :func:`forward` sends: method, URL, headers and body (bytes, an async iterator of
+bytes, or None)."""
+
+_QUERY_UNSAFE = re.compile(rb"[^\x21\x24-\x3b\x3d\x3f-\x7e]")
+"""Bytes percent-encoded in a forwarded query: controls, space, non-ASCII, ``"#<>``."""
+_PATH_UNSAFE = re.compile(rb"[^\x21\x24-\x3b\x3d\x40-\x5f\x61-\x7a\x7c\x7e]")
+"""Bytes percent-encoded in a forwarded path: those of a query and ``?`{}``."""
+_SLASHES = re.compile(r"/{2,}")
+_ERRNO = re.compile(r"\[Errno (\d+)\]")
+_JSON = (b"content-type", b"application/json")
+
+
+class UpstreamFailed(Exception):
+    """The upstream could not be reached (before any response byte): 502."""
+
+
+class UpstreamTimeout(Exception):
+    """The upstream accepted the request but sent no response in time: 504."""
+
+
+class SlowReader(Exception):
+    """The client did not take a chunk within ``drain_seconds``; it was cut."""
+
+
+@attrs.define
+class Flight:
+    """The mutable state of one forwarded request, shared with its watchers and timers."""
+
+    task: asyncio.Task[Any] | None
+    done: bool = False
+    disconnected: bool = False
+    lease_expired: bool = False
+    started: bool = False
+    sse: bool = False
+    timed_out: bool = False
+    first_byte: float | None = None
+
+
+def error_body(message: str, kind: str) -> bytes:
+    return json.dumps({"error": {"message": message, "type": kind, "code": None}}).encode()
+
+
+async def respond(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> int:
+    all_headers = [_JSON, (b"content-length", str(len(body)).encode()), *(headers or [])]
+    await send({"type": "http.response.start", "status": status, "headers": all_headers})
+    await send({"type": "http.response.body", "body": body})
+    return status
+
+
+def sse_error(message: str, kind: str) -> bytes:
+    """A last server-sent event saying why a stream ends early."""
+    data = json.dumps({"error": {"message": message, "type": kind, "code": None}})
+    return f"event: error\ndata: {data}\n\n".encode()
+
+
+def _percent(match: re.Match[bytes]) -> bytes:
+    return b"%%%02X" % match.group()[0]
+
+
+def _remove_dot_segments(path: str) -> str:
+    """Drop ``.`` and ``..`` segments from a URL path (RFC 3986 section 5.2.4)."""
+    segments = path.split("/")
+    if "." not in segments and ".." not in segments:
+        return path
+    out: list[str] = []
+    for segment in segments:
+        if segment == "..":
+            if out and out != [""]:
+                out.pop()
+        elif segment != ".":
+            out.append(segment)
+    if segments[-1] in (".", ".."):
+        out.append("")
+    return "/".join(out)
+
+
+def normalise_path(path: str) -> str:
+    """Return the path the upstream acts on: ``//`` collapsed, dot segments removed. O(len)."""
+    if "//" in path:
+        path = _SLASHES.sub("/", path)
+    if "." in path:
+        path = _remove_dot_segments(path)
+    return path
+
+
+def upstream_url(scope: MutableMapping[str, Any], origin: str, prefix: str) -> URL:
+    """Return the upstream URL of a request: its raw path and query, kept encoded.
+
+    Bytes a URL may not hold are percent-encoded and ``.``/``..`` segments removed (as
+    common HTTP clients do); everything else goes out as the client sent it.
+    """
+    from yarl import URL  # with aiohttp; imported when used, like the client
+
+    raw: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
+    raw = raw.partition(b"?")[0]
+    if _PATH_UNSAFE.search(raw) is not None:
+        raw = _PATH_UNSAFE.sub(_percent, raw)
+    path = prefix + raw.decode("ascii")
+    if "." in path:
+        path = _remove_dot_segments(path)
+    query: bytes = scope.get("query_string", b"")
+    if query:
+        if _QUERY_UNSAFE.search(query) is not None:
+            query = _QUERY_UNSAFE.sub(_percent, query)
+        return URL(f"{origin}{path}?{query.decode('ascii')}", encoded=True)
+    return URL(origin + path, encoded=True)
+
+
+def describe(exc: BaseException) -> str:
+    """Describe an upstream failure in one line (no repr, no traceback)."""
+    os_error = getattr(exc, "os_error", None)
+    host = getattr(getattr(exc, "_conn_key", None), "host", None)
+    port = getattr(getattr(exc, "_conn_key", None), "port", None)
+    if os_error is not None and host is not None:
+        # asyncio's strerror repeats the address ("Connect call failed ('h', p)"): say what
+        # the error number means instead; "Multiple exceptions: [Errno 111] ...": the first.
+        number = getattr(os_error, "errno", None)
+        if number is None:
+            found = _ERRNO.search(str(os_error))
+            number = int(found.group(1)) if found else None
+        reason = os.strerror(number) if number else "connection failed"
+        return f"cannot connect to {host}:{port}: {reason}"
+    text = " ".join(str(exc).split())
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name
+
+
+def uncancel(task: asyncio.Task[Any] | None) -> None:
+    """Forget a cancellation the gateway itself requested (Python 3.11+)."""
+    method = getattr(task, "uncancel", None)
+    if method is not None:
+        method()
+
+
+class _Timer:
+    """Cancel a task after some seconds unless cancelled first (a loop timer, not a task)."""
+
+    __slots__ = ("_handle", "fired", "flight")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float, flight: Flight) -> None:
+        self.fired = False
+        self.flight = flight
+        self._handle = loop.call_later(seconds, self._fire)
+
+    def _fire(self) -> None:
+        flight = self.flight
+        if flight.task is not None and not flight.disconnected and not flight.lease_expired:
+            self.fired = True
+            flight.timed_out = True
+            flight.task.cancel()
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
+async def _send_within(
+    send: Send, message: Message, flight: Flight, loop: asyncio.AbstractEventLoop, seconds: float
+) -> None:
+    timer = _Timer(loop, seconds, flight)
+    try:
+        await send(message)
+    except asyncio.CancelledError:
+        if not timer.fired:
+            raise
+        uncancel(flight.task)
+        flight.timed_out = False
+        raise SlowReader from None
+    finally:
+        timer.cancel()
+
+
+async def forward(
+    client: aiohttp.ClientSession,
+    request: Request,
+    send: Send,
+    flight: Flight,
+    extra: list[tuple[bytes, bytes]],
+    *,
+    first_byte_timeout: float,
+    drain_seconds: float | None,
+    on_first_byte: Callable[[float], None],
+) -> int:
+    """Send ``request`` upstream and stream the response to the client; return its status.
+
+    Args:
+        client: The upstream client.
+        request: Method, URL, headers and body.
+        send: The ASGI send callable.
+        flight: The request's state (its task is cancelled by the timers).
+        extra: Headers added to the response; when non-empty (a gated request), an upstream
+            5xx is answered 502 with ``X-Prioqueue-Upstream-Status``.
+        first_byte_timeout: Seconds the upstream may take to answer.
+        drain_seconds: Seconds one write to the client may wait, or None for no limit.
+        on_first_byte: Called with the upstream's time to first byte.
+
+    Returns:
+        The status sent to the client.
+
+    Raises:
+        UpstreamFailed: The upstream could not be reached.
+        UpstreamTimeout: The upstream sent no response within ``first_byte_timeout``.
+        SlowReader: The client did not read in time (the response is cut).
+    """
+    import aiohttp
+
+    loop = asyncio.get_running_loop()
+    method, url, forwarded, data = request
+    started = loop.time()
+    timer = _Timer(loop, first_byte_timeout, flight)
+    try:
+        response = await client.request(
+            method, url, headers=forwarded, data=data, allow_redirects=False
+        )
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        raise UpstreamFailed(f"upstream unreachable: {describe(exc)}") from None
+    except asyncio.CancelledError:
+        if not timer.fired:
+            raise
+        uncancel(flight.task)
+        flight.timed_out = False
+        raise UpstreamTimeout(
+            f"the upstream sent no response within {first_byte_timeout:g} s"
+        ) from None
+    finally:
+        timer.cancel()
+    flight.first_byte = loop.time() - started
+    on_first_byte(flight.first_byte)
+    complete = False
+    try:
+        status = response.status
+        headers = response_headers(response.raw_headers)
+        if status >= 500 and extra:
+            headers.append((b"x-prioqueue-upstream-status", str(status).encode()))
+            status = 502
+        headers.extend(extra)
+        flight.sse = response.headers.get("content-type", "").startswith("text/event-stream")
+        flight.started = True
+        start = {"type": "http.response.start", "status": status, "headers": headers}
+        if drain_seconds is None:
+            await send(start)
+        else:
+            await _send_within(send, start, flight, loop, drain_seconds)
+        # With a Content-Length, the last chunk ends the body (one message fewer); without
+        # one (SSE, chunked), every chunk goes out as it comes and an empty one ends it.
+        length = response.headers.get("content-length", "")
+        left = int(length) if length.isdigit() else -1
+        content = response.content
+        while True:
+            chunk = await content.readany()
+            if not chunk:
+                break
+            left -= len(chunk)
+            message = {"type": "http.response.body", "body": chunk, "more_body": left != 0}
+            if left == 0:
+                complete = True
+                flight.done = True
+            if drain_seconds is None:
+                await send(message)
+            else:
+                await _send_within(send, message, flight, loop, drain_seconds)
+            if left == 0:
+                return status
+        complete = True
+        flight.done = True
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        if complete:
+            response.release()
+        else:
+            response.close()
+    return status
+
+
+async def watch_disconnect(receive: Receive, flight: Flight) -> None:
+    """Cancel the request's task when its client disconnects before the response ends."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            if not flight.done and flight.task is not None:
+                flight.disconnected = True
+                flight.task.cancel()
+            return
+
+
+async def watch_lease(turn: Turn, flight: Flight) -> None:
+    """Stop a request that held the GPU past its lease, once the adapter has expired it."""
+    await turn.revoked.wait()
+    if turn.expired is not None and not flight.done and flight.task is not None:
+        flight.lease_expired = True
+        flight.task.cancel()
