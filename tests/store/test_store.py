@@ -372,3 +372,17 @@ def test_postgres_refuses_a_bad_schema_name_and_an_unreachable_server() -> None:
         PostgresStore("postgresql://postgres:secret@127.0.0.1:1/none")
     assert "secret" not in str(info.value)
     assert "postgres:***@" in str(info.value)
+
+
+def test_sqlite_synchronous_modes(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "n.db", synchronous="normal")
+    assert isinstance(store, SQLiteStore)
+    assert store._execute("PRAGMA synchronous")[0][0] == 1  # NORMAL
+    store.close()
+    store = open_store(tmp_path / "f.db")
+    assert store._execute("PRAGMA synchronous")[0][0] == 2  # FULL
+    store.close()
+    with pytest.raises(ValueError, match="'full' or 'normal'"):
+        SQLiteStore(tmp_path / "x.db", synchronous="off")
+    with pytest.raises(ValueError, match="SQLite stores only"):
+        open_store(POSTGRES_URL, synchronous="normal")

@@ -63,7 +63,12 @@ __all__ = [
 ]
 
 
-def open_store(url: str | os.PathLike[str] | None = None, *, schema: str | None = None) -> Store:
+def open_store(
+    url: str | os.PathLike[str] | None = None,
+    *,
+    schema: str | None = None,
+    synchronous: str = "full",
+) -> Store:
     """Open (creating if needed) the store a URL names.
 
     Args:
@@ -71,6 +76,9 @@ def open_store(url: str | os.PathLike[str] | None = None, *, schema: str | None 
             ``postgresql://user@host:port/db`` (also ``postgres://``). None means
             ``prioqueue.db`` in the working directory.
         schema: PostgreSQL only: the schema holding the tables (created if missing).
+        synchronous: SQLite only: ``"full"`` (fsync every commit, the default) or
+            ``"normal"`` (survives a process crash, not a power loss); see
+            :class:`SQLiteStore`.
 
     Returns:
         A :class:`SQLiteStore` or a :class:`PostgresStore`.
@@ -87,6 +95,8 @@ def open_store(url: str | os.PathLike[str] | None = None, *, schema: str | None 
         raise ValueError(f"url must be a non-empty str or path, got {url!r}")
     scheme = urlsplit(url).scheme.lower() if "://" in url or url.startswith("sqlite:") else ""
     if scheme in ("postgresql", "postgres"):
+        if synchronous != "full":
+            raise ValueError("synchronous applies to SQLite stores only")
         return PostgresStore(url, schema=schema)
     if schema is not None:
         raise ValueError("schema applies to PostgreSQL stores only")
@@ -96,9 +106,9 @@ def open_store(url: str | os.PathLike[str] | None = None, *, schema: str | None 
             path = path[2:]  # sqlite:///abs -> /abs
         elif path.startswith("//"):
             raise ValueError(f"a sqlite URL has no host: use sqlite:///path, got {url!r}")
-        return SQLiteStore(path)
+        return SQLiteStore(path, synchronous=synchronous)
     if scheme:
         raise ValueError(
             f"unknown store scheme {scheme!r} in {url!r}; use sqlite:///path or postgresql://..."
         )
-    return SQLiteStore(url)
+    return SQLiteStore(url, synchronous=synchronous)

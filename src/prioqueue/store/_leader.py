@@ -204,10 +204,11 @@ class Elector:
         while True:
             try:
                 if self._epoch is None:
+                    started = time.monotonic()  # before the lease row is written
                     epoch = await asyncio.to_thread(self._campaign)
                     if epoch is not None:
                         self._epoch = epoch
-                        self._renewed = time.monotonic()
+                        self._renewed = started
                         self._became_leader.set()
                         continue
                     await asyncio.sleep(self._poll)

@@ -1,8 +1,9 @@
 """The SQLite backend: one file, WAL, one writer process (private).
 
-The connection runs in WAL mode with ``synchronous=FULL`` (a commit is on disk when it
-returns) and ``locking_mode=EXCLUSIVE``: the first transaction takes the file's write lock and
-keeps it until the store is closed, so a second broker on the same file fails at once with
+The connection runs in WAL mode with ``synchronous=FULL`` by default (a commit is on disk
+when it returns; ``synchronous="normal"`` trades power-loss safety for speed) and
+``locking_mode=EXCLUSIVE``: the first transaction takes the file's write lock and keeps it
+until the store is closed, so a second broker on the same file fails at once with
 :class:`StoreLocked` instead of interleaving its journal with ours. Opening runs
 ``PRAGMA quick_check``, so a truncated or damaged file is refused before anything is read.
 """
@@ -27,6 +28,10 @@ class SQLiteStore(Store):
     Args:
         path: The database file; created (with its tables) when missing.
         timeout: Seconds to wait for another process's lock before :class:`StoreLocked`.
+        synchronous: ``"full"`` (the default): a commit is on disk (fsync) before it
+            returns, so it survives a power loss. ``"normal"``: WAL commits are fsynced only
+            at checkpoints; a commit survives the process's crash (SIGKILL) but an operating
+            system crash or power loss may lose the last ones. Much faster on slow disks.
 
     Raises:
         CorruptStore: The file is not a SQLite database, or fails its integrity check.
@@ -37,10 +42,15 @@ class SQLiteStore(Store):
 
     kind = "sqlite"
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 1.0) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, timeout: float = 1.0, synchronous: str = "full"
+    ) -> None:
         path = os.fspath(path)
         if not path:
             raise ValueError("path must name a file, got an empty path")
+        if synchronous not in ("full", "normal"):
+            raise ValueError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
+        self.synchronous = synchronous
         super().__init__(f"sqlite:///{os.path.abspath(path)}")
         self.path = path
         try:
@@ -75,7 +85,7 @@ class SQLiteStore(Store):
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()
         if mode is None or str(mode[0]).lower() != "wal":
             raise StoreError(f"{self.url}: cannot switch to WAL mode (got {mode!r})")
-        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
         # Take the write lock now (and keep it: exclusive locking mode).
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("COMMIT")
