@@ -2,7 +2,9 @@
 
 Usage: ``python leader_child.py URL SCHEMA NAME LEASE``. Prints ``LEADER <epoch>`` when it
 leads, ``ACK <job id>`` after each acknowledged submit, and ``FENCED`` (exit 3) when an append
-is refused because another broker took over. A ``LEASE`` of 0 means the default timings.
+is refused because another broker took over, or ``FATAL`` (exit 4) when its append failed
+otherwise (the server ended its session while it was stopped mid-transaction). A ``LEASE`` of
+0 means the default timings.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from prioqueue.store import (
     DurableDispatcher,
     Elector,
     Fenced,
+    PostgresStore,
     StoreFatal,
     dispatcher_factory,
     open_store,
@@ -31,7 +34,11 @@ async def main(url: str, schema: str, name: str, lease: float) -> int:
     await elector.start()
     epoch = await elector.wait_leader()
     say(f"LEADER {epoch}")
-    store = open_store(url, schema=schema)
+    store = (
+        open_store(url, schema=schema)
+        if lease == 0
+        else PostgresStore(url, schema=schema, idle_timeout=lease / 2)
+    )
     durable = await DurableDispatcher.open(
         store, dispatcher_factory(SizeOneDispatcher), epoch=epoch
     )

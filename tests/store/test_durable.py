@@ -371,3 +371,29 @@ def test_a_closed_wrapper_refuses_calls(make_store: MakeStore) -> None:
         store.close()
 
     run(main)
+
+
+def test_a_method_the_object_lacks_is_refused(make_store: MakeStore) -> None:
+    async def main() -> None:
+        store = make_store()
+        durable = await DurableDispatcher.open(store, FACTORY)
+        with pytest.raises(ValueError, match="has no method 'join'"):
+            await durable.call("join", worker="w")
+        await durable.aclose()
+        store.close()
+
+    run(main)
+
+
+def test_any_error_of_the_append_is_fatal(make_store: MakeStore) -> None:
+    async def main() -> None:
+        store = make_store()
+        spy = Spy(store)
+        durable = await DurableDispatcher.open(store, FACTORY)
+        spy.fail = KeyError("surprise")
+        with pytest.raises(CommitFailed, match="surprise"):
+            await durable.call("submit", job_id="a", member="ann")
+        await durable.aclose()
+        store.close()
+
+    run(main)

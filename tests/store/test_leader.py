@@ -27,18 +27,18 @@ from prioqueue.store import (
 
 T = TypeVar("T")
 FACTORY = dispatcher_factory(SizeOneDispatcher)
-FAST_LEASE = 1.0
+FAST_LEASE = 2.0
 
 
 def fast(schema: str, name: str, address: str | None = None) -> Elector:
-    """An elector with a 1 s lease, so hang tests stay short."""
+    """An elector with a 2 s lease, so hang tests stay short."""
     return Elector(
         POSTGRES_URL,
         schema=schema,
         name=name,
         address=address,
         lease=FAST_LEASE,
-        renew_interval=0.25,
+        renew_interval=0.5,
         poll_interval=0.05,
     )
 
@@ -68,7 +68,7 @@ def test_one_leader_and_a_standby_that_knows_where_it_is(pg_schema: str) -> None
         assert a.is_leader
         assert a.epoch == epoch == 1
         await b.start()
-        await asyncio.sleep(1.5)  # more than a lease: a renews, b stays a standby
+        await asyncio.sleep(FAST_LEASE + 0.5)  # more than a lease: a renews, b stays a standby
         assert a.is_leader
         assert not b.is_leader
         assert b.epoch is None
@@ -78,7 +78,7 @@ def test_one_leader_and_a_standby_that_knows_where_it_is(pg_schema: str) -> None
         start = time.monotonic()
         await a.aclose()
         assert await asyncio.wait_for(b.wait_leader(), 2.0) == 2
-        assert time.monotonic() - start < 1.0
+        assert time.monotonic() - start < FAST_LEASE  # not by expiry: at once
         assert b.leader_address == "http://b:2"
         await b.aclose()
 
@@ -261,8 +261,11 @@ def test_a_sigstopped_leader_is_replaced_then_fenced_when_it_resumes(pg_schema: 
             assert time.monotonic() - stopped < lease + 5
             os.kill(child.proc.pid, signal.SIGCONT)
             code = await asyncio.to_thread(child.finish, 15)
-            assert code == 3, child.lines[-5:]
-            assert child.lines[-1] == "FENCED"
+            # Fenced (3), or its session was ended while stopped mid-append (4): either way
+            # it stopped without appending.
+            assert code in (3, 4), child.lines[-5:]
+            said = "FENCED" if code == 3 else "FATAL"
+            assert any(line.startswith(said) for line in child.lines), child.lines[-5:]
             held = await durable.read(lambda d: set(d._entries))
             assert set(child.acked()) <= held  # nothing acknowledged by the old leader lost
             # The resumed leader appended nothing after the takeover.

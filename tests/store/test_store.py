@@ -386,3 +386,13 @@ def test_sqlite_synchronous_modes(tmp_path: Path) -> None:
         SQLiteStore(tmp_path / "x.db", synchronous="off")
     with pytest.raises(ValueError, match="SQLite stores only"):
         open_store(POSTGRES_URL, synchronous="normal")
+
+
+def test_postgres_stores_opened_at_once_agree_on_one_schema(pg_schema: str) -> None:
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        stores = list(pool.map(lambda _: PostgresStore(POSTGRES_URL, schema=pg_schema), range(4)))
+    assert {s.epoch() for s in stores} == {0}
+    for s in stores:
+        s.close()

@@ -167,6 +167,9 @@ class Store(abc.ABC):
     def _close(self) -> None:
         """Close the connection."""
 
+    def _lock_setup(self) -> None:  # noqa: B027 - a hook: SQLite's file lock already serialises
+        """Serialise schema creation between processes."""
+
     def _fence_sql(self) -> str:
         return "SELECT epoch FROM prioqueue_leader WHERE id = 1"
 
@@ -175,6 +178,7 @@ class Store(abc.ABC):
     def _setup(self) -> None:
         """Create the tables if missing; refuse a newer schema version."""
         with self._transaction():
+            self._lock_setup()
             for statement in SCHEMA:
                 self._execute(statement)
             rows = self._execute("SELECT value FROM prioqueue_meta WHERE key = 'schema_version'")

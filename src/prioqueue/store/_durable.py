@@ -41,7 +41,7 @@ from typing import Any, Generic, TypeVar
 
 from prioqueue.store._base import Event, Snapshot, Store
 from prioqueue.store._clock import WallClock
-from prioqueue.store._errors import CommitFailed, StoreError, StoreFatal
+from prioqueue.store._errors import CommitFailed, StoreFatal
 from prioqueue.store._journal import (
     JOURNALED_OPS,
     SKIPPED_WHEN_EMPTY,
@@ -263,6 +263,8 @@ class DurableDispatcher(Generic[D]):
             self._check_usable()
         stamp = self._now_cache.get(op)
         if stamp is None:
+            if not callable(getattr(self._dispatcher, op, None)):
+                raise ValueError(f"{type(self._dispatcher).__name__} has no method {op!r}")
             stamp = self._now_cache[op] = takes_now(self._dispatcher, op)
         now = self._clock() if stamp else None
         if stamp:
@@ -407,7 +409,7 @@ class DurableDispatcher(Generic[D]):
             except StoreFatal as exc:
                 self._die(exc, future)
                 return
-            except (StoreError, OSError, RuntimeError) as exc:
+            except Exception as exc:  # whatever failed, the batch may not be on disk
                 fatal = CommitFailed(
                     f"{self._store.url}: committing events {batch[0].seq if batch else last}"
                     f"..{last} failed: {exc}; the process must stop and recover"

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["PostgresStore", "connect"]
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_SETUP_LOCK = "SELECT pg_advisory_xact_lock(hashtext('prioqueue.setup'))"
 
 
 def _redact(url: str) -> str:
@@ -60,7 +61,10 @@ def connect(
         ms = max(1, int(idle_timeout * 1000))
         conn.execute(f"SET idle_in_transaction_session_timeout = {ms}")
         if schema is not None:
-            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            with conn.transaction():
+                # CREATE ... IF NOT EXISTS races between sessions; a lock serialises them.
+                conn.execute(_SETUP_LOCK)
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
             conn.execute(f"SET search_path TO {schema}")
     except psycopg.Error as exc:
         conn.close()
@@ -75,6 +79,9 @@ class PostgresStore(Store):
         url: A libpq URL, e.g. ``postgresql://postgres@127.0.0.1:5432/prioqueue``.
         schema: The schema holding the tables (created if missing); None for the default
             ``search_path``.
+        idle_timeout: Seconds after which the server ends a transaction of this connection
+            left idle (a process stopped mid-append), freeing its locks for a takeover;
+            keep it below the elector's lease.
 
     Raises:
         StoreError: psycopg is missing or the server is unreachable.
@@ -84,10 +91,10 @@ class PostgresStore(Store):
 
     kind = "postgresql"
 
-    def __init__(self, url: str, *, schema: str | None = None) -> None:
+    def __init__(self, url: str, *, schema: str | None = None, idle_timeout: float = 5.0) -> None:
         super().__init__(_redact(url) + ("" if schema is None else f"#{schema}"))
         self.schema = schema
-        self._conn = connect(url, schema=schema)
+        self._conn = connect(url, schema=schema, idle_timeout=idle_timeout)
         try:
             self._setup()
         except BaseException:
@@ -98,6 +105,9 @@ class PostgresStore(Store):
     def backend_pid(self) -> int:
         """The server process id of this store's connection (for takeovers)."""
         return int(self._conn.info.backend_pid)
+
+    def _lock_setup(self) -> None:
+        self._execute(_SETUP_LOCK)
 
     def _fence_sql(self) -> str:
         return "SELECT epoch FROM prioqueue_leader WHERE id = 1 FOR SHARE"

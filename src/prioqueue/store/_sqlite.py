@@ -103,7 +103,10 @@ class SQLiteStore(Store):
             raise CorruptStore(f"{self.url}: {exc}") from exc
 
     def _executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        self._conn.executemany(sql.replace("%s", "?"), rows)
+        try:
+            self._conn.executemany(sql.replace("%s", "?"), rows)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.url}: {exc}") from exc
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
