@@ -396,3 +396,32 @@ def test_postgres_stores_opened_at_once_agree_on_one_schema(pg_schema: str) -> N
     assert {s.epoch() for s in stores} == {0}
     for s in stores:
         s.close()
+
+
+def test_an_append_that_fails_writes_nothing(make_store: MakeStore) -> None:
+    store = make_store()
+    epoch = store.claim()
+    store.append([submit(1, "a", 1.0)], epoch=epoch)
+    with pytest.raises(StoreError):
+        store.append([submit(2, "b", 2.0), submit(1, "again", 3.0)], epoch=epoch)
+    assert [e.seq for e in store.recover().events] == [1]
+
+
+def test_a_store_is_a_context_manager_with_a_readable_repr(make_store: MakeStore) -> None:
+    with make_store() as store:
+        assert repr(store).startswith(f"<{type(store).__name__} {store.kind}")
+        assert store.kind in ("sqlite", "postgresql")
+    assert store.closed
+
+
+def test_sqlite_refuses_an_empty_path() -> None:
+    with pytest.raises(ValueError, match="empty path"):
+        SQLiteStore("")
+
+
+def test_postgres_reports_failed_statements(pg_schema: str) -> None:
+    store = PostgresStore(POSTGRES_URL, schema=pg_schema)
+    assert store.backend_pid() > 0
+    with pytest.raises(StoreError, match="nope"):
+        store._execute("SELECT * FROM nope")
+    store.close()
