@@ -425,3 +425,16 @@ def test_postgres_reports_failed_statements(pg_schema: str) -> None:
     with pytest.raises(StoreError, match="nope"):
         store._execute("SELECT * FROM nope")
     store.close()
+
+
+def test_a_closed_sqlite_store_is_one_self_contained_file(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path)
+    store.append([submit(1, "a", 1.0)], epoch=store.claim())
+    assert Path(f"{path}-wal").stat().st_size > 0
+    store.close()
+    assert not Path(f"{path}-wal").exists() or Path(f"{path}-wal").stat().st_size == 0
+    copy = tmp_path / "copy.db"
+    copy.write_bytes(path.read_bytes())
+    with SQLiteStore(copy) as again:
+        assert [e.seq for e in again.recover().events] == [1]
