@@ -424,6 +424,9 @@ class DurableDispatcher(Generic[D]):
                 self._snapshot_at = time.monotonic()
             self._inflight_future = None
             future.set_result(None)
+            # Let the callers just answered run first: their next calls join the next batch
+            # instead of trailing it by one commit.
+            await asyncio.sleep(0)
 
     def _report_snapshot_error(self, exc: Exception) -> None:
         # The journal still holds every event; only pruning is delayed. Try again later.
