@@ -438,3 +438,46 @@ def test_a_closed_sqlite_store_is_one_self_contained_file(tmp_path: Path) -> Non
     copy.write_bytes(path.read_bytes())
     with SQLiteStore(copy) as again:
         assert [e.seq for e in again.recover().events] == [1]
+
+
+def test_the_public_names() -> None:
+    import prioqueue.store
+
+    assert set(prioqueue.store.__all__) == {
+        "JOURNALED_OPS",
+        "SCHEMA_VERSION",
+        "SKIPPED_WHEN_EMPTY",
+        "CommitFailed",
+        "CorruptStore",
+        "DurableDispatcher",
+        "Elector",
+        "Event",
+        "Fenced",
+        "PostgresStore",
+        "Recovery",
+        "SQLiteStore",
+        "SchemaVersionError",
+        "Snapshot",
+        "Store",
+        "StoreError",
+        "StoreFatal",
+        "StoreLocked",
+        "WallClock",
+        "dispatcher_factory",
+        "open_store",
+        "replay",
+    }
+    for name in prioqueue.store.__all__:
+        assert getattr(prioqueue.store, name) is not None
+
+
+def test_the_core_never_imports_the_store() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, prioqueue, prioqueue.dispatcher, prioqueue.asyncio\n"
+        "assert not any(m.startswith('prioqueue.store') for m in sys.modules), 'imported'\n"
+        "assert 'sqlite3' not in sys.modules and 'psycopg' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
