@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import pytest
-from conftest import POSTGRES_URL
 
 from prioqueue import SizeOneDispatcher
 from prioqueue.store import (
@@ -24,6 +23,8 @@ from prioqueue.store import (
     dispatcher_factory,
     open_store,
 )
+
+from .pg import POSTGRES_URL
 
 T = TypeVar("T")
 FACTORY = dispatcher_factory(SizeOneDispatcher)

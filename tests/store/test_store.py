@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import POSTGRES_URL, need_postgres
 
 from prioqueue import SizeOneDispatcher
 from prioqueue.store import (
@@ -27,6 +26,8 @@ from prioqueue.store import (
     open_store,
     replay,
 )
+
+from .pg import POSTGRES_URL, need_postgres
 
 MakeStore = Callable[[], Store]
 
