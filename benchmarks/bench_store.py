@@ -4,7 +4,9 @@ Run: ``python benchmarks/bench_store.py [--seconds S] [--jobs N]``. PostgreSQL f
 ``PRIOQUEUE_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``) and are
 skipped, saying why, when it is unreachable.
 
-* **Throughput.** 10 submitter tasks and 100 worker tasks share one event loop. Each worker
+* **Throughput.** First, 100 caller tasks on one event loop, each looping submit -> pop ->
+  complete (every call of a loop turn shares a commit). Then 10 submitter tasks and 100
+  worker tasks share one event loop. Each worker
   pops and completes jobs; submitters keep about 200 jobs queued. The journaled object is a
   ``Pool`` of 100 ``SizeOneDispatcher`` (one per worker, so 100 jobs can run at once, as on
   a fleet; it also shows the wrapper journaling a service's own state object). An
@@ -130,10 +132,32 @@ async def loop_ops(call: Call, queued: Callable[[], int], seconds: float) -> int
     return acked
 
 
+async def loop_callers(call: Call, queued: Callable[[], int], seconds: float) -> int:
+    """100 callers, each looping submit -> pop -> complete on its own worker; return acks."""
+    acked = 0
+    stop = time.monotonic() + seconds
+
+    async def caller(w: int) -> None:
+        nonlocal acked
+        i = 0
+        while time.monotonic() < stop:
+            await call("submit", job_id=f"c{w}-{i}", member=f"m{w % 10}", worker=w)
+            grant = await call("dispatch", worker=w)
+            await call("complete", job_id=grant.job.id, worker=w, runtime=0.01)
+            acked += 3
+            i += 1
+
+    await asyncio.gather(*(caller(w) for w in range(WORKERS)))
+    return acked
+
+
 def make(kind: str) -> Callable[[Any], Any]:
-    if kind == "pool":
+    if kind in ("pool", "callers"):
         return lambda state: Pool() if state is None else Pool.restore(state)
     return dispatcher_factory(Single, track_reorders=False)
+
+
+LOOPS = {"pool": loop_ops, "single": loop_ops, "callers": loop_callers}
 
 
 async def no_store(kind: str, seconds: float) -> float:
@@ -145,7 +169,7 @@ async def no_store(kind: str, seconds: float) -> float:
         return getattr(d, op)(**kwargs)
 
     start = time.perf_counter()
-    ops = await loop_ops(call, lambda: len(d), seconds)
+    ops = await LOOPS[kind](call, lambda: len(d), seconds)
     return ops / (time.perf_counter() - start)
 
 
@@ -160,7 +184,7 @@ async def durable(kind: str, store: Store, seconds: float) -> tuple[float, float
 
     store.append = counting  # type: ignore[method-assign]
     start = time.perf_counter()
-    ops = await loop_ops(wrapper.call, lambda: len(wrapper.dispatcher), seconds)
+    ops = await LOOPS[kind](wrapper.call, lambda: len(wrapper.dispatcher), seconds)
     rate = ops / (time.perf_counter() - start)
     await wrapper.aclose(snapshot=False)
     store.append = append  # type: ignore[method-assign]
@@ -259,10 +283,11 @@ def main() -> None:
         backends = stores(tmp)
 
         for kind, title in (
-            ("pool", f"{WORKERS} workers each running a job"),
-            ("single", "ONE size-1 dispatcher (one job at a time)"),
+            ("callers", f"{WORKERS} callers, each looping submit/pop/complete"),
+            ("pool", f"{SUBMITTERS} submitters + {WORKERS} workers each running a job"),
+            ("single", f"{SUBMITTERS} submitters + {WORKERS} workers, ONE size-1 dispatcher"),
         ):
-            section(f"Acknowledged ops/s, {SUBMITTERS} submitters + {WORKERS} workers: {title}")
+            section(f"Acknowledged ops/s: {title}")
             base = asyncio.run(no_store(kind, args.seconds))
             print(f"{'no store (baseline)':<30} {base:>9.0f} ops/s")
             for name, open_, _ in backends:

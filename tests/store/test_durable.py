@@ -490,3 +490,31 @@ def test_a_read_waits_for_the_batch_behind_the_one_in_flight(make_store: MakeSto
         store.close()
 
     run(main)
+
+
+def test_arguments_reach_the_dispatcher_as_replay_will_see_them(make_store: MakeStore) -> None:
+    seen: list[dict[str, Any]] = []
+
+    class Recorder(Tally):
+        def put(self, *, now: float, **kwargs: Any) -> None:
+            seen.append(kwargs)
+
+    async def main() -> None:
+        store = make_store()
+        durable = await DurableDispatcher.open(store, Recorder, ops=frozenset({"put"}))
+        await durable.call("put", a=1, b=2.5, c="x", d=None, e=True)  # plain scalars
+        await durable.call("put", t=(1, 2), m={"k": (3,)})  # a tuple comes back as a list
+        with pytest.raises(ValueError, match="JSON data"):
+            await durable.call("put", x=float("nan"))
+        with pytest.raises(ValueError, match="JSON data"):
+            await durable.call("put", x=[float("inf")])
+        await durable.aclose(snapshot=False)
+        store.close()
+        assert seen == [
+            {"a": 1, "b": 2.5, "c": "x", "d": None, "e": True},
+            {"t": [1, 2], "m": {"k": [3]}},
+        ]
+        replayed = [e.args for e in make_store().recover().events]
+        assert [{k: v for k, v in a.items() if k != "now"} for a in replayed] == seen
+
+    run(main)

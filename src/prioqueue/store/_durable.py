@@ -57,6 +57,9 @@ T = TypeVar("T")
 
 FatalCallback = Callable[[StoreFatal], object]
 
+# Argument types whose JSON round trip is the identity (floats must also be finite).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
 
 class DurableDispatcher(Generic[D]):
     """A dispatcher wrapped so that no result is released before its call is on disk.
@@ -269,11 +272,17 @@ class DurableDispatcher(Generic[D]):
         now = self._clock() if stamp else None
         if stamp:
             kwargs["now"] = now
-        try:
-            text = json.dumps(kwargs, allow_nan=False, separators=(",", ":"))
-            args = json.loads(text)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"the arguments of {op} must be JSON data: {exc}") from None
+        text: str | None = None
+        if all(type(v) in _SCALARS for v in kwargs.values()) and all(
+            math.isfinite(v) for v in kwargs.values() if type(v) is float
+        ):
+            args = kwargs  # plain scalars come back from JSON unchanged (encoded by the writer)
+        else:
+            try:
+                text = json.dumps(kwargs, allow_nan=False, separators=(",", ":"))
+                args = json.loads(text)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"the arguments of {op} must be JSON data: {exc}") from None
         try:
             result = getattr(self._dispatcher, op)(**args)
         except Exception:
