@@ -369,6 +369,8 @@ def test_a_closed_wrapper_refuses_calls(make_store: MakeStore) -> None:
         await durable.aclose()
         with pytest.raises(StoreFatal, match="closed"):
             await durable.call("submit", job_id="a", member="ann")
+        with pytest.raises(TypeError, match="callable"):
+            await durable.read(3)  # type: ignore[arg-type]
         store.close()
 
     run(main)

@@ -171,6 +171,8 @@ def test_a_leader_that_loses_its_connection_steps_down_and_campaigns_again(
 
 
 def test_elector_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="non-empty PostgreSQL URL"):
+        Elector("")
     with pytest.raises(ValueError, match="lease must be"):
         Elector(POSTGRES_URL, lease=0)
     with pytest.raises(ValueError, match="at most half the lease"):

@@ -482,3 +482,14 @@ def test_the_core_never_imports_the_store() -> None:
         "assert 'sqlite3' not in sys.modules and 'psycopg' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_append_checks_its_arguments(make_store: MakeStore) -> None:
+    store = make_store()
+    epoch = store.claim()
+    with pytest.raises(TypeError, match="epoch must be an int"):
+        store.append([], epoch="1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="events must be Event values"):
+        store.append([{"seq": 1}], epoch=epoch)  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="snapshot must be a Snapshot"):
+        store.append([], epoch=epoch, snapshot={"seq": 1})  # type: ignore[arg-type]

@@ -283,11 +283,20 @@ class Store(abc.ABC):
         Raises:
             Fenced: The store's epoch is not ``epoch`` (another leader took over); nothing
                 was written.
-            StoreError: The write failed (the backend's error is the ``__cause__``).
+            StoreError: The write failed (the backend's error is the ``__cause__``); nothing
+                was written.
+            TypeError: An argument has the wrong type.
 
         Complexity: O(len(events)) rows written, plus the pruned rows.
         """
         self._check_open()
+        if not isinstance(epoch, int) or isinstance(epoch, bool):
+            raise TypeError(f"epoch must be an int, got {epoch!r}")
+        if snapshot is not None and not isinstance(snapshot, Snapshot):
+            raise TypeError(f"snapshot must be a Snapshot or None, got {type(snapshot).__name__}")
+        for event in events:
+            if not isinstance(event, Event):
+                raise TypeError(f"events must be Event values, got {type(event).__name__}")
         rows = [
             (
                 e.seq,

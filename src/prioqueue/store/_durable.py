@@ -302,11 +302,23 @@ class DurableDispatcher(Generic[D]):
         """Return ``fn(dispatcher)`` once every applied event is committed.
 
         Use it for anything a client sees that depends on state (``explain``, ``stats``,
-        ``job``): it never observes a change the store lacks.
+        ``job``): it never observes a change the store lacks. Writers that arrive while a
+        read waits queue behind it.
+
+        Args:
+            fn: Reads the dispatcher (it must not change it); runs on the loop.
+
+        Returns:
+            What ``fn`` returned.
 
         Raises:
             StoreFatal: The store failed; nothing is served.
+            TypeError: ``fn`` is not callable.
+
+        Complexity: ``fn``'s, after at most two commits.
         """
+        if not callable(fn):
+            raise TypeError(f"fn must be a callable taking the dispatcher, got {fn!r}")
         self._check_usable()
         self._readers += 1
         try:
@@ -318,12 +330,22 @@ class DurableDispatcher(Generic[D]):
         return fn(self._dispatcher)
 
     async def sync(self) -> None:
-        """Wait until every applied event is committed (raises :class:`StoreFatal` if not)."""
+        """Wait until every applied event is committed.
+
+        Raises:
+            StoreFatal: The store failed before they were.
+        """
         await self._wait_committed(self._applied)
         self._check_usable()
 
     async def snapshot(self) -> None:
-        """Write a snapshot now (with any pending events) and prune the journal behind it."""
+        """Write a snapshot now (with any pending events) and prune the journal behind it.
+
+        Raises:
+            StoreFatal: The store failed (the snapshot, if written, is harmless).
+
+        Complexity: O(queued jobs) on the loop, plus the write.
+        """
         self._check_usable()
         self._snapshot_at = -math.inf
         if self._applied == self._snapshot_seq:

@@ -62,7 +62,7 @@ class Elector:
     about 1 s of a hang, before recovery.
 
     Raises:
-        ValueError: A timing is out of range.
+        ValueError: The URL is empty or a timing is out of range.
     """
 
     def __init__(
@@ -76,6 +76,8 @@ class Elector:
         renew_interval: float = 2.0,
         poll_interval: float = 0.5,
     ) -> None:
+        if not isinstance(url, str) or not url:
+            raise ValueError(f"url must be a non-empty PostgreSQL URL, got {url!r}")
         for label, value in (
             ("lease", lease),
             ("renew_interval", renew_interval),
