@@ -17,6 +17,7 @@ from prioqueue.store import (
     DurableDispatcher,
     Event,
     Fenced,
+    PostgresStore,
     Snapshot,
     Store,
     StoreError,
@@ -24,6 +25,8 @@ from prioqueue.store import (
     WallClock,
     dispatcher_factory,
 )
+
+from .pg import POSTGRES_URL
 
 T = TypeVar("T")
 MakeStore = Callable[[], Store]
@@ -518,5 +521,29 @@ def test_arguments_reach_the_dispatcher_as_replay_will_see_them(make_store: Make
         ]
         replayed = [e.args for e in make_store().recover().events]
         assert [{k: v for k, v in a.items() if k != "now"} for a in replayed] == seen
+
+    run(main)
+
+
+def test_a_lost_postgres_connection_is_fatal_and_loses_nothing_acknowledged(
+    pg_schema: str,
+) -> None:
+    fatal: list[StoreFatal] = []
+
+    async def main() -> None:
+        store = PostgresStore(POSTGRES_URL, schema=pg_schema)
+        durable = await DurableDispatcher.open(store, FACTORY, on_fatal=fatal.append)
+        await durable.call("submit", job_id="acked", member="ann")
+        killer = PostgresStore(POSTGRES_URL, schema=pg_schema)
+        killer._execute("SELECT pg_terminate_backend(%s)", (store.backend_pid(),))
+        with pytest.raises(CommitFailed, match="must stop and recover"):
+            await durable.call("submit", job_id="lost", member="ann")
+        assert len(fatal) == 1
+        await durable.aclose()
+        store.close()
+        again = await DurableDispatcher.open(killer, FACTORY)
+        assert await again.read(lambda d: sorted(d._entries)) == ["acked"]
+        await again.aclose()
+        killer.close()
 
     run(main)
