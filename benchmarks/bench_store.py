@@ -275,7 +275,7 @@ async def recover(store: Store) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=3.0, help="per throughput run")
+    parser.add_argument("--seconds", type=float, default=2.0, help="per throughput run")
     parser.add_argument("--jobs", type=int, default=100_000, help="queued jobs to recover")
     args = parser.parse_args()
 
