@@ -493,3 +493,26 @@ def test_append_checks_its_arguments(make_store: MakeStore) -> None:
         store.append([{"seq": 1}], epoch=epoch)  # type: ignore[list-item]
     with pytest.raises(TypeError, match="snapshot must be a Snapshot"):
         store.append([], epoch=epoch, snapshot={"seq": 1})  # type: ignore[arg-type]
+
+
+def test_a_deposed_writer_that_collides_with_its_successor_is_told_it_was_fenced(
+    make_store: MakeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_store()
+    old = store.claim()
+    new = store.claim()
+    store.append([submit(1, "new", 1.0)], epoch=new)
+    # Skip the early check, as if the takeover came between it and the insert.
+    checks: list[str] = []
+    real = store._check_epoch
+
+    def late_only(epoch: int, sql: str) -> None:
+        checks.append(sql)
+        if len(checks) > 1:
+            real(epoch, sql)
+
+    monkeypatch.setattr(store, "_check_epoch", late_only)
+    with pytest.raises(Fenced) as info:
+        store.append([submit(1, "old", 2.0)], epoch=old)
+    assert isinstance(info.value.__cause__, StoreError)
+    assert [e.args["job_id"] for e in store.recover().events] == ["new"]
