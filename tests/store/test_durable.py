@@ -547,3 +547,23 @@ def test_a_lost_postgres_connection_is_fatal_and_loses_nothing_acknowledged(
         killer.close()
 
     run(main)
+
+
+def test_an_on_fatal_callback_that_raises_is_reported(make_store: MakeStore) -> None:
+    def explode(exc: StoreFatal) -> None:
+        raise RuntimeError("callback broke")
+
+    async def main() -> None:
+        reported: list[dict[str, Any]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _l, c: reported.append(c))
+        store = make_store()
+        spy = Spy(store)
+        durable = await DurableDispatcher.open(store, FACTORY, on_fatal=explode)
+        spy.fail = StoreError("disk full")
+        with pytest.raises(CommitFailed):
+            await durable.call("submit", job_id="a", member="ann")
+        assert reported[0]["message"] == "prioqueue.store: on_fatal raised"
+        await durable.aclose()
+        store.close()
+
+    run(main)

@@ -475,4 +475,9 @@ class DurableDispatcher(Generic[D]):
         self._pending, self._pending_future = [], None
         self._inflight_future = None
         if self._on_fatal is not None:
-            self._on_fatal(fatal)
+            try:
+                self._on_fatal(fatal)
+            except Exception as exc:  # the callback's own failure must not hide the fatal one
+                self._loop.call_exception_handler(
+                    {"message": "prioqueue.store: on_fatal raised", "exception": exc}
+                )
