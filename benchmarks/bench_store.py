@@ -19,6 +19,10 @@ skipped, saying why, when it is unreachable.
 * **Recovery.** A store holding N queued jobs (default 10^5), recovered (a) from the journal
   alone (replaying N submits) and (b) from a snapshot; the baseline is building the same
   dispatcher with N direct submits. Goal: under 5 s.
+* **Failover** (PostgreSQL, default elector timings): from the leader's end to the standby's
+  first acknowledged call, when the leader's sessions die (what SIGKILL does; goal < 5 s) and
+  when it hangs (stops renewing its 10 s lease; goal < lease + 5 s); the baseline is the
+  standby's recovery and first call alone, measured in the same run.
 """
 
 from __future__ import annotations
@@ -273,6 +277,58 @@ async def recover(store: Store) -> float:
     return elapsed
 
 
+async def failover() -> dict[str, float]:
+    """Time from a leader's end to a standby's first acknowledged call (and plain recovery)."""
+    import psycopg
+
+    from prioqueue.store import Elector, PostgresStore
+
+    schema = f"pq_bench_{uuid.uuid4().hex[:8]}"
+    factory = dispatcher_factory(SizeOneDispatcher)
+    out: dict[str, float] = {}
+    try:
+        cases = ("recovery", "leader's session dies", "leader hangs (lease 10 s)")
+        for k, case in enumerate(cases):
+            leader = Elector(POSTGRES_URL, schema=schema, name="leader")
+            await leader.start()
+            epoch = await leader.wait_leader()
+            store = PostgresStore(POSTGRES_URL, schema=schema)
+            durable = await DurableDispatcher.open(store, factory, epoch=epoch)
+            await asyncio.gather(
+                *(durable.call("submit", job_id=f"c{k}-{i}", member="m") for i in range(1000))
+            )
+            standby = Elector(POSTGRES_URL, schema=schema, name="standby")
+            await standby.start()
+            while standby.leader_name != "leader":  # a standby in its steady polling
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)
+            assert leader._task is not None
+            leader._task.cancel()  # the leader stops renewing (a hang) ...
+            ended = time.perf_counter()
+            if case == "recovery":
+                await leader.aclose()  # ... or hands over cleanly
+            elif case == "leader's session dies":
+                with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:  # as SIGKILL does
+                    for pid in (leader._conn.info.backend_pid, store.backend_pid()):
+                        conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            epoch = await standby.wait_leader()
+            took_over = time.perf_counter()
+            new_store = open_store(POSTGRES_URL, schema=schema)
+            serving = await DurableDispatcher.open(new_store, factory, epoch=epoch)
+            await serving.call("submit", job_id=f"after-{k}", member="m")
+            done = time.perf_counter()
+            out[case] = done - (took_over if case == "recovery" else ended)
+            await serving.aclose()
+            new_store.close()
+            await standby.aclose()
+            await durable.aclose(snapshot=False)
+            store.close()
+            await leader.aclose()
+    finally:
+        drop_schema(schema)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="per throughput run")
@@ -328,6 +384,18 @@ def main() -> None:
                     f"{name + ', ' + how:<34} {elapsed:>7.2f} s   baseline {built:>6.2f} s   "
                     f"ratio {elapsed / built:>5.1f}x   goal < 5 s: "
                     f"{'met' if elapsed < 5 else 'MISSED'}"
+                )
+
+        if not postgres_reason():
+            section("Failover on PostgreSQL (1,000 queued jobs, default elector timings)")
+            timings = asyncio.run(failover())
+            base = timings["recovery"]
+            print(f"{'recovery alone (baseline)':<34} {base:>7.2f} s")
+            for name, goal in (("leader's session dies", 5.0), ("leader hangs (lease 10 s)", 15.0)):
+                took = timings[name]
+                print(
+                    f"{name:<34} {took:>7.2f} s   baseline {base:>6.2f} s   "
+                    f"goal < {goal:.0f} s: {'met' if took < goal else 'MISSED'}"
                 )
 
 
