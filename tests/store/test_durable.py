@@ -567,3 +567,32 @@ def test_an_on_fatal_callback_that_raises_is_reported(make_store: MakeStore) -> 
         store.close()
 
     run(main)
+
+
+def test_calls_of_one_turn_share_a_batch_even_when_the_writer_wakes_mid_turn(
+    make_store: MakeStore,
+) -> None:
+    async def main() -> None:
+        store = make_store()
+        spy = Spy(store)
+        durable = await DurableDispatcher.open(store, FACTORY)
+        loop = asyncio.get_running_loop()
+        tasks: dict[str, asyncio.Future[Any]] = {}
+
+        def start(job: str) -> None:
+            tasks[job] = asyncio.ensure_future(durable.call("submit", job_id=job, member="m"))
+
+        # Next turn: B is scheduled, then A applies (waking the writer), then C is scheduled;
+        # so in the turn after, B's step, the writer's and C's are ready in that order.
+        loop.call_soon(start, "b")
+        start("a")
+        loop.call_soon(start, "c")
+        await asyncio.sleep(0.1)
+        await asyncio.gather(*tasks.values())
+        seq = {t.result().job.id: t.result().job.seq for t in tasks.values()}
+        batch_of = {s: i for i, batch in enumerate(spy.batches) for s in batch}
+        assert batch_of[seq["b"]] == batch_of[seq["c"]], spy.batches
+        await durable.aclose()
+        store.close()
+
+    run(main)

@@ -421,6 +421,10 @@ class DurableDispatcher(Generic[D]):
     async def _write_loop(self) -> None:
         while True:
             await self._wakeup.wait()
+            # Yield once, so every call of the current loop turn is applied before the batch
+            # is taken (the writer may wake in the middle of a turn), and callers answered by
+            # the last commit get to add their next calls.
+            await asyncio.sleep(0)
             self._wakeup.clear()
             if self._pending_future is None:
                 continue
@@ -455,9 +459,6 @@ class DurableDispatcher(Generic[D]):
                 self._snapshot_at = time.monotonic()
             self._inflight_future = None
             future.set_result(None)
-            # Let the callers just answered run first: their next calls join the next batch
-            # instead of trailing it by one commit.
-            await asyncio.sleep(0)
 
     def _report_snapshot_error(self, exc: Exception) -> None:
         # The journal still holds every event; only pruning is delayed. Try again later.
