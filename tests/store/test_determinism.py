@@ -26,6 +26,8 @@ from strategies import (
     time_steps,
 )
 
+from .core_quirks import LANE_ORDER_KEPT, lane_order_scenario
+
 JOB_IDS = [f"j{i}" for i in range(8)]
 
 
@@ -54,7 +56,8 @@ options = st.fixed_dictionaries(
         "max_queued": st.sampled_from([None, None, 4]),
         "max_queued_per_member": st.sampled_from([None, None, 2]),
         "max_attempts": st.integers(min_value=1, max_value=3),
-        "fair_share": st.booleans(),
+        # fair_share=False only once the core keeps lane order across restore (core_quirks).
+        "fair_share": st.booleans() if LANE_ORDER_KEPT else st.just(True),
         "charge": st.sampled_from(["runtime", "estimate", 2.0]),
     }
 )
@@ -167,7 +170,7 @@ fleet_options = st.fixed_dictionaries(
         "worker_timeout": st.sampled_from([None, 45.0]),
         "warm_hold": st.sampled_from([0.0, 5.0]),
         "max_running_per_member": st.sampled_from([None, 1]),
-        "fair_share": st.booleans(),
+        "fair_share": st.booleans() if LANE_ORDER_KEPT else st.just(True),
     }
 )
 
@@ -219,3 +222,15 @@ def test_fleet_snapshot_restore_then_replay_is_exact(
         t += step
         assert fleet_apply(restored, t, call) == fleet_apply(a, t, call), (t, call)
     assert restored.snapshot(now=t) == a.snapshot(now=t)
+
+
+@pytest.mark.xfail(
+    not LANE_ORDER_KEPT,
+    strict=True,
+    reason="core: restore() rebuilds a running job's lane after the queued ones when "
+    "fair_share=False, so lane order (and snapshot order) changes once it is requeued "
+    "(reported on the board for the core's owner)",
+)
+def test_restore_keeps_the_lane_order_of_a_running_job() -> None:
+    live, restored = lane_order_scenario()
+    assert restored == live

@@ -57,6 +57,17 @@ T = TypeVar("T")
 
 FatalCallback = Callable[[StoreFatal], object]
 
+
+def _skips(dispatcher: object, given: frozenset[str] | None) -> frozenset[str]:
+    """The calls answered without an event when they return None or ``[]``."""
+    if given is not None:
+        return frozenset(given)
+    from prioqueue.dispatcher import SizeOneDispatcher
+
+    # Only where it is known that such a result changed nothing.
+    return SKIPPED_WHEN_EMPTY if type(dispatcher) is SizeOneDispatcher else frozenset()
+
+
 # Argument types whose JSON round trip is the identity (floats must also be finite).
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
@@ -123,7 +134,7 @@ class DurableDispatcher(Generic[D]):
         snapshot_every: int = 10_000,
         snapshot_interval: float = 300.0,
         ops: frozenset[str] = JOURNALED_OPS,
-        skip_when_empty: frozenset[str] = SKIPPED_WHEN_EMPTY,
+        skip_when_empty: frozenset[str] | None = None,
         on_fatal: FatalCallback | None = None,
     ) -> DurableDispatcher[D]:
         """Recover the dispatcher from ``store`` and start serving it durably.
@@ -141,7 +152,10 @@ class DurableDispatcher(Generic[D]):
             snapshot_interval: Seconds between snapshots while events arrive (> 0).
             ops: The method names that are journaled; others are refused by :meth:`call`.
             skip_when_empty: Methods whose None or empty-list results changed nothing, so
-                they are answered without a journal event.
+                they are answered without a journal event. None (the default) means
+                ``SKIPPED_WHEN_EMPTY`` (``dispatch``, ``expire``) for a ``SizeOneDispatcher``
+                and nothing for any other object: a fleet's ``expire`` may mark a silent
+                worker timed out while returning ``[]``, and its ``pop`` refreshes a worker.
             on_fatal: Called once with the :class:`StoreFatal` when a commit fails or the
                 store is fenced; a service exits there.
 
@@ -187,7 +201,7 @@ class DurableDispatcher(Generic[D]):
             snapshot_every=snapshot_every,
             snapshot_interval=float(snapshot_interval),
             ops=frozenset(ops),
-            skip_when_empty=frozenset(skip_when_empty),
+            skip_when_empty=_skips(dispatcher, skip_when_empty),
             on_fatal=on_fatal,
             executor=executor,
         )

@@ -41,8 +41,10 @@ JOURNALED_OPS: frozenset[str] = frozenset(
     }
 )
 
-#: Calls that change nothing when they return None or an empty list (``dispatch`` with
-#: nothing to grant, ``expire`` with nothing due): they are answered, not journaled.
+#: ``SizeOneDispatcher`` calls that change nothing when they return None or an empty list
+#: (``dispatch`` with nothing to grant, ``expire`` with nothing due): the durable wrapper
+#: answers them without journaling. Not so for a fleet: its ``expire`` can mark a silent
+#: worker timed out and still return ``[]``.
 SKIPPED_WHEN_EMPTY: frozenset[str] = frozenset({"dispatch", "expire"})
 
 
