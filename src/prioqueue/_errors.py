@@ -17,6 +17,7 @@ __all__ = [
     "PrioqueueError",
     "QueueFull",
     "UnknownJob",
+    "UnknownWorker",
 ]
 
 
@@ -37,6 +38,13 @@ class UnknownJob(PrioqueueError, LookupError):
 
     def __str__(self) -> str:  # LookupError would repr() the message; keep it readable.
         return str(self.args[0]) if self.args else "unknown job"
+
+
+class UnknownWorker(PrioqueueError, LookupError):
+    """A worker name is not known to the fleet (never joined, or it left)."""
+
+    def __str__(self) -> str:  # LookupError would repr() the message; keep it readable.
+        return str(self.args[0]) if self.args else ""
 
 
 class InvalidState(PrioqueueError, RuntimeError):
