@@ -10,7 +10,8 @@ The public names are re-exported here from the modules that define them:
 * :mod:`prioqueue.priority`: ``parse_priority``, ``PriorityPolicy``, the named levels.
 * :mod:`prioqueue.scoring`: ``ScoringConfig``, ``Scorer``, ``ScoreBreakdown``.
 * :mod:`prioqueue.lease`: ``lease_seconds``, ``LeaseCalculator``, ``Lease`` and friends.
-* :mod:`prioqueue.dispatcher`: ``SizeOneDispatcher``; its values live in
+* :mod:`prioqueue.dispatcher`: ``SizeOneDispatcher``; :mod:`prioqueue.fleet`:
+  ``FleetDispatcher`` (many workers pulling from one queue); their values live in
   :mod:`prioqueue.records`.
 * :mod:`prioqueue.testing`: ``ManualClock`` and the brute-force ``ReferenceDispatcher``
   (imported from there, not re-exported).
@@ -30,6 +31,7 @@ from prioqueue._errors import (
     PrioqueueError,
     QueueFull,
     UnknownJob,
+    UnknownWorker,
 )
 from prioqueue.dispatcher import (
     DEFAULT_RETRY_AFTER,
@@ -37,6 +39,7 @@ from prioqueue.dispatcher import (
     ChargeModel,
     SizeOneDispatcher,
 )
+from prioqueue.fleet import FleetDispatcher
 from prioqueue.lease import (
     DEFAULT_CALCULATOR,
     FLAT_WORK_SAMPLERS,
@@ -76,6 +79,7 @@ from prioqueue.records import (
     Reorders,
     Stats,
     Ticket,
+    WorkerInfo,
 )
 from prioqueue.scoring import DEFAULT_TIER_BONUSES, ScoreBreakdown, Scorer, ScoringConfig
 
@@ -101,6 +105,7 @@ __all__ = [
     "DuplicateJob",
     "Expired",
     "Explanation",
+    "FleetDispatcher",
     "Grant",
     "ImageRequest",
     "InvalidState",
@@ -126,6 +131,8 @@ __all__ = [
     "Stats",
     "Ticket",
     "UnknownJob",
+    "UnknownWorker",
+    "WorkerInfo",
     "explain_lease",
     "lease_seconds",
     "parse_priority",

@@ -100,7 +100,9 @@ class _Lane:
         jobs: Entries in FIFO order (lazy deletion).
         by_model: Per model, its entries in FIFO order (lazy deletion).
         live: Number of queued entries.
+        settled: The settled part of ``s``: ``s = settled + held`` (``settled <= now``).
         held: The up-front charges (in ``s`` units) of its jobs that workers hold.
+        holding: How many of its jobs workers hold.
         version: Bumped whenever a ranking key of the lane changes.
         s_log: ``(time, s)`` changes of ``s`` while backlogged (for ``explain``).
         ident: The lane's creation number: the deterministic tie-breaker between lanes.
@@ -110,6 +112,7 @@ class _Lane:
         "by_model",
         "first",
         "held",
+        "holding",
         "ident",
         "last",
         "jobs",
@@ -119,6 +122,7 @@ class _Lane:
         "owner",
         "s",
         "s_log",
+        "settled",
         "version",
     )
 
@@ -132,10 +136,16 @@ class _Lane:
         self.by_model: dict[str | None, deque[_Entry]] = {}
         self.live = 0
         self.held = 0.0
+        self.holding = 0
+        self.settled = s
         self.first = 0  # pos of the next entry put at the head
         self.last = 0  # pos of the last entry put at the tail
         self.version = 0
         self.s_log: deque[tuple[float, float]] = deque()
+
+    def set_s(self) -> None:
+        """Recompute ``s = settled + held`` (exactly ``settled`` when nothing is held)."""
+        self.s = self.settled + self.held if self.holding else self.settled
 
     def head(self) -> _Entry:
         """Return the oldest queued entry. The lane must be backlogged. Amortised O(1)."""
