@@ -23,6 +23,7 @@ from importlib.metadata import version as _version
 from typing import Any
 
 from prioqueue._errors import (
+    ChargeError,
     ConfigError,
     DuplicateJob,
     InvalidState,
@@ -99,6 +100,7 @@ __all__ = [
     "SAMPLER_UNITS",
     "SLOW_BASELINE_MULTIPLIERS",
     "AheadJob",
+    "ChargeError",
     "ChargeModel",
     "Completed",
     "ConfigError",

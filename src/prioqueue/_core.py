@@ -23,7 +23,7 @@ from heapq import heappush as _heappush
 from typing import Any, Literal
 
 from prioqueue import _lanes
-from prioqueue._errors import ConfigError, DuplicateJob, QueueFull, UnknownJob
+from prioqueue._errors import ChargeError, ConfigError, DuplicateJob, QueueFull, UnknownJob
 from prioqueue._lanes import QUEUED, RUNNING, _Entry, _Lane, _Ranking
 from prioqueue._validate import (
     TIME_LIMIT,
@@ -562,12 +562,13 @@ class _Core:
         by_level.append(runtime)
 
     def _checked_charge(self, job: Job, runtime: float, what: str) -> float:
-        """The charge model's value, checked: finite and ``>= 0``, else ValueError."""
+        """The charge model's value, checked: finite and ``>= 0``, else ``ChargeError``."""
         value = self._charge(job, runtime)
         charge = value if isinstance(value, (int, float)) and not isinstance(value, bool) else -1
         if not 0 <= charge < math.inf:
-            raise ValueError(
+            raise ChargeError(
                 f"the charge model returned {value!r} for job {job.id!r} ({what}); a charge "
-                "must be a finite number of seconds >= 0; nothing changed"
+                "must be a finite number of seconds >= 0; nothing changed",
+                job_id=job.id,
             )
         return float(charge)

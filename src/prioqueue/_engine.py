@@ -351,8 +351,9 @@ class _Engine(_Core):
             UnknownJob: The id is not queued or held.
             InvalidState: The job is queued, or ``worker`` does not hold it.
             LeaseExpired: ``now`` is at or past the job's lease deadline; ``expire`` owns it.
-            ValueError: ``now``, ``runtime`` or ``charge`` is out of range, or the charge
-                model returned no finite number >= 0. Nothing changes on any error.
+            ValueError: ``now``, ``runtime`` or ``charge`` is out of range.
+            ChargeError: The charge model returned no finite number >= 0 (a ``ValueError``).
+                Nothing changes on any error.
 
         Complexity: amortised O(log n + M + slots).
         """
@@ -389,13 +390,21 @@ class _Engine(_Core):
             raise ValueError(f"charge must be >= 0 seconds, got {charge!r}")
         return value
 
-    def cancel(self, job_id: str, *, now: float, worker: str | None = None) -> Job:
+    def cancel(
+        self,
+        job_id: str,
+        *,
+        now: float,
+        worker: str | None = None,
+        charge: float | None = None,
+    ) -> Job:
         """Remove a queued job, or stop a held one (charged for the time it was held).
 
         Args:
             job_id: A queued or held job.
             now: The current monotonic time.
             worker: For a held job, the worker asking, when known (see ``complete``).
+            charge: For a held job, overrides the charge model (seconds >= 0).
 
         Returns:
             The removed job.
@@ -403,8 +412,9 @@ class _Engine(_Core):
         Raises:
             UnknownJob: The id is not queued or held.
             InvalidState: ``worker`` is given and does not hold the job.
-            ValueError: ``now`` is out of range, or the charge model returned no finite
-                number >= 0 for a held job (nothing changes).
+            ValueError: ``now`` or ``charge`` is out of range.
+            ChargeError: The charge model returned no finite number >= 0 for a held job
+                (a ``ValueError``; nothing changes).
 
         Complexity: amortised O(log n + M + slots).
         """
@@ -414,7 +424,7 @@ class _Engine(_Core):
             self._tick(t)  # raises: time went backwards
         if entry.state == RUNNING:
             runtime = max(0.0, t - entry.granted_at)
-            final = self._final_charge(entry.job, runtime, None)
+            final = self._final_charge(entry.job, runtime, charge)
             self._tick(t)
             self._finish(entry, runtime, t, final)
         else:

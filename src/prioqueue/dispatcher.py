@@ -146,8 +146,9 @@ class SizeOneDispatcher(_Engine):
             lease keeps the resource until ``expire`` reclaims it.
 
         Raises:
-            ValueError: ``now`` is not finite or goes backwards, or the charge model returned
-                no finite number >= 0 for the expected charge (nothing changes).
+            ValueError: ``now`` is not finite or goes backwards.
+            ChargeError: The charge model returned no finite number >= 0 for the expected
+                charge (a ``ValueError``; nothing changes, the error names the job).
             LeaseError: ``lease_for`` raised or returned no positive finite number of
                 seconds; the dispatcher is unchanged and the error names the job.
 

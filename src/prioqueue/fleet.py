@@ -255,8 +255,9 @@ class FleetDispatcher(_Engine):
 
         Raises:
             UnknownWorker: The worker has not joined (or left).
-            ValueError: ``now`` is out of range, or the charge model returned no finite number
-                >= 0 for the expected charge (nothing changes).
+            ValueError: ``now`` is out of range.
+            ChargeError: The charge model returned no finite number >= 0 for the expected
+                charge (a ``ValueError``; nothing changes, the error names the job).
             LeaseError: ``lease_for`` raised or returned no positive finite number of seconds;
                 nothing changes and the error names the job.
 
