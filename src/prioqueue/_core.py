@@ -265,9 +265,9 @@ class _Core:
     # ------------------------------------------------------------------ helpers
 
     def _tick(self, now: object) -> float:
-        if now.__class__ is float and self._now <= now <= TIME_LIMIT:  # type: ignore[operator]
-            self._now = now  # type: ignore[assignment]
-            return now  # type: ignore[return-value]
+        if now.__class__ is float and self._now <= now <= TIME_LIMIT:  # type: ignore[operator,unused-ignore]
+            self._now = now  # type: ignore[assignment,unused-ignore]
+            return now  # type: ignore[return-value,unused-ignore]
         t = finite("now", now)
         if t < self._now:
             raise ValueError(
@@ -536,8 +536,10 @@ class _Core:
         self._touch(lane)
 
     def _expected_runtime(self, job: Job) -> float:
-        """The job's estimate, else the recent mean runtime of its model, else of its level,
-        else ``DEFAULT_EXPECTED_RUNTIME``. O(8)."""
+        """The job's expected runtime: its estimate, else a recent mean, else the default.
+
+        The recent mean is that of the last 8 runtimes of its model, else of its level. O(8).
+        """
         if job.estimate is not None:
             return job.estimate
         if job.model is not None:

@@ -49,7 +49,7 @@ class DispatchRecord(NamedTuple):
     """One remembered grant (private; compact: never the payload)."""
 
     at: float
-    index: int
+    number: int
     job_id: str
     member: str
     priority: int
@@ -119,8 +119,10 @@ class _Engine(_Core):
     # ------------------------------------------------------------------ pop
 
     def _pop(self, worker: _Worker, t: float) -> Grant | None:
-        """Grant the worker its best eligible job (see the design note). Nothing changes on
-        any error."""
+        """Grant the worker its best eligible job (see the design note).
+
+        Nothing changes on any error.
+        """
         if len(worker.held) >= worker.slots:
             return None
         self._flush()

@@ -140,7 +140,7 @@ def _since(d: SizeOneDispatcher, entry: _Entry, limit: int | None) -> list[Any]:
     later = 0
     budget = None if limit is None else 4 * limit
     for record in reversed(d._history):
-        if record.index <= entry.mark or (budget is not None and budget <= 0):
+        if record.number <= entry.mark or (budget is not None and budget <= 0):
             break
         if budget is not None:
             budget -= 1
