@@ -221,6 +221,8 @@ class _Core:
         self._failed = 0
         self._swaps = 0
 
+    _name_in_grants = True  # SizeOneDispatcher's grants (and snapshots) carry no worker
+
     # ------------------------------------------------------------------ properties
 
     @property
@@ -323,6 +325,24 @@ class _Core:
         live = self._backlogged
         for ranking in rankings:
             ranking.compact(live)
+
+    def _set_resident(self, worker: _Worker, model: str | None) -> None:
+        if worker.resident == model:
+            return
+        if not worker.timed_out:
+            self._drop_resident(worker)
+        worker.resident = model
+        if not worker.timed_out and model is not None:
+            self._residents[model] = self._residents.get(model, 0) + 1
+
+    def _drop_resident(self, worker: _Worker) -> None:
+        old = worker.resident
+        if old is not None:
+            left = self._residents[old] - 1
+            if left:
+                self._residents[old] = left
+            else:
+                del self._residents[old]
 
     def _retry_after(self) -> float:
         recent = self._recent

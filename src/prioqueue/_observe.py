@@ -28,7 +28,7 @@ from prioqueue.records import (
 from prioqueue.scoring import ScoreBreakdown
 
 if TYPE_CHECKING:
-    from prioqueue._engine import _Engine as SizeOneDispatcher
+    from prioqueue._core import _Core as SizeOneDispatcher
 
 __all__: list[str] = []  # private module
 

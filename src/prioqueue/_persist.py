@@ -30,7 +30,7 @@ from prioqueue.records import Grant, Job
 from prioqueue.scoring import ScoreBreakdown
 
 if TYPE_CHECKING:
-    from prioqueue._engine import _Engine
+    from prioqueue._core import _Core as _Engine
 
 __all__: list[str] = []  # private module
 
