@@ -110,13 +110,15 @@ def lease_function(lease_for: object) -> LeaseFunction | None:
 
         def calculated(job: Job, worker: _Worker) -> float:
             if not worker.slow:
-                return float(calculator(job))
+                plain: int = calculator(job)
+                return plain
             source = _request_source(job)
             if isinstance(source, ImageRequest):
                 return float(calculator.for_request(attrs.evolve(source, extra_slow_worker=True)))
             kwargs = dict(_request_kwargs(source))
             kwargs["extra_slow_worker"] = True
-            return float(calculator.seconds(**kwargs))
+            seconds: int = calculator.seconds(**kwargs)
+            return seconds
 
         return calculated
     function: Callable[..., Any] = lease_for
