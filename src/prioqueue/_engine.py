@@ -282,7 +282,7 @@ class _Engine(_Reporting):
             job = entry.job
             lane = entry.lane
             self._release(entry)
-            if self._fair_share and entry.charged:
+            if self._fair_share:
                 lane.set_s()
                 if lane.live:
                     lane.log_s(now)
