@@ -1,4 +1,4 @@
-"""Helpers for testing code that uses prioqueue: a manual clock and a reference dispatcher.
+"""Helpers for testing code that uses prioqueue: a manual clock and reference dispatchers.
 
 Theory of operation
 -------------------
@@ -28,6 +28,9 @@ dispatchers side by side and compare every decision. The rules it keeps:
   offsets(new) - offsets(M)) * d`` for the most-starved backlogged lane ``M`` at the level
   (``inf`` when there is none; a new lane has ``s = -inf`` before the lift). A requeue
   neither lifts nor charges.
+
+:class:`ReferenceFleet` (defined in ``prioqueue._reference_fleet``) is the same kind of model
+for :class:`~prioqueue.fleet.FleetDispatcher`, written from ``docs/design/fleet.md``.
 
 Only the decisions and the statistics are modelled; ``explain``, ``forecast`` and snapshots are
 not. Argument validation is minimal, but every error the tests compare (unknown ids, wrong
@@ -69,7 +72,9 @@ from prioqueue.records import (
 )
 from prioqueue.scoring import Scorer
 
-__all__ = ["ManualClock", "ReferenceDispatcher"]
+from prioqueue._reference_fleet import ReferenceFleet
+
+__all__ = ["ManualClock", "ReferenceDispatcher", "ReferenceFleet"]
 
 
 class ManualClock:
