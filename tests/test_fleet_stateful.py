@@ -358,7 +358,8 @@ class FleetComparison(RuleBasedStateMachine):
         """Pop for ``name`` on both and check the grant against the recorded history."""
         before = self.ref.worker(name)
         grant, error = self.both("pop", name, now=self.clock())
-        if error is not None or grant is None:
+        assert error is None, f"pop({name!r}) raised {error!r}"
+        if grant is None:
             return None
         sub = self.live[grant.job.id]
         assert grant.worker == name
@@ -519,7 +520,9 @@ class FleetComparison(RuleBasedStateMachine):
         assert len(self.real) == len(self.ref) == len(self._status("queued"))
         assert self.real.next_deadline() == self.ref.next_deadline()
         self.latest = self.clock()  # stats() moves both dispatchers' clocks too
-        real_workers = {info.name: info for info in self.real.stats(now=self.latest).workers}
+        real_workers = {info.name: info for info in self.real.workers()}
+        assert self.real.workers() == self.ref.workers()
+        assert _norm(self.real.held) == _norm(self.ref.held)
         assert sorted(real_workers) == sorted(self.slots)
         held_ids = [job_id for info in real_workers.values() for job_id in info.held]
         assert len(held_ids) == len(set(held_ids)), "a job held by two workers"
@@ -529,6 +532,7 @@ class FleetComparison(RuleBasedStateMachine):
         for job_id, sub in self.live.items():
             assert job_id in self.real
             assert self.real.state(job_id) == self.ref.state(job_id) == sub.status
+            assert self.real.holder(job_id) == self.ref.holder(job_id) == sub.holder
         for sub in self.subs:
             if sub.job_id not in self.live:
                 assert sub.job_id not in self.real
@@ -566,9 +570,9 @@ class FleetComparison(RuleBasedStateMachine):
             assert member_stats.running == sum(s.member == member for s in running)
 
     def _held_in_grant_order(self) -> list[str]:
-        """The ids of the held jobs, in the order of their current grants."""
+        """The ids of the held jobs, by the time of their current grants (then ``seq``)."""
         held = {s.job_id for s in self._status("running")}
-        latest = {grant.job.id: n for n, grant in enumerate(self.grants) if grant.job.id in held}
+        latest = {g.job.id: (g.granted_at, g.job.seq) for g in self.grants if g.job.id in held}
         return sorted(latest, key=latest.__getitem__)
 
 

@@ -70,7 +70,7 @@ from prioqueue.records import (
     Ticket,
     WorkerInfo,
 )
-from prioqueue.scoring import Scorer
+from prioqueue.scoring import ScoreBreakdown, Scorer
 
 __all__ = ["DEFAULT_EXPECTED_RUNTIME", "RECENT_RUNTIMES", "ReferenceFleet"]
 
@@ -115,7 +115,6 @@ class _Held:
     grants: int
     c: float
     n: int
-    order: int  # the fleet's grant counter: Stats.held is in grant order
 
 
 @attrs.define(eq=False)
@@ -229,6 +228,7 @@ class ReferenceFleet:
     ) -> None:
         self._scorer = Scorer() if scorer is None else scorer
         self._policy = PriorityPolicy() if policy is None else policy
+        self._divisor = self._scorer.config.aging_divisor
         self._charge = charge
         self._lease_for = lease_for
         self._lease_takes_worker = lease_for is not None and _takes_worker(lease_for)
@@ -246,7 +246,6 @@ class ReferenceFleet:
         self._workers: dict[str, _Worker] = {}
         self._latest = -math.inf
         self._seq = 0
-        self._granted = 0
         self._levels: dict[int, _LevelCounters] = {}
         self._members: dict[str, _MemberCounters] = {}
         self._runtimes: list[float] = []
@@ -267,14 +266,13 @@ class ReferenceFleet:
         return self._policy
 
     @property
-    def running(self) -> tuple[Grant, ...]:
-        """The grants of every held job, in grant order."""
-        return tuple(held.grant for held in self._held())
+    def held(self) -> list[Grant]:
+        """The grants of every held job, by grant time (then ``seq``)."""
+        return [held.grant for held in self._held()]
 
-    @property
-    def workers(self) -> Mapping[str, WorkerInfo]:
-        """Every known worker's info, by name (in join order)."""
-        return {name: self._info(worker) for name, worker in self._workers.items()}
+    def workers(self) -> list[WorkerInfo]:
+        """Every known worker's info (timed-out ones included), sorted by name."""
+        return [self._info(self._workers[name]) for name in sorted(self._workers)]
 
     @property
     def capacity(self) -> int:
@@ -322,14 +320,19 @@ class ReferenceFleet:
         return found[1]
 
     def holder(self, job_id: str) -> str | None:
-        """Return the name of the worker holding ``job_id``, or None when it is not held.
+        """Return the name of the worker holding ``job_id``, or None when it is queued.
 
         Args:
             job_id: The job's id.
 
         Returns:
             The worker's name, or None.
+
+        Raises:
+            UnknownJob: The id is neither queued nor held.
         """
+        if self._find(job_id) is None:
+            raise UnknownJob(f"unknown job {job_id!r}")
         held = self._held_by_id(job_id)
         return None if held is None else held.worker
 
@@ -653,7 +656,10 @@ class ReferenceFleet:
         swap = job.model is not None and job.model != resident
         grant = Grant(
             job=job,
-            score=self._scorer.breakdown(win.level, win.tier, win.affinity, now - win.s),
+            # Up-front charges may carry s past now: the aging term is then 0, never negative.
+            score=ScoreBreakdown(
+                win.level, win.tier, win.affinity, max(0.0, (now - win.s) / self._divisor)
+            ),
             lease=lease,
             granted_at=now,
             attempt=entry.grants + 1,
@@ -671,8 +677,7 @@ class ReferenceFleet:
             lane = self._lane_of(job)
             lane.s += c
             lane.held += c
-        worker.held.append(_Held(grant, worker.name, entry.grants + 1, c, n, self._granted))
-        self._granted += 1
+        worker.held.append(_Held(grant, worker.name, entry.grants + 1, c, n))
         if job.model is not None:
             worker.resident = job.model
         level.dispatched += 1
@@ -801,7 +806,7 @@ class ReferenceFleet:
     def stats(self, *, now: float) -> Stats:
         """Return the counters and per-level and per-member statistics at ``now``.
 
-        ``running`` is the first held job in grant order (None when none is held),
+        ``running`` is the first held job by grant time (None when none is held),
         ``resident_model`` the resident model of the first-joined worker.
 
         Args:
@@ -856,7 +861,7 @@ class ReferenceFleet:
                 dispatched=sum(counters.dispatched for counters in self._levels.values()),
                 **self._counts,
                 held=tuple(h.grant.job for h in held),
-                workers=tuple(self._info(w) for w in self._workers.values()),
+                workers=tuple(self.workers()),
             )
 
     # -- the rules ---------------------------------------------------------------------------
@@ -1151,7 +1156,7 @@ class ReferenceFleet:
 
     def _held(self) -> list[_Held]:
         held = [h for worker in self._workers.values() for h in worker.held]
-        return sorted(held, key=lambda h: h.order)
+        return sorted(held, key=lambda h: (h.grant.granted_at, h.grant.job.seq))
 
     def _held_by_id(self, job_id: str) -> _Held | None:
         return next((h for h in self._held() if h.grant.job.id == job_id), None)

@@ -1,0 +1,426 @@
+"""The fleet design's promises as scenarios, on FleetDispatcher and on ReferenceFleet.
+
+Each scenario checks a promise of ``docs/design/fleet.md`` and then runs it again with the
+feature that keeps the promise turned off (fair share, the up-front charge, the warm hold, the
+worker timeout, the slow flag) to show that the same check fails there: a test that cannot fail
+proves nothing. Longer runs use a small discrete-event simulation (:func:`run_fleet`): workers
+pull whenever they have a free slot, each job runs for a runtime the test decides.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prioqueue import InvalidState, LeaseCalculator, lease_seconds
+from prioqueue.fleet import FleetDispatcher
+from prioqueue.records import Grant, Job, WorkerInfo
+from prioqueue.scoring import ScoringConfig
+from prioqueue.testing import ReferenceFleet
+
+Fleet = FleetDispatcher | ReferenceFleet
+Factory = Callable[..., Fleet]
+
+IMPLEMENTATIONS = pytest.mark.parametrize(
+    "make", [FleetDispatcher, ReferenceFleet], ids=["real", "reference"]
+)
+
+
+class ChargeAtCompletion(ReferenceFleet):
+    """The ablation of the up-front charge: a grant charges nothing until the job completes
+    (an expected runtime of 0), which is what a size-1 dispatcher did."""
+
+    def _expected_runtime(self, job: Job) -> float:
+        return 0.0
+
+
+# --- a small fleet simulator ------------------------------------------------------------------
+
+
+@attrs.define
+class FleetRun:
+    """Every grant of a run, with the time each job finished."""
+
+    grants: list[Grant] = attrs.field(factory=list)
+    finished: dict[str, float] = attrs.field(factory=dict)
+
+    def order(self) -> list[str]:
+        return [grant.job.id for grant in self.grants]
+
+
+def run_fleet(
+    fleet: Fleet,
+    workers: list[str],
+    runtime: Callable[[Job], float],
+    *,
+    check: Callable[[FleetRun, float], None] = lambda run, t: None,
+    until: float = math.inf,
+) -> FleetRun:
+    """Let every worker pull until the queue is empty (or ``until``).
+
+    At each moment, in this order: the jobs due finish (``complete`` with the measured
+    runtime), then every worker with a free slot pops, in the order given, until it gets
+    nothing; ``check`` is called after each grant. Workers have one slot here.
+    """
+    run = FleetRun()
+    busy: list[tuple[float, int, str, str]] = []  # (ends, seq, worker, job id)
+    free = list(workers)
+    t = 0.0
+    while t <= until:
+        for worker in list(free):
+            grant = fleet.pop(worker, now=t)
+            if grant is None:
+                continue
+            run.grants.append(grant)
+            free.remove(worker)
+            heapq.heappush(busy, (t + runtime(grant.job), grant.job.seq, worker, grant.job.id))
+            check(run, t)
+        if not busy:
+            break
+        t = busy[0][0]
+        while busy and busy[0][0] == t:
+            _, _, worker, job_id = heapq.heappop(busy)
+            fleet.complete(job_id, now=t, worker=worker)
+            run.finished[job_id] = t
+            free.append(worker)
+        free.sort(key=workers.index)
+    return run
+
+
+def _join(fleet: Fleet, count: int, **spec: Any) -> list[str]:
+    names = [f"gpu-{k}" for k in range(count)]
+    for name in names:
+        fleet.join(name, now=0.0, **spec)
+    return names
+
+
+# --- 1. one member's 200 jobs against another's one, on four idle workers --------------------
+
+
+def _first_four(make: Factory) -> list[str]:
+    """ann submits 200 batch shots, then bob one; four idle workers pop once each."""
+    fleet = make()
+    workers = _join(fleet, 4)
+    for k in range(200):
+        fleet.submit(f"ann{k}", member="ann", priority="batch", model="h3", now=0.0)
+    fleet.submit("bob", member="bob", priority="batch", model="h3", now=0.0)
+    grants = [fleet.pop(name, now=0.0) for name in workers]
+    return [grant.job.id for grant in grants if grant is not None]
+
+
+@IMPLEMENTATIONS
+def test_one_job_is_granted_within_the_first_two_pops_against_200(make: Factory) -> None:
+    first = _first_four(make)
+    assert len(first) == 4
+    assert "bob" in first[:2]
+    # Baseline: per-job aging (fair share off) serves ann's 200 shots first.
+    assert "bob" not in _first_four(lambda: make(fair_share=False))
+
+
+def test_without_the_up_front_charge_one_member_takes_every_idle_worker() -> None:
+    """The ablation the design note argues against: charging only at completion."""
+    assert _first_four(ChargeAtCompletion) == ["ann0", "ann1", "ann2", "ann3"]
+
+
+# --- 2. the N-worker fairness bound ----------------------------------------------------------
+
+
+def _gap_run(
+    make: Factory,
+    workers: int,
+    jobs_a: list[tuple[float, str | None]],
+    jobs_b: list[tuple[float, str | None]],
+    *,
+    tiers: tuple[str, str] = ("pro", "pro"),
+    **options: Any,
+) -> list[float]:
+    """Two members submit everything at t=0 at level 0; ``workers`` workers pull. Return
+    ``|G_a - G_b|`` after every grant while both lanes are backlogged, where ``G_x`` is the
+    final charge (the runtime) of every job of ``x`` granted so far."""
+    fleet = make(**options)
+    names = _join(fleet, workers)
+    runtimes: dict[str, float] = {}
+    for member, jobs, tier in (("a", jobs_a, tiers[0]), ("b", jobs_b, tiers[1])):
+        for k, (runtime, model) in enumerate(jobs):
+            runtimes[f"{member}{k}"] = runtime
+            fleet.submit(f"{member}{k}", member=member, tier=tier, model=model, now=0.0)
+    granted = {"a": 0.0, "b": 0.0}
+    left = {"a": len(jobs_a), "b": len(jobs_b)}
+    gaps: list[float] = []
+
+    def check(run: FleetRun, t: float) -> None:
+        job = run.grants[-1].job
+        granted[job.member] += runtimes[job.id]
+        left[job.member] -= 1
+        if min(left.values()) > 0:  # both lanes still hold queued jobs
+            gaps.append(abs(granted["a"] - granted["b"]))
+
+    run_fleet(fleet, names, lambda job: runtimes[job.id], check=check)
+    return gaps
+
+
+def _bound(workers: int, jobs: list[tuple[float, str | None]], spread: float) -> float:
+    """``N (T + A) d + 2 K C`` with ``K = N`` (one slot each) and ``C`` the largest charge,
+    expected charges included (60 s before any runtime is known)."""
+    config = ScoringConfig()
+    largest = max(60.0, *(runtime for runtime, _ in jobs))
+    return workers * (spread + config.max_affinity) * config.aging_divisor + 2 * workers * largest
+
+
+_runtimes = st.sampled_from([1.0, 30.0, 90.0, 240.0, 300.0])
+_jobs = st.lists(st.tuples(_runtimes, st.sampled_from([None, "m1", "m2"])), min_size=12, max_size=30)
+
+
+@IMPLEMENTATIONS
+@settings(max_examples=25, deadline=None)
+@given(
+    workers=st.integers(2, 4),
+    jobs_a=_jobs,
+    jobs_b=_jobs,
+    different_tiers=st.booleans(),
+)
+def test_two_backlogged_members_stay_within_the_n_worker_bound(
+    make: Factory,
+    workers: int,
+    jobs_a: list[tuple[float, str | None]],
+    jobs_b: list[tuple[float, str | None]],
+    different_tiers: bool,
+) -> None:
+    config = ScoringConfig()
+    tiers = ("free", "max") if different_tiers else ("pro", "pro")
+    spread = config.tier_bonuses[tiers[1]] - config.tier_bonuses[tiers[0]]
+    gaps = _gap_run(make, workers, jobs_a, jobs_b, tiers=tiers)
+    bound = _bound(workers, jobs_a + jobs_b, spread)
+    assert max(gaps, default=0.0) <= bound, (max(gaps), bound)
+
+
+@IMPLEMENTATIONS
+def test_the_n_worker_bound_holds_over_a_long_run_and_breaks_without_fair_share(
+    make: Factory,
+) -> None:
+    """Two films of 120 shots of mixed length on four workers: within the bound all along;
+    with fair share off the first film is served first and the gap grows far past it."""
+    shots: list[tuple[float, str | None]] = [
+        ((30.0, 240.0, 300.0, 90.0)[k % 4], ("h3", "flux", None)[k % 3]) for k in range(120)
+    ]
+    bound = _bound(4, shots, 0.0)
+    fair = _gap_run(make, 4, shots, shots)
+    assert len(fair) > 150
+    assert max(fair) <= bound
+    unfair = _gap_run(make, 4, shots, shots, fair_share=False)
+    assert max(unfair) > 2 * bound
+
+
+# --- 3. warm routing ---------------------------------------------------------------------------
+
+
+def _warm_fleet(make: Factory, warm_hold: float) -> Fleet:
+    fleet = make(warm_hold=warm_hold)
+    fleet.join("cold", resident="flux", now=0.0)
+    fleet.join("warm", resident="sdxl", now=0.0)
+    fleet.submit("portrait", member="ann", model="sdxl", now=0.0)
+    return fleet
+
+
+@IMPLEMENTATIONS
+def test_a_job_waits_for_the_free_warm_worker_instead_of_a_swap(make: Factory) -> None:
+    fleet = _warm_fleet(make, warm_hold=30.0)
+    assert fleet.pop("cold", now=1.0) is None  # it polled first, but sdxl is warm elsewhere
+    assert fleet.idle_reasons("cold", now=1.0) == {"warm_hold": 1}
+    grant = fleet.pop("warm", now=2.0)
+    assert grant is not None
+    assert (grant.job.id, grant.swap) == ("portrait", False)
+    # Baseline: without the hold the cold worker takes it and pays a model swap.
+    fleet = _warm_fleet(make, warm_hold=0.0)
+    grant = fleet.pop("cold", now=1.0)
+    assert grant is not None
+    assert (grant.job.id, grant.swap) == ("portrait", True)
+
+
+@IMPLEMENTATIONS
+def test_the_warm_hold_lasts_warm_hold_seconds_or_until_the_warm_worker_is_busy(
+    make: Factory,
+) -> None:
+    fleet = _warm_fleet(make, warm_hold=30.0)
+    assert fleet.pop("cold", now=29.5) is None
+    grant = fleet.pop("cold", now=30.0)  # the hold is over: any worker may take it
+    assert grant is not None
+    assert grant.swap
+    fleet = _warm_fleet(make, warm_hold=30.0)
+    fleet.submit("other", member="bob", model="sdxl", now=0.0)
+    first = fleet.pop("warm", now=1.0)  # the warm worker is now full
+    assert first is not None
+    second = fleet.pop("cold", now=1.0)
+    assert second is not None
+    assert second.job.id != first.job.id
+
+
+@IMPLEMENTATIONS
+def test_warm_routing_saves_swaps_on_a_stream(make: Factory) -> None:
+    """Two workers, each warm for one model, polling in a fixed order (the cold one first):
+    with a hold, every job goes to the worker that has its model loaded."""
+
+    def swaps(warm_hold: float) -> int:
+        fleet = make(warm_hold=warm_hold)
+        fleet.join("a", resident="flux", now=0.0)
+        fleet.join("b", resident="sdxl", now=0.0)
+        count = 0
+        for k in range(40):
+            t = 100.0 * k
+            model = ("sdxl", "flux")[k % 2]
+            fleet.submit(f"j{k}", member=f"m{k % 3}", model=model, now=t)
+            grants = [fleet.pop(worker, now=t) for worker in ("a", "b")]  # "a" polls first
+            for grant in grants:
+                if grant is not None:
+                    count += grant.swap
+                    fleet.complete(grant.job.id, now=t + 50.0, runtime=50.0)
+        assert len(fleet) == 0
+        return count
+
+    assert swaps(60.0) == 0
+    assert swaps(0.0) >= 20  # baseline: the first worker to poll takes every other job cold
+
+
+# --- 4. a vanished worker's jobs come back ---------------------------------------------------
+
+
+@IMPLEMENTATIONS
+def test_a_vanished_workers_jobs_come_back_and_fail_after_max_attempts(make: Factory) -> None:
+    fleet = make(worker_timeout=120.0, max_attempts=2)
+    fleet.join("ghost", slots=2, now=0.0)
+    fleet.join("steady", now=0.0)
+    for job_id in ("a", "b", "c"):
+        fleet.submit(job_id, member=f"m-{job_id}", now=0.0)
+    taken = [fleet.pop("ghost", now=0.0), fleet.pop("ghost", now=0.0)]
+    assert [g.job.id for g in taken if g is not None] == ["a", "b"]
+    steady = fleet.pop("steady", now=0.0)
+    assert steady is not None
+    assert steady.job.id == "c"
+    # "ghost" vanishes; "steady" keeps talking, so only ghost's jobs are taken back.
+    fleet.heartbeat("steady", now=100.0)
+    assert fleet.next_deadline() == 120.0
+    assert fleet.expire(119.0) == []
+    back = fleet.expire(120.0)
+    assert [(e.job.id, e.worker, e.cause, e.requeued) for e in back] == [
+        ("a", "ghost", "worker_timeout", True),
+        ("b", "ghost", "worker_timeout", True),
+    ]
+    assert fleet.state("a") == fleet.state("b") == "queued"
+    fleet.complete("c", now=130.0, worker="steady")
+    again = fleet.pop("steady", now=130.0)
+    assert again is not None
+    assert (again.job.id, again.attempt) == ("a", 2)
+    # The ghost comes back (a pop revives it), takes b, and vanishes again: b has had its
+    # max_attempts grants, so it is reported failed, never dropped silently.
+    second = fleet.pop("ghost", now=140.0)
+    assert second is not None
+    assert (second.job.id, second.attempt) == ("b", 2)
+    fleet.heartbeat("steady", now=200.0)
+    fleet.complete("a", now=250.0, worker="steady")
+    (failed,) = fleet.expire(260.0)
+    assert (failed.job.id, failed.requeued, failed.cause) == ("b", False, "worker_timeout")
+    assert "b" not in fleet
+    stats = fleet.stats(now=260.0)
+    assert (stats.completed, stats.failed, stats.queued, len(stats.held)) == (2, 1, 0, 0)
+    # Baseline: without a worker timeout (and no lease) the vanished worker keeps its jobs.
+    off = make(worker_timeout=None)
+    off.join("ghost", slots=2, now=0.0)
+    off.submit("a", member="ann", now=0.0)
+    assert off.pop("ghost", now=0.0) is not None
+    assert off.expire(10_000.0) == []
+    assert off.next_deadline() is None
+    assert off.state("a") == "running"
+
+
+@IMPLEMENTATIONS
+def test_a_late_result_from_the_worker_that_lost_the_job_is_refused(make: Factory) -> None:
+    fleet = make(worker_timeout=60.0)
+    fleet.join("w1", now=0.0)
+    fleet.join("w2", now=0.0)
+    fleet.submit("job", member="ann", now=0.0)
+    assert fleet.pop("w1", now=0.0) is not None
+    fleet.heartbeat("w2", now=50.0)
+    assert [e.job.id for e in fleet.expire(60.0)] == ["job"]
+    grant = fleet.pop("w2", now=61.0)
+    assert grant is not None
+    assert grant.worker == "w2"
+    before = fleet.stats(now=70.0)
+    with pytest.raises(InvalidState):
+        fleet.complete("job", now=70.0, worker="w1")
+    assert fleet.stats(now=70.0) == before
+    assert fleet.complete("job", now=80.0, worker="w2").job.id == "job"
+
+
+# --- 5. the slow worker's lease ----------------------------------------------------------------
+
+
+def _leases(make: Factory, lease_for: Any, slow: bool) -> tuple[float, float]:
+    fleet = make(lease_for=lease_for)
+    fleet.join("fast", now=0.0)
+    fleet.join("slow", slow=slow, now=0.0)
+    request = {"width": 1024, "height": 1024, "steps": 50, "sampler": "k_euler"}
+    fleet.submit("one", member="ann", payload=request, now=0.0)
+    fleet.submit("two", member="bob", payload=dict(request), now=0.0)
+    fast, slower = fleet.pop("fast", now=0.0), fleet.pop("slow", now=0.0)
+    assert fast is not None
+    assert slower is not None
+    assert fast.lease is not None
+    assert slower.lease is not None
+    return fast.lease.seconds, slower.lease.seconds
+
+
+def _per_worker(job: Job, worker: WorkerInfo) -> float:
+    return 100.0 * (3 if worker.slow else 1)
+
+
+@IMPLEMENTATIONS
+def test_the_slow_worker_gets_three_times_the_lease(make: Factory) -> None:
+    fast, slow = _leases(make, LeaseCalculator(), slow=True)
+    assert fast == 430 == lease_seconds(width=1024, height=1024, steps=50, sampler="k_euler")
+    assert slow == 3 * fast
+    assert _leases(make, _per_worker, slow=True) == (100.0, 300.0)
+    # Baseline: the same worker not marked slow gets the ordinary lease.
+    assert _leases(make, LeaseCalculator(), slow=False) == (430, 430)
+
+
+@IMPLEMENTATIONS
+def test_each_lease_starts_at_its_pop(make: Factory) -> None:
+    """A prefetched job's lease starts when the worker pops it, not when it starts running."""
+    fleet = make(lease_for=lambda job: 150.0)
+    fleet.join("w", slots=2, now=0.0)
+    fleet.submit("first", member="ann", now=0.0)
+    fleet.submit("second", member="bob", now=0.0)
+    first = fleet.pop("w", now=0.0)
+    second = fleet.pop("w", now=20.0)
+    assert first is not None
+    assert second is not None
+    assert first.lease is not None
+    assert second.lease is not None
+    assert (first.lease.deadline, second.lease.deadline) == (150.0, 170.0)
+    assert fleet.pop("w", now=21.0) is None
+    assert fleet.idle_reasons("w", now=21.0) == {}
+
+
+# --- 6. the per-member cap ---------------------------------------------------------------------
+
+
+@IMPLEMENTATIONS
+def test_a_member_at_its_cap_is_skipped_and_keeps_its_place(make: Factory) -> None:
+    def first_grants(cap: int | None) -> list[str]:
+        fleet = make(max_running_per_member=cap)
+        workers = _join(fleet, 3)
+        for k in range(5):
+            fleet.submit(f"ann{k}", member="ann", now=0.0)
+        fleet.submit("bob0", member="bob", now=1.0)
+        grants = [fleet.pop(name, now=2.0) for name in workers]
+        return [g.job.id for g in grants if g is not None]
+
+    assert first_grants(1) == ["ann0", "bob0"]  # the third worker stays idle: ann is capped
+    assert first_grants(None) == ["ann0", "bob0", "ann1"]  # baseline: no cap
