@@ -30,6 +30,7 @@ import time
 import tracemalloc
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from _harness import section
 
@@ -135,11 +136,12 @@ def _bytes_per_job(build: Callable[[], object], n: int) -> float:
     return per_job
 
 
-def _timed(measure: Callable[[], float]) -> float:
+def _timed(measure: Callable[..., float], *args: Any) -> float:
+    """``measure(*args)`` with the garbage collector off (the fill is done before)."""
     gc.collect()
     gc.disable()
     try:
-        return measure()
+        return measure(*args)
     finally:
         gc.enable()
 
@@ -157,18 +159,14 @@ def main() -> None:
     n = 10**5
 
     section(f"Cycle at {n:,} queued: fleet ({WORKERS} workers, {len(MODELS)} models) vs size-one")
-    gpu = _size_one(n, random.Random(1))
-    size_one = _timed(lambda: _size_one_cycles(gpu, n, cycles, random.Random(2)))
-    del gpu
-    pair = _timed(lambda: _heapq_pair(n, cycles, random.Random(3)))
+    size_one = _timed(_size_one_cycles, _size_one(n, random.Random(1)), n, cycles, random.Random(2))
+    pair = _timed(_heapq_pair, n, cycles, random.Random(3))
     print(f"{'fleet':<22} {'cycle µs':>9} {'size-one µs':>12} {'ratio':>6} {'target':>7} "
           f"{'heapq µs':>9} {'ratio':>6}")  # fmt: skip
-    fleets: dict[str, float] = {}
     for label, subsets in (("every model", False), ("5 models per worker", True)):
-        fleet = _fleet(n, subsets=subsets, rng=random.Random(4))
-        cost = _timed(lambda f=fleet: _fleet_cycles(f, n + WORKERS, cycles, random.Random(5)))
-        fleets[label] = cost
-        del fleet
+        built = _fleet(n, subsets=subsets, rng=random.Random(4))
+        cost = _timed(_fleet_cycles, built, n + WORKERS, cycles, random.Random(5))
+        del built
         print(
             f"{label:<22} {cost * 1e6:>9.2f} {size_one * 1e6:>12.2f} {cost / size_one:>5.2f}x "
             f"{_verdict(cost / size_one, 2.0):>7} {pair * 1e6:>9.3f} {cost / pair:>5.0f}x"
@@ -179,9 +177,9 @@ def main() -> None:
     print(f"{'n':>9} {'cycle µs':>9} {'at 10^4 µs':>11} {'ratio':>6} {'target':>7}")
     base = 0.0
     for size in sizes:
-        fleet = _fleet(size, subsets=False, rng=random.Random(size))
-        cost = _timed(lambda f=fleet, s=size: _fleet_cycles(f, s + WORKERS, cycles, random.Random(6)))
-        del fleet
+        built = _fleet(size, subsets=False, rng=random.Random(size))
+        cost = _timed(_fleet_cycles, built, size + WORKERS, cycles, random.Random(6))
+        del built
         base = base or cost
         print(
             f"{size:>9} {cost * 1e6:>9.2f} {base * 1e6:>11.2f} {cost / base:>5.2f}x "

@@ -110,7 +110,9 @@ class Broker:
         slow = ", extra slow" if info.slow else ""
         self.log(f"{worker} joins: {models}; {info.slots} slot(s){slow}")
 
-    def submit(self, job_id: str, *, member: str, priority: str, model: str, **request: Any) -> None:
+    def submit(
+        self, job_id: str, *, member: str, priority: str, model: str, **request: Any
+    ) -> None:
         self.fleet.submit(
             job_id, member=member, priority=priority, model=model, payload=request, now=self.now()
         )

@@ -175,7 +175,9 @@ def _bound(workers: int, jobs: list[tuple[float, str | None]], spread: float) ->
 
 
 _runtimes = st.sampled_from([1.0, 30.0, 90.0, 240.0, 300.0])
-_jobs = st.lists(st.tuples(_runtimes, st.sampled_from([None, "m1", "m2"])), min_size=12, max_size=30)
+_jobs = st.lists(
+    st.tuples(_runtimes, st.sampled_from([None, "m1", "m2"])), min_size=12, max_size=30
+)
 
 
 @IMPLEMENTATIONS

@@ -155,6 +155,7 @@ class FleetComparison(RuleBasedStateMachine):
         self.grants: list[Grant] = []
         self.counts = {"completed": 0, "cancelled": 0, "expired": 0, "failed": 0}
         self.cap: int | None = None
+        self.warm_hold = 0.0
         self.ready = False
 
     # -- set-up and helpers ----------------------------------------------------------------
@@ -193,6 +194,7 @@ class FleetComparison(RuleBasedStateMachine):
             "fair_share": self.fair_share,
         }
         self.cap = cap
+        self.warm_hold = warm_hold
         self.real = FleetDispatcher(scorer, **options)
         self.ref = ReferenceFleet(scorer, **options)
         self.ready = True
@@ -491,6 +493,26 @@ class FleetComparison(RuleBasedStateMachine):
     @rule(step=time_steps())
     def advance(self, step: float) -> None:
         self.clock.advance(step)
+
+    @precondition(lambda self: self.ready and self.real.next_deadline() is not None)
+    @rule()
+    def advance_to_the_next_deadline(self) -> None:
+        """Exactly to the earliest lease deadline or worker timeout (the broker's timer)."""
+        deadline = self.real.next_deadline()
+        assert deadline is not None
+        self.clock.jump_to(max(deadline, self.clock()))
+
+    @precondition(lambda self: self.ready and self.warm_hold > 0 and self._status("queued"))
+    @rule(data=st.data(), past_the_edge=st.booleans())
+    def advance_to_a_warm_hold_edge(self, data: st.DataObject, past_the_edge: bool) -> None:
+        """Exactly to (or just past) the end of a queued job's warm hold; a cold worker pops."""
+        sub = data.draw(st.sampled_from(self._status("queued")))
+        job = self.ref.job(sub.job_id)
+        edge = job.arrival + self.warm_hold + (0.25 if past_the_edge else 0)
+        self.clock.jump_to(max(edge, self.clock()))
+        cold = [w.name for w in self.ref.workers() if w.resident != job.model]
+        if cold:
+            self.pop_one(data.draw(st.sampled_from(cold)))
 
     @precondition(lambda self: self.ready and self.latest > -math.inf and self.slots)
     @rule(call=st.sampled_from(["submit", "pop", "expire", "heartbeat"]))

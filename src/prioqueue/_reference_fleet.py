@@ -10,9 +10,10 @@ obviously right: random tests drive it beside the real dispatcher and compare ev
 
 The rules it keeps (the note's words, in code order):
 
-* A lane is ``(member, level)``, FIFO, a requeued job at its head. It has a virtual start ``s``
-  and ``held``, the up-front charges of its jobs that workers hold; ``s - held`` is its settled
-  part. With ``fair_share=False`` every job is its own lane with ``s = arrival`` and no charge.
+* A lane is ``(member, level)``, FIFO, a requeued job at its head. Its virtual start is
+  ``s = settled + held``: ``held`` sums the up-front charges of its jobs that workers hold, and
+  ``settled`` never passes ``now`` (``s = settled`` exactly while it holds nothing). With
+  ``fair_share=False`` every job is its own lane with ``s = arrival`` and no charge.
 * A worker is live when joined and not timed out; the capacity is ``N = max(1, live)``.
 * ``pop(w)``: a job is eligible unless (first cause wins) ``w`` holds ``slots`` jobs, its
   member holds ``max_running_per_member`` jobs, ``w`` does not serve its model, ``w.accepts``
@@ -21,18 +22,19 @@ The rules it keeps (the note's words, in code order):
   its oldest eligible job at ``level + tier(head) - s / d``, or, when it holds an eligible job
   for ``w``'s resident model ``r`` within ``W`` of its head, the oldest such at
   ``+ aff(r)``. Highest key wins; ties by smaller ``s``, then smaller offered ``seq``.
-* The grant charges the lane ``c = expected / N`` up front (``s += c``, ``held += c``, no
-  clamp). Completion corrects: ``held -= c``, ``s += F / N - c``, ``s = min(s, now + held)``,
-  then re-anchors ``s = now + held`` when the lane is the only backlogged one at its level.
-  A take-back (lease expiry, worker timeout, leave) refunds ``c`` exactly and requeues the job
-  at its lane's head (or fails it after ``max_attempts`` grants; ``leave`` always requeues).
-* The lift on submit is the size-1 note's, with affinity offsets taken over the models
-  resident on live workers.
+* The grant charges the lane ``c = expected / N`` up front (``held += c``, no clamp).
+  Completion corrects it: ``c`` leaves ``held`` and ``settled = min(settled + F / N, now)``,
+  then ``settled = now`` (re-anchored) when the lane is the only backlogged one at its level;
+  that is the note's ``s += F / N - c; s = min(s, now + held)``. A take-back (lease expiry,
+  worker timeout, leave) refunds ``c`` exactly and requeues the job at its lane's head (or
+  fails it after ``max_attempts`` grants; ``leave`` always requeues).
+* The lift on submit is the size-1 note's, applied to the settled part (``settled =
+  max(settled, min(now, floor))``, so a lane's held charges stay on top of it), with affinity
+  offsets taken over the models resident on live workers.
 
-Statistics are modelled (reorders only on fast-path grants: a worker that serves every model,
-with no ``accepts``, when every queued job is eligible for it); ``explain``, ``forecast`` and
-snapshots are not. Argument checks are minimal, but every error the tests compare raises the
-same exception type as the real dispatcher.
+Statistics are modelled (reorders only on fast-path grants: see ``_fast_path``); ``explain``,
+``forecast`` and snapshots are not. Argument checks are minimal, but every error the tests
+compare raises the same exception type as the real dispatcher.
 """
 
 from __future__ import annotations
@@ -99,11 +101,28 @@ class _Entry:
 
 @attrs.define(eq=False)
 class _Lane:
+    """A lane: ``s = settled + held`` while it has held jobs, else ``s = settled``."""
+
     member: str
     level: int
-    s: float = -math.inf
+    settled: float = -math.inf
     held: float = 0.0
+    holding: int = 0
     jobs: list[_Entry] = attrs.field(factory=list)
+
+    @property
+    def s(self) -> float:
+        return self.settled + self.held if self.holding else self.settled
+
+    def hold(self, c: float) -> None:
+        """A grant: the up-front charge ``c`` joins ``held`` (no clamp)."""
+        self.holding += 1
+        self.held += c
+
+    def release(self, c: float) -> None:
+        """A held job leaves (finished or taken back): its up-front charge leaves ``held``."""
+        self.holding -= 1
+        self.held = self.held - c if self.holding else 0.0
 
 
 @attrs.define(eq=False)
@@ -605,8 +624,8 @@ class ReferenceFleet:
             )
             self._seq += 1
             lane = self._lanes.setdefault((member, level), _Lane(member, level))
-            if self._fair_share and not lane.jobs:  # the lift
-                lane.s = max(lane.s, min(now, self._lift_floor(job)))
+            if self._fair_share and not lane.jobs:  # the lift, of the settled part
+                lane.settled = max(lane.settled, min(now, self._lift_floor(job)))
             lane.jobs.append(_Entry(job, now))
             self._levels.setdefault(level, _LevelCounters())
             self._members.setdefault(member, _MemberCounters())
@@ -641,7 +660,7 @@ class ReferenceFleet:
     def _pop(self, worker: _Worker, now: float) -> Grant | None:
         if len(worker.held) >= worker.slots:
             return None
-        offers = self._offers(worker, now)
+        offers = self._offers(worker, lambda e: self._ineligible(worker, e, now) is None)
         if not offers:
             return None
         win = min(offers, key=lambda o: (-self._key(o), o.s, o.entry.job.seq))
@@ -668,15 +687,15 @@ class ReferenceFleet:
             worker=worker.name,
         )
         level = self._levels[job.priority]
-        if self._track_reorders and self._fast_path(worker, now):
-            for cause, other in self._counterfactuals(offers, worker).items():
+        if self._track_reorders and self._fast_path(worker):
+            # The counterfactual rankings know nothing of eligibility: every queued job counts.
+            everything = self._offers(worker, lambda entry: True)
+            for cause, other in self._counterfactuals(everything, worker).items():
                 if other.seq != job.seq:
                     level.reorders[cause] += 1
         self._lane_of(job).jobs.remove(entry)
         if self._fair_share:
-            lane = self._lane_of(job)
-            lane.s += c
-            lane.held += c
+            self._lane_of(job).hold(c)
         worker.held.append(_Held(grant, worker.name, entry.grants + 1, c, n))
         if job.model is not None:
             worker.resident = job.model
@@ -896,11 +915,31 @@ class ReferenceFleet:
             return "warm_hold"
         return None
 
-    def _fast_path(self, worker: _Worker, now: float) -> bool:
-        """Whether the grant counts reorders: every queued job is eligible for a plain worker."""
+    def _fast_path(self, worker: _Worker) -> bool:
+        """Whether a grant to ``worker`` counts reorders (the note's fast path).
+
+        The worker serves every model with no ``accepts``; with ``warm_hold``, no other live
+        worker with a free slot has a model it serves loaded; with a member cap, the winner
+        among *all* queued jobs belongs to a member under the cap. Then the winner is the one
+        the counterfactual rankings (which know nothing of eligibility) compete with.
+        """
         if worker.models is not None or worker.accepts is not None:
             return False
-        return all(self._ineligible(worker, entry, now) is None for entry in self._queued())
+        if self._warm_hold > 0 and any(
+            other is not worker
+            and other.resident is not None
+            and not other.timed_out
+            and len(other.held) < other.slots
+            and other.serves(other.resident)
+            for other in self._workers.values()
+        ):
+            return False
+        if self._max_running is not None:
+            offers = self._offers(worker, lambda entry: True)
+            win = min(offers, key=lambda o: (-self._key(o), o.s, o.entry.job.seq))
+            mine = sum(1 for held in self._held() if held.grant.job.member == win.head.member)
+            return mine < self._max_running
+        return True
 
     def _backlogged(self) -> list[tuple[int, float, list[_Entry], _Lane | None]]:
         """``(level, s, entries, lane)`` of each backlogged lane (each job without fair share)."""
@@ -914,11 +953,14 @@ class ReferenceFleet:
             for entry in lane.jobs
         ]
 
-    def _offers(self, worker: _Worker, now: float) -> list[_Offer]:
-        """Each backlogged lane's offer to ``worker`` (lanes with no eligible job offer none)."""
+    def _offers(self, worker: _Worker, eligible_to: Callable[[_Entry], bool]) -> list[_Offer]:
+        """Each backlogged lane's offer to ``worker`` among the entries ``eligible_to`` keeps.
+
+        A lane with no such entry offers nothing.
+        """
         offers = []
         for level, s, entries, lane in self._backlogged():
-            eligible = [e for e in entries if self._ineligible(worker, e, now) is None]
+            eligible = [e for e in entries if eligible_to(e)]
             if eligible:
                 offers.append(self._offer(level, s, entries, eligible, worker.resident, lane))
         return offers
@@ -1086,12 +1128,11 @@ class ReferenceFleet:
         self._members[job.member].gpu_seconds += charge
         if self._fair_share:
             lane = self._lane_of(job)
-            lane.held -= held.c
-            lane.s += charge / held.n - held.c
-            lane.s = min(lane.s, now + lane.held)
+            lane.release(held.c)
+            lane.settled = min(lane.settled + charge / held.n, now)
             others = [m for m in self._lanes.values() if m.level == lane.level and m.jobs]
             if lane.jobs and others == [lane]:
-                lane.s = now + lane.held  # alone at its level: re-anchored
+                lane.settled = now  # alone at its level: re-anchored
         return charge
 
     @staticmethod
@@ -1106,9 +1147,7 @@ class ReferenceFleet:
             job = held.grant.job
             self._workers[held.worker].held.remove(held)
             if self._fair_share:
-                lane = self._lane_of(job)
-                lane.s -= held.c
-                lane.held -= held.c
+                self._lane_of(job).release(held.c)  # the refund: exactly what was charged
             self._counts["expired"] += not always_requeue
             if always_requeue or held.grants < self._max_attempts:
                 self._lane_of(job).jobs.insert(0, _Entry(job, now, held.grants))

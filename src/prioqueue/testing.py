@@ -55,6 +55,7 @@ from prioqueue._errors import (
     QueueFull,
     UnknownJob,
 )
+from prioqueue._reference_fleet import ReferenceFleet
 from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
 from prioqueue.lease import Lease
 from prioqueue.priority import PriorityPolicy
@@ -71,8 +72,6 @@ from prioqueue.records import (
     Ticket,
 )
 from prioqueue.scoring import Scorer
-
-from prioqueue._reference_fleet import ReferenceFleet
 
 __all__ = ["ManualClock", "ReferenceDispatcher", "ReferenceFleet"]
 
