@@ -54,10 +54,10 @@ class _Entry:
         queued_at: When it entered the queue (its arrival, or the requeue time).
         pos: Its position key in the lane (lane order is ascending ``pos``).
         mark: The dispatch counter when it was queued (``explain`` reads the history after).
-        worker: The worker holding it (RUNNING only), else None.
-        charged: The up-front charge added to its lane's ``s`` at the grant.
-        capacity: The fleet's capacity at the grant.
-        grant: Its grant (RUNNING only).
+        worker: The worker holding it; set at the grant (read it only once granted).
+        charged: The up-front charge added to its lane's ``s`` at the grant (same).
+        capacity: The fleet's capacity at the grant (same).
+        grant: Its grant (same).
     """
 
     __slots__ = (
@@ -75,7 +75,16 @@ class _Entry:
         "worker",
     )
 
-    def __init__(self, job: Job, lane: _Lane, attempt: int, queued_at: float) -> None:
+    worker: Any
+    charged: float
+    capacity: int
+    grant: Any
+
+    def __init__(
+        self, job: Job, lane: _Lane, attempt: int, queued_at: float, mark: int = 0
+    ) -> None:
+        # The grant-time attributes (worker, charged, capacity, grant) are set by the grant:
+        # leaving them unset here keeps submit cheap.
         self.job = job
         self.lane = lane
         self.attempt = attempt
@@ -83,11 +92,7 @@ class _Entry:
         self.granted_at = 0.0
         self.queued_at = queued_at
         self.pos = 0
-        self.mark = 0
-        self.worker: Any = None
-        self.charged = 0.0
-        self.capacity = 1
-        self.grant: Any = None
+        self.mark = mark
 
 
 class _Lane:
@@ -100,7 +105,9 @@ class _Lane:
         jobs: Entries in FIFO order (lazy deletion).
         by_model: Per model, its entries in FIFO order (lazy deletion).
         live: Number of queued entries.
+        settled: The settled part of ``s``: ``s = settled + held`` (``settled <= now``).
         held: The up-front charges (in ``s`` units) of its jobs that workers hold.
+        holding: How many of its jobs workers hold.
         version: Bumped whenever a ranking key of the lane changes.
         s_log: ``(time, s)`` changes of ``s`` while backlogged (for ``explain``).
         ident: The lane's creation number: the deterministic tie-breaker between lanes.
@@ -110,15 +117,17 @@ class _Lane:
         "by_model",
         "first",
         "held",
+        "holding",
         "ident",
-        "last",
         "jobs",
+        "last",
         "level",
         "live",
         "member",
         "owner",
         "s",
         "s_log",
+        "settled",
         "version",
     )
 
@@ -132,10 +141,16 @@ class _Lane:
         self.by_model: dict[str | None, deque[_Entry]] = {}
         self.live = 0
         self.held = 0.0
+        self.holding = 0
+        self.settled = s
         self.first = 0  # pos of the next entry put at the head
         self.last = 0  # pos of the last entry put at the tail
         self.version = 0
         self.s_log: deque[tuple[float, float]] = deque()
+
+    def set_s(self) -> None:
+        """Recompute ``s = settled + held`` (exactly ``settled`` when nothing is held)."""
+        self.s = self.settled + self.held if self.holding else self.settled
 
     def head(self) -> _Entry:
         """Return the oldest queued entry. The lane must be backlogged. Amortised O(1)."""

@@ -39,7 +39,7 @@ def finite(name: str, value: object) -> float:
             return number
     shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
     raise ValueError(
-        f"{name} must be a finite number of seconds within +-{TIME_LIMIT:.0e}, got {shown}"
+        f"{name} must be a finite number of seconds, got {shown} (at most 1e15 in magnitude)"
     )
 
 

@@ -102,29 +102,31 @@ def lease_function(lease_for: object) -> LeaseFunction | None:
         return None
     if not callable(lease_for):
         raise ConfigError(
-            f"lease_for must be a callable job -> seconds or (job, worker) -> seconds, "
-            f"got {lease_for!r}"
+            f"lease_for must be a callable job -> seconds, got {lease_for!r} (a fleet's may "
+            "also take (job, worker_info))"
         )
     if isinstance(lease_for, LeaseCalculator):
         calculator = lease_for
 
         def calculated(job: Job, worker: _Worker) -> float:
             if not worker.slow:
-                return calculator(job)
+                plain: int = calculator(job)
+                return plain
             source = _request_source(job)
             if isinstance(source, ImageRequest):
-                return calculator.for_request(attrs.evolve(source, extra_slow_worker=True))
+                return float(calculator.for_request(attrs.evolve(source, extra_slow_worker=True)))
             kwargs = dict(_request_kwargs(source))
             kwargs["extra_slow_worker"] = True
-            return calculator.seconds(**kwargs)
+            seconds: int = calculator.seconds(**kwargs)
+            return seconds
 
         return calculated
     function: Callable[..., Any] = lease_for
     try:
         inspect.signature(function).bind(None, None)
     except (TypeError, ValueError):
-        return lambda job, worker: function(job)  # type: ignore[no-any-return]
-    return lambda job, worker: function(job, worker.info())  # type: ignore[no-any-return]
+        return lambda job, worker: function(job)
+    return lambda job, worker: function(job, worker.info())
 
 
 class Search:
@@ -132,21 +134,19 @@ class Search:
 
     Args:
         worker: The popping worker.
-        running: ``member -> jobs held``, or None when there is no per-member cap.
-        cap: ``max_running_per_member`` (ignored when ``running`` is None).
+        cap: ``max_running_per_member``, or None.
         warm: The models resident on *other* live workers with a free slot that serve them
             (empty when ``warm_hold`` is 0).
         hold: ``warm_hold`` seconds.
         now: The pop's time.
     """
 
-    __slots__ = ("accepts", "cap", "hold", "models", "now", "resident", "running", "warm")
+    __slots__ = ("accepts", "cap", "hold", "models", "now", "resident", "warm")
 
     def __init__(
         self,
         worker: _Worker,
-        running: dict[str, int] | None,
-        cap: int,
+        cap: int | None,
         warm: frozenset[str],
         hold: float,
         now: float,
@@ -154,7 +154,6 @@ class Search:
         self.models = worker.models
         self.accepts = worker.accepts
         self.resident = worker.resident
-        self.running = running
         self.cap = cap
         self.warm = warm
         self.hold = hold
@@ -162,8 +161,8 @@ class Search:
 
     def capped(self, lane: _Lane) -> bool:
         """Whether the lane's member is at its running cap."""
-        running = self.running
-        return running is not None and running.get(lane.member, 0) >= self.cap
+        cap = self.cap
+        return cap is not None and lane.owner.running >= cap
 
     def held_back(self, entry: _Entry) -> bool:
         """Whether the warm hold keeps the entry for another worker."""
@@ -273,9 +272,7 @@ def best_for(
     return best[1], best[2], best[3]
 
 
-def idle_reasons(
-    entries: list[_Entry], worker: _Worker, search: Search
-) -> dict[str, int]:
+def idle_reasons(entries: list[_Entry], worker: _Worker, search: Search) -> dict[str, int]:
     """Count the queued entries the worker may not take, by the first cause. O(n)."""
     counts: dict[str, int] = {}
     full = len(worker.held) >= worker.slots
