@@ -39,175 +39,37 @@ compare raises the same exception type as the real dispatcher.
 
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
-import attrs
-
-from prioqueue._errors import (
-    DuplicateJob,
-    InvalidState,
-    LeaseError,
-    LeaseExpired,
-    QueueFull,
-    UnknownJob,
-    UnknownWorker,
+from prioqueue._errors import DuplicateJob, LeaseExpired, QueueFull, UnknownJob
+from prioqueue._reference_rules import _Rules
+from prioqueue._reference_state import (
+    DEFAULT_EXPECTED_RUNTIME,
+    IDLE_CAUSES,
+    RECENT_RUNTIMES,
+    CauseName,
+    _Entry,
+    _finite,
+    _Held,
+    _Lane,
+    _LevelCounters,
+    _MemberCounters,
+    _takes_worker,
+    _Worker,
 )
 from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
-from prioqueue.lease import ImageRequest, Lease, LeaseCalculator
 from prioqueue.priority import PriorityPolicy
-from prioqueue.records import (
-    Completed,
-    Expired,
-    Grant,
-    Job,
-    JobState,
-    LevelStats,
-    MemberStats,
-    Reorders,
-    Stats,
-    Ticket,
-    WorkerInfo,
-)
+from prioqueue.records import Completed, Expired, Grant, Job, Ticket, WorkerInfo
 from prioqueue.scoring import ScoreBreakdown, Scorer
 
 __all__ = ["DEFAULT_EXPECTED_RUNTIME", "RECENT_RUNTIMES", "ReferenceFleet"]
 
-#: The expected runtime of a job with no estimate and no recent runtime of its model or level.
-DEFAULT_EXPECTED_RUNTIME = 60.0
-
-#: Finished jobs' runtimes kept per model and per level for the expected charge.
-RECENT_RUNTIMES = 8
-
-#: The causes ``idle_reasons`` reports, in the order they are tested.
-IDLE_CAUSES = ("slots_full", "member_cap", "model", "accepts", "warm_hold")
-
 _UNCHANGED: Any = object()
 
-CauseName = Literal["lease", "worker_timeout"]
 
-
-@attrs.define(eq=False)
-class _Entry:
-    """A queued job: the job, when it entered the queue, and its grants so far."""
-
-    job: Job
-    queued_at: float
-    grants: int = 0
-
-
-@attrs.define(eq=False)
-class _Lane:
-    """A lane: ``s = settled + held`` while it has held jobs, else ``s = settled``."""
-
-    member: str
-    level: int
-    settled: float = -math.inf
-    held: float = 0.0
-    holding: int = 0
-    jobs: list[_Entry] = attrs.field(factory=list)
-
-    @property
-    def s(self) -> float:
-        return self.settled + self.held if self.holding else self.settled
-
-    def hold(self, c: float) -> None:
-        """A grant: the up-front charge ``c`` joins ``held`` (no clamp)."""
-        self.holding += 1
-        self.held += c
-
-    def release(self, c: float) -> None:
-        """A held job leaves (finished or taken back): its up-front charge leaves ``held``."""
-        self.holding -= 1
-        self.held = self.held - c if self.holding else 0.0
-
-
-@attrs.define(eq=False)
-class _Held:
-    """A job a worker holds: its grant, the up-front charge ``c`` and the capacity ``n``."""
-
-    grant: Grant
-    worker: str
-    grants: int
-    c: float
-    n: int
-
-
-@attrs.define(eq=False)
-class _Worker:
-    name: str
-    models: frozenset[str] | None
-    resident: str | None
-    slots: int
-    slow: bool
-    accepts: Callable[[Job], bool] | None
-    last_seen: float
-    timed_out: bool = False
-    held: list[_Held] = attrs.field(factory=list)
-
-    def serves(self, model: str | None) -> bool:
-        return model is None or self.models is None or model in self.models
-
-
-@attrs.frozen
-class _Offer:
-    """One lane's offer to a worker: the job it gives up and the terms of its key."""
-
-    level: int
-    s: float
-    head: Job
-    entry: _Entry
-    tier: float
-    affinity: float
-    lane: _Lane | None  # None without fair share
-
-
-@attrs.define
-class _LevelCounters:
-    dispatched: int = 0
-    total_wait: float = 0.0
-    waits: list[float] = attrs.field(factory=list)
-    reorders: dict[str, int] = attrs.field(
-        factory=lambda: {"aging": 0, "affinity": 0, "tier": 0, "fair_share": 0}
-    )
-
-
-@attrs.define
-class _MemberCounters:
-    dispatched: int = 0
-    completed: int = 0
-    gpu_seconds: float = 0.0
-
-
-def _finite(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return float(value)
-
-
-def _takes_worker(fn: Callable[..., Any]) -> bool:
-    """Whether ``lease_for`` takes ``(job, worker)`` rather than ``(job)``."""
-    if isinstance(fn, LeaseCalculator):
-        return False
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return False
-    positional = [
-        p
-        for p in signature.parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    varargs = any(p.kind is p.VAR_POSITIONAL for p in signature.parameters.values())
-    return varargs or len(positional) >= 2
-
-
-class ReferenceFleet:
+class ReferenceFleet(_Rules):
     """A brute-force model of ``FleetDispatcher`` for tests: same calls, same answers.
 
     Args:
@@ -271,154 +133,6 @@ class ReferenceFleet:
         self._recent_by_model: dict[str, list[float]] = {}
         self._recent_by_level: dict[int, list[float]] = {}
         self._counts = {"completed": 0, "cancelled": 0, "expired": 0, "failed": 0, "swaps": 0}
-
-    # -- reading -----------------------------------------------------------------------------
-
-    @property
-    def scorer(self) -> Scorer:
-        """The scorer."""
-        return self._scorer
-
-    @property
-    def policy(self) -> PriorityPolicy:
-        """The priority policy."""
-        return self._policy
-
-    @property
-    def held(self) -> list[Grant]:
-        """The grants of every held job, by grant time (then ``seq``)."""
-        return [held.grant for held in self._held()]
-
-    def workers(self) -> list[WorkerInfo]:
-        """Every known worker's info (timed-out ones included), sorted by name."""
-        return [self._info(self._workers[name]) for name in sorted(self._workers)]
-
-    @property
-    def capacity(self) -> int:
-        """``N = max(1, live workers)``."""
-        return max(1, sum(1 for w in self._workers.values() if not w.timed_out))
-
-    def __len__(self) -> int:
-        return len(self._queued())
-
-    def __contains__(self, job_id: object) -> bool:
-        return isinstance(job_id, str) and self._find(job_id) is not None
-
-    def job(self, job_id: str) -> Job:
-        """Return a queued or held job.
-
-        Args:
-            job_id: The job's id.
-
-        Returns:
-            The job.
-
-        Raises:
-            UnknownJob: The id is neither queued nor held.
-        """
-        found = self._find(job_id)
-        if found is None:
-            raise UnknownJob(f"unknown job {job_id!r}")
-        return found[0]
-
-    def state(self, job_id: str) -> JobState:
-        """Return ``"queued"`` or ``"running"`` (held by a worker).
-
-        Args:
-            job_id: The job's id.
-
-        Returns:
-            The job's state.
-
-        Raises:
-            UnknownJob: The id is neither queued nor held.
-        """
-        found = self._find(job_id)
-        if found is None:
-            raise UnknownJob(f"unknown job {job_id!r}")
-        return found[1]
-
-    def holder(self, job_id: str) -> str | None:
-        """Return the name of the worker holding ``job_id``, or None when it is queued.
-
-        Args:
-            job_id: The job's id.
-
-        Returns:
-            The worker's name, or None.
-
-        Raises:
-            UnknownJob: The id is neither queued nor held.
-        """
-        if self._find(job_id) is None:
-            raise UnknownJob(f"unknown job {job_id!r}")
-        held = self._held_by_id(job_id)
-        return None if held is None else held.worker
-
-    def worker(self, name: str) -> WorkerInfo:
-        """Return a known worker's info.
-
-        Args:
-            name: The worker's name.
-
-        Returns:
-            Its info.
-
-        Raises:
-            UnknownWorker: The name was never joined, or has left.
-        """
-        return self._info(self._worker(name))
-
-    def next_deadline(self) -> float | None:
-        """The earliest held lease deadline or live worker's timeout, or None."""
-        times = [h.grant.lease.deadline for h in self._held() if h.grant.lease is not None]
-        if self._worker_timeout is not None:
-            times += [
-                w.last_seen + self._worker_timeout
-                for w in self._workers.values()
-                if not w.timed_out
-            ]
-        return min(times, default=None)
-
-    def lane_jobs(self, member: str, level: int) -> tuple[Job, ...]:
-        """Return the queued jobs of a lane in lane order (the head first).
-
-        Args:
-            member: The lane's member.
-            level: The lane's level.
-
-        Returns:
-            The jobs; empty for a lane that is not backlogged.
-        """
-        lane = self._lanes.get((member, level))
-        return () if lane is None else tuple(entry.job for entry in lane.jobs)
-
-    def lane_start(self, member: str, level: int) -> float:
-        """Return the virtual start ``s`` of a lane (``-inf`` for a lane never seen).
-
-        Args:
-            member: The lane's member.
-            level: The lane's level.
-
-        Returns:
-            The lane's ``s`` (including the up-front charges of its held jobs); ``-inf``
-            without fair share.
-        """
-        lane = self._lanes.get((member, level))
-        return -math.inf if lane is None or not self._fair_share else lane.s
-
-    def lane_held(self, member: str, level: int) -> float:
-        """Return the up-front charges of a lane's held jobs (``held``; 0 for no lane).
-
-        Args:
-            member: The lane's member.
-            level: The lane's level.
-
-        Returns:
-            The lane's ``held``.
-        """
-        lane = self._lanes.get((member, level))
-        return 0.0 if lane is None else lane.held
 
     # -- workers -----------------------------------------------------------------------------
 
@@ -524,6 +238,17 @@ class ReferenceFleet:
             self._take_back(taken, now, always_requeue=True)
             del self._workers[name]
             return sorted((held.grant.job for held in taken), key=lambda job: job.seq)
+
+    def _add_fixed_worker(self, name: str) -> None:
+        """Add a worker with the defaults (one slot, every model) outside time.
+
+        It is the one worker of a size-one dispatcher: there from construction, never leaving.
+        """
+        self._workers[name] = _Worker(name, None, None, 1, False, None, -math.inf)
+
+    def _set_resident(self, name: str, model: str | None) -> None:
+        """Set a worker's resident model without a heartbeat (``set_resident_model``)."""
+        self._worker(name).resident = model
 
     def idle_reasons(self, name: str, *, now: float) -> Mapping[str, int]:
         """Why ``pop(name)`` finds nothing: queued jobs per first cause of ineligibility.
@@ -748,6 +473,9 @@ class ReferenceFleet:
     def cancel(self, job_id: str, *, now: float, worker: str | None = None) -> Job:
         """Drop a queued job, or finish a held one (charged for the time it ran).
 
+        A cancel naming the holding worker counts as word from it (its ``last_seen``); a
+        client's cancel without ``worker`` does not.
+
         Args:
             job_id: The job's id.
             now: The current time.
@@ -769,7 +497,10 @@ class ReferenceFleet:
             job, state = found
             if state == "running":
                 held = self._held_for(job_id, worker)
+                seen = self._workers[held.worker].last_seen
                 self._finish(held, now - held.grant.granted_at, now)
+                if worker is None:  # a client's cancel is no word from the worker
+                    self._workers[held.worker].last_seen = seen
             else:
                 lane = self._lane_of(job)
                 lane.jobs = [entry for entry in lane.jobs if entry.job is not job]
@@ -821,409 +552,3 @@ class ReferenceFleet:
                 for held, deadline, cause in due
             ]
             return sorted(records, key=lambda record: record.job.seq)
-
-    def stats(self, *, now: float) -> Stats:
-        """Return the counters and per-level and per-member statistics at ``now``.
-
-        ``running`` is the first held job by grant time (None when none is held),
-        ``resident_model`` the resident model of the first-joined worker.
-
-        Args:
-            now: The current time.
-
-        Returns:
-            The statistics.
-
-        Raises:
-            ValueError: ``now`` went backwards.
-        """
-        now = self._time(now)
-        with self._commit(now):
-            queued = [entry.job for entry in self._queued()]
-            levels: dict[int, LevelStats] = {}
-            for level in sorted(self._levels, reverse=True):
-                counters = self._levels[level]
-                waits = [now - job.arrival for job in queued if job.priority == level]
-                levels[level] = LevelStats(
-                    level=level,
-                    queued=len(waits),
-                    oldest_wait=max(waits, default=0.0),
-                    mean_wait=math.fsum(waits) / len(waits) if waits else 0.0,
-                    dispatched=counters.dispatched,
-                    total_wait=counters.total_wait,
-                    reorders=Reorders(**counters.reorders),
-                    wait_buckets=tuple(
-                        (bound, sum(1 for wait in counters.waits if wait <= bound))
-                        for bound in self._buckets
-                    ),
-                )
-            members = {
-                name: MemberStats(
-                    member=name,
-                    queued=sum(1 for job in queued if job.member == name),
-                    dispatched=counters.dispatched,
-                    completed=counters.completed,
-                    gpu_seconds=counters.gpu_seconds,
-                    running=sum(1 for h in self._held() if h.grant.job.member == name),
-                )
-                for name, counters in self._members.items()
-            }
-            held = self._held()
-            first = next(iter(self._workers.values()), None)
-            return Stats(
-                now=now,
-                levels=levels,
-                members=members,
-                running=held[0].grant.job if held else None,
-                resident_model=None if first is None else first.resident,
-                queued=len(queued),
-                dispatched=sum(counters.dispatched for counters in self._levels.values()),
-                **self._counts,
-                held=tuple(h.grant.job for h in held),
-                workers=tuple(self.workers()),
-            )
-
-    # -- the rules ---------------------------------------------------------------------------
-
-    def _ineligible(self, worker: _Worker, entry: _Entry, now: float) -> str | None:
-        """The first cause that keeps ``entry`` from ``worker`` (None: it is eligible)."""
-        job = entry.job
-        if len(worker.held) >= worker.slots:
-            return "slots_full"
-        if self._max_running is not None:
-            running = sum(1 for held in self._held() if held.grant.job.member == job.member)
-            if running >= self._max_running:
-                return "member_cap"
-        if not worker.serves(job.model):
-            return "model"
-        if worker.accepts is not None and not worker.accepts(job):
-            return "accepts"
-        if (
-            self._warm_hold > 0
-            and job.model is not None
-            and job.model != worker.resident
-            and now < entry.queued_at + self._warm_hold
-            and any(
-                other is not worker
-                and not other.timed_out
-                and other.resident == job.model
-                and len(other.held) < other.slots
-                and other.serves(job.model)
-                for other in self._workers.values()
-            )
-        ):
-            return "warm_hold"
-        return None
-
-    def _fast_path(self, worker: _Worker) -> bool:
-        """Whether a grant to ``worker`` counts reorders (the note's fast path).
-
-        The worker serves every model with no ``accepts``; with ``warm_hold``, no other live
-        worker with a free slot has a model it serves loaded; with a member cap, the winner
-        among *all* queued jobs belongs to a member under the cap. Then the winner is the one
-        the counterfactual rankings (which know nothing of eligibility) compete with.
-        """
-        if worker.models is not None or worker.accepts is not None:
-            return False
-        if self._warm_hold > 0 and any(
-            other is not worker
-            and other.resident is not None
-            and not other.timed_out
-            and len(other.held) < other.slots
-            and other.serves(other.resident)
-            for other in self._workers.values()
-        ):
-            return False
-        if self._max_running is not None:
-            offers = self._offers(worker, lambda entry: True)
-            win = min(offers, key=lambda o: (-self._key(o), o.s, o.entry.job.seq))
-            mine = sum(1 for held in self._held() if held.grant.job.member == win.head.member)
-            return mine < self._max_running
-        return True
-
-    def _backlogged(self) -> list[tuple[int, float, list[_Entry], _Lane | None]]:
-        """``(level, s, entries, lane)`` of each backlogged lane (each job without fair share)."""
-        if self._fair_share:
-            return [
-                (lane.level, lane.s, lane.jobs, lane) for lane in self._lanes.values() if lane.jobs
-            ]
-        return [
-            (entry.job.priority, entry.job.arrival, [entry], None)
-            for lane in self._lanes.values()
-            for entry in lane.jobs
-        ]
-
-    def _offers(self, worker: _Worker, eligible_to: Callable[[_Entry], bool]) -> list[_Offer]:
-        """Each backlogged lane's offer to ``worker`` among the entries ``eligible_to`` keeps.
-
-        A lane with no such entry offers nothing.
-        """
-        offers = []
-        for level, s, entries, lane in self._backlogged():
-            eligible = [e for e in entries if eligible_to(e)]
-            if eligible:
-                offers.append(self._offer(level, s, entries, eligible, worker.resident, lane))
-        return offers
-
-    def _offer(
-        self,
-        level: int,
-        s: float,
-        entries: list[_Entry],
-        eligible: list[_Entry],
-        resident: str | None,
-        lane: _Lane | None,
-    ) -> _Offer:
-        head = entries[0].job
-        choice = self._affinity_entry(head, eligible, resident)
-        if choice is None or resident is None:
-            return _Offer(level, s, head, eligible[0], head.tier_bonus, 0.0, lane)
-        bonus = self._scorer.affinity(resident)
-        return _Offer(level, s, head, choice, head.tier_bonus, bonus, lane)
-
-    def _affinity_entry(self, head: Job, entries: list[_Entry], model: str | None) -> _Entry | None:
-        """The oldest of ``entries`` for ``model`` within ``W`` of ``head`` (None: not eligible)."""
-        if model is None or not self._scorer.affinity(model) > 0:
-            return None
-        config = self._scorer.config
-        limit = head.arrival + config.max_affinity * config.aging_divisor
-        for entry in entries:
-            if entry.job.model == model and entry.job.arrival <= limit:
-                return entry
-        return None
-
-    def _key(self, offer: _Offer) -> float:
-        d = self._scorer.config.aging_divisor
-        return offer.level + offer.tier + offer.affinity - offer.s / d
-
-    def _counterfactuals(self, offers: list[_Offer], worker: _Worker) -> dict[str, Job]:
-        """The winner without each term of the score (the size-1 note's Observability)."""
-        d = self._scorer.config.aging_divisor
-
-        def order(key: Callable[[_Offer], float]) -> Callable[[_Offer], tuple[float, ...]]:
-            return lambda o: (-key(o), o.s, o.entry.job.seq)
-
-        aging = min(offers, key=order(lambda o: o.level + o.tier + o.affinity))
-        affinity = min(
-            (o if o.affinity == 0 else self._plain(o) for o in offers),
-            key=order(lambda o: o.level + o.tier - o.s / d),
-        )
-        tier = min(offers, key=order(lambda o: o.level + o.affinity - o.s / d))
-        # Fair share: per-job aging over each lane's head and its oldest resident-model job.
-        rows: list[tuple[float, float, int, Job]] = []
-        model = worker.resident
-        bonus = 0.0 if model is None else self._scorer.affinity(model)
-        for level, _, entries, _ in self._backlogged():
-            head = entries[0].job
-            picks = [head]
-            if model is not None and bonus > 0:
-                picks += [e.job for e in entries if e.job.model == model][:1]
-            for job in picks:
-                aff = bonus if model is not None and bonus > 0 and job.model == model else 0
-                key = level + head.tier_bonus + aff - job.arrival / d
-                rows.append((-key, job.arrival, job.seq, job))
-        fair = min(rows, key=lambda row: row[:3])[3]
-        return {
-            "aging": aging.entry.job,
-            "affinity": affinity.entry.job,
-            "tier": tier.entry.job,
-            "fair_share": fair,
-        }
-
-    def _plain(self, offer: _Offer) -> _Offer:
-        """The offer without affinity: the lane's head (every job is eligible here)."""
-        entries = offer.lane.jobs if offer.lane is not None else [offer.entry]
-        return attrs.evolve(offer, entry=entries[0], affinity=0.0)
-
-    def _lift_floor(self, job: Job) -> float:
-        """The lift's floor for a lane that ``job`` makes backlogged (``inf``: none at level)."""
-        backlogged = [m for m in self._lanes.values() if m.level == job.priority and m.jobs]
-        if not backlogged:
-            return math.inf
-        starved = min(backlogged, key=lambda m: m.s)  # min() keeps the first (oldest) on ties
-        residents = {w.resident for w in self._workers.values() if not w.timed_out}
-        residents.discard(None)
-        mine = job.tier_bonus
-        if job.model is not None and job.model in residents:
-            mine += self._scorer.affinity(job.model)
-        head = starved.jobs[0].job
-        theirs = head.tier_bonus
-        bonuses = [
-            self._scorer.affinity(r)
-            for r in residents
-            if r is not None and self._affinity_entry(head, starved.jobs, r) is not None
-        ]
-        theirs += max(bonuses, default=0.0)
-        return starved.s + max(0.0, mine - theirs) * self._scorer.config.aging_divisor
-
-    def _lease(self, job: Job, info: WorkerInfo, now: float) -> Lease:
-        """The grant's lease; ``LeaseError`` (naming the job) when ``lease_for`` fails."""
-        fn = self._lease_for
-        assert fn is not None
-        try:
-            if isinstance(fn, LeaseCalculator):
-                seconds: object = fn(job)
-                if info.slow:
-                    source = job.payload if isinstance(job.payload, Mapping) else job
-                    request = (
-                        source
-                        if isinstance(source, ImageRequest)
-                        else ImageRequest.from_mapping(source)  # type: ignore[arg-type]
-                    )
-                    seconds = fn.for_request(attrs.evolve(request, extra_slow_worker=True))
-            elif self._lease_takes_worker:
-                seconds = fn(job, info)
-            else:
-                seconds = fn(job)
-        except Exception as exc:
-            raise LeaseError(
-                f"lease_for raised for job {job.id!r}: {exc!r}", job_id=job.id
-            ) from exc
-        if (
-            isinstance(seconds, bool)
-            or not isinstance(seconds, (int, float))
-            or not 0 < seconds < math.inf
-        ):
-            raise LeaseError(f"lease_for returned {seconds!r} for job {job.id!r}", job_id=job.id)
-        return Lease(now, seconds)
-
-    def _expected_runtime(self, job: Job) -> float:
-        if job.estimate is not None:
-            return job.estimate
-        if job.model is not None and self._recent_by_model.get(job.model):
-            recent = self._recent_by_model[job.model]
-            return sum(recent) / len(recent)
-        recent = self._recent_by_level.get(job.priority, [])
-        return sum(recent) / len(recent) if recent else DEFAULT_EXPECTED_RUNTIME
-
-    def _charge_of(self, job: Job, runtime: float) -> float:
-        """The charge model's value for ``job`` run for ``runtime`` (ValueError when bad)."""
-        if self._charge == "runtime":
-            charge: object = runtime
-        elif self._charge == "estimate":
-            charge = runtime if job.estimate is None else job.estimate
-        elif callable(self._charge):
-            charge = self._charge(job, runtime)
-        else:
-            charge = float(self._charge)
-        if isinstance(charge, bool) or not isinstance(charge, (int, float)):
-            charge = math.nan
-        if not (math.isfinite(charge) and charge >= 0):
-            raise ValueError(
-                f"the charge model returned {charge!r} for job {job.id!r}; a charge must be a "
-                "finite number of seconds >= 0"
-            )
-        return float(charge)
-
-    def _finish(self, held: _Held, runtime: float, now: float) -> float:
-        """Free a held job and correct its lane (complete, or cancel); return the charge."""
-        job = held.grant.job
-        charge = self._charge_of(job, runtime)
-        self._workers[held.worker].held.remove(held)
-        self._workers[held.worker].last_seen = now
-        self._runtimes.append(runtime)
-        if job.model is not None:
-            self._remember(self._recent_by_model.setdefault(job.model, []), runtime)
-        self._remember(self._recent_by_level.setdefault(job.priority, []), runtime)
-        self._members[job.member].gpu_seconds += charge
-        if self._fair_share:
-            lane = self._lane_of(job)
-            lane.release(held.c)
-            lane.settled = min(lane.settled + charge / held.n, now)
-            others = [m for m in self._lanes.values() if m.level == lane.level and m.jobs]
-            if lane.jobs and others == [lane]:
-                lane.settled = now  # alone at its level: re-anchored
-        return charge
-
-    @staticmethod
-    def _remember(recent: list[float], runtime: float) -> None:
-        recent.append(runtime)
-        del recent[:-RECENT_RUNTIMES]
-
-    def _take_back(self, taken: list[_Held], now: float, *, always_requeue: bool) -> set[int]:
-        """Refund and requeue (or fail) held jobs; return the ``seq`` of those requeued."""
-        requeued: set[int] = set()
-        for held in sorted(taken, key=lambda h: h.grant.job.seq, reverse=True):
-            job = held.grant.job
-            self._workers[held.worker].held.remove(held)
-            if self._fair_share:
-                self._lane_of(job).release(held.c)  # the refund: exactly what was charged
-            self._counts["expired"] += not always_requeue
-            if always_requeue or held.grants < self._max_attempts:
-                self._lane_of(job).jobs.insert(0, _Entry(job, now, held.grants))
-                requeued.add(job.seq)
-            else:
-                self._counts["failed"] += 1
-        return requeued
-
-    # -- bookkeeping -------------------------------------------------------------------------
-
-    def _info(self, worker: _Worker) -> WorkerInfo:
-        return WorkerInfo(
-            name=worker.name,
-            models=worker.models,
-            resident=worker.resident,
-            slots=worker.slots,
-            slow=worker.slow,
-            held=tuple(held.grant.job.id for held in worker.held),
-            last_seen=worker.last_seen,
-            timed_out=worker.timed_out,
-            filtered=worker.accepts is not None,
-        )
-
-    def _worker(self, name: str) -> _Worker:
-        worker = self._workers.get(name)
-        if worker is None:
-            raise UnknownWorker(f"unknown worker {name!r}")
-        return worker
-
-    def _time(self, now: float) -> float:
-        """Check ``now``: finite and not earlier than the latest call that succeeded."""
-        value = _finite("now", now)
-        if value < self._latest:
-            raise ValueError(f"time went backwards: now={now!r} < {self._latest!r}")
-        return value
-
-    @contextmanager
-    def _commit(self, now: float) -> Iterator[None]:
-        """Make ``now`` the latest time when the block succeeds (a call that raises does not)."""
-        yield
-        self._latest = now
-
-    def _queued(self) -> list[_Entry]:
-        return [entry for lane in self._lanes.values() for entry in lane.jobs]
-
-    def _held(self) -> list[_Held]:
-        held = [h for worker in self._workers.values() for h in worker.held]
-        return sorted(held, key=lambda h: (h.grant.granted_at, h.grant.job.seq))
-
-    def _held_by_id(self, job_id: str) -> _Held | None:
-        return next((h for h in self._held() if h.grant.job.id == job_id), None)
-
-    def _find(self, job_id: str) -> tuple[Job, JobState] | None:
-        held = self._held_by_id(job_id)
-        if held is not None:
-            return held.grant.job, "running"
-        for entry in self._queued():
-            if entry.job.id == job_id:
-                return entry.job, "queued"
-        return None
-
-    def _held_for(self, job_id: str, worker: str | None) -> _Held:
-        """The held job ``job_id``, reported by ``worker`` (None: whoever holds it)."""
-        found = self._find(job_id)
-        if found is None:
-            raise UnknownJob(f"unknown job {job_id!r}")
-        held = self._held_by_id(job_id)
-        if held is None:
-            raise InvalidState(f"job {job_id!r} is queued, not held by a worker")
-        if worker is not None and worker != held.worker:
-            raise InvalidState(f"job {job_id!r} is held by {held.worker!r}, not {worker!r}")
-        return held
-
-    def _lane_of(self, job: Job) -> _Lane:
-        return self._lanes[(job.member, job.priority)]
-
-    def _retry_after(self) -> float:
-        recent = self._runtimes[-64:]
-        return max(1.0, math.fsum(recent) / len(recent)) if recent else 30.0
