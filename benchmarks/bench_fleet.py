@@ -2,7 +2,8 @@
 
 A fleet of 100 workers serving 50 models (1,000 members, each using two of them) holds ``n``
 queued jobs while every worker runs one: each cycle the worker that has run longest completes
-its job, a new job is submitted, and that worker pops its next one. The figures, each printed beside a baseline from the same run:
+its job, a new job is submitted, and that worker pops its next one. The figures, each printed
+beside a baseline from the same run:
 
 * the fleet cycle at 10^5 queued against the ``SizeOneDispatcher`` cycle (submit + dispatch +
   complete) at 10^5, and against a bare ``heapq`` push + pop at 10^5 (the floor for any
@@ -30,7 +31,7 @@ import time
 import tracemalloc
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from _harness import section
 
@@ -44,7 +45,14 @@ MEMBERS = 1_000
 MODELS_PER_WORKER = 5
 
 
-def _spec(i: int, rng: random.Random) -> dict[str, object]:
+class _Spec(TypedDict):
+    member: str
+    priority: int
+    tier: str
+    model: str
+
+
+def _spec(i: int, rng: random.Random) -> _Spec:
     """Job ``i``: a random member, who uses two of the 50 models (a member's film or app
     needs one or two models, so a lane holds a few models however long it is)."""
     member = rng.randrange(MEMBERS)
@@ -68,12 +76,12 @@ def _fleet(n: int, *, subsets: bool, rng: random.Random) -> tuple[FleetDispatche
             models = [MODELS[(w * MODELS_PER_WORKER + k) % len(MODELS)] for k in range(5)]
         fleet.join(f"w{w}", models=models, now=0.0)
     for i in range(n + WORKERS):
-        fleet.submit(f"j{i}", now=0.0, **_spec(i, rng))  # type: ignore[arg-type]
+        fleet.submit(f"j{i}", now=0.0, **_spec(i, rng))
     held: Held = deque()
     for w in range(WORKERS):
         grant = fleet.pop(f"w{w}", now=0.0)
         assert grant is not None
-        held.append((grant.worker, grant.job.id))
+        held.append((f"w{w}", grant.job.id))
     return fleet, held
 
 
@@ -88,7 +96,7 @@ def _fleet_cycles(
     for i in range(cycles):
         worker, job_id = held.popleft()
         fleet.complete(job_id, now=now, runtime=1.0)
-        fleet.submit(f"j{start + i}", now=now, **specs[i])  # type: ignore[arg-type]
+        fleet.submit(f"j{start + i}", now=now, **specs[i])
         grant = fleet.pop(worker, now=now)
         assert grant is not None
         held.append((worker, grant.job.id))
@@ -99,7 +107,7 @@ def _fleet_cycles(
 def _size_one(n: int, rng: random.Random) -> SizeOneDispatcher:
     gpu = SizeOneDispatcher()
     for i in range(n):
-        gpu.submit(f"j{i}", now=0.0, **_spec(i, rng))  # type: ignore[arg-type]
+        gpu.submit(f"j{i}", now=0.0, **_spec(i, rng))
     return gpu
 
 
@@ -108,7 +116,7 @@ def _size_one_cycles(gpu: SizeOneDispatcher, start: int, cycles: int, rng: rando
     now = 1.0
     t0 = time.perf_counter()
     for i in range(cycles):
-        gpu.submit(f"j{start + i}", now=now, **specs[i])  # type: ignore[arg-type]
+        gpu.submit(f"j{start + i}", now=now, **specs[i])
         grant = gpu.dispatch(now)
         assert grant is not None
         now += 1.0

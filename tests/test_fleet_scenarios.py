@@ -383,8 +383,7 @@ def test_a_cancel_from_the_holder_is_word_from_it(make: Factory, named: bool) ->
     fleet.join("gpu-a", now=0.0)
     fleet.submit("j0", member="ann", now=0.0)
     assert fleet.pop("gpu-a", now=0.0) is not None
-    kwargs = {"worker": "gpu-a"} if named else {}
-    fleet.cancel("j0", now=50.0, **kwargs)
+    fleet.cancel("j0", now=50.0, worker="gpu-a" if named else None)
     assert fleet.worker("gpu-a").last_seen == (50.0 if named else 0.0)
     assert fleet.next_deadline() == (110.0 if named else 60.0)
 

@@ -380,6 +380,7 @@ class FleetComparison(RuleBasedStateMachine):
         sub.status = "running"
         sub.holder = name
         self.grants.append(grant)
+        assert isinstance(grant, Grant)
         return grant
 
     @precondition(lambda self: self.ready and self.slots)
