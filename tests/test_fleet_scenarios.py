@@ -19,11 +19,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prioqueue import InvalidState, LeaseCalculator, lease_seconds
+from prioqueue import (
+    InvalidState,
+    LeaseCalculator,
+    LeaseError,
+    PriorityPolicy,
+    UnknownJob,
+    UnknownWorker,
+    lease_seconds,
+)
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.records import Grant, Job, WorkerInfo
-from prioqueue.scoring import ScoringConfig
-from prioqueue.testing import ReferenceFleet
+from prioqueue.scoring import Scorer, ScoringConfig
+from prioqueue.testing import ReferenceDispatcher, ReferenceFleet
 
 Fleet = FleetDispatcher | ReferenceFleet
 Factory = Callable[..., Fleet]
@@ -454,3 +462,84 @@ def test_a_member_at_its_cap_is_skipped_and_keeps_its_place(make: Factory) -> No
 
     assert first_grants(1) == ["ann0", "bob0"]  # the third worker stays idle: ann is capped
     assert first_grants(None) == ["ann0", "bob0", "ann1"]  # baseline: no cap
+
+
+# --- bad calls: both refuse them the same way and change nothing ------------------------------
+
+
+@IMPLEMENTATIONS
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        ({"slots": 0}, "slots"),
+        ({"slots": 1.5}, "slots"),
+        ({"slots": True}, "slots"),
+        ({"slow": "yes"}, "slow"),
+        ({"models": ["sdxl", ""]}, "model"),
+        ({"accepts": "yes"}, "accepts"),
+    ],
+)
+def test_a_bad_join_is_refused(make: Factory, spec: dict[str, Any], error: str) -> None:
+    fleet = make()
+    with pytest.raises(ValueError, match=error):
+        fleet.join("gpu", now=0.0, **spec)
+    with pytest.raises(ValueError, match="name"):
+        fleet.join("", now=0.0)
+    assert fleet.workers() == []
+
+
+@IMPLEMENTATIONS
+@pytest.mark.parametrize("lease", [lambda job: -1.0, lambda job: math.inf, lambda job: 1 / 0])
+def test_a_bad_lease_changes_nothing(make: Factory, lease: Callable[[Job], float]) -> None:
+    fleet = make(lease_for=lease)
+    fleet.join("gpu", now=0.0)
+    fleet.submit("a", member="ann", now=0.0)
+    with pytest.raises(LeaseError) as failed:
+        fleet.pop("gpu", now=1.0)
+    assert failed.value.job_id == "a"
+    # Nothing changes but the worker's last_seen: it asked, so it was heard from.
+    assert (fleet.state("a"), fleet.worker("gpu").held, fleet.worker("gpu").last_seen) == (
+        "queued",
+        (),
+        1.0,
+    )
+
+
+@IMPLEMENTATIONS
+def test_a_bad_charge_or_runtime_changes_nothing(make: Factory) -> None:
+    fleet = make(charge=lambda job, runtime: math.nan if runtime > 100 else runtime)
+    fleet.join("gpu", now=0.0)
+    fleet.submit("a", member="ann", now=0.0)
+    assert fleet.pop("gpu", now=0.0) is not None
+    with pytest.raises(ValueError, match="charge"):
+        fleet.complete("a", now=200.0)  # the final charge is NaN
+    with pytest.raises(ValueError, match="runtime"):
+        fleet.complete("a", now=200.0, runtime=-1.0)
+    assert fleet.holder("a") == "gpu"
+    with pytest.raises(ValueError, match="job_id"):
+        fleet.submit("", member="ann", now=200.0)
+    with pytest.raises(UnknownJob):
+        fleet.holder("nobody")
+    with pytest.raises(UnknownWorker):
+        fleet.worker("nobody")
+    assert fleet.complete("a", now=200.0, runtime=50.0).charge == 50.0
+
+
+def test_the_reference_models_expose_their_state() -> None:
+    fleet = ReferenceFleet(lease_for=lambda job: 100.0)
+    fleet.join("gpu", now=0.0)
+    fleet.submit("a", member="ann", estimate=30.0, now=0.0)
+    fleet.submit("b", member="ann", now=0.0)
+    assert fleet.pop("gpu", now=0.0) is not None
+    assert (fleet.lane_start("ann", 0), fleet.lane_held("ann", 0)) == (30.0, 30.0)
+    assert [job.id for job in fleet.lane_jobs("ann", 0)] == ["b"]
+    assert (fleet.lane_held("bob", 0), fleet.lane_start("bob", 0)) == (0.0, -math.inf)
+    assert fleet.capacity == 1
+    with pytest.raises(ValueError, match="now"):
+        fleet.submit("c", member="ann", now="soon")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="now"):
+        fleet.submit("c", member="ann", now=math.nan)
+    size_one = ReferenceDispatcher(Scorer(), policy=PriorityPolicy())
+    assert size_one.scorer == Scorer()
+    assert size_one.policy == PriorityPolicy()
+    assert [w.name for w in size_one.fleet.workers()] == ["default"]

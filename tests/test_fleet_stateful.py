@@ -440,7 +440,8 @@ class FleetComparison(RuleBasedStateMachine):
         subs = [s for s in self.subs if s.lost_by]
         sub = data.draw(st.sampled_from(subs))
         worker = data.draw(st.sampled_from(sub.lost_by))
-        if worker == sub.holder:  # it lost the job once, then got it back
+        now_live = self.live.get(sub.job_id)  # the id may have been reused since
+        if now_live is not None and now_live.holder == worker:  # it holds that id again
             return
         before = self._observable()
         _, error = self.both("complete", sub.job_id, now=self.clock(), worker=worker)

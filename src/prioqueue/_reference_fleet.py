@@ -169,15 +169,15 @@ class ReferenceFleet(_Rules):
         with self._commit(now):
             if not isinstance(name, str) or not name:
                 raise ValueError(f"a worker name must be a non-empty str, got {name!r}")
-            if isinstance(slots, bool) or not isinstance(slots, int):
-                raise TypeError(f"slots must be an int, got {slots!r}")
-            if slots < 1:
-                raise ValueError(f"slots must be >= 1, got {slots!r}")
+            if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+                raise ValueError(f"slots must be an int >= 1, got {slots!r}")
+            if not isinstance(slow, bool):
+                raise ValueError(f"slow must be a bool, got {slow!r}")
             served = None if models is None else frozenset(models)
             if served is not None and not all(isinstance(m, str) and m for m in served):
-                raise ValueError(f"models must be non-empty strs, got {sorted(served)!r}")
+                raise ValueError(f"models must be non-empty strs, got {models!r}")
             if accepts is not None and not callable(accepts):
-                raise TypeError(f"accepts must be callable or None, got {accepts!r}")
+                raise ValueError(f"accepts must be callable or None, got {accepts!r}")
             worker = self._workers.get(name)
             if worker is None:
                 worker = _Worker(name, served, resident, slots, bool(slow), accepts, now)
@@ -374,13 +374,8 @@ class ReferenceFleet(_Rules):
         now = self._time(now)
         with self._commit(now):
             worker = self._worker(name)
-            was = (worker.last_seen, worker.timed_out)
-            worker.last_seen, worker.timed_out = now, False
-            try:
-                return self._pop(worker, now)
-            except BaseException:
-                worker.last_seen, worker.timed_out = was
-                raise
+            worker.last_seen, worker.timed_out = now, False  # heard from, whatever follows
+            return self._pop(worker, now)
 
     def _pop(self, worker: _Worker, now: float) -> Grant | None:
         if len(worker.held) >= worker.slots:

@@ -129,11 +129,16 @@ class _MemberCounters:
     gpu_seconds: float = 0.0
 
 
+#: The largest magnitude of a time or duration (the note: larger ones lose aging's resolution).
+MAX_MAGNITUDE = 1e15
+
+
 def _finite(name: str, value: object) -> float:
+    """``value`` as a float: a number (not a bool), finite, at most ``MAX_MAGNITUDE`` in size."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if not (math.isfinite(value) and abs(value) <= MAX_MAGNITUDE):
+        raise ValueError(f"{name} must be finite and at most {MAX_MAGNITUDE} in size: {value!r}")
     return float(value)
 
 
