@@ -54,7 +54,7 @@ from strategies import (
 )
 
 #: Examples per state machine; set PRIOQUEUE_STATEFUL_EXAMPLES for a longer hunt.
-EXAMPLES = int(os.environ.get("PRIOQUEUE_STATEFUL_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("PRIOQUEUE_STATEFUL_EXAMPLES", "40"))
 
 SETTINGS = settings(
     max_examples=EXAMPLES,
@@ -673,5 +673,5 @@ def test_fleet_long_hunt() -> None:
     """A longer run of the main machine (``-m slow``)."""
     run_state_machine_as_test(
         FleetComparison,
-        settings=settings(SETTINGS, max_examples=400, stateful_step_count=80),
+        settings=settings(SETTINGS, max_examples=150, stateful_step_count=60),
     )
