@@ -19,9 +19,11 @@ The rules it keeps (the note's words, in code order):
   member holds ``max_running_per_member`` jobs, ``w`` does not serve its model, ``w.accepts``
   refuses it, or a warm hold keeps it for another live worker whose resident is its model and
   which has a free slot (for ``warm_hold`` seconds after the job was queued). Each lane offers
-  its oldest eligible job at ``level + tier(head) - s / d``, or, when it holds an eligible job
-  for ``w``'s resident model ``r`` within ``W`` of its head, the oldest such at
-  ``+ aff(r)``. Highest key wins; ties by smaller ``s``, then smaller offered ``seq``.
+  its oldest eligible job at ``level + tier(head) - s / d``, or, when its jobs for ``w``'s
+  resident model ``r`` (read in lane order, stopping at the first that arrived more than
+  ``W`` after the head) include an eligible one, the first such at ``+ aff(r)``. Highest key
+  wins; ties by smaller ``s``, then by the smaller seq of the lane's own job (its head for a
+  plain offer, its first job for ``r`` for an affinity offer).
 * The grant charges the lane ``c = expected / N`` up front (``held += c``, no clamp).
   Completion corrects it: ``c`` leaves ``held`` and ``settled = min(settled + F / N, now)``,
   then ``settled = now`` (re-anchored) when the lane is the only backlogged one at its level;
@@ -383,7 +385,7 @@ class ReferenceFleet(_Rules):
         offers = self._offers(worker, lambda e: self._ineligible(worker, e, now) is None)
         if not offers:
             return None
-        win = min(offers, key=lambda o: (-self._key(o), o.s, o.entry.job.seq))
+        win = min(offers, key=lambda o: (-self._key(o), o.s, o.tie))
         entry = win.entry
         job = entry.job
         info = self._info(worker)

@@ -83,7 +83,7 @@ class _Rules(_Book):
             return False
         if self._max_running is not None:
             offers = self._offers(worker, lambda entry: True)
-            win = min(offers, key=lambda o: (-self._key(o), o.s, o.entry.job.seq))
+            win = min(offers, key=lambda o: (-self._key(o), o.s, o.tie))
             mine = sum(1 for held in self._held() if held.grant.job.member == win.head.member)
             return mine < self._max_running
         return True
@@ -122,20 +122,36 @@ class _Rules(_Book):
         lane: _Lane | None,
     ) -> _Offer:
         head = entries[0].job
-        choice = self._affinity_entry(head, eligible, resident)
+        choice = self._affinity_entry(head, entries, resident, eligible)
         if choice is None or resident is None:
-            return _Offer(level, s, head, eligible[0], head.tier_bonus, 0.0, lane)
+            return _Offer(level, s, head, eligible[0], head.tier_bonus, 0.0, lane, head.seq)
         bonus = self._scorer.affinity(resident)
-        return _Offer(level, s, head, choice, head.tier_bonus, bonus, lane)
+        first = next(e.job.seq for e in entries if e.job.model == resident)
+        return _Offer(level, s, head, choice, head.tier_bonus, bonus, lane, first)
 
-    def _affinity_entry(self, head: Job, entries: list[_Entry], model: str | None) -> _Entry | None:
-        """The oldest of ``entries`` for ``model`` within ``W`` of ``head`` (None: not eligible)."""
+    def _affinity_entry(
+        self,
+        head: Job,
+        entries: list[_Entry],
+        model: str | None,
+        eligible: list[_Entry] | None = None,
+    ) -> _Entry | None:
+        """The lane's affinity job for ``model`` (None: the lane is not eligible for it).
+
+        The lane's jobs for ``model`` are read in lane order: the first that arrived later than
+        ``W`` after ``head`` ends the search; otherwise the first in ``eligible`` (every one
+        when None) is the affinity job.
+        """
         if model is None or not self._scorer.affinity(model) > 0:
             return None
         config = self._scorer.config
         limit = head.arrival + config.max_affinity * config.aging_divisor
         for entry in entries:
-            if entry.job.model == model and entry.job.arrival <= limit:
+            if entry.job.model != model:
+                continue
+            if entry.job.arrival > limit:
+                return None
+            if eligible is None or any(entry is other for other in eligible):
                 return entry
         return None
 
@@ -148,7 +164,7 @@ class _Rules(_Book):
         d = self._scorer.config.aging_divisor
 
         def order(key: Callable[[_Offer], float]) -> Callable[[_Offer], tuple[float, ...]]:
-            return lambda o: (-key(o), o.s, o.entry.job.seq)
+            return lambda o: (-key(o), o.s, o.tie)
 
         aging = min(offers, key=order(lambda o: o.level + o.tier + o.affinity))
         affinity = min(
@@ -180,7 +196,7 @@ class _Rules(_Book):
     def _plain(self, offer: _Offer) -> _Offer:
         """The offer without affinity: the lane's head (every job is eligible here)."""
         entries = offer.lane.jobs if offer.lane is not None else [offer.entry]
-        return attrs.evolve(offer, entry=entries[0], affinity=0.0)
+        return attrs.evolve(offer, entry=entries[0], affinity=0.0, tie=entries[0].job.seq)
 
     def _lift_floor(self, job: Job) -> float:
         """The lift's floor for a lane that ``job`` makes backlogged (``inf``: none at level)."""

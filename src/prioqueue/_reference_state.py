@@ -101,7 +101,11 @@ class _Worker:
 
 @attrs.frozen
 class _Offer:
-    """One lane's offer to a worker: the job it gives up and the terms of its key."""
+    """One lane's offer to a worker: the job it gives up, the terms of its key, its tie seq.
+
+    The tie seq is the lane's own job's, whichever job the lane offers: its head's for a plain
+    offer, its first job for the resident model's for an affinity offer.
+    """
 
     level: int
     s: float
@@ -110,6 +114,7 @@ class _Offer:
     tier: float
     affinity: float
     lane: _Lane | None  # None without fair share
+    tie: int
 
 
 @attrs.define
