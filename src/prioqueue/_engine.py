@@ -282,7 +282,7 @@ class _Engine(_Reporting):
             job = entry.job
             lane = entry.lane
             self._release(entry)
-            if self._fair_share and entry.charged:
+            if self._fair_share:
                 lane.set_s()
                 if lane.live:
                     lane.log_s(now)
@@ -418,6 +418,8 @@ class _Engine(_Reporting):
             runtime = max(0.0, t - entry.granted_at)
             final = self._final_charge(entry.job, runtime, charge)
             self._tick(t)
+            if worker is not None:
+                entry.worker.last_seen = t  # the worker spoke (a client's cancel does not)
             self._finish(entry, runtime, t, final)
         else:
             self._tick(t)
