@@ -368,22 +368,8 @@ def test_a_late_result_from_the_worker_that_lost_the_job_is_refused(make: Factor
     assert fleet.complete("job", now=80.0, worker="w2").job.id == "job"
 
 
-_OPEN_CANCEL = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="open on the board (@fleet, cancel/last_seen): FleetDispatcher ignores cancel(worker=)",
-)
-
-
-@pytest.mark.parametrize(
-    ("make", "named"),
-    [
-        pytest.param(FleetDispatcher, True, id="real-named", marks=_OPEN_CANCEL),
-        pytest.param(FleetDispatcher, False, id="real-client"),
-        pytest.param(ReferenceFleet, True, id="reference-named"),
-        pytest.param(ReferenceFleet, False, id="reference-client"),
-    ],
-)
+@IMPLEMENTATIONS
+@pytest.mark.parametrize("named", [True, False], ids=["worker", "client"])
 def test_a_cancel_from_the_holder_is_word_from_it(make: Factory, named: bool) -> None:
     """A worker that cancels its own job (it gave up on it) has spoken: its timeout restarts.
     A client's cancel (no ``worker``) says nothing about the worker."""

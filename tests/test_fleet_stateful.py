@@ -65,10 +65,6 @@ SETTINGS = settings(
 
 TERMINAL = ("done", "cancelled", "failed")
 
-#: Whether workers cancel their own jobs (``cancel(worker=...)``). Off while FleetDispatcher
-#: ignores it for ``last_seen`` (open on the board; test_fleet_scenarios.py::
-#: test_a_cancel_from_the_holder_is_word_from_it holds the failing case, xfail strict).
-NAMED_CANCELS = False
 NAMES = ("gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e")
 MAX_WORKERS = 4
 
@@ -470,7 +466,6 @@ class FleetComparison(RuleBasedStateMachine):
     @rule(data=st.data(), named=st.booleans())
     def cancel(self, data: st.DataObject, named: bool) -> None:
         sub = data.draw(st.sampled_from(sorted(self.live.values(), key=lambda s: s.job_id)))
-        named = named and NAMED_CANCELS
         kwargs = {"worker": sub.holder} if named and sub.holder is not None else {}
         _, error = self.both("cancel", sub.job_id, now=self.clock(), **kwargs)
         if error is None:
