@@ -529,3 +529,40 @@ def test_the_reference_models_expose_their_state() -> None:
     assert size_one.scorer == Scorer()
     assert size_one.policy == PriorityPolicy()
     assert [w.name for w in size_one.fleet.workers()] == ["default"]
+
+
+# --- the note's exact pop rules at their edges ---------------------------------------------------
+
+
+@IMPLEMENTATIONS
+def test_tied_lanes_compare_their_own_jobs_not_the_offered_ones(make: Factory) -> None:
+    """Two lanes tied on key and s: the tie goes to the lane whose *head* is older, even when
+    the worker cannot take that head and gets a younger job of that lane."""
+    fleet = make()
+    fleet.join("m1-only", models=["m1"], now=0.0)
+    fleet.submit("ann-head", member="ann", model="m2", now=0.0)  # seq 0, not for this worker
+    fleet.submit("bob-head", member="bob", model="m1", now=0.0)  # seq 1
+    fleet.submit("ann-next", member="ann", model="m1", now=0.0)  # seq 2
+    grant = fleet.pop("m1-only", now=0.0)
+    assert grant is not None
+    assert grant.job.id == "ann-next"  # ann's lane wins the tie by its head's seq (0 < 1)
+
+
+@IMPLEMENTATIONS
+def test_the_affinity_search_stops_at_the_first_job_past_the_window(make: Factory) -> None:
+    """The lane's jobs for the resident model are read in lane order and the first one that
+    arrived more than W after the head ends the search, even if a later one is inside W."""
+    fleet = make(lease_for=lambda job: 100.0)
+    fleet.join("picky", slots=2, accepts=lambda job: job.id != "inside", now=0.0)
+    fleet.submit("head", member="ann", model="m2", now=0.0)
+    fleet.submit("inside", member="ann", model="m1", now=100.0)  # within W = 600 s of the head
+    fleet.submit("outside", member="ann", model="m1", now=700.0)  # beyond it
+    grants = [fleet.pop("picky", now=700.0) for _ in range(2)]
+    assert [g.job.id for g in grants if g is not None] == ["head", "outside"]
+    assert [e.job.id for e in fleet.expire(800.0)] == ["head", "outside"]
+    if isinstance(fleet, ReferenceFleet):  # requeued at the head: the lane is out of order
+        assert [job.id for job in fleet.lane_jobs("ann", 0)] == ["head", "outside", "inside"]
+    fleet.join("warm", resident="m1", now=800.0)
+    grant = fleet.pop("warm", now=800.0)
+    assert grant is not None
+    assert (grant.job.id, grant.score.swap_affinity) == ("head", 0.0)
