@@ -1,10 +1,11 @@
 """The fleet design's promises as scenarios, on FleetDispatcher and on ReferenceFleet.
 
 Each scenario checks a promise of ``docs/design/fleet.md`` and then runs it again with the
-feature that keeps the promise turned off (fair share, the up-front charge, the warm hold, the
-worker timeout, the slow flag) to show that the same check fails there: a test that cannot fail
-proves nothing. Longer runs use a small discrete-event simulation (:func:`run_fleet`): workers
-pull whenever they have a free slot, each job runs for a runtime the test decides.
+feature that keeps the promise turned off (fair share, the up-front charge, the capacity
+divisor, the warm hold, the worker timeout, the slow flag) to show that the same check fails
+there: a test that cannot fail proves nothing. Longer runs use a small discrete-event
+simulation (:func:`run_fleet`): workers pull whenever they have a free slot, each job runs for
+a runtime the test decides.
 """
 
 from __future__ import annotations
@@ -47,6 +48,15 @@ class ChargeAtCompletion(ReferenceFleet):
 
     def _expected_runtime(self, job: Job) -> float:
         return 0.0
+
+
+class RawCharges(ReferenceFleet):
+    """The ablation of the capacity divisor: charges in raw GPU-seconds (``N`` taken as 1)
+    with the clamp ``u <= now``, which the issue measured breaking fairness on 4 workers."""
+
+    @property
+    def capacity(self) -> int:
+        return 1
 
 
 # --- a small fleet simulator ------------------------------------------------------------------
@@ -226,6 +236,20 @@ def test_the_n_worker_bound_holds_over_a_long_run_and_breaks_without_fair_share(
     assert max(fair) <= bound
     unfair = _gap_run(make, 4, shots, shots, fair_share=False)
     assert max(unfair) > 2 * bound
+
+
+@IMPLEMENTATIONS
+def test_long_and_short_jobs_stay_within_the_bound_and_raw_charges_break_it(
+    make: Factory,
+) -> None:
+    """One member's jobs take 300 s, the other's 30 s, on four workers. Charges divided by the
+    capacity keep the gap within the bound; raw charges run ``s`` four times faster than the
+    clock, the clamp forgives the excess, and the gap passes the bound."""
+    long: list[tuple[float, str | None]] = [(300.0, None)] * 60
+    short: list[tuple[float, str | None]] = [(30.0, None)] * 400
+    bound = _bound(4, long + short, 0.0)
+    assert max(_gap_run(make, 4, long, short)) <= bound
+    assert max(_gap_run(RawCharges, 4, long, short)) > bound
 
 
 # --- 3. warm routing ---------------------------------------------------------------------------
