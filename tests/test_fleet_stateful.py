@@ -54,7 +54,7 @@ from strategies import (
 )
 
 #: Examples per state machine; set PRIOQUEUE_STATEFUL_EXAMPLES for a longer hunt.
-EXAMPLES = int(os.environ.get("PRIOQUEUE_STATEFUL_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("PRIOQUEUE_STATEFUL_EXAMPLES", "100"))
 
 SETTINGS = settings(
     max_examples=EXAMPLES,
@@ -564,6 +564,17 @@ class FleetComparison(RuleBasedStateMachine):
                 assert sub.status in TERMINAL
 
     @invariant()
+    def same_lane_starts(self) -> None:
+        """Every backlogged lane's virtual start (up-front charges included) is the model's."""
+        if not self.ready or not self.fair_share:
+            return
+        now = self.latest = self.clock()
+        for sub in self._status("queued"):
+            assert sub.level is not None
+            explained = self.real.explain(sub.job_id, now=now, ahead_limit=0, overtakes_limit=0)
+            assert explained.lane_start == self.ref.lane_start(sub.member, sub.level), sub
+
+    @invariant()
     def slots_and_caps_hold(self) -> None:
         if not self.ready:
             return
@@ -668,5 +679,5 @@ def test_fleet_long_hunt() -> None:
     """A longer run of the main machine (``-m slow``)."""
     run_state_machine_as_test(
         FleetComparison,
-        settings=settings(SETTINGS, max_examples=150, stateful_step_count=60),
+        settings=settings(SETTINGS, max_examples=500, stateful_step_count=60),
     )
