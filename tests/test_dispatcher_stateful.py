@@ -1,4 +1,8 @@
-"""SizeOneDispatcher against the brute-force ReferenceDispatcher, step by random step.
+"""SizeOneDispatcher against the brute-force reference model, step by random step.
+
+One algorithm, one reference model: ``SizeOneDispatcher`` is a fleet of one worker, and
+``ReferenceDispatcher`` is ``ReferenceFleet`` (the model of ``docs/design/fleet.md``) with one
+worker behind the size-one API, so this machine checks the fleet model at ``N = 1``.
 
 A Hypothesis state machine submits, dispatches, completes, cancels, expires, changes the
 resident model and moves a manual clock, calling both dispatchers with the same arguments. After

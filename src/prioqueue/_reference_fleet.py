@@ -1,0 +1,551 @@
+"""A brute-force model of :class:`~prioqueue.fleet.FleetDispatcher`, for tests.
+
+Theory of operation
+-------------------
+:class:`ReferenceFleet` is written from ``docs/design/fleet.md`` alone, rule by rule, with
+plain lists: every ``pop`` rescans every queued job, decides its eligibility for the popping
+worker and recomputes every lane's offer and key from scratch. There are no heaps, no lazy
+deletion and no cached keys, so it is slow (O(n) per call in the queued jobs) and meant to be
+obviously right: random tests drive it beside the real dispatcher and compare every answer.
+
+The rules it keeps (the note's words, in code order):
+
+* A lane is ``(member, level)``, FIFO, a requeued job at its head. Its virtual start is
+  ``s = settled + held``: ``held`` sums the up-front charges of its jobs that workers hold, and
+  ``settled`` never passes ``now`` (``s = settled`` exactly while it holds nothing). With
+  ``fair_share=False`` every job is its own lane with ``s = arrival`` and no charge.
+* A worker is live when joined and not timed out; the capacity is ``N = max(1, live)``.
+* ``pop(w)``: a job is eligible unless (first cause wins) ``w`` holds ``slots`` jobs, its
+  member holds ``max_running_per_member`` jobs, ``w`` does not serve its model, ``w.accepts``
+  refuses it, or a warm hold keeps it for another live worker whose resident is its model and
+  which has a free slot (for ``warm_hold`` seconds after the job was queued). Each lane offers
+  its oldest eligible job at ``level + tier(head) - s / d``, or, when its jobs for ``w``'s
+  resident model ``r`` (read in lane order, stopping at the first that arrived more than
+  ``W`` after the head) include an eligible one, the first such at ``+ aff(r)``. Highest key
+  wins; ties by smaller ``s``, then by the smaller seq of the lane's own job (its head for a
+  plain offer, its first job for ``r`` for an affinity offer).
+* The grant charges the lane ``c = expected / N`` up front (``held += c``, no clamp).
+  Completion corrects it: ``c`` leaves ``held`` and ``settled = min(settled + F / N, now)``,
+  then ``settled = now`` (re-anchored) when the lane is the only backlogged one at its level;
+  that is the note's ``s += F / N - c; s = min(s, now + held)``. A take-back (lease expiry,
+  worker timeout, leave) refunds ``c`` exactly and requeues the job at its lane's head (or
+  fails it after ``max_attempts`` grants; ``leave`` always requeues).
+* The lift on submit is the size-1 note's, applied to the settled part (``settled =
+  max(settled, min(now, floor))``, so a lane's held charges stay on top of it), with affinity
+  offsets taken over the models resident on live workers.
+
+Statistics are modelled (reorders only on fast-path grants: see ``_fast_path``); ``explain``,
+``forecast`` and snapshots are not. Argument checks are minimal, but every error the tests
+compare raises the same exception type as the real dispatcher.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from prioqueue._errors import DuplicateJob, LeaseExpired, QueueFull, UnknownJob
+from prioqueue._reference_rules import _Rules
+from prioqueue._reference_state import (
+    DEFAULT_EXPECTED_RUNTIME,
+    IDLE_CAUSES,
+    RECENT_RUNTIMES,
+    CauseName,
+    _Entry,
+    _finite,
+    _Held,
+    _Lane,
+    _LevelCounters,
+    _MemberCounters,
+    _takes_worker,
+    _Worker,
+)
+from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
+from prioqueue.priority import PriorityPolicy
+from prioqueue.records import Completed, Expired, Grant, Job, Ticket, WorkerInfo
+from prioqueue.scoring import ScoreBreakdown, Scorer
+
+__all__ = ["DEFAULT_EXPECTED_RUNTIME", "RECENT_RUNTIMES", "ReferenceFleet"]
+
+_UNCHANGED: Any = object()
+
+
+class ReferenceFleet(_Rules):
+    """A brute-force model of ``FleetDispatcher`` for tests: same calls, same answers.
+
+    Args:
+        scorer: The scoring weights (default ``Scorer()``).
+        policy: Resolves priority numbers and aliases (default ``PriorityPolicy()``).
+        charge: ``"runtime"``, ``"estimate"``, a constant number of seconds, or a callable
+            ``(job, runtime) -> seconds``.
+        lease_for: ``(job, worker_info) -> seconds`` or ``job -> seconds`` for each grant's
+            lease (a ``LeaseCalculator`` gets the worker's ``slow`` flag), or None.
+        max_queued: The most queued jobs, or None.
+        max_queued_per_member: The most queued jobs of one member, or None.
+        max_running_per_member: The most jobs of one member that workers hold, or None.
+        max_attempts: Grants a job gets before an expired lease fails it.
+        worker_timeout: Seconds of silence after which ``expire`` takes a worker's jobs back.
+        warm_hold: Seconds a job stays reserved for a free warm worker (0: off).
+        fair_share: False makes every job its own lane with ``s = arrival`` and no charge.
+        track_reorders: False leaves the reorder counts at zero.
+        wait_buckets: Upper bounds of the grant-wait histogram (``inf`` is appended).
+    """
+
+    def __init__(
+        self,
+        scorer: Scorer | None = None,
+        *,
+        policy: PriorityPolicy | None = None,
+        charge: ChargeModel = "runtime",
+        lease_for: Callable[..., float] | None = None,
+        max_queued: int | None = None,
+        max_queued_per_member: int | None = None,
+        max_running_per_member: int | None = None,
+        max_attempts: int = 3,
+        worker_timeout: float | None = None,
+        warm_hold: float = 0.0,
+        fair_share: bool = True,
+        track_reorders: bool = True,
+        wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
+    ) -> None:
+        self._scorer = Scorer() if scorer is None else scorer
+        self._policy = PriorityPolicy() if policy is None else policy
+        self._divisor = self._scorer.config.aging_divisor
+        self._charge = charge
+        self._lease_for = lease_for
+        self._lease_takes_worker = lease_for is not None and _takes_worker(lease_for)
+        self._max_queued = max_queued
+        self._max_per_member = max_queued_per_member
+        self._max_running = max_running_per_member
+        self._max_attempts = max_attempts
+        self._worker_timeout = worker_timeout
+        self._warm_hold = float(warm_hold)
+        self._fair_share = fair_share
+        self._track_reorders = track_reorders
+        bounds = tuple(float(bound) for bound in wait_buckets)
+        self._buckets = bounds if bounds and bounds[-1] == math.inf else (*bounds, math.inf)
+        self._lanes: dict[tuple[str, int], _Lane] = {}
+        self._workers: dict[str, _Worker] = {}
+        self._latest = -math.inf
+        self._seq = 0
+        self._levels: dict[int, _LevelCounters] = {}
+        self._members: dict[str, _MemberCounters] = {}
+        self._runtimes: list[float] = []
+        self._recent_by_model: dict[str, list[float]] = {}
+        self._recent_by_level: dict[int, list[float]] = {}
+        self._counts = {"completed": 0, "cancelled": 0, "expired": 0, "failed": 0, "swaps": 0}
+
+    # -- workers -----------------------------------------------------------------------------
+
+    def join(
+        self,
+        name: str,
+        *,
+        models: Iterable[str] | None = None,
+        resident: str | None = None,
+        slots: int = 1,
+        slow: bool = False,
+        accepts: Callable[[Job], bool] | None = None,
+        now: float,
+    ) -> WorkerInfo:
+        """Add a worker, or update every field of a known one (``resident=None`` keeps it).
+
+        Args:
+            name: The worker's name.
+            models: The models it serves, or None for every model.
+            resident: The model it has loaded, or None.
+            slots: How many jobs it holds at once (>= 1).
+            slow: Whether it is extra slow (its leases are longer).
+            accepts: A predicate over jobs it may take, or None.
+            now: The current time.
+
+        Returns:
+            The worker's info.
+
+        Raises:
+            ValueError: ``now`` went backwards, or a bad argument.
+            TypeError: An argument of the wrong type.
+        """
+        now = self._time(now)
+        with self._commit(now):
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"a worker name must be a non-empty str, got {name!r}")
+            if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+                raise ValueError(f"slots must be an int >= 1, got {slots!r}")
+            if not isinstance(slow, bool):
+                raise ValueError(f"slow must be a bool, got {slow!r}")
+            served = None if models is None else frozenset(models)
+            if served is not None and not all(isinstance(m, str) and m for m in served):
+                raise ValueError(f"models must be non-empty strs, got {models!r}")
+            if accepts is not None and not callable(accepts):
+                raise ValueError(f"accepts must be callable or None, got {accepts!r}")
+            worker = self._workers.get(name)
+            if worker is None:
+                worker = _Worker(name, served, resident, slots, bool(slow), accepts, now)
+                self._workers[name] = worker
+            else:
+                worker.models = served
+                if resident is not None:
+                    worker.resident = resident
+                worker.slots = slots
+                worker.slow = bool(slow)
+                worker.accepts = accepts
+                worker.last_seen = now
+                worker.timed_out = False
+            return self._info(worker)
+
+    def heartbeat(self, name: str, *, now: float, resident: str | None = _UNCHANGED) -> WorkerInfo:
+        """Mark a worker seen (reviving it), and set its resident model when given.
+
+        Args:
+            name: The worker's name.
+            now: The current time.
+            resident: The model it has loaded (None: nothing); omitted: unchanged.
+
+        Returns:
+            The worker's info.
+
+        Raises:
+            ValueError: ``now`` went backwards.
+            UnknownWorker: The name was never joined, or has left.
+        """
+        now = self._time(now)
+        with self._commit(now):
+            worker = self._worker(name)
+            worker.last_seen = now
+            worker.timed_out = False
+            if resident is not _UNCHANGED:
+                worker.resident = resident
+            return self._info(worker)
+
+    def leave(self, name: str, *, now: float) -> list[Job]:
+        """Forget a worker; every job it holds is requeued at its lane's head.
+
+        Args:
+            name: The worker's name.
+            now: The current time.
+
+        Returns:
+            The jobs requeued, in ascending ``seq``.
+
+        Raises:
+            ValueError: ``now`` went backwards.
+            UnknownWorker: The name was never joined, or has left.
+        """
+        now = self._time(now)
+        with self._commit(now):
+            worker = self._worker(name)
+            taken = list(worker.held)
+            self._take_back(taken, now, always_requeue=True)
+            del self._workers[name]
+            return sorted((held.grant.job for held in taken), key=lambda job: job.seq)
+
+    def _add_fixed_worker(self, name: str) -> None:
+        """Add a worker with the defaults (one slot, every model) outside time.
+
+        It is the one worker of a size-one dispatcher: there from construction, never leaving.
+        """
+        self._workers[name] = _Worker(name, None, None, 1, False, None, -math.inf)
+
+    def _set_resident(self, name: str, model: str | None) -> None:
+        """Set a worker's resident model without a heartbeat (``set_resident_model``)."""
+        self._worker(name).resident = model
+
+    def idle_reasons(self, name: str, *, now: float) -> Mapping[str, int]:
+        """Why ``pop(name)`` finds nothing: queued jobs per first cause of ineligibility.
+
+        Args:
+            name: The worker's name.
+            now: The current time.
+
+        Returns:
+            Counts per cause (causes with 0 omitted); empty when a pop would grant a job.
+
+        Raises:
+            ValueError: ``now`` went backwards.
+            UnknownWorker: The name was never joined, or has left.
+        """
+        now = self._time(now)
+        worker = self._worker(name)
+        counts: dict[str, int] = {}
+        for entry in self._queued():
+            cause = self._ineligible(worker, entry, now)
+            if cause is not None:
+                counts[cause] = counts.get(cause, 0) + 1
+        return {cause: counts[cause] for cause in IDLE_CAUSES if cause in counts}
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        job_id: str,
+        *,
+        member: str,
+        priority: int | str | bytes | None = 0,
+        tier: str = "free",
+        model: str | None = None,
+        estimate: float | None = None,
+        payload: Any = None,
+        now: float,
+    ) -> Ticket:
+        """Queue a job at the tail of its lane, lifting the lane if it was not backlogged.
+
+        Args:
+            job_id: A unique id among the queued and held jobs.
+            member: Who the job belongs to.
+            priority: A priority number, alias or header value (resolved by the policy).
+            tier: The member's tier name.
+            model: The model the job needs, or None.
+            estimate: A runtime estimate in seconds (> 0), or None.
+            payload: An opaque value.
+            now: The current time.
+
+        Returns:
+            The ticket.
+
+        Raises:
+            ValueError: ``now`` went backwards, the tier is unknown, or an argument is bad.
+            DuplicateJob: The id is queued or held.
+            QueueFull: A queue limit is reached.
+        """
+        now = self._time(now)
+        with self._commit(now):
+            if not isinstance(job_id, str) or not job_id:
+                raise ValueError(f"job_id must be a non-empty str, got {job_id!r}")
+            if not isinstance(member, str) or not member:
+                raise ValueError(f"member must be a non-empty str, got {member!r}")
+            if estimate is not None and not (_finite("estimate", estimate) > 0):
+                raise ValueError(f"estimate must be > 0 or None, got {estimate!r}")
+            level = self._policy.parse(priority)
+            bonus = self._scorer.tier_bonus(tier)
+            if self._find(job_id) is not None:
+                raise DuplicateJob(f"job {job_id!r} is already queued or held")
+            queued = self._queued()
+            if self._max_queued is not None and len(queued) >= self._max_queued:
+                raise QueueFull(
+                    f"{len(queued)} jobs queued, the limit",
+                    retry_after=self._retry_after(),
+                    limit=self._max_queued,
+                    scope="queue",
+                )
+            mine = sum(1 for entry in queued if entry.job.member == member)
+            if self._max_per_member is not None and mine >= self._max_per_member:
+                raise QueueFull(
+                    f"member {member!r} has {mine} jobs queued, the limit",
+                    retry_after=self._retry_after(),
+                    limit=self._max_per_member,
+                    scope="member",
+                )
+            job = Job(
+                id=job_id,
+                member=member,
+                priority=level,
+                tier=tier,
+                tier_bonus=bonus,
+                model=model,
+                estimate=None if estimate is None else float(estimate),
+                arrival=now,
+                seq=self._seq,
+                payload=payload,
+            )
+            self._seq += 1
+            lane = self._lanes.setdefault((member, level), _Lane(member, level))
+            if self._fair_share and not lane.jobs:  # the lift, of the settled part
+                lane.settled = max(lane.settled, min(now, self._lift_floor(job)))
+            lane.jobs.append(_Entry(job, now))
+            self._levels.setdefault(level, _LevelCounters())
+            self._members.setdefault(member, _MemberCounters())
+            return Ticket(job=job, queued=len(queued) + 1)
+
+    def pop(self, name: str, *, now: float) -> Grant | None:
+        """Grant the worker its best-scoring eligible job (it is marked seen first).
+
+        Args:
+            name: The worker's name.
+            now: The current time.
+
+        Returns:
+            The grant, or None when the worker's slots are full or no job is eligible.
+
+        Raises:
+            ValueError: ``now`` went backwards, or the charge model's expected charge is bad.
+            UnknownWorker: The name was never joined, or has left.
+            LeaseError: ``lease_for`` failed (nothing changes).
+        """
+        now = self._time(now)
+        with self._commit(now):
+            worker = self._worker(name)
+            worker.last_seen, worker.timed_out = now, False  # heard from, whatever follows
+            return self._pop(worker, now)
+
+    def _pop(self, worker: _Worker, now: float) -> Grant | None:
+        if len(worker.held) >= worker.slots:
+            return None
+        offers = self._offers(worker, lambda e: self._ineligible(worker, e, now) is None)
+        if not offers:
+            return None
+        win = min(offers, key=lambda o: (-self._key(o), o.s, o.tie))
+        entry = win.entry
+        job = entry.job
+        info = self._info(worker)
+        lease = None if self._lease_for is None else self._lease(job, info, now)
+        expected = self._charge_of(job, self._expected_runtime(job))
+        n = self.capacity
+        c = expected / n if self._fair_share else 0.0
+        resident = worker.resident
+        swap = job.model is not None and job.model != resident
+        grant = Grant(
+            job=job,
+            # Up-front charges may carry s past now: the aging term is then 0, never negative.
+            score=ScoreBreakdown(
+                win.level, win.tier, win.affinity, max(0.0, (now - win.s) / self._divisor)
+            ),
+            lease=lease,
+            granted_at=now,
+            attempt=entry.grants + 1,
+            waited=now - job.arrival,
+            swap=swap,
+            worker=worker.name,
+        )
+        level = self._levels[job.priority]
+        if self._track_reorders and self._fast_path(worker):
+            # The counterfactual rankings know nothing of eligibility: every queued job counts.
+            everything = self._offers(worker, lambda entry: True)
+            for cause, other in self._counterfactuals(everything, worker).items():
+                if other.seq != job.seq:
+                    level.reorders[cause] += 1
+        self._lane_of(job).jobs.remove(entry)
+        if self._fair_share:
+            self._lane_of(job).hold(c)
+        worker.held.append(_Held(grant, worker.name, entry.grants + 1, c, n))
+        if job.model is not None:
+            worker.resident = job.model
+        level.dispatched += 1
+        level.total_wait += grant.waited
+        level.waits.append(grant.waited)
+        self._members[job.member].dispatched += 1
+        self._counts["swaps"] += swap
+        return grant
+
+    def complete(
+        self,
+        job_id: str,
+        *,
+        now: float,
+        runtime: float | None = None,
+        worker: str | None = None,
+    ) -> Completed:
+        """Finish a held job and correct its lane's charge.
+
+        Args:
+            job_id: The held job's id.
+            now: The current time.
+            runtime: Seconds it ran (default: measured since its grant).
+            worker: The worker reporting it; when given it must be the holder.
+
+        Returns:
+            The job, its runtime and its final charge.
+
+        Raises:
+            ValueError: ``now`` went backwards, ``runtime`` is negative, or a bad charge.
+            UnknownJob: The id is neither queued nor held.
+            InvalidState: The job is queued, or ``worker`` does not hold it.
+            LeaseExpired: Its lease deadline has passed (nothing changes).
+        """
+        now = self._time(now)
+        with self._commit(now):
+            held = self._held_for(job_id, worker)
+            grant = held.grant
+            if grant.lease is not None and now >= grant.lease.deadline:
+                raise LeaseExpired(f"the lease of {job_id!r} expired at {grant.lease.deadline}")
+            if runtime is not None and not _finite("runtime", runtime) >= 0:
+                raise ValueError(f"runtime must be >= 0, got {runtime!r}")
+            ran = now - grant.granted_at if runtime is None else float(runtime)
+            charge = self._finish(held, ran, now)
+            self._counts["completed"] += 1
+            self._members[grant.job.member].completed += 1
+            return Completed(job=grant.job, runtime=ran, charge=charge)
+
+    def cancel(self, job_id: str, *, now: float, worker: str | None = None) -> Job:
+        """Drop a queued job, or finish a held one (charged for the time it ran).
+
+        A cancel naming the holding worker counts as word from it (its ``last_seen``); a
+        client's cancel without ``worker`` does not.
+
+        Args:
+            job_id: The job's id.
+            now: The current time.
+            worker: For a held job, the worker reporting it; when given it must be the holder.
+
+        Returns:
+            The cancelled job.
+
+        Raises:
+            ValueError: ``now`` went backwards.
+            UnknownJob: The id is neither queued nor held.
+            InvalidState: ``worker`` is given and does not hold the job.
+        """
+        now = self._time(now)
+        with self._commit(now):
+            found = self._find(job_id)
+            if found is None:
+                raise UnknownJob(f"unknown job {job_id!r}")
+            job, state = found
+            if state == "running":
+                held = self._held_for(job_id, worker)
+                seen = self._workers[held.worker].last_seen
+                self._finish(held, now - held.grant.granted_at, now)
+                if worker is None:  # a client's cancel is no word from the worker
+                    self._workers[held.worker].last_seen = seen
+            else:
+                lane = self._lane_of(job)
+                lane.jobs = [entry for entry in lane.jobs if entry.job is not job]
+            self._counts["cancelled"] += 1
+            return job
+
+    def expire(self, now: float) -> list[Expired]:
+        """Take back the jobs past their lease, and every job of a worker silent too long.
+
+        Args:
+            now: The current time.
+
+        Returns:
+            One record per job taken back, in ascending ``seq``: requeued at its lane's head,
+            or failed after ``max_attempts`` grants.
+
+        Raises:
+            ValueError: ``now`` went backwards.
+        """
+        now = self._time(now)
+        with self._commit(now):
+            due: list[tuple[_Held, float, CauseName]] = [
+                (held, held.grant.lease.deadline, "lease")
+                for held in self._held()
+                if held.grant.lease is not None and held.grant.lease.deadline <= now
+            ]
+            if self._worker_timeout is not None:
+                taken = {id(held) for held, _, _ in due}
+                for worker in self._workers.values():
+                    silent_since = worker.last_seen + self._worker_timeout
+                    if worker.timed_out or silent_since > now:
+                        continue
+                    worker.timed_out = True
+                    for held in worker.held:
+                        if id(held) not in taken:
+                            lease = held.grant.lease
+                            deadline = silent_since if lease is None else lease.deadline
+                            due.append((held, deadline, "worker_timeout"))
+            requeued = self._take_back([held for held, _, _ in due], now, always_requeue=False)
+            records = [
+                Expired(
+                    held.grant.job,
+                    held.grants,
+                    deadline,
+                    held.grant.job.seq in requeued,
+                    worker=held.worker,
+                    cause=cause,
+                )
+                for held, deadline, cause in due
+            ]
+            return sorted(records, key=lambda record: record.job.seq)

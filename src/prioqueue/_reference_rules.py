@@ -1,0 +1,383 @@
+"""The rules of :class:`~prioqueue.testing.ReferenceFleet`, from ``docs/design/fleet.md`` (private).
+
+Eligibility, each lane's offer and key, the counterfactual winners behind the reorder counts,
+the lift, the lease, the expected and final charges, the correction at completion and the
+refund at a take-back, and the statistics: each recomputed from scratch over plain lists.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import attrs
+
+from prioqueue._errors import LeaseError
+from prioqueue._reference_state import (
+    DEFAULT_EXPECTED_RUNTIME,
+    RECENT_RUNTIMES,
+    _Book,
+    _Entry,
+    _Held,
+    _Lane,
+    _Offer,
+    _Worker,
+)
+from prioqueue.lease import ImageRequest, Lease, LeaseCalculator
+from prioqueue.records import Job, LevelStats, MemberStats, Reorders, Stats, WorkerInfo
+
+__all__: list[str] = []  # private module
+
+
+class _Rules(_Book):
+    """The note's rules over the state (see the module docstring)."""
+
+    def _ineligible(self, worker: _Worker, entry: _Entry, now: float) -> str | None:
+        """The first cause that keeps ``entry`` from ``worker`` (None: it is eligible)."""
+        job = entry.job
+        if len(worker.held) >= worker.slots:
+            return "slots_full"
+        if self._max_running is not None:
+            running = sum(1 for held in self._held() if held.grant.job.member == job.member)
+            if running >= self._max_running:
+                return "member_cap"
+        if not worker.serves(job.model):
+            return "model"
+        if worker.accepts is not None and not worker.accepts(job):
+            return "accepts"
+        if (
+            self._warm_hold > 0
+            and job.model is not None
+            and job.model != worker.resident
+            and now < entry.queued_at + self._warm_hold
+            and any(
+                other is not worker
+                and not other.timed_out
+                and other.resident == job.model
+                and len(other.held) < other.slots
+                and other.serves(job.model)
+                for other in self._workers.values()
+            )
+        ):
+            return "warm_hold"
+        return None
+
+    def _fast_path(self, worker: _Worker) -> bool:
+        """Whether a grant to ``worker`` counts reorders (the note's fast path).
+
+        The worker serves every model with no ``accepts``; with ``warm_hold``, no other live
+        worker with a free slot has a model it serves loaded; with a member cap, the winner
+        among *all* queued jobs belongs to a member under the cap. Then the winner is the one
+        the counterfactual rankings (which know nothing of eligibility) compete with.
+        """
+        if worker.models is not None or worker.accepts is not None:
+            return False
+        if self._warm_hold > 0 and any(
+            other is not worker
+            and other.resident is not None
+            and not other.timed_out
+            and len(other.held) < other.slots
+            and other.serves(other.resident)
+            for other in self._workers.values()
+        ):
+            return False
+        if self._max_running is not None:
+            offers = self._offers(worker, lambda entry: True)
+            win = min(offers, key=lambda o: (-self._key(o), o.s, o.tie))
+            mine = sum(1 for held in self._held() if held.grant.job.member == win.head.member)
+            return mine < self._max_running
+        return True
+
+    def _backlogged(self) -> list[tuple[int, float, list[_Entry], _Lane | None]]:
+        """``(level, s, entries, lane)`` of each backlogged lane (each job without fair share)."""
+        if self._fair_share:
+            return [
+                (lane.level, lane.s, lane.jobs, lane) for lane in self._lanes.values() if lane.jobs
+            ]
+        return [
+            (entry.job.priority, entry.job.arrival, [entry], None)
+            for lane in self._lanes.values()
+            for entry in lane.jobs
+        ]
+
+    def _offers(self, worker: _Worker, eligible_to: Callable[[_Entry], bool]) -> list[_Offer]:
+        """Each backlogged lane's offer to ``worker`` among the entries ``eligible_to`` keeps.
+
+        A lane with no such entry offers nothing.
+        """
+        offers = []
+        for level, s, entries, lane in self._backlogged():
+            eligible = [e for e in entries if eligible_to(e)]
+            if eligible:
+                offers.append(self._offer(level, s, entries, eligible, worker.resident, lane))
+        return offers
+
+    def _offer(
+        self,
+        level: int,
+        s: float,
+        entries: list[_Entry],
+        eligible: list[_Entry],
+        resident: str | None,
+        lane: _Lane | None,
+    ) -> _Offer:
+        head = entries[0].job
+        choice = self._affinity_entry(head, entries, resident, eligible)
+        if choice is None or resident is None:
+            return _Offer(level, s, head, eligible[0], head.tier_bonus, 0.0, lane, head.seq)
+        bonus = self._scorer.affinity(resident)
+        first = next(e.job.seq for e in entries if e.job.model == resident)
+        return _Offer(level, s, head, choice, head.tier_bonus, bonus, lane, first)
+
+    def _affinity_entry(
+        self,
+        head: Job,
+        entries: list[_Entry],
+        model: str | None,
+        eligible: list[_Entry] | None = None,
+    ) -> _Entry | None:
+        """The lane's affinity job for ``model`` (None: the lane is not eligible for it).
+
+        The lane's jobs for ``model`` are read in lane order: the first that arrived later than
+        ``W`` after ``head`` ends the search; otherwise the first in ``eligible`` (every one
+        when None) is the affinity job.
+        """
+        if model is None or not self._scorer.affinity(model) > 0:
+            return None
+        config = self._scorer.config
+        limit = head.arrival + config.max_affinity * config.aging_divisor
+        for entry in entries:
+            if entry.job.model != model:
+                continue
+            if entry.job.arrival > limit:
+                return None
+            if eligible is None or any(entry is other for other in eligible):
+                return entry
+        return None
+
+    def _key(self, offer: _Offer) -> float:
+        d = self._scorer.config.aging_divisor
+        return offer.level + offer.tier + offer.affinity - offer.s / d
+
+    def _counterfactuals(self, offers: list[_Offer], worker: _Worker) -> dict[str, Job]:
+        """The winner without each term of the score (the size-1 note's Observability)."""
+        d = self._scorer.config.aging_divisor
+
+        def order(key: Callable[[_Offer], float]) -> Callable[[_Offer], tuple[float, ...]]:
+            return lambda o: (-key(o), o.s, o.tie)
+
+        aging = min(offers, key=order(lambda o: o.level + o.tier + o.affinity))
+        affinity = min(
+            (o if o.affinity == 0 else self._plain(o) for o in offers),
+            key=order(lambda o: o.level + o.tier - o.s / d),
+        )
+        tier = min(offers, key=order(lambda o: o.level + o.affinity - o.s / d))
+        # Fair share: per-job aging over each lane's head and its oldest resident-model job.
+        rows: list[tuple[float, float, int, Job]] = []
+        model = worker.resident
+        bonus = 0.0 if model is None else self._scorer.affinity(model)
+        for level, _, entries, _ in self._backlogged():
+            head = entries[0].job
+            picks = [head]
+            if model is not None and bonus > 0:
+                picks += [e.job for e in entries if e.job.model == model][:1]
+            for job in picks:
+                aff = bonus if model is not None and bonus > 0 and job.model == model else 0
+                key = level + head.tier_bonus + aff - job.arrival / d
+                rows.append((-key, job.arrival, job.seq, job))
+        fair = min(rows, key=lambda row: row[:3])[3]
+        return {
+            "aging": aging.entry.job,
+            "affinity": affinity.entry.job,
+            "tier": tier.entry.job,
+            "fair_share": fair,
+        }
+
+    def _plain(self, offer: _Offer) -> _Offer:
+        """The offer without affinity: the lane's head (every job is eligible here)."""
+        entries = offer.lane.jobs if offer.lane is not None else [offer.entry]
+        return attrs.evolve(offer, entry=entries[0], affinity=0.0, tie=entries[0].job.seq)
+
+    def _lift_floor(self, job: Job) -> float:
+        """The lift's floor for a lane that ``job`` makes backlogged (``inf``: none at level)."""
+        backlogged = [m for m in self._lanes.values() if m.level == job.priority and m.jobs]
+        if not backlogged:
+            return math.inf
+        starved = min(backlogged, key=lambda m: m.s)  # min() keeps the first (oldest) on ties
+        residents = {w.resident for w in self._workers.values() if not w.timed_out}
+        residents.discard(None)
+        mine = job.tier_bonus
+        if job.model is not None and job.model in residents:
+            mine += self._scorer.affinity(job.model)
+        head = starved.jobs[0].job
+        theirs = head.tier_bonus
+        bonuses = [
+            self._scorer.affinity(r)
+            for r in residents
+            if r is not None and self._affinity_entry(head, starved.jobs, r) is not None
+        ]
+        theirs += max(bonuses, default=0.0)
+        return starved.s + max(0.0, mine - theirs) * self._scorer.config.aging_divisor
+
+    def _lease(self, job: Job, info: WorkerInfo, now: float) -> Lease:
+        """The grant's lease; ``LeaseError`` (naming the job) when ``lease_for`` fails."""
+        fn = self._lease_for
+        assert fn is not None
+        calculator: object = fn
+        try:
+            if isinstance(calculator, LeaseCalculator):  # the slow flag is its extra_slow_worker
+                seconds: object = calculator(job)
+                if info.slow:
+                    payload = job.payload
+                    request = (
+                        payload
+                        if isinstance(payload, ImageRequest)
+                        else ImageRequest.from_mapping(payload)
+                    )
+                    request = attrs.evolve(request, extra_slow_worker=True)
+                    seconds = calculator.for_request(request)
+            elif self._lease_takes_worker:
+                seconds = fn(job, info)
+            else:
+                seconds = fn(job)
+        except Exception as exc:
+            raise LeaseError(
+                f"lease_for raised for job {job.id!r}: {exc!r}", job_id=job.id
+            ) from exc
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not 0 < seconds < math.inf
+        ):
+            raise LeaseError(f"lease_for returned {seconds!r} for job {job.id!r}", job_id=job.id)
+        return Lease(now, seconds)
+
+    def _expected_runtime(self, job: Job) -> float:
+        if job.estimate is not None:
+            return job.estimate
+        if job.model is not None and self._recent_by_model.get(job.model):
+            recent = self._recent_by_model[job.model]
+            return sum(recent) / len(recent)
+        recent = self._recent_by_level.get(job.priority, [])
+        return sum(recent) / len(recent) if recent else DEFAULT_EXPECTED_RUNTIME
+
+    def _charge_of(self, job: Job, runtime: float) -> float:
+        """The charge model's value for ``job`` run for ``runtime`` (ValueError when bad)."""
+        if self._charge == "runtime":
+            charge: object = runtime
+        elif self._charge == "estimate":
+            charge = runtime if job.estimate is None else job.estimate
+        elif callable(self._charge):
+            charge = self._charge(job, runtime)
+        else:
+            charge = float(self._charge)
+        if isinstance(charge, bool) or not isinstance(charge, (int, float)):
+            charge = math.nan
+        if not (math.isfinite(charge) and charge >= 0):
+            raise ValueError(
+                f"the charge model returned {charge!r} for job {job.id!r}; a charge must be a "
+                "finite number of seconds >= 0"
+            )
+        return float(charge)
+
+    def _finish(self, held: _Held, runtime: float, now: float) -> float:
+        """Free a held job and correct its lane (complete, or cancel); return the charge."""
+        job = held.grant.job
+        charge = self._charge_of(job, runtime)
+        self._workers[held.worker].held.remove(held)
+        self._workers[held.worker].last_seen = now
+        self._runtimes.append(runtime)
+        if job.model is not None:
+            self._remember(self._recent_by_model.setdefault(job.model, []), runtime)
+        self._remember(self._recent_by_level.setdefault(job.priority, []), runtime)
+        self._members[job.member].gpu_seconds += charge
+        if self._fair_share:
+            lane = self._lane_of(job)
+            lane.release(held.c)
+            lane.settled = min(lane.settled + charge / held.n, now)
+            others = [m for m in self._lanes.values() if m.level == lane.level and m.jobs]
+            if lane.jobs and others == [lane]:
+                lane.settled = now  # alone at its level: re-anchored
+        return charge
+
+    @staticmethod
+    def _remember(recent: list[float], runtime: float) -> None:
+        recent.append(runtime)
+        del recent[:-RECENT_RUNTIMES]
+
+    def _take_back(self, taken: list[_Held], now: float, *, always_requeue: bool) -> set[int]:
+        """Refund and requeue (or fail) held jobs; return the ``seq`` of those requeued."""
+        requeued: set[int] = set()
+        for held in sorted(taken, key=lambda h: h.grant.job.seq, reverse=True):
+            job = held.grant.job
+            self._workers[held.worker].held.remove(held)
+            if self._fair_share:
+                self._lane_of(job).release(held.c)  # the refund: exactly what was charged
+            self._counts["expired"] += not always_requeue
+            if always_requeue or held.grants < self._max_attempts:
+                self._lane_of(job).jobs.insert(0, _Entry(job, now, held.grants))
+                requeued.add(job.seq)
+            else:
+                self._counts["failed"] += 1
+        return requeued
+
+    def stats(self, *, now: float) -> Stats:
+        """Return the counters and per-level and per-member statistics at ``now``.
+
+        ``running`` is the first held job by grant time (None when none is held),
+        ``resident_model`` the resident model of the first-joined worker.
+
+        Args:
+            now: The current time.
+
+        Returns:
+            The statistics.
+
+        Raises:
+            ValueError: ``now`` went backwards.
+        """
+        now = self._time(now)
+        with self._commit(now):
+            queued = [entry.job for entry in self._queued()]
+            levels: dict[int, LevelStats] = {}
+            for level in sorted(self._levels, reverse=True):
+                counters = self._levels[level]
+                waits = [now - job.arrival for job in queued if job.priority == level]
+                levels[level] = LevelStats(
+                    level=level,
+                    queued=len(waits),
+                    oldest_wait=max(waits, default=0.0),
+                    mean_wait=math.fsum(waits) / len(waits) if waits else 0.0,
+                    dispatched=counters.dispatched,
+                    total_wait=counters.total_wait,
+                    reorders=Reorders(**counters.reorders),
+                    wait_buckets=tuple(
+                        (bound, sum(1 for wait in counters.waits if wait <= bound))
+                        for bound in self._buckets
+                    ),
+                )
+            members = {
+                name: MemberStats(
+                    member=name,
+                    queued=sum(1 for job in queued if job.member == name),
+                    dispatched=counters.dispatched,
+                    completed=counters.completed,
+                    gpu_seconds=counters.gpu_seconds,
+                    running=sum(1 for h in self._held() if h.grant.job.member == name),
+                )
+                for name, counters in self._members.items()
+            }
+            held = self._held()
+            first = next(iter(self._workers.values()), None)
+            return Stats(
+                now=now,
+                levels=levels,
+                members=members,
+                running=held[0].grant.job if held else None,
+                resident_model=None if first is None else first.resident,
+                queued=len(queued),
+                dispatched=sum(counters.dispatched for counters in self._levels.values()),
+                **self._counts,
+                held=tuple(h.grant.job for h in held),
+                workers=tuple(self.workers()),
+            )
