@@ -29,8 +29,10 @@ from prioqueue._errors import (
     LeaseExpired,
     PrioqueueError,
     QueueFull,
+    UnknownGroup,
     UnknownJob,
 )
+from prioqueue._groups import CancelRunning, GroupState, GroupStatus
 from prioqueue.dispatcher import (
     DEFAULT_RETRY_AFTER,
     DEFAULT_WAIT_BUCKETS,
@@ -95,6 +97,7 @@ __all__ = [
     "SAMPLER_UNITS",
     "SLOW_BASELINE_MULTIPLIERS",
     "AheadJob",
+    "CancelRunning",
     "ChargeModel",
     "Completed",
     "ConfigError",
@@ -102,6 +105,8 @@ __all__ = [
     "Expired",
     "Explanation",
     "Grant",
+    "GroupState",
+    "GroupStatus",
     "ImageRequest",
     "InvalidState",
     "Job",
@@ -125,6 +130,7 @@ __all__ = [
     "SizeOneDispatcher",
     "Stats",
     "Ticket",
+    "UnknownGroup",
     "UnknownJob",
     "explain_lease",
     "lease_seconds",

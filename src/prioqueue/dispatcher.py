@@ -31,6 +31,8 @@ from heapq import heappop as _heappop
 from heapq import heappush as _heappush
 from typing import Any, Literal
 
+import attrs
+
 from prioqueue import _lanes, _observe, _persist
 from prioqueue._errors import (
     ConfigError,
@@ -42,6 +44,14 @@ from prioqueue._errors import (
     UnknownJob,
 )
 from prioqueue._forecast import DispatchRecord
+from prioqueue._groups import (
+    CancelRunning,
+    GroupBook,
+    GroupStatus,
+    checked_group,
+    checked_running,
+    forecast_finish,
+)
 from prioqueue._lanes import GONE, QUEUED, RUNNING, _Entry, _Lane, _Ranking
 from prioqueue._validate import charge_function, checked_name, finite, limit, positive_or_none
 from prioqueue.lease import Lease
@@ -231,6 +241,7 @@ class SizeOneDispatcher:
         self._totals = {"dispatched": 0, "completed": 0, "cancelled": 0, "expired": 0}
         self._failed = 0
         self._swaps = 0
+        self._groups = GroupBook()
 
     # ------------------------------------------------------------------ properties
 
@@ -429,6 +440,7 @@ class SizeOneDispatcher:
         model: str | None = None,
         estimate: float | None = None,
         payload: Any = None,
+        group: str | None = None,
         now: float,
     ) -> Ticket:
         """Queue a job.
@@ -443,6 +455,8 @@ class SizeOneDispatcher:
             estimate: Expected runtime in seconds (> 0), or None.
             payload: An opaque value kept with the job (e.g. for ``lease_for``); it must be
                 JSON-serialisable for ``snapshot``.
+            group: A label shared by jobs that belong together (a film's shots), for
+                ``group_status`` and ``cancel_group``; it changes no score and no lane.
             now: The current monotonic time.
 
         Returns:
@@ -466,6 +480,8 @@ class SizeOneDispatcher:
         if model is not None:
             model = checked_name("model", model)
         estimate = positive_or_none("estimate", estimate)
+        if group is not None:
+            group = checked_group(group)
         t = self._tick(now)
         if job_id in self._entries:
             raise DuplicateJob(f"job {job_id!r} is already {self.state(job_id)}")
@@ -500,6 +516,8 @@ class SizeOneDispatcher:
             payload=payload,
         )
         self._enqueue(job, attempt=1, now=t, requeue=False)
+        if group is not None:
+            self._groups.add(job_id, group)
         return Ticket(job=job, queued=queued + 1)
 
     def _enqueue(
@@ -618,6 +636,7 @@ class SizeOneDispatcher:
         level.buckets[bisect.bisect_left(self._buckets, wait)] += 1
         lane.owner.dispatched += 1
         self._totals["dispatched"] += 1
+        self._groups.move(job.id, "running")
         return grant
 
     def _lease(self, job: Job, t: float) -> Lease:
@@ -729,6 +748,7 @@ class SizeOneDispatcher:
                 raise ValueError(f"runtime must be >= 0 seconds, got {runtime!r}")
         self._tick(t)
         charge = self._finish(entry, max(measured, 0.0), t)
+        self._groups.move(job_id, "done", used=max(measured, 0.0))
         entry.lane.owner.completed += 1
         self._totals["completed"] += 1
         return Completed(job=entry.job, runtime=measured, charge=charge)
@@ -752,17 +772,51 @@ class SizeOneDispatcher:
         t = finite("now", now)
         entry = self._entry(job_id)
         self._tick(t)
-        if entry.state == RUNNING:
-            self._finish(entry, t - entry.granted_at, t)
-        else:
-            entry.state = GONE
-            del self._entries[entry.job.id]
-            self._dequeue(entry)
-            lane = entry.lane
-            if not self._fair_share and not lane.live:
-                del self._lanes[entry.job.id]
+        self._remove(entry, t, "cancelled")
         self._totals["cancelled"] += 1
         return entry.job
+
+    def fail(self, job_id: str, *, now: float) -> Job:
+        """Remove a job whose work failed: ``cancel``, but counted as failed.
+
+        A worker that reports a failed run calls this instead of ``complete``: a running job
+        is charged for the time it ran, as by ``cancel``; ``Stats.failed`` and the job's
+        group count it as failed, not cancelled (a ``Chain`` applies its failure policy).
+
+        Args:
+            job_id: A queued or running job.
+            now: The current monotonic time.
+
+        Returns:
+            The removed job.
+
+        Raises:
+            UnknownJob: The id is not queued or running.
+            ValueError: ``now`` is out of range.
+
+        Complexity: amortised O(log n + M).
+        """
+        t = finite("now", now)
+        entry = self._entry(job_id)
+        self._tick(t)
+        self._remove(entry, t, "failed")
+        self._failed += 1
+        return entry.job
+
+    def _remove(self, entry: _Entry, t: float, outcome: Literal["cancelled", "failed"]) -> None:
+        """Take a queued or running entry out for good (cancel and fail)."""
+        if entry.state == RUNNING:
+            used = t - entry.granted_at
+            self._finish(entry, used, t)
+            self._groups.move(entry.job.id, outcome, used=used)
+            return
+        entry.state = GONE
+        del self._entries[entry.job.id]
+        self._dequeue(entry)
+        lane = entry.lane
+        if not self._fair_share and not lane.live:
+            del self._lanes[entry.job.id]
+        self._groups.move(entry.job.id, outcome)
 
     def expire(self, now: float) -> list[Expired]:
         """Reclaim the resource from a job past its lease.
@@ -792,9 +846,12 @@ class SizeOneDispatcher:
         self._grant = None
         self._totals["expired"] += 1
         requeued = entry.attempt < self._max_attempts
+        held = t - entry.granted_at
         if requeued:
             self._enqueue(job, attempt=entry.attempt + 1, now=t, requeue=True)
+            self._groups.move(job.id, "queued", used=held)
         else:
+            self._groups.move(job.id, "failed", used=held)
             self._failed += 1
             if not self._fair_share and not entry.lane.live:
                 del self._lanes[job.id]
@@ -862,7 +919,91 @@ class SizeOneDispatcher:
         Complexity: O(levels + members), amortised (the oldest wait per level is kept in a
         heap with lazy deletion).
         """
-        return _observe.stats(self, self._tick(now))
+        t = self._tick(now)
+        return attrs.evolve(_observe.stats(self, t), groups=self._groups.active)
+
+    # ------------------------------------------------------------------ groups
+
+    def group_of(self, job_id: str) -> str | None:
+        """Return the group of a queued or running job (None when it has none).
+
+        Raises:
+            UnknownJob: The id is not queued or running.
+
+        Complexity: O(1).
+        """
+        self._entry(job_id)
+        return self._groups.group_of(job_id)
+
+    def group_status(self, group: str, *, now: float) -> GroupStatus:
+        """Return how far a group has got: counts by state, GPU time and a finish forecast.
+
+        Every job ever submitted in the group is counted once, in the state it is in now.
+        The forecast is the same dry run as ``forecast()``: exact when the estimates are and
+        nothing else arrives.
+
+        Args:
+            group: The group's label.
+            now: The current monotonic time.
+
+        Returns:
+            The group's status.
+
+        Raises:
+            UnknownGroup: No job was ever submitted in the group.
+            ValueError: ``group`` is not a non-empty str, or ``now`` is out of range.
+
+        Complexity: O(1) when nothing of the group is queued or running, else that of
+        ``forecast()``.
+        """
+        group = checked_group(group)
+        live = self._groups.live(group)
+        t = self._tick(now)
+        finish = forecast_finish(self, t, [job_id for job_id, _ in live])
+        return self._groups.status(group, now=t, finish=finish)
+
+    def cancel_group(self, group: str, *, now: float, running: CancelRunning = "keep") -> list[Job]:
+        """Cancel every queued job of a group (and its running one, if asked).
+
+        Jobs of other groups and members are untouched. The group stays known: its
+        ``group_status`` counts the cancelled jobs.
+
+        Args:
+            group: The group's label.
+            now: The current monotonic time.
+            running: ``"keep"`` lets a running job of the group finish (complete it as
+                usual); ``"cancel"`` stops it too, charged for the time it ran.
+
+        Returns:
+            The cancelled jobs, oldest submission first.
+
+        Raises:
+            UnknownGroup: No job was ever submitted in the group.
+            ValueError: ``group`` or ``running`` is invalid, or ``now`` is out of range.
+
+        Complexity: O(k (log n + M)) for the k cancelled jobs.
+        """
+        group = checked_group(group)
+        mode = checked_running(running)
+        live = self._groups.live(group)
+        t = self._tick(now)
+        cancelled = []
+        for job_id, state in live:
+            if state == "running" and mode == "keep":
+                continue
+            cancelled.append(self.cancel(job_id, now=t))
+        return cancelled
+
+    def forget_group(self, group: str) -> None:
+        """Drop a finished group's counts (groups are kept until then, like members).
+
+        Raises:
+            UnknownGroup: No job was ever submitted in the group.
+            ValueError: A job of the group is still queued or running.
+
+        Complexity: O(1).
+        """
+        self._groups.forget(checked_group(group))
 
     # ------------------------------------------------------------------ persistence
 
@@ -885,7 +1026,9 @@ class SizeOneDispatcher:
 
         Complexity: O(n) in the queued jobs.
         """
-        return _persist.dump(self, self._tick(now))
+        state = _persist.dump(self, self._tick(now))
+        state["groups"] = self._groups.dump()
+        return state
 
     @classmethod
     def restore(
@@ -926,7 +1069,17 @@ class SizeOneDispatcher:
         # The constructor's own errors (ConfigError, TypeError) are not the snapshot's fault.
         dispatcher = cls(scorer, **options)
         _persist.load(dispatcher, state, now)
+        try:
+            dispatcher._groups.load(state.get("groups"), dispatcher._state_or_none)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"invalid snapshot: groups: {exc}") from None
         return dispatcher
+
+    def _state_or_none(self, job_id: str) -> str | None:
+        entry = self._entries.get(job_id)
+        if entry is None:
+            return None
+        return "running" if entry.state == RUNNING else "queued"
 
     # ------------------------------------------------------------------ invariants
 
@@ -956,3 +1109,4 @@ class SizeOneDispatcher:
         assert sum(m.queued for m in self._members.values()) == len(queued)
         for entry in queued:
             assert entry.lane.live > 0
+        self._groups._check(self._state_or_none)

@@ -313,8 +313,10 @@ class Stats:
         completed: Jobs completed so far.
         cancelled: Jobs cancelled so far (queued or running).
         expired: Leases that ran out so far.
-        failed: Jobs dropped after their last attempt (each reported by ``expire``).
+        failed: Jobs dropped after their last attempt (each reported by ``expire``), and
+            jobs reported failed by ``fail``.
         swaps: Grants whose model differed from the resident model (cold loads).
+        groups: Groups with a job queued or running (a film in progress is one).
     """
 
     now: float
@@ -329,3 +331,4 @@ class Stats:
     expired: int
     failed: int
     swaps: int
+    groups: int = 0
