@@ -47,15 +47,28 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from prioqueue._asyncio_chain import AsyncChain, ChainResult
 from prioqueue._errors import LeaseError, LeaseExpired, PrioqueueError
 from prioqueue.dispatcher import SizeOneDispatcher
-from prioqueue.records import Expired, Explanation, Grant, Stats, Ticket
+from prioqueue.records import Expired, Explanation, Grant, Job, Stats, Ticket
 
-__all__ = ["AsyncDispatcher", "DispatcherClosed", "JobCancelled", "QueueTimeout", "Turn"]
+if TYPE_CHECKING:
+    from prioqueue._groups import CancelRunning, GroupStatus
+    from prioqueue.chain import FailurePolicy
+
+__all__ = [
+    "AsyncChain",
+    "AsyncDispatcher",
+    "ChainResult",
+    "DispatcherClosed",
+    "JobCancelled",
+    "QueueTimeout",
+    "Turn",
+]
 
 Clock = Callable[[], float]
 ExpiryCallback = Callable[[Expired], object]
@@ -104,6 +117,7 @@ class Turn:
     __slots__ = (
         "_entered",
         "_expired",
+        "_fails",
         "_future",
         "_gate",
         "_grant",
@@ -131,6 +145,7 @@ class Turn:
         self._revoked: asyncio.Event | None = None
         self._resident_before: str | None = None
         self._entered = False
+        self._fails = False  # a block that raises fails the job (a chain's turn), not cancel
 
     @property
     def ticket(self) -> Ticket | None:
@@ -311,6 +326,7 @@ class AsyncDispatcher:
         estimate: float | None = None,
         payload: Any = None,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> Turn:
         """Make the async context manager of one job's turn at the resource.
 
@@ -332,6 +348,7 @@ class AsyncDispatcher:
                 for as long as it takes. Past it the job is removed and entering raises
                 :class:`QueueTimeout`. It does not bound the time the block holds the
                 resource; the lease does.
+            group: The job's group label (see ``SizeOneDispatcher.submit``), or None.
 
         Returns:
             The :class:`Turn`.
@@ -351,7 +368,65 @@ class AsyncDispatcher:
             "estimate": estimate,
             "payload": payload,
         }
+        if group is not None:
+            kwargs["group"] = group
         return Turn(self, job_id, kwargs, timeout)
+
+    def chain(
+        self,
+        specs: Iterable[Mapping[str, Any]],
+        *,
+        run: Callable[[Grant], Awaitable[Any]],
+        depth: int = 1,
+        group: str | None = None,
+        on_failure: FailurePolicy = "stop",
+    ) -> AsyncChain:
+        """Run a sequence of jobs through :class:`~prioqueue.chain.Chain`, ``depth`` at a time.
+
+        ``async for result in gate.chain(specs, run=render):`` submits the first ``depth``
+        jobs, awaits ``run(grant)`` while each holds the resource, submits the next as each
+        finishes, and yields a :class:`ChainResult` per job in completion order (a job whose
+        ``run`` raised counts as failed and the failure policy applies). Use ``async with``
+        (or ``aclose()``) to cancel what is left when leaving the loop early.
+
+        Args:
+            specs: The jobs: mappings of :meth:`turn`'s keyword arguments plus ``job_id``.
+            run: ``async (grant) -> value``: the work, done while the job holds the resource.
+            depth: Most jobs in flight at once.
+            group: The group label (None: the first ``job_id``).
+            on_failure: ``"stop"``, ``"skip"`` or ``("retry", n)`` (see ``Chain``).
+
+        Returns:
+            The async iterator of results.
+
+        Raises:
+            TypeError, ValueError, ConfigError: As ``Chain`` does; ``run`` is not callable.
+        """
+        return AsyncChain(self, specs, run=run, depth=depth, group=group, on_failure=on_failure)
+
+    def group_status(self, group: str) -> GroupStatus:
+        """Return ``dispatcher.group_status(group, now=self.now())``.
+
+        Raises:
+            UnknownGroup: No job was ever submitted in the group.
+        """
+        return self._d.group_status(group, now=self.now())
+
+    def cancel_group(self, group: str, *, running: CancelRunning = "keep") -> list[Job]:
+        """Cancel the group's queued jobs (and running one, if asked): see :meth:`cancel`.
+
+        Raises:
+            UnknownGroup: No job was ever submitted in the group.
+            ValueError: ``group`` or ``running`` is invalid.
+        """
+        now = self.now()
+        cancelled = self._d.cancel_group(group, now=now, running=running)
+        for job in cancelled:
+            turn = self._waiters.pop(job.id, None)
+            if turn is not None:
+                self._drop_waiter(turn, JobCancelled(f"job {job.id!r} was cancelled"))
+        self._pump(now)
+        return cancelled
 
     def cancel(self, job_id: str) -> None:
         """Cancel a queued or running job and dispatch the next one.
@@ -585,6 +660,8 @@ class AsyncDispatcher:
             except LeaseExpired:
                 self._run_due(now)  # the timer had not fired yet: expire now, tell the holder
                 return
+        elif turn._fails and failed and not unused and turn._grant is not None:
+            self._d.fail(turn.job_id, now=now)
         else:
             self._d.cancel(turn.job_id, now=now)
             grant = turn._grant
