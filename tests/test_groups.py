@@ -494,3 +494,26 @@ def test_stats_count_groups_with_work() -> None:
     assert d.stats(now=0.0).groups == 2
     d.cancel("b", now=1.0)
     assert d.stats(now=1.0).groups == 1
+
+
+def test_prometheus_exposes_running_groups() -> None:
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from prioqueue.prometheus import PrioqueueCollector, render
+
+    d = SizeOneDispatcher()
+    d.submit("a", member="dora", group="f1", now=0.0)
+    d.submit("b", member="eve", group="f2", now=0.0)
+    registry = CollectorRegistry()
+    registry.register(PrioqueueCollector(d, clock=lambda: 1.0))
+
+    def running_groups() -> float:
+        families = {f.name: f for f in text_string_to_metric_families(render(registry).decode())}
+        [sample] = families["prioqueue_groups_running"].samples
+        return sample.value
+
+    assert running_groups() == 2
+    d.cancel_group("f2", now=1.0)
+    assert running_groups() == 1
