@@ -11,7 +11,8 @@ The public names are re-exported here from the modules that define them:
 * :mod:`prioqueue.scoring`: ``ScoringConfig``, ``Scorer``, ``ScoreBreakdown``.
 * :mod:`prioqueue.lease`: ``lease_seconds``, ``LeaseCalculator``, ``Lease`` and friends.
 * :mod:`prioqueue.dispatcher`: ``SizeOneDispatcher``; its values live in
-  :mod:`prioqueue.records`.
+  :mod:`prioqueue.records` (and ``GroupStatus``, a group's status).
+* :mod:`prioqueue.chain`: ``Chain``, a sans-IO producer of job sequences (a film's shots).
 * :mod:`prioqueue.testing`: ``ManualClock`` and the brute-force ``ReferenceDispatcher``
   (imported from there, not re-exported).
 """
@@ -33,6 +34,7 @@ from prioqueue._errors import (
     UnknownJob,
 )
 from prioqueue._groups import CancelRunning, GroupState, GroupStatus
+from prioqueue.chain import Chain, ChainProgress, ChainState, ChainStep, FailurePolicy
 from prioqueue.dispatcher import (
     DEFAULT_RETRY_AFTER,
     DEFAULT_WAIT_BUCKETS,
@@ -98,12 +100,17 @@ __all__ = [
     "SLOW_BASELINE_MULTIPLIERS",
     "AheadJob",
     "CancelRunning",
+    "Chain",
+    "ChainProgress",
+    "ChainState",
+    "ChainStep",
     "ChargeModel",
     "Completed",
     "ConfigError",
     "DuplicateJob",
     "Expired",
     "Explanation",
+    "FailurePolicy",
     "Grant",
     "GroupState",
     "GroupStatus",
