@@ -207,13 +207,13 @@ class Chain:
         >>> shots = [{"job_id": f"shot-{i}", "member": "dora", "priority": "batch",
         ...           "estimate": 240.0} for i in range(1, 4)]
         >>> film = Chain(gpu, shots, group="film-1")
-        >>> [t.job.id for t in film.start(now=0.0).submitted]
-        ['shot-1']
+        >>> film.start(now=0.0).submitted[0].job.id
+        'shot-1'
         >>> gpu.dispatch(0.0).job.id
         'shot-1'
         >>> _ = gpu.complete("shot-1", now=240.0)
-        >>> [t.job.id for t in film.completed("shot-1", now=240.0).submitted]
-        ['shot-2']
+        >>> film.completed("shot-1", now=240.0).submitted[0].job.id
+        'shot-2'
         >>> film.progress.done, film.progress.pending
         (1, 1)
     """
