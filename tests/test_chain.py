@@ -622,3 +622,59 @@ def test_async_chain_reports_an_expired_lease_as_a_failure() -> None:
         assert film.progress.failed == 2
 
     asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------- random drives
+
+ACTIONS = ("dispatch", "complete", "fail_running", "fail_queued", "expire", "cancel")
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    count=st.integers(min_value=1, max_value=6),
+    depth=st.integers(min_value=1, max_value=3),
+    policy=st.sampled_from(["stop", "skip", ("retry", 0), ("retry", 1), ("retry", 2)]),
+    actions=st.lists(st.sampled_from(ACTIONS), max_size=40),
+)
+def test_chain_counts_agree_with_its_group_under_random_drives(
+    count: int, depth: int, policy: FailurePolicy, actions: list[str]
+) -> None:
+    d = SizeOneDispatcher(lease_for=lambda job: 50.0, max_attempts=1)
+    chain = Chain(d, shots(count), depth=depth, group="film", on_failure=policy)
+    chain.start(now=0.0)
+    now = 0.0
+    for action in actions:
+        flight = chain.progress.in_flight
+        running = d.running.job.id if d.running is not None else None
+        queued = [job_id for job_id in flight if job_id != running]
+        if action == "dispatch":
+            d.dispatch(now)
+        elif action == "complete" and running is not None:
+            now += 10.0
+            d.complete(running, now=now)
+            chain.completed(running, now=now)
+        elif action == "fail_running" and running is not None:
+            now += 5.0
+            chain.failed(running, now=now)
+        elif action == "fail_queued" and queued:
+            chain.failed(queued[0], now=now)
+        elif action == "expire":
+            now += 60.0
+            for item in d.expire(now):
+                assert not item.requeued  # max_attempts=1: dropped, reported as failed
+                chain.failed(item.job.id, now=now)
+        elif action == "cancel" and chain.progress.state == "running":
+            chain.cancel(now=now, running="keep" if len(actions) % 2 else "cancel")
+        d._check()
+        progress = chain.progress
+        assert len(progress.in_flight) <= depth
+        if progress.state in ("running", "finished"):
+            accounted = progress.done + progress.failed + progress.cancelled
+            assert accounted + len(progress.in_flight) + progress.pending == count
+        status = chain.status(now=now)
+        assert status.done == progress.done
+        assert status.failed == progress.failed + progress.retries
+        assert status.cancelled == progress.cancelled
+        assert status.queued + status.running == len(progress.in_flight)
+        # The driver reports every finish at once: whatever is in flight is in the dispatcher.
+        assert all(job_id in d for job_id in progress.in_flight)
