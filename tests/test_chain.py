@@ -678,3 +678,16 @@ def test_chain_counts_agree_with_its_group_under_random_drives(
         assert status.queued + status.running == len(progress.in_flight)
         # The driver reports every finish at once: whatever is in flight is in the dispatcher.
         assert all(job_id in d for job_id in progress.in_flight)
+
+
+def test_forecast_finish_with_nothing_submitted_after_a_full_queue() -> None:
+    d = SizeOneDispatcher(max_queued=1)
+    d.submit("other", member="eve", now=0.0)
+    chain = Chain(d, shots(2, seconds=50.0), group="film")
+    assert chain.start(now=0.0).retry_after is not None
+    # Nothing of the chain is in the dispatcher: its shots back to back from now.
+    assert chain.forecast_finish(now=10.0) == 110.0
+    specs = [{"job_id": "x", "member": "dora"}]
+    unknown = Chain(d, specs, group="film-2")
+    unknown.start(now=10.0)
+    assert unknown.forecast_finish(now=10.0) is None  # no estimate, no history

@@ -140,19 +140,20 @@ class _Group:
 class GroupBook:
     """The per-group counts of one dispatcher (private; see the module docstring)."""
 
-    __slots__ = ("_groups", "_of")
+    __slots__ = ("_active", "_groups", "_of")
 
     def __init__(self) -> None:
         self._groups: dict[str, _Group] = {}
         self._of: dict[str, _Group] = {}  # live grouped job id -> its group
+        self._active = 0  # groups with a live job
 
     def __contains__(self, group: object) -> bool:
         return group in self._groups
 
     @property
     def active(self) -> int:
-        """Groups with a job queued or running. O(groups)."""
-        return sum(1 for g in self._groups.values() if g.jobs)
+        """Groups with a job queued or running. O(1)."""
+        return self._active
 
     def group_of(self, job_id: str) -> str | None:
         """Return the group of a queued or running job, or None. O(1)."""
@@ -164,6 +165,8 @@ class GroupBook:
         record = self._groups.get(group)
         if record is None:
             record = self._groups[group] = _Group(group)
+        if not record.jobs:
+            self._active += 1
         record.jobs[job_id] = "queued"
         self._of[job_id] = record
 
@@ -182,6 +185,8 @@ class GroupBook:
             return
         del record.jobs[job_id]
         del self._of[job_id]
+        if not record.jobs:
+            self._active -= 1
         record.tally[state] += 1
         if state == "done":
             record.done += 1
@@ -292,6 +297,7 @@ class GroupBook:
                     raise ValueError(f"job {job_id!r} is in two groups")
                 record.jobs[job_id] = state
                 self._of[job_id] = record
+            self._active += bool(record.jobs)
 
     def _check(self, state_of: Callable[[str], str | None]) -> None:
         """Assert the book's invariants against the dispatcher (for tests; O(jobs))."""
@@ -306,6 +312,7 @@ class GroupBook:
             assert record.done == record.tally["done"]
             assert record.gpu_seconds >= 0
         assert seen == len(self._of)
+        assert self._active == sum(1 for record in self._groups.values() if record.jobs)
 
 
 def forecast_finish(d: SizeOneDispatcher, now: float, jobs: Collection[str]) -> float | None:

@@ -32,7 +32,7 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
-from prioqueue._errors import ConfigError, InvalidState, QueueFull, UnknownJob
+from prioqueue._errors import ConfigError, InvalidState, QueueFull, UnknownGroup, UnknownJob
 from prioqueue._groups import CancelRunning, GroupStatus, checked_group, checked_running
 from prioqueue._validate import finite
 from prioqueue.records import Job, Ticket
@@ -317,16 +317,20 @@ class Chain:
         pending = list(self._pending) if self._state == "running" else []
         if not self._flight and not pending:
             return t
-        status = self._d.group_status(self._group, now=t)
+        finish, mean = t, None
         if self._flight:
+            status = self._d.group_status(self._group, now=t)
             if status.forecast_finish is None:
                 return None
-            finish = status.forecast_finish
-        else:
-            finish = status.now
+            finish, mean = status.forecast_finish, status.mean_runtime
+        else:  # nothing submitted now (a full queue): the pending specs from now on
+            try:
+                mean = self._d.group_status(self._group, now=t).mean_runtime
+            except UnknownGroup:
+                mean = None
         for _, spec in pending:
             estimate = spec.get("estimate")
-            seconds = estimate if estimate is not None else status.mean_runtime
+            seconds = estimate if estimate is not None else mean
             if not isinstance(seconds, (int, float)):
                 return None
             finish += seconds
