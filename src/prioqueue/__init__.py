@@ -10,9 +10,11 @@ The public names are re-exported here from the modules that define them:
 * :mod:`prioqueue.priority`: ``parse_priority``, ``PriorityPolicy``, the named levels.
 * :mod:`prioqueue.scoring`: ``ScoringConfig``, ``Scorer``, ``ScoreBreakdown``.
 * :mod:`prioqueue.lease`: ``lease_seconds``, ``LeaseCalculator``, ``Lease`` and friends.
-* :mod:`prioqueue.dispatcher`: ``SizeOneDispatcher``; its values live in
-  :mod:`prioqueue.records` (and ``GroupStatus``, a group's status).
-* :mod:`prioqueue.chain`: ``Chain``, a sans-IO producer of job sequences (a film's shots).
+* :mod:`prioqueue.dispatcher`: ``SizeOneDispatcher``; :mod:`prioqueue.fleet`:
+  ``FleetDispatcher`` (many workers pulling from one queue); their values live in
+  :mod:`prioqueue.records`.
+* :mod:`prioqueue.chain`: ``Chain``, a sans-IO producer of job sequences (a film's shots);
+  ``GroupStatus`` is a group's status.
 * :mod:`prioqueue.testing`: ``ManualClock`` and the brute-force ``ReferenceDispatcher``
   (imported from there, not re-exported).
 """
@@ -23,6 +25,7 @@ from importlib.metadata import version as _version
 from typing import Any
 
 from prioqueue._errors import (
+    ChargeError,
     ConfigError,
     DuplicateJob,
     InvalidState,
@@ -32,6 +35,7 @@ from prioqueue._errors import (
     QueueFull,
     UnknownGroup,
     UnknownJob,
+    UnknownWorker,
 )
 from prioqueue._groups import CancelRunning, GroupState, GroupStatus
 from prioqueue.chain import Chain, ChainProgress, ChainState, ChainStep, FailurePolicy
@@ -41,6 +45,7 @@ from prioqueue.dispatcher import (
     ChargeModel,
     SizeOneDispatcher,
 )
+from prioqueue.fleet import FleetDispatcher
 from prioqueue.lease import (
     DEFAULT_CALCULATOR,
     FLAT_WORK_SAMPLERS,
@@ -80,6 +85,7 @@ from prioqueue.records import (
     Reorders,
     Stats,
     Ticket,
+    WorkerInfo,
 )
 from prioqueue.scoring import DEFAULT_TIER_BONUSES, ScoreBreakdown, Scorer, ScoringConfig
 
@@ -104,6 +110,7 @@ __all__ = [
     "ChainProgress",
     "ChainState",
     "ChainStep",
+    "ChargeError",
     "ChargeModel",
     "Completed",
     "ConfigError",
@@ -111,6 +118,7 @@ __all__ = [
     "Expired",
     "Explanation",
     "FailurePolicy",
+    "FleetDispatcher",
     "Grant",
     "GroupState",
     "GroupStatus",
@@ -139,6 +147,8 @@ __all__ = [
     "Ticket",
     "UnknownGroup",
     "UnknownJob",
+    "UnknownWorker",
+    "WorkerInfo",
     "explain_lease",
     "lease_seconds",
     "parse_priority",
