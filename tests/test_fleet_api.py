@@ -99,7 +99,9 @@ def test_join_returns_the_worker_and_a_rejoin_updates_it() -> None:
         filtered=False,
     )
     again = f.join("gpu-a", accepts=lambda job: True, now=6)
-    assert again.models is None and again.slots == 1 and not again.slow
+    assert again.models is None
+    assert again.slots == 1
+    assert not again.slow
     assert again.resident == "m1"  # kept: resident=None means unchanged on a re-join
     assert again.filtered
     assert f.workers() == [again]
@@ -234,7 +236,9 @@ def test_accepts_filters_jobs_and_is_reported() -> None:
     f.submit("small", member="x", estimate=5, now=0)
     f.submit("unknown", member="y", now=0)
     assert popped(f, "picky", 1) == "small"
-    f.join("picky", slots=2, accepts=lambda job: job.estimate is not None and job.estimate < 10, now=1)
+    f.join(
+        "picky", slots=2, accepts=lambda job: job.estimate is not None and job.estimate < 10, now=1
+    )
     assert f.pop("picky", now=1) is None
     assert f.idle_reasons("picky", now=1) == {"accepts": 2}
     f.join("picky", slots=1, accepts=lambda job: True, now=2)
@@ -262,7 +266,8 @@ def test_slots_let_a_worker_prefetch_and_each_lease_starts_at_its_pop() -> None:
         f.submit(f"j{i}", member=f"m{i}", now=0)
     first = f.pop("a", now=1)
     second = f.pop("a", now=2)
-    assert first is not None and second is not None
+    assert first is not None
+    assert second is not None
     assert (first.lease and first.lease.deadline, second.lease and second.lease.deadline) == (
         101.0,
         102.0,
@@ -314,12 +319,16 @@ def test_a_one_argument_lease_for_still_works_and_two_arguments_get_the_worker()
     f.join("slow", slow=True, now=0)
     f.submit("j", member="m", now=0)
     grant = f.pop("slow", now=0)
-    assert grant is not None and grant.lease is not None and grant.lease.seconds == 50.0
+    assert grant is not None
+    assert grant.lease is not None
+    assert grant.lease.seconds == 50.0
     assert seen[0].name == "slow"
     g = fleet("w", lease_for=lambda job: 7.0)
     g.submit("j", member="m", now=0)
     grant = g.pop("w", now=0)
-    assert grant is not None and grant.lease is not None and grant.lease.seconds == 7.0
+    assert grant is not None
+    assert grant.lease is not None
+    assert grant.lease.seconds == 7.0
 
 
 def test_a_slow_worker_gets_three_times_the_calculated_lease() -> None:
@@ -327,12 +336,14 @@ def test_a_slow_worker_gets_three_times_the_calculated_lease() -> None:
     f = fleet(lease_for=calculator)
     f.join("fast", now=0)
     f.join("slow", slow=True, now=0)
-    request = {"width": 1024, "height": 1024, "steps": 30}
+    request: dict[str, Any] = {"width": 1024, "height": 1024, "steps": 30}
     f.submit("a", member="m", payload=dict(request), now=0)
     f.submit("b", member="n", payload=dict(request), now=0)
     fast, slow = f.pop("fast", now=0), f.pop("slow", now=0)
-    assert fast is not None and slow is not None
-    assert fast.lease is not None and slow.lease is not None
+    assert fast is not None
+    assert slow is not None
+    assert fast.lease is not None
+    assert slow.lease is not None
     assert slow.lease.seconds == calculator.seconds(**request, extra_slow_worker=True)
     assert slow.lease.seconds == pytest.approx(3 * fast.lease.seconds, abs=3)
 
@@ -411,7 +422,8 @@ def test_after_max_attempts_a_job_is_reported_failed_never_dropped() -> None:
     popped(f, "a", 0)
     assert [e.requeued for e in f.expire(5)] == [True]
     grant = f.pop("a", now=5)
-    assert grant is not None and grant.attempt == 2
+    assert grant is not None
+    assert grant.attempt == 2
     (last,) = f.expire(10)
     assert (last.requeued, last.attempt) == (False, 2)
     assert "j" not in f
@@ -438,14 +450,18 @@ def test_explain_limits_bound_its_work() -> None:
         job = popped(f, "a", 2 + i)
         f.complete(job, now=2 + i)
     full = f.explain("victim", now=30)
-    assert len(full.overtaken_by) == 20 and full.ahead_complete and full.position == 31
+    assert len(full.overtaken_by) == 20
+    assert full.ahead_complete
+    assert full.position == 31
     short = f.explain("victim", now=30, ahead_limit=5, overtakes_limit=3)
     assert not short.ahead_complete
-    assert short.position == 6 and len(short.ahead) == 5
+    assert short.position == 6
+    assert len(short.ahead) == 5
     assert short.estimated_start is None
     assert [o.job_id for o in short.overtaken_by] == [o.job_id for o in full.overtaken_by][-3:]
     none = f.explain("victim", now=30, ahead_limit=0, overtakes_limit=0)
-    assert none.ahead == () and none.overtaken_by == ()
+    assert none.ahead == ()
+    assert none.overtaken_by == ()
     with pytest.raises(ValueError, match="ahead_limit must be an int >= 0 or None"):
         f.explain("victim", now=30, ahead_limit=-1)
 
@@ -468,7 +484,8 @@ def test_stats_list_the_workers_and_what_they_hold() -> None:
     stats = f.stats(now=2)
     assert [w.name for w in stats.workers] == ["a", "b"]
     assert [job.id for job in stats.held] == ["j"]
-    assert stats.running is not None and stats.running.id == "j"
+    assert stats.running is not None
+    assert stats.running.id == "j"
     assert f.holder("j") == "b"
 
 
@@ -501,5 +518,5 @@ def test_restore_refuses_a_job_held_by_an_unknown_worker() -> None:
     state["held"][0]["worker"] = "ghost"
     with pytest.raises(ValueError, match="held by unknown worker 'ghost'"):
         FleetDispatcher.restore(state)
-    with pytest.raises(ValueError, match="format is 'prioqueue.dispatcher/1'"):
+    with pytest.raises(ValueError, match=r"format is 'prioqueue\.dispatcher/1'"):
         FleetDispatcher.restore({**state, "format": "prioqueue.dispatcher/1"})

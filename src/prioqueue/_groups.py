@@ -260,19 +260,20 @@ class GroupBook:
             for name, record in self._groups.items()
         }
 
-    def load(self, data: object, state_of: Callable[[str], str | None]) -> None:
+    def load(self, data: object, entries: Mapping[str, _Entry]) -> None:
         """Fill an empty book from ``dump()`` data (None: a snapshot without groups).
 
         Args:
             data: What ``dump`` returned, possibly through JSON.
-            state_of: ``job id -> "queued" | "running" | None`` in the restored dispatcher:
-                every live job of a group must be there, in the same state.
+            entries: The restored dispatcher's queued and held entries by job id: every live
+                job of a group must be there, in the same state.
 
         Raises:
             ValueError: The data is not a valid dump; the message says what is wrong.
         """
         if data is None:
             return
+        state_of = _state_reader(entries)
         if not isinstance(data, Mapping):
             raise ValueError(f"groups must be a mapping, got {type(data).__name__}")
         for name, raw in data.items():
@@ -302,8 +303,9 @@ class GroupBook:
                 self._of[job_id] = record
             self._active += bool(record.jobs)
 
-    def _check(self, state_of: Callable[[str], str | None]) -> None:
-        """Assert the book's invariants against the dispatcher (for tests; O(jobs))."""
+    def _check(self, entries: Mapping[str, _Entry]) -> None:
+        """Assert the book's invariants against the dispatcher's entries (for tests; O(jobs))."""
+        state_of = _state_reader(entries)
         seen = 0
         for record in self._groups.values():
             for job_id, state in record.jobs.items():
@@ -371,7 +373,6 @@ class GroupMethods:
 
     if TYPE_CHECKING:
         _groups: GroupBook
-        _entries: dict[str, _Entry]
 
         def _tick(self, now: object) -> float: ...
 
@@ -469,15 +470,26 @@ class GroupMethods:
         """
         self._groups.forget(checked_group(group))
 
-    def _state_or_none(self, job_id: str) -> str | None:
-        entry = self._entries.get(job_id)
+
+def _state_reader(entries: Mapping[str, _Entry]) -> Callable[[str], str | None]:
+    """``job id -> "queued" | "running" | None`` over a dispatcher's entries."""
+
+    def state_of(job_id: str) -> str | None:
+        entry = entries.get(job_id)
         if entry is None:
             return None
         return "running" if entry.state == RUNNING else "queued"
 
-    def _load_groups(self, data: object) -> None:
-        """Fill the book from a snapshot's ``groups`` (None: a snapshot without them)."""
-        try:
-            self._groups.load(data, self._state_or_none)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"invalid snapshot: groups: {exc}") from None
+    return state_of
+
+
+def restore_groups(book: GroupBook, data: object, entries: Mapping[str, _Entry]) -> None:
+    """Fill a restored dispatcher's book from its snapshot's ``groups`` (None: none kept).
+
+    Raises:
+        ValueError: The data is not a valid dump (``invalid snapshot: groups: ...``).
+    """
+    try:
+        book.load(data, entries)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"invalid snapshot: groups: {exc}") from None
