@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import attrs
 
+from prioqueue._async_errors import JobCancelled
 from prioqueue._errors import LeaseExpired
 from prioqueue.chain import Chain, ChainProgress, ChainStep, FailurePolicy
 from prioqueue.records import Grant, Job, Ticket
@@ -321,8 +322,6 @@ class GroupGate:
             UnknownGroup: No job was ever submitted in the group.
             ValueError: ``group`` or ``running`` is invalid.
         """
-        from prioqueue.asyncio import JobCancelled  # the gate's module imports this one
-
         now = self.now()
         cancelled = self._d.cancel_group(group, now=now, running=running)
         for job in cancelled:
