@@ -95,17 +95,28 @@ class _BodyLimit:
                     scope, receive, send
                 )
                 return
+        # No (trusted) length: read the body here, up to the limit, then replay it.
+        chunks: list[bytes] = []
         seen = 0
-
-        async def counted() -> MutableMapping[str, Any]:
-            nonlocal seen
+        while True:
             message = await receive()
-            seen += len(message.get("body", b""))
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            seen += len(chunks[-1])
             if seen > self.limit:
-                raise _Forbidden(413, f"the body is over max_body_bytes={self.limit}")
-            return message
+                await _error(413, f"the body is over max_body_bytes={self.limit}", "body")(
+                    scope, receive, send
+                )
+                return
+            if not message.get("more_body", False):
+                break
+        replay = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
 
-        await self.app(scope, counted, send)
+        async def replayed() -> MutableMapping[str, Any]:
+            return replay.pop() if replay else await receive()
+
+        await self.app(scope, replayed, send)
 
 
 def _key(request: Request, authorization: str | None, role: str) -> BrokerKey:

@@ -432,9 +432,9 @@ class BrokerEngine:
                 self._finish(record, "failed", {"error": "lease expired on every attempt"}, now)
         while self._retention and self._retention[0][0] <= now:
             _, job_id = heapq.heappop(self._retention)
-            record: JobRecord | None = self.jobs.pop(job_id, None)
-            if record is not None and record.idempotency_key is not None:
-                self.idempotency.pop((record.member, record.idempotency_key), None)
+            gone = self.jobs.pop(job_id, None)
+            if gone is not None and gone.idempotency_key is not None:
+                self.idempotency.pop((gone.member, gone.idempotency_key), None)
         return taken
 
     def _finish(self, record: JobRecord, state: JobStatus, result: Any, now: float) -> None:

@@ -88,6 +88,7 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._wake: asyncio.Event | None = None
         self.recovered_entries = 0
+        self._stopped = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -100,6 +101,9 @@ class Broker:
 
     async def stop(self) -> None:
         """Stop the background tasks and close the journal."""
+        self._stopped = True
+        if self._wake is not None:
+            self._wake.set()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -143,7 +147,7 @@ class Broker:
         self._pending = None
 
     async def _lead_loop(self) -> None:
-        while True:
+        while not self._stopped:
             await asyncio.sleep(self.poll_seconds)
             try:
                 await self._try_lead()
@@ -157,7 +161,7 @@ class Broker:
     async def _tick_loop(self) -> None:
         """Journal a ``tick`` when a lease or a retention runs out, so GETs see it."""
         assert self._wake is not None
-        while True:
+        while not self._stopped:  # the flag too: wait_for may swallow a cancel (bpo-42130)
             engine = self.engine
             delay = 1.0
             if engine is not None:
@@ -167,7 +171,11 @@ class Broker:
             with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
             self._wake.clear()
-            if self.engine is not None and self.engine.due(self.journal.clock()):
+            if (
+                not self._stopped
+                and self.engine is not None
+                and self.engine.due(self.journal.clock())
+            ):
                 with contextlib.suppress(Standby):
                     await self.run("tick", {})
 
