@@ -1,0 +1,304 @@
+"""What durability costs: acknowledged operations per second, and recovery time.
+
+Run: ``python benchmarks/bench_store.py [--seconds S] [--jobs N]``. PostgreSQL figures need
+``PRIOQUEUE_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``) and are
+skipped, saying why, when it is unreachable.
+
+* **Throughput.** 10 submitter tasks and 100 worker tasks share one event loop. Each worker
+  pops and completes jobs; submitters keep about 200 jobs queued. The journaled object is a
+  ``Pool`` of 100 ``SizeOneDispatcher`` (one per worker, so 100 jobs can run at once, as on
+  a fleet; it also shows the wrapper journaling a service's own state object). An
+  *acknowledged operation* is a submit, a grant or a completion whose result reached its
+  caller (for the durable runs: after its commit). The baseline is the same loop calling the
+  pool directly (no store, no journal) in the same run; the ratio is baseline / store.
+  Goals: >= 1,000/s on SQLite, >= 500/s on PostgreSQL, within 3x of the baseline. A second
+  line runs the same loop on ONE ``SizeOneDispatcher``: one job at a time means a grant and a
+  completion per job, each waiting for its own commit, so it is bounded by commit latency.
+* **Recovery.** A store holding N queued jobs (default 10^5), recovered (a) from the journal
+  alone (replaying N submits) and (b) from a snapshot; the baseline is building the same
+  dispatcher with N direct submits. Goal: under 5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from _harness import section
+
+from prioqueue.dispatcher import SizeOneDispatcher
+from prioqueue.store import (
+    DurableDispatcher,
+    Event,
+    Snapshot,
+    Store,
+    dispatcher_factory,
+    open_store,
+)
+
+POSTGRES_URL = os.environ.get("PRIOQUEUE_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+SUBMITTERS = 10
+WORKERS = 100
+BACKLOG = 200
+
+Call = Callable[..., Awaitable[Any]]
+
+
+class Pool:
+    """One SizeOneDispatcher per worker: the journaled state object of the throughput loop."""
+
+    def __init__(self, workers: int = WORKERS) -> None:
+        self.parts = [SizeOneDispatcher(track_reorders=False) for _ in range(workers)]
+
+    @classmethod
+    def restore(cls, state: Any, **options: Any) -> Pool:
+        pool = cls.__new__(cls)
+        pool.parts = [SizeOneDispatcher.restore(s, track_reorders=False) for s in state["parts"]]
+        return pool
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+    def submit(self, *, job_id: str, member: str, worker: int, now: float) -> Any:
+        return self.parts[worker].submit(job_id, member=member, now=now)
+
+    def dispatch(self, *, worker: int, now: float) -> Any:
+        return self.parts[worker].dispatch(now)
+
+    def complete(self, *, job_id: str, worker: int, runtime: float, now: float) -> Any:
+        return self.parts[worker].complete(job_id, runtime=runtime, now=now)
+
+    def snapshot(self, *, now: float) -> dict[str, Any]:
+        return {"parts": [p.snapshot(now=now) for p in self.parts]}
+
+
+class Single(SizeOneDispatcher):
+    """One SizeOneDispatcher, with the pool's call shape (``worker`` ignored)."""
+
+    def submit(self, *, job_id: str, member: str, worker: int, now: float) -> Any:  # type: ignore[override]
+        return super().submit(job_id, member=member, now=now)
+
+    def dispatch(self, *, worker: int, now: float) -> Any:  # type: ignore[override]
+        return super().dispatch(now)
+
+    def complete(self, *, job_id: str, worker: int, runtime: float, now: float) -> Any:  # type: ignore[override]
+        return super().complete(job_id, runtime=runtime, now=now)
+
+
+async def loop_ops(call: Call, queued: Callable[[], int], seconds: float) -> int:
+    """Run the submitters and workers for ``seconds``; return acknowledged operations."""
+    acked = 0
+    stop = time.monotonic() + seconds
+
+    async def submitter(k: int) -> None:
+        nonlocal acked
+        i = 0
+        while time.monotonic() < stop:
+            if queued() >= BACKLOG:
+                await asyncio.sleep(0.001)
+                continue
+            await call("submit", job_id=f"s{k}-{i}", member=f"m{k}", worker=i % WORKERS)
+            acked += 1
+            i += 1
+
+    async def worker(w: int) -> None:
+        nonlocal acked
+        while time.monotonic() < stop:
+            grant = await call("dispatch", worker=w)
+            if grant is None:
+                await asyncio.sleep(0.001)
+                continue
+            acked += 1
+            await call("complete", job_id=grant.job.id, worker=w, runtime=0.01)
+            acked += 1
+
+    await asyncio.gather(
+        *(submitter(k) for k in range(SUBMITTERS)), *(worker(w) for w in range(WORKERS))
+    )
+    return acked
+
+
+def make(kind: str) -> Callable[[Any], Any]:
+    if kind == "pool":
+        return lambda state: Pool() if state is None else Pool.restore(state)
+    return dispatcher_factory(Single, track_reorders=False)
+
+
+async def no_store(kind: str, seconds: float) -> float:
+    d = make(kind)(None)
+
+    async def call(op: str, **kwargs: Any) -> Any:
+        kwargs["now"] = time.time()
+        await asyncio.sleep(0)  # a suspension point, as a commit wait would be
+        return getattr(d, op)(**kwargs)
+
+    start = time.perf_counter()
+    ops = await loop_ops(call, lambda: len(d), seconds)
+    return ops / (time.perf_counter() - start)
+
+
+async def durable(kind: str, store: Store, seconds: float) -> tuple[float, float]:
+    wrapper: DurableDispatcher[Any] = await DurableDispatcher.open(store, make(kind))
+    batches: list[int] = []
+    append = store.append
+
+    def counting(events: Any, **kwargs: Any) -> None:
+        batches.append(len(events))
+        append(events, **kwargs)
+
+    store.append = counting  # type: ignore[method-assign]
+    start = time.perf_counter()
+    ops = await loop_ops(wrapper.call, lambda: len(wrapper.dispatcher), seconds)
+    rate = ops / (time.perf_counter() - start)
+    await wrapper.aclose(snapshot=False)
+    store.append = append  # type: ignore[method-assign]
+    return rate, (sum(batches) / len(batches) if batches else 0.0)
+
+
+def postgres_reason() -> str:
+    try:
+        import psycopg
+    except ImportError:
+        return "psycopg is not installed (the postgres extra)"
+    try:
+        psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        return f"PostgreSQL unreachable at {POSTGRES_URL}: {str(exc).splitlines()[0]}"
+    return ""
+
+
+def drop_schema(schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def stores(tmp: str) -> list[tuple[str, Callable[[], Store], Callable[[], None]]]:
+    """(name, open, cleanup) for each backend available."""
+    out: list[tuple[str, Callable[[], Store], Callable[[], None]]] = []
+
+    def sqlite(synchronous: str) -> Callable[[], Store]:
+        return lambda: open_store(
+            os.path.join(tmp, f"bench-{uuid.uuid4().hex[:8]}.db"), synchronous=synchronous
+        )
+
+    out.append(("SQLite", sqlite("full"), lambda: None))
+    out.append(("SQLite sync=normal", sqlite("normal"), lambda: None))
+    reason = postgres_reason()
+    if reason:
+        print(f"(PostgreSQL skipped: {reason})")
+    else:
+        schemas: list[str] = []
+
+        def postgres() -> Store:
+            schemas.append(f"pq_bench_{uuid.uuid4().hex[:8]}")
+            return open_store(POSTGRES_URL, schema=schemas[-1])
+
+        def cleanup() -> None:
+            for schema in schemas:
+                drop_schema(schema)
+
+        out.append(("PostgreSQL", postgres, cleanup))
+    return out
+
+
+def fill(store: Store, jobs: int, *, snapshot: bool) -> None:
+    """Write ``jobs`` submits (and optionally a snapshot of them) straight into the store."""
+    epoch = store.claim()
+    d = SizeOneDispatcher()
+    batch: list[Event] = []
+    for i in range(1, jobs + 1):
+        args = {
+            "job_id": f"j{i}",
+            "member": f"m{i % 50}",
+            "priority": (i % 3) * 100,
+            "now": float(i),
+        }
+        if snapshot:
+            d.submit(**args)  # type: ignore[arg-type]
+        batch.append(Event(seq=i, op="submit", args=args, now=float(i)))
+        if len(batch) == 5_000:
+            store.append(batch, epoch=epoch)
+            batch = []
+    store.append(batch, epoch=epoch)
+    if snapshot:
+        state = d.snapshot(now=float(jobs))
+        store.append(
+            [], epoch=epoch, snapshot=Snapshot(seq=jobs, taken_at=float(jobs), state=state)
+        )
+
+
+async def recover(store: Store) -> float:
+    start = time.perf_counter()
+    wrapper = await DurableDispatcher.open(store, dispatcher_factory(SizeOneDispatcher))
+    elapsed = time.perf_counter() - start
+    await wrapper.aclose(snapshot=False)
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="per throughput run")
+    parser.add_argument("--jobs", type=int, default=100_000, help="queued jobs to recover")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        backends = stores(tmp)
+
+        for kind, title in (
+            ("pool", f"{WORKERS} workers each running a job"),
+            ("single", "ONE size-1 dispatcher (one job at a time)"),
+        ):
+            section(f"Acknowledged ops/s, {SUBMITTERS} submitters + {WORKERS} workers: {title}")
+            base = asyncio.run(no_store(kind, args.seconds))
+            print(f"{'no store (baseline)':<30} {base:>9.0f} ops/s")
+            for name, open_, _ in backends:
+                if kind == "single" and name not in {"SQLite", "PostgreSQL"}:
+                    continue
+                store = open_()
+                rate, mean_batch = asyncio.run(durable(kind, store, args.seconds))
+                store.close()
+                print(
+                    f"{name:<30} {rate:>9.0f} ops/s   baseline {base:>8.0f} ops/s   "
+                    f"ratio {base / rate:>5.1f}x slower   mean batch {mean_batch:>5.1f} events"
+                )
+
+        section(f"Recovery of {args.jobs:,} queued jobs")
+        start = time.perf_counter()
+        d = SizeOneDispatcher()
+        for i in range(1, args.jobs + 1):
+            d.submit(f"j{i}", member=f"m{i % 50}", priority=(i % 3) * 100, now=float(i))
+        built = time.perf_counter() - start
+        print(f"{'direct submits (baseline)':<34} {built:>7.2f} s")
+        for name, _make, cleanup in backends:
+            cleanup()
+            if name not in ("SQLite", "PostgreSQL"):
+                continue
+            for snapshot in (False, True):
+                if name == "SQLite":
+                    store = open_store(os.path.join(tmp, f"rec-{uuid.uuid4().hex[:8]}.db"))
+                else:
+                    schema = f"pq_bench_{uuid.uuid4().hex[:8]}"
+                    store = open_store(POSTGRES_URL, schema=schema)
+                fill(store, args.jobs, snapshot=snapshot)
+                elapsed = asyncio.run(recover(store))
+                store.close()
+                if name != "SQLite":
+                    drop_schema(schema)
+                how = "snapshot" if snapshot else "journal replay"
+                print(
+                    f"{name + ', ' + how:<34} {elapsed:>7.2f} s   baseline {built:>6.2f} s   "
+                    f"ratio {elapsed / built:>5.1f}x   goal < 5 s: "
+                    f"{'met' if elapsed < 5 else 'MISSED'}"
+                )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""Durability for a dispatcher: a journal of its calls, snapshots, SQLite and PostgreSQL stores.
+
+The core is deterministic: the same calls with the same ``now`` give the same state. So a
+dispatcher is made durable by journaling every state-changing call before answering it,
+snapshotting now and then, and recovering by restoring the latest snapshot and replaying the
+journal after it (the LMAX and slurmctld design). See docs/durability.md for the contract.
+
+* :func:`open_store` makes a :class:`Store` from a URL: ``sqlite:///path/to/file.db`` (the
+  default backend; a plain path works too) or ``postgresql://user@host/db`` (the ``postgres``
+  extra).
+* :class:`DurableDispatcher` wraps a dispatcher: group commit on asyncio, crash-only failure.
+* :class:`Elector` elects one leader among several brokers on one PostgreSQL database.
+* :class:`WallClock` is the clock that never goes backwards across restarts.
+
+This package is an adapter: the core never imports it.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import unquote, urlsplit
+
+from prioqueue.store._base import SCHEMA_VERSION, Event, Recovery, Snapshot, Store, default_path
+from prioqueue.store._clock import WallClock
+from prioqueue.store._durable import DurableDispatcher
+from prioqueue.store._errors import (
+    CommitFailed,
+    CorruptStore,
+    Fenced,
+    SchemaVersionError,
+    StoreError,
+    StoreFatal,
+    StoreLocked,
+)
+from prioqueue.store._journal import JOURNALED_OPS, SKIPPED_WHEN_EMPTY, dispatcher_factory, replay
+from prioqueue.store._leader import Elector
+from prioqueue.store._postgres import PostgresStore
+from prioqueue.store._sqlite import SQLiteStore
+
+__all__ = [
+    "JOURNALED_OPS",
+    "SCHEMA_VERSION",
+    "SKIPPED_WHEN_EMPTY",
+    "CommitFailed",
+    "CorruptStore",
+    "DurableDispatcher",
+    "Elector",
+    "Event",
+    "Fenced",
+    "PostgresStore",
+    "Recovery",
+    "SQLiteStore",
+    "SchemaVersionError",
+    "Snapshot",
+    "Store",
+    "StoreError",
+    "StoreFatal",
+    "StoreLocked",
+    "WallClock",
+    "dispatcher_factory",
+    "open_store",
+    "replay",
+]
+
+
+def open_store(
+    url: str | os.PathLike[str] | None = None,
+    *,
+    schema: str | None = None,
+    synchronous: str = "full",
+) -> Store:
+    """Open (creating if needed) the store a URL names.
+
+    Args:
+        url: ``sqlite:///abs/path.db``, ``sqlite:relative.db``, a plain file path, or
+            ``postgresql://user@host:port/db`` (also ``postgres://``). None means
+            ``prioqueue.db`` in the working directory.
+        schema: PostgreSQL only: the schema holding the tables (created if missing).
+        synchronous: SQLite only: ``"full"`` (fsync every commit, the default) or
+            ``"normal"`` (survives a process crash, not a power loss); see
+            :class:`SQLiteStore`.
+
+    Returns:
+        A :class:`SQLiteStore` or a :class:`PostgresStore`.
+
+    Raises:
+        ValueError: The URL's scheme is not sqlite or postgresql, or ``schema`` is given for
+            SQLite.
+        StoreError: The store cannot be opened (see its subclasses).
+    """
+    if url is None:
+        url = default_path()
+    url = os.fspath(url)
+    if not isinstance(url, str) or not url:
+        raise ValueError(f"url must be a non-empty str or path, got {url!r}")
+    scheme = urlsplit(url).scheme.lower() if "://" in url or url.startswith("sqlite:") else ""
+    if scheme in ("postgresql", "postgres"):
+        if synchronous != "full":
+            raise ValueError("synchronous applies to SQLite stores only")
+        return PostgresStore(url, schema=schema)
+    if schema is not None:
+        raise ValueError("schema applies to PostgreSQL stores only")
+    if scheme == "sqlite":
+        path = unquote(url[len("sqlite:") :])
+        if path.startswith("///"):
+            path = path[2:]  # sqlite:///abs -> /abs
+        elif path.startswith("//"):
+            raise ValueError(f"a sqlite URL has no host: use sqlite:///path, got {url!r}")
+        return SQLiteStore(path, synchronous=synchronous)
+    if scheme:
+        raise ValueError(
+            f"unknown store scheme {scheme!r} in {url!r}; use sqlite:///path or postgresql://..."
+        )
+    return SQLiteStore(url, synchronous=synchronous)

@@ -1,0 +1,399 @@
+"""DurableDispatcher on real stores: group commit, reads after commit, crash-only, recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
+
+import pytest
+
+from prioqueue import DuplicateJob, SizeOneDispatcher, UnknownJob
+from prioqueue.records import Job
+from prioqueue.store import (
+    CommitFailed,
+    DurableDispatcher,
+    Event,
+    Fenced,
+    Snapshot,
+    Store,
+    StoreError,
+    StoreFatal,
+    WallClock,
+    dispatcher_factory,
+)
+
+T = TypeVar("T")
+MakeStore = Callable[[], Store]
+
+
+def run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return asyncio.run(main())
+
+
+class Manual:
+    """A settable clock."""
+
+    def __init__(self, t: float = 1_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def lease_60(job: Job) -> float:
+    return 60.0
+
+
+FACTORY = dispatcher_factory(SizeOneDispatcher, lease_for=lease_60)
+
+
+class Spy:
+    """Wraps a real store's append: counts batches, can hold or fail them."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.batches: list[list[int]] = []
+        self.snapshots: list[int] = []
+        self.gate: threading.Event | None = None
+        self.fail: Exception | None = None
+        self._append = store.append
+        store.append = self.append  # type: ignore[method-assign]
+
+    def append(
+        self, events: Sequence[Event], *, epoch: int, snapshot: Snapshot | None = None
+    ) -> None:
+        if self.gate is not None:
+            self.gate.wait(5)
+        if self.fail is not None:
+            raise self.fail
+        self._append(events, epoch=epoch, snapshot=snapshot)
+        self.batches.append([e.seq for e in events])
+        if snapshot is not None:
+            self.snapshots.append(snapshot.seq)
+
+
+async def workload(durable: DurableDispatcher[SizeOneDispatcher], clock: Manual) -> None:
+    """Submit, dispatch, complete, cancel and expire, with time moving."""
+    await asyncio.gather(
+        *(
+            durable.call("submit", job_id=f"j{i}", member=f"m{i % 3}", priority=i % 2 * 100)
+            for i in range(12)
+        )
+    )
+    for step in range(5):
+        clock.t += 7.5
+        grant = await durable.call("dispatch")
+        assert grant is not None
+        clock.t += 3.0
+        if step == 2:
+            clock.t += 100.0  # past the lease: expire requeues it
+            expired = await durable.call("expire")
+            assert [e.job.id for e in expired] == [grant.job.id]
+        else:
+            await durable.call("complete", job_id=grant.job.id)
+    await durable.call("cancel", job_id="j11")
+    await durable.call("set_resident_model", model="m1")
+
+
+def test_state_survives_a_restart(make_store: MakeStore) -> None:
+    clock = Manual()
+
+    async def main() -> None:
+        store = make_store()
+        durable = await DurableDispatcher.open(store, FACTORY, clock=clock)
+        await workload(durable, clock)
+        live = durable.dispatcher.snapshot(now=clock.t)
+        running = durable.dispatcher.running
+        await durable.aclose(snapshot=False)
+        store.close()
+
+        store = make_store()
+        recovery = store.recover()
+        assert recovery.snapshot is None
+        assert recovery.last_seq == durable.committed_seq
+        again = await DurableDispatcher.open(store, FACTORY, clock=clock)
+        assert again.epoch == durable.epoch + 1
+        assert again.dispatcher.snapshot(now=clock.t) == live
+        assert again.dispatcher.running == running
+        # The next event continues the numbering.
+        await again.call("submit", job_id="new", member="ann")
+        assert again.committed_seq == recovery.last_seq + 1
+        await again.aclose()
+        store.close()
+
+    run(main)
+
+
+def test_snapshots_are_taken_every_n_events_and_recovery_uses_them(
+    make_store: MakeStore,
+) -> None:
+    clock = Manual()
+
+    async def main() -> None:
+        store = make_store()
+        spy = Spy(store)
+        durable = await DurableDispatcher.open(store, FACTORY, clock=clock, snapshot_every=5)
+        for i in range(12):
+            clock.t += 1.0
+            await durable.call("submit", job_id=f"j{i}", member="ann")
+        assert spy.snapshots == [5, 10]
+        recovery = store.recover()
+        assert recovery.snapshot is not None
+        assert recovery.snapshot.seq == 10
+        assert [e.seq for e in recovery.events] == [11, 12]
+        live = durable.dispatcher.snapshot(now=clock.t)
+        await durable.aclose()  # a final snapshot
+        assert spy.snapshots == [5, 10, 12]
+        assert store.recover().events == ()
+        store.close()
+        store = make_store()
+        again = await DurableDispatcher.open(store, FACTORY, clock=clock)
+        assert again.dispatcher.snapshot(now=clock.t) == live
+        await again.aclose()
+        store.close()
+
+    run(main)
+
+
+def test_snapshots_are_taken_every_t_seconds(make_store: MakeStore) -> None:
+    async def main() -> None:
+        store = make_store()
+        spy = Spy(store)
+        durable = await DurableDispatcher.open(store, FACTORY, snapshot_interval=0.05)
+        await durable.call("submit", job_id="a", member="ann")
+        assert spy.snapshots == []
+        await asyncio.sleep(0.06)
+        await durable.call("submit", job_id="b", member="ann")
+        assert spy.snapshots == [2]
+        await durable.snapshot()  # forced, nothing new: a snapshot-only batch
+        assert spy.snapshots == [2, 2]
+        await durable.aclose()
+        store.close()
+
+    run(main)
+
+
+def test_calls_in_one_loop_turn_share_one_commit(make_store: MakeStore) -> None:
+    async def main() -> None:
+        store = make_store()
+        spy = Spy(store)
+        durable = await DurableDispatcher.open(store, FACTORY)
+        tickets = await asyncio.gather(
+            *(durable.call("submit", job_id=f"j{i}", member="ann") for i in range(100))
+        )
+        assert [t.job.id for t in tickets] == [f"j{i}" for i in range(100)]
+        assert spy.batches == [list(range(1, 101))]
+        await durable.aclose()
+        store.close()
+
+    run(main)
+
+
+def test_no_result_or_read_before_the_commit(make_store: MakeStore) -> None:
+    async def main() -> None:
+        store = make_store()
+        spy = Spy(store)
+        spy.gate = threading.Event()
+        durable = await DurableDispatcher.open(store, FACTORY)
+        call = asyncio.ensure_future(durable.call("submit", job_id="a", member="ann"))
+        await asyncio.sleep(0.05)
+        assert "a" in durable.dispatcher  # applied in memory...
+        assert not call.done()  # ...but not answered
+        read = asyncio.ensure_future(durable.read(lambda d: sorted(d._entries)))
+        dup = asyncio.ensure_future(durable.call("submit", job_id="a", member="ann"))
+        later = asyncio.ensure_future(durable.call("submit", job_id="b", member="ann"))
+        await asyncio.sleep(0.05)
+        assert not read.done()
+        assert not dup.done()  # even an error waits: it reveals uncommitted state
+        assert not later.done()
+        assert durable.committed_seq == 0
+        spy.gate.set()
+        assert (await call).job.id == "a"
+        assert await read == ["a"]  # the writer that came after the reader waited for it
+        with pytest.raises(DuplicateJob):
+            await dup
+        assert (await later).job.id == "b"
+        assert durable.committed_seq == durable.applied_seq == 2
+        await durable.aclose()
+        store.close()
+
+    run(main)
+
+
+def test_a_failed_call_is_not_journaled_and_changes_nothing(make_store: MakeStore) -> None:
+    async def main() -> None:
+        store = make_store()
+        durable = await DurableDispatcher.open(store, FACTORY)
+        await durable.call("submit", job_id="a", member="ann")
+        before = durable.dispatcher.snapshot(now=durable.now())
+        with pytest.raises(DuplicateJob):
+            await durable.call("submit", job_id="a", member="bob")
+        with pytest.raises(UnknownJob):
+            await durable.call("cancel", job_id="zzz")
+        with pytest.raises(ValueError, match="unknown tier"):
+            await durable.call("submit", job_id="b", member="bob", tier="gold")
+        with pytest.raises(ValueError, match="must be JSON data"):
+            await durable.call("submit", job_id="c", member="bob", payload={1, 2})
+        with pytest.raises(ValueError, match="do not pass now"):
+            await durable.call("submit", job_id="d", member="bob", now=1.0)
+        with pytest.raises(ValueError, match="not a journaled operation"):
+            await durable.call("snapshot")
+        # Nothing to grant and nothing to expire: answered, not journaled.
+        assert await durable.call("expire") == []
+        assert durable.committed_seq == 1
+        assert durable.dispatcher.snapshot(now=durable.now())["queued"] == before["queued"]
+        assert [e.op for e in store.recover().events] == ["submit"]
+        await durable.aclose()
+        store.close()
+
+    run(main)
+
+
+def test_a_failed_commit_is_fatal_and_nothing_is_served_after_it(
+    make_store: MakeStore,
+) -> None:
+    fatal: list[StoreFatal] = []
+
+    async def main() -> None:
+        store = make_store()
+        spy = Spy(store)
+        durable = await DurableDispatcher.open(store, FACTORY, on_fatal=fatal.append)
+        await durable.call("submit", job_id="a", member="ann")
+        spy.fail = StoreError("disk full")
+        with pytest.raises(CommitFailed, match="must stop and recover") as info:
+            await asyncio.gather(
+                durable.call("submit", job_id="b", member="ann"),
+                durable.call("submit", job_id="c", member="ann"),
+            )
+        assert isinstance(info.value.__cause__, StoreError)
+        assert fatal == [info.value]
+        assert durable.fatal is info.value
+        with pytest.raises(CommitFailed):
+            await durable.read(len)
+        with pytest.raises(CommitFailed):
+            await durable.call("submit", job_id="d", member="ann")
+        await durable.aclose()
+        store.close()
+        # The store has what was acknowledged, and nothing else.
+        store = make_store()
+        again = await DurableDispatcher.open(store, FACTORY)
+        assert await again.read(lambda d: sorted(d._entries)) == ["a"]
+        await again.aclose()
+        store.close()
+
+    run(main)
+
+
+def test_a_store_taken_over_fences_the_old_writer(make_store: MakeStore) -> None:
+    async def main() -> None:
+        store = make_store()
+        durable = await DurableDispatcher.open(store, FACTORY)
+        await durable.call("submit", job_id="a", member="ann")
+        store.claim()  # what a new leader does
+        with pytest.raises(Fenced):
+            await durable.call("submit", job_id="b", member="ann")
+        assert isinstance(durable.fatal, Fenced)
+        await durable.aclose()
+        assert [e.args["job_id"] for e in store.recover().events] == ["a"]
+        store.close()
+
+    run(main)
+
+
+def test_time_never_goes_backwards_across_restarts(make_store: MakeStore) -> None:
+    clock = Manual(5_000.0)
+
+    async def main() -> None:
+        store = make_store()
+        durable = await DurableDispatcher.open(store, FACTORY, clock=clock)
+        await durable.call("submit", job_id="a", member="ann")
+        grant = await durable.call("dispatch")
+        await durable.aclose(snapshot=False)
+        store.close()
+        clock.t = 10.0  # the wall clock stepped back while the broker was down
+        store = make_store()
+        again = await DurableDispatcher.open(store, FACTORY, clock=clock)
+        assert again.now() == 5_000.0
+        await again.call("submit", job_id="b", member="ann")  # accepted: now is clamped
+        clock.t = 5_070.0  # the lease ran on while the broker was down
+        expired = await again.call("expire")
+        assert [e.job.id for e in expired] == [grant.job.id]
+        await again.aclose()
+        store.close()
+
+    run(main)
+
+
+def test_wall_clock_clamps() -> None:
+    values = iter([5.0, 3.0, 7.0])
+    clock = WallClock(4.0, source=lambda: next(values))
+    assert clock.floor == 4.0
+    assert [clock(), clock(), clock()] == [5.0, 5.0, 7.0]
+    clock.raise_floor(None)
+    clock.raise_floor(100.0)
+    assert clock.floor == 100.0
+    with pytest.raises(ValueError, match="finite"):
+        WallClock(float("inf"))
+    with pytest.raises(TypeError, match="callable"):
+        WallClock(source=3.0)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"snapshot_every": 0}, "snapshot_every"),
+        ({"snapshot_interval": 0}, "snapshot_interval"),
+        ({"epoch": 0}, "epoch"),
+    ],
+)
+def test_open_validates_its_options(
+    make_store: MakeStore, options: dict[str, Any], message: str
+) -> None:
+    async def main() -> None:
+        store = make_store()
+        with pytest.raises(ValueError, match=message):
+            await DurableDispatcher.open(store, FACTORY, **options)
+        store.close()
+
+    run(main)
+
+
+def test_a_closed_wrapper_refuses_calls(make_store: MakeStore) -> None:
+    async def main() -> None:
+        store = make_store()
+        durable = await DurableDispatcher.open(store, FACTORY)
+        await durable.aclose()
+        await durable.aclose()
+        with pytest.raises(StoreFatal, match="closed"):
+            await durable.call("submit", job_id="a", member="ann")
+        store.close()
+
+    run(main)
+
+
+def test_a_method_the_object_lacks_is_refused(make_store: MakeStore) -> None:
+    async def main() -> None:
+        store = make_store()
+        durable = await DurableDispatcher.open(store, FACTORY)
+        with pytest.raises(ValueError, match="has no method 'join'"):
+            await durable.call("join", worker="w")
+        await durable.aclose()
+        store.close()
+
+    run(main)
+
+
+def test_any_error_of_the_append_is_fatal(make_store: MakeStore) -> None:
+    async def main() -> None:
+        store = make_store()
+        spy = Spy(store)
+        durable = await DurableDispatcher.open(store, FACTORY)
+        spy.fail = KeyError("surprise")
+        with pytest.raises(CommitFailed, match="surprise"):
+            await durable.call("submit", job_id="a", member="ann")
+        await durable.aclose()
+        store.close()
+
+    run(main)
