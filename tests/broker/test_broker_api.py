@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
 from broker_helpers import BOB, IMAGE, SUBMITTER, WORKER, Api, api, run
-
-from prioqueue.broker import MemoryJournal, create_app, parse_config
-from prioqueue.broker.journal import Recovered
 
 
 def test_auth_401_without_or_with_an_unknown_key_and_403_for_the_wrong_role() -> None:
@@ -403,41 +399,6 @@ def test_status_metrics_and_openapi() -> None:
                 spec["paths"]
             )
             assert "204" in spec["paths"]["/v1/workers/{worker}/pop"]["post"]["responses"]
-
-    run(scenario())
-
-
-class _StandbyJournal(MemoryJournal):
-    async def is_leader(self) -> tuple[bool, str | None]:
-        return False, "http://10.0.0.7:8091"
-
-    async def open(self) -> Recovered:  # pragma: no cover - a standby never opens
-        raise AssertionError("a standby must not recover")
-
-
-def test_a_standby_answers_503_with_retry_after_and_the_leader() -> None:
-    async def scenario() -> None:
-        import httpx
-
-        config = parse_config(
-            {"store": "memory://", "keys": {"sk": {"role": "submitter", "member": "m"}}}
-        )
-        app = create_app(config, _StandbyJournal())
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://b") as client:
-                headers: Mapping[str, str] = {"Authorization": "Bearer sk"}
-                for method, path in (
-                    ("POST", "/v1/jobs"),
-                    ("GET", "/v1/jobs/job-1"),
-                    ("GET", "/v1/status"),
-                ):
-                    r = await client.request(method, path, json={}, headers=headers)
-                    assert r.status_code == 503
-                    assert r.headers["retry-after"] == "2"
-                    assert r.headers["x-prioqueue-leader"] == "http://10.0.0.7:8091"
-                    assert r.json()["leader"] == "http://10.0.0.7:8091"
-                assert "prioqueue_broker_leader 0.0" in (await client.get("/metrics")).text
 
     run(scenario())
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from prioqueue.broker.app import create_app
 from prioqueue.broker.config import BrokerConfig, BrokerKey, load_config, parse_config
 from prioqueue.broker.engine import BrokerEngine, JobRecord, Rejected
-from prioqueue.broker.journal import Journal, JournalFailed, MemoryJournal, NotLeader
+from prioqueue.broker.journal import MemoryJournal
 from prioqueue.broker.service import Broker, Standby
 
 __all__ = [
@@ -19,10 +19,7 @@ __all__ = [
     "BrokerEngine",
     "BrokerKey",
     "JobRecord",
-    "Journal",
-    "JournalFailed",
     "MemoryJournal",
-    "NotLeader",
     "Rejected",
     "Standby",
     "create_app",

@@ -11,7 +11,7 @@ name                                type     labels  from
                                                      for ``result_ttl_seconds``)
 ``prioqueue_broker_workers``        gauge            workers that ever popped
 ``prioqueue_broker_ops_total``      counter  op      submitted, done, failed, cancelled, expired
-``prioqueue_broker_recovered``      gauge            journal entries replayed at the last start
+``prioqueue_broker_recovered``      gauge            the journal's sequence number at the last start
 ==================================  =======  ======  ==========================================
 """
 
@@ -45,7 +45,7 @@ class _BrokerCollector(Collector):
         )
         yield GaugeMetricFamily(
             "prioqueue_broker_recovered",
-            "Journal entries replayed at the last start",
+            "The journal's sequence number at the last start",
             value=self.broker.recovered_entries,
         )
         if engine is None:
@@ -77,7 +77,7 @@ def render(broker: Broker) -> tuple[bytes, str]:
     registry.register(_BrokerCollector(broker))
     engine = broker.engine
     if engine is not None:
-        stats = engine.fleet.stats(now=max(engine.now, broker.journal.clock()))
+        stats = engine.fleet.stats(now=engine.now)
         if isinstance(stats, Stats):
             registry.register(PrioqueueCollector(lambda: stats))
     return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -34,7 +34,7 @@ from fastapi.responses import JSONResponse
 
 from prioqueue.broker.config import BrokerConfig, BrokerKey
 from prioqueue.broker.engine import JobRecord, Rejected
-from prioqueue.broker.journal import Journal
+from prioqueue.broker.journal import MemoryJournal
 from prioqueue.broker.models import (
     ErrorBody,
     FinishRequest,
@@ -153,12 +153,13 @@ WorkerKey = Annotated[BrokerKey, Depends(_worker_key)]
 AnyKey = Annotated[BrokerKey, Depends(_any_key)]
 
 
-def create_app(config: BrokerConfig, journal: Journal | None = None) -> FastAPI:
+def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> FastAPI:
     """Build the broker's ASGI application.
 
     Args:
         config: The configuration.
-        journal: The journal (default: the one ``config.store`` names).
+        journal: Keep the state in memory with this journal, whatever ``config.store``
+            says (tests, demos).
 
     Returns:
         The FastAPI app; ``app.state.broker`` is its :class:`Broker`. The broker starts
@@ -312,7 +313,7 @@ def create_app(config: BrokerConfig, journal: Journal | None = None) -> FastAPI:
     async def status(_key: AnyKey) -> StatusView:
         """Counts by state, workers, totals, and who leads."""
         engine = await broker.read()
-        return StatusView(role="leader", leader=config.advertise, **engine.status())
+        return StatusView(role="leader", leader=broker.leader, **engine.status())
 
     @app.get("/metrics", tags=["operators"], response_class=Response)
     async def metrics() -> Response:

@@ -12,7 +12,7 @@ The ``[policy]``, ``[tiers]`` and ``[scoring]`` tables read exactly as the gatew
 A minimal file::
 
     listen = "127.0.0.1:8091"
-    store = "sqlite:///broker.db"
+    store = "sqlite:broker.db"
 
     [keys."sk-alice"]
     role = "submitter"
@@ -59,7 +59,7 @@ __all__ = [
 
 DEFAULT_LISTEN: Final = "127.0.0.1:8091"
 """Where the broker listens unless told otherwise (loopback only)."""
-DEFAULT_STORE: Final = "sqlite:///prioqueue-broker.db"
+DEFAULT_STORE: Final = "sqlite:prioqueue-broker.db"
 """The default store: an SQLite file in the working directory."""
 
 Role = Literal["submitter", "worker"]
@@ -100,7 +100,8 @@ class BrokerConfig:
         host: The address to listen on.
         port: The port to listen on (0: any free port).
         advertise: This replica's address as standbys report it (``http://host:port``).
-        store: The store URL: ``sqlite:///path``, ``postgresql://...`` or ``memory://``
+        store: The store URL: ``sqlite:relative/path.db``, ``sqlite:///absolute/path.db``,
+            ``postgresql://...`` or ``memory://``
             (nothing survives a restart; for tests and demos).
         store_schema: The PostgreSQL schema holding the broker's tables (None: the store's
             default).
@@ -123,6 +124,8 @@ class BrokerConfig:
         retry_after_seconds: The ``Retry-After`` of a standby's or a full queue's answer.
         leader_lease_seconds: How long a leader's lease lasts without renewal (PostgreSQL).
         snapshot_every: Take a snapshot after this many journal entries.
+        sqlite_synchronous: ``"full"`` (fsync every commit: survives a power loss) or
+            ``"normal"`` (survives a process crash, not a power loss; faster).
     """
 
     host: str = "127.0.0.1"
@@ -149,6 +152,7 @@ class BrokerConfig:
     retry_after_seconds: float = 2.0
     leader_lease_seconds: float = 10.0
     snapshot_every: int = 10_000
+    sqlite_synchronous: str = "full"
 
     @property
     def listen(self) -> str:
@@ -160,12 +164,17 @@ class BrokerConfig:
 def _check_store(value: str, where: str) -> str:
     if value == "memory://":
         return value
-    if value.startswith("sqlite:///") and len(value) > len("sqlite:///"):
+    if value.startswith("sqlite:") and value.strip("/") not in ("sqlite:", ""):
+        if value.startswith("sqlite://") and not value.startswith("sqlite:///"):
+            raise ConfigError(
+                f"{where}: a sqlite URL has no host: use sqlite:///PATH, got {value!r}"
+            )
         return value
     if value.startswith(("postgresql://", "postgres://")):
         return value
     raise ConfigError(
-        f"{where}: expected 'sqlite:///PATH', 'postgresql://...' or 'memory://', got {value!r}"
+        f"{where}: expected 'sqlite:PATH', 'sqlite:///ABSOLUTE/PATH', 'postgresql://...' or "
+        f"'memory://', got {value!r}"
     )
 
 
@@ -213,6 +222,13 @@ def _lease(root: _Table) -> LeaseCalculator:
         return LeaseCalculator(**kwargs)
     except ConfigError as exc:
         raise ConfigError(f"{root.source}lease: {exc}") from None
+
+
+def _synchronous(root: _Table) -> str:
+    value = root.string("sqlite_synchronous", "full")
+    if value not in ("full", "normal"):
+        raise root.fail("sqlite_synchronous", f'must be "full" or "normal", got {value!r}')
+    return value
 
 
 def _optional_int(root: _Table, key: str) -> int | None:
@@ -289,6 +305,7 @@ def parse_config(
         retry_after_seconds=root.number("retry_after_seconds", 2.0),  # type: ignore[arg-type]
         leader_lease_seconds=root.number("leader_lease_seconds", 10.0),  # type: ignore[arg-type]
         snapshot_every=root.integer("snapshot_every", 10_000, minimum=1),  # type: ignore[arg-type]
+        sqlite_synchronous=_synchronous(root),
     )
     root.finish()
     return config

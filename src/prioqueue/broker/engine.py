@@ -192,10 +192,12 @@ class BrokerEngine:
         method = self._ops.get(op)
         if method is None:
             raise ValueError(f"unknown broker operation {op!r}; known: {', '.join(self._ops)}")
-        if not now >= self.now:
-            raise ValueError(f"time went backwards: {now!r} after {self.now!r}")
+        return method(now=now, **args)
+
+    def _at(self, now: float) -> None:
+        if not now >= self.now:  # also refuses NaN
+            raise Rejected(409, f"time went backwards: {now!r} after {self.now!r}")
         self.now = now
-        return method(now, **args)
 
     def due(self, now: float) -> bool:
         """Whether a ``tick`` at ``now`` would change anything (a lease or retention ran out).
@@ -239,6 +241,7 @@ class BrokerEngine:
         Raises:
             Rejected: 422 the key was used with a different request; 429 the queue is full.
         """
+        self._at(now)
         digest = ""
         if idempotency_key is not None:
             digest = fingerprint(
@@ -253,7 +256,7 @@ class BrokerEngine:
                         "Idempotency-Key was already used with a different request body",
                         field="Idempotency-Key",
                     )
-                return self.jobs[job_id], False
+                return attrs.evolve(self.jobs[job_id]), False
         job_id = f"job-{self.counter + 1}"
         try:
             self.fleet.submit(
@@ -280,7 +283,7 @@ class BrokerEngine:
         self.jobs[job_id] = record
         if idempotency_key is not None:
             self.idempotency[(member, idempotency_key)] = (job_id, digest)
-        return record, True
+        return attrs.evolve(record), True
 
     def owned(self, job_id: str, member: str | None) -> JobRecord:
         """The record of ``job_id`` if ``member`` may see it (None: anyone).
@@ -299,12 +302,13 @@ class BrokerEngine:
         Raises:
             Rejected: 404 unknown or another member's; 409 already finished.
         """
+        self._at(now)
         record = self.owned(job_id, member)
         if record.state in FINISHED:
             raise Rejected(409, f"job {job_id!r} is already {record.state}", field="id")
         self.fleet.cancel(job_id, now=now)
         self._finish(record, "cancelled", None, now)
-        return record
+        return attrs.evolve(record)
 
     def _join(self, now: float, worker: str, spec: dict[str, Any]) -> None:
         if self.workers.get(worker) != spec:
@@ -324,6 +328,7 @@ class BrokerEngine:
         slow: bool = False,
     ) -> PopResult:
         """Grant the worker its next job, or say why there is none."""
+        self._at(now)
         spec = {"models": models, "resident": resident, "slots": slots, "slow": slow}
         self._join(now, worker, spec)
         grant = self.fleet.pop(worker, now=now)
@@ -337,7 +342,7 @@ class BrokerEngine:
         lease = grant.lease
         record.lease_seconds = lease.seconds
         record.deadline = lease.deadline
-        return PopResult(record, {})
+        return PopResult(attrs.evolve(record), {})
 
     def _held(self, job_id: str, worker: str, attempt: int) -> JobRecord:
         record = self.jobs.get(job_id)
@@ -375,11 +380,12 @@ class BrokerEngine:
         Raises:
             Rejected: 404 unknown; 409 not this worker's current grant; 413 result too large.
         """
+        self._at(now)
         record = self._held(job_id, worker, attempt)
         self._check_result(result)
-        self.fleet.complete(job_id, now=now)
+        self.fleet.complete(job_id, now=now, worker=worker)
         self._finish(record, "done", result, now)
-        return record
+        return attrs.evolve(record)
 
     def fail(
         self, now: float, *, job_id: str, worker: str, attempt: int, result: Any = None
@@ -389,11 +395,12 @@ class BrokerEngine:
         Raises:
             Rejected: 404 unknown; 409 not this worker's current grant; 413 result too large.
         """
+        self._at(now)
         record = self._held(job_id, worker, attempt)
         self._check_result(result)
-        self.fleet.cancel(job_id, now=now)
+        self.fleet.cancel(job_id, now=now, worker=worker)
         self._finish(record, "failed", result, now)
-        return record
+        return attrs.evolve(record)
 
     def heartbeat(self, now: float, *, worker: str, resident: str | None = None) -> list[str]:
         """A worker is alive: returns the ids of the jobs it holds.
@@ -401,6 +408,7 @@ class BrokerEngine:
         Raises:
             Rejected: 404 the worker never popped.
         """
+        self._at(now)
         spec = self.workers.get(worker)
         if spec is None:
             raise Rejected(404, f"no worker {worker!r} (pop once to join)", field="worker")
@@ -419,6 +427,7 @@ class BrokerEngine:
         Returns:
             The ids of the jobs whose lease ran out.
         """
+        self._at(now)
         taken: list[str] = []
         for expired in self.fleet.expire(now):
             record = self.jobs[expired.job.id]
@@ -466,8 +475,15 @@ class BrokerEngine:
 
     # ------------------------------------------------------------------ persistence
 
-    def snapshot(self) -> dict[str, Any]:
-        """The whole state as JSON data; :meth:`restore` rebuilds it exactly. O(n)."""
+    def snapshot(self, *, now: float | None = None) -> dict[str, Any]:
+        """The whole state as JSON data; :meth:`restore` rebuilds it exactly. O(n).
+
+        Args:
+            now: Ignored (the state is as of the last operation); the store passes it.
+
+        Returns:
+            Plain JSON data.
+        """
         return {
             "format": SNAPSHOT_FORMAT,
             "now": self.now,
@@ -504,7 +520,7 @@ class BrokerEngine:
         engine.counter = int(state["counter"])
         engine.counts.update(state["counts"])
         engine.workers = dict(state["workers"])
-        engine.fleet = restore_fleet(state["fleet"], config, engine._lease_for, engine.now)
+        engine.fleet = restore_fleet(state["fleet"], config, engine._lease_for)
         for data in state["jobs"]:
             record = JobRecord(**data)
             engine.jobs[record.id] = record

@@ -2,21 +2,28 @@
 
 Theory of operation
 -------------------
-:class:`Broker` owns a :class:`~prioqueue.broker.engine.BrokerEngine` and a
-:class:`~prioqueue.broker.journal.Journal`. Every state change goes through :meth:`Broker.run`:
-it reads the journal's clock, journals a ``tick`` first when a lease or a retention ran out,
-applies the operation to the engine (a :class:`~prioqueue.broker.engine.Rejected` operation
-changed nothing and is not journaled), appends it to the journal and awaits its commit before
-returning. The event loop is single-threaded and ``apply`` is synchronous, so the journal
-order is the apply order. Reads (:meth:`Broker.read`) first wait for everything applied so far
-to be committed, so no client ever sees state the store lacks.
+:class:`Broker` owns the :class:`~prioqueue.broker.engine.BrokerEngine` through a *backend*:
 
-Leadership: a replica that is not the leader is *standby*; :meth:`Broker.run` and
-:meth:`Broker.read` raise :class:`Standby` (the app answers 503 with ``Retry-After`` and the
-leader's address). A background task polls the journal; once this replica leads it recovers
-(snapshot + replay) and serves. A journal that reports :class:`NotLeader` on append (a deposed
-leader: its epoch is stale) makes this replica drop its in-memory state and go back to
-standby; :class:`JournalFailed` stops the process.
+* ``memory://``: the engine in memory, each applied operation kept in a
+  :class:`~prioqueue.broker.journal.MemoryJournal` (nothing survives a restart);
+* SQLite or PostgreSQL: the engine wrapped in :class:`prioqueue.store.DurableDispatcher`, which
+  journals every operation (``op``, JSON arguments, ``now``) and answers only once its group
+  commit is on disk; recovery is the latest snapshot plus the journal's tail.
+
+Every state change goes through :meth:`Broker.run`: when a lease or a retention has run out
+it first runs a ``tick`` (itself journaled), then the operation. An operation the engine
+refuses (:class:`~prioqueue.broker.engine.Rejected`) changed nothing and is not journaled.
+Reads (:meth:`Broker.read`) see only committed state. Anything else that escapes the engine
+is a bug that may have left memory ahead of the journal: the process stops (crash-only) and
+the next start recovers what was acknowledged. So does a failed commit.
+
+Leadership (PostgreSQL): a :class:`prioqueue.store.Elector` campaigns in the background. A
+replica that does not lead is a *standby*: :meth:`Broker.run` and :meth:`Broker.read` raise
+:class:`Standby` (the app answers 503 with ``Retry-After`` and the leader's address). On
+winning, it recovers from the store at its new epoch and serves. It stops serving, drops its
+in-memory state and campaigns again when the elector says it lost the lease or an append is
+:class:`~prioqueue.store.Fenced` (a deposed leader that resumed: it appended nothing).
+SQLite allows one broker per file (the store's lock).
 """
 
 from __future__ import annotations
@@ -30,40 +37,75 @@ from typing import Any
 
 from prioqueue.broker.config import BrokerConfig
 from prioqueue.broker.engine import BrokerEngine, Rejected
-from prioqueue.broker.journal import Journal, JournalFailed, MemoryJournal, NotLeader
+from prioqueue.broker.journal import MemoryJournal
 
-__all__ = ["Broker", "Standby", "open_journal"]
+__all__ = ["BROKER_OPS", "Broker", "Standby"]
 
 _log = logging.getLogger("prioqueue.broker")
+
+BROKER_OPS = frozenset(("submit", "cancel", "pop", "complete", "fail", "heartbeat", "tick"))
+"""The engine's journaled operations."""
 
 
 class Standby(Exception):
     """This replica is not serving; ``leader`` is the leader's address when known."""
 
     def __init__(self, leader: str | None) -> None:
-        super().__init__(
-            "this broker is a standby" + (f"; the leader is {leader}" if leader else "")
-        )
+        where = f"; the leader is {leader}" if leader else ""
+        super().__init__(f"this broker is a standby{where}")
         self.leader = leader
 
 
-def open_journal(config: BrokerConfig) -> Journal:
-    """The journal named by ``config.store``.
+class _Memory:
+    """The memory backend: apply, keep the entry, answer."""
 
-    Args:
-        config: The configuration.
+    def __init__(self, config: BrokerConfig, journal: MemoryJournal) -> None:
+        self.engine = BrokerEngine(config)
+        self.journal = journal
 
-    Returns:
-        A journal (not yet opened).
+    def now(self) -> float:
+        return self.journal.clock()
 
-    Raises:
-        ConfigError: The store's package is missing or the URL is not usable.
-    """
-    if config.store == "memory://":
-        return MemoryJournal()
-    from prioqueue.broker._store import StoreJournal
+    async def call(self, op: str, args: Mapping[str, Any]) -> Any:
+        now = self.journal.clock()
+        result = self.engine.apply(op, args, now)
+        self.journal.append(op, args, now)
+        return result
 
-    return StoreJournal(config)
+    async def read(self) -> BrokerEngine:
+        return self.engine
+
+    async def close(self) -> None:
+        return None
+
+
+class _Durable:
+    """The store backend: :class:`prioqueue.store.DurableDispatcher` around the engine."""
+
+    def __init__(self, durable: Any, store: Any) -> None:
+        self.durable = durable
+        self.store = store
+
+    @property
+    def engine(self) -> BrokerEngine:
+        engine: BrokerEngine = self.durable.dispatcher
+        return engine
+
+    def now(self) -> float:
+        now: float = self.durable.now()
+        return now
+
+    async def call(self, op: str, args: Mapping[str, Any]) -> Any:
+        return await self.durable.call(op, **args)
+
+    async def read(self) -> BrokerEngine:
+        engine: BrokerEngine = await self.durable.read(lambda engine: engine)
+        return engine
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.durable.aclose(snapshot=self.durable.fatal is None)
+        await asyncio.to_thread(self.store.close)
 
 
 class Broker:
@@ -71,120 +113,184 @@ class Broker:
 
     Args:
         config: The configuration.
-        journal: The journal (default: the one ``config.store`` names).
-        poll_seconds: How often a standby asks whether it may lead.
+        journal: Use this in-memory journal whatever ``config.store`` says (tests).
     """
 
-    def __init__(
-        self, config: BrokerConfig, journal: Journal | None = None, *, poll_seconds: float = 0.5
-    ) -> None:
+    def __init__(self, config: BrokerConfig, journal: MemoryJournal | None = None) -> None:
         self.config = config
-        self.journal = open_journal(config) if journal is None else journal
-        self.engine: BrokerEngine | None = None
-        self.leader: str | None = None
-        self.poll_seconds = poll_seconds
-        self._pending: asyncio.Future[None] | None = None
-        self._since_snapshot = 0
+        self._journal = journal
+        self._backend: _Memory | _Durable | None = None
+        self._elector: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._wake: asyncio.Event | None = None
-        self.recovered_entries = 0
+        self._fenced: asyncio.Event | None = None
         self._stopped = False
+        self.recovered_entries = 0
 
     # ------------------------------------------------------------------ lifecycle
 
+    @property
+    def engine(self) -> BrokerEngine | None:
+        """The engine while this replica serves (possibly ahead of the store), else None."""
+        return None if self._backend is None else self._backend.engine
+
+    @property
+    def serving(self) -> bool:
+        """Whether this replica leads and has recovered its state."""
+        return self._backend is not None
+
+    @property
+    def leader(self) -> str | None:
+        """The leader's address as last seen (this replica's own while it leads)."""
+        if self._elector is not None:
+            address: str | None = self._elector.leader_address
+            return address
+        return self.config.advertise if self.serving else None
+
     async def start(self) -> None:
-        """Become leader if the store allows (else standby) and start the background tasks."""
+        """Recover and serve, or start campaigning (PostgreSQL); start the tick task.
+
+        Raises:
+            StoreError: The store cannot be opened or recovered (corrupt, newer schema,
+                locked by another broker).
+        """
         self._wake = asyncio.Event()
-        await self._try_lead()
-        self._tasks.append(asyncio.create_task(self._lead_loop()))
+        self._fenced = asyncio.Event()
+        config = self.config
+        if self._journal is not None or config.store == "memory://":
+            self._backend = _Memory(config, self._journal or MemoryJournal())
+        elif config.store.startswith(("postgresql:", "postgres:")):
+            from prioqueue.store import Elector
+
+            lease = config.leader_lease_seconds
+            self._elector = Elector(
+                config.store,
+                schema=config.store_schema,
+                address=config.advertise,
+                lease=lease,
+                renew_interval=min(2.0, lease / 4),
+                poll_interval=min(0.25, lease / 8),
+            )
+            await self._elector.start()
+            self._tasks.append(asyncio.create_task(self._lead_loop()))
+        else:
+            self._backend = await self._open(None)
         self._tasks.append(asyncio.create_task(self._tick_loop()))
 
+    async def _open(self, epoch: int | None) -> _Durable:
+        from prioqueue.store import DurableDispatcher, open_store
+
+        config = self.config
+        if config.store.startswith("sqlite:"):
+            store = await asyncio.to_thread(
+                open_store, config.store, synchronous=config.sqlite_synchronous
+            )
+        else:
+            store = await asyncio.to_thread(open_store, config.store, schema=config.store_schema)
+        try:
+            durable = await DurableDispatcher.open(
+                store,
+                self._factory,
+                epoch=epoch,
+                snapshot_every=config.snapshot_every,
+                ops=BROKER_OPS,
+                skip_when_empty=frozenset(),
+                on_fatal=self._on_fatal,
+            )
+        except BaseException:
+            await asyncio.to_thread(store.close)
+            raise
+        backend = _Durable(durable, store)
+        self.recovered_entries = durable.committed_seq
+        _log.info("serving from %s at epoch %s", config.store, durable.epoch)
+        return backend
+
+    def _factory(self, state: Mapping[str, Any] | None) -> BrokerEngine:
+        if state is None:
+            return BrokerEngine(self.config)
+        return BrokerEngine.restore(state, self.config)
+
+    def _on_fatal(self, exc: Exception) -> None:
+        from prioqueue.store import Fenced
+
+        if isinstance(exc, Fenced) and self._elector is not None and self._fenced is not None:
+            _log.warning("fenced (another broker leads): stepping down")
+            self._fenced.set()
+            return
+        _fatal(f"the store failed: {exc}")
+
+    async def _lead_loop(self) -> None:
+        """Campaign; on winning recover and serve until deposed; then campaign again."""
+        elector = self._elector
+        assert elector is not None
+        assert self._fenced is not None
+        while not self._stopped:
+            epoch = await elector.wait_leader()
+            self._fenced.clear()
+            try:
+                backend = await self._open(epoch)
+            except Exception as exc:
+                from prioqueue.store import Fenced
+
+                if isinstance(exc, Fenced):
+                    elector.step_down()
+                    continue
+                _fatal(f"cannot recover from the store: {exc}")
+                return  # pragma: no cover - _fatal does not return
+            self._backend = backend
+            lost = asyncio.create_task(elector.wait_step_down())
+            fenced = asyncio.create_task(self._fenced.wait())
+            try:
+                await asyncio.wait((lost, fenced), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                lost.cancel()
+                fenced.cancel()
+            self._backend = None
+            elector.step_down()
+            _log.warning("stepped down; the leader is now %s", elector.leader_address)
+            await backend.close()
+
     async def stop(self) -> None:
-        """Stop the background tasks and close the journal."""
+        """Stop the background tasks, commit what is pending and close the store."""
         self._stopped = True
         if self._wake is not None:
             self._wake.set()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
-        if self._pending is not None:
-            with contextlib.suppress(Exception):
-                await self._pending
-        await self.journal.close()
-
-    @property
-    def serving(self) -> bool:
-        """Whether this replica leads and has recovered its state."""
-        return self.engine is not None
-
-    async def _try_lead(self) -> None:
-        leads, leader = await self.journal.is_leader()
-        self.leader = leader
-        if leads and self.engine is None:
-            recovered = await self.journal.open()
-            engine = (
-                BrokerEngine(self.config)
-                if recovered.snapshot is None
-                else BrokerEngine.restore(recovered.snapshot, self.config)
-            )
-            for entry in recovered.entries:
-                with contextlib.suppress(Rejected):
-                    engine.apply(entry.op, dict(entry.args), entry.now)
-            self.recovered_entries = len(recovered.entries)
-            self.engine = engine
-            self._since_snapshot = len(recovered.entries)
-            _log.info("leading: recovered %d journal entries", len(recovered.entries))
-        elif not leads and self.engine is not None:
-            self._step_down(leader)
-
-    def _step_down(self, leader: str | None) -> None:
-        _log.warning("stepping down: another replica leads (%s)", leader)
-        self.engine = None
-        self.leader = leader
-        self._pending = None
-
-    async def _lead_loop(self) -> None:
-        while not self._stopped:
-            await asyncio.sleep(self.poll_seconds)
-            try:
-                await self._try_lead()
-            except NotLeader as exc:
-                self._step_down(exc.leader)
-            except JournalFailed:
-                _fatal("the store failed")
-            except Exception:
-                _log.exception("leadership check failed")
+        backend, self._backend = self._backend, None
+        if backend is not None:
+            await backend.close()
+        if self._elector is not None:
+            await self._elector.aclose()
 
     async def _tick_loop(self) -> None:
-        """Journal a ``tick`` when a lease or a retention runs out, so GETs see it."""
+        """Run a ``tick`` when a lease or a retention runs out, so reads see it."""
         assert self._wake is not None
         while not self._stopped:  # the flag too: wait_for may swallow a cancel (bpo-42130)
-            engine = self.engine
+            backend = self._backend
             delay = 1.0
-            if engine is not None:
-                due = engine.next_due()
+            if backend is not None:
+                due = backend.engine.next_due()
                 if due is not None:
-                    delay = min(1.0, max(0.0, due - self.journal.clock()) + 0.001)
+                    delay = min(1.0, max(0.0, due - backend.now()) + 0.001)
             with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
             self._wake.clear()
-            if (
-                not self._stopped
-                and self.engine is not None
-                and self.engine.due(self.journal.clock())
-            ):
+            backend = self._backend
+            if not self._stopped and backend is not None and backend.engine.due(backend.now()):
                 with contextlib.suppress(Standby):
                     await self.run("tick", {})
 
     # ------------------------------------------------------------------ operations
 
-    def _engine(self) -> BrokerEngine:
-        if self.engine is None:
+    def _serving(self) -> _Memory | _Durable:
+        if self._backend is None:
             raise Standby(self.leader)
-        return self.engine
+        return self._backend
 
     async def run(self, op: str, args: Mapping[str, Any]) -> Any:
         """Apply one operation and return its result once it is durable.
@@ -200,47 +306,30 @@ class Broker:
             Standby: This replica does not serve.
             Rejected: The engine refused the operation (nothing changed, nothing journaled).
         """
-        engine = self._engine()
-        now = self.journal.clock()
-        if op != "tick" and engine.due(now):
-            engine.apply("tick", {}, now)
-            self._append("tick", {}, now)
-        try:
-            result = engine.apply(op, args, now)
-        except Rejected:
-            await self._commit()
-            raise
-        except Exception:
-            self._append(op, args, now)  # replays the same way: see the engine's rule 1
-            await self._commit()
-            raise
-        self._append(op, args, now)
-        await self._commit()
+        backend = self._serving()
+        if op != "tick" and backend.engine.due(backend.now()):
+            await self._call(backend, "tick", {})
+        result = await self._call(backend, op, args)
         if self._wake is not None:
             self._wake.set()
         return result
 
-    def _append(self, op: str, args: Mapping[str, Any], now: float) -> None:
-        awaitable = self.journal.append(op, args, now)
-        self._pending = asyncio.ensure_future(awaitable)
-        self._since_snapshot += 1
-
-    async def _commit(self) -> None:
-        pending = self._pending
-        if pending is None:
-            return
+    async def _call(self, backend: _Memory | _Durable, op: str, args: Mapping[str, Any]) -> Any:
+        from_store = isinstance(backend, _Durable)
         try:
-            await asyncio.shield(pending)
-        except NotLeader as exc:
-            self._step_down(exc.leader)
-            raise Standby(exc.leader) from None
-        except JournalFailed:
-            _fatal("a journal commit failed")
-        if self._pending is pending:
-            self._pending = None
-        if self._since_snapshot >= self.config.snapshot_every and self.engine is not None:
-            self._since_snapshot = 0
-            await self.journal.save_snapshot(self.engine.snapshot())
+            return await backend.call(op, args)
+        except Rejected:
+            raise
+        except Exception as exc:
+            if not from_store:
+                raise  # memory only: nothing to recover from, a 500 and go on
+            from prioqueue.store import StoreFatal
+
+            if isinstance(exc, StoreFatal):  # fenced: stepping down; else on_fatal exits
+                raise Standby(self.leader) from None
+            _log.exception("operation %s failed inside the engine", op)
+            _fatal(f"operation {op} failed inside the engine: {exc!r}")
+            raise  # pragma: no cover - _fatal does not return
 
     async def read(self) -> BrokerEngine:
         """The engine, once everything applied so far is durable.
@@ -248,12 +337,15 @@ class Broker:
         Raises:
             Standby: This replica does not serve.
         """
-        self._engine()
-        await self._commit()
-        return self._engine()
+        backend = self._serving()
+        try:
+            return await backend.read()
+        except Exception:
+            raise Standby(self.leader) from None
 
 
 def _fatal(reason: str) -> None:
     """Crash-only: never serve state the store lacks; the next start recovers."""
     _log.critical("%s: stopping (the next start recovers from the store)", reason)
-    os._exit(70)
+    logging.shutdown()
+    os._exit(75)
