@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import signal
 import socket
-from collections.abc import AsyncIterator, Awaitable
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from pathlib import Path
 from typing import Any
 
 import attrs
 import httpx
+import pytest
 
 from prioqueue.broker import Broker, MemoryJournal, create_app, parse_config
 
@@ -95,6 +102,7 @@ def free_port() -> int:
 
 
 POSTGRES_URL = os.environ.get("PRIOQUEUE_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REQUIRE_POSTGRES = os.environ.get("PRIOQUEUE_REQUIRE_POSTGRES") == "1"
 
 
 def postgres_reason() -> str | None:
@@ -109,3 +117,94 @@ def postgres_reason() -> str | None:
     except Exception as exc:
         return f"PostgreSQL at {POSTGRES_URL} is unreachable: {exc}"
     return None
+
+
+@contextlib.contextmanager
+def postgres_schema() -> Iterator[str]:
+    """A fresh schema for one test (skipped, or failed under PRIOQUEUE_REQUIRE_POSTGRES=1,
+    when PostgreSQL is unreachable), dropped afterwards."""
+    reason = postgres_reason()
+    if reason is not None:
+        if REQUIRE_POSTGRES:
+            pytest.fail(f"PRIOQUEUE_REQUIRE_POSTGRES=1 but {reason}")
+        pytest.skip(reason)
+    import psycopg
+
+    schema = f"pq_broker_{uuid.uuid4().hex[:12]}"
+    try:
+        yield schema
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE pid <> pg_backend_pid() AND application_name = %s",
+                (schema,),
+            )
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def write_config(
+    path: Path, port: int, store: str, schema: str | None = None, **extra: Any
+) -> Path:
+    """A broker.toml for a subprocess broker with the test keys."""
+    lines = [f'listen = "127.0.0.1:{port}"', f'store = "{store}"']
+    if schema is not None:
+        lines.append(f'store_schema = "{schema}"')
+    for key, value in extra.items():
+        lines.append(f"{key} = {json.dumps(value)}")
+    for name, entry in KEYS.items():
+        lines.append(f'[keys."{name}"]')
+        lines.extend(f"{k} = {json.dumps(v)}" for k, v in entry.items())
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+_MAIN = "import sys; from prioqueue.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+class BrokerProcess:
+    """``prioqueue broker --config FILE`` as a subprocess; killed only by its own pid."""
+
+    def __init__(self, config: Path, port: int, log: Path) -> None:
+        self.config = config
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> BrokerProcess:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _MAIN, "broker", "--config", str(self.config),
+                 "--log-level", "warning", "--no-access-log"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        return self
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    async def wait_serving(self, client: httpx.AsyncClient, timeout: float = 20.0) -> float:
+        """Wait until it answers 200 on /v1/status; return the seconds waited."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        while loop.time() - start < timeout:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the broker exited: {self.log.read_text()[-2000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                r = await client.get(f"{self.url}/v1/status", headers=WORKER, timeout=1.0)
+                if r.status_code == 200:
+                    return loop.time() - start
+            await asyncio.sleep(0.05)
+        raise AssertionError(
+            f"the broker did not serve in {timeout} s: {self.log.read_text()[-2000:]}"
+        )
