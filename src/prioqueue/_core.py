@@ -221,6 +221,8 @@ class _Core:
         self._failed = 0
         self._swaps = 0
 
+    _name_in_grants = True  # SizeOneDispatcher's grants (and snapshots) carry no worker
+
     # ------------------------------------------------------------------ properties
 
     @property
@@ -265,9 +267,9 @@ class _Core:
     # ------------------------------------------------------------------ helpers
 
     def _tick(self, now: object) -> float:
-        if now.__class__ is float and self._now <= now <= TIME_LIMIT:  # type: ignore[operator]
-            self._now = now  # type: ignore[assignment]
-            return now  # type: ignore[return-value]
+        if now.__class__ is float and self._now <= now <= TIME_LIMIT:  # type: ignore[operator,unused-ignore]
+            self._now = now  # type: ignore[assignment,unused-ignore]
+            return now  # type: ignore[return-value,unused-ignore]
         t = finite("now", now)
         if t < self._now:
             raise ValueError(
@@ -323,6 +325,24 @@ class _Core:
         live = self._backlogged
         for ranking in rankings:
             ranking.compact(live)
+
+    def _set_resident(self, worker: _Worker, model: str | None) -> None:
+        if worker.resident == model:
+            return
+        if not worker.timed_out:
+            self._drop_resident(worker)
+        worker.resident = model
+        if not worker.timed_out and model is not None:
+            self._residents[model] = self._residents.get(model, 0) + 1
+
+    def _drop_resident(self, worker: _Worker) -> None:
+        old = worker.resident
+        if old is not None:
+            left = self._residents[old] - 1
+            if left:
+                self._residents[old] = left
+            else:
+                del self._residents[old]
 
     def _retry_after(self) -> float:
         recent = self._recent
@@ -536,8 +556,10 @@ class _Core:
         self._touch(lane)
 
     def _expected_runtime(self, job: Job) -> float:
-        """The job's estimate, else the recent mean runtime of its model, else of its level,
-        else ``DEFAULT_EXPECTED_RUNTIME``. O(8)."""
+        """The job's expected runtime: its estimate, else a recent mean, else the default.
+
+        The recent mean is that of the last 8 runtimes of its model, else of its level. O(8).
+        """
         if job.estimate is not None:
             return job.estimate
         if job.model is not None:

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from prioqueue.records import AheadJob, Job, Overtake, OvertakeCause
-from prioqueue.scoring import ScoreBreakdown
 
 if TYPE_CHECKING:
     from prioqueue._lanes import _Entry, _Lane
@@ -126,11 +125,11 @@ def forecast_order(
         per_level[sim.lane.level] = per_level.get(sim.lane.level, 0) + 1
     by_lane = {id(sim.lane): sim for sim in sims}
     for lane, charged in pending:
-        sim = by_lane.get(id(lane))
-        if sim is not None and fair_share:
-            sim.s = min(sim.s + charged, nominal)
-            if per_level[sim.lane.level] == 1:
-                sim.s = nominal
+        held = by_lane.get(id(lane))
+        if held is not None and fair_share:
+            held.s = min(held.s + charged, nominal)
+            if per_level[held.lane.level] == 1:
+                held.s = nominal
     for sim in sims:
         push(sim)
     out: list[Predicted] = []

@@ -28,7 +28,7 @@ from prioqueue.records import (
 from prioqueue.scoring import ScoreBreakdown
 
 if TYPE_CHECKING:
-    from prioqueue._engine import _Engine as SizeOneDispatcher
+    from prioqueue._core import _Core as SizeOneDispatcher
 
 __all__: list[str] = []  # private module
 
@@ -140,7 +140,7 @@ def _since(d: SizeOneDispatcher, entry: _Entry, limit: int | None) -> list[Any]:
     later = 0
     budget = None if limit is None else 4 * limit
     for record in reversed(d._history):
-        if record.index <= entry.mark or (budget is not None and budget <= 0):
+        if record.number <= entry.mark or (budget is not None and budget <= 0):
             break
         if budget is not None:
             budget -= 1

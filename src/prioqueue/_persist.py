@@ -30,7 +30,7 @@ from prioqueue.records import Grant, Job
 from prioqueue.scoring import ScoreBreakdown
 
 if TYPE_CHECKING:
-    from prioqueue._engine import _Engine
+    from prioqueue._core import _Core as _Engine
 
 __all__: list[str] = []  # private module
 
@@ -223,12 +223,10 @@ def _restore_held(
 ) -> None:
     job = _job_from_record(d, record, shift, seqs, top_seq)
     name = record.get("worker") if d._name_in_grants else None
-    if name is None:
-        worker = next(iter(d._workers.values()))
-    else:
-        worker = d._workers.get(name)
-        if worker is None:
-            raise ValueError(f"job {job.id!r} is held by unknown worker {name!r}")
+    found = next(iter(d._workers.values())) if name is None else d._workers.get(name)
+    if found is None:
+        raise ValueError(f"job {job.id!r} is held by unknown worker {name!r}")
+    worker = found
     if len(worker.held) >= worker.slots:
         raise ValueError(f"worker {worker.name!r} holds more jobs than its slots")
     seconds = record["lease_seconds"]

@@ -110,21 +110,21 @@ def lease_function(lease_for: object) -> LeaseFunction | None:
 
         def calculated(job: Job, worker: _Worker) -> float:
             if not worker.slow:
-                return calculator(job)
+                return float(calculator(job))
             source = _request_source(job)
             if isinstance(source, ImageRequest):
-                return calculator.for_request(attrs.evolve(source, extra_slow_worker=True))
+                return float(calculator.for_request(attrs.evolve(source, extra_slow_worker=True)))
             kwargs = dict(_request_kwargs(source))
             kwargs["extra_slow_worker"] = True
-            return calculator.seconds(**kwargs)
+            return float(calculator.seconds(**kwargs))
 
         return calculated
     function: Callable[..., Any] = lease_for
     try:
         inspect.signature(function).bind(None, None)
     except (TypeError, ValueError):
-        return lambda job, worker: function(job)  # type: ignore[no-any-return]
-    return lambda job, worker: function(job, worker.info())  # type: ignore[no-any-return]
+        return lambda job, worker: function(job)
+    return lambda job, worker: function(job, worker.info())
 
 
 class Search:
@@ -270,9 +270,7 @@ def best_for(
     return best[1], best[2], best[3]
 
 
-def idle_reasons(
-    entries: list[_Entry], worker: _Worker, search: Search
-) -> dict[str, int]:
+def idle_reasons(entries: list[_Entry], worker: _Worker, search: Search) -> dict[str, int]:
     """Count the queued entries the worker may not take, by the first cause. O(n)."""
     counts: dict[str, int] = {}
     full = len(worker.held) >= worker.slots
