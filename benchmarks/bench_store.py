@@ -55,21 +55,27 @@ class Pool:
 
     def __init__(self, workers: int = WORKERS) -> None:
         self.parts = [SizeOneDispatcher(track_reorders=False) for _ in range(workers)]
+        self.queued = 0
 
     @classmethod
     def restore(cls, state: Any, **options: Any) -> Pool:
         pool = cls.__new__(cls)
         pool.parts = [SizeOneDispatcher.restore(s, track_reorders=False) for s in state["parts"]]
+        pool.queued = sum(len(p) for p in pool.parts)
         return pool
 
     def __len__(self) -> int:
-        return sum(len(p) for p in self.parts)
+        return self.queued
 
     def submit(self, *, job_id: str, member: str, worker: int, now: float) -> Any:
-        return self.parts[worker].submit(job_id, member=member, now=now)
+        ticket = self.parts[worker].submit(job_id, member=member, now=now)
+        self.queued += 1
+        return ticket
 
     def dispatch(self, *, worker: int, now: float) -> Any:
-        return self.parts[worker].dispatch(now)
+        grant = self.parts[worker].dispatch(now)
+        self.queued -= grant is not None
+        return grant
 
     def complete(self, *, job_id: str, worker: int, runtime: float, now: float) -> Any:
         return self.parts[worker].complete(job_id, runtime=runtime, now=now)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -135,3 +136,86 @@ def test_restore_with_now_shifts_times_but_without_keeps_them() -> None:
     shifted = SizeOneDispatcher.restore(state, now=120.0)
     assert kept.job("a").arrival == 10.0
     assert shifted.job("a").arrival == 110.0
+
+
+# ---------------------------------------------------------------------- FleetDispatcher
+
+WORKERS = ["w0", "w1", "w2"]
+
+fleet_calls = st.one_of(
+    st.tuples(st.just("submit"), st.sampled_from(JOB_IDS), dispatcher_job_specs()),
+    st.tuples(
+        st.just("join"),
+        st.sampled_from(WORKERS),
+        st.sampled_from([None, ["m1"], ["m1", "m2"]]),
+        dispatcher_models(),
+        st.integers(min_value=1, max_value=2),
+        st.booleans(),
+    ),
+    st.tuples(st.just("pop"), st.sampled_from(WORKERS)),
+    st.tuples(st.just("pop"), st.sampled_from(WORKERS)),
+    st.tuples(st.just("complete"), st.sampled_from(JOB_IDS), dispatcher_runtimes()),
+    st.tuples(st.just("cancel"), st.sampled_from(JOB_IDS)),
+    st.tuples(st.just("expire")),
+    st.tuples(st.just("heartbeat"), st.sampled_from(WORKERS)),
+    st.tuples(st.just("leave"), st.sampled_from(WORKERS)),
+)
+
+fleet_options = st.fixed_dictionaries(
+    {
+        "lease_for": st.sampled_from([None, _lease_100]),
+        "worker_timeout": st.sampled_from([None, 45.0]),
+        "warm_hold": st.sampled_from([0.0, 5.0]),
+        "max_running_per_member": st.sampled_from([None, 1]),
+        "fair_share": st.booleans(),
+    }
+)
+
+
+def fleet_apply(d: Any, now: float, call: tuple[Any, ...]) -> tuple[Any, ...]:
+    op = call[0]
+    try:
+        if op == "submit":
+            result: Any = d.submit(call[1], now=now, **call[2])
+        elif op == "join":
+            _, name, models, resident, slots, slow = call
+            result = d.join(name, models=models, resident=resident, slots=slots, slow=slow, now=now)
+        elif op in ("pop", "heartbeat", "leave"):
+            result = getattr(d, op)(call[1], now=now)
+        elif op == "complete":
+            result = d.complete(call[1], now=now, runtime=call[2])
+        elif op == "cancel":
+            result = d.cancel(call[1], now=now)
+        else:
+            result = d.expire(now)
+    except Exception as exc:
+        return ("error", type(exc).__name__, str(exc))
+    return ("ok", result)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    opts=fleet_options,
+    steps=st.lists(st.tuples(time_steps(), fleet_calls), min_size=1, max_size=50),
+    cut=st.integers(min_value=0, max_value=50),
+)
+def test_fleet_snapshot_restore_then_replay_is_exact(
+    opts: dict[str, Any], steps: list[tuple[float, tuple[Any, ...]]], cut: int
+) -> None:
+    fleet_module = pytest.importorskip(
+        "prioqueue.fleet", reason="FleetDispatcher is not in this tree yet (issue 9)"
+    )
+    fleet = fleet_module.FleetDispatcher
+    cut = min(cut, len(steps))
+    a, b = fleet(**opts), fleet(**opts)
+    t = 1_000.0
+    for step, call in steps[:cut]:
+        t += step
+        assert fleet_apply(a, t, call) == fleet_apply(b, t, call)
+    state = json.loads(json.dumps(b.snapshot(now=t)))
+    restored = fleet.restore(state, **opts)
+    assert restored.snapshot(now=t) == a.snapshot(now=t)
+    for step, call in steps[cut:]:
+        t += step
+        assert fleet_apply(restored, t, call) == fleet_apply(a, t, call), (t, call)
+    assert restored.snapshot(now=t) == a.snapshot(now=t)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pytest
@@ -13,6 +13,7 @@ from prioqueue import DuplicateJob, SizeOneDispatcher, UnknownJob
 from prioqueue.records import Job
 from prioqueue.store import (
     CommitFailed,
+    CorruptStore,
     DurableDispatcher,
     Event,
     Fenced,
@@ -393,6 +394,98 @@ def test_any_error_of_the_append_is_fatal(make_store: MakeStore) -> None:
         spy.fail = KeyError("surprise")
         with pytest.raises(CommitFailed, match="surprise"):
             await durable.call("submit", job_id="a", member="ann")
+        await durable.aclose()
+        store.close()
+
+    run(main)
+
+
+def test_a_store_that_does_not_recover_is_not_opened(make_store: MakeStore) -> None:
+    async def main() -> None:
+        store = make_store()
+        epoch = store.claim()
+        store.append([Event(2, "submit", {"job_id": "a", "member": "ann"}, 1.0)], epoch=epoch)
+        with pytest.raises(CorruptStore, match="event 1 is missing"):
+            await DurableDispatcher.open(store, FACTORY)
+        store.close()
+
+    run(main)
+
+
+class Tally:
+    """A tiny state object of a service: the wrapper journals any object's methods."""
+
+    def __init__(self, state: Mapping[str, Any] | None = None) -> None:
+        self.total = 0 if state is None else int(state["total"])
+        self.fail_snapshots = False
+
+    def add(self, amount: int, *, now: float) -> int:
+        if amount <= 0:
+            raise ValueError(f"amount must be > 0, got {amount}")
+        self.total += amount
+        return self.total
+
+    def snapshot(self, *, now: float) -> dict[str, Any]:
+        if self.fail_snapshots:
+            raise TypeError("cannot snapshot now")
+        return {"total": self.total}
+
+
+def test_any_object_can_be_journaled_and_a_failed_snapshot_is_not_fatal(
+    make_store: MakeStore,
+) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        reported: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _loop, context: reported.append(context))
+        store = make_store()
+        spy = Spy(store)
+        durable = await DurableDispatcher.open(
+            store, Tally, ops=frozenset({"add"}), snapshot_every=2
+        )
+        assert durable.store is store
+        assert durable.fatal is None
+        assert await durable.call("add", amount=2) == 2
+        with pytest.raises(ValueError, match="amount must be > 0"):
+            await durable.call("add", amount=0)
+        durable.dispatcher.fail_snapshots = True
+        assert await durable.call("add", amount=3) == 5
+        assert spy.snapshots == []  # skipped, reported, and the journal keeps everything
+        assert "snapshot skipped" in reported[0]["message"]
+        durable.dispatcher.fail_snapshots = False
+        await durable.snapshot()
+        assert spy.snapshots == [2]
+        assert await durable.call("add", amount=1) == 6
+        await durable.aclose(snapshot=False)
+        store.close()
+        store = make_store()
+        again = await DurableDispatcher.open(store, Tally, ops=frozenset({"add"}))
+        assert await again.read(lambda t: t.total) == 6
+        await again.aclose()
+        store.close()
+
+    run(main)
+
+
+def test_a_read_waits_for_the_batch_behind_the_one_in_flight(make_store: MakeStore) -> None:
+    async def main() -> None:
+        store = make_store()
+        spy = Spy(store)
+        spy.gate = threading.Event()
+        durable = await DurableDispatcher.open(store, FACTORY)
+        first = asyncio.ensure_future(durable.call("submit", job_id="a", member="ann"))
+        await asyncio.sleep(0.05)  # the first batch is in flight (held at the gate)
+        second = asyncio.ensure_future(durable.call("submit", job_id="b", member="ann"))
+        await asyncio.sleep(0)
+        read = asyncio.ensure_future(durable.read(len))
+        await asyncio.sleep(0.05)
+        assert durable.applied_seq == 2
+        assert not read.done()
+        spy.gate.set()
+        await first
+        await second
+        assert await read == 2
+        assert spy.batches == [[1], [2]]
         await durable.aclose()
         store.close()
 

@@ -149,6 +149,26 @@ def test_a_deposed_leader_steps_down_when_it_renews(pg_schema: str) -> None:
     run(main)
 
 
+def test_a_leader_that_loses_its_connection_steps_down_and_campaigns_again(
+    pg_schema: str,
+) -> None:
+    async def main() -> None:
+        a = fast(pg_schema, "a")
+        await a.start()
+        with pytest.raises(RuntimeError, match="already started"):
+            await a.start()
+        epoch = await a.wait_leader()
+        store = PostgresStore(POSTGRES_URL, schema=pg_schema)
+        store._execute("SELECT pg_terminate_backend(%s)", (a._conn.info.backend_pid,))
+        await asyncio.wait_for(a.wait_step_down(), FAST_LEASE + 2)
+        # Its session died, so its lock is free: it reconnects and wins a new term.
+        assert await asyncio.wait_for(a.wait_leader(), FAST_LEASE + 5) == epoch + 1
+        await a.aclose()
+        store.close()
+
+    run(main)
+
+
 def test_elector_options_are_checked() -> None:
     with pytest.raises(ValueError, match="lease must be"):
         Elector(POSTGRES_URL, lease=0)

@@ -396,3 +396,88 @@ def test_postgres_stores_opened_at_once_agree_on_one_schema(pg_schema: str) -> N
     assert {s.epoch() for s in stores} == {0}
     for s in stores:
         s.close()
+
+
+def test_an_append_that_fails_writes_nothing(make_store: MakeStore) -> None:
+    store = make_store()
+    epoch = store.claim()
+    store.append([submit(1, "a", 1.0)], epoch=epoch)
+    with pytest.raises(StoreError):
+        store.append([submit(2, "b", 2.0), submit(1, "again", 3.0)], epoch=epoch)
+    assert [e.seq for e in store.recover().events] == [1]
+
+
+def test_a_store_is_a_context_manager_with_a_readable_repr(make_store: MakeStore) -> None:
+    with make_store() as store:
+        assert repr(store).startswith(f"<{type(store).__name__} {store.kind}")
+        assert store.kind in ("sqlite", "postgresql")
+    assert store.closed
+
+
+def test_sqlite_refuses_an_empty_path() -> None:
+    with pytest.raises(ValueError, match="empty path"):
+        SQLiteStore("")
+
+
+def test_postgres_reports_failed_statements(pg_schema: str) -> None:
+    store = PostgresStore(POSTGRES_URL, schema=pg_schema)
+    assert store.backend_pid() > 0
+    with pytest.raises(StoreError, match="nope"):
+        store._execute("SELECT * FROM nope")
+    store.close()
+
+
+def test_a_closed_sqlite_store_is_one_self_contained_file(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path)
+    store.append([submit(1, "a", 1.0)], epoch=store.claim())
+    assert Path(f"{path}-wal").stat().st_size > 0
+    store.close()
+    assert not Path(f"{path}-wal").exists() or Path(f"{path}-wal").stat().st_size == 0
+    copy = tmp_path / "copy.db"
+    copy.write_bytes(path.read_bytes())
+    with SQLiteStore(copy) as again:
+        assert [e.seq for e in again.recover().events] == [1]
+
+
+def test_the_public_names() -> None:
+    import prioqueue.store
+
+    assert set(prioqueue.store.__all__) == {
+        "JOURNALED_OPS",
+        "SCHEMA_VERSION",
+        "SKIPPED_WHEN_EMPTY",
+        "CommitFailed",
+        "CorruptStore",
+        "DurableDispatcher",
+        "Elector",
+        "Event",
+        "Fenced",
+        "PostgresStore",
+        "Recovery",
+        "SQLiteStore",
+        "SchemaVersionError",
+        "Snapshot",
+        "Store",
+        "StoreError",
+        "StoreFatal",
+        "StoreLocked",
+        "WallClock",
+        "dispatcher_factory",
+        "open_store",
+        "replay",
+    }
+    for name in prioqueue.store.__all__:
+        assert getattr(prioqueue.store, name) is not None
+
+
+def test_the_core_never_imports_the_store() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, prioqueue, prioqueue.dispatcher, prioqueue.asyncio\n"
+        "assert not any(m.startswith('prioqueue.store') for m in sys.modules), 'imported'\n"
+        "assert 'sqlite3' not in sys.modules and 'psycopg' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

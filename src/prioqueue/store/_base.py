@@ -77,6 +77,8 @@ class Event:
     op: str
     args: Mapping[str, Any]
     now: float | None = None
+    #: ``args`` as JSON text when the caller has it already (saves encoding twice).
+    text: str | None = attrs.field(default=None, eq=False, repr=False, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.seq, int) or isinstance(self.seq, bool) or self.seq < 1:
@@ -287,7 +289,15 @@ class Store(abc.ABC):
         """
         self._check_open()
         rows = [
-            (e.seq, epoch, e.op, json.dumps(e.args, allow_nan=False, separators=(",", ":")), e.now)
+            (
+                e.seq,
+                epoch,
+                e.op,
+                e.text
+                if e.text is not None
+                else json.dumps(e.args, allow_nan=False, separators=(",", ":")),
+                e.now,
+            )
             for e in events
         ]
         snap_text = (

@@ -21,7 +21,8 @@ __all__ = ["JOURNALED_OPS", "SKIPPED_WHEN_EMPTY", "Factory", "dispatcher_factory
 
 #: Dispatcher methods whose calls change state, and so are journaled. ``SizeOneDispatcher``
 #: has ``submit``, ``dispatch``, ``complete``, ``cancel``, ``expire`` and
-#: ``set_resident_model``; the others are the fleet dispatcher's.
+#: ``set_resident_model``; the others are the fleet dispatcher's (``pop``, ``join``, ...) and
+#: job groups' (``fail``, ``cancel_group``, ``forget_group``).
 JOURNALED_OPS: frozenset[str] = frozenset(
     {
         "submit",
@@ -35,6 +36,8 @@ JOURNALED_OPS: frozenset[str] = frozenset(
         "heartbeat",
         "leave",
         "set_resident_model",
+        "cancel_group",
+        "forget_group",
     }
 )
 

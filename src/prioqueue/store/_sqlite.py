@@ -125,4 +125,8 @@ class SQLiteStore(Store):
             raise StoreError(f"{self.url}: commit failed: {exc}") from exc
 
     def _close(self) -> None:
+        # Fold the WAL into the main file, so a closed store is one self-contained file (safe
+        # to copy). Best effort: a failure leaves the WAL, which the next open replays.
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._conn.close()
