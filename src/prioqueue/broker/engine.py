@@ -31,12 +31,13 @@ O((e + r) log n) for e expired leases and r records past their retention.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import json
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import attrs
 
@@ -106,6 +107,23 @@ def fingerprint(args: Mapping[str, Any]) -> str:
     """A stable digest of a submit's arguments, to tell a retry from a different request."""
     body = json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(body.encode()).hexdigest()
+
+
+_Op = TypeVar("_Op", bound=Callable[..., Any])
+
+
+def _operation(method: _Op) -> _Op:
+    """Check that time does not go backwards; advance the engine's time only on success."""
+
+    @functools.wraps(method)
+    def run(self: BrokerEngine, now: float, **kwargs: Any) -> Any:
+        if not now >= self.now:  # also refuses NaN
+            raise Rejected(409, f"time went backwards: {now!r} after {self.now!r}")
+        result = method(self, now, **kwargs)
+        self.now = now
+        return result
+
+    return run  # type: ignore[return-value]
 
 
 class BrokerEngine:
@@ -194,10 +212,7 @@ class BrokerEngine:
             raise ValueError(f"unknown broker operation {op!r}; known: {', '.join(self._ops)}")
         return method(now=now, **args)
 
-    def _at(self, now: float) -> None:
-        if not now >= self.now:  # also refuses NaN
-            raise Rejected(409, f"time went backwards: {now!r} after {self.now!r}")
-        self.now = now
+
 
     def due(self, now: float) -> bool:
         """Whether a ``tick`` at ``now`` would change anything (a lease or retention ran out).
@@ -219,6 +234,7 @@ class BrokerEngine:
 
     # ------------------------------------------------------------------ operations
 
+    @_operation
     def submit(
         self,
         now: float,
@@ -241,7 +257,6 @@ class BrokerEngine:
         Raises:
             Rejected: 422 the key was used with a different request; 429 the queue is full.
         """
-        self._at(now)
         digest = ""
         if idempotency_key is not None:
             digest = fingerprint(
@@ -296,13 +311,13 @@ class BrokerEngine:
             raise Rejected(404, f"no job {job_id!r}", field="id")
         return record
 
+    @_operation
     def cancel(self, now: float, *, job_id: str, member: str | None) -> JobRecord:
         """Cancel a queued or running job of ``member``; a finished job stays as it is.
 
         Raises:
             Rejected: 404 unknown or another member's; 409 already finished.
         """
-        self._at(now)
         record = self.owned(job_id, member)
         if record.state in FINISHED:
             raise Rejected(409, f"job {job_id!r} is already {record.state}", field="id")
@@ -317,6 +332,7 @@ class BrokerEngine:
         else:
             self.fleet.heartbeat(worker, now=now)
 
+    @_operation
     def pop(
         self,
         now: float,
@@ -328,7 +344,6 @@ class BrokerEngine:
         slow: bool = False,
     ) -> PopResult:
         """Grant the worker its next job, or say why there is none."""
-        self._at(now)
         spec = {"models": models, "resident": resident, "slots": slots, "slow": slow}
         self._join(now, worker, spec)
         grant = self.fleet.pop(worker, now=now)
@@ -372,6 +387,7 @@ class BrokerEngine:
                 field="result",
             )
 
+    @_operation
     def complete(
         self, now: float, *, job_id: str, worker: str, attempt: int, result: Any = None
     ) -> JobRecord:
@@ -380,13 +396,13 @@ class BrokerEngine:
         Raises:
             Rejected: 404 unknown; 409 not this worker's current grant; 413 result too large.
         """
-        self._at(now)
         record = self._held(job_id, worker, attempt)
         self._check_result(result)
         self.fleet.complete(job_id, now=now, worker=worker)
         self._finish(record, "done", result, now)
         return attrs.evolve(record)
 
+    @_operation
     def fail(
         self, now: float, *, job_id: str, worker: str, attempt: int, result: Any = None
     ) -> JobRecord:
@@ -395,20 +411,19 @@ class BrokerEngine:
         Raises:
             Rejected: 404 unknown; 409 not this worker's current grant; 413 result too large.
         """
-        self._at(now)
         record = self._held(job_id, worker, attempt)
         self._check_result(result)
         self.fleet.cancel(job_id, now=now, worker=worker)
         self._finish(record, "failed", result, now)
         return attrs.evolve(record)
 
+    @_operation
     def heartbeat(self, now: float, *, worker: str, resident: str | None = None) -> list[str]:
         """A worker is alive: returns the ids of the jobs it holds.
 
         Raises:
             Rejected: 404 the worker never popped.
         """
-        self._at(now)
         spec = self.workers.get(worker)
         if spec is None:
             raise Rejected(404, f"no worker {worker!r} (pop once to join)", field="worker")
@@ -421,13 +436,13 @@ class BrokerEngine:
             key=lambda i: int(i.rpartition("-")[2]),
         )
 
+    @_operation
     def tick(self, now: float) -> list[str]:
         """Take back leases that ran out and forget records past their retention.
 
         Returns:
             The ids of the jobs whose lease ran out.
         """
-        self._at(now)
         taken: list[str] = []
         for expired in self.fleet.expire(now):
             record = self.jobs[expired.job.id]
@@ -479,18 +494,19 @@ class BrokerEngine:
         """The whole state as JSON data; :meth:`restore` rebuilds it exactly. O(n).
 
         Args:
-            now: Ignored (the state is as of the last operation); the store passes it.
+            now: Used only before the first operation (the state is as of the last one).
 
         Returns:
             Plain JSON data.
         """
+        at = self.now if math.isfinite(self.now) else (0.0 if now is None else now)
         return {
             "format": SNAPSHOT_FORMAT,
-            "now": self.now,
+            "now": at,
             "counter": self.counter,
             "counts": dict(self.counts),
             "workers": dict(self.workers),
-            "fleet": self.fleet.snapshot(now=self.now),
+            "fleet": self.fleet.snapshot(now=at),
             "jobs": [attrs.asdict(r) for r in self.jobs.values()],
             "idempotency": [[m, k, j, d] for (m, k), (j, d) in self.idempotency.items()],
             "retention": [list(entry) for entry in self._retention],
