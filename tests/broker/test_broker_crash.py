@@ -9,9 +9,9 @@ overlap); and in the end every job is done, failed or cancelled. Both stores.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +46,13 @@ class Ledger:
     errors: list[str] = attrs.field(factory=list)
 
 
-async def _retrying(call: Callable[[], Any], stop: asyncio.Event) -> httpx.Response | None:
-    """Call until the broker answers (it may be down); None once stopped."""
+async def _retrying(
+    client: httpx.AsyncClient, method: str, url: str, stop: asyncio.Event, **kwargs: Any
+) -> httpx.Response | None:
+    """Send until the broker answers (it may be down or restarting); None once stopped."""
     while not stop.is_set():
         try:
-            response: httpx.Response = await call()
+            response = await client.request(method, url, **kwargs)
         except httpx.HTTPError:
             await asyncio.sleep(0.05)
             continue
@@ -69,9 +71,7 @@ async def _submitter(
         key = f"job-key-{i}"
         body = {"priority": rng.choice(["interactive", "normal", "batch"]), "payload": {"i": i}}
         headers = {**SUBMITTER, "Idempotency-Key": key}
-        r = await _retrying(
-            lambda: client.post(f"{url}/v1/jobs", json=body, headers=headers), never
-        )
+        r = await _retrying(client, "POST", f"{url}/v1/jobs", never, json=body, headers=headers)
         assert r is not None
         if r.status_code not in (200, 201):
             ledger.errors.append(f"submit {key}: {r.status_code} {r.text}")
@@ -82,7 +82,7 @@ async def _submitter(
         ledger.submitted[key] = job_id
         if rng.random() < 0.1:
             r = await _retrying(
-                lambda: client.delete(f"{url}/v1/jobs/{job_id}", headers=SUBMITTER), never
+                client, "DELETE", f"{url}/v1/jobs/{job_id}", never, headers=SUBMITTER
             )
             if r is not None and r.status_code == 200:
                 ledger.cancelled.add(job_id)
@@ -99,7 +99,7 @@ async def _worker(
 ) -> None:
     while not stop.is_set():
         r = await _retrying(
-            lambda: client.post(f"{url}/v1/workers/{name}/pop", json={}, headers=WORKER), stop
+            client, "POST", f"{url}/v1/workers/{name}/pop", stop, json={}, headers=WORKER
         )
         if r is None:
             return
@@ -117,7 +117,7 @@ async def _worker(
         op = "fail" if rng.random() < 0.05 else "complete"
         body = {"worker": name, "attempt": attempt, "result": {"by": name}}
         r = await _retrying(
-            lambda: client.post(f"{url}/v1/jobs/{job_id}/{op}", json=body, headers=WORKER), stop
+            client, "POST", f"{url}/v1/jobs/{job_id}/{op}", stop, json=body, headers=WORKER
         )
         if r is not None and r.status_code == 200 and op == "complete":
             ledger.completed[job_id] += 1
@@ -195,7 +195,7 @@ async def _crash_loop(store: str, tmp_path: Path, schema: str | None, seed: int)
         grants.sort()
         attempts = [g[0] for g in grants]
         assert len(set(attempts)) == len(attempts), f"{job_id} granted twice as one attempt"
-        for (_, w1, _, end1), (_, w2, start2, _) in zip(grants, grants[1:]):
+        for (_, w1, _, end1), (_, w2, start2, _) in itertools.pairwise(grants):
             assert start2 >= end1, f"{job_id} held by {w1} and {w2} with unexpired leases"
     assert sum(ledger.completed.values()) > JOBS // 3  # the loop did real work
 

@@ -163,20 +163,21 @@ def test_rejected_operations_change_nothing() -> None:
     engine.apply("submit", {"member": "alice", "tier": "free", "priority": 0}, now)
     engine.apply("pop", {"worker": "w1"}, now)
     before = engine.snapshot()
-    for name, args in [
+    rejected: list[tuple[str, dict[str, Any]]] = [
         ("complete", {"job_id": "job-1", "worker": "w2", "attempt": 1}),
         ("fail", {"job_id": "job-1", "worker": "w1", "attempt": 2}),
         ("complete", {"job_id": "job-9", "worker": "w1", "attempt": 1}),
         ("cancel", {"job_id": "job-1", "member": "bob"}),
         ("heartbeat", {"worker": "nobody"}),
-    ]:
+    ]
+    for name, args in rejected:
         try:
             engine.apply(name, args, now + 1)
         except Rejected:
             pass
         else:  # pragma: no cover - the assertion message says which
             raise AssertionError(f"{name} {args} was accepted")
-        assert engine.snapshot() == before | {"now": engine.now}
+        assert engine.snapshot() == before
 
 
 @pytest.mark.xfail(
@@ -188,7 +189,7 @@ def test_a_restored_fleet_charges_a_grant_as_the_live_one_did() -> None:
     config = parse_config({"store": "memory://"})  # charge = "runtime": the recent means count
     live = BrokerEngine(config)
     now = 1_000_000.0
-    job = {"tier": "free", "priority": -100, "model": "sdxl"}
+    job: dict[str, Any] = {"tier": "free", "priority": -100, "model": "sdxl"}
     live.apply("submit", {"member": "bob", **job}, now)
     live.apply("submit", {"member": "alice", **job}, now)
     live.apply("pop", {"worker": "w1"}, now)
