@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Annotated, Any
 
@@ -169,7 +170,11 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        await broker.start()
+        try:
+            await broker.start()
+        except Exception as exc:  # a corrupt or locked store, a newer schema: say so plainly
+            print(f"prioqueue broker: cannot start: {exc}", file=sys.stderr, flush=True)
+            raise
         try:
             yield
         finally:
