@@ -312,7 +312,7 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         """Say the worker is alive (and which model it has loaded)."""
         resident = None if body is None else body.resident
         jobs = await broker.run("heartbeat", {"worker": worker, "resident": resident})
-        return HeartbeatReply(jobs=jobs)
+        return HeartbeatReply.model_validate({"jobs": jobs})
 
     @app.get("/v1/status", response_model=StatusView, tags=["operators"])
     async def status(_key: AnyKey) -> StatusView:

@@ -212,8 +212,6 @@ class BrokerEngine:
             raise ValueError(f"unknown broker operation {op!r}; known: {', '.join(self._ops)}")
         return method(now=now, **args)
 
-
-
     def due(self, now: float) -> bool:
         """Whether a ``tick`` at ``now`` would change anything (a lease or retention ran out).
 
@@ -418,8 +416,12 @@ class BrokerEngine:
         return attrs.evolve(record)
 
     @_operation
-    def heartbeat(self, now: float, *, worker: str, resident: str | None = None) -> list[str]:
-        """A worker is alive: returns the ids of the jobs it holds.
+    def heartbeat(
+        self, now: float, *, worker: str, resident: str | None = None
+    ) -> list[dict[str, Any]]:
+        """A worker is alive: returns the jobs it holds (id, attempt, deadline).
+
+        A worker that lost a pop's answer (a broker restart) learns here what it holds.
 
         Raises:
             Rejected: 404 the worker never popped.
@@ -431,10 +433,9 @@ class BrokerEngine:
             self._join(now, worker, {**spec, "resident": resident})
         else:
             self.fleet.heartbeat(worker, now=now)
-        return sorted(
-            (r.id for r in self.jobs.values() if r.worker == worker and r.state == "running"),
-            key=lambda i: int(i.rpartition("-")[2]),
-        )
+        held = [r for r in self.jobs.values() if r.worker == worker and r.state == "running"]
+        held.sort(key=lambda r: int(r.id.rpartition("-")[2]))
+        return [{"id": r.id, "attempt": r.attempt, "deadline": r.deadline} for r in held]
 
     @_operation
     def tick(self, now: float) -> list[str]:

@@ -17,6 +17,7 @@ __all__ = [
     "Granted",
     "HeartbeatReply",
     "HeartbeatRequest",
+    "HeldJob",
     "JobCreated",
     "JobView",
     "PopRequest",
@@ -112,10 +113,18 @@ class HeartbeatRequest(_Request):
     resident: Name | None = None
 
 
-class HeartbeatReply(BaseModel):
-    """The jobs the worker holds."""
+class HeldJob(BaseModel):
+    """A job a worker holds, with its grant."""
 
-    jobs: list[str]
+    id: str
+    attempt: int
+    deadline: float | None
+
+
+class HeartbeatReply(BaseModel):
+    """The jobs the worker holds: a worker that lost a pop's answer learns them here."""
+
+    jobs: list[HeldJob]
 
 
 class StatusView(BaseModel):
