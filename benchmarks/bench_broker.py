@@ -41,7 +41,7 @@ POSTGRES_URL = os.environ.get("PRIOQUEUE_POSTGRES_URL", "postgresql://postgres@1
 SUBMITTERS = 10
 WORKERS = 100
 BACKLOG = 200
-KEYS = {
+KEYS: dict[str, dict[str, Any]] = {
     "sk": {"role": "submitter", "member": "bench", "max_priority": 100},
     "wk": {"role": "worker"},
 }
@@ -213,7 +213,9 @@ def main() -> None:
         section(f"acknowledged ops/s over HTTP ({SUBMITTERS} submitters, {WORKERS} workers)")
         base = asyncio.run(_throughput(directory, "memory", "memory://", args.seconds))
         print(f"{'no store (memory://), the baseline':<44} {base:>8.0f} ops/s")
-        runs = [("SQLite (synchronous=full)", f"sqlite:///{directory / 'full.db'}", {})]
+        runs: list[tuple[str, str, dict[str, Any]]] = [
+            ("SQLite (synchronous=full)", f"sqlite:///{directory / 'full.db'}", {})
+        ]
         runs.append(
             (
                 "SQLite (synchronous=normal)",
