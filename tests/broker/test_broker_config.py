@@ -152,3 +152,30 @@ def test_a_corrupt_store_stops_the_broker_with_a_clear_error(tmp_path: Path) -> 
     assert "prioqueue broker: cannot start:" in result.stderr
     line = result.stderr.split("cannot start:")[1].splitlines()[0]
     assert "broker.db" in line
+
+
+def test_the_example_config_is_valid_and_documents_every_key() -> None:
+    import attrs
+
+    from prioqueue.broker import BrokerConfig
+
+    root = Path(__file__).resolve().parents[2]
+    config = load_config(root / "examples" / "broker.toml")
+    assert config.keys["wk-fleet"].role == "worker"
+    text = (root / "examples" / "broker.toml").read_text(encoding="utf-8")
+    documented = {"listen", "store", "store_schema"} | {
+        line.split("=")[0].strip("# ").strip() for line in text.splitlines() if "=" in line
+    }
+    fields = {f.name for f in attrs.fields(BrokerConfig)} - {"host", "port", "scoring"}
+    fields = {"keys" if f == "keys" else f for f in fields} - {"keys", "policy", "lease"}
+    assert fields <= documented, fields - documented
+
+
+def test_the_published_openapi_description_is_current(capsys: pytest.CaptureFixture[str]) -> None:
+    root = Path(__file__).resolve().parents[2]
+    assert main(["broker", "--config", str(root / "examples" / "broker.toml"), "--openapi"]) == 0
+    generated = json.loads(capsys.readouterr().out)
+    published = json.loads((root / "docs" / "broker-openapi.json").read_text(encoding="utf-8"))
+    assert generated == published, (
+        "regenerate: prioqueue broker --openapi > docs/broker-openapi.json"
+    )
