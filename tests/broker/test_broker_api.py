@@ -416,3 +416,40 @@ def test_the_journal_holds_exactly_the_acknowledged_changes() -> None:
             assert isinstance(a, Api)
 
     run(scenario())
+
+
+def test_groups_status_and_cancel_are_per_member() -> None:
+    async def scenario() -> None:
+        async with api() as a:
+            shots = [await a.submit(group="film-1", estimate=100) for _ in range(4)]
+            other = await a.submit(BOB, group="film-1")
+            assert (await a.client.get("/v1/groups/film-9", headers=SUBMITTER)).status_code == 404
+            grant = (await a.pop()).json()
+            assert grant["id"] == shots[0]
+            a.clock.advance(30)
+            await a.finish(shots[0], "gpu-1", 1)
+            await a.pop()
+            view = (await a.client.get("/v1/groups/film-1", headers=SUBMITTER)).json()
+            assert {k: view[k] for k in ("queued", "running", "done", "failed", "cancelled")} == {
+                "queued": 2, "running": 1, "done": 1, "failed": 0, "cancelled": 0,
+            }  # fmt: skip
+            assert view["gpu_seconds"] == pytest.approx(30)
+            assert view["mean_runtime"] == pytest.approx(30)
+            assert view["forecast_finish"] is not None
+            assert view["forecast_finish"] > a.clock.t
+            bobs = (await a.client.get("/v1/groups/film-1", headers=BOB)).json()
+            assert (bobs["queued"], bobs["running"], bobs["done"]) == (1, 0, 0)
+            r = await a.client.delete("/v1/groups/film-1", headers=SUBMITTER)
+            assert r.json() == {"group": "film-1", "cancelled": shots[2:]}
+            assert (await a.job(shots[1])).json()["state"] == "running"
+            assert (await a.job(other, BOB)).json()["state"] == "queued"
+            r = await a.client.delete("/v1/groups/film-1?running=cancel", headers=SUBMITTER)
+            assert r.json()["cancelled"] == [shots[1]]
+            r = await a.client.delete("/v1/groups/film-1?running=maybe", headers=SUBMITTER)
+            assert (r.status_code, r.json()["field"]) == (422, "query.running")
+            done = (await a.client.get("/v1/groups/film-1", headers=SUBMITTER)).json()
+            assert (done["queued"], done["running"], done["cancelled"]) == (0, 0, 3)
+            assert done["forecast_finish"] == pytest.approx(a.clock.t)
+            assert (await a.client.delete("/v1/groups/film-1", headers=WORKER)).status_code == 403
+
+    run(scenario())

@@ -48,6 +48,7 @@ op = st.one_of(
                 "model": st.sampled_from(MODELS),
                 "idempotency_key": st.one_of(st.none(), st.sampled_from(["k1", "k2"])),
                 "image": st.one_of(st.none(), st.just({"width": 512, "height": 512})),
+                "group": st.sampled_from([None, "film"]),
             }
         ),
     ),
@@ -68,6 +69,10 @@ op = st.one_of(
     ),
     st.tuples(st.just("cancel"), st.tuples(st.integers(1, 12), st.sampled_from(["alice", "bob"]))),
     st.tuples(st.just("heartbeat"), st.sampled_from(WORKERS)),
+    st.tuples(
+        st.just("cancel_group"),
+        st.tuples(st.sampled_from(["alice", "bob"]), st.sampled_from(["keep", "cancel"])),
+    ),
     st.tuples(st.just("wait"), st.sampled_from([1.0, 10.0, 35.0])),
 )
 
@@ -86,6 +91,9 @@ def _args(name: str, raw: Any) -> tuple[str, dict[str, Any]]:
         return name, {"job_id": f"job-{n}", "member": member}
     if name == "heartbeat":
         return name, {"worker": raw}
+    if name == "cancel_group":
+        member, running = raw
+        return name, {"group": "film", "member": member, "running": running}
     return name, dict(raw)
 
 

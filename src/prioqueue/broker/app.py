@@ -9,6 +9,8 @@ route                                      role       answer
 ``POST /v1/jobs``                          submitter  201 ``{"id"}`` (200: idempotent replay)
 ``GET /v1/jobs/{id}``                      submitter  the job (its member's only; others 404)
 ``DELETE /v1/jobs/{id}``                   submitter  the cancelled job
+``GET /v1/groups/{id}``                    submitter  the group's counts, GPU time, forecast
+``DELETE /v1/groups/{id}``                 submitter  cancels its queued (running) jobs
 ``POST /v1/workers/{id}/pop``              worker     200 the job and its lease; 204 idle
 ``POST /v1/jobs/{id}/complete`` / ``fail`` worker     the finished job; 409 stale grant
 ``POST /v1/workers/{id}/heartbeat``        worker     the jobs it holds
@@ -27,7 +29,7 @@ import contextlib
 import math
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, Path, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -40,6 +42,8 @@ from prioqueue.broker.models import (
     ErrorBody,
     FinishRequest,
     Granted,
+    GroupCancelled,
+    GroupView,
     HeartbeatReply,
     HeartbeatRequest,
     JobCreated,
@@ -271,6 +275,23 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         """Cancel a queued or running job."""
         record = await broker.run("cancel", {"job_id": job_id, "member": key.member})
         return view(record, None, None)
+
+    @app.get("/v1/groups/{group}", response_model=GroupView, tags=["submitters"])
+    async def get_group(group: _ID, key: Submitter) -> GroupView:
+        """A group's jobs by state, GPU-seconds, mean runtime and forecast finish."""
+        from prioqueue.broker._groups import group_status
+
+        engine = await broker.read()
+        return GroupView.model_validate(group_status(engine, group, key.member or ""))
+
+    @app.delete("/v1/groups/{group}", response_model=GroupCancelled, tags=["submitters"])
+    async def cancel_group(
+        group: _ID, key: Submitter, running: Literal["keep", "cancel"] = "keep"
+    ) -> GroupCancelled:
+        """Cancel a group's queued jobs (``?running=cancel``: its running ones too)."""
+        args = {"group": group, "member": key.member, "running": running}
+        cancelled = await broker.run("cancel_group", args)
+        return GroupCancelled(group=group, cancelled=cancelled)
 
     @app.post(
         "/v1/workers/{worker}/pop",

@@ -89,6 +89,7 @@ class JobRecord:
     attempt: int = 0
     worker: str | None = None
     deadline: float | None = None
+    granted_at: float | None = None
     lease_seconds: float | None = None
     result: Any = None
     finished_at: float | None = None
@@ -151,6 +152,7 @@ class BrokerEngine:
             "fail": self.fail,
             "heartbeat": self.heartbeat,
             "tick": self.tick,
+            "cancel_group": self.cancel_group,
         }
 
     # ------------------------------------------------------------------ leases
@@ -323,6 +325,39 @@ class BrokerEngine:
         self._finish(record, "cancelled", None, now)
         return attrs.evolve(record)
 
+    @_operation
+    def cancel_group(
+        self, now: float, *, group: str, member: str, running: str = "keep"
+    ) -> list[str]:
+        """Cancel every queued job of ``member``'s ``group`` (and the running ones on request).
+
+        Args:
+            now: The time.
+            group: The group.
+            member: Whose group it is.
+            running: ``"keep"`` (let running jobs finish) or ``"cancel"``.
+
+        Returns:
+            The ids of the jobs cancelled, in submission order.
+
+        Raises:
+            Rejected: 404 the member has no kept job in the group; 422 a bad ``running``.
+        """
+        from prioqueue.broker._groups import group_records
+
+        if running not in ("keep", "cancel"):
+            raise Rejected(
+                422, f'running must be "keep" or "cancel", got {running!r}', field="running"
+            )
+        states = ("queued", "running") if running == "cancel" else ("queued",)
+        cancelled = []
+        for record in group_records(self, group, member):
+            if record.state in states:
+                self.fleet.cancel(record.id, now=now)
+                self._finish(record, "cancelled", None, now)
+                cancelled.append(record.id)
+        return cancelled
+
     def _join(self, now: float, worker: str, spec: dict[str, Any]) -> None:
         if self.workers.get(worker) != spec:
             self.fleet.join(worker, now=now, **spec)
@@ -355,6 +390,7 @@ class BrokerEngine:
         lease = grant.lease
         record.lease_seconds = lease.seconds
         record.deadline = lease.deadline
+        record.granted_at = now
         return PopResult(attrs.evolve(record), {})
 
     def _held(self, job_id: str, worker: str, attempt: int) -> JobRecord:

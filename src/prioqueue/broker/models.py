@@ -15,6 +15,8 @@ __all__ = [
     "ErrorBody",
     "FinishRequest",
     "Granted",
+    "GroupCancelled",
+    "GroupView",
     "HeartbeatReply",
     "HeartbeatRequest",
     "HeldJob",
@@ -135,6 +137,30 @@ class StatusView(BaseModel):
     jobs: dict[str, int]
     workers: int
     totals: dict[str, int]
+
+
+class GroupView(BaseModel):
+    """``GET /v1/groups/{id}``: a group's jobs by state, GPU time and forecast finish."""
+
+    group: str
+    queued: int
+    running: int
+    done: int
+    failed: int
+    cancelled: int
+    gpu_seconds: float = Field(description="Grant-to-finish seconds of its finished jobs.")
+    mean_runtime: float | None = Field(description="Mean runtime of its done jobs.")
+    forecast_finish: float | None = Field(
+        description="Unix time its last queued job should finish at the current load (the "
+        "last finish when nothing is left); null when unknown."
+    )
+
+
+class GroupCancelled(BaseModel):
+    """``DELETE /v1/groups/{id}``: the jobs cancelled."""
+
+    group: str
+    cancelled: list[str]
 
 
 class ErrorBody(BaseModel):

@@ -43,7 +43,9 @@ __all__ = ["BROKER_OPS", "Broker", "Standby"]
 
 _log = logging.getLogger("prioqueue.broker")
 
-BROKER_OPS = frozenset(("submit", "cancel", "pop", "complete", "fail", "heartbeat", "tick"))
+BROKER_OPS = frozenset(
+    ("submit", "cancel", "pop", "complete", "fail", "heartbeat", "tick", "cancel_group")
+)
 """The engine's journaled operations."""
 
 
