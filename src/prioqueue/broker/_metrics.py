@@ -17,6 +17,7 @@ name                                type     labels  from
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -76,7 +77,7 @@ def render(broker: Broker) -> tuple[bytes, str]:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_BrokerCollector(broker))
     engine = broker.engine
-    if engine is not None:
+    if engine is not None and math.isfinite(engine.now):  # -inf before the first operation
         stats = engine.fleet.stats(now=engine.now)
         if isinstance(stats, Stats):
             registry.register(PrioqueueCollector(lambda: stats))

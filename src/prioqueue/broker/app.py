@@ -34,6 +34,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Header, Path, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from prioqueue.broker.config import BrokerConfig, BrokerKey
 from prioqueue.broker.engine import JobRecord, Rejected
@@ -214,6 +215,11 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
             headers["X-Prioqueue-Leader"] = exc.leader
         body = {"error": str(exc), "field": None, "leader": exc.leader}
         return JSONResponse(body, status_code=503, headers=headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        field = "body" if exc.status_code == 400 else None  # 400: an unparseable body
+        return _error(exc.status_code, str(exc.detail), field, **(exc.headers or {}))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
