@@ -62,6 +62,27 @@ ChargeModel = Literal["runtime", "estimate"] | float | Callable[[Job, float], fl
 
 _RECENT = 64  # completions kept for the service rate and the forecasts
 _RECENT_PER_KEY = 8  # runtimes kept per model and per level for the expected charge
+_BONUS_CACHE = 4096  # models whose affinity bonus is memoised
+
+
+class _BonusCache(dict[str, float]):
+    """``model -> affinity bonus``, memoised (private).
+
+    The scorer is immutable and the bonus is read for every model of every lane touched. At
+    most ``_BONUS_CACHE`` models are kept.
+    """
+
+    __slots__ = ("_bonus",)
+
+    def __init__(self, bonus: Callable[[str], float]) -> None:
+        super().__init__()
+        self._bonus = bonus
+
+    def __missing__(self, model: str) -> float:
+        value = self._bonus(model)
+        if len(self) < _BONUS_CACHE:
+            self[model] = value
+        return value
 
 
 class _Level:
@@ -87,7 +108,7 @@ class _Level:
         self.total_wait = 0.0
         self.reorders = [0, 0, 0, 0]  # aging, affinity, tier, fair share
         self.buckets = [0] * (buckets + 1)
-        # Heaps with lazy deletion: (arrival, seq, id, entry) of queued entries, and
+        # Heaps with lazy deletion: (arrival, seq, attempt, entry) of queued entries, and
         # (s, ident, lane) of backlogged lanes (for the lift's minimum).
         self.arrivals: list[tuple[float, int, int, _Entry]] = []
         self.backlog: list[tuple[float, int, _Lane]] = []
@@ -164,6 +185,8 @@ class _Core:
         self._scorer = scorer
         self._policy = policy
         self._charge = charge_function(charge)
+        # The default model needs no check: expected and measured runtimes are finite, >= 0.
+        self._plain_charge = isinstance(charge, str) and charge == "runtime"
         self._lease_for: LeaseFunction | None = lease_function(lease_for)
         self._max_queued = limit("max_queued", max_queued)
         self._max_member = limit("max_queued_per_member", max_queued_per_member)
@@ -179,7 +202,7 @@ class _Core:
         self._divisor = d
         window = config.max_affinity * d
         self._window = window
-        affinity = scorer.affinity
+        affinity = _BonusCache(scorer.affinity).__getitem__
         self._affinity = affinity
         self._ranking = _Ranking(_lanes.REAL, d, affinity, window)
         # The counterfactual rankings behind the reorder counts: without aging, without the
@@ -504,8 +527,7 @@ class _Core:
             # starts at its first job's arrival, as it would alone at its level.
             start = -math.inf if self._fair_share and lift else job.arrival
             lane = self._lanes[key] = self._new_lane(job.member, job.priority, start)
-        entry = _Entry(job, lane, attempt, now if requeue else job.arrival)
-        entry.mark = self._dispatches
+        entry = _Entry(job, lane, attempt, now if requeue else job.arrival, self._dispatches)
         self._entries[job.id] = entry
         was_backlogged = lane.live > 0
         if not was_backlogged and self._fair_share and not requeue and lift:
@@ -517,8 +539,9 @@ class _Core:
             lane.append(entry)
         level.queued += 1
         level.sum_arrival += job.arrival
-        # id(entry) keeps a requeued job's new entry apart from its old, dead one.
-        _heappush(level.arrivals, (job.arrival, job.seq, id(entry), entry))
+        # The attempt keeps a requeued job's new entry apart from its old, dead one (and, a
+        # small int, costs no allocation).
+        _heappush(level.arrivals, (job.arrival, job.seq, attempt, entry))
         lane.owner.queued += 1
         if not was_backlogged:
             self._backlogged += 1

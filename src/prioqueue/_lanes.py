@@ -38,6 +38,27 @@ GONE = 2
 
 # (neg_key, tie, seq, version, lane)
 _Item = tuple[float, float, int, int, "_Lane"]
+# A per-model FIFO: a list while short (a deque costs ~600 bytes even when nearly empty, and
+# a lane holds one FIFO per model), a deque once it grows past _SHORT entries.
+_Fifo = list["_Entry"] | deque["_Entry"]
+_SHORT = 32
+
+
+def _drop_dead(fifo: _Fifo) -> None:
+    """Drop the entries that are no longer queued from the front of a FIFO. Amortised O(1)."""
+    if type(fifo) is list:
+        dead = 0
+        for entry in fifo:
+            if entry.state == QUEUED:
+                break
+            dead += 1
+        if dead:
+            del fifo[:dead]
+    else:
+        while fifo and fifo[0].state != QUEUED:
+            fifo.popleft()  # type: ignore[union-attr]
+
+
 # (model, affinity bonus, oldest queued entry for the model)
 _Candidate = tuple[str, float, "_Entry"]
 
@@ -54,10 +75,10 @@ class _Entry:
         queued_at: When it entered the queue (its arrival, or the requeue time).
         pos: Its position key in the lane (lane order is ascending ``pos``).
         mark: The dispatch counter when it was queued (``explain`` reads the history after).
-        worker: The worker holding it (RUNNING only), else None.
-        charged: The up-front charge added to its lane's ``s`` at the grant.
-        capacity: The fleet's capacity at the grant.
-        grant: Its grant (RUNNING only).
+        worker: The worker holding it; set at the grant (read it only once granted).
+        charged: The up-front charge added to its lane's ``s`` at the grant (same).
+        capacity: The fleet's capacity at the grant (same).
+        grant: Its grant (same).
     """
 
     __slots__ = (
@@ -75,7 +96,16 @@ class _Entry:
         "worker",
     )
 
-    def __init__(self, job: Job, lane: _Lane, attempt: int, queued_at: float) -> None:
+    worker: Any
+    charged: float
+    capacity: int
+    grant: Any
+
+    def __init__(
+        self, job: Job, lane: _Lane, attempt: int, queued_at: float, mark: int = 0
+    ) -> None:
+        # The grant-time attributes (worker, charged, capacity, grant) are set by the grant:
+        # leaving them unset here keeps submit cheap.
         self.job = job
         self.lane = lane
         self.attempt = attempt
@@ -83,11 +113,7 @@ class _Entry:
         self.granted_at = 0.0
         self.queued_at = queued_at
         self.pos = 0
-        self.mark = 0
-        self.worker: Any = None
-        self.charged = 0.0
-        self.capacity = 1
-        self.grant: Any = None
+        self.mark = mark
 
 
 class _Lane:
@@ -98,7 +124,8 @@ class _Lane:
         level: The priority level.
         s: The virtual start.
         jobs: Entries in FIFO order (lazy deletion).
-        by_model: Per model, its entries in FIFO order (lazy deletion).
+        by_model: Per model, its entries in FIFO order (lazy deletion; a list while short,
+            a deque once long).
         live: Number of queued entries.
         settled: The settled part of ``s``: ``s = settled + held`` (``settled <= now``).
         held: The up-front charges (in ``s`` units) of its jobs that workers hold.
@@ -133,7 +160,7 @@ class _Lane:
         self.s = s
         self.ident = ident
         self.jobs: deque[_Entry] = deque()
-        self.by_model: dict[str | None, deque[_Entry]] = {}
+        self.by_model: dict[str | None, _Fifo] = {}
         self.live = 0
         self.held = 0.0
         self.holding = 0
@@ -159,8 +186,8 @@ class _Lane:
         fifo = self.by_model.get(model)
         if fifo is None:
             return None
-        while fifo and fifo[0].state != QUEUED:
-            fifo.popleft()
+        if fifo[0].state != QUEUED:
+            _drop_dead(fifo)
         if not fifo:
             del self.by_model[model]
             return None
@@ -174,8 +201,11 @@ class _Lane:
         model = entry.job.model
         fifo = self.by_model.get(model)
         if fifo is None:
-            self.by_model[model] = fifo = deque()
-        fifo.append(entry)
+            self.by_model[model] = [entry]
+        else:
+            fifo.append(entry)
+            if len(fifo) > _SHORT and type(fifo) is list:
+                self.by_model[model] = deque(fifo)
         self.live += 1
 
     def appendleft(self, entry: _Entry) -> None:
@@ -186,8 +216,11 @@ class _Lane:
         model = entry.job.model
         fifo = self.by_model.get(model)
         if fifo is None:
-            self.by_model[model] = fifo = deque()
-        fifo.appendleft(entry)
+            self.by_model[model] = [entry]
+        elif type(fifo) is list:
+            fifo.insert(0, entry)  # at most _SHORT entries move
+        else:
+            fifo.appendleft(entry)  # type: ignore[union-attr]
         self.live += 1
 
     def candidates(
@@ -204,8 +237,8 @@ class _Lane:
         by_model = self.by_model
         for model in list(by_model):
             fifo = by_model[model]
-            while fifo and fifo[0].state != QUEUED:
-                fifo.popleft()
+            if fifo[0].state != QUEUED:
+                _drop_dead(fifo)
             if not fifo:
                 del by_model[model]
                 continue

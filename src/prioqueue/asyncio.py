@@ -57,7 +57,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from prioqueue._errors import ChargeError, LeaseError, LeaseExpired, PrioqueueError
+from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout
+from prioqueue._errors import ChargeError, LeaseError, LeaseExpired
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.records import Expired, Explanation, Grant, Stats, Ticket
 
@@ -65,28 +66,6 @@ __all__ = ["AsyncDispatcher", "DispatcherClosed", "JobCancelled", "QueueTimeout"
 
 Clock = Callable[[], float]
 ExpiryCallback = Callable[[Expired], object]
-
-
-class QueueTimeout(PrioqueueError, TimeoutError):
-    """A job waited in the queue longer than its ``timeout``; it was removed from the queue.
-
-    Attributes:
-        job_id: The job that timed out.
-        timeout: The timeout it was given, in seconds.
-    """
-
-    def __init__(self, message: str, *, job_id: str, timeout: float) -> None:
-        super().__init__(message)
-        self.job_id = job_id
-        self.timeout = timeout
-
-
-class DispatcherClosed(PrioqueueError, RuntimeError):
-    """The :class:`AsyncDispatcher` was closed: no new turns, and queued waiters are failed."""
-
-
-class JobCancelled(PrioqueueError, RuntimeError):
-    """The job was cancelled through :meth:`AsyncDispatcher.cancel` while its owner waited."""
 
 
 class Turn:

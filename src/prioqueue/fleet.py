@@ -313,7 +313,7 @@ class FleetDispatcher(_Engine):
             UnknownJob: The id is not queued or held.
         """
         entry = self._entry(job_id)
-        return None if entry.worker is None or entry.state == QUEUED else entry.worker.name
+        return None if entry.state == QUEUED else entry.worker.name
 
     @property
     def capacity(self) -> int:
@@ -341,8 +341,10 @@ class FleetDispatcher(_Engine):
     ) -> _F:
         """Rebuild a fleet from ``snapshot()`` data: no queued job, lane age or lease lost.
 
-        Workers come back with their models, resident, slots, slow flag and held jobs, marked
-        seen at the restore (their ``accepts`` filters are not stored: re-join to set them).
+        Workers come back with their models, resident, slots, slow flag, held jobs, last word
+        and timed-out state (their ``accepts`` filters are not stored: re-join to set them);
+        the recent runtimes behind the expected charge come back too, so the restored fleet
+        grants exactly what the original would have.
 
         Args:
             state: What ``snapshot`` returned (possibly through JSON).
