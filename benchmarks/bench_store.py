@@ -4,7 +4,9 @@ Run: ``python benchmarks/bench_store.py [--seconds S] [--jobs N]``. PostgreSQL f
 ``PRIOQUEUE_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``) and are
 skipped, saying why, when it is unreachable.
 
-* **Throughput.** 10 submitter tasks and 100 worker tasks share one event loop. Each worker
+* **Throughput.** First, 100 caller tasks on one event loop, each looping submit -> pop ->
+  complete (every call of a loop turn shares a commit). Then 10 submitter tasks and 100
+  worker tasks share one event loop. Each worker
   pops and completes jobs; submitters keep about 200 jobs queued. The journaled object is a
   ``Pool`` of 100 ``SizeOneDispatcher`` (one per worker, so 100 jobs can run at once, as on
   a fleet; it also shows the wrapper journaling a service's own state object). An
@@ -17,6 +19,10 @@ skipped, saying why, when it is unreachable.
 * **Recovery.** A store holding N queued jobs (default 10^5), recovered (a) from the journal
   alone (replaying N submits) and (b) from a snapshot; the baseline is building the same
   dispatcher with N direct submits. Goal: under 5 s.
+* **Failover** (PostgreSQL, default elector timings): from the leader's end to the standby's
+  first acknowledged call, when the leader's sessions die (what SIGKILL does; goal < 5 s) and
+  when it hangs (stops renewing its 10 s lease; goal < lease + 5 s); the baseline is the
+  standby's recovery and first call alone, measured in the same run.
 """
 
 from __future__ import annotations
@@ -130,10 +136,32 @@ async def loop_ops(call: Call, queued: Callable[[], int], seconds: float) -> int
     return acked
 
 
+async def loop_callers(call: Call, queued: Callable[[], int], seconds: float) -> int:
+    """100 callers, each looping submit -> pop -> complete on its own worker; return acks."""
+    acked = 0
+    stop = time.monotonic() + seconds
+
+    async def caller(w: int) -> None:
+        nonlocal acked
+        i = 0
+        while time.monotonic() < stop:
+            await call("submit", job_id=f"c{w}-{i}", member=f"m{w % 10}", worker=w)
+            grant = await call("dispatch", worker=w)
+            await call("complete", job_id=grant.job.id, worker=w, runtime=0.01)
+            acked += 3
+            i += 1
+
+    await asyncio.gather(*(caller(w) for w in range(WORKERS)))
+    return acked
+
+
 def make(kind: str) -> Callable[[Any], Any]:
-    if kind == "pool":
+    if kind in ("pool", "callers"):
         return lambda state: Pool() if state is None else Pool.restore(state)
     return dispatcher_factory(Single, track_reorders=False)
+
+
+LOOPS = {"pool": loop_ops, "single": loop_ops, "callers": loop_callers}
 
 
 async def no_store(kind: str, seconds: float) -> float:
@@ -145,7 +173,7 @@ async def no_store(kind: str, seconds: float) -> float:
         return getattr(d, op)(**kwargs)
 
     start = time.perf_counter()
-    ops = await loop_ops(call, lambda: len(d), seconds)
+    ops = await LOOPS[kind](call, lambda: len(d), seconds)
     return ops / (time.perf_counter() - start)
 
 
@@ -160,7 +188,7 @@ async def durable(kind: str, store: Store, seconds: float) -> tuple[float, float
 
     store.append = counting  # type: ignore[method-assign]
     start = time.perf_counter()
-    ops = await loop_ops(wrapper.call, lambda: len(wrapper.dispatcher), seconds)
+    ops = await LOOPS[kind](wrapper.call, lambda: len(wrapper.dispatcher), seconds)
     rate = ops / (time.perf_counter() - start)
     await wrapper.aclose(snapshot=False)
     store.append = append  # type: ignore[method-assign]
@@ -249,9 +277,61 @@ async def recover(store: Store) -> float:
     return elapsed
 
 
+async def failover() -> dict[str, float]:
+    """Time from a leader's end to a standby's first acknowledged call (and plain recovery)."""
+    import psycopg
+
+    from prioqueue.store import Elector, PostgresStore
+
+    schema = f"pq_bench_{uuid.uuid4().hex[:8]}"
+    factory = dispatcher_factory(SizeOneDispatcher)
+    out: dict[str, float] = {}
+    try:
+        cases = ("recovery", "leader's session dies", "leader hangs (lease 10 s)")
+        for k, case in enumerate(cases):
+            leader = Elector(POSTGRES_URL, schema=schema, name="leader")
+            await leader.start()
+            epoch = await leader.wait_leader()
+            store = PostgresStore(POSTGRES_URL, schema=schema)
+            durable = await DurableDispatcher.open(store, factory, epoch=epoch)
+            await asyncio.gather(
+                *(durable.call("submit", job_id=f"c{k}-{i}", member="m") for i in range(1000))
+            )
+            standby = Elector(POSTGRES_URL, schema=schema, name="standby")
+            await standby.start()
+            while standby.leader_name != "leader":  # a standby in its steady polling
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)
+            assert leader._task is not None
+            leader._task.cancel()  # the leader stops renewing (a hang) ...
+            ended = time.perf_counter()
+            if case == "recovery":
+                await leader.aclose()  # ... or hands over cleanly
+            elif case == "leader's session dies":
+                with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:  # as SIGKILL does
+                    for pid in (leader._conn.info.backend_pid, store.backend_pid()):
+                        conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            epoch = await standby.wait_leader()
+            took_over = time.perf_counter()
+            new_store = open_store(POSTGRES_URL, schema=schema)
+            serving = await DurableDispatcher.open(new_store, factory, epoch=epoch)
+            await serving.call("submit", job_id=f"after-{k}", member="m")
+            done = time.perf_counter()
+            out[case] = done - (took_over if case == "recovery" else ended)
+            await serving.aclose()
+            new_store.close()
+            await standby.aclose()
+            await durable.aclose(snapshot=False)
+            store.close()
+            await leader.aclose()
+    finally:
+        drop_schema(schema)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=3.0, help="per throughput run")
+    parser.add_argument("--seconds", type=float, default=2.0, help="per throughput run")
     parser.add_argument("--jobs", type=int, default=100_000, help="queued jobs to recover")
     args = parser.parse_args()
 
@@ -259,10 +339,11 @@ def main() -> None:
         backends = stores(tmp)
 
         for kind, title in (
-            ("pool", f"{WORKERS} workers each running a job"),
-            ("single", "ONE size-1 dispatcher (one job at a time)"),
+            ("callers", f"{WORKERS} callers, each looping submit/pop/complete"),
+            ("pool", f"{SUBMITTERS} submitters + {WORKERS} workers each running a job"),
+            ("single", f"{SUBMITTERS} submitters + {WORKERS} workers, ONE size-1 dispatcher"),
         ):
-            section(f"Acknowledged ops/s, {SUBMITTERS} submitters + {WORKERS} workers: {title}")
+            section(f"Acknowledged ops/s: {title}")
             base = asyncio.run(no_store(kind, args.seconds))
             print(f"{'no store (baseline)':<30} {base:>9.0f} ops/s")
             for name, open_, _ in backends:
@@ -303,6 +384,18 @@ def main() -> None:
                     f"{name + ', ' + how:<34} {elapsed:>7.2f} s   baseline {built:>6.2f} s   "
                     f"ratio {elapsed / built:>5.1f}x   goal < 5 s: "
                     f"{'met' if elapsed < 5 else 'MISSED'}"
+                )
+
+        if not postgres_reason():
+            section("Failover on PostgreSQL (1,000 queued jobs, default elector timings)")
+            timings = asyncio.run(failover())
+            base = timings["recovery"]
+            print(f"{'recovery alone (baseline)':<34} {base:>7.2f} s")
+            for name, goal in (("leader's session dies", 5.0), ("leader hangs (lease 10 s)", 15.0)):
+                took = timings[name]
+                print(
+                    f"{name:<34} {took:>7.2f} s   baseline {base:>6.2f} s   "
+                    f"goal < {goal:.0f} s: {'met' if took < goal else 'MISSED'}"
                 )
 
 

@@ -17,6 +17,7 @@ from prioqueue.store import (
     DurableDispatcher,
     Event,
     Fenced,
+    PostgresStore,
     Snapshot,
     Store,
     StoreError,
@@ -24,6 +25,8 @@ from prioqueue.store import (
     WallClock,
     dispatcher_factory,
 )
+
+from .pg import POSTGRES_URL
 
 T = TypeVar("T")
 MakeStore = Callable[[], Store]
@@ -369,6 +372,8 @@ def test_a_closed_wrapper_refuses_calls(make_store: MakeStore) -> None:
         await durable.aclose()
         with pytest.raises(StoreFatal, match="closed"):
             await durable.call("submit", job_id="a", member="ann")
+        with pytest.raises(TypeError, match="callable"):
+            await durable.read(3)  # type: ignore[arg-type]
         store.close()
 
     run(main)
@@ -486,6 +491,107 @@ def test_a_read_waits_for_the_batch_behind_the_one_in_flight(make_store: MakeSto
         await second
         assert await read == 2
         assert spy.batches == [[1], [2]]
+        await durable.aclose()
+        store.close()
+
+    run(main)
+
+
+def test_arguments_reach_the_dispatcher_as_replay_will_see_them(make_store: MakeStore) -> None:
+    seen: list[dict[str, Any]] = []
+
+    class Recorder(Tally):
+        def put(self, *, now: float, **kwargs: Any) -> None:
+            seen.append(kwargs)
+
+    async def main() -> None:
+        store = make_store()
+        durable = await DurableDispatcher.open(store, Recorder, ops=frozenset({"put"}))
+        await durable.call("put", a=1, b=2.5, c="x", d=None, e=True)  # plain scalars
+        await durable.call("put", t=(1, 2), m={"k": (3,)})  # a tuple comes back as a list
+        with pytest.raises(ValueError, match="JSON data"):
+            await durable.call("put", x=float("nan"))
+        with pytest.raises(ValueError, match="JSON data"):
+            await durable.call("put", x=[float("inf")])
+        await durable.aclose(snapshot=False)
+        store.close()
+        assert seen == [
+            {"a": 1, "b": 2.5, "c": "x", "d": None, "e": True},
+            {"t": [1, 2], "m": {"k": [3]}},
+        ]
+        replayed = [e.args for e in make_store().recover().events]
+        assert [{k: v for k, v in a.items() if k != "now"} for a in replayed] == seen
+
+    run(main)
+
+
+def test_a_lost_postgres_connection_is_fatal_and_loses_nothing_acknowledged(
+    pg_schema: str,
+) -> None:
+    fatal: list[StoreFatal] = []
+
+    async def main() -> None:
+        store = PostgresStore(POSTGRES_URL, schema=pg_schema)
+        durable = await DurableDispatcher.open(store, FACTORY, on_fatal=fatal.append)
+        await durable.call("submit", job_id="acked", member="ann")
+        killer = PostgresStore(POSTGRES_URL, schema=pg_schema)
+        killer._execute("SELECT pg_terminate_backend(%s)", (store.backend_pid(),))
+        with pytest.raises(CommitFailed, match="must stop and recover"):
+            await durable.call("submit", job_id="lost", member="ann")
+        assert len(fatal) == 1
+        await durable.aclose()
+        store.close()
+        again = await DurableDispatcher.open(killer, FACTORY)
+        assert await again.read(lambda d: sorted(d._entries)) == ["acked"]
+        await again.aclose()
+        killer.close()
+
+    run(main)
+
+
+def test_an_on_fatal_callback_that_raises_is_reported(make_store: MakeStore) -> None:
+    def explode(exc: StoreFatal) -> None:
+        raise RuntimeError("callback broke")
+
+    async def main() -> None:
+        reported: list[dict[str, Any]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _l, c: reported.append(c))
+        store = make_store()
+        spy = Spy(store)
+        durable = await DurableDispatcher.open(store, FACTORY, on_fatal=explode)
+        spy.fail = StoreError("disk full")
+        with pytest.raises(CommitFailed):
+            await durable.call("submit", job_id="a", member="ann")
+        assert reported[0]["message"] == "prioqueue.store: on_fatal raised"
+        await durable.aclose()
+        store.close()
+
+    run(main)
+
+
+def test_calls_of_one_turn_share_a_batch_even_when_the_writer_wakes_mid_turn(
+    make_store: MakeStore,
+) -> None:
+    async def main() -> None:
+        store = make_store()
+        spy = Spy(store)
+        durable = await DurableDispatcher.open(store, FACTORY)
+        loop = asyncio.get_running_loop()
+        tasks: dict[str, asyncio.Future[Any]] = {}
+
+        def start(job: str) -> None:
+            tasks[job] = asyncio.ensure_future(durable.call("submit", job_id=job, member="m"))
+
+        # Next turn: B is scheduled, then A applies (waking the writer), then C is scheduled;
+        # so in the turn after, B's step, the writer's and C's are ready in that order.
+        loop.call_soon(start, "b")
+        start("a")
+        loop.call_soon(start, "c")
+        await asyncio.sleep(0.1)
+        await asyncio.gather(*tasks.values())
+        seq = {t.result().job.id: t.result().job.seq for t in tasks.values()}
+        batch_of = {s: i for i, batch in enumerate(spy.batches) for s in batch}
+        assert batch_of[seq["b"]] == batch_of[seq["c"]], spy.batches
         await durable.aclose()
         store.close()
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import pytest
-from conftest import POSTGRES_URL
 
 from prioqueue import SizeOneDispatcher
 from prioqueue.store import (
@@ -24,6 +23,8 @@ from prioqueue.store import (
     dispatcher_factory,
     open_store,
 )
+
+from .pg import POSTGRES_URL
 
 T = TypeVar("T")
 FACTORY = dispatcher_factory(SizeOneDispatcher)
@@ -169,7 +170,31 @@ def test_a_leader_that_loses_its_connection_steps_down_and_campaigns_again(
     run(main)
 
 
+def test_a_leader_that_steps_down_hands_over_without_waiting_for_its_lease(
+    pg_schema: str,
+) -> None:
+    async def main() -> None:
+        a, b = fast(pg_schema, "a"), fast(pg_schema, "b")
+        await a.start()
+        epoch = await a.wait_leader()
+        await b.start()
+        await asyncio.sleep(0.3)
+        a.step_down()  # e.g. its append was fenced
+        assert not a.is_leader
+        start = time.monotonic()
+        await until(lambda: a.is_leader or b.is_leader, FAST_LEASE)
+        assert time.monotonic() - start < FAST_LEASE  # not by expiry
+        assert a.is_leader != b.is_leader
+        assert (a.epoch or b.epoch) == epoch + 1
+        await a.aclose()
+        await b.aclose()
+
+    run(main)
+
+
 def test_elector_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="non-empty PostgreSQL URL"):
+        Elector("")
     with pytest.raises(ValueError, match="lease must be"):
         Elector(POSTGRES_URL, lease=0)
     with pytest.raises(ValueError, match="at most half the lease"):

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import POSTGRES_URL, need_postgres
 
 from prioqueue import SizeOneDispatcher
 from prioqueue.store import (
@@ -27,6 +26,8 @@ from prioqueue.store import (
     open_store,
     replay,
 )
+
+from .pg import POSTGRES_URL, need_postgres
 
 MakeStore = Callable[[], Store]
 
@@ -481,3 +482,37 @@ def test_the_core_never_imports_the_store() -> None:
         "assert 'sqlite3' not in sys.modules and 'psycopg' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_append_checks_its_arguments(make_store: MakeStore) -> None:
+    store = make_store()
+    epoch = store.claim()
+    with pytest.raises(TypeError, match="epoch must be an int"):
+        store.append([], epoch="1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="events must be Event values"):
+        store.append([{"seq": 1}], epoch=epoch)  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="snapshot must be a Snapshot"):
+        store.append([], epoch=epoch, snapshot={"seq": 1})  # type: ignore[arg-type]
+
+
+def test_a_deposed_writer_that_collides_with_its_successor_is_told_it_was_fenced(
+    make_store: MakeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_store()
+    old = store.claim()
+    new = store.claim()
+    store.append([submit(1, "new", 1.0)], epoch=new)
+    # Skip the early check, as if the takeover came between it and the insert.
+    checks: list[str] = []
+    real = store._check_epoch
+
+    def late_only(epoch: int, sql: str) -> None:
+        checks.append(sql)
+        if len(checks) > 1:
+            real(epoch, sql)
+
+    monkeypatch.setattr(store, "_check_epoch", late_only)
+    with pytest.raises(Fenced) as info:
+        store.append([submit(1, "old", 2.0)], epoch=old)
+    assert isinstance(info.value.__cause__, StoreError)
+    assert [e.args["job_id"] for e in store.recover().events] == ["new"]

@@ -283,11 +283,20 @@ class Store(abc.ABC):
         Raises:
             Fenced: The store's epoch is not ``epoch`` (another leader took over); nothing
                 was written.
-            StoreError: The write failed (the backend's error is the ``__cause__``).
+            StoreError: The write failed (the backend's error is the ``__cause__``); nothing
+                was written.
+            TypeError: An argument has the wrong type.
 
         Complexity: O(len(events)) rows written, plus the pruned rows.
         """
         self._check_open()
+        if not isinstance(epoch, int) or isinstance(epoch, bool):
+            raise TypeError(f"epoch must be an int, got {epoch!r}")
+        if snapshot is not None and not isinstance(snapshot, Snapshot):
+            raise TypeError(f"snapshot must be a Snapshot or None, got {type(snapshot).__name__}")
+        for event in events:
+            if not isinstance(event, Event):
+                raise TypeError(f"events must be Event values, got {type(event).__name__}")
         rows = [
             (
                 e.seq,
@@ -305,29 +314,52 @@ class Store(abc.ABC):
             if snapshot is None
             else json.dumps(snapshot.state, allow_nan=False, separators=(",", ":"))
         )
-        with self._transaction():
-            current = int(self._execute(self._fence_sql())[0][0])
+        try:
+            with self._transaction():
+                # A cheap early answer for a writer that was deposed long ago.
+                self._check_epoch(epoch, "SELECT epoch FROM prioqueue_leader WHERE id = 1")
+                if rows:
+                    self._executemany(
+                        "INSERT INTO prioqueue_journal (seq, epoch, op, args, now) "
+                        "VALUES (%s, %s, %s, %s, %s)",
+                        rows,
+                    )
+                if snapshot is not None:
+                    self._execute("DELETE FROM prioqueue_snapshot WHERE seq <= %s", (snapshot.seq,))
+                    self._execute(
+                        "INSERT INTO prioqueue_snapshot (seq, epoch, taken_at, state) "
+                        "VALUES (%s, %s, %s, %s)",
+                        (snapshot.seq, epoch, snapshot.taken_at, snap_text),
+                    )
+                    self._execute("DELETE FROM prioqueue_journal WHERE seq <= %s", (snapshot.seq,))
+                # The fence: locked and checked last, so the leader row is held only for the
+                # commit (a long snapshot write does not block renewals); a takeover either
+                # waits for this commit or makes this check fail.
+                self._check_epoch(epoch, self._fence_sql())
+        except Fenced:
+            raise
+        except StoreError as exc:
+            # A deposed writer may collide with its successor's rows: say why.
+            try:
+                current = self.epoch()
+            except StoreError:
+                raise exc from None
             if current != epoch:
-                raise Fenced(
-                    f"{self.url}: the store's epoch is {current}, this writer's is {epoch}: "
-                    "another broker took over; nothing was written",
-                    epoch=epoch,
-                    current=current,
-                )
-            if rows:
-                self._executemany(
-                    "INSERT INTO prioqueue_journal (seq, epoch, op, args, now) "
-                    "VALUES (%s, %s, %s, %s, %s)",
-                    rows,
-                )
-            if snapshot is not None:
-                self._execute("DELETE FROM prioqueue_snapshot WHERE seq <= %s", (snapshot.seq,))
-                self._execute(
-                    "INSERT INTO prioqueue_snapshot (seq, epoch, taken_at, state) "
-                    "VALUES (%s, %s, %s, %s)",
-                    (snapshot.seq, epoch, snapshot.taken_at, snap_text),
-                )
-                self._execute("DELETE FROM prioqueue_journal WHERE seq <= %s", (snapshot.seq,))
+                raise self._fenced(epoch, current) from exc
+            raise
+
+    def _check_epoch(self, epoch: int, sql: str) -> None:
+        current = int(self._execute(sql)[0][0])
+        if current != epoch:
+            raise self._fenced(epoch, current)
+
+    def _fenced(self, epoch: int, current: int) -> Fenced:
+        return Fenced(
+            f"{self.url}: the store's epoch is {current}, this writer's is {epoch}: "
+            "another broker took over; nothing was written",
+            epoch=epoch,
+            current=current,
+        )
 
     def claim(self) -> int:
         """Become the single writer: bump the epoch and return it (fencing older writers).

@@ -57,6 +57,9 @@ T = TypeVar("T")
 
 FatalCallback = Callable[[StoreFatal], object]
 
+# Argument types whose JSON round trip is the identity (floats must also be finite).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
 
 class DurableDispatcher(Generic[D]):
     """A dispatcher wrapped so that no result is released before its call is on disk.
@@ -269,11 +272,17 @@ class DurableDispatcher(Generic[D]):
         now = self._clock() if stamp else None
         if stamp:
             kwargs["now"] = now
-        try:
-            text = json.dumps(kwargs, allow_nan=False, separators=(",", ":"))
-            args = json.loads(text)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"the arguments of {op} must be JSON data: {exc}") from None
+        text: str | None = None
+        if all(type(v) in _SCALARS for v in kwargs.values()) and all(
+            math.isfinite(v) for v in kwargs.values() if type(v) is float
+        ):
+            args = kwargs  # plain scalars come back from JSON unchanged (encoded by the writer)
+        else:
+            try:
+                text = json.dumps(kwargs, allow_nan=False, separators=(",", ":"))
+                args = json.loads(text)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"the arguments of {op} must be JSON data: {exc}") from None
         try:
             result = getattr(self._dispatcher, op)(**args)
         except Exception:
@@ -293,11 +302,23 @@ class DurableDispatcher(Generic[D]):
         """Return ``fn(dispatcher)`` once every applied event is committed.
 
         Use it for anything a client sees that depends on state (``explain``, ``stats``,
-        ``job``): it never observes a change the store lacks.
+        ``job``): it never observes a change the store lacks. Writers that arrive while a
+        read waits queue behind it.
+
+        Args:
+            fn: Reads the dispatcher (it must not change it); runs on the loop.
+
+        Returns:
+            What ``fn`` returned.
 
         Raises:
             StoreFatal: The store failed; nothing is served.
+            TypeError: ``fn`` is not callable.
+
+        Complexity: ``fn``'s, after at most two commits.
         """
+        if not callable(fn):
+            raise TypeError(f"fn must be a callable taking the dispatcher, got {fn!r}")
         self._check_usable()
         self._readers += 1
         try:
@@ -309,12 +330,22 @@ class DurableDispatcher(Generic[D]):
         return fn(self._dispatcher)
 
     async def sync(self) -> None:
-        """Wait until every applied event is committed (raises :class:`StoreFatal` if not)."""
+        """Wait until every applied event is committed.
+
+        Raises:
+            StoreFatal: The store failed before they were.
+        """
         await self._wait_committed(self._applied)
         self._check_usable()
 
     async def snapshot(self) -> None:
-        """Write a snapshot now (with any pending events) and prune the journal behind it."""
+        """Write a snapshot now (with any pending events) and prune the journal behind it.
+
+        Raises:
+            StoreFatal: The store failed (the snapshot, if written, is harmless).
+
+        Complexity: O(queued jobs) on the loop, plus the write.
+        """
         self._check_usable()
         self._snapshot_at = -math.inf
         if self._applied == self._snapshot_seq:
@@ -390,6 +421,10 @@ class DurableDispatcher(Generic[D]):
     async def _write_loop(self) -> None:
         while True:
             await self._wakeup.wait()
+            # Yield once, so every call of the current loop turn is applied before the batch
+            # is taken (the writer may wake in the middle of a turn), and callers answered by
+            # the last commit get to add their next calls.
+            await asyncio.sleep(0)
             self._wakeup.clear()
             if self._pending_future is None:
                 continue
@@ -424,9 +459,6 @@ class DurableDispatcher(Generic[D]):
                 self._snapshot_at = time.monotonic()
             self._inflight_future = None
             future.set_result(None)
-            # Let the callers just answered run first: their next calls join the next batch
-            # instead of trailing it by one commit.
-            await asyncio.sleep(0)
 
     def _report_snapshot_error(self, exc: Exception) -> None:
         # The journal still holds every event; only pruning is delayed. Try again later.
@@ -444,4 +476,9 @@ class DurableDispatcher(Generic[D]):
         self._pending, self._pending_future = [], None
         self._inflight_future = None
         if self._on_fatal is not None:
-            self._on_fatal(fatal)
+            try:
+                self._on_fatal(fatal)
+            except Exception as exc:  # the callback's own failure must not hide the fatal one
+                self._loop.call_exception_handler(
+                    {"message": "prioqueue.store: on_fatal raised", "exception": exc}
+                )

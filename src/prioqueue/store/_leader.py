@@ -62,7 +62,7 @@ class Elector:
     about 1 s of a hang, before recovery.
 
     Raises:
-        ValueError: A timing is out of range.
+        ValueError: The URL is empty or a timing is out of range.
     """
 
     def __init__(
@@ -76,6 +76,8 @@ class Elector:
         renew_interval: float = 2.0,
         poll_interval: float = 0.5,
     ) -> None:
+        if not isinstance(url, str) or not url:
+            raise ValueError(f"url must be a non-empty PostgreSQL URL, got {url!r}")
         for label, value in (
             ("lease", lease),
             ("renew_interval", renew_interval),
@@ -103,6 +105,7 @@ class Elector:
         self._stepped_down = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
+        self._handover: int | None = None  # a term given up, still to release in the database
 
     # ------------------------------------------------------------------ public face
 
@@ -159,14 +162,16 @@ class Elector:
             await self._wait(self._stepped_down, timeout=self._renew)
 
     def step_down(self) -> None:
-        """Stop leading now (e.g. after :class:`Fenced`); keep campaigning as a standby."""
+        """Stop leading now (e.g. after :class:`Fenced`); keep campaigning as a standby.
+
+        The term is handed over in the background (its lease expired, its lock freed), so a
+        standby can take over at once; this call never blocks the loop.
+        """
         if self._epoch is not None:
+            self._handover = self._epoch
             self._epoch = None
             self._renewed = -math.inf
             self._stepped_down.set()
-            if self._conn is not None:
-                with contextlib.suppress(Exception):
-                    self._conn.execute("SELECT pg_advisory_unlock_all()")
 
     async def aclose(self) -> None:
         """Stop; a leader hands over at once (expires its lease and frees its lock)."""
@@ -203,6 +208,9 @@ class Elector:
         failures = 0
         while True:
             try:
+                if self._handover is not None:
+                    term, self._handover = self._handover, None
+                    await asyncio.to_thread(self._end_term, term)
                 if self._epoch is None:
                     started = time.monotonic()  # before the lease row is written
                     epoch = await asyncio.to_thread(self._campaign)
@@ -300,14 +308,18 @@ class Elector:
         ).fetchone()
         return row is not None
 
+    def _end_term(self, epoch: int | None) -> None:
+        """Expire this broker's term (if still its own) and free the lock."""
+        if epoch is not None:
+            self._conn.execute(
+                "UPDATE prioqueue_leader SET expires_at = 0 WHERE id = 1 AND epoch = %s",
+                (epoch,),
+            )
+        self._conn.execute("SELECT pg_advisory_unlock_all()")
+
     def _release(self, epoch: int | None) -> None:
         with contextlib.suppress(Exception):
-            if epoch is not None:
-                self._conn.execute(
-                    "UPDATE prioqueue_leader SET expires_at = 0 WHERE id = 1 AND epoch = %s",
-                    (epoch,),
-                )
-            self._conn.execute("SELECT pg_advisory_unlock_all()")
+            self._end_term(epoch if epoch is not None else self._handover)
         with contextlib.suppress(Exception):
             self._conn.close()
         self._conn = None

@@ -1,11 +1,11 @@
 """The PostgreSQL backend (psycopg 3, the ``postgres`` extra) (private).
 
-Same tables as SQLite. Every append locks the leader row ``FOR SHARE`` and compares its epoch
-inside the append's transaction: a takeover's ``UPDATE`` of that row waits for an append in
-flight and every later append sees the new epoch, so a deposed leader can never add a row
-after the new leader recovered (fencing). ``idle_in_transaction_session_timeout`` makes the
-server end a transaction whose client stopped (SIGSTOP), so a hung leader cannot hold that
-row lock and block the takeover.
+Same tables as SQLite. Every append ends by locking the leader row ``FOR SHARE`` and comparing
+its epoch, inside the append's transaction: a takeover's ``UPDATE`` of that row waits for an
+append that passed the check and every later check sees the new epoch, so a deposed leader can
+never add a row after the new leader recovered (fencing).
+``idle_in_transaction_session_timeout`` makes the server end a transaction whose client
+stopped (SIGSTOP), so a hung leader cannot hold that row lock and block the takeover.
 """
 
 from __future__ import annotations

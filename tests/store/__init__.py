@@ -1,0 +1,1 @@
+"""Tests of prioqueue.store (a package, so its conftest has a unique module name)."""
