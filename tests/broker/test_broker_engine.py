@@ -14,19 +14,15 @@ import json
 from typing import Any
 
 import attrs
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prioqueue.broker import BrokerEngine, Rejected, parse_config
 from prioqueue.broker.engine import FINISHED
 
-# charge = 1 (count-based): the expected charge at a grant does not depend on the fleet's recent
-# runtimes, which its snapshot does not carry yet (see the xfail test at the end).
 CONFIG = parse_config(
     {
         "store": "memory://",
-        "charge": 1,
         "default_lease_seconds": 30,
         "result_ttl_seconds": 50,
         "max_attempts": 2,
@@ -188,11 +184,6 @@ def test_rejected_operations_change_nothing() -> None:
         assert engine.snapshot() == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="FleetDispatcher.snapshot() drops the recent runtimes behind the expected charge "
-    "(reported on the board); drop this marker once it keeps them",
-)
 def test_a_restored_fleet_charges_a_grant_as_the_live_one_did() -> None:
     config = parse_config({"store": "memory://"})  # charge = "runtime": the recent means count
     live = BrokerEngine(config)

@@ -34,8 +34,8 @@ async def _state(client: httpx.AsyncClient, ids: list[str]) -> list[Any]:
     for job_id in ids:
         r = await client.get(f"/v1/jobs/{job_id}", headers=SUBMITTER)
         view = r.json() if r.status_code == 200 else r.status_code
-        if isinstance(view, dict):  # its estimated start uses the fleet's recent runtimes,
-            view["explanation"] = (view["explanation"] or "").split("start")[0]  # not kept yet
+        if isinstance(view, dict):  # the estimated start is a forecast from the recent service
+            view["explanation"] = (view["explanation"] or "").split("start")[0]  # rate: reset
         views.append(view)
     return views
 
