@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from broker_helpers import BOB, IMAGE, SUBMITTER, WORKER, Api, api, run
+
+from .broker_helpers import BOB, IMAGE, SUBMITTER, WORKER, Api, api, run
 
 
 def test_auth_401_without_or_with_an_unknown_key_and_403_for_the_wrong_role() -> None:

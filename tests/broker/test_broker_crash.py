@@ -17,7 +17,9 @@ from typing import Any
 
 import attrs
 import httpx
-from broker_helpers import (
+
+from .broker_helpers import (
+    POSTGRES_URL,
     SUBMITTER,
     WORKER,
     BrokerProcess,
@@ -206,6 +208,4 @@ def test_crash_loop_sqlite(tmp_path: Path) -> None:
 
 def test_crash_loop_postgresql(tmp_path: Path) -> None:
     with postgres_schema() as schema:
-        from broker_helpers import POSTGRES_URL
-
         run(_crash_loop(POSTGRES_URL, tmp_path, schema, seed=20), timeout=150)

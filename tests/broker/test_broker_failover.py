@@ -13,7 +13,8 @@ import signal
 from pathlib import Path
 
 import httpx
-from broker_helpers import (
+
+from .broker_helpers import (
     POSTGRES_URL,
     SUBMITTER,
     WORKER,

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from broker_helpers import IMAGE, SUBMITTER, WORKER, api, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prioqueue.broker import BrokerEngine
+
+from .broker_helpers import IMAGE, SUBMITTER, WORKER, api, run
 
 json_value = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False)

@@ -14,10 +14,11 @@ from typing import Any
 
 import httpx
 import pytest
-from broker_helpers import KEYS, POSTGRES_URL, SUBMITTER, WORKER, postgres_schema, run
 
 from prioqueue.broker import create_app, parse_config
 from prioqueue.store import StoreLocked
+
+from .broker_helpers import KEYS, POSTGRES_URL, SUBMITTER, WORKER, postgres_schema, run
 
 
 @contextlib.asynccontextmanager
