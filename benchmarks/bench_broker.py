@@ -12,6 +12,10 @@ skipped, saying why, when it is unreachable.
   same run; the ratio is baseline / store. Goals (issue 10): >= 1,000/s on SQLite, >= 500/s on
   PostgreSQL, within 3x of the baseline. On a 2-core machine the clients share the CPUs with
   the broker, so absolute figures are a floor.
+* **Recovery.** A store holding N queued jobs (default 10^5, written straight into the
+  journal), then a broker started on it: the time until it serves (a) replaying the journal,
+  (b) after a clean stop wrote a snapshot; the baseline is a cold start on an empty store.
+  Goal (issue 10): under 5 s.
 * **Failover.** Two brokers on one PostgreSQL schema; SIGKILL the leader and time until the
   standby answers 200 (target: 5 s), beside the time a fresh broker takes to start and serve
   (the baseline).
@@ -163,6 +167,57 @@ async def _throughput(
     return ops / elapsed
 
 
+def _fill(path: Path, jobs: int) -> None:
+    """Write ``jobs`` submits straight into a new SQLite store's journal."""
+    from prioqueue.store import Event, open_store
+
+    store = open_store(f"sqlite:///{path}", synchronous="normal")
+    try:
+        epoch = store.claim()
+        start = time.time() - 3600
+        batch = []
+        for i in range(1, jobs + 1):
+            now = start + i * 1e-3
+            args = {
+                "now": now, "member": f"member-{i % 1000}", "tier": "free",
+                "priority": (0, 100, -100)[i % 3], "model": f"model-{i % 50}",
+                "payload": {"prompt": i},
+            }  # fmt: skip
+            batch.append(Event(seq=i, op="submit", args=args, now=now))
+            if len(batch) == 10_000:
+                store.append(batch, epoch=epoch)
+                batch = []
+        if batch:
+            store.append(batch, epoch=epoch)
+    finally:
+        store.close()
+
+
+async def _recovery(directory: Path, jobs: int) -> tuple[float, float, float]:
+    empty = _Broker(directory, "empty", f"sqlite:///{directory / 'recovery-empty.db'}")
+    full = _Broker(directory, "full", f"sqlite:///{directory / 'recovery.db'}")
+    _fill(directory / "recovery.db", jobs)
+    async with httpx.AsyncClient() as client:
+        times = []
+        for broker in (empty, full):
+            broker.start()
+            try:
+                times.append(await broker.serving(client, timeout=120))
+                r = await client.get(f"{broker.url}/v1/status", headers=WRK)
+                if broker is full:
+                    assert r.json()["jobs"]["queued"] == jobs, r.text
+            finally:
+                assert broker.proc is not None
+                broker.proc.send_signal(signal.SIGTERM)  # a clean stop writes a snapshot
+                broker.proc.wait(timeout=120)
+        full.start()
+        try:
+            times.append(await full.serving(client, timeout=120))
+        finally:
+            full.kill()
+    return times[0], times[1], times[2]
+
+
 def _postgres_reason() -> str | None:
     try:
         import psycopg
@@ -206,6 +261,7 @@ async def _failover(directory: Path) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds per store")
+    parser.add_argument("--jobs", type=int, default=100_000, help="queued jobs to recover")
     args = parser.parse_args()
     reason = _postgres_reason()
     with tempfile.TemporaryDirectory() as tmp:
@@ -230,6 +286,11 @@ def main() -> None:
             rate = asyncio.run(_throughput(directory, label[:6], store, args.seconds, **extra))
             ratio = base / rate if rate else float("inf")
             print(f"{label:<44} {rate:>8.0f} ops/s   baseline / this {ratio:>5.2f}x")
+        section(f"recovery of {args.jobs:,} queued jobs (SQLite): start until serving")
+        cold, replayed, snapshot = asyncio.run(_recovery(directory, args.jobs))
+        print(f"{'cold start, empty store (the baseline)':<44} {cold:>8.2f} s")
+        for label, seconds in (("replaying the journal", replayed), ("from a snapshot", snapshot)):
+            print(f"{label:<44} {seconds:>8.2f} s       ratio {seconds / cold:>5.1f}x")
         if reason is None:
             _drop(schema)
             section("failover (PostgreSQL): SIGKILL the leader")
