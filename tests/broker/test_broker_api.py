@@ -454,3 +454,21 @@ def test_groups_status_and_cancel_are_per_member() -> None:
             assert (await a.client.delete("/v1/groups/film-1", headers=WORKER)).status_code == 403
 
     run(scenario())
+
+
+def test_a_position_far_back_is_null_and_bounded() -> None:
+    async def scenario() -> None:
+        from prioqueue.broker.engine import AHEAD_LIMIT
+
+        async with api() as a:
+            engine = a.broker.engine
+            assert engine is not None
+            for _ in range(AHEAD_LIMIT + 1):  # straight into the engine: the HTTP path is tested
+                engine.apply("submit", {"member": "alice", "tier": "pro", "priority": 0}, a.clock.t)
+            last = await a.submit()
+            view = (await a.job(last)).json()
+            assert view["position"] is None
+            assert view["explanation"].startswith(f"more than {AHEAD_LIMIT} jobs ahead")
+            assert (await a.job("job-1")).json()["position"] == 1
+
+    run(scenario())

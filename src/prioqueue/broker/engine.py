@@ -50,6 +50,8 @@ from prioqueue.records import Job
 __all__ = ["SNAPSHOT_FORMAT", "BrokerEngine", "JobRecord", "PopResult", "Rejected"]
 
 SNAPSHOT_FORMAT: Final = "prioqueue.broker/1"
+AHEAD_LIMIT: Final = 1000
+"""How far ahead ``GET /v1/jobs/{id}`` forecasts a job's position."""
 JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 FINISHED: Final = frozenset(("done", "failed", "cancelled"))
 
@@ -509,13 +511,22 @@ class BrokerEngine:
     # ------------------------------------------------------------------ reads
 
     def position(self, record: JobRecord) -> tuple[int | None, str | None]:
-        """A queued or running job's 1-based position (0: running) and explanation."""
+        """A queued or running job's 1-based position (0: running) and explanation.
+
+        The forecast behind it stops after :data:`AHEAD_LIMIT` jobs ahead, so a read costs
+        O(L log L + AHEAD_LIMIT log L) for L lanes however long the queue; further back, the
+        position is None and the explanation says how many are ahead at least.
+        """
         if record.state in FINISHED:
             return None, None
         try:
-            explanation = self.fleet.explain(record.id, now=max(self.now, record.submitted_at))
+            explanation = self.fleet.explain(
+                record.id, now=self.now, ahead_limit=AHEAD_LIMIT, overtakes_limit=20
+            )
         except (UnknownJob, InvalidState):  # pragma: no cover - records mirror the fleet
             return None, None
+        if not explanation.ahead_complete:
+            return None, f"more than {AHEAD_LIMIT} jobs ahead\n{explanation}"
         return explanation.position, str(explanation)
 
     def status(self) -> dict[str, Any]:
