@@ -135,3 +135,35 @@ def test_postgresql_standby_answers_503_then_takes_over(tmp_path: Path) -> None:
 
     with postgres_schema() as schema:
         run(scenario(schema), timeout=60)
+
+
+def test_a_fenced_leader_acknowledges_nothing_steps_down_and_recovers() -> None:
+    """Another writer bumps the epoch under a serving leader: its next append is fenced."""
+
+    async def scenario(schema: str) -> None:
+        from prioqueue.store import PostgresStore
+
+        common = {"store": POSTGRES_URL, "store_schema": schema, "leader_lease_seconds": 2.0}
+        async with served(advertise="http://a:1", **common) as (client, broker):
+            await _until_serving(broker)
+            kept = (await client.post("/v1/jobs", json={}, headers=SUBMITTER)).json()["id"]
+            usurper = await asyncio.to_thread(PostgresStore, POSTGRES_URL, schema=schema)
+            try:
+                await asyncio.to_thread(usurper.claim)
+            finally:
+                await asyncio.to_thread(usurper.close)
+            fenced = await client.post("/v1/jobs", json={"payload": "lost"}, headers=SUBMITTER)
+            assert fenced.status_code == 503
+            # It stepped down, campaigned again, won (nobody else runs) and recovered from the
+            # store at a new epoch: the fenced submit is not there, the acknowledged one is.
+            for _ in range(200):
+                r = await client.get(f"/v1/jobs/{kept}", headers=SUBMITTER)
+                if r.status_code == 200:
+                    break
+                await asyncio.sleep(0.05)
+            assert r.status_code == 200
+            status = (await client.get("/v1/status", headers=WORKER)).json()
+            assert status["totals"]["submitted"] == 1
+
+    with postgres_schema() as schema:
+        run(scenario(schema), timeout=60)
