@@ -179,3 +179,31 @@ def test_the_published_openapi_description_is_current(capsys: pytest.CaptureFixt
     assert generated == published, (
         "regenerate: prioqueue broker --openapi > docs/broker-openapi.json"
     )
+
+
+def test_sigterm_stops_the_broker_cleanly(tmp_path: Path) -> None:
+    import signal
+
+    import httpx
+
+    from .broker_helpers import BrokerProcess, free_port, run, write_config
+
+    port = free_port()
+    config = write_config(tmp_path / "broker.toml", port, f"sqlite:///{tmp_path / 'b.db'}")
+    broker = BrokerProcess(config, port, tmp_path / "broker.log").start()
+
+    async def serve() -> None:
+        async with httpx.AsyncClient() as client:
+            await broker.wait_serving(client)
+            r = await client.post(
+                f"{broker.url}/v1/jobs", json={}, headers={"Authorization": "Bearer sk-alice"}
+            )
+            assert r.status_code == 201
+
+    try:
+        run(serve())
+        broker.signal(signal.SIGTERM)
+        assert broker.proc is not None
+        assert broker.proc.wait(timeout=30) == 0
+    finally:
+        broker.kill()

@@ -1,5 +1,8 @@
 """``prioqueue broker``: run the broker under uvicorn until SIGTERM or SIGINT.
 
+On SIGTERM or SIGINT it stops accepting connections, finishes the requests in flight, commits
+what is pending, writes a snapshot, closes the store (a leader hands over at once) and exits 0.
+
 The broker acknowledges an operation only after its journal entry is committed, so stopping
 it in any way (SIGKILL included) loses nothing acknowledged: the next start recovers from the
 store. With several replicas on one PostgreSQL, one leads and the others answer 503 with the
@@ -11,6 +14,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 from prioqueue._errors import ConfigError
 
@@ -43,6 +48,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--openapi", action="store_true", help="print the OpenAPI description (JSON) and exit"
     )
+
+
+def _server_class() -> Any:
+    import contextlib
+    import signal
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, exiting 0 after a graceful SIGTERM/SIGINT (no re-raised signal)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            handled = (signal.SIGINT, signal.SIGTERM)
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return Server
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     import uvicorn
 
-    server = uvicorn.Server(
+    server = _server_class()(
         uvicorn.Config(
             app,
             host=config.host,
