@@ -23,9 +23,13 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "prioqueue.gateway.cli",
         "run the priority gateway in front of llama-swap (an OpenAI-compatible upstream)",
     ),
+    "broker": (
+        "prioqueue.broker.cli",
+        "run the job broker for a fleet of GPU workers (HTTP/JSON, journaled)",
+    ),
 }
 
-_EXTRAS = {"simulate": "sim", "gateway": "gateway"}
+_EXTRAS = {"simulate": "sim", "gateway": "gateway", "broker": "broker"}
 
 
 def _parser() -> argparse.ArgumentParser:

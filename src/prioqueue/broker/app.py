@@ -1,0 +1,359 @@
+"""The broker's HTTP/JSON API: FastAPI routes over :class:`~prioqueue.broker.service.Broker`.
+
+Routes (every one but ``/metrics`` and the OpenAPI pages needs ``Authorization: Bearer KEY``;
+no or an unknown key is 401, a key of the wrong role 403):
+
+=========================================  =========  =========================================
+route                                      role       answer
+=========================================  =========  =========================================
+``POST /v1/jobs``                          submitter  201 ``{"id"}`` (200: idempotent replay)
+``GET /v1/jobs/{id}``                      submitter  the job (its member's only; others 404)
+``DELETE /v1/jobs/{id}``                   submitter  the cancelled job
+``GET /v1/groups/{id}``                    submitter  the group's counts, GPU time, forecast
+``DELETE /v1/groups/{id}``                 submitter  cancels its queued (running) jobs
+``POST /v1/workers/{id}/pop``              worker     200 the job and its lease; 204 idle
+``POST /v1/jobs/{id}/complete`` / ``fail`` worker     the finished job; 409 stale grant
+``POST /v1/workers/{id}/heartbeat``        worker     the jobs it holds
+``GET /v1/status``                         any        counts, role and leader
+``GET /metrics``                           none       Prometheus text
+=========================================  =========  =========================================
+
+Errors are JSON ``{"error": message, "field": name}``. A standby answers 503 with
+``Retry-After`` and the leader's address (``X-Prioqueue-Leader`` and the body's ``leader``).
+The idle reasons of a 204 are in ``X-Prioqueue-Idle`` (``model=3, slots_full=1``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, Header, Path, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from prioqueue.broker.config import BrokerConfig, BrokerKey
+from prioqueue.broker.engine import JobRecord, Rejected
+from prioqueue.broker.journal import MemoryJournal
+from prioqueue.broker.models import (
+    ErrorBody,
+    FinishRequest,
+    Granted,
+    GroupCancelled,
+    GroupView,
+    HeartbeatReply,
+    HeartbeatRequest,
+    JobCreated,
+    JobView,
+    PopRequest,
+    StatusView,
+    SubmitRequest,
+)
+from prioqueue.broker.service import Broker, Standby
+
+__all__ = ["create_app"]
+
+_ID = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f/]+$")]
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody} for code in (401, 403, 404, 409, 413, 422, 429, 503)
+}
+
+
+# Location parts that name a container or a union member rather than a field.
+_LOC_NOISE = frozenset(("body", "path", "int", "str", "float", "bool", "list", "dict", "none"))
+
+
+class _Forbidden(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _error(status: int, message: str, field: str | None = None, **headers: str) -> JSONResponse:
+    return JSONResponse(
+        {"error": message, "field": field}, status_code=status, headers=headers or None
+    )
+
+
+class _BodyLimit:
+    """ASGI middleware: a request body over ``limit`` bytes is answered 413 unread."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(
+        self,
+        scope: MutableMapping[str, Any],
+        receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
+        send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
+    ) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length" and (not value.isdigit() or int(value) > self.limit):
+                await _error(413, f"the body is over max_body_bytes={self.limit}", "body")(
+                    scope, receive, send
+                )
+                return
+        # No (trusted) length: read the body here, up to the limit, then replay it.
+        chunks: list[bytes] = []
+        seen = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            seen += len(chunks[-1])
+            if seen > self.limit:
+                await _error(413, f"the body is over max_body_bytes={self.limit}", "body")(
+                    scope, receive, send
+                )
+                return
+            if not message.get("more_body", False):
+                break
+        replay = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+        async def replayed() -> MutableMapping[str, Any]:
+            return replay.pop() if replay else await receive()
+
+        await self.app(scope, replayed, send)
+
+
+def _key(request: Request, authorization: str | None, role: str) -> BrokerKey:
+    if authorization is None:
+        raise _Forbidden(401, "missing Authorization: Bearer <key>")
+    scheme, _, token = authorization.partition(" ")
+    keys = request.app.state.config.keys
+    key: BrokerKey | None = keys.get(token.strip()) if scheme.lower() == "bearer" else None
+    if key is None:
+        raise _Forbidden(401, "unknown API key")
+    if role not in ("any", key.role):
+        raise _Forbidden(403, f"this key's role is {key.role}; this route needs {role}")
+    return key
+
+
+def _submitter_key(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> BrokerKey:
+    return _key(request, authorization, "submitter")
+
+
+def _worker_key(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> BrokerKey:
+    return _key(request, authorization, "worker")
+
+
+def _any_key(request: Request, authorization: Annotated[str | None, Header()] = None) -> BrokerKey:
+    return _key(request, authorization, "any")
+
+
+Submitter = Annotated[BrokerKey, Depends(_submitter_key)]
+WorkerKey = Annotated[BrokerKey, Depends(_worker_key)]
+AnyKey = Annotated[BrokerKey, Depends(_any_key)]
+
+
+def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> FastAPI:
+    """Build the broker's ASGI application.
+
+    Args:
+        config: The configuration.
+        journal: Keep the state in memory with this journal, whatever ``config.store``
+            says (tests, demos).
+
+    Returns:
+        The FastAPI app; ``app.state.broker`` is its :class:`Broker`. The broker starts
+        (recovers, or waits as a standby) in the app's lifespan.
+    """
+    broker = Broker(config, journal)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        try:
+            await broker.start()
+        except Exception as exc:  # a corrupt or locked store, a newer schema: say so plainly
+            print(f"prioqueue broker: cannot start: {exc}", file=sys.stderr, flush=True)
+            raise
+        try:
+            yield
+        finally:
+            await broker.stop()
+
+    app = FastAPI(
+        title="prioqueue broker",
+        version="1",
+        summary="Priority, fair-share job broker for a fleet of GPU workers.",
+        lifespan=lifespan,
+        responses=_ERRORS,
+    )
+    app.state.broker = broker
+    app.state.config = config
+    retry = str(math.ceil(config.retry_after_seconds))
+
+    @app.exception_handler(Rejected)
+    async def rejected(_request: Request, exc: Rejected) -> JSONResponse:
+        headers = {"Retry-After": str(math.ceil(exc.retry_after))} if exc.status == 429 else {}
+        return _error(exc.status, str(exc), exc.field, **headers)
+
+    @app.exception_handler(_Forbidden)
+    async def forbidden(_request: Request, exc: _Forbidden) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+        return _error(
+            exc.status, str(exc), "Authorization" if exc.status < 413 else "body", **headers
+        )
+
+    @app.exception_handler(Standby)
+    async def standby(_request: Request, exc: Standby) -> JSONResponse:
+        headers = {"Retry-After": retry}
+        if exc.leader:
+            headers["X-Prioqueue-Leader"] = exc.leader
+        body = {"error": str(exc), "field": None, "leader": exc.leader}
+        return JSONResponse(body, status_code=503, headers=headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        field = "body" if exc.status_code == 400 else None  # 400: an unparseable body
+        return _error(exc.status_code, str(exc.detail), field, **(exc.headers or {}))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        first: str | None = None
+        for error in exc.errors():
+            loc = [
+                str(part)
+                for part in error.get("loc", ())
+                if part not in _LOC_NOISE and "[" not in str(part)
+            ]
+            name = ".".join(loc) or "body"
+            first = first or name
+            problems.append(f"{name}: {error.get('msg', 'invalid')}")
+        return _error(422, "; ".join(problems), first)
+
+    @app.post("/v1/jobs", status_code=201, response_model=JobCreated, tags=["submitters"])
+    async def submit(
+        body: SubmitRequest,
+        key: Submitter,
+        response: Response,
+        x_llamaswap_priority: Annotated[str | None, Header(max_length=64)] = None,
+        idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200)] = None,
+    ) -> JobCreated:
+        """Queue a job for the fleet."""
+        raw = body.priority if body.priority is not None else x_llamaswap_priority
+        priority = config.policy.parse(raw, ceiling=key.max_priority)
+        engine = await broker.read()
+        image = None if body.image is None else engine.check_image(body.image)
+        record, created = await broker.run(
+            "submit",
+            {
+                "member": key.member, "tier": key.tier, "priority": priority,
+                "model": body.model, "estimate": body.estimate, "group": body.group,
+                "image": image, "payload": body.payload, "idempotency_key": idempotency_key,
+            },
+        )  # fmt: skip
+        if not created:
+            response.status_code = 200
+        return JobCreated(id=record.id)
+
+    def view(record: JobRecord, position: int | None, explanation: str | None) -> JobView:
+        return JobView(
+            id=record.id, state=record.state, position=position, explanation=explanation,
+            result=record.result, priority=record.priority, model=record.model,
+            group=record.group, attempt=record.attempt, submitted_at=record.submitted_at,
+            finished_at=record.finished_at,
+        )  # fmt: skip
+
+    @app.get("/v1/jobs/{job_id}", response_model=JobView, tags=["submitters"])
+    async def get_job(job_id: _ID, key: Submitter) -> JobView:
+        """A job's state, place in line, explanation and result."""
+        engine = await broker.read()
+        record = engine.owned(job_id, key.member)
+        return view(record, *engine.position(record))
+
+    @app.delete("/v1/jobs/{job_id}", response_model=JobView, tags=["submitters"])
+    async def cancel(job_id: _ID, key: Submitter) -> JobView:
+        """Cancel a queued or running job."""
+        record = await broker.run("cancel", {"job_id": job_id, "member": key.member})
+        return view(record, None, None)
+
+    @app.get("/v1/groups/{group}", response_model=GroupView, tags=["submitters"])
+    async def get_group(group: _ID, key: Submitter) -> GroupView:
+        """A group's jobs by state, GPU-seconds, mean runtime and forecast finish."""
+        from prioqueue.broker._groups import group_status
+
+        engine = await broker.read()
+        return GroupView.model_validate(group_status(engine, group, key.member or ""))
+
+    @app.delete("/v1/groups/{group}", response_model=GroupCancelled, tags=["submitters"])
+    async def cancel_group(
+        group: _ID, key: Submitter, running: Literal["keep", "cancel"] = "keep"
+    ) -> GroupCancelled:
+        """Cancel a group's queued jobs (``?running=cancel``: its running ones too)."""
+        args = {"group": group, "member": key.member, "running": running}
+        cancelled = await broker.run("cancel_group", args)
+        return GroupCancelled(group=group, cancelled=cancelled)
+
+    @app.post(
+        "/v1/workers/{worker}/pop",
+        response_model=Granted,
+        responses={204: {"description": "Nothing fits; X-Prioqueue-Idle says why."}},
+        tags=["workers"],
+    )
+    async def pop(worker: _ID, body: PopRequest, _key: WorkerKey) -> Any:
+        """Take the next job this worker should run, with its lease."""
+        result = await broker.run("pop", {"worker": worker, **body.model_dump()})
+        record = result.record
+        if record is None:
+            idle = ", ".join(f"{k}={v}" for k, v in sorted(result.idle.items())) or "empty"
+            return Response(status_code=204, headers={"X-Prioqueue-Idle": idle})
+        return Granted(
+            id=record.id, payload=record.payload, image=record.image, model=record.model,
+            attempt=record.attempt, lease_seconds=record.lease_seconds, deadline=record.deadline,
+        )  # fmt: skip
+
+    async def finish(op: str, job_id: str, body: FinishRequest) -> JobView:
+        args = {"job_id": job_id, "worker": body.worker, "attempt": body.attempt}
+        record = await broker.run(op, {**args, "result": body.result})
+        return view(record, None, None)
+
+    @app.post("/v1/jobs/{job_id}/complete", response_model=JobView, tags=["workers"])
+    async def complete(job_id: _ID, body: FinishRequest, _key: WorkerKey) -> JobView:
+        """Report the job done (only its current holder: worker and attempt must match)."""
+        return await finish("complete", job_id, body)
+
+    @app.post("/v1/jobs/{job_id}/fail", response_model=JobView, tags=["workers"])
+    async def fail(job_id: _ID, body: FinishRequest, _key: WorkerKey) -> JobView:
+        """Report the job failed for good (only its current holder)."""
+        return await finish("fail", job_id, body)
+
+    @app.post("/v1/workers/{worker}/heartbeat", response_model=HeartbeatReply, tags=["workers"])
+    async def heartbeat(
+        worker: _ID, _key: WorkerKey, body: HeartbeatRequest | None = None
+    ) -> HeartbeatReply:
+        """Say the worker is alive (and which model it has loaded)."""
+        resident = None if body is None else body.resident
+        jobs = await broker.run("heartbeat", {"worker": worker, "resident": resident})
+        return HeartbeatReply.model_validate({"jobs": jobs})
+
+    @app.get("/v1/status", response_model=StatusView, tags=["operators"])
+    async def status(_key: AnyKey) -> StatusView:
+        """Counts by state, workers, totals, and who leads."""
+        engine = await broker.read()
+        return StatusView(role="leader", leader=broker.leader, **engine.status())
+
+    @app.get("/metrics", tags=["operators"], response_class=Response)
+    async def metrics() -> Response:
+        """Prometheus metrics (needs the ``prometheus`` extra)."""
+        from prioqueue.broker._metrics import render
+
+        body, content_type = render(broker)
+        return Response(body, media_type=content_type)
+
+    app.add_middleware(_BodyLimit, limit=config.max_body_bytes)
+    return app

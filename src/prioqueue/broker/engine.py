@@ -1,0 +1,600 @@
+"""The broker's state machine: every state change is one deterministic, journaled operation.
+
+Theory of operation
+-------------------
+:class:`BrokerEngine` holds the fleet dispatcher plus what the dispatcher does not keep: each
+job's record (owner, payload, state, current grant, result), the idempotency keys and the
+retention clock of finished jobs. It does no I/O and reads no clock: every operation takes
+``now``. The HTTP layer turns a request into an operation ``(op, args, now)`` with JSON
+arguments and calls :meth:`BrokerEngine.apply`; the same call on a restored engine gives the
+same state and the same answer, so a journal of operations plus an occasional snapshot
+recovers the broker exactly (the LMAX design).
+
+The rules this file keeps:
+
+1. An operation either raises :class:`Rejected` *before* changing anything (a client error:
+   nothing to journal), or it is journaled, whatever happens next. A bug that raises half way
+   raises the same way on replay, so the replayed state still equals the live one.
+2. Time-driven changes (expired leases, silent workers, finished jobs whose retention ran out)
+   happen only in the ``tick`` operation, which the driver journals whenever :meth:`due` says
+   so, before the client's operation. Reads never change state.
+3. A job is in exactly one state: queued, running, done, failed or cancelled. A running job has
+   exactly one ``(worker, attempt)``; ``complete`` and ``fail`` must name both (else 409 and
+   nothing changes), and a lease that ran out makes the job queued again (or failed after
+   ``max_attempts``) at the next tick.
+4. The same ``(member, Idempotency-Key)`` names one job for as long as its record is kept.
+
+Complexity: ``submit``, ``pop``, ``complete``, ``fail``, ``cancel`` and ``heartbeat`` cost the
+dispatcher's amortised O(log n + M) plus O(size of the JSON arguments); ``tick`` is
+O((e + r) log n) for e expired leases and r records past their retention.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import heapq
+import json
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal, TypeVar
+
+import attrs
+
+from prioqueue._errors import DuplicateJob, InvalidState, QueueFull, UnknownJob
+from prioqueue.broker._fleet import make_fleet, restore_fleet
+from prioqueue.broker.config import BrokerConfig
+from prioqueue.lease import ImageRequest
+from prioqueue.records import Job
+
+__all__ = ["SNAPSHOT_FORMAT", "BrokerEngine", "JobRecord", "PopResult", "Rejected"]
+
+SNAPSHOT_FORMAT: Final = "prioqueue.broker/1"
+AHEAD_LIMIT: Final = 1000
+"""How far ahead ``GET /v1/jobs/{id}`` forecasts a job's position."""
+JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
+FINISHED: Final = frozenset(("done", "failed", "cancelled"))
+
+
+class Rejected(Exception):
+    """An operation the engine refused before changing anything.
+
+    Attributes:
+        status: The HTTP status that says why (404, 409, 413, 422, 429).
+        field: The request field at fault, when one is.
+        retry_after: Seconds to wait before retrying (429 only).
+    """
+
+    def __init__(
+        self, status: int, message: str, *, field: str | None = None, retry_after: float = 0.0
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.field = field
+        self.retry_after = retry_after
+
+
+@attrs.define
+class JobRecord:
+    """What the broker knows of one job beyond the dispatcher's view."""
+
+    id: str
+    member: str
+    priority: int
+    model: str | None
+    estimate: float | None
+    group: str | None
+    image: dict[str, Any] | None
+    payload: Any
+    submitted_at: float
+    state: JobStatus = "queued"
+    attempt: int = 0
+    worker: str | None = None
+    deadline: float | None = None
+    granted_at: float | None = None
+    lease_seconds: float | None = None
+    result: Any = None
+    finished_at: float | None = None
+    idempotency_key: str | None = None
+
+
+@attrs.frozen
+class PopResult:
+    """What a worker's pop gets: a job, or why there is none."""
+
+    record: JobRecord | None
+    idle: Mapping[str, int]
+
+
+def fingerprint(args: Mapping[str, Any]) -> str:
+    """A stable digest of a submit's arguments, to tell a retry from a different request."""
+    body = json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+_Op = TypeVar("_Op", bound=Callable[..., Any])
+
+
+def _operation(method: _Op) -> _Op:
+    """Check that time does not go backwards; advance the engine's time only on success."""
+
+    @functools.wraps(method)
+    def run(self: BrokerEngine, now: float, **kwargs: Any) -> Any:
+        if not now >= self.now:  # also refuses NaN
+            raise Rejected(409, f"time went backwards: {now!r} after {self.now!r}")
+        result = method(self, now, **kwargs)
+        self.now = now
+        return result
+
+    return run  # type: ignore[return-value]
+
+
+class BrokerEngine:
+    """The broker's jobs, workers and leases; see the module docstring for the rules.
+
+    Args:
+        config: The broker configuration (dispatcher options, leases, retention).
+    """
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.fleet: Any = make_fleet(config, self._lease_for)
+        self.jobs: dict[str, JobRecord] = {}
+        self.idempotency: dict[tuple[str, str], tuple[str, str]] = {}
+        self.counter = 0
+        self.now = -math.inf
+        self.counts = {"submitted": 0, "done": 0, "failed": 0, "cancelled": 0, "expired": 0}
+        self.workers: dict[str, dict[str, Any]] = {}
+        self._retention: list[tuple[float, str]] = []
+        self._ops: dict[str, Callable[..., Any]] = {
+            "submit": self.submit,
+            "cancel": self.cancel,
+            "pop": self.pop,
+            "complete": self.complete,
+            "fail": self.fail,
+            "heartbeat": self.heartbeat,
+            "tick": self.tick,
+            "cancel_group": self.cancel_group,
+        }
+
+    # ------------------------------------------------------------------ leases
+
+    def _lease_for(self, job: Job, worker: Any) -> float:
+        """The fleet's ``lease_for(job, worker)``: the image lease, x3 on a slow worker."""
+        image = job.payload.get("image") if isinstance(job.payload, dict) else None
+        slow = bool(getattr(worker, "slow", False))
+        if image is None:
+            base = self.config.default_lease_seconds
+            return base * float(self.config.lease.extra_slow_multiplier) if slow else base
+        request = ImageRequest.from_mapping({**image, "extra_slow_worker": slow})
+        return float(self.config.lease.for_request(request))
+
+    def check_image(self, image: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate lease inputs at submit time, so a pop never fails on them.
+
+        Args:
+            image: The ``image`` object of a submit.
+
+        Returns:
+            A plain dict of the inputs.
+
+        Raises:
+            Rejected: 422 naming the field that is wrong.
+        """
+        if "extra_slow_worker" in image:
+            raise Rejected(
+                422, "image.extra_slow_worker is set by the worker's 'slow' flag, not the job",
+                field="image.extra_slow_worker",
+            )  # fmt: skip
+        try:
+            request = ImageRequest.from_mapping(image)
+            self.config.lease.for_request(request)
+        except (TypeError, ValueError) as exc:
+            raise Rejected(422, f"image: {exc}", field="image") from None
+        return dict(image)
+
+    # ------------------------------------------------------------------ driving
+
+    def apply(self, op: str, args: Mapping[str, Any], now: float) -> Any:
+        """Run one operation (the journal's unit).
+
+        Args:
+            op: The operation's name (``submit``, ``cancel``, ``pop``, ``complete``, ``fail``,
+                ``heartbeat`` or ``tick``).
+            args: Its JSON arguments.
+            now: The time it happens at (never earlier than the previous operation's).
+
+        Returns:
+            The operation's result.
+
+        Raises:
+            Rejected: The operation was refused and changed nothing.
+            ValueError: ``op`` is unknown or ``now`` went backwards.
+        """
+        method = self._ops.get(op)
+        if method is None:
+            raise ValueError(f"unknown broker operation {op!r}; known: {', '.join(self._ops)}")
+        return method(now=now, **args)
+
+    def due(self, now: float) -> bool:
+        """Whether a ``tick`` at ``now`` would change anything (a lease or retention ran out).
+
+        Complexity: O(1).
+        """
+        deadline = self.fleet.next_deadline()
+        if deadline is not None and deadline <= now:
+            return True
+        return bool(self._retention) and self._retention[0][0] <= now
+
+    def next_due(self) -> float | None:
+        """The earliest time at which :meth:`due` becomes true, or None. O(1)."""
+        times = [self.fleet.next_deadline()]
+        if self._retention:
+            times.append(self._retention[0][0])
+        known = [t for t in times if t is not None]
+        return min(known) if known else None
+
+    # ------------------------------------------------------------------ operations
+
+    @_operation
+    def submit(
+        self,
+        now: float,
+        *,
+        member: str,
+        tier: str,
+        priority: int,
+        model: str | None = None,
+        estimate: float | None = None,
+        group: str | None = None,
+        image: dict[str, Any] | None = None,
+        payload: Any = None,
+        idempotency_key: str | None = None,
+    ) -> tuple[JobRecord, bool]:
+        """Queue a job; with an idempotency key already used by this member, return its job.
+
+        Returns:
+            ``(record, created)``.
+
+        Raises:
+            Rejected: 422 the key was used with a different request; 429 the queue is full.
+        """
+        digest = ""
+        if idempotency_key is not None:
+            digest = fingerprint(
+                {"p": priority, "m": model, "e": estimate, "g": group, "i": image, "b": payload}
+            )
+            known = self.idempotency.get((member, idempotency_key))
+            if known is not None:
+                job_id, previous = known
+                if previous != digest:
+                    raise Rejected(
+                        422,
+                        "Idempotency-Key was already used with a different request body",
+                        field="Idempotency-Key",
+                    )
+                return attrs.evolve(self.jobs[job_id]), False
+        job_id = f"job-{self.counter + 1}"
+        try:
+            self.fleet.submit(
+                job_id,
+                member=member,
+                priority=priority,
+                tier=tier,
+                model=model,
+                estimate=estimate,
+                payload={"image": image},
+                now=now,
+            )
+        except QueueFull as exc:
+            raise Rejected(429, str(exc), retry_after=exc.retry_after) from None
+        except DuplicateJob as exc:  # pragma: no cover - ids are never reused
+            raise AssertionError(str(exc)) from None
+        self.counter += 1
+        self.counts["submitted"] += 1
+        record = JobRecord(
+            id=job_id, member=member, priority=priority, model=model, estimate=estimate,
+            group=group, image=image, payload=payload, submitted_at=now,
+            idempotency_key=idempotency_key,
+        )  # fmt: skip
+        self.jobs[job_id] = record
+        if idempotency_key is not None:
+            self.idempotency[(member, idempotency_key)] = (job_id, digest)
+        return attrs.evolve(record), True
+
+    def owned(self, job_id: str, member: str | None) -> JobRecord:
+        """The record of ``job_id`` if ``member`` may see it (None: anyone).
+
+        Raises:
+            Rejected: 404 when it is unknown or belongs to another member.
+        """
+        record = self.jobs.get(job_id)
+        if record is None or (member is not None and record.member != member):
+            raise Rejected(404, f"no job {job_id!r}", field="id")
+        return record
+
+    @_operation
+    def cancel(self, now: float, *, job_id: str, member: str | None) -> JobRecord:
+        """Cancel a queued or running job of ``member``; a finished job stays as it is.
+
+        Raises:
+            Rejected: 404 unknown or another member's; 409 already finished.
+        """
+        record = self.owned(job_id, member)
+        if record.state in FINISHED:
+            raise Rejected(409, f"job {job_id!r} is already {record.state}", field="id")
+        self.fleet.cancel(job_id, now=now)
+        self._finish(record, "cancelled", None, now)
+        return attrs.evolve(record)
+
+    @_operation
+    def cancel_group(
+        self, now: float, *, group: str, member: str, running: str = "keep"
+    ) -> list[str]:
+        """Cancel every queued job of ``member``'s ``group`` (and the running ones on request).
+
+        Args:
+            now: The time.
+            group: The group.
+            member: Whose group it is.
+            running: ``"keep"`` (let running jobs finish) or ``"cancel"``.
+
+        Returns:
+            The ids of the jobs cancelled, in submission order.
+
+        Raises:
+            Rejected: 404 the member has no kept job in the group; 422 a bad ``running``.
+        """
+        from prioqueue.broker._groups import group_records
+
+        if running not in ("keep", "cancel"):
+            raise Rejected(
+                422, f'running must be "keep" or "cancel", got {running!r}', field="running"
+            )
+        states = ("queued", "running") if running == "cancel" else ("queued",)
+        cancelled = []
+        for record in group_records(self, group, member):
+            if record.state in states:
+                self.fleet.cancel(record.id, now=now)
+                self._finish(record, "cancelled", None, now)
+                cancelled.append(record.id)
+        return cancelled
+
+    def _join(self, now: float, worker: str, spec: dict[str, Any]) -> None:
+        if self.workers.get(worker) != spec:
+            self.fleet.join(worker, now=now, **spec)
+            self.workers[worker] = spec
+        else:
+            self.fleet.heartbeat(worker, now=now)
+
+    @_operation
+    def pop(
+        self,
+        now: float,
+        *,
+        worker: str,
+        models: list[str] | None = None,
+        resident: str | None = None,
+        slots: int = 1,
+        slow: bool = False,
+    ) -> PopResult:
+        """Grant the worker its next job, or say why there is none."""
+        spec = {"models": models, "resident": resident, "slots": slots, "slow": slow}
+        self._join(now, worker, spec)
+        grant = self.fleet.pop(worker, now=now)
+        if grant is None:
+            reasons = self.fleet.idle_reasons(worker, now=now)
+            return PopResult(None, {str(k): int(v) for k, v in reasons.items() if v})
+        record = self.jobs[grant.job.id]
+        record.state = "running"
+        record.attempt = grant.attempt
+        record.worker = worker
+        lease = grant.lease
+        record.lease_seconds = lease.seconds
+        record.deadline = lease.deadline
+        record.granted_at = now
+        return PopResult(attrs.evolve(record), {})
+
+    def _held(self, job_id: str, worker: str, attempt: int) -> JobRecord:
+        record = self.jobs.get(job_id)
+        if record is None:
+            raise Rejected(404, f"no job {job_id!r}", field="id")
+        if record.state != "running":
+            raise Rejected(
+                409, f"job {job_id!r} is {record.state}, not running on {worker!r}", field="id"
+            )
+        if record.worker != worker or record.attempt != attempt:
+            raise Rejected(
+                409,
+                f"job {job_id!r} is held by another grant (worker/attempt do not match the "
+                "current one); this worker lost it",
+                field="worker" if record.worker != worker else "attempt",
+            )
+        if record.deadline is not None and now_past(self.now, record.deadline):
+            raise Rejected(409, f"job {job_id!r}: the lease ran out; it is being requeued")
+        return record
+
+    def _check_result(self, result: Any) -> None:
+        size = len(json.dumps(result, separators=(",", ":")).encode())
+        if size > self.config.result_max_bytes:
+            raise Rejected(
+                413,
+                f"result is {size} bytes, over result_max_bytes={self.config.result_max_bytes}",
+                field="result",
+            )
+
+    @_operation
+    def complete(
+        self, now: float, *, job_id: str, worker: str, attempt: int, result: Any = None
+    ) -> JobRecord:
+        """The holder finished the job: it is done and its result kept.
+
+        Raises:
+            Rejected: 404 unknown; 409 not this worker's current grant; 413 result too large.
+        """
+        record = self._held(job_id, worker, attempt)
+        self._check_result(result)
+        self.fleet.complete(job_id, now=now, worker=worker)
+        self._finish(record, "done", result, now)
+        return attrs.evolve(record)
+
+    @_operation
+    def fail(
+        self, now: float, *, job_id: str, worker: str, attempt: int, result: Any = None
+    ) -> JobRecord:
+        """The holder gave up on the job: it is failed for good, with the worker's report.
+
+        Raises:
+            Rejected: 404 unknown; 409 not this worker's current grant; 413 result too large.
+        """
+        record = self._held(job_id, worker, attempt)
+        self._check_result(result)
+        self.fleet.cancel(job_id, now=now, worker=worker)
+        self._finish(record, "failed", result, now)
+        return attrs.evolve(record)
+
+    @_operation
+    def heartbeat(
+        self, now: float, *, worker: str, resident: str | None = None
+    ) -> list[dict[str, Any]]:
+        """A worker is alive: returns the jobs it holds (id, attempt, deadline).
+
+        A worker that lost a pop's answer (a broker restart) learns here what it holds.
+
+        Raises:
+            Rejected: 404 the worker never popped.
+        """
+        spec = self.workers.get(worker)
+        if spec is None:
+            raise Rejected(404, f"no worker {worker!r} (pop once to join)", field="worker")
+        if resident is not None and spec["resident"] != resident:
+            self._join(now, worker, {**spec, "resident": resident})
+        else:
+            self.fleet.heartbeat(worker, now=now)
+        held = [r for r in self.jobs.values() if r.worker == worker and r.state == "running"]
+        held.sort(key=lambda r: int(r.id.rpartition("-")[2]))
+        return [{"id": r.id, "attempt": r.attempt, "deadline": r.deadline} for r in held]
+
+    @_operation
+    def tick(self, now: float) -> list[str]:
+        """Take back leases that ran out and forget records past their retention.
+
+        Returns:
+            The ids of the jobs whose lease ran out.
+        """
+        taken: list[str] = []
+        for expired in self.fleet.expire(now):
+            record = self.jobs[expired.job.id]
+            self.counts["expired"] += 1
+            taken.append(record.id)
+            if expired.requeued:
+                record.state = "queued"
+                record.worker = None
+                record.deadline = None
+            else:
+                self._finish(record, "failed", {"error": "lease expired on every attempt"}, now)
+        while self._retention and self._retention[0][0] <= now:
+            _, job_id = heapq.heappop(self._retention)
+            gone = self.jobs.pop(job_id, None)
+            if gone is not None and gone.idempotency_key is not None:
+                self.idempotency.pop((gone.member, gone.idempotency_key), None)
+        return taken
+
+    def _finish(self, record: JobRecord, state: JobStatus, result: Any, now: float) -> None:
+        record.state = state
+        record.result = result
+        record.finished_at = now
+        record.deadline = None
+        self.counts[state] += 1
+        heapq.heappush(self._retention, (now + self.config.result_ttl_seconds, record.id))
+
+    # ------------------------------------------------------------------ reads
+
+    def position(self, record: JobRecord) -> tuple[int | None, str | None]:
+        """A queued or running job's 1-based position (0: running) and explanation.
+
+        The forecast behind it stops after :data:`AHEAD_LIMIT` jobs ahead, so a read costs
+        O(L log L + AHEAD_LIMIT log L) for L lanes however long the queue; further back, the
+        position is None and the explanation says how many are ahead at least.
+        """
+        if record.state in FINISHED:
+            return None, None
+        try:
+            explanation = self.fleet.explain(
+                record.id, now=self.now, ahead_limit=AHEAD_LIMIT, overtakes_limit=20
+            )
+        except (UnknownJob, InvalidState):  # pragma: no cover - records mirror the fleet
+            return None, None
+        if not explanation.ahead_complete:
+            return None, f"more than {AHEAD_LIMIT} jobs ahead\n{explanation}"
+        return explanation.position, str(explanation)
+
+    def status(self) -> dict[str, Any]:
+        """Counts by state, workers and totals (for ``GET /v1/status``). O(jobs)."""
+        states = dict.fromkeys(("queued", "running", "done", "failed", "cancelled"), 0)
+        for record in self.jobs.values():
+            states[record.state] += 1
+        return {"jobs": states, "workers": len(self.workers), "totals": dict(self.counts)}
+
+    # ------------------------------------------------------------------ persistence
+
+    def snapshot(self, *, now: float | None = None) -> dict[str, Any]:
+        """The whole state as JSON data; :meth:`restore` rebuilds it exactly. O(n).
+
+        Args:
+            now: Used only before the first operation (the state is as of the last one).
+
+        Returns:
+            Plain JSON data.
+        """
+        at = self.now if math.isfinite(self.now) else (0.0 if now is None else now)
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "now": at,
+            "counter": self.counter,
+            "counts": dict(self.counts),
+            "workers": dict(self.workers),
+            "fleet": self.fleet.snapshot(now=at),
+            "jobs": [attrs.asdict(r) for r in self.jobs.values()],
+            "idempotency": [[m, k, j, d] for (m, k), (j, d) in self.idempotency.items()],
+            "retention": [list(entry) for entry in self._retention],
+        }
+
+    @classmethod
+    def restore(cls, state: Mapping[str, Any], config: BrokerConfig) -> BrokerEngine:
+        """Rebuild an engine from :meth:`snapshot` data.
+
+        Args:
+            state: The snapshot.
+            config: The configuration (the same dispatcher options as when it was taken).
+
+        Returns:
+            The engine.
+
+        Raises:
+            ValueError: ``state`` is not a broker snapshot of this version.
+        """
+        if state.get("format") != SNAPSHOT_FORMAT:
+            raise ValueError(
+                f"not a broker snapshot of this version: format {state.get('format')!r}, "
+                f"expected {SNAPSHOT_FORMAT!r}"
+            )
+        engine = cls(config)
+        engine.now = float(state["now"])
+        engine.counter = int(state["counter"])
+        engine.counts.update(state["counts"])
+        engine.workers = dict(state["workers"])
+        engine.fleet = restore_fleet(state["fleet"], config, engine._lease_for)
+        for data in state["jobs"]:
+            record = JobRecord(**data)
+            engine.jobs[record.id] = record
+        for member, key, job_id, digest in state["idempotency"]:
+            engine.idempotency[(member, key)] = (job_id, digest)
+        engine._retention = [(float(t), str(i)) for t, i in state["retention"]]
+        heapq.heapify(engine._retention)
+        return engine
+
+
+def now_past(now: float, deadline: float) -> bool:
+    """Whether ``now`` is at or past a lease ``deadline`` (the lease has run out). O(1)."""
+    return now >= deadline

@@ -1,0 +1,174 @@
+"""The broker's request and response bodies (pydantic models, published in its OpenAPI).
+
+Every request model forbids unknown fields, so a typo is a 422 naming the field rather than a
+silently ignored value. Sizes are bounded: names 1..200 characters, at most 64 models per
+worker, 1..16 slots.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+__all__ = [
+    "ErrorBody",
+    "FinishRequest",
+    "Granted",
+    "GroupCancelled",
+    "GroupView",
+    "HeartbeatReply",
+    "HeartbeatRequest",
+    "HeldJob",
+    "JobCreated",
+    "JobView",
+    "PopRequest",
+    "StatusView",
+    "SubmitRequest",
+]
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")]
+JobState = Literal["queued", "running", "done", "failed", "cancelled"]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SubmitRequest(_Request):
+    """``POST /v1/jobs``: one job."""
+
+    priority: int | str | None = Field(
+        default=None,
+        description="A number or an alias (interactive, normal, batch); capped at the key's "
+        "max_priority. Absent: the X-LlamaSwap-Priority header, else the policy's default.",
+    )
+    model: Name | None = Field(default=None, description="The model the job needs loaded.")
+    estimate: float | None = Field(
+        default=None, gt=0, le=1e9, description="Expected runtime in seconds."
+    )
+    group: Name | None = Field(default=None, description="A label grouping jobs (a film).")
+    image: dict[str, Any] | None = Field(
+        default=None,
+        description="Lease inputs (width, height, steps, sampler, controlnet, baseline, "
+        "loras): the lease is computed from them at pop time.",
+    )
+    payload: Any = Field(default=None, description="Opaque JSON handed to the worker.")
+
+
+class JobCreated(BaseModel):
+    """``201``/``200`` of a submit."""
+
+    id: str
+
+
+class JobView(BaseModel):
+    """``GET /v1/jobs/{id}``."""
+
+    id: str
+    state: JobState
+    position: int | None = Field(
+        description="1-based place in the predicted order; 0 running; null when finished or "
+        "more than 1000 jobs are ahead."
+    )
+    explanation: str | None = Field(description="Why the job waits (score terms, jobs ahead).")
+    result: Any = Field(description="The worker's result (done or failed), else null.")
+    priority: int
+    model: str | None
+    group: str | None
+    attempt: int
+    submitted_at: float
+    finished_at: float | None
+
+
+class PopRequest(_Request):
+    """``POST /v1/workers/{id}/pop``: what the worker serves."""
+
+    models: list[Name] | None = Field(
+        default=None, max_length=64, description="Models it serves; null: every model."
+    )
+    resident: Name | None = Field(default=None, description="The model loaded now.")
+    slots: int = Field(default=1, ge=1, le=16, description="Jobs it may hold at once.")
+    slow: bool = Field(default=False, description="Extra-slow worker: leases are 3x.")
+
+
+class Granted(BaseModel):
+    """``200`` of a pop: the job and its lease."""
+
+    id: str
+    payload: Any
+    image: dict[str, Any] | None
+    model: str | None
+    attempt: int
+    lease_seconds: float
+    deadline: float = Field(description="Unix time at which the lease runs out.")
+
+
+class FinishRequest(_Request):
+    """``POST /v1/jobs/{id}/complete`` and ``/fail``."""
+
+    worker: Name
+    attempt: int = Field(ge=1)
+    result: Any = None
+
+
+class HeartbeatRequest(_Request):
+    """``POST /v1/workers/{id}/heartbeat``."""
+
+    resident: Name | None = None
+
+
+class HeldJob(BaseModel):
+    """A job a worker holds, with its grant."""
+
+    id: str
+    attempt: int
+    deadline: float | None
+
+
+class HeartbeatReply(BaseModel):
+    """The jobs the worker holds: a worker that lost a pop's answer learns them here."""
+
+    jobs: list[HeldJob]
+
+
+class StatusView(BaseModel):
+    """``GET /v1/status``."""
+
+    role: Literal["leader", "standby"]
+    leader: str | None
+    jobs: dict[str, int]
+    workers: int
+    totals: dict[str, int]
+
+
+class GroupView(BaseModel):
+    """``GET /v1/groups/{id}``: a group's jobs by state, GPU time and forecast finish."""
+
+    group: str
+    queued: int
+    running: int
+    done: int
+    failed: int
+    cancelled: int
+    gpu_seconds: float = Field(description="Grant-to-finish seconds of its finished jobs.")
+    mean_runtime: float | None = Field(description="Mean runtime of its done jobs.")
+    forecast_finish: float | None = Field(
+        description="Unix time its last queued job should finish at the current load (the "
+        "last finish when nothing is left); null when unknown."
+    )
+
+
+class GroupCancelled(BaseModel):
+    """``DELETE /v1/groups/{id}``: the jobs cancelled."""
+
+    group: str
+    cancelled: list[str]
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx and 503: what went wrong and, when one is, the field at fault."""
+
+    error: str
+    field: str | None = None
+    leader: str | None = None
