@@ -43,16 +43,51 @@ _Candidate = tuple[str, float, "_Entry"]
 
 
 class _Entry:
-    """One grant attempt of one job (mutable, private)."""
+    """One grant attempt of one job (mutable, private).
 
-    __slots__ = ("attempt", "granted_at", "job", "lane", "state")
+    Attributes:
+        job: The job.
+        lane: Its lane.
+        attempt: 1-based grant attempt.
+        state: QUEUED, RUNNING (held by a worker) or GONE.
+        granted_at: When it was granted (RUNNING only).
+        queued_at: When it entered the queue (its arrival, or the requeue time).
+        pos: Its position key in the lane (lane order is ascending ``pos``).
+        mark: The dispatch counter when it was queued (``explain`` reads the history after).
+        worker: The worker holding it (RUNNING only), else None.
+        charged: The up-front charge added to its lane's ``s`` at the grant.
+        capacity: The fleet's capacity at the grant.
+        grant: Its grant (RUNNING only).
+    """
 
-    def __init__(self, job: Job, lane: _Lane, attempt: int) -> None:
+    __slots__ = (
+        "attempt",
+        "capacity",
+        "charged",
+        "grant",
+        "granted_at",
+        "job",
+        "lane",
+        "mark",
+        "pos",
+        "queued_at",
+        "state",
+        "worker",
+    )
+
+    def __init__(self, job: Job, lane: _Lane, attempt: int, queued_at: float) -> None:
         self.job = job
         self.lane = lane
         self.attempt = attempt
         self.state = QUEUED
         self.granted_at = 0.0
+        self.queued_at = queued_at
+        self.pos = 0
+        self.mark = 0
+        self.worker: Any = None
+        self.charged = 0.0
+        self.capacity = 1
+        self.grant: Any = None
 
 
 class _Lane:
@@ -65,6 +100,9 @@ class _Lane:
         jobs: Entries in FIFO order (lazy deletion).
         by_model: Per model, its entries in FIFO order (lazy deletion).
         live: Number of queued entries.
+        settled: The settled part of ``s``: ``s = settled + held`` (``settled <= now``).
+        held: The up-front charges (in ``s`` units) of its jobs that workers hold.
+        holding: How many of its jobs workers hold.
         version: Bumped whenever a ranking key of the lane changes.
         s_log: ``(time, s)`` changes of ``s`` while backlogged (for ``explain``).
         ident: The lane's creation number: the deterministic tie-breaker between lanes.
@@ -72,14 +110,19 @@ class _Lane:
 
     __slots__ = (
         "by_model",
+        "first",
+        "held",
+        "holding",
         "ident",
         "jobs",
+        "last",
         "level",
         "live",
         "member",
         "owner",
         "s",
         "s_log",
+        "settled",
         "version",
     )
 
@@ -90,10 +133,19 @@ class _Lane:
         self.s = s
         self.ident = ident
         self.jobs: deque[_Entry] = deque()
-        self.by_model: dict[str, deque[_Entry]] = {}
+        self.by_model: dict[str | None, deque[_Entry]] = {}
         self.live = 0
+        self.held = 0.0
+        self.holding = 0
+        self.settled = s
+        self.first = 0  # pos of the next entry put at the head
+        self.last = 0  # pos of the last entry put at the tail
         self.version = 0
         self.s_log: deque[tuple[float, float]] = deque()
+
+    def set_s(self) -> None:
+        """Recompute ``s = settled + held`` (exactly ``settled`` when nothing is held)."""
+        self.s = self.settled + self.held if self.holding else self.settled
 
     def head(self) -> _Entry:
         """Return the oldest queued entry. The lane must be backlogged. Amortised O(1)."""
@@ -102,7 +154,7 @@ class _Lane:
             jobs.popleft()
         return jobs[0]
 
-    def first_for(self, model: str) -> _Entry | None:
+    def first_for(self, model: str | None) -> _Entry | None:
         """Return the oldest queued entry for ``model``, or None. Amortised O(1)."""
         fifo = self.by_model.get(model)
         if fifo is None:
@@ -117,23 +169,25 @@ class _Lane:
     def append(self, entry: _Entry) -> None:
         """Add a queued entry at the tail."""
         self.jobs.append(entry)
+        self.last += 1
+        entry.pos = self.last
         model = entry.job.model
-        if model is not None:
-            fifo = self.by_model.get(model)
-            if fifo is None:
-                self.by_model[model] = fifo = deque()
-            fifo.append(entry)
+        fifo = self.by_model.get(model)
+        if fifo is None:
+            self.by_model[model] = fifo = deque()
+        fifo.append(entry)
         self.live += 1
 
     def appendleft(self, entry: _Entry) -> None:
         """Put a queued entry back at the head (a requeued job)."""
         self.jobs.appendleft(entry)
+        entry.pos = self.first
+        self.first -= 1
         model = entry.job.model
-        if model is not None:
-            fifo = self.by_model.get(model)
-            if fifo is None:
-                self.by_model[model] = fifo = deque()
-            fifo.appendleft(entry)
+        fifo = self.by_model.get(model)
+        if fifo is None:
+            self.by_model[model] = fifo = deque()
+        fifo.appendleft(entry)
         self.live += 1
 
     def candidates(
@@ -154,6 +208,8 @@ class _Lane:
                 fifo.popleft()
             if not fifo:
                 del by_model[model]
+                continue
+            if model is None:
                 continue
             aff = affinity(model)
             if aff <= 0.0:
