@@ -127,6 +127,8 @@ class RunResult:
             empty on one GPU).
         forecasts: Per group, the finish forecasts ``(now, fraction done, forecast)`` taken
             during the run (only for a dispatcher with groups).
+        runs: Every attempt a fleet's worker ran: ``(worker index, job, start, end)``, in the
+            order they ended (running ones at the end of the run last; empty on one GPU).
     """
 
     spec: PolicySpec
@@ -150,6 +152,7 @@ class RunResult:
     workers: list[WorkerStats] = attrs.field(factory=list)
     worker_of: list[int] = attrs.field(factory=list)
     forecasts: dict[str, list[tuple[float, float, float | None]]] = attrs.field(factory=dict)
+    runs: list[tuple[int, int, float, float]] = attrs.field(factory=list)
 
     @property
     def clock_end(self) -> float:

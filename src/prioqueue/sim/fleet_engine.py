@@ -178,6 +178,7 @@ def simulate_fleet(
     worker_of = [-1] * n
     result = RunResult(spec, workload, status, start, end, load)
     retries = result.retries
+    runs = result.runs
     feed = ChainFeed(workload)
     forecasts = ForecastLog(workload, queue, feed)
     grouped = forecasts.active
@@ -269,6 +270,7 @@ def simulate_fleet(
         del holder[j]
         w.awake = True
         if w.running == j:
+            runs.append((w.index, j, start[j], t))
             w.busy += t - start[j]
             if w.run_end == inf:
                 hung -= 1
@@ -324,8 +326,8 @@ def simulate_fleet(
                 retries.append((j, granted, now, load[j] if ran else 0.0))
                 if ran:
                     w.lost += now - start[j]
-                start[j] = nan
                 stop_running(w, j, now)
+                start[j] = nan
                 if expired.requeued:
                     status[j] = QUEUED
                     if hold > 0 and arrivals[j].model is not None:
@@ -389,6 +391,8 @@ def simulate_fleet(
             progress(finished)
 
     for w in fleet:  # unfinished work at the horizon
+        if w.running >= 0:
+            runs.append((w.index, w.running, start[w.running], stop if cut else now))
         for j in w.held:
             if w.running != j:
                 status[j] = QUEUED  # prefetched, never started: still waiting

@@ -539,17 +539,18 @@ def build_queue(spec: PolicySpec, lease_for: Callable[[Any], float] | None = Non
     )
 
 
-def reorder_counts(queue: SimQueue, now: float) -> dict[int, dict[str, int]]:
+def reorder_counts(queue: object, now: float) -> dict[int, dict[str, int]]:
     """Return the dispatcher's reorders by level and cause (empty for the baselines).
 
     Args:
-        queue: The queue after the run.
+        queue: The queue after the run (a baseline, or a dispatcher with ``stats``).
         now: The end of the run.
 
     Returns:
         ``{level: {cause: count}}`` with the causes of ``REORDER_CAUSES``.
     """
-    if not hasattr(queue, "stats"):  # a baseline
+    stats_of = getattr(queue, "stats", None)
+    if stats_of is None:  # a baseline
         return {}
-    stats = queue.stats(now=now)  # type: ignore[attr-defined]
+    stats = stats_of(now=now)
     return {level: dict(s.reorders.as_dict()) for level, s in stats.levels.items()}

@@ -301,12 +301,26 @@ SCENARIOS: dict[str, Scenario] = {
             _swap_storm,
         ),
         Scenario(
+            "overload",
+            "arrivals at 110 % of capacity on all levels until the horizon (aging against "
+            "starvation)",
+            {
+                "hours": 8.0,
+                "members": 10,
+                "load": 1.1,
+                "cancel_fraction": 0.01,
+                "lost_fraction": 0.005,
+                "horizon": 8.0,
+            },
+            _overload,
+        ),
+        Scenario(
             "fleet-night",
             "4 GPUs: two films, an interactive crowd and a long tail of rarely used models "
             "(warm routing)",
             {
                 "gpus": 4,
-                "shots": 120,
+                "shots": 80,
                 "shot_seconds": 240.0,
                 "offset": 600.0,
                 "hours": 8.0,
@@ -322,20 +336,6 @@ SCENARIOS: dict[str, Scenario] = {
                 "horizon": 0.0,
             },
             _fleet_night,
-        ),
-        Scenario(
-            "overload",
-            "arrivals at 110 % of capacity on all levels until the horizon (aging against "
-            "starvation)",
-            {
-                "hours": 8.0,
-                "members": 10,
-                "load": 1.1,
-                "cancel_fraction": 0.01,
-                "lost_fraction": 0.005,
-                "horizon": 8.0,
-            },
-            _overload,
         ),
     )
 }
