@@ -164,6 +164,8 @@ class _Core:
         self._scorer = scorer
         self._policy = policy
         self._charge = charge_function(charge)
+        # The default model needs no check: expected and measured runtimes are finite, >= 0.
+        self._plain_charge = isinstance(charge, str) and charge == "runtime"
         self._lease_for: LeaseFunction | None = lease_function(lease_for)
         self._max_queued = limit("max_queued", max_queued)
         self._max_member = limit("max_queued_per_member", max_queued_per_member)
@@ -504,8 +506,7 @@ class _Core:
             # starts at its first job's arrival, as it would alone at its level.
             start = -math.inf if self._fair_share and lift else job.arrival
             lane = self._lanes[key] = self._new_lane(job.member, job.priority, start)
-        entry = _Entry(job, lane, attempt, now if requeue else job.arrival)
-        entry.mark = self._dispatches
+        entry = _Entry(job, lane, attempt, now if requeue else job.arrival, self._dispatches)
         self._entries[job.id] = entry
         was_backlogged = lane.live > 0
         if not was_backlogged and self._fair_share and not requeue and lift:

@@ -55,6 +55,10 @@ class DispatchRecord(NamedTuple):
     score: ScoreBreakdown
     resident: str | None
     worker: str | None
+    size: int  # estimated bytes, for the history's byte budget
+
+
+_new_record = tuple.__new__  # builds a DispatchRecord without its Python-level __new__
 
 
 class _Engine(_Reporting):
@@ -125,7 +129,9 @@ class _Engine(_Reporting):
         charged = 0.0
         capacity = max(1, self._live)
         if self._fair_share:
-            expected = self._checked_charge(job, self._expected_runtime(job), "expected charge")
+            expected = self._expected_runtime(job)
+            if not self._plain_charge:
+                expected = self._checked_charge(job, expected, "expected charge")
             charged = expected / capacity
         # The reported term is never negative; the ranking uses s itself (a lane charged up
         # front for jobs still running may be ahead of the clock).
@@ -155,13 +161,14 @@ class _Engine(_Reporting):
         lane.owner.running += 1
         if charged:
             lane.held += charged
-            lane.set_s()
+            lane.s = lane.settled + lane.held
             if lane.live:
-                lane.log_s(t)
+                # Only the lift's minimum needs the new s now (``s_log``, for explain, follows
+                # the settled part: it is written at completions and lifts).
                 self._note_s(lane)
         if lease is not None:
             _heappush(self._deadlines, (lease.deadline, job.seq, id(entry), entry))
-        if job.model is not None:
+        if job.model is not None and job.model != resident:
             self._set_resident(worker, job.model)
         if swap:
             self._swaps += 1
@@ -182,17 +189,18 @@ class _Engine(_Reporting):
         if not limit:
             return
         history = self._history
-        size = _RECORD_BYTES + len(job.id) + len(job.member) + len(job.model or "")
+        model = job.model
+        size = _RECORD_BYTES + len(job.id) + len(job.member) + (len(model) if model else 0)
         history.append(
-            DispatchRecord(
-                t, self._dispatches, job.id, job.member, job.priority, job.seq, job.model,
-                score, resident, name,
+            _new_record(
+                DispatchRecord,
+                (t, self._dispatches, job.id, job.member, job.priority, job.seq, model,
+                 score, resident, name, size),
             )
         )  # fmt: skip
         total = self._history_size + size
-        while history and (len(history) > limit or total > self._history_bytes):
-            old = history.popleft()
-            total -= _RECORD_BYTES + len(old.job_id) + len(old.member) + len(old.model or "")
+        while len(history) > limit or total > self._history_bytes:
+            total -= history.popleft().size
         self._history_size = total
 
     def _lease(self, job: Job, worker: _Worker, t: float) -> Lease:
@@ -337,7 +345,9 @@ class _Engine(_Reporting):
         Complexity: amortised O(log n + M + slots).
         """
         t = finite("now", now)
-        entry = self._held_entry(job_id, worker, "complete")
+        entry = (
+            self._entry(job_id) if worker is None else self._held_entry(job_id, worker, "complete")
+        )
         if entry.state != RUNNING:
             raise InvalidState(f"job {job_id!r} is queued, not running; cancel() removes it")
         grant = entry.grant
@@ -353,7 +363,10 @@ class _Engine(_Reporting):
             if measured < 0:
                 raise ValueError(f"runtime must be >= 0 seconds, got {runtime!r}")
         measured = max(measured, 0.0)
-        final = self._final_charge(entry.job, measured, charge)
+        if charge is None and self._plain_charge:
+            final = measured
+        else:
+            final = self._final_charge(entry.job, measured, charge)
         self._tick(t)
         entry.worker.last_seen = t
         self._finish(entry, measured, t, final)

@@ -54,10 +54,10 @@ class _Entry:
         queued_at: When it entered the queue (its arrival, or the requeue time).
         pos: Its position key in the lane (lane order is ascending ``pos``).
         mark: The dispatch counter when it was queued (``explain`` reads the history after).
-        worker: The worker holding it (RUNNING only), else None.
-        charged: The up-front charge added to its lane's ``s`` at the grant.
-        capacity: The fleet's capacity at the grant.
-        grant: Its grant (RUNNING only).
+        worker: The worker holding it; set at the grant (read it only once granted).
+        charged: The up-front charge added to its lane's ``s`` at the grant (same).
+        capacity: The fleet's capacity at the grant (same).
+        grant: Its grant (same).
     """
 
     __slots__ = (
@@ -75,7 +75,16 @@ class _Entry:
         "worker",
     )
 
-    def __init__(self, job: Job, lane: _Lane, attempt: int, queued_at: float) -> None:
+    worker: Any
+    charged: float
+    capacity: int
+    grant: Any
+
+    def __init__(
+        self, job: Job, lane: _Lane, attempt: int, queued_at: float, mark: int = 0
+    ) -> None:
+        # The grant-time attributes (worker, charged, capacity, grant) are set by the grant:
+        # leaving them unset here keeps submit cheap.
         self.job = job
         self.lane = lane
         self.attempt = attempt
@@ -83,11 +92,7 @@ class _Entry:
         self.granted_at = 0.0
         self.queued_at = queued_at
         self.pos = 0
-        self.mark = 0
-        self.worker: Any = None
-        self.charged = 0.0
-        self.capacity = 1
-        self.grant: Any = None
+        self.mark = mark
 
 
 class _Lane:

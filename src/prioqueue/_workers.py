@@ -7,7 +7,9 @@ Theory of operation (the model is docs/design/fleet.md):
 * ``best_for`` finds the winner of a pop for one worker. Each backlogged lane offers the worker
   its oldest *eligible* job (the model is served, ``accepts`` says yes, no warm hold applies),
   or, when it holds an eligible job for the worker's resident model within the affinity window,
-  the oldest such job with the affinity bonus. Offers compare by ``(-key, s, seq)``.
+  the oldest such job with the affinity bonus. Offers compare by ``(-key, s, tie seq)``, the
+  tie seq being that of the lane's head (or of its first job for the resident model): the
+  heap items' own order.
 * The rankings' heaps are read in order: items are popped into a scratch list until the best
   offer is certain, then pushed back. Stale items met on the way are dropped for good. A lane
   whose member is at its running cap, or that holds no eligible job, is skipped.
@@ -110,13 +112,15 @@ def lease_function(lease_for: object) -> LeaseFunction | None:
 
         def calculated(job: Job, worker: _Worker) -> float:
             if not worker.slow:
-                return float(calculator(job))
+                plain: int = calculator(job)
+                return plain
             source = _request_source(job)
             if isinstance(source, ImageRequest):
                 return float(calculator.for_request(attrs.evolve(source, extra_slow_worker=True)))
             kwargs = dict(_request_kwargs(source))
             kwargs["extra_slow_worker"] = True
-            return float(calculator.seconds(**kwargs))
+            seconds: int = calculator.seconds(**kwargs)
+            return seconds
 
         return calculated
     function: Callable[..., Any] = lease_for
@@ -229,7 +233,10 @@ def best_for(
 ) -> tuple[_Lane, _Entry, float] | None:
     """The winning ``(lane, entry, bonus)`` for the search's worker, or None.
 
-    The heaps are left holding the same current items (popped ones are pushed back).
+    Offers compare by the heap items themselves (``-key, s, tie seq``: the lane's head, or its
+    first job for the resident model), so in each heap the first lane with an eligible job is
+    that heap's best; the winner is the better of the two. The heaps are left holding the same
+    current items (popped ones are pushed back).
     """
     best: tuple[tuple[float, float, int], _Lane, _Entry, float] | None = None
     resident = search.resident
@@ -247,7 +254,7 @@ def best_for(
                 if item[3] != lane.version or not lane.live:
                     heappop(heap)
                     continue
-                if best is not None and item[:2] > best[0][:2]:
+                if best is not None and item[:3] > best[0]:
                     break
                 scratch.append(heappop(heap))
                 if search.capped(lane):
@@ -257,11 +264,9 @@ def best_for(
                     entry = search.affinity_job(lane, resident, window)
                 else:
                     entry = search.first(lane)
-                if entry is None:
-                    continue
-                key = (item[0], item[1], entry.job.seq)
-                if best is None or key < best[0]:
-                    best = (key, lane, entry, bonus)
+                if entry is not None:
+                    best = (item[:3], lane, entry, bonus)
+                    break
         finally:
             for item in scratch:
                 heappush(heap, item)

@@ -313,7 +313,7 @@ class FleetDispatcher(_Engine):
             UnknownJob: The id is not queued or held.
         """
         entry = self._entry(job_id)
-        return None if entry.worker is None or entry.state == QUEUED else entry.worker.name
+        return None if entry.state == QUEUED else entry.worker.name
 
     @property
     def capacity(self) -> int:
