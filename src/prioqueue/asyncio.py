@@ -53,15 +53,28 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from prioqueue._asyncio_chain import AsyncChain, ChainResult
 from prioqueue._errors import ChargeError, LeaseError, LeaseExpired, PrioqueueError
 from prioqueue.dispatcher import SizeOneDispatcher
-from prioqueue.records import Expired, Explanation, Grant, Stats, Ticket
+from prioqueue.records import Expired, Explanation, Grant, Job, Stats, Ticket
 
-__all__ = ["AsyncDispatcher", "DispatcherClosed", "JobCancelled", "QueueTimeout", "Turn"]
+if TYPE_CHECKING:
+    from prioqueue._groups import CancelRunning, GroupStatus
+    from prioqueue.chain import FailurePolicy
+
+__all__ = [
+    "AsyncChain",
+    "AsyncDispatcher",
+    "ChainResult",
+    "DispatcherClosed",
+    "JobCancelled",
+    "QueueTimeout",
+    "Turn",
+]
 
 Clock = Callable[[], float]
 ExpiryCallback = Callable[[Expired], object]
@@ -110,6 +123,7 @@ class Turn:
     __slots__ = (
         "_entered",
         "_expired",
+        "_fails",
         "_future",
         "_gate",
         "_grant",
@@ -137,6 +151,7 @@ class Turn:
         self._revoked: asyncio.Event | None = None
         self._resident_before: str | None = None
         self._entered = False
+        self._fails = False  # a block that raises fails the job (a chain's turn), not cancel
 
     @property
     def ticket(self) -> Ticket | None:
@@ -329,6 +344,7 @@ class AsyncDispatcher:
         estimate: float | None = None,
         payload: Any = None,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> Turn:
         """Make the async context manager of one job's turn at the resource.
 
@@ -350,6 +366,7 @@ class AsyncDispatcher:
                 for as long as it takes. Past it the job is removed and entering raises
                 :class:`QueueTimeout`. It does not bound the time the block holds the
                 resource; the lease does.
+            group: The job's group label (see ``SizeOneDispatcher.submit``), or None.
 
         Returns:
             The :class:`Turn`.
@@ -369,7 +386,65 @@ class AsyncDispatcher:
             "estimate": estimate,
             "payload": payload,
         }
+        if group is not None:
+            kwargs["group"] = group
         return Turn(self, job_id, kwargs, timeout)
+
+    def chain(
+        self,
+        specs: Iterable[Mapping[str, Any]],
+        *,
+        run: Callable[[Grant], Awaitable[Any]],
+        depth: int = 1,
+        group: str | None = None,
+        on_failure: FailurePolicy = "stop",
+    ) -> AsyncChain:
+        """Run a sequence of jobs through :class:`~prioqueue.chain.Chain`, ``depth`` at a time.
+
+        ``async for result in gate.chain(specs, run=render):`` submits the first ``depth``
+        jobs, awaits ``run(grant)`` while each holds the resource, submits the next as each
+        finishes, and yields a :class:`ChainResult` per job in completion order (a job whose
+        ``run`` raised counts as failed and the failure policy applies). Use ``async with``
+        (or ``aclose()``) to cancel what is left when leaving the loop early.
+
+        Args:
+            specs: The jobs: mappings of :meth:`turn`'s keyword arguments plus ``job_id``.
+            run: ``async (grant) -> value``: the work, done while the job holds the resource.
+            depth: Most jobs in flight at once.
+            group: The group label (None: the first ``job_id``).
+            on_failure: ``"stop"``, ``"skip"`` or ``("retry", n)`` (see ``Chain``).
+
+        Returns:
+            The async iterator of results.
+
+        Raises:
+            TypeError, ValueError, ConfigError: As ``Chain`` does; ``run`` is not callable.
+        """
+        return AsyncChain(self, specs, run=run, depth=depth, group=group, on_failure=on_failure)
+
+    def group_status(self, group: str) -> GroupStatus:
+        """Return ``dispatcher.group_status(group, now=self.now())``.
+
+        Raises:
+            UnknownGroup: No job was ever submitted in the group.
+        """
+        return self._d.group_status(group, now=self.now())
+
+    def cancel_group(self, group: str, *, running: CancelRunning = "keep") -> list[Job]:
+        """Cancel the group's queued jobs (and running one, if asked): see :meth:`cancel`.
+
+        Raises:
+            UnknownGroup: No job was ever submitted in the group.
+            ValueError: ``group`` or ``running`` is invalid.
+        """
+        now = self.now()
+        cancelled = self._d.cancel_group(group, now=now, running=running)
+        for job in cancelled:
+            turn = self._waiters.pop(job.id, None)
+            if turn is not None:
+                self._drop_waiter(turn, JobCancelled(f"job {job.id!r} was cancelled"))
+        self._pump(now)
+        return cancelled
 
     def cancel(self, job_id: str) -> None:
         """Cancel a queued or running job and dispatch the next one.
@@ -607,6 +682,8 @@ class AsyncDispatcher:
                 # The resource must be freed all the same: finish with no charge, say why.
                 self._report(exc, f"the charge model failed for job {turn.job_id!r}")
                 self._d.complete(turn.job_id, now=now, runtime=runtime, charge=0.0)
+        elif turn._fails and failed and not unused and turn._grant is not None:
+            self._cancel(turn.job_id, now, fail=True)  # a chain's run raised: failed
         else:
             self._cancel(turn.job_id, now)
             grant = turn._grant
@@ -615,13 +692,14 @@ class AsyncDispatcher:
         del self._waiters[turn.job_id]
         self._pump(now)
 
-    def _cancel(self, job_id: str, now: float) -> None:
-        """Cancel a job; a held one whose charge model fails is finished with no charge."""
+    def _cancel(self, job_id: str, now: float, *, fail: bool = False) -> None:
+        """Cancel (or fail) a job; a held one whose charge model fails gets no charge."""
+        remove = self._d.fail if fail else self._d.cancel
         try:
-            self._d.cancel(job_id, now=now)
+            remove(job_id, now=now)
         except ChargeError as exc:
             self._report(exc, f"the charge model failed for job {job_id!r}")
-            self._d.cancel(job_id, now=now, charge=0.0)
+            remove(job_id, now=now, charge=0.0)
 
     def _report(self, exc: BaseException, message: str) -> None:
         if self._loop is not None and not self._loop.is_closed():
