@@ -388,3 +388,76 @@ def test_one_gpu_warm_first() -> None:
     warm = simulate(workload, parse_spec("warm-first"))
     assert all(s in (DONE, CANCELLED) for s in warm.status)
     assert warm.swaps < fifo.swaps
+
+
+# --------------------------------------------------------------------------- chains
+
+
+def test_chain_feed_submits_what_a_real_chain_submits() -> None:
+    from prioqueue import SizeOneDispatcher
+    from prioqueue.chain import Chain
+    from prioqueue.sim.groups import ChainFeed
+
+    for depth in (1, 2, 3):
+        jobs = [Arrival(0.0, "d", -100, duration=10.0, group="film") for _ in range(7)]
+        feed = ChainFeed(Workload("film", jobs, chains={"film": depth}))
+        gpu = SizeOneDispatcher()
+        specs = [{"job_id": str(k), "member": "d", "priority": -100} for k in range(7)]
+        chain = Chain(gpu, specs, depth=depth, group="film")
+        real = [[t.job.id for t in chain.start(now=0.0).submitted]]
+        ours = [[str(k) for j in range(7) for k in feed.arrive(j)]]
+        now = 0.0
+        while len(gpu):
+            grant = gpu.dispatch(now)
+            assert grant is not None
+            now += 10.0
+            gpu.complete(grant.job.id, now=now)
+            real.append([t.job.id for t in chain.completed(grant.job.id, now=now).submitted])
+            ours.append([str(k) for k in feed.left(int(grant.job.id))])
+        assert ours == real
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2])
+def test_a_chained_film_is_submitted_as_shots_leave(depth: int) -> None:
+    workload = build("film-night", shots=12, hours=1.0, film_depth=depth, cancel_fraction=0.0)
+    assert workload.chains == ({"film": depth} if depth else {})
+    result = simulate(workload, parse_spec("prioqueue"))
+    film = [j for j, a in enumerate(workload.arrivals) if a.group == "film"]
+    submitted = sorted(result.submitted[j] for j in film)
+    ends = sorted(result.end[j] for j in film)
+    if depth == 0:
+        assert submitted == [0.0] * len(film)
+    else:
+        assert submitted == [0.0] * depth + ends[: len(film) - depth]
+    report = build_report(workload, [result])["policies"]["prioqueue"]["groups"]["film"]
+    assert report["finish"] == pytest.approx(ends[-1], abs=1e-3)
+    assert report["depth"] == (depth or None)
+
+
+@pytest.mark.parametrize("depth", [0, 1])
+def test_the_forecast_is_exact_when_estimates_are_and_nothing_else_arrives(depth: int) -> None:
+    jobs = [
+        Arrival(0.0, "d", -100, duration=30.0 + k, estimate=30.0 + k, group="film")
+        for k in range(20)
+    ]
+    chains = {"film": depth} if depth else {}
+    workload = Workload("film", jobs, chains=chains)
+    result = simulate(workload, parse_spec("prioqueue"))
+    forecast = build_report(workload, [result])["policies"]["prioqueue"]["groups"]["film"][
+        "forecast"
+    ]
+    assert len(forecast["points"]) == 10  # the start and each tenth done
+    assert forecast["max_abs_error"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_forecasts_are_early_by_the_crowd_that_arrives_later() -> None:
+    workload = build("film-night", shots=40, hours=4.0)
+    result = simulate(workload, parse_spec("prioqueue"))
+    forecast = build_report(workload, [result])["policies"]["prioqueue"]["groups"]["film"][
+        "forecast"
+    ]
+    errors = [p["error"] for p in forecast["points"]]
+    assert errors[0] < -600  # the crowd's work that arrives later is not foreseen
+    assert abs(errors[-1]) < abs(errors[0])
+    baseline = simulate(workload, parse_spec("strict"))
+    assert baseline.forecasts == {}  # baselines have no groups

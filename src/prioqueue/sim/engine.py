@@ -298,7 +298,7 @@ def simulate(
         if a.cancel_after is not None:
             heapq.heappush(cancels, (t + a.cancel_after, j))
         if grouped and a.group is not None:
-            forecasts.started(a.group, t)
+            forecasts.started(a.group)
 
     def left(j: int, t: float) -> None:
         """Job ``j`` left for good: count it, feed its chain, log its group."""
@@ -371,6 +371,8 @@ def simulate(
             else:
                 submit(i, now)
             i += 1
+        if grouped:
+            forecasts.flush(now)
         if running < 0 and len(queue):  # 5. dispatch
             grant = dispatch(now)
             events += 1

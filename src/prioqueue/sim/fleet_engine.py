@@ -216,7 +216,7 @@ def simulate_fleet(
         if hold > 0 and a.model is not None:
             heapq.heappush(wakes, t + hold)
         if grouped and a.group is not None:
-            forecasts.started(a.group, t)
+            forecasts.started(a.group)
 
     def left(j: int, t: float) -> None:
         """Job ``j`` left for good: count it, feed its chain, log its group."""
@@ -351,6 +351,8 @@ def simulate_fleet(
             else:
                 submit(i, now)
             i += 1
+        if grouped:
+            forecasts.flush(now)
         if poll > 0:  # a tick that passed while nothing waited: the next one from now
             for w in fleet:
                 if w.tick < now:

@@ -9,8 +9,8 @@ depth is submitted as it arrives (all at once, for a film).
 
 :class:`ChainFeed` is that producer for every policy (the baselines have no groups); the
 tests check it submits exactly what a real ``Chain`` submits. :class:`ForecastLog` records, for a
-dispatcher that has ``group_status``, the group's finish forecast at the start and each time
-another tenth of its jobs is done: ``group_status(...).forecast_finish``, plus, for a chain,
+dispatcher that has ``group_status``, the group's finish forecast at the start (once the
+arrivals of that instant are all submitted) and each time another tenth of its jobs is done: ``group_status(...).forecast_finish``, plus, for a chain,
 the estimates of the shots not yet submitted (what ``Chain.forecast_finish`` adds).
 """
 
@@ -97,6 +97,7 @@ class ForecastLog:
         self._size = sizes
         self._done = dict.fromkeys(sizes, 0)
         self._next = dict.fromkeys(sizes, 0)
+        self._due: list[str] = []
         self.points: dict[str, list[tuple[float, float, float | None]]] = {g: [] for g in sizes}
         """Per group: ``(now, fraction done, forecast finish or None)``."""
 
@@ -105,10 +106,16 @@ class ForecastLog:
         """Whether forecasts are taken (the queue has groups and the workload has some)."""
         return self.status is not None and bool(self._size)
 
-    def started(self, group: str, now: float) -> None:
-        """The group's first job was submitted: take the first forecast."""
-        if self._next[group] == 0:
+    def started(self, group: str) -> None:
+        """A job of the group was submitted: the first time, a forecast is due at ``flush``."""
+        if self._next[group] == 0 and group not in self._due:
+            self._due.append(group)
+
+    def flush(self, now: float) -> None:
+        """Take the start forecasts that are due (after all the instant's arrivals)."""
+        for group in self._due:
             self._take(group, now)
+        self._due.clear()
 
     def finished(self, group: str, now: float) -> None:
         """A job of the group left: take a forecast when another tenth is done."""
