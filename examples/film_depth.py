@@ -42,7 +42,7 @@ def depth_table() -> None:
     """Part 1: waits and the film's finish by depth and policy."""
     print("film-night, one GPU, seeds 1-3: medians over the seeds\n")
     headers = ("depth", "policy", "inter. p50", "inter. p99", "normal p99", "film done", "swaps")
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for depth in DEPTHS:
         for policy in ("fifo", "strict", "prioqueue"):
             runs = [_run(policy, seed, film_depth=depth) for seed in SEEDS]
@@ -64,8 +64,11 @@ def forecast_table() -> None:
     """Part 2: the forecast's error against the actual finish (prioqueue)."""
     print("\nfilm finish forecast under prioqueue, seeds 1-3 (error = forecast - actual)\n")
     headers = ("workload", "depth", "mean |error|", "max |error|", "|error| / time left")
-    rows = []
-    cases = (("with the crowd", {}), ("film alone", {"members": 0}))
+    rows: list[tuple[str, ...]] = []
+    cases: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("with the crowd", {}),
+        ("film alone", {"members": 0}),
+    )
     for name, params in cases:
         for depth in (0, 1):
             runs = [_run("prioqueue", seed, film_depth=depth, **params) for seed in SEEDS]

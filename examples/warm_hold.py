@@ -33,7 +33,7 @@ def _cell(values: list[float], digits: int = 0, unit: str = "") -> str:
 
 def measure(poll: float, slots: int) -> list[tuple[str, ...]]:
     """One row per warm_hold: swaps, interactive p50 and p99, fleet utilisation."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     fleet = [WorkerSpec(f"gpu-{k}", slots=slots) for k in range(4)]
     workloads = [build("fleet-night", seed=seed) for seed in SEEDS]
     for hold in HOLDS:

@@ -8,10 +8,11 @@ submits the next. A job is never submitted before its own arrival time. A group 
 depth is submitted as it arrives (all at once, for a film).
 
 :class:`ChainFeed` is that producer for every policy (the baselines have no groups); the
-tests check it submits exactly what a real ``Chain`` submits. :class:`ForecastLog` records, for a
-dispatcher that has ``group_status``, the group's finish forecast at the start (once the
-arrivals of that instant are all submitted) and each time another tenth of its jobs is done: ``group_status(...).forecast_finish``, plus, for a chain,
-the estimates of the shots not yet submitted (what ``Chain.forecast_finish`` adds).
+tests check it submits exactly what a real ``Chain`` submits. :class:`ForecastLog` records,
+for a dispatcher that has ``group_status``, the group's finish forecast at the start (once
+the arrivals of that instant are all submitted) and each time another tenth of its jobs is
+done: ``group_status(...).forecast_finish``, plus, for a chain, the estimates of the shots not
+yet submitted (what ``Chain.forecast_finish`` adds).
 """
 
 from __future__ import annotations
