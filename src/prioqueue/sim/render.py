@@ -361,8 +361,12 @@ def verdict_table(report: Mapping[str, Any]) -> Table:
     found = {one["scenario"]["params"].get("seed") for one in reports_of(report)}
     seeds = sorted(str(seed) for seed in found if seed is not None)
     where = f"seed {', '.join(seeds)}; " if seeds else ""
+    kinds = {
+        row["kind"] for one in reports_of(report) for row in one["summary"]["policies"].values()
+    }
+    against = "fifo, strict and warm-first" if "warm-first" in kinds else "fifo and strict"
     return Table(
-        f"Verdict: prioqueue against fifo and strict ({where}details and definitions below)",
+        f"Verdict: prioqueue against {against} ({where}details and definitions below)",
         (
             "scenario",
             "policy",
