@@ -461,3 +461,24 @@ def test_forecasts_are_early_by_the_crowd_that_arrives_later() -> None:
     assert abs(errors[-1]) < abs(errors[0])
     baseline = simulate(workload, parse_spec("strict"))
     assert baseline.forecasts == {}  # baselines have no groups
+
+
+def test_fleet_charts_draw_one_timeline_row_per_worker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    from prioqueue.sim.plot import _rows
+
+    workload = build("fleet-night", hours=1.0, shots=4)
+    result = simulate(workload, parse_spec("prioqueue"))
+    rows = _rows(result)
+    assert [label for label, _ in rows] == [f"prioqueue gpu-{k}" for k in range(4)]
+    assert sum(len(spans) for _, spans in rows) == len(result.runs)
+    args = ["simulate", "--scenario", "fleet-night", "--param", "hours=1", "--param", "shots=4"]
+    assert main([*args, "--plot", str(tmp_path), "--plain", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "service_gap.png",
+        "timeline.png",
+        "waits.png",
+    ]
