@@ -35,8 +35,9 @@ load, counted from when the worker's jobs ahead of it must have ended (their lea
 deadlines), so a prefetched job never expires while it waits behind a healthy one.
 
 Workers report the seconds a job really ran (``complete(..., runtime=...)``), as the design
-note asks of workers with prefetch slots. Each step is O(log n) plus the policy's cost and
-O(workers) for the pull round.
+note asks of workers with prefetch slots; under ``charge="runtime"`` a cancelled held job is
+charged the seconds it ran (0 while it was still prefetched). Each step is O(log n) plus the
+policy's cost and O(workers) for the pull round.
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ def simulate_fleet(
         spec, workers, None if lease_factor is None else lease_for
     )
     hold = 0.0 if spec.is_baseline else float(spec.params.warm_hold)
+    by_runtime = not spec.is_baseline and spec.params.charge == "runtime"
     status = [PENDING] * n
     start = [nan] * n
     end = [nan] * n
@@ -338,7 +340,10 @@ def simulate_fleet(
         while cancels and cancels[0][0] <= now:  # 3. cancellations
             j = heapq.heappop(cancels)[1]
             if status[j] == QUEUED or status[j] == RUNNING:
-                queue.cancel(str(j), now=now)
+                charge = None
+                if j in holder and by_runtime:  # charge what it ran, not its prefetch wait
+                    charge = now - start[j] if holder[j].running == j else 0.0
+                queue.cancel(str(j), now=now, charge=charge)
                 events += 1
                 if j in holder:
                     stop_running(holder[j], j, now)

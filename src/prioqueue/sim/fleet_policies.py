@@ -75,7 +75,9 @@ class FleetQueue(Protocol):
         self, job_id: str, *, now: float, runtime: float | None = None, worker: str | None = None
     ) -> object: ...
 
-    def cancel(self, job_id: str, *, now: float) -> object: ...  # noqa: D102
+    def cancel(  # noqa: D102
+        self, job_id: str, *, now: float, charge: float | None = None
+    ) -> object: ...
 
     def expire(self, now: float) -> Sequence[ExpiredLike]: ...  # noqa: D102
 
@@ -281,8 +283,8 @@ class _PullBaseline(abc.ABC):
         del self._jobs[job_id]
         return job
 
-    def cancel(self, job_id: str, *, now: float) -> object:
-        """Drop a queued or held job.
+    def cancel(self, job_id: str, *, now: float, charge: float | None = None) -> object:
+        """Drop a queued or held job (``charge`` is accepted and ignored: no fair share).
 
         Raises:
             UnknownJob: The id is not queued or held.
