@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from prioqueue import (
     ConfigError,
     DuplicateJob,
+    FleetDispatcher,
     InvalidState,
     SizeOneDispatcher,
     UnknownGroup,
@@ -691,3 +692,69 @@ def test_forecast_finish_with_nothing_submitted_after_a_full_queue() -> None:
     unknown = Chain(d, specs, group="film-2")
     unknown.start(now=10.0)
     assert unknown.forecast_finish(now=10.0) is None  # no estimate, no history
+
+
+# ---------------------------------------------------------------------------- the fleet
+
+
+def drive_fleet(chain: Chain, workers: list[str]) -> list[tuple[float, float, str, str]]:
+    """Workers pop the chain's shots, each running for its estimate; ``(start, end, job, w)``."""
+    fleet = chain.dispatcher
+    assert isinstance(fleet, FleetDispatcher)
+    chain.start(now=0.0)
+    now = 0.0
+    held: dict[str, tuple[str, float]] = {}
+    schedule = []
+    while True:
+        for name in workers:
+            if name not in held and (grant := fleet.pop(name, now=now)) is not None:
+                end = now + (grant.job.estimate or 0.0)
+                held[name] = (grant.job.id, end)
+                schedule.append((now, end, grant.job.id, name))
+        if not held:
+            return schedule
+        name = min(held, key=lambda n: (held[n][1], n))
+        job_id, now = held.pop(name)
+        fleet.complete(job_id, now=now, worker=name)
+        chain.completed(job_id, now=now)
+
+
+@pytest.mark.parametrize(
+    ("depth", "schedule"),
+    [
+        # depth 1: one shot in flight, so the second worker never gets one: 4 x 100 s.
+        (1, [(0, 100, "s1", "w1"), (100, 200, "s2", "w1"), (200, 300, "s3", "w1"),
+             (300, 400, "s4", "w1")]),
+        # depth 2: both workers busy; s3 and s4 are queued as s1 and s2 complete at 100.
+        (2, [(0, 100, "s1", "w1"), (0, 100, "s2", "w2"), (100, 200, "s3", "w1"),
+             (100, 200, "s4", "w2")]),
+        # depth 3: the same on two workers (the third shot waits queued for a free worker).
+        (3, [(0, 100, "s1", "w1"), (0, 100, "s2", "w2"), (100, 200, "s3", "w1"),
+             (100, 200, "s4", "w2")]),
+    ],
+)  # fmt: skip
+def test_chain_on_a_fleet_against_a_hand_computed_schedule(
+    depth: int, schedule: list[tuple[float, float, str, str]]
+) -> None:
+    fleet = FleetDispatcher()
+    fleet.join("w1", now=0.0)
+    fleet.join("w2", now=0.0)
+    chain = Chain(fleet, shots(4), depth=depth, group="film")
+    assert drive_fleet(chain, ["w1", "w2"]) == schedule
+    assert chain.progress.state == "finished"
+    status = chain.status(now=400.0)
+    assert (status.done, status.gpu_seconds) == (4, 400.0)
+
+
+def test_chain_on_a_fleet_fails_a_held_job_for_its_worker() -> None:
+    fleet = FleetDispatcher()
+    fleet.join("w1", now=0.0)
+    chain = Chain(fleet, shots(2), group="film", on_failure="skip")
+    chain.start(now=0.0)
+    grant = fleet.pop("w1", now=0.0)
+    assert grant is not None
+    step = chain.failed(grant.job.id, now=40.0)  # the chain fails it in the fleet
+    assert [t.job.id for t in step.submitted] == ["s2"]
+    assert fleet.worker("w1").held == ()
+    status = chain.status(now=40.0)
+    assert (status.failed, status.queued, status.gpu_seconds) == (1, 1, 40.0)

@@ -22,6 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from prioqueue import (
     CancelRunning,
+    FleetDispatcher,
     GroupStatus,
     InvalidState,
     Job,
@@ -517,3 +518,91 @@ def test_prometheus_exposes_running_groups() -> None:
     assert running_groups() == 2
     d.cancel_group("f2", now=1.0)
     assert running_groups() == 1
+
+
+# ---------------------------------------------------------------------------- the fleet
+
+
+def test_fleet_groups_count_pops_take_backs_and_leaves() -> None:
+    fleet = FleetDispatcher(lease_for=lambda job: 100.0, max_attempts=2, worker_timeout=50.0)
+    fleet.join("w1", now=0.0)
+    fleet.join("w2", now=0.0)
+    for i in range(4):
+        fleet.submit(f"s{i}", member="dora", estimate=30.0, group="film", now=0.0)
+    fleet.submit("other", member="eve", now=0.0)
+    a = fleet.pop("w1", now=0.0)
+    b = fleet.pop("w2", now=0.0)
+    assert a is not None
+    assert b is not None
+    assert {a.job.id, b.job.id} <= {"s0", "s1", "other"}
+    status = fleet.group_status("film", now=0.0)
+    grouped = [g for g in (a, b) if g.job.id != "other"]
+    assert (status.running, status.queued) == (len(grouped), 4 - len(grouped))
+    # w2 leaves: its job goes back to the queue, counted queued again, its time counted.
+    fleet.leave("w2", now=10.0)
+    status = fleet.group_status("film", now=10.0)
+    assert status.running == (1 if a.job.id != "other" else 0)
+    assert status.gpu_seconds == (10.0 if b.job.id != "other" else 0.0)
+    # w1 goes silent: its job is taken back at the worker timeout.
+    expired = fleet.expire(50.0)
+    assert [e.cause for e in expired] == ["worker_timeout"]
+    status = fleet.group_status("film", now=50.0)
+    assert (status.running, status.queued, status.submitted) == (0, 4, 4)
+    fleet._check()
+    # A worker's failed run is counted failed; the group finishes as the rest complete.
+    grant = fleet.pop("w1", now=60.0)
+    assert grant is not None
+    fleet.fail(grant.job.id, now=70.0, worker="w1")
+    while (grant := fleet.pop("w1", now=70.0)) is not None:
+        fleet.complete(grant.job.id, now=70.0, runtime=0.0, worker="w1")
+    status = fleet.group_status("film", now=70.0)
+    assert status.done + status.failed == 4
+    assert not status.active
+    assert fleet.stats(now=70.0).groups == 0
+    state = json.loads(json.dumps(fleet.snapshot(now=70.0)))
+    restored = FleetDispatcher.restore(state)
+    assert _counts(restored.group_status("film", now=70.0)) == _counts(status)
+
+
+@settings(max_examples=100, deadline=None)
+@given(jobs=_workloads(), workers=st.integers(min_value=1, max_value=3))
+def test_fleet_group_forecast(jobs: list[dict[str, Any]], workers: int) -> None:
+    # The fleet forecast treats the fleet as a fluid of its capacity: each predicted job
+    # advances the clock by its runtime / N. With one worker that is the real schedule, so the
+    # forecast is exact; with N alike workers and exact estimates it stays within the largest
+    # job's runtime of the real finish (checked here on random workloads, not a proven bound).
+    fleet = FleetDispatcher()
+    names = [f"w{i}" for i in range(workers)]
+    for name in names:
+        fleet.join(name, now=0.0)
+    for index, spec in sorted(enumerate(jobs), key=lambda item: item[1]["arrival"]):
+        fleet.submit(
+            f"j{index}", now=spec["arrival"], **{k: v for k, v in spec.items() if k != "arrival"}
+        )
+    now = 20.0
+    groups = {spec["group"] for spec in jobs if spec["group"] is not None}
+    forecasts = {g: fleet.group_status(g, now=now).forecast_finish for g in groups}
+    finish: dict[str, float] = {}
+    ends: dict[str, float] = {}  # worker -> when its job ends
+    held: dict[str, str] = {}
+    while len(fleet) or held:
+        for name in names:
+            if name not in held and (grant := fleet.pop(name, now=now)) is not None:
+                held[name] = grant.job.id
+                ends[name] = now + (grant.job.estimate or 0.0)
+        name = min(held, key=lambda n: (ends[n], n))
+        now = ends[name]
+        job_id = held.pop(name)
+        fleet.complete(job_id, now=now, worker=name)
+        group = jobs[int(job_id[1:])]["group"]
+        if group is not None:
+            finish[group] = max(finish.get(group, 0.0), now)
+    longest = max(spec["estimate"] for spec in jobs)
+    for group in groups:
+        predicted = forecasts[group]
+        assert predicted is not None
+        if workers == 1:
+            assert predicted == pytest.approx(finish[group], abs=1e-6), group
+        else:
+            assert finish[group] - longest - 1e-6 <= predicted, group
+            assert predicted <= finish[group] + longest + 1e-6, group

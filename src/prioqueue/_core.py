@@ -63,6 +63,27 @@ ChargeModel = Literal["runtime", "estimate"] | float | Callable[[Job, float], fl
 
 _RECENT = 64  # completions kept for the service rate and the forecasts
 _RECENT_PER_KEY = 8  # runtimes kept per model and per level for the expected charge
+_BONUS_CACHE = 4096  # models whose affinity bonus is memoised
+
+
+class _BonusCache(dict[str, float]):
+    """``model -> affinity bonus``, memoised (private).
+
+    The scorer is immutable and the bonus is read for every model of every lane touched. At
+    most ``_BONUS_CACHE`` models are kept.
+    """
+
+    __slots__ = ("_bonus",)
+
+    def __init__(self, bonus: Callable[[str], float]) -> None:
+        super().__init__()
+        self._bonus = bonus
+
+    def __missing__(self, model: str) -> float:
+        value = self._bonus(model)
+        if len(self) < _BONUS_CACHE:
+            self[model] = value
+        return value
 
 
 class _Level:
@@ -182,7 +203,7 @@ class _Core:
         self._divisor = d
         window = config.max_affinity * d
         self._window = window
-        affinity = scorer.affinity
+        affinity = _BonusCache(scorer.affinity).__getitem__
         self._affinity = affinity
         self._ranking = _Ranking(_lanes.REAL, d, affinity, window)
         # The counterfactual rankings behind the reorder counts: without aging, without the

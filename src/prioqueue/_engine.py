@@ -473,6 +473,8 @@ class _Engine(_Reporting, GroupMethods):
             runtime = max(0.0, t - entry.granted_at)
             final = self._final_charge(entry.job, runtime, charge)
             self._tick(t)
+            if worker is not None:
+                entry.worker.last_seen = t  # the worker spoke (a client's cancel does not)
             self._finish(entry, runtime, t, final)
             self._groups.move(job_id, outcome, used=runtime)
         else:

@@ -66,8 +66,9 @@ class GroupStatus:
         mean_runtime: Mean runtime of the ``done`` jobs in seconds, None before the first.
         forecast_finish: When the group's last queued (or running) job is predicted to
             finish, from the same dry run as ``forecast()``: the current load, no new
-            arrivals, runtimes from estimates or recent means. None when nothing of the group
-            is queued or running, or when a runtime on the way is unknown.
+            arrivals, runtimes from estimates or recent means (a fleet as its capacity of
+            identical workers sharing the work). None when nothing of the group is queued or
+            running, or when a runtime on the way is unknown.
     """
 
     group: str

@@ -15,12 +15,13 @@ ints belong.
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from prioqueue._core import LEVEL_LIMIT
+from prioqueue._core import _RECENT_PER_KEY, LEVEL_LIMIT
 from prioqueue._errors import DuplicateJob
 from prioqueue._lanes import RUNNING, _Entry
 from prioqueue._validate import checked_name, finite, positive_or_none
@@ -66,6 +67,12 @@ def dump(d: _Engine, t: float) -> dict[str, Any]:
         "fair_share": d._fair_share,
         "lanes": lanes,
         "queued": queued,
+        # The runtimes behind the expected charge: restoring them makes the next grants the
+        # same as without the restart.
+        "recent": {
+            "models": {model: list(r) for model, r in d._recent_model.items()},
+            "levels": {str(level): list(r) for level, r in d._recent_level.items()},
+        },
     }
     if d._name_in_grants:
         state["format"] = FLEET_FORMAT
@@ -78,6 +85,7 @@ def dump(d: _Engine, t: float) -> dict[str, Any]:
                 "slots": w.slots,
                 "slow": w.slow,
                 "timed_out": w.timed_out,
+                "last_seen": w.last_seen,
             }
             for w in d._workers.values()
         ]
@@ -129,21 +137,25 @@ def load(
                     raise ValueError(f"lane ({member!r}, {level}) appears twice")
                 d._lanes[(member, level)] = d._new_lane(member, level, s + shift)
         seqs: set[int] = set()
+        _load_recent(d, state.get("recent"))
         if fleet:
-            _load_workers(d, state["workers"])
+            _load_workers(d, state["workers"], shift)
         for record in state["queued"]:
             job = _job_from_record(d, record, shift, seqs, top_seq)
             if snapshot_fair and d._fair_share and (job.member, job.priority) not in d._lanes:
                 raise ValueError(f"job {job.id!r} has no lane record")
             # From a snapshot without fair share, a new lane starts at its oldest job's
             # arrival (an enqueue without a lift does that).
-            d._enqueue(
+            entry = d._enqueue(
                 job,
                 attempt=_int("attempt", record["attempt"], 1),
                 now=d._now,
                 requeue=False,
                 lift=False,
             )
+            queued_at = record.get("queued_at")
+            if queued_at is not None:  # a requeued job's warm hold counts from its requeue
+                entry.queued_at = finite("queued_at", finite("queued_at", queued_at) + shift)
         held = state["held"] if fleet else [state["running"]]
         for record in held:
             if record is not None:
@@ -165,22 +177,52 @@ def _level(value: object) -> int:
     return level
 
 
-def _load_workers(d: _Engine, records: Any) -> None:
+def _load_recent(d: _Engine, recent: Any) -> None:
+    """Restore the recent runtimes (absent from older snapshots: then none are known)."""
+    if recent is None:
+        return
+    for model, runtimes in recent["models"].items():
+        d._recent_model[checked_name("model", model)] = _runtimes(runtimes)
+    for level, runtimes in recent["levels"].items():
+        d._recent_level[_level(int(level))] = _runtimes(runtimes)
+
+
+def _runtimes(values: Any) -> deque[float]:
+    runtimes = [finite("recent runtime", value) for value in values]
+    if any(value < 0 for value in runtimes) or len(runtimes) > _RECENT_PER_KEY:
+        raise ValueError(
+            f"recent runtimes must be at most {_RECENT_PER_KEY} numbers >= 0, got {values!r}"
+        )
+    return deque(runtimes, maxlen=_RECENT_PER_KEY)
+
+
+def _load_workers(d: _Engine, records: Any, shift: float) -> None:
     for record in records:
         name = checked_name("worker name", record["name"])
         if name in d._workers:
             raise ValueError(f"worker {name!r} appears twice")
-        worker = d._workers[name] = _Worker(name, d._now)
+        seen = record.get("last_seen")
+        last_seen = (
+            d._now if seen is None else finite("last_seen", finite("last_seen", seen) + shift)
+        )
+        if last_seen > d._now:
+            raise ValueError(f"worker {name!r} was last seen after the snapshot was taken")
+        worker = d._workers[name] = _Worker(name, last_seen)
         models = record["models"]
         worker.models = (
             None if models is None else frozenset(checked_name("model", m) for m in models)
         )
         worker.slots = _int("slots", record["slots"], 1)
         worker.slow = bool(record["slow"])
-        d._live += 1
         resident = record["resident"]
         if resident is not None:
-            d._set_resident(worker, checked_name("resident", resident))
+            worker.resident = checked_name("resident", resident)
+        if bool(record.get("timed_out", False)):
+            worker.timed_out = True  # it stays out of the capacity until it speaks again
+        else:
+            d._live += 1
+            if worker.resident is not None:
+                d._residents[worker.resident] = d._residents.get(worker.resident, 0) + 1
 
 
 def _job_from_record(
@@ -248,7 +290,13 @@ def _restore_held(
     lane = d._lanes.get(key)
     if lane is None:
         lane = d._lanes[key] = d._new_lane(job.member, job.priority, job.arrival)
-    entry = _Entry(job, lane, _int("attempt", record["attempt"], 1), job.arrival)
+    queued_at = record.get("queued_at")
+    entry = _Entry(
+        job,
+        lane,
+        _int("attempt", record["attempt"], 1),
+        job.arrival if queued_at is None else finite("queued_at", finite("q", queued_at) + shift),
+    )
     entry.state = RUNNING
     entry.granted_at = granted_at
     entry.worker = worker
@@ -301,4 +349,5 @@ def _job_record(entry: _Entry) -> dict[str, Any]:
         "seq": job.seq,
         "payload": payload,
         "attempt": entry.attempt,
+        "queued_at": entry.queued_at,
     }

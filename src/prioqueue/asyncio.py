@@ -53,18 +53,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from prioqueue._asyncio_chain import AsyncChain, ChainResult
-from prioqueue._errors import ChargeError, LeaseError, LeaseExpired, PrioqueueError
+from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout
+from prioqueue._asyncio_chain import AsyncChain, ChainResult, GroupGate
+from prioqueue._errors import ChargeError, LeaseError, LeaseExpired
 from prioqueue.dispatcher import SizeOneDispatcher
-from prioqueue.records import Expired, Explanation, Grant, Job, Stats, Ticket
-
-if TYPE_CHECKING:
-    from prioqueue._groups import CancelRunning, GroupStatus
-    from prioqueue.chain import FailurePolicy
+from prioqueue.records import Expired, Explanation, Grant, Stats, Ticket
 
 __all__ = [
     "AsyncChain",
@@ -78,28 +75,6 @@ __all__ = [
 
 Clock = Callable[[], float]
 ExpiryCallback = Callable[[Expired], object]
-
-
-class QueueTimeout(PrioqueueError, TimeoutError):
-    """A job waited in the queue longer than its ``timeout``; it was removed from the queue.
-
-    Attributes:
-        job_id: The job that timed out.
-        timeout: The timeout it was given, in seconds.
-    """
-
-    def __init__(self, message: str, *, job_id: str, timeout: float) -> None:
-        super().__init__(message)
-        self.job_id = job_id
-        self.timeout = timeout
-
-
-class DispatcherClosed(PrioqueueError, RuntimeError):
-    """The :class:`AsyncDispatcher` was closed: no new turns, and queued waiters are failed."""
-
-
-class JobCancelled(PrioqueueError, RuntimeError):
-    """The job was cancelled through :meth:`AsyncDispatcher.cancel` while its owner waited."""
 
 
 class Turn:
@@ -255,7 +230,7 @@ class Turn:
         return f"<Turn {self.job_id!r} {'expired' if self._expired else state}>"
 
 
-class AsyncDispatcher:
+class AsyncDispatcher(GroupGate):
     """Run a :class:`~prioqueue.dispatcher.SizeOneDispatcher` on an asyncio event loop.
 
     Args:
@@ -389,62 +364,6 @@ class AsyncDispatcher:
         if group is not None:
             kwargs["group"] = group
         return Turn(self, job_id, kwargs, timeout)
-
-    def chain(
-        self,
-        specs: Iterable[Mapping[str, Any]],
-        *,
-        run: Callable[[Grant], Awaitable[Any]],
-        depth: int = 1,
-        group: str | None = None,
-        on_failure: FailurePolicy = "stop",
-    ) -> AsyncChain:
-        """Run a sequence of jobs through :class:`~prioqueue.chain.Chain`, ``depth`` at a time.
-
-        ``async for result in gate.chain(specs, run=render):`` submits the first ``depth``
-        jobs, awaits ``run(grant)`` while each holds the resource, submits the next as each
-        finishes, and yields a :class:`ChainResult` per job in completion order (a job whose
-        ``run`` raised counts as failed and the failure policy applies). Use ``async with``
-        (or ``aclose()``) to cancel what is left when leaving the loop early.
-
-        Args:
-            specs: The jobs: mappings of :meth:`turn`'s keyword arguments plus ``job_id``.
-            run: ``async (grant) -> value``: the work, done while the job holds the resource.
-            depth: Most jobs in flight at once.
-            group: The group label (None: the first ``job_id``).
-            on_failure: ``"stop"``, ``"skip"`` or ``("retry", n)`` (see ``Chain``).
-
-        Returns:
-            The async iterator of results.
-
-        Raises:
-            TypeError, ValueError, ConfigError: As ``Chain`` does; ``run`` is not callable.
-        """
-        return AsyncChain(self, specs, run=run, depth=depth, group=group, on_failure=on_failure)
-
-    def group_status(self, group: str) -> GroupStatus:
-        """Return ``dispatcher.group_status(group, now=self.now())``.
-
-        Raises:
-            UnknownGroup: No job was ever submitted in the group.
-        """
-        return self._d.group_status(group, now=self.now())
-
-    def cancel_group(self, group: str, *, running: CancelRunning = "keep") -> list[Job]:
-        """Cancel the group's queued jobs (and running one, if asked): see :meth:`cancel`.
-
-        Raises:
-            UnknownGroup: No job was ever submitted in the group.
-            ValueError: ``group`` or ``running`` is invalid.
-        """
-        now = self.now()
-        cancelled = self._d.cancel_group(group, now=now, running=running)
-        for job in cancelled:
-            turn = self._waiters.pop(job.id, None)
-            if turn is not None:
-                self._drop_waiter(turn, JobCancelled(f"job {job.id!r} was cancelled"))
-        self._pump(now)
-        return cancelled
 
     def cancel(self, job_id: str) -> None:
         """Cancel a queued or running job and dispatch the next one.

@@ -341,8 +341,10 @@ class FleetDispatcher(_Engine):
     ) -> _F:
         """Rebuild a fleet from ``snapshot()`` data: no queued job, lane age or lease lost.
 
-        Workers come back with their models, resident, slots, slow flag and held jobs, marked
-        seen at the restore (their ``accepts`` filters are not stored: re-join to set them).
+        Workers come back with their models, resident, slots, slow flag, held jobs, last word
+        and timed-out state (their ``accepts`` filters are not stored: re-join to set them);
+        the recent runtimes behind the expected charge come back too, so the restored fleet
+        grants exactly what the original would have.
 
         Args:
             state: What ``snapshot`` returned (possibly through JSON).
