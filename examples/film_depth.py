@@ -12,7 +12,10 @@ takes a forecast at the start and each time another tenth of the film is done, a
 each with the actual finish. With the crowd, and with the film alone (no other arrivals: the
 only error left is the estimates' noise, about 20 % per shot).
 
-docs/simulator.md and docs/how-to/follow-a-film.md quote this output.
+Part 3 repeats both on ``fleet-night`` (4 workers, two 80-shot films), where the depth is
+also how many workers a film can use at once.
+
+docs/simulator.md quotes this output.
 Run: ``python examples/film_depth.py`` (a few seconds).
 """
 
@@ -100,6 +103,35 @@ def _print(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
         print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
 
 
+def fleet_table() -> None:
+    """Part 3: the same on a fleet (``fleet-night``: 4 workers, two films)."""
+    print("\nfleet-night, 4 workers, prioqueue:warm_hold=15, seeds 1-3: medians over the seeds\n")
+    headers = ("depth", "inter. p99", "normal p99", "films done", "|error| / time left")
+    rows: list[tuple[str, ...]] = []
+    spec = parse_spec("prioqueue:warm_hold=15")
+    for depth in DEPTHS:
+        p99, normal, done, error = [], [], [], []
+        for seed in SEEDS:
+            workload = build("fleet-night", seed=seed, film_depth=depth)
+            section = build_report(workload, [simulate(workload, spec)])["policies"][spec.label]
+            p99.append(section["levels"]["100"]["wait_p99"])
+            normal.append(section["levels"]["0"]["wait_p99"])
+            films = section["groups"].values()
+            done.append(max(film["finish"] for film in films))
+            error.append(statistics.fmean(f["forecast"]["mean_relative"] for f in films))
+        rows.append(
+            (
+                "all" if depth == 0 else str(depth),
+                f"{_median(p99):.0f} s",
+                f"{_median(normal):.0f} s",
+                f"{_median(done) / 3600:.2f} h",
+                f"{100 * _median(error):.1f} %",
+            )
+        )
+    _print(headers, rows)
+
+
 if __name__ == "__main__":
     depth_table()
     forecast_table()
+    fleet_table()
