@@ -74,6 +74,14 @@ def test_simulate_rejects_bad_fleets() -> None:
         simulate(workload, spec, workers=2, poll=-1.0)
     with pytest.raises(ConfigError, match="a count must be"):
         simulate(workload, spec, workers=0)
+    from prioqueue.sim.fleet_engine import simulate_fleet
+
+    with pytest.raises(ConfigError, match="non-empty"):
+        simulate_fleet(workload, spec, [])
+    with pytest.raises(ValueError, match="lease_factor"):
+        simulate_fleet(workload, spec, fleet_of(2), lease_factor=0.5)
+    with pytest.raises(ValueError, match="horizon"):
+        simulate_fleet(workload, spec, fleet_of(2), horizon=math.inf)
 
 
 # --------------------------------------------------------------------------- invariants

@@ -49,6 +49,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from prioqueue._errors import ConfigError
 from prioqueue.sim.engine import (
     CANCELLED,
     DONE,
@@ -129,8 +130,8 @@ def simulate_fleet(
 ) -> RunResult:
     """Run ``workload`` through a fresh fleet queue for ``spec`` on ``workers``.
 
-    Use :func:`prioqueue.sim.engine.simulate` with ``workers=...``; it checks the arguments
-    and calls this. O((n + grants) (log n + W)) plus the policy's cost, for W workers.
+    :func:`prioqueue.sim.engine.simulate` with ``workers=...`` calls this.
+    O((n + grants) (log n + W)) plus the policy's cost, for W workers.
 
     Args:
         workload: The arrivals and the models' cold-load times.
@@ -144,7 +145,21 @@ def simulate_fleet(
 
     Returns:
         The per-job outcomes, the fleet totals and one :class:`WorkerStats` per worker.
+
+    Raises:
+        ValueError: ``lease_factor`` is below 1, ``horizon`` or ``poll`` is negative or not
+            a finite number.
+        ConfigError: ``workers`` is empty or names a worker twice.
     """
+    if lease_factor is not None and not lease_factor >= 1:
+        raise ValueError(f"lease_factor must be >= 1, got {lease_factor!r}")
+    if horizon is not None and not (isinstance(horizon, (int, float)) and 0 <= horizon < math.inf):
+        raise ValueError(f"horizon must be a finite number of seconds >= 0, got {horizon!r}")
+    if not (isinstance(poll, (int, float)) and 0 <= poll < math.inf):
+        raise ValueError(f"poll must be a finite number of seconds >= 0, got {poll!r}")
+    names = [w.name for w in workers]
+    if not names or len(set(names)) != len(names):
+        raise ConfigError(f"workers must be non-empty with unique names, got {names}")
     stop = math.inf if horizon is None else float(horizon)
     began = time.perf_counter()
     arrivals = workload.arrivals
