@@ -59,6 +59,17 @@ def test_bad_worker_files(tmp_path: Path, text: str, message: str) -> None:
         parse_workers(str(path))
 
 
+def test_worker_specs_built_in_python_are_checked() -> None:
+    with pytest.raises(ConfigError, match="slots must be"):
+        WorkerSpec("a", slots=0)
+    with pytest.raises(ConfigError, match="speed must be"):
+        WorkerSpec("a", speed=math.nan)
+    with pytest.raises(ConfigError, match="name must be"):
+        WorkerSpec(" ")
+    with pytest.raises(ConfigError, match="is not one of its models"):
+        WorkerSpec("a", models=frozenset({"x"}), resident="y")
+
+
 @pytest.mark.parametrize("spec", ["0", "2000", "no-such-file.toml", ""])
 def test_bad_worker_counts(spec: str) -> None:
     with pytest.raises(ConfigError, match="--workers"):

@@ -53,6 +53,34 @@ class WorkerSpec:
     speed: float = 1.0
     resident: str | None = None
 
+    def __attrs_post_init__(self) -> None:
+        """Check the fields (a spec built in Python gets the file's checks).
+
+        Raises:
+            ConfigError: An empty name, ``slots`` not an int in [1, 64], ``speed`` not a
+                finite number > 0, or a ``resident`` model the worker does not serve.
+        """
+        where = f"worker {self.name!r}"
+        _name(self.name, "a worker's name")
+        if (
+            not isinstance(self.slots, int)
+            or isinstance(self.slots, bool)
+            or not 1 <= self.slots <= 64
+        ):
+            raise ConfigError(f"{where}: slots must be an integer in [1, 64], got {self.slots!r}")
+        if (
+            isinstance(self.speed, bool)
+            or not isinstance(self.speed, (int, float))
+            or not 0 < self.speed < math.inf
+        ):
+            raise ConfigError(f"{where}: speed must be a number > 0, got {self.speed!r}")
+        if (
+            self.resident is not None
+            and self.models is not None
+            and self.resident not in self.models
+        ):
+            raise ConfigError(f"{where}: resident {self.resident!r} is not one of its models")
+
 
 def fleet_of(count: int) -> tuple[WorkerSpec, ...]:
     """Return ``count`` identical workers ``gpu-0`` .. ``gpu-<count-1>``.
