@@ -359,6 +359,21 @@ def test_cli_workers_and_poll(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert list(report["policies"]["warm-first"]["workers"]) == ["solo"]
 
 
+def test_config_file_workers_and_poll(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "sim.toml"
+    path.write_text(
+        'scenario = "two-films"\npoll = 5\npolicies = ["warm-first"]\n[params]\nshots = 4\n'
+        '[[workers]]\nname = "x"\n[[workers]]\nname = "y"\nslots = 2\n',
+        encoding="utf-8",
+    )
+    assert main(["simulate", "--config", str(path), "--json", "-"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert list(report["policies"]["warm-first"]["workers"]) == ["x", "y"]
+    path.write_text('scenario = "two-films"\nworkers = 3\npoll = -1\n', encoding="utf-8")
+    assert main(["simulate", "--config", str(path)]) == 2
+    assert "--poll must be" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

@@ -211,7 +211,17 @@ def _load_toml(path: str) -> dict[str, Any]:
         raise _UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise _UsageError(f"{path}: invalid TOML: {exc}") from None
-    known = {"scenario", "seed", "policies", "lease_factor", "params", "policy", "load_seconds"}
+    known = {
+        "scenario",
+        "seed",
+        "policies",
+        "lease_factor",
+        "params",
+        "policy",
+        "load_seconds",
+        "workers",
+        "poll",
+    }
     unknown = set(data) - known
     if unknown:
         raise _UsageError(f"{path}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
@@ -326,15 +336,30 @@ def _check_tiers(workload: Workload, specs: Sequence[PolicySpec]) -> None:
             )
 
 
-def _fleet(args: argparse.Namespace) -> tuple[tuple[WorkerSpec, ...] | None, float]:
-    """The ``--workers`` fleet (None: the workload's own) and the ``--poll`` interval."""
-    from prioqueue.sim.workers import parse_workers
+def _fleet(
+    args: argparse.Namespace, config: Mapping[str, Any]
+) -> tuple[tuple[WorkerSpec, ...] | None, float]:
+    """The fleet and the poll interval of a run.
 
-    poll = 0.0 if args.poll is None else args.poll
-    if not 0 <= poll < float("inf"):
-        raise _UsageError(f"--poll must be a number of seconds >= 0, got {args.poll!r}")
-    workers = None if args.workers is None else parse_workers(args.workers)
-    return workers, poll
+    The fleet is ``--workers``, else the config file's ``workers`` (a count or
+    ``[[workers]]`` tables), else None (the workload's own); the poll interval is ``--poll``,
+    else the file's ``poll``, else 0.
+    """
+    from prioqueue.sim.workers import fleet_of, load_workers, parse_workers
+
+    poll = args.poll if args.poll is not None else config.get("poll", 0.0)
+    if isinstance(poll, bool) or not isinstance(poll, (int, float)) or not 0 <= poll < 1e308:
+        raise _UsageError(f"--poll must be a number of seconds >= 0, got {poll!r}")
+    workers = None
+    if args.workers is not None:
+        workers = parse_workers(args.workers)
+    elif "workers" in config:
+        table = config["workers"]
+        if isinstance(table, int) and not isinstance(table, bool):
+            workers = fleet_of(table)
+        else:
+            workers = load_workers({"workers": table}, "--config")
+    return workers, float(poll)
 
 
 def _run_all(
@@ -468,7 +493,7 @@ def _run(args: argparse.Namespace) -> int:
         raise _UsageError(f"--lease-factor must be a number >= 1, got {lease!r}")
     if args.sweep:
         return _run_sweep(args, config, float(lease), plot)
-    fleet = _guard(lambda: _fleet(args))
+    fleet = _guard(lambda: _fleet(args, config))
     found: list[tuple[Workload, str]] = _guard(lambda: _workloads(args, config))
     is_fleet = fleet[0] is not None or any(w.workers is not None for w, _ in found)
     specs: list[PolicySpec] = _guard(lambda: _specs(args, config, fleet=is_fleet))
@@ -529,7 +554,7 @@ def _run_sweep(args: argparse.Namespace, config: Mapping[str, Any], lease: float
         return workload
 
     workload = _guard(lambda: make(seeds[0]))
-    workers, poll = _guard(lambda: _fleet(args))
+    workers, poll = _guard(lambda: _fleet(args, config))
     result = _guard(
         lambda: sweep.run_sweep(
             make,
