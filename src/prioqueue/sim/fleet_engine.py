@@ -296,7 +296,7 @@ def simulate_fleet(
     attempts = [0] * n
     while True:
         t = arrivals[i].arrival if i < n else inf
-        while ends and (fleet[ends[0][1]].running != ends[0][2] or status[ends[0][2]] != RUNNING):
+        while ends and fleet[ends[0][1]].run_end != ends[0][0]:  # stale: cancelled
             heapq.heappop(ends)
         if ends and ends[0][0] < t:
             t = ends[0][0]
@@ -324,9 +324,9 @@ def simulate_fleet(
         now = t
 
         while ends and ends[0][0] <= now:  # 1. completions
-            _, k, j = heapq.heappop(ends)
+            done_at, k, j = heapq.heappop(ends)
             w = fleet[k]
-            if w.running != j or status[j] != RUNNING:
+            if w.running != j or w.run_end != done_at:
                 continue
             queue.complete(str(j), now=now, runtime=now - start[j], worker=w.name)
             events += 1
