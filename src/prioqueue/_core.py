@@ -109,7 +109,7 @@ class _Level:
         self.total_wait = 0.0
         self.reorders = [0, 0, 0, 0]  # aging, affinity, tier, fair share
         self.buckets = [0] * (buckets + 1)
-        # Heaps with lazy deletion: (arrival, seq, id, entry) of queued entries, and
+        # Heaps with lazy deletion: (arrival, seq, attempt, entry) of queued entries, and
         # (s, ident, lane) of backlogged lanes (for the lift's minimum).
         self.arrivals: list[tuple[float, int, int, _Entry]] = []
         self.backlog: list[tuple[float, int, _Lane]] = []
@@ -548,8 +548,9 @@ class _Core:
             lane.append(entry)
         level.queued += 1
         level.sum_arrival += job.arrival
-        # id(entry) keeps a requeued job's new entry apart from its old, dead one.
-        _heappush(level.arrivals, (job.arrival, job.seq, id(entry), entry))
+        # The attempt keeps a requeued job's new entry apart from its old, dead one (and, a
+        # small int, costs no allocation).
+        _heappush(level.arrivals, (job.arrival, job.seq, attempt, entry))
         lane.owner.queued += 1
         if not was_backlogged:
             self._backlogged += 1

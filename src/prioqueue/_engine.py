@@ -284,7 +284,7 @@ class _Engine(_Reporting, GroupMethods):
             job = entry.job
             lane = entry.lane
             self._release(entry)
-            if self._fair_share and entry.charged:
+            if self._fair_share:
                 lane.set_s()
                 if lane.live:
                     lane.log_s(now)

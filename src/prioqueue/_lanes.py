@@ -38,6 +38,27 @@ GONE = 2
 
 # (neg_key, tie, seq, version, lane)
 _Item = tuple[float, float, int, int, "_Lane"]
+# A per-model FIFO: a list while short (a deque costs ~600 bytes even when nearly empty, and
+# a lane holds one FIFO per model), a deque once it grows past _SHORT entries.
+_Fifo = list["_Entry"] | deque["_Entry"]
+_SHORT = 32
+
+
+def _drop_dead(fifo: _Fifo) -> None:
+    """Drop the entries that are no longer queued from the front of a FIFO. Amortised O(1)."""
+    if type(fifo) is list:
+        dead = 0
+        for entry in fifo:
+            if entry.state == QUEUED:
+                break
+            dead += 1
+        if dead:
+            del fifo[:dead]
+    else:
+        while fifo and fifo[0].state != QUEUED:
+            fifo.popleft()  # type: ignore[union-attr]
+
+
 # (model, affinity bonus, oldest queued entry for the model)
 _Candidate = tuple[str, float, "_Entry"]
 
@@ -103,7 +124,8 @@ class _Lane:
         level: The priority level.
         s: The virtual start.
         jobs: Entries in FIFO order (lazy deletion).
-        by_model: Per model, its entries in FIFO order (lazy deletion).
+        by_model: Per model, its entries in FIFO order (lazy deletion; a list while short,
+            a deque once long).
         live: Number of queued entries.
         settled: The settled part of ``s``: ``s = settled + held`` (``settled <= now``).
         held: The up-front charges (in ``s`` units) of its jobs that workers hold.
@@ -138,7 +160,7 @@ class _Lane:
         self.s = s
         self.ident = ident
         self.jobs: deque[_Entry] = deque()
-        self.by_model: dict[str | None, deque[_Entry]] = {}
+        self.by_model: dict[str | None, _Fifo] = {}
         self.live = 0
         self.held = 0.0
         self.holding = 0
@@ -164,8 +186,8 @@ class _Lane:
         fifo = self.by_model.get(model)
         if fifo is None:
             return None
-        while fifo and fifo[0].state != QUEUED:
-            fifo.popleft()
+        if fifo[0].state != QUEUED:
+            _drop_dead(fifo)
         if not fifo:
             del self.by_model[model]
             return None
@@ -179,8 +201,11 @@ class _Lane:
         model = entry.job.model
         fifo = self.by_model.get(model)
         if fifo is None:
-            self.by_model[model] = fifo = deque()
-        fifo.append(entry)
+            self.by_model[model] = [entry]
+        else:
+            fifo.append(entry)
+            if len(fifo) > _SHORT and type(fifo) is list:
+                self.by_model[model] = deque(fifo)
         self.live += 1
 
     def appendleft(self, entry: _Entry) -> None:
@@ -191,8 +216,11 @@ class _Lane:
         model = entry.job.model
         fifo = self.by_model.get(model)
         if fifo is None:
-            self.by_model[model] = fifo = deque()
-        fifo.appendleft(entry)
+            self.by_model[model] = [entry]
+        elif type(fifo) is list:
+            fifo.insert(0, entry)  # at most _SHORT entries move
+        else:
+            fifo.appendleft(entry)  # type: ignore[union-attr]
         self.live += 1
 
     def candidates(
@@ -209,8 +237,8 @@ class _Lane:
         by_model = self.by_model
         for model in list(by_model):
             fifo = by_model[model]
-            while fifo and fifo[0].state != QUEUED:
-                fifo.popleft()
+            if fifo[0].state != QUEUED:
+                _drop_dead(fifo)
             if not fifo:
                 del by_model[model]
                 continue
