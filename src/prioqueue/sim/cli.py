@@ -23,6 +23,7 @@ from prioqueue._errors import ConfigError
 if TYPE_CHECKING:
     from prioqueue.sim.engine import RunResult
     from prioqueue.sim.policies import PolicyParams, PolicySpec
+    from prioqueue.sim.workers import WorkerSpec
     from prioqueue.sim.workload import Workload
 
 __all__ = ["add_arguments", "run"]
@@ -41,7 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "a verdict. policies: fifo, strict, prioqueue (default) and the ablations no-aging, "
         "no-affinity, no-fair-share (--ablations); a policy can take parameters: "
         "--policy prioqueue:divisor=30. Sweep a parameter: --sweep divisor=30,60,120,240 "
-        "--seeds 5. See docs/simulator.md for the trace format and the JSON schema."
+        "--seeds 5. Several workers: --workers 4 (or a TOML file of [[workers]]) compares "
+        "fifo, strict, warm-first and prioqueue on a fleet; --scenario fleet-night is one. "
+        "See docs/simulator.md for the trace format and the JSON schema."
     )
     source = parser.add_argument_group("workload")
     source.add_argument(
@@ -85,6 +88,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="leases last FACTOR x duration + the slowest load (3); only hung jobs expire",
     )
+    fleet = parser.add_argument_group("fleet")
+    fleet.add_argument(
+        "--workers",
+        metavar="SPEC",
+        help="run on a fleet: a count (4) or a TOML file of [[workers]] with name, models, "
+        "slots, speed, resident (default: one GPU; fleet-night: its gpus parameter)",
+    )
+    fleet.add_argument(
+        "--poll",
+        type=float,
+        metavar="SECONDS",
+        help="idle workers ask for work every SECONDS; a worker whose job ends asks at once "
+        "(default 0: at every instant)",
+    )
     policy = parser.add_argument_group("policies")
     policy.add_argument(
         "--policy",
@@ -103,8 +120,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sweep",
         metavar="KEY=V1,V2,...",
         help="run prioqueue (or the one --policy given) once per value of a scoring or "
-        "dispatcher parameter (divisor, spacing, affinity, charge, fair_share, tier.NAME, "
-        "affinity.MODEL) over --seeds seeds",
+        "dispatcher parameter (divisor, spacing, affinity, charge, fair_share, warm_hold, "
+        "tier.NAME, affinity.MODEL) over --seeds seeds",
     )
     policy.add_argument(
         "--seeds", type=int, metavar="N", help="seeds of a sweep: --seed, --seed+1, ... (5)"
@@ -194,7 +211,17 @@ def _load_toml(path: str) -> dict[str, Any]:
         raise _UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise _UsageError(f"{path}: invalid TOML: {exc}") from None
-    known = {"scenario", "seed", "policies", "lease_factor", "params", "policy", "load_seconds"}
+    known = {
+        "scenario",
+        "seed",
+        "policies",
+        "lease_factor",
+        "params",
+        "policy",
+        "load_seconds",
+        "workers",
+        "poll",
+    }
     unknown = set(data) - known
     if unknown:
         raise _UsageError(f"{path}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
@@ -230,11 +257,15 @@ def _base_params(args: argparse.Namespace, config: Mapping[str, Any]) -> PolicyP
         raise _UsageError(f"[policy]: {exc}") from None
 
 
-def _specs(args: argparse.Namespace, config: Mapping[str, Any]) -> list[PolicySpec]:
+def _specs(
+    args: argparse.Namespace, config: Mapping[str, Any], *, fleet: bool = False
+) -> list[PolicySpec]:
+    from prioqueue.sim.fleet_policies import DEFAULT_FLEET_POLICIES
     from prioqueue.sim.policies import ABLATIONS, DEFAULT_POLICIES, parse_spec
 
     base = _base_params(args, config)
-    written = args.policy or config.get("policies") or list(DEFAULT_POLICIES)
+    defaults = DEFAULT_FLEET_POLICIES if fleet else DEFAULT_POLICIES
+    written = args.policy or config.get("policies") or list(defaults)
     if not isinstance(written, list) or not all(isinstance(s, str) for s in written):
         raise _UsageError("policies must be a list of strings")
     if args.ablations:
@@ -305,16 +336,46 @@ def _check_tiers(workload: Workload, specs: Sequence[PolicySpec]) -> None:
             )
 
 
+def _fleet(
+    args: argparse.Namespace, config: Mapping[str, Any]
+) -> tuple[tuple[WorkerSpec, ...] | None, float]:
+    """The fleet and the poll interval of a run.
+
+    The fleet is ``--workers``, else the config file's ``workers`` (a count or
+    ``[[workers]]`` tables), else None (the workload's own); the poll interval is ``--poll``,
+    else the file's ``poll``, else 0.
+    """
+    from prioqueue.sim.workers import fleet_of, load_workers, parse_workers
+
+    poll = args.poll if args.poll is not None else config.get("poll", 0.0)
+    if isinstance(poll, bool) or not isinstance(poll, (int, float)) or not 0 <= poll < 1e308:
+        raise _UsageError(f"--poll must be a number of seconds >= 0, got {poll!r}")
+    workers = None
+    if args.workers is not None:
+        workers = parse_workers(args.workers)
+    elif "workers" in config:
+        table = config["workers"]
+        if isinstance(table, int) and not isinstance(table, bool):
+            workers = fleet_of(table)
+        else:
+            workers = load_workers({"workers": table}, "--config")
+    return workers, float(poll)
+
+
 def _run_all(
-    workload: Workload, specs: Sequence[PolicySpec], lease_factor: float, show: bool
+    workload: Workload,
+    specs: Sequence[PolicySpec],
+    lease_factor: float,
+    show: bool,
+    fleet: tuple[tuple[WorkerSpec, ...] | None, float] = (None, 0.0),
 ) -> list[RunResult]:
     from prioqueue.sim.engine import simulate
 
     horizon = workload.horizon
+    workers, poll = fleet
+    run = partial(simulate, lease_factor=lease_factor, horizon=horizon, workers=workers, poll=poll)
     if not show:
-        return [
-            simulate(workload, spec, lease_factor=lease_factor, horizon=horizon) for spec in specs
-        ]
+        return [run(workload, spec) for spec in specs]
     from rich.console import Console
     from rich.progress import Progress
 
@@ -327,11 +388,7 @@ def _run_all(
             def advance(done: int, task: Any = task) -> None:
                 bar.update(task, completed=done)
 
-            results.append(
-                simulate(
-                    workload, spec, lease_factor=lease_factor, horizon=horizon, progress=advance
-                )
-            )
+            results.append(run(workload, spec, progress=advance))
     return results
 
 
@@ -436,8 +493,10 @@ def _run(args: argparse.Namespace) -> int:
         raise _UsageError(f"--lease-factor must be a number >= 1, got {lease!r}")
     if args.sweep:
         return _run_sweep(args, config, float(lease), plot)
-    specs: list[PolicySpec] = _guard(lambda: _specs(args, config))
+    fleet = _guard(lambda: _fleet(args, config))
     found: list[tuple[Workload, str]] = _guard(lambda: _workloads(args, config))
+    is_fleet = fleet[0] is not None or any(w.workers is not None for w, _ in found)
+    specs: list[PolicySpec] = _guard(lambda: _specs(args, config, fleet=is_fleet))
     base = _base_params(args, config)
     show = _show_progress(args)
     reports: list[dict[str, Any]] = []
@@ -446,7 +505,7 @@ def _run(args: argparse.Namespace) -> int:
         _guard(partial(_check_tiers, workload, specs))
         if not workload.arrivals:
             raise _Failure(f"{workload.name}: the workload has no jobs")
-        results = _run_all(workload, specs, float(lease), show)
+        results = _guard(partial(_run_all, workload, specs, float(lease), show, fleet))
         runs.append(results)
         reports.append(metrics.build_report(workload, results, base=base, source=source))
     report: dict[str, Any] = reports[0] if len(reports) == 1 else {"scenarios": reports}
@@ -495,10 +554,24 @@ def _run_sweep(args: argparse.Namespace, config: Mapping[str, Any], lease: float
         return workload
 
     workload = _guard(lambda: make(seeds[0]))
+    workers, poll = _guard(lambda: _fleet(args, config))
     result = _guard(
-        lambda: sweep.run_sweep(make, policy, key, values, seeds, base=base, lease_factor=lease)
+        lambda: sweep.run_sweep(
+            make,
+            policy,
+            key,
+            values,
+            seeds,
+            base=base,
+            lease_factor=lease,
+            workers=workers,
+            poll=poll,
+        )
     )
     out = {"scenario": workload.name, "params": dict(workload.params), **result}
+    if workers is not None or workload.workers is not None:
+        out["workers"] = len(workers) if workers is not None else workload.workers
+        out["poll"] = poll
     if args.json == "-":
         _write_json(out, "-")
     else:

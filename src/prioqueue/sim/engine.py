@@ -1,5 +1,8 @@
 """A discrete-event simulation of one GPU that runs one job at a time, on a virtual clock.
 
+With ``workers=...``, :func:`simulate` runs a fleet instead
+(:mod:`prioqueue.sim.fleet_engine`).
+
 Theory of operation
 -------------------
 The engine replays a :class:`~prioqueue.sim.workload.Workload` through one policy (a
@@ -12,13 +15,15 @@ Events, in the order they are handled at one instant:
 2. the running job's lease expires (only a job that *hangs* runs past its lease);
 3. callers cancel jobs (``cancel_after`` seconds after arrival, queued or running);
 4. jobs arrive (all the arrivals of the instant are submitted before anything is granted,
-   so a film submitted at once competes as a whole);
+   so a film submitted at once competes as a whole); a chained group's jobs are submitted as
+   its chain releases them (:mod:`prioqueue.sim.groups`): on arrival while fewer than its
+   depth are in flight, else when an earlier one leaves;
 5. the GPU, when free, asks the policy for the next job.
 
 Only the dispatcher's public API is used. The running job lives in one slot (``running``,
-``run_end``, ``deadline``, ``loaded``); a fleet of several workers makes these per-worker
-arrays and step 5 a loop over the free workers. The report's measures (waits, fair shares,
-service gaps) already accept several jobs running at once.
+``run_end``, ``deadline``, ``loaded``); the fleet engine makes these per-worker state and
+step 5 a pull round over the free workers. The report's measures (waits, fair shares,
+service gaps) accept several jobs running at once.
 
 The run ends when every job has left, or at the ``horizon`` when one is given: events at the
 horizon itself are still handled, and whatever is queued or running then is left as it is
@@ -34,12 +39,15 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
+from prioqueue._errors import ConfigError
+from prioqueue.sim.groups import ChainFeed, ForecastLog
 from prioqueue.sim.policies import PolicySpec, SimQueue, build_queue, reorder_counts
+from prioqueue.sim.workers import WorkerSpec, fleet_of
 from prioqueue.sim.workload import Workload
 
 __all__ = [
@@ -50,12 +58,40 @@ __all__ = [
     "QUEUED",
     "RUNNING",
     "RunResult",
+    "WorkerStats",
     "simulate",
 ]
 
 PENDING, QUEUED, RUNNING, DONE, CANCELLED, FAILED = range(6)
 
 _PROGRESS_EVERY = 4096
+
+
+@attrs.define
+class WorkerStats:
+    """What one worker of a fleet did during a run.
+
+    Attributes:
+        name: The worker.
+        slots: Jobs it held at once.
+        speed: Its speed factor.
+        models: The models it served (None: every model).
+        jobs: Runs it started (attempts, hung ones included).
+        swaps: Cold loads it paid.
+        load_seconds: Seconds it spent loading models.
+        busy_seconds: Seconds it ran something (cold loads and hung attempts included).
+        lost_seconds: Seconds it held attempts that hung until their lease ran out.
+    """
+
+    name: str
+    slots: int
+    speed: float
+    models: list[str] | None
+    jobs: int = 0
+    swaps: int = 0
+    load_seconds: float = 0.0
+    busy_seconds: float = 0.0
+    lost_seconds: float = 0.0
 
 
 @attrs.define
@@ -84,6 +120,15 @@ class RunResult:
         wall_seconds: Real seconds the run took.
         reorders: The dispatcher's reorders by level and cause (empty for baselines).
         horizon: The time the clock stopped when a horizon cut the run short, else None.
+        submitted: When each job was submitted (its arrival, or later for a chained job;
+            NaN when it never was).
+        workers: One entry per worker of a fleet (empty on one GPU).
+        worker_of: The index of the worker that ran each job's last attempt (-1: none;
+            empty on one GPU).
+        forecasts: Per group, the finish forecasts ``(now, fraction done, forecast)`` taken
+            during the run (only for a dispatcher with groups).
+        runs: Every attempt a fleet's worker ran: ``(worker index, job, start, end)``, in the
+            order they ended (running ones at the end of the run last; empty on one GPU).
     """
 
     spec: PolicySpec
@@ -103,6 +148,11 @@ class RunResult:
     wall_seconds: float = 0.0
     reorders: dict[int, dict[str, int]] = attrs.field(factory=dict)
     horizon: float | None = None
+    submitted: list[float] = attrs.field(factory=list)
+    workers: list[WorkerStats] = attrs.field(factory=list)
+    worker_of: list[int] = attrs.field(factory=list)
+    forecasts: dict[str, list[tuple[float, float, float | None]]] = attrs.field(factory=dict)
+    runs: list[tuple[int, int, float, float]] = attrs.field(factory=list)
 
     @property
     def clock_end(self) -> float:
@@ -128,10 +178,13 @@ def simulate(
     lease_factor: float | None = 3.0,
     horizon: float | None = None,
     progress: Callable[[int], None] | None = None,
+    workers: Sequence[WorkerSpec] | int | None = None,
+    poll: float = 0.0,
 ) -> RunResult:
     """Run ``workload`` through a fresh queue for ``spec`` until every job has left.
 
-    O((n + grants) log n) plus the policy's own cost per call.
+    O((n + grants) log n) plus the policy's own cost per call (see the fleet engine for
+    several workers).
 
     Args:
         workload: The arrivals (sorted by time) and the models' cold-load times.
@@ -142,17 +195,44 @@ def simulate(
         horizon: Stop the clock at this many seconds (None: run until every job has left);
             jobs still queued or running then stay unfinished.
         progress: Called now and then with the number of jobs that have left.
+        workers: A fleet to run on (worker specs, or a count of identical workers) instead
+            of one GPU; None uses ``workload.workers`` when the scenario names a fleet, else
+            one GPU.
+        poll: A fleet's idle workers ask for work every ``poll`` seconds (0: at every
+            instant; see :mod:`prioqueue.sim.fleet_engine`). Ignored on one GPU.
 
     Returns:
-        The per-job outcomes and the GPU totals.
+        The per-job outcomes and the GPU totals (and per-worker figures for a fleet).
 
     Raises:
-        ValueError: ``lease_factor`` is below 1, or ``horizon`` is negative or not a number.
+        ValueError: ``lease_factor`` is below 1, ``horizon`` or ``poll`` is negative or not
+            a number.
+        ConfigError: ``workers`` is empty, out of range or names a worker twice.
     """
     if lease_factor is not None and not lease_factor >= 1:
         raise ValueError(f"lease_factor must be >= 1, got {lease_factor!r}")
     if horizon is not None and not (isinstance(horizon, (int, float)) and 0 <= horizon < math.inf):
         raise ValueError(f"horizon must be a finite number of seconds >= 0, got {horizon!r}")
+    if not (isinstance(poll, (int, float)) and 0 <= poll < math.inf):
+        raise ValueError(f"poll must be a finite number of seconds >= 0, got {poll!r}")
+    if workers is None and workload.workers is not None:
+        workers = workload.workers
+    if workers is not None:
+        fleet = fleet_of(workers) if isinstance(workers, int) else tuple(workers)
+        names = [w.name for w in fleet]
+        if not fleet or len(set(names)) != len(names):
+            raise ConfigError(f"workers must be non-empty with unique names, got {names}")
+        from prioqueue.sim.fleet_engine import simulate_fleet
+
+        return simulate_fleet(
+            workload,
+            spec,
+            fleet,
+            lease_factor=lease_factor,
+            horizon=horizon,
+            progress=progress,
+            poll=float(poll),
+        )
     stop = math.inf if horizon is None else float(horizon)
     cut = False
     began = time.perf_counter()
@@ -190,9 +270,49 @@ def simulate(
     finished = 0
     now = 0.0
     loops = 0
-    submit = queue.submit
     dispatch = queue.dispatch
     complete = queue.complete
+    submitted = [nan] * n
+    feed = ChainFeed(workload)
+    forecasts = ForecastLog(workload, queue, feed)
+    grouped = forecasts.active
+    chained = bool(workload.chains)
+
+    def submit(j: int, t: float) -> None:
+        nonlocal events
+        a = arrivals[j]
+        extra = {"group": a.group} if grouped and a.group is not None else {}
+        queue.submit(
+            str(j),
+            member=a.member,
+            priority=a.priority,
+            tier=a.tier,
+            model=a.model,
+            estimate=a.estimate,
+            now=t,
+            **extra,
+        )
+        events += 1
+        status[j] = QUEUED
+        submitted[j] = t
+        if a.cancel_after is not None:
+            heapq.heappush(cancels, (t + a.cancel_after, j))
+        if grouped and a.group is not None:
+            forecasts.started(a.group)
+
+    def left(j: int, t: float) -> None:
+        """Job ``j`` left for good: count it, feed its chain, log its group."""
+        nonlocal finished
+        end[j] = t
+        finished += 1
+        group = arrivals[j].group
+        if group is None:
+            return
+        if chained and feed.chained(j):
+            for k in feed.left(j):
+                submit(k, t)
+        if grouped:
+            forecasts.finished(group, t)
 
     while True:
         t = arrivals[i].arrival if i < n else inf
@@ -214,8 +334,7 @@ def simulate(
             complete(str(running), now=now, runtime=now - started)
             events += 1
             status[running] = DONE
-            end[running] = now
-            finished += 1
+            left(running, now)
             running = -1
             run_end = deadline = inf
             idle_from = now
@@ -230,8 +349,7 @@ def simulate(
                     status[j] = QUEUED
                 else:
                     status[j] = FAILED
-                    end[j] = now
-                    finished += 1
+                    left(j, now)
             running = -1
             run_end = deadline = inf
             idle_from = now
@@ -245,24 +363,16 @@ def simulate(
                     run_end = deadline = inf
                     idle_from = now
                 status[j] = CANCELLED
-                end[j] = now
-                finished += 1
+                left(j, now)
         while i < n and arrivals[i].arrival <= now:  # 4. arrivals
-            a = arrivals[i]
-            submit(
-                str(i),
-                member=a.member,
-                priority=a.priority,
-                tier=a.tier,
-                model=a.model,
-                estimate=a.estimate,
-                now=now,
-            )
-            events += 1
-            status[i] = QUEUED
-            if a.cancel_after is not None:
-                heapq.heappush(cancels, (now + a.cancel_after, i))
+            if chained and feed.chained(i):
+                for k in feed.arrive(i):
+                    submit(k, now)
+            else:
+                submit(i, now)
             i += 1
+        if grouped:
+            forecasts.flush(now)
         if running < 0 and len(queue):  # 5. dispatch
             grant = dispatch(now)
             events += 1
@@ -306,6 +416,8 @@ def simulate(
     if cut:
         result.horizon = stop
         result.makespan = max((e for e in end if not math.isnan(e)), default=0.0)
+    result.submitted = submitted
+    result.forecasts = forecasts.points if grouped else {}
     result.events = events
     result.reorders = reorder_counts(queue, now)
     result.wall_seconds = time.perf_counter() - began

@@ -80,35 +80,58 @@ def _waits(results: Sequence[RunResult], path: Path) -> None:
     fig.savefig(path, dpi=_DPI)
 
 
+def _rows(result: RunResult) -> list[tuple[str, list[tuple[int, float, float]]]]:
+    """The timeline's rows of one run: ``(label, [(job, start, end)])``, one per worker."""
+    arrivals = result.workload.arrivals
+    stop = result.clock_end
+    if result.workers:
+        rows: list[tuple[str, list[tuple[int, float, float]]]] = [
+            (f"{result.spec.label} {w.name}", []) for w in result.workers
+        ]
+        for k, j, start, end in result.runs[: _MAX_SEGMENTS * len(rows)]:
+            rows[k][1].append((j, start, end))
+        return rows
+    order = sorted(
+        (i for i in range(len(arrivals)) if not math.isnan(result.start[i])),
+        key=lambda i: result.start[i],
+    )[:_MAX_SEGMENTS]
+    spans = [
+        (i, result.start[i], stop if math.isnan(result.end[i]) else result.end[i]) for i in order
+    ]
+    return [(result.spec.label, spans)]
+
+
 def _timeline(results: Sequence[RunResult], path: Path) -> None:
-    fig = Figure(figsize=(10, 0.9 + 0.6 * len(results)), layout="constrained")
+    rows = [(result, label, spans) for result in results for label, spans in _rows(result)]
+    fig = Figure(figsize=(10, 0.9 + 0.6 * len(rows)), layout="constrained")
     ax = fig.subplots()
     seen: set[int] = set()
-    for row, result in enumerate(results):
+    for row, (result, _, spans) in enumerate(rows):
         arrivals = result.workload.arrivals
-        stop = result.clock_end
-        order = sorted(
-            (i for i in range(len(arrivals)) if not math.isnan(result.start[i])),
-            key=lambda i: result.start[i],
-        )[:_MAX_SEGMENTS]
         by_level: dict[int, list[tuple[float, float]]] = {}
         swaps = []
-        for i in order:
-            end = result.end[i] if not math.isnan(result.end[i]) else stop
-            start = result.start[i] / 3600
+        for i, begin, end in spans:
+            start = begin / 3600
             by_level.setdefault(arrivals[i].priority, []).append((start, end / 3600 - start))
-            if result.load[i]:
+            if result.load[i] and begin == result.start[i]:
                 swaps.append(start)
-        for level, spans in sorted(by_level.items(), reverse=True):
+        for level, bars in sorted(by_level.items(), reverse=True):
             label = None if level in seen else _name(level)
             seen.add(level)
-            ax.broken_barh(spans, (row - 0.3, 0.6), facecolors=_colour(level), label=label)
+            ax.broken_barh(bars, (row - 0.3, 0.6), facecolors=_colour(level), label=label)
         ax.plot(swaps, [row + 0.38] * len(swaps), "|", color="black", markersize=5)
-    ax.set_yticks(range(len(results)), [r.spec.label for r in results])
-    ax.set_ylim(-0.6, len(results) - 0.3)
+    ax.set_yticks(range(len(rows)), [label for _, label, _ in rows])
+    ax.set_ylim(-0.6, len(rows) - 0.3)
     ax.set_xlabel("hours")
-    ax.legend(fontsize="small", ncol=3, loc="upper right", bbox_to_anchor=(1, 1.25))
-    ax.set_title(f"{results[0].workload.name}: GPU timeline by level (| marks a swap)", loc="left")
+    fleet = any(r.workers for r in results)
+    if fleet:  # many rows: keep the legend just above the axes
+        ax.legend(fontsize="small", ncol=3, loc="lower right", bbox_to_anchor=(1, 1.0))
+    else:
+        ax.legend(fontsize="small", ncol=3, loc="upper right", bbox_to_anchor=(1, 1.25))
+    what = "worker" if fleet else "GPU"
+    ax.set_title(
+        f"{results[0].workload.name}: {what} timeline by level (| marks a swap)", loc="left"
+    )
     fig.savefig(path, dpi=_DPI)
 
 

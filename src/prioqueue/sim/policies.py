@@ -10,6 +10,9 @@ differently; the two baselines are small classes that live here, never in the co
 * ``fifo``: arrival order, as llama-swap serves requests today.
 * ``strict``: priority levels only, FIFO inside a level (no tiers, aging, affinity or fair
   share).
+* ``warm-first``: the oldest job for the loaded model, else the oldest job (Ray Serve's
+  model-multiplexing rule; see :mod:`prioqueue.sim.fleet_policies`, which also holds the
+  fleet versions of the baselines).
 * ``prioqueue``: the full policy (bands, tiers, affinity, aging and per-member fair share).
 * ``no-aging``: a divisor so large that aging never matters (1e9 seconds per point).
 * ``no-affinity``: ``max_affinity = 0``.
@@ -52,8 +55,16 @@ __all__ = [
 NO_AGING_DIVISOR = 1e9
 """The aging divisor of the ``no-aging`` ablation: one point every 31 years."""
 
-BASELINES = ("fifo", "strict")
-POLICY_KINDS = ("fifo", "strict", "prioqueue", "no-aging", "no-affinity", "no-fair-share")
+BASELINES = ("fifo", "strict", "warm-first")
+POLICY_KINDS = (
+    "fifo",
+    "strict",
+    "warm-first",
+    "prioqueue",
+    "no-aging",
+    "no-affinity",
+    "no-fair-share",
+)
 DEFAULT_POLICIES = ("fifo", "strict", "prioqueue")
 """What a report compares unless told otherwise: the two baselines and the full policy."""
 ABLATIONS = ("no-aging", "no-affinity", "no-fair-share")
@@ -326,6 +337,8 @@ class PolicyParams:
         affinity_by_model: Per-model affinity (each at most ``max_affinity``).
         charge: ``"runtime"``, ``"estimate"`` or a number of seconds per job.
         fair_share: Per-member fair share inside a level.
+        warm_hold: Seconds a job is kept for a warm worker before a cold one may take it
+            (``FleetDispatcher(warm_hold=...)``; only a fleet uses it, 0 turns it off).
     """
 
     band_spacing: float = 100
@@ -337,6 +350,7 @@ class PolicyParams:
     affinity_by_model: Mapping[str, float] = attrs.field(factory=dict, converter=_freeze, eq=False)
     charge: Charge = "runtime"
     fair_share: bool = True
+    warm_hold: float = 0.0
 
     def scoring_config(self) -> ScoringConfig:
         """Return the :class:`ScoringConfig` of these parameters.
@@ -362,6 +376,7 @@ class PolicyParams:
             "affinity_by_model": dict(self.affinity_by_model),
             "charge": self.charge,
             "fair_share": self.fair_share,
+            "warm_hold": self.warm_hold,
         }
 
 
@@ -375,6 +390,8 @@ _KEY_ALIASES = {
     "max_affinity": "max_affinity",
     "charge": "charge",
     "fair_share": "fair_share",
+    "warm_hold": "warm_hold",
+    "hold": "warm_hold",
 }
 
 
@@ -394,7 +411,7 @@ class PolicySpec:
 
     @property
     def is_baseline(self) -> bool:
-        """True for ``fifo`` and ``strict`` (they ignore the parameters)."""
+        """True for ``fifo``, ``strict`` and ``warm-first`` (they ignore the parameters)."""
         return self.kind in BASELINES
 
 
@@ -444,7 +461,8 @@ def parse_spec(spec: str, base: PolicyParams | None = None) -> PolicySpec:
     """Parse ``KIND`` or ``KIND:key=value,key=value`` into a :class:`PolicySpec`.
 
     Keys: ``aging_divisor`` (``divisor``, ``d``), ``band_spacing`` (``spacing``),
-    ``max_affinity`` (``affinity``), ``charge``, ``fair_share``, ``tier.NAME`` (one tier's
+    ``max_affinity`` (``affinity``), ``charge``, ``fair_share``, ``warm_hold`` (``hold``,
+    fleets only), ``tier.NAME`` (one tier's
     bonus) and ``affinity.MODEL`` (one model's affinity). The ablation's change is
     applied after the overrides (``no-aging:divisor=30`` still does not age).
 
@@ -472,6 +490,7 @@ def parse_spec(spec: str, base: PolicyParams | None = None) -> PolicySpec:
     if kind not in BASELINES:
         params.scoring_config()  # check the band-spacing invariant now, with a clear message
         _check_charge(params.charge, spec)
+        _check_hold(params.warm_hold, spec)
     return PolicySpec(label=spec.strip(), kind=kind, params=params)
 
 
@@ -481,6 +500,11 @@ def _check_charge(charge: Charge, spec: str) -> None:
             raise ConfigError(f"policy {spec!r}: charge must be runtime, estimate or a number")
     elif not charge > 0:
         raise ConfigError(f"policy {spec!r}: a numeric charge must be > 0, got {charge!r}")
+
+
+def _check_hold(hold: float, spec: str) -> None:
+    if not 0 <= hold < float("inf"):
+        raise ConfigError(f"policy {spec!r}: warm_hold must be seconds >= 0, got {hold!r}")
 
 
 def build_queue(spec: PolicySpec, lease_for: Callable[[Any], float] | None = None) -> SimQueue:
@@ -497,6 +521,12 @@ def build_queue(spec: PolicySpec, lease_for: Callable[[Any], float] | None = Non
         return FifoQueue(lease_for)
     if spec.kind == "strict":
         return StrictQueue(lease_for)
+    if spec.kind == "warm-first":
+        from prioqueue.sim.fleet_policies import build_pull_baseline
+        from prioqueue.sim.workers import fleet_of
+
+        rule = None if lease_for is None else (lambda job, _name: lease_for(job))
+        return build_pull_baseline("warm-first", fleet_of(1), rule)
     from prioqueue.dispatcher import SizeOneDispatcher
 
     params = spec.params
@@ -509,17 +539,18 @@ def build_queue(spec: PolicySpec, lease_for: Callable[[Any], float] | None = Non
     )
 
 
-def reorder_counts(queue: SimQueue, now: float) -> dict[int, dict[str, int]]:
+def reorder_counts(queue: object, now: float) -> dict[int, dict[str, int]]:
     """Return the dispatcher's reorders by level and cause (empty for the baselines).
 
     Args:
-        queue: The queue after the run.
+        queue: The queue after the run (a baseline, or a dispatcher with ``stats``).
         now: The end of the run.
 
     Returns:
         ``{level: {cause: count}}`` with the causes of ``REORDER_CAUSES``.
     """
-    if isinstance(queue, _Baseline):
+    stats_of = getattr(queue, "stats", None)
+    if stats_of is None:  # a baseline
         return {}
-    stats = queue.stats(now=now)  # type: ignore[attr-defined]
+    stats = stats_of(now=now)
     return {level: dict(s.reorders.as_dict()) for level, s in stats.levels.items()}

@@ -178,7 +178,9 @@ def tables(report: Mapping[str, Any]) -> list[Table]:
         for member in sorted(shown)
     )
     hidden = len(members) - len(shown)
-    return [
+    fleet = any("workers" in section for section in policies.values())
+    bound = "N*(T + A)*d + 2*K*C (N workers, K slots)" if fleet else "2*C + (T + A)*d"
+    found = [
         Table(
             "Waits by level (arrival to start)",
             (
@@ -202,7 +204,7 @@ def tables(report: Mapping[str, Any]) -> list[Table]:
             "Fair share by level (members compared only while both are backlogged)",
             ("level", "policy", "max gap", "between", "bound", "min share", "Jain", "within"),
             tuple(fair),
-            "gap: largest drift in service between two backlogged members, bound 2*C + (T + A)*d; "
+            f"gap: largest drift in service between two backlogged members, bound {bound}; "
             "min share: the worst member's GPU time over its max-min fair share (1 = fair); "
             "Jain (secondary): over contended service, low when members ask for different "
             "amounts",
@@ -230,6 +232,63 @@ def tables(report: Mapping[str, Any]) -> list[Table]:
             f"{hidden} more members not shown" if hidden > 0 else "",
         ),
     ]
+    if fleet:
+        found.append(_workers_table(policies))
+    if any("groups" in section for section in policies.values()):
+        found.append(_groups_table(policies))
+    return found
+
+
+def _workers_table(policies: Mapping[str, Any]) -> Table:
+    rows: list[tuple[str, ...] | None] = []
+    for name, section in policies.items():
+        if rows:
+            rows.append(None)
+        for worker, row in section.get("workers", {}).items():
+            rows.append(
+                (
+                    name,
+                    worker,
+                    str(row["jobs"]),
+                    str(row["swaps"]),
+                    duration(row["load_seconds"]),
+                    duration(row["busy_seconds"]),
+                    _percent(row["utilisation"]),
+                )
+            )
+    return Table(
+        "Workers",
+        ("policy", "worker", "runs", "swaps", "loading", "busy", "utilisation"),
+        tuple(rows),
+        "utilisation: busy seconds (loads and hung attempts included) over the run's clock",
+        left=2,
+    )
+
+
+def _groups_table(policies: Mapping[str, Any]) -> Table:
+    rows: list[tuple[str, ...] | None] = []
+    for name, section in policies.items():
+        for group, row in section.get("groups", {}).items():
+            forecast = row.get("forecast") or {}
+            rows.append(
+                (
+                    group,
+                    name,
+                    "all" if row["depth"] is None else str(row["depth"]),
+                    f"{row['completed']}/{row['jobs']}",
+                    duration(row["finish"]),
+                    duration(forecast.get("mean_abs_error")),
+                    _percent(forecast.get("mean_relative")),
+                )
+            )
+    return Table(
+        "Groups (films)",
+        ("group", "policy", "depth", "done", "finish", "forecast error", "relative"),
+        tuple(rows),
+        "finish: when its last job left; forecast error: mean |forecast - finish| over the "
+        "forecasts taken at the start and at each tenth done (relative: over the time left)",
+        left=2,
+    )
 
 
 def _censored(value: float | None, floor: float | None) -> str:
@@ -302,8 +361,12 @@ def verdict_table(report: Mapping[str, Any]) -> Table:
     found = {one["scenario"]["params"].get("seed") for one in reports_of(report)}
     seeds = sorted(str(seed) for seed in found if seed is not None)
     where = f"seed {', '.join(seeds)}; " if seeds else ""
+    kinds = {
+        row["kind"] for one in reports_of(report) for row in one["summary"]["policies"].values()
+    }
+    against = "fifo, strict and warm-first" if "warm-first" in kinds else "fifo and strict"
     return Table(
-        f"Verdict: prioqueue against fifo and strict ({where}details and definitions below)",
+        f"Verdict: prioqueue against {against} ({where}details and definitions below)",
         (
             "scenario",
             "policy",

@@ -19,7 +19,14 @@ Definitions (documented in ``docs/simulator.md``):
   attempts included.
 * **service gap**, **share of the max-min fair share** and **Jain's index**: see
   :mod:`prioqueue.sim.fairness`. The gap's analytic bound is ``2 * C + (T + A) * d`` (``C`` the
-  largest charge at the level); the baselines are measured against the default policy's.
+  largest charge at the level) on one GPU, and ``N * (T + A) * d + 2 * K * C`` on a fleet of
+  ``N`` workers holding ``K`` jobs at once in all (their slots; ``docs/design/fleet.md``); the
+  baselines are measured against the default policy's.
+* **workers** (a fleet only): per worker, the runs it started, its swaps, load seconds, busy
+  seconds and **utilisation** (busy seconds over the run's clock).
+* **groups** (when jobs carry a group, e.g. a film): its jobs, when its first job was
+  submitted and when its last left (**finish**), and the error of the finish forecasts taken
+  during the run (:mod:`prioqueue.sim.groups`).
 """
 
 from __future__ import annotations
@@ -115,9 +122,11 @@ def summarize(
         gpu[arrivals[j].member] += expired - granted
         runs[arrivals[j].priority].append((granted, expired, arrivals[j].member))
 
+    submitted = result.submitted
     for i, job in enumerate(arrivals):
         if status[i] == PENDING:  # arrived after the horizon
             continue
+        came = submitted[i] if submitted else job.arrival
         level = job.priority
         member = job.member
         row = counts[level]
@@ -125,7 +134,7 @@ def summarize(
         member_jobs[member][0] += 1
         level_tiers[level].add(job.tier)
         events = level_events[level]
-        queued_from = job.arrival
+        queued_from = came
         for granted, expired in requeued_from.get(i, ()):
             events.append((queued_from, _ON, member, 0.0))
             events.append((granted, _OFF, member, 0.0))
@@ -151,20 +160,22 @@ def summarize(
                 charge = _charge(params, spec.is_baseline, job.estimate, runtime)
                 events.append((end[i], _SERVICE, member, charge))
                 largest_charge[level] = max(largest_charge[level], charge)
-            wait = start[i] - job.arrival
+            wait = start[i] - came
             if st != CANCELLED:
                 waits[level].append(wait)
         elif st == QUEUED:
-            censored[level].append(clock - job.arrival)
+            censored[level].append(clock - came)
         if st == DONE:
             row[1] += 1
-            slowdown[level].append((end[i] - job.arrival) / max(job.duration, 1.0))
+            slowdown[level].append((end[i] - came) / max(job.duration, 1.0))
             member_jobs[member][1] += 1
-            member_jobs[member][2] += start[i] - job.arrival
+            member_jobs[member][2] += start[i] - came
         elif st == CANCELLED:
             row[2] += 1
 
     top = max(counts, default=0)
+    fleet_n = max(1, len(result.workers))
+    held_k = max(1, sum(w.slots for w in result.workers))
     levels: dict[str, Any] = {}
     for level in sorted(counts, reverse=True):
         jobs, done, cancelled, failed = counts[level]
@@ -177,7 +188,7 @@ def summarize(
         bonuses = [tiers.get(t, 0.0) for t in level_tiers[level]]
         spread = max(bonuses) - min(bonuses) if bonuses else 0.0
         offsets = (spread + params.max_affinity) * params.aging_divisor
-        bound = 2 * largest_charge[level] + offsets
+        bound = 2 * held_k * largest_charge[level] + fleet_n * offsets
         aging_bound = (top - level) * params.aging_divisor + offsets
         shares = fair_shares(backlog[level], runs[level])
         levels[str(level)] = {
@@ -221,6 +232,12 @@ def summarize(
         for cause, count in per_level.items():
             totals[cause] += count
     wall = result.wall_seconds
+    extra: dict[str, Any] = {}
+    if result.workers:
+        extra["workers"] = _workers(result)
+    groups = _groups(result)
+    if groups:
+        extra["groups"] = groups
     return {
         "kind": spec.kind,
         "params": None if spec.is_baseline else spec.params.as_dict(),
@@ -246,7 +263,58 @@ def summarize(
             "wall_seconds": round(wall, 4),
             "events_per_second": round(result.events / wall) if wall > 0 else None,
         },
+        **extra,
     }
+
+
+def _workers(result: RunResult) -> dict[str, Any]:
+    """Each worker's runs, swaps, loads, busy time and utilisation."""
+    clock = result.clock_end
+    return {
+        w.name: {
+            "slots": w.slots,
+            "speed": w.speed,
+            "models": w.models,
+            "jobs": w.jobs,
+            "swaps": w.swaps,
+            "load_seconds": _round(w.load_seconds),
+            "busy_seconds": _round(w.busy_seconds),
+            "lost_seconds": _round(w.lost_seconds),
+            "utilisation": _round(w.busy_seconds / clock if clock > 0 else 0.0, 4),
+        }
+        for w in result.workers
+    }
+
+
+def _groups(result: RunResult) -> dict[str, Any]:
+    """Each group's jobs, first submission, finish and forecast error."""
+    from prioqueue.sim.groups import forecast_errors
+
+    arrivals = result.workload.arrivals
+    found: dict[str, list[int]] = defaultdict(list)
+    for i, job in enumerate(arrivals):
+        if job.group is not None:
+            found[job.group].append(i)
+    out: dict[str, Any] = {}
+    for group, jobs in found.items():
+        submitted = [result.submitted[i] for i in jobs if result.submitted]
+        known = [t for t in submitted if not math.isnan(t)]
+        done = [i for i in jobs if result.status[i] == DONE]
+        ended = [result.end[i] for i in jobs if not math.isnan(result.end[i])]
+        complete = len(ended) == len(jobs)
+        finish = max(ended) if complete and ended else None
+        row: dict[str, Any] = {
+            "jobs": len(jobs),
+            "completed": len(done),
+            "first_submitted": _round(min(known) if known else None),
+            "finish": _round(finish),
+            "depth": result.workload.chains.get(group),
+        }
+        points = result.forecasts.get(group)
+        if points and finish is not None:
+            row["forecast"] = forecast_errors(points, finish)
+        out[group] = row
+    return out
 
 
 def _share_summary(shares: Mapping[str, tuple[float, float]], longest: float) -> dict[str, Any]:

@@ -1,12 +1,17 @@
 """Built-in workloads, parameterised and seeded: the same seed always builds the same jobs.
 
 * ``film-night`` (the default): one member renders a film of ``shots`` batch shots of about
-  ``shot_seconds`` each, submitted all at once, while a crowd of ``members`` sends interactive
-  images (tens of seconds) and videos (4-16 minutes) and normal-priority tool calls as random
-  (Poisson) streams for ``hours``. Free, pro and max tiers; three models.
+  ``shot_seconds`` each, submitted all at once (``film_depth=0``) or as a ``Chain`` keeping
+  ``film_depth`` shots submitted, while a crowd of ``members`` sends interactive images (tens
+  of seconds) and videos (4-16 minutes) and normal-priority tool calls as random (Poisson)
+  streams for ``hours``. Free, pro and max tiers; three models. The film is group ``film``.
 * ``two-films``: two members' films compete at the batch level (fair share).
 * ``swap-storm``: normal-priority requests for random models, with slow cold loads
   (affinity against swaps).
+* ``fleet-night``: a fleet of ``gpus`` workers (4) for two films (groups ``film-ana`` and
+  ``film-ben``, the second ``offset`` seconds later), a larger interactive crowd, and a long
+  tail of ``tail_models`` rarely used models (Zipf popularity, ``tail_per_hour`` jobs an hour
+  in all, each model loading in 45 s): the workload of warm routing.
 * ``overload``: arrivals above capacity at all three levels (aging and starvation); a few jobs
   hang and need their lease to expire, a few are cancelled. The clock stops when the arrivals
   do (``horizon``): with the box overloaded for ever, what is still queued then is what a policy
@@ -61,10 +66,15 @@ UNITS: dict[str, str] = {
     "min_seconds": "s",
     "max_seconds": "s",
     "horizon": "h; 0: until every job has left",
+    "film_depth": "shots submitted at once; 0: all at once",
+    "gpus": "workers",
+    "tail_models": "models",
+    "tail_per_hour": "jobs/h",
 }
 """The unit of each scenario parameter, for ``--list-scenarios``."""
 
 _LOADS = {"image": 30.0, "video": 60.0, "llm": 15.0}
+_TAIL_LOAD = 45.0
 _TIERS = ("free", "pro", "max")
 
 Params = dict[str, Any]
@@ -141,11 +151,14 @@ def _crowd(members: int) -> list[tuple[str, str]]:
 
 
 def _film(
-    gen: _Gen, member: str, tier: str, shots: int, seconds: float, at: float
+    gen: _Gen, member: str, tier: str, shots: int, seconds: float, at: float, group: str
 ) -> list[Arrival]:
     rng = gen.rng
     return [
-        gen.job(at, member, BATCH, tier, "video", seconds * rng.uniform(0.85, 1.15))
+        attrs.evolve(
+            gen.job(at, member, BATCH, tier, "video", seconds * rng.uniform(0.85, 1.15)),
+            group=group,
+        )
         for _ in range(shots)
     ]
 
@@ -171,15 +184,33 @@ def _crowd_streams(gen: _Gen, params: Params) -> list[Arrival]:
 
 def _film_night(params: Params, rng: random.Random) -> list[Arrival]:
     gen = _Gen(rng, params)
-    jobs = _film(gen, "director", "pro", int(params["shots"]), float(params["shot_seconds"]), 0.0)
+    shots, seconds = int(params["shots"]), float(params["shot_seconds"])
+    jobs = _film(gen, "director", "pro", shots, seconds, 0.0, "film")
     return jobs + _crowd_streams(gen, params)
 
 
 def _two_films(params: Params, rng: random.Random) -> list[Arrival]:
     gen = _Gen(rng, params)
     shots, seconds = int(params["shots"]), float(params["shot_seconds"])
-    jobs = _film(gen, "ana", "pro", shots, seconds, 0.0)
-    return jobs + _film(gen, "ben", "pro", shots, seconds, float(params["offset"]))
+    jobs = _film(gen, "ana", "pro", shots, seconds, 0.0, "film-ana")
+    return jobs + _film(gen, "ben", "pro", shots, seconds, float(params["offset"]), "film-ben")
+
+
+def _fleet_night(params: Params, rng: random.Random) -> list[Arrival]:
+    gen = _Gen(rng, params)
+    shots, seconds = int(params["shots"]), float(params["shot_seconds"])
+    jobs = _film(gen, "ana", "pro", shots, seconds, 0.0, "film-ana")
+    jobs += _film(gen, "ben", "max", shots, seconds, float(params["offset"]), "film-ben")
+    jobs += _crowd_streams(gen, params)
+    crowd = _crowd(int(params["members"]))
+    tail = [f"tail-{k:02d}" for k in range(1, int(params["tail_models"]) + 1)]
+    if crowd and tail:
+        weights = [1.0 / (rank**1.1) for rank in range(1, len(tail) + 1)]
+        for at in gen.poisson(float(params["tail_per_hour"]), float(params["hours"])):
+            member, tier = rng.choice(crowd)
+            model = rng.choices(tail, weights)[0]
+            jobs.append(gen.job(at, member, NORMAL, tier, model, rng.uniform(20.0, 120.0)))
+    return jobs
 
 
 def _swap_storm(params: Params, rng: random.Random) -> list[Arrival]:
@@ -231,7 +262,13 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "film-night",
             "a 174-shot batch film against a crowd's interactive images, videos and tool calls",
-            {"shots": 174, "shot_seconds": 240.0, **_CROWD_DEFAULTS, "horizon": 0.0},
+            {
+                "shots": 174,
+                "shot_seconds": 240.0,
+                **_CROWD_DEFAULTS,
+                "film_depth": 0,
+                "horizon": 0.0,
+            },
             _film_night,
         ),
         Scenario(
@@ -276,6 +313,29 @@ SCENARIOS: dict[str, Scenario] = {
                 "horizon": 8.0,
             },
             _overload,
+        ),
+        Scenario(
+            "fleet-night",
+            "4 GPUs: two films, an interactive crowd and a long tail of rarely used models "
+            "(warm routing)",
+            {
+                "gpus": 4,
+                "shots": 80,
+                "shot_seconds": 240.0,
+                "offset": 600.0,
+                "hours": 8.0,
+                "members": 40,
+                "images_per_hour": 60.0,
+                "videos_per_hour": 2.0,
+                "tools_per_hour": 40.0,
+                "tail_models": 24,
+                "tail_per_hour": 12.0,
+                "cancel_fraction": 0.02,
+                "lost_fraction": 0.0,
+                "film_depth": 0,
+                "horizon": 0.0,
+            },
+            _fleet_night,
         ),
     )
 }
@@ -338,6 +398,8 @@ def parse_params(name: str, overrides: Mapping[str, Any]) -> Params:
                 f"scenario {name!r} has no parameter {key!r}; it has: {', '.join(params)}"
             )
         params[norm] = convert_param(name, norm, params[norm], value)
+    if "gpus" in params and not 1 <= params["gpus"] <= 1024:
+        raise ConfigError(f"scenario {name!r}: gpus must be within [1, 1024]")
     for key in ("cancel_fraction", "lost_fraction"):
         if key in params and params[key] > 1:
             raise ConfigError(f"scenario {name!r}: {key} must be within [0, 1]")
@@ -363,13 +425,21 @@ def build(name: str = DEFAULT_SCENARIO, *, seed: int = 1, **overrides: Any) -> W
     jobs = SCENARIOS[name].make(params, rng)
     jobs.sort(key=_arrival_time)
     horizon = float(params["horizon"]) * 3600.0
+    depth = int(params.get("film_depth", 0))
+    films = sorted({job.group for job in jobs if job.group is not None})
+    loads = dict(_LOADS)
+    if name == "fleet-night":
+        tail = range(1, int(params["tail_models"]) + 1)
+        loads.update({f"tail-{k:02d}": _TAIL_LOAD for k in tail})
     return Workload(
         name=name,
         arrivals=jobs,
-        load_seconds=_LOADS,
+        load_seconds=loads,
         default_load=30.0,
         params={"seed": seed, **params},
         horizon=horizon if horizon > 0 else None,
+        chains=dict.fromkeys(films, depth) if depth > 0 else {},
+        workers=int(params["gpus"]) if "gpus" in params else None,
     )
 
 

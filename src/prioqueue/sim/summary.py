@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from prioqueue.priority import BATCH, INTERACTIVE
+from prioqueue.sim.policies import BASELINES
 from prioqueue.sim.render import duration as _dur
 
 __all__ = ["summarize_report", "trade_off"]
@@ -103,7 +104,7 @@ def trade_off(policies: Mapping[str, Mapping[str, Any]]) -> str:
     Returns:
         The sentence (empty when no non-baseline policy ran).
     """
-    ours = next(((k, v) for k, v in policies.items() if v["kind"] not in ("fifo", "strict")), None)
+    ours = next(((k, v) for k, v in policies.items() if v["kind"] not in BASELINES), None)
     if ours is None:
         return ""
     name, mine = ours
@@ -131,7 +132,7 @@ def trade_off(policies: Mapping[str, Mapping[str, Any]]) -> str:
         others = [
             label
             for label, row in policies.items()
-            if row["kind"] in ("fifo", "strict") and row["fairness"]["within"] is False
+            if row["kind"] in BASELINES and row["fairness"]["within"] is False
         ]
         if others:
             text += f" ({' and '.join(others)} exceed{'s' if len(others) == 1 else ''} it)"
@@ -140,7 +141,7 @@ def trade_off(policies: Mapping[str, Mapping[str, Any]]) -> str:
     starved_shares = [
         (label, row["fairness"]["worst_share"])
         for label, row in policies.items()
-        if row["kind"] in ("fifo", "strict")
+        if row["kind"] in BASELINES
         and row["fairness"]["worst_share"] is not None
         and row["fairness"]["worst_share"] < 0.5
     ]
@@ -151,6 +152,9 @@ def trade_off(policies: Mapping[str, Mapping[str, Any]]) -> str:
             f"{labels} gave one member {share:.2f} of its max-min fair share, {name} "
             f"at least {mine_share:.2f}"
         )
+    warm = _find(policies, "warm-first")
+    if warm is not None:
+        parts.append(f"{name} swaps {mine['swaps']} times, {warm[0]} {warm[1]['swaps']}")
     fifo = _find(policies, "fifo")
     if fifo is not None and fifo[1]["interactive_p99"] is not None:
         parts.append(f"fifo makes interactive p99 wait {_dur(fifo[1]['interactive_p99'])}")

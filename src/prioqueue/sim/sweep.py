@@ -19,6 +19,7 @@ from prioqueue._errors import ConfigError
 from prioqueue.sim.engine import simulate
 from prioqueue.sim.policies import PolicyParams, parse_spec
 from prioqueue.sim.report import build_report
+from prioqueue.sim.workers import WorkerSpec
 from prioqueue.sim.workload import Workload
 
 __all__ = ["METRICS", "frontier", "parse_sweep", "run_sweep"]
@@ -103,6 +104,8 @@ def run_sweep(
     base: PolicyParams | None = None,
     lease_factor: float = 3.0,
     horizon: Callable[[Workload], float | None] = lambda w: w.horizon,
+    workers: Sequence[WorkerSpec] | int | None = None,
+    poll: float = 0.0,
 ) -> dict[str, Any]:
     """Run ``policy`` with ``key`` set to each value on each seed's workload.
 
@@ -115,6 +118,8 @@ def run_sweep(
         base: The parameters the values apply to.
         lease_factor: As for :func:`~prioqueue.sim.engine.simulate`.
         horizon: The horizon of a workload (default: the workload's own).
+        workers: The fleet (None: the workload's own, else one GPU); see ``simulate``.
+        poll: A fleet's poll interval; see ``simulate``.
 
     Returns:
         ``{"policy", "key", "seeds", "values": [{"value", "label", "figures": {metric:
@@ -132,7 +137,14 @@ def run_sweep(
     for seed in seeds:
         workload = make_workload(seed)
         results = [
-            simulate(workload, spec, lease_factor=lease_factor, horizon=horizon(workload))
+            simulate(
+                workload,
+                spec,
+                lease_factor=lease_factor,
+                horizon=horizon(workload),
+                workers=workers,
+                poll=poll,
+            )
             for spec in specs
         ]
         report = build_report(workload, results, base=base)

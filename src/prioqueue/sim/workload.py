@@ -34,6 +34,8 @@ class Arrival:
             running), or None when it never does.
         hangs: How many of its first grants hang (a lost worker): the lease must expire
             before the job is requeued. 0 for a healthy job.
+        group: The group the job belongs to (a film), or None. With a depth in
+            ``Workload.chains`` the group's jobs are submitted as a chain.
     """
 
     arrival: float
@@ -45,9 +47,17 @@ class Arrival:
     estimate: float | None = None
     cancel_after: float | None = None
     hangs: int = 0
+    group: str | None = None
 
 
 def _freeze(value: Mapping[str, float]) -> Mapping[str, float]:
+    return MappingProxyType(dict(value))
+
+
+def _freeze_chains(value: Mapping[str, int]) -> Mapping[str, int]:
+    for group, depth in value.items():
+        if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
+            raise ValueError(f"chain {group!r}: depth must be an int >= 1, got {depth!r}")
     return MappingProxyType(dict(value))
 
 
@@ -68,6 +78,10 @@ class Workload:
         params: The parameters the workload was built from (for the report).
         horizon: Seconds after which the simulation stops the clock (jobs still queued then
             are unfinished), or None to run until every job has left.
+        chains: Group to depth: the groups whose jobs are submitted as a ``Chain`` of that
+            depth (at most that many submitted at once; see :mod:`prioqueue.sim.groups`).
+        workers: How many workers the scenario is meant for (None: one GPU); the engine
+            uses it when no fleet is given.
     """
 
     name: str
@@ -76,6 +90,8 @@ class Workload:
     default_load: float = 0.0
     params: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze_params)
     horizon: float | None = None
+    chains: Mapping[str, int] = attrs.field(factory=dict, converter=_freeze_chains)
+    workers: int | None = None
 
     def load_time(self, model: str | None) -> float:
         """Return the seconds a cold load of ``model`` takes (0 for ``None``).
