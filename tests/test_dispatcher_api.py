@@ -809,15 +809,18 @@ def test_complete_at_or_after_the_lease_deadline_raises_and_changes_nothing(late
     d.submit("k", member="m", now=0)
     grant = grant_of(d, 10)
     before = d.stats(now=10)
+    start = d.explain("k", now=10).lane_start
+    assert start == 60.0  # j's expected charge (no estimate, no history: 60 s), up front
     with pytest.raises(LeaseExpired, match=r"job 'j' finished at .*lease deadline 110\.0") as e:
         d.complete("j", now=110 + late)
     assert isinstance(e.value, InvalidState)
     assert d.running is grant
     assert d.state("j") == "running"
     assert d.stats(now=10) == before  # the clock did not move either
-    assert d.explain("k", now=10).lane_start == 0.0
+    assert d.explain("k", now=10).lane_start == start
     expired = d.expire(110 + late)
     assert expired == [Expired(job=grant.job, attempt=1, deadline=110.0, requeued=True)]
+    assert d.explain("k", now=110 + late).lane_start == 0.0  # the up-front charge refunded
 
 
 def test_complete_just_before_the_deadline_succeeds() -> None:
@@ -956,13 +959,30 @@ def test_virtual_start_never_exceeds_now() -> None:
 
 @pytest.mark.parametrize("bad", [-1.0, NAN, INF, None, "5", True])
 def test_a_bad_charge_from_a_callable_raises_and_keeps_the_job_running(bad: Any) -> None:
-    d = make(charge=lambda job, runtime: bad)
+    # Good for the expected runtime at the grant (60 s), bad for the real one.
+    d = make(charge=lambda job, runtime: bad if runtime == 10.0 else runtime)
     d.submit("j", member="m", now=0)
     grant_of(d, 0)
-    with pytest.raises(ValueError, match=r"the charge model returned .* for job 'j'; a charge"):
+    with pytest.raises(
+        ValueError, match=r"the charge model returned .* for job 'j' \(at completion\); a charge"
+    ):
         d.complete("j", now=10)
     assert d.state("j") == "running"
     assert d.stats(now=10).completed == 0
+    assert d.complete("j", now=10, charge=0.0).charge == 0.0  # an explicit charge overrides
+
+
+@pytest.mark.parametrize("bad", [-1.0, NAN, INF, None, "5", True])
+def test_a_bad_expected_charge_raises_at_the_grant_and_keeps_the_job_queued(bad: Any) -> None:
+    d = make(charge=lambda job, runtime: bad)
+    d.submit("j", member="m", now=0)
+    with pytest.raises(
+        ValueError, match=r"the charge model returned .* for job 'j' \(expected charge\)"
+    ):
+        d.dispatch(0)
+    assert d.state("j") == "queued"
+    assert d.running is None
+    assert d.stats(now=0).dispatched == 0
 
 
 # =========================================================================== cancel
@@ -1148,7 +1168,7 @@ def test_explain_a_running_job() -> None:
     assert explanation.now == 90.0
     assert explanation.waited == 30.0
     assert explanation.score == grant.score
-    assert explanation.lane_start == 0.0
+    assert explanation.lane_start == 60.0  # charged its expected 60 s up front
     assert explanation.position == 0
     assert explanation.ahead == ()
     assert explanation.estimated_start == 30.0
@@ -1362,10 +1382,11 @@ def overtaken_by_fair_share(d: Checked) -> tuple[str, float, float]:
     d.submit("first", member="a", now=0)
     d.submit("victim", member="a", now=0)
     grant_of(d, 0)
-    d.submit("winner", member="b", now=50)  # lifted to s = 0, a's s
+    # a's s = 60: first's expected charge, up front (docs/design/fleet.md).
+    d.submit("winner", member="b", now=50)  # lifted to s = min(now, a's s) = 50
     d.complete("first", now=100)  # a's s = 100
     grant_of(d, 100)
-    return "fair share", 100 / D, 100.0
+    return "fair share", 50 / D, 100.0
 
 
 def overtaken_by_affinity(d: Checked) -> tuple[str, float, float]:
@@ -1961,7 +1982,7 @@ def _edit(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], Any]:
         (_edit(("queued", 0, "id"), "a"), "job 'a' appears twice"),
         (_edit(("queued", 0, "estimate"), -1), "estimate must be a positive number"),
         (_edit(("queued", 0, "tier"), "gold"), "unknown tier 'gold'"),
-        (_edit(("queued", 0, "priority"), "high"), "invalid literal for int"),
+        (_edit(("queued", 0, "priority"), "high"), "level must be an int, got 'high'"),
         (_edit(("lanes", 0, "s"), "early"), "lane s must be a finite number"),
         (_edit(("running", "granted_at"), KeyError), "KeyError"),
         (_edit(("running", "score"), {"band": 0}), "TypeError"),

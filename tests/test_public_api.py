@@ -26,12 +26,14 @@ EXPECTED = {
     "SAMPLER_UNITS",
     "SLOW_BASELINE_MULTIPLIERS",
     "AheadJob",
+    "ChargeError",
     "ChargeModel",
     "Completed",
     "ConfigError",
     "DuplicateJob",
     "Expired",
     "Explanation",
+    "FleetDispatcher",
     "Grant",
     "ImageRequest",
     "InvalidState",
@@ -57,6 +59,8 @@ EXPECTED = {
     "Stats",
     "Ticket",
     "UnknownJob",
+    "UnknownWorker",
+    "WorkerInfo",
     "explain_lease",
     "lease_seconds",
     "parse_priority",
@@ -78,8 +82,20 @@ def test_version_comes_from_the_distribution() -> None:
 
 
 def test_every_exception_is_a_prioqueue_error() -> None:
-    for name in ("ConfigError", "DuplicateJob", "InvalidState", "LeaseExpired", "QueueFull"):
+    for name in (
+        "ChargeError",
+        "ConfigError",
+        "DuplicateJob",
+        "InvalidState",
+        "LeaseExpired",
+        "QueueFull",
+        "UnknownWorker",
+    ):
         assert issubclass(getattr(prioqueue, name), prioqueue.PrioqueueError)
+    assert issubclass(prioqueue.ChargeError, ValueError)
+    assert prioqueue.ChargeError("bad", job_id="j").job_id == "j"
+    assert issubclass(prioqueue.UnknownWorker, LookupError)
+    assert str(prioqueue.UnknownWorker("worker 'w' has not joined")) == "worker 'w' has not joined"
     assert issubclass(prioqueue.UnknownJob, LookupError)
     assert str(prioqueue.UnknownJob("job 'x' is not queued")) == "job 'x' is not queued"
     assert str(prioqueue.UnknownJob()) == "unknown job"
@@ -87,7 +103,7 @@ def test_every_exception_is_a_prioqueue_error() -> None:
 
 def test_the_core_imports_no_adapter_and_no_optional_dependency() -> None:
     code = (
-        "import sys, prioqueue, prioqueue.dispatcher, prioqueue.testing;"
+        "import sys, prioqueue, prioqueue.dispatcher, prioqueue.fleet, prioqueue.testing;"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
         "{'httpx', 'uvicorn', 'rich', 'prometheus_client', 'matplotlib', 'asyncio'} "
         "or m.startswith(('prioqueue.gateway', 'prioqueue.sim', 'prioqueue.prometheus', "

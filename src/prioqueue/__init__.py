@@ -10,7 +10,8 @@ The public names are re-exported here from the modules that define them:
 * :mod:`prioqueue.priority`: ``parse_priority``, ``PriorityPolicy``, the named levels.
 * :mod:`prioqueue.scoring`: ``ScoringConfig``, ``Scorer``, ``ScoreBreakdown``.
 * :mod:`prioqueue.lease`: ``lease_seconds``, ``LeaseCalculator``, ``Lease`` and friends.
-* :mod:`prioqueue.dispatcher`: ``SizeOneDispatcher``; its values live in
+* :mod:`prioqueue.dispatcher`: ``SizeOneDispatcher``; :mod:`prioqueue.fleet`:
+  ``FleetDispatcher`` (many workers pulling from one queue); their values live in
   :mod:`prioqueue.records`.
 * :mod:`prioqueue.testing`: ``ManualClock`` and the brute-force ``ReferenceDispatcher``
   (imported from there, not re-exported).
@@ -22,6 +23,7 @@ from importlib.metadata import version as _version
 from typing import Any
 
 from prioqueue._errors import (
+    ChargeError,
     ConfigError,
     DuplicateJob,
     InvalidState,
@@ -30,6 +32,7 @@ from prioqueue._errors import (
     PrioqueueError,
     QueueFull,
     UnknownJob,
+    UnknownWorker,
 )
 from prioqueue.dispatcher import (
     DEFAULT_RETRY_AFTER,
@@ -37,6 +40,7 @@ from prioqueue.dispatcher import (
     ChargeModel,
     SizeOneDispatcher,
 )
+from prioqueue.fleet import FleetDispatcher
 from prioqueue.lease import (
     DEFAULT_CALCULATOR,
     FLAT_WORK_SAMPLERS,
@@ -76,6 +80,7 @@ from prioqueue.records import (
     Reorders,
     Stats,
     Ticket,
+    WorkerInfo,
 )
 from prioqueue.scoring import DEFAULT_TIER_BONUSES, ScoreBreakdown, Scorer, ScoringConfig
 
@@ -95,12 +100,14 @@ __all__ = [
     "SAMPLER_UNITS",
     "SLOW_BASELINE_MULTIPLIERS",
     "AheadJob",
+    "ChargeError",
     "ChargeModel",
     "Completed",
     "ConfigError",
     "DuplicateJob",
     "Expired",
     "Explanation",
+    "FleetDispatcher",
     "Grant",
     "ImageRequest",
     "InvalidState",
@@ -126,6 +133,8 @@ __all__ = [
     "Stats",
     "Ticket",
     "UnknownJob",
+    "UnknownWorker",
+    "WorkerInfo",
     "explain_lease",
     "lease_seconds",
     "parse_priority",

@@ -9,6 +9,7 @@ exception a caller would naturally catch (``ValueError``, ``LookupError``), so
 from __future__ import annotations
 
 __all__ = [
+    "ChargeError",
     "ConfigError",
     "DuplicateJob",
     "InvalidState",
@@ -17,6 +18,7 @@ __all__ = [
     "PrioqueueError",
     "QueueFull",
     "UnknownJob",
+    "UnknownWorker",
 ]
 
 
@@ -39,6 +41,13 @@ class UnknownJob(PrioqueueError, LookupError):
         return str(self.args[0]) if self.args else "unknown job"
 
 
+class UnknownWorker(PrioqueueError, LookupError):
+    """A worker name is not known to the fleet (never joined, or it left)."""
+
+    def __str__(self) -> str:  # LookupError would repr() the message; keep it readable.
+        return str(self.args[0]) if self.args else ""
+
+
 class InvalidState(PrioqueueError, RuntimeError):
     """The call does not fit the job's current state (e.g. completing a job that is queued)."""
 
@@ -56,6 +65,18 @@ class LeaseError(PrioqueueError):
 
     Attributes:
         job_id: The job whose lease could not be computed.
+    """
+
+    def __init__(self, message: str, *, job_id: str) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+
+class ChargeError(PrioqueueError, ValueError):
+    """The charge model returned no finite number of seconds >= 0 for a job.
+
+    Raised by a grant (for the expected charge) or a completion; nothing changed. ``job_id``
+    names the job, so an adapter can cancel it or complete it with an explicit ``charge``.
     """
 
     def __init__(self, message: str, *, job_id: str) -> None:

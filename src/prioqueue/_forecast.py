@@ -14,7 +14,7 @@ Theory of operation:
   lead over the explained job at that moment.
 
 Costs: a forecast is O(L log L + k log L) for L backlogged lanes and k predicted dispatches;
-``overtakes`` is O(h) for h remembered dispatches.
+``overtakes`` is O(g) for the g grant records it is given (``explain`` bounds them).
 """
 
 from __future__ import annotations
@@ -23,27 +23,16 @@ import bisect
 import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from prioqueue.records import AheadJob, Job, Overtake, OvertakeCause
-from prioqueue.scoring import ScoreBreakdown
 
 if TYPE_CHECKING:
     from prioqueue._lanes import _Entry, _Lane
 
 __all__: list[str] = []  # private module
-
-
-class DispatchRecord(NamedTuple):
-    """One remembered dispatch (private; a named tuple because one is made per dispatch)."""
-
-    at: float
-    job: Job
-    score: ScoreBreakdown
-    resident: str | None
-    lane_s: float
 
 
 @attrs.frozen
@@ -60,7 +49,7 @@ class _SimLane:
     def __init__(self, lane: _Lane, jobs: Iterator[_Entry]) -> None:
         self.lane = lane
         self.jobs = jobs
-        self.s = lane.s
+        self.s = lane.settled
         self.version = 0
         self.head: _Entry | None = next(jobs, None)
 
@@ -76,9 +65,10 @@ def forecast_order(
     runtime: Callable[[Job], float | None],
     charge: Callable[[Job, float], float],
     fair_share: bool,
-    pending: tuple[_Lane, float] | None = None,
+    pending: Iterable[tuple[_Lane, float]] = (),
     stop_at: _Entry | None = None,
     limit: int | None = None,
+    parallel: int = 1,
 ) -> list[Predicted]:
     """Predict the dispatch order of the queued jobs (see the module docstring).
 
@@ -93,9 +83,11 @@ def forecast_order(
         runtime: ``job -> expected seconds`` or None when unknown.
         charge: The dispatcher's charge function.
         fair_share: Whether lanes are charged (False: per-job lanes).
-        pending: The running job's lane and the charge it will add when it finishes.
+        pending: The held jobs' lanes and the charges (in ``s`` units) they will add when
+            they finish; the lanes start from their settled virtual start.
         stop_at: Stop after predicting this entry.
         limit: Stop after this many predictions.
+        parallel: The workers running the predicted jobs (runtimes and charges are shared).
 
     Returns:
         The predicted dispatches in order, each with its predicted start (None once a runtime
@@ -131,11 +123,14 @@ def forecast_order(
     per_level: dict[int, int] = {}
     for sim in sims:
         per_level[sim.lane.level] = per_level.get(sim.lane.level, 0) + 1
+    by_lane = {id(sim.lane): sim for sim in sims}
+    for lane, charged in pending:
+        held = by_lane.get(id(lane))
+        if held is not None and fair_share:
+            held.s = min(held.s + charged, nominal)
+            if per_level[held.lane.level] == 1:
+                held.s = nominal
     for sim in sims:
-        if pending is not None and fair_share and sim.lane is pending[0]:
-            sim.s = min(sim.s + pending[1], nominal)
-            if per_level[sim.lane.level] == 1:
-                sim.s = nominal
         push(sim)
     out: list[Predicted] = []
     while limit is None or len(out) < limit:
@@ -163,15 +158,15 @@ def forecast_order(
         expected = runtime(entry.job)
         seconds = 1.0 if expected is None else expected
         if clock is not None:
-            clock = None if expected is None else clock + seconds
-        nominal += seconds
+            clock = None if expected is None else clock + seconds / parallel
+        nominal += seconds / parallel
         sim.version += 1
         sim.head = next(sim.jobs, None)
         level = sim.lane.level
         if sim.head is None:
             per_level[level] -= 1
         if fair_share:
-            sim.s = min(sim.s + charge(entry.job, seconds), nominal)
+            sim.s = min(sim.s + charge(entry.job, seconds) / parallel, nominal)
             if sim.head is not None and per_level[level] == 1:
                 sim.s = nominal
         if entry.job.model is not None:
@@ -213,7 +208,7 @@ def overtakes(
     job: Job,
     *,
     until: float,
-    history: Iterable[DispatchRecord],
+    history: Iterable[Any],
     tier_bonus: float,
     s_at: Callable[[float], float],
     divisor: float,
@@ -224,7 +219,7 @@ def overtakes(
     Args:
         job: The explained job.
         until: The end of its wait (its grant, or now).
-        history: The dispatch records, oldest first.
+        history: The grant records (``_engine.DispatchRecord``), oldest first.
         tier_bonus: The tier bonus the job's lane competes with (its head's).
         s_at: ``time -> the job's lane's virtual start at that time``.
         divisor: The aging divisor.
@@ -235,8 +230,7 @@ def overtakes(
     """
     result = []
     for record in history:
-        winner = record.job
-        if winner.seq <= job.seq or record.at > until:
+        if record.seq <= job.seq or record.at > until:
             continue
         at = record.at
         mine_aff = 0.0
@@ -256,9 +250,9 @@ def overtakes(
         margin = sum(value for value, _ in leads)
         result.append(
             Overtake(
-                job_id=winner.id,
-                member=winner.member,
-                priority=winner.priority,
+                job_id=record.job_id,
+                member=record.member,
+                priority=record.priority,
                 at=at,
                 cause=cause,
                 margin=max(0.0, margin) if math.isfinite(margin) else 0.0,

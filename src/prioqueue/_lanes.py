@@ -38,21 +38,82 @@ GONE = 2
 
 # (neg_key, tie, seq, version, lane)
 _Item = tuple[float, float, int, int, "_Lane"]
+# A per-model FIFO: a list while short (a deque costs ~600 bytes even when nearly empty, and
+# a lane holds one FIFO per model), a deque once it grows past _SHORT entries.
+_Fifo = list["_Entry"] | deque["_Entry"]
+_SHORT = 32
+
+
+def _drop_dead(fifo: _Fifo) -> None:
+    """Drop the entries that are no longer queued from the front of a FIFO. Amortised O(1)."""
+    if type(fifo) is list:
+        dead = 0
+        for entry in fifo:
+            if entry.state == QUEUED:
+                break
+            dead += 1
+        if dead:
+            del fifo[:dead]
+    else:
+        while fifo and fifo[0].state != QUEUED:
+            fifo.popleft()  # type: ignore[union-attr]
+
+
 # (model, affinity bonus, oldest queued entry for the model)
 _Candidate = tuple[str, float, "_Entry"]
 
 
 class _Entry:
-    """One grant attempt of one job (mutable, private)."""
+    """One grant attempt of one job (mutable, private).
 
-    __slots__ = ("attempt", "granted_at", "job", "lane", "state")
+    Attributes:
+        job: The job.
+        lane: Its lane.
+        attempt: 1-based grant attempt.
+        state: QUEUED, RUNNING (held by a worker) or GONE.
+        granted_at: When it was granted (RUNNING only).
+        queued_at: When it entered the queue (its arrival, or the requeue time).
+        pos: Its position key in the lane (lane order is ascending ``pos``).
+        mark: The dispatch counter when it was queued (``explain`` reads the history after).
+        worker: The worker holding it; set at the grant (read it only once granted).
+        charged: The up-front charge added to its lane's ``s`` at the grant (same).
+        capacity: The fleet's capacity at the grant (same).
+        grant: Its grant (same).
+    """
 
-    def __init__(self, job: Job, lane: _Lane, attempt: int) -> None:
+    __slots__ = (
+        "attempt",
+        "capacity",
+        "charged",
+        "grant",
+        "granted_at",
+        "job",
+        "lane",
+        "mark",
+        "pos",
+        "queued_at",
+        "state",
+        "worker",
+    )
+
+    worker: Any
+    charged: float
+    capacity: int
+    grant: Any
+
+    def __init__(
+        self, job: Job, lane: _Lane, attempt: int, queued_at: float, mark: int = 0
+    ) -> None:
+        # The grant-time attributes (worker, charged, capacity, grant) are set by the grant:
+        # leaving them unset here keeps submit cheap.
         self.job = job
         self.lane = lane
         self.attempt = attempt
         self.state = QUEUED
         self.granted_at = 0.0
+        self.queued_at = queued_at
+        self.pos = 0
+        self.mark = mark
 
 
 class _Lane:
@@ -63,8 +124,12 @@ class _Lane:
         level: The priority level.
         s: The virtual start.
         jobs: Entries in FIFO order (lazy deletion).
-        by_model: Per model, its entries in FIFO order (lazy deletion).
+        by_model: Per model, its entries in FIFO order (lazy deletion; a list while short,
+            a deque once long).
         live: Number of queued entries.
+        settled: The settled part of ``s``: ``s = settled + held`` (``settled <= now``).
+        held: The up-front charges (in ``s`` units) of its jobs that workers hold.
+        holding: How many of its jobs workers hold.
         version: Bumped whenever a ranking key of the lane changes.
         s_log: ``(time, s)`` changes of ``s`` while backlogged (for ``explain``).
         ident: The lane's creation number: the deterministic tie-breaker between lanes.
@@ -72,14 +137,19 @@ class _Lane:
 
     __slots__ = (
         "by_model",
+        "first",
+        "held",
+        "holding",
         "ident",
         "jobs",
+        "last",
         "level",
         "live",
         "member",
         "owner",
         "s",
         "s_log",
+        "settled",
         "version",
     )
 
@@ -90,10 +160,19 @@ class _Lane:
         self.s = s
         self.ident = ident
         self.jobs: deque[_Entry] = deque()
-        self.by_model: dict[str, deque[_Entry]] = {}
+        self.by_model: dict[str | None, _Fifo] = {}
         self.live = 0
+        self.held = 0.0
+        self.holding = 0
+        self.settled = s
+        self.first = 0  # pos of the next entry put at the head
+        self.last = 0  # pos of the last entry put at the tail
         self.version = 0
         self.s_log: deque[tuple[float, float]] = deque()
+
+    def set_s(self) -> None:
+        """Recompute ``s = settled + held`` (exactly ``settled`` when nothing is held)."""
+        self.s = self.settled + self.held if self.holding else self.settled
 
     def head(self) -> _Entry:
         """Return the oldest queued entry. The lane must be backlogged. Amortised O(1)."""
@@ -102,13 +181,13 @@ class _Lane:
             jobs.popleft()
         return jobs[0]
 
-    def first_for(self, model: str) -> _Entry | None:
+    def first_for(self, model: str | None) -> _Entry | None:
         """Return the oldest queued entry for ``model``, or None. Amortised O(1)."""
         fifo = self.by_model.get(model)
         if fifo is None:
             return None
-        while fifo and fifo[0].state != QUEUED:
-            fifo.popleft()
+        if fifo[0].state != QUEUED:
+            _drop_dead(fifo)
         if not fifo:
             del self.by_model[model]
             return None
@@ -117,23 +196,31 @@ class _Lane:
     def append(self, entry: _Entry) -> None:
         """Add a queued entry at the tail."""
         self.jobs.append(entry)
+        self.last += 1
+        entry.pos = self.last
         model = entry.job.model
-        if model is not None:
-            fifo = self.by_model.get(model)
-            if fifo is None:
-                self.by_model[model] = fifo = deque()
+        fifo = self.by_model.get(model)
+        if fifo is None:
+            self.by_model[model] = [entry]
+        else:
             fifo.append(entry)
+            if len(fifo) > _SHORT and type(fifo) is list:
+                self.by_model[model] = deque(fifo)
         self.live += 1
 
     def appendleft(self, entry: _Entry) -> None:
         """Put a queued entry back at the head (a requeued job)."""
         self.jobs.appendleft(entry)
+        entry.pos = self.first
+        self.first -= 1
         model = entry.job.model
-        if model is not None:
-            fifo = self.by_model.get(model)
-            if fifo is None:
-                self.by_model[model] = fifo = deque()
-            fifo.appendleft(entry)
+        fifo = self.by_model.get(model)
+        if fifo is None:
+            self.by_model[model] = [entry]
+        elif type(fifo) is list:
+            fifo.insert(0, entry)  # at most _SHORT entries move
+        else:
+            fifo.appendleft(entry)  # type: ignore[union-attr]
         self.live += 1
 
     def candidates(
@@ -150,10 +237,12 @@ class _Lane:
         by_model = self.by_model
         for model in list(by_model):
             fifo = by_model[model]
-            while fifo and fifo[0].state != QUEUED:
-                fifo.popleft()
+            if fifo[0].state != QUEUED:
+                _drop_dead(fifo)
             if not fifo:
                 del by_model[model]
+                continue
+            if model is None:
                 continue
             aff = affinity(model)
             if aff <= 0.0:

@@ -1,151 +1,331 @@
-"""Snapshot and restore: the dispatcher's state as plain JSON data (private).
+"""Snapshot and restore: a dispatcher's state as plain JSON data (private).
 
-``dump`` writes every queued job in lane order, each lane's virtual start, the running job with
-its lease and the resident model; ``load`` rebuilds them into a new dispatcher without lifting
-or charging anything, so no queued job, lane age or lease is lost. Counters and the dispatch
-history are not kept.
+``dump`` writes every queued job in lane order, each lane's settled virtual start, every held
+job with its worker, lease and up-front charge, and the workers; ``load`` rebuilds them into a
+new dispatcher without lifting anything, so no queued job, lane age or lease is lost. Counters
+and the grant history are not kept.
+
+``SizeOneDispatcher`` keeps its format (``prioqueue.dispatcher/1``: one ``running`` job and the
+``resident_model``); ``FleetDispatcher`` writes ``prioqueue.fleet/1`` (``held`` and
+``workers``). Every value read back is checked (issue 11): finite times within ``+-1e15``,
+no lane start after ``taken_at``, unique ids and sequence numbers, attempts >= 1, ints where
+ints belong.
 """
 
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from prioqueue._core import _RECENT_PER_KEY, LEVEL_LIMIT
 from prioqueue._errors import DuplicateJob
 from prioqueue._lanes import RUNNING, _Entry
 from prioqueue._validate import checked_name, finite, positive_or_none
+from prioqueue._workers import _Worker
 from prioqueue.lease import Lease
 from prioqueue.records import Grant, Job
 from prioqueue.scoring import ScoreBreakdown
 
 if TYPE_CHECKING:
-    from prioqueue.dispatcher import SizeOneDispatcher
+    from prioqueue._core import _Core as _Engine
 
 __all__: list[str] = []  # private module
 
 SNAPSHOT_FORMAT = "prioqueue.dispatcher/1"
+FLEET_FORMAT = "prioqueue.fleet/1"
 
 
-def dump(d: SizeOneDispatcher, t: float) -> dict[str, Any]:
+def dump(d: _Engine, t: float) -> dict[str, Any]:
     """Return ``d``'s state at time ``t`` as JSON-serialisable data. O(n)."""
     lanes = []
     queued = []
     for lane in d._lanes.values():
         if d._fair_share:
-            lanes.append({"member": lane.member, "level": lane.level, "s": lane.s})
+            lanes.append({"member": lane.member, "level": lane.level, "s": lane.settled})
         for entry in lane.queued():
             queued.append(_job_record(entry))
-    running = None
-    current, grant = d._running, d._grant
-    if current is not None and grant is not None:
-        running = _job_record(current)
-        running["granted_at"] = grant.granted_at
-        running["lease_seconds"] = None if grant.lease is None else grant.lease.seconds
-        running["score"] = attrs.asdict(grant.score)
-        running["swap"] = grant.swap
-    return {
-        "format": SNAPSHOT_FORMAT,
+    held = []
+    for worker in d._workers.values():
+        for entry in worker.held:
+            record = _job_record(entry)
+            grant = entry.grant
+            record["worker"] = worker.name
+            record["granted_at"] = grant.granted_at
+            record["lease_seconds"] = None if grant.lease is None else grant.lease.seconds
+            record["score"] = attrs.asdict(grant.score)
+            record["swap"] = grant.swap
+            record["charged"] = entry.charged
+            record["capacity"] = entry.capacity
+            held.append(record)
+    state: dict[str, Any] = {
         "taken_at": t,
         "seq": d._seq,
         "fair_share": d._fair_share,
-        "resident_model": d._resident,
         "lanes": lanes,
         "queued": queued,
-        "running": running,
+        # The runtimes behind the expected charge: restoring them makes the next grants the
+        # same as without the restart.
+        "recent": {
+            "models": {model: list(r) for model, r in d._recent_model.items()},
+            "levels": {str(level): list(r) for level, r in d._recent_level.items()},
+        },
     }
+    if d._name_in_grants:
+        state["format"] = FLEET_FORMAT
+        state["held"] = held
+        state["workers"] = [
+            {
+                "name": w.name,
+                "models": None if w.models is None else sorted(w.models),
+                "resident": w.resident,
+                "slots": w.slots,
+                "slow": w.slow,
+                "timed_out": w.timed_out,
+                "last_seen": w.last_seen,
+            }
+            for w in d._workers.values()
+        ]
+    else:
+        state["format"] = SNAPSHOT_FORMAT
+        state["running"] = held[0] if held else None
+        state["resident_model"] = next(iter(d._workers.values())).resident
+    return state
 
 
-def load(d: SizeOneDispatcher, state: Mapping[str, Any], now: float | None) -> None:
-    """Fill the new dispatcher ``d`` from ``state`` (see ``SizeOneDispatcher.restore``).
+def _int(name: str, value: object, low: int | None = None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an int, got {value!r}")
+    if low is not None and value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value!r}")
+    return value
+
+
+def load(
+    d: _Engine, state: Mapping[str, Any], now: float | None, *, require_lease: bool = False
+) -> None:
+    """Fill the new dispatcher ``d`` from ``state`` (see ``restore``).
 
     Raises:
         ValueError: The state is not a valid snapshot; the message says what is wrong.
     """
+    fleet = d._name_in_grants
+    expected_format = FLEET_FORMAT if fleet else SNAPSHOT_FORMAT
     try:
-        if state.get("format") != SNAPSHOT_FORMAT:
-            raise ValueError(f"format is {state.get('format')!r}, expected {SNAPSHOT_FORMAT!r}")
+        if state.get("format") != expected_format:
+            raise ValueError(f"format is {state.get('format')!r}, expected {expected_format!r}")
         taken_at = finite("taken_at", state["taken_at"])
         shift = 0.0 if now is None else finite("now", now) - taken_at
         snapshot_fair = bool(state["fair_share"])
-        d._seq = int(state["seq"])
-        d._now = taken_at + shift
+        top_seq = _int("seq", state["seq"], 0)
+        d._seq = top_seq
+        d._now = finite("taken_at + shift", taken_at + shift)
         if d._fair_share:
             for record in state["lanes"]:
-                member, level = str(record["member"]), int(record["level"])
-                s = finite("lane s", record["s"]) + shift
-                d._lanes[(member, level)] = d._new_lane(member, level, s)
-                d._level(level)
+                member = checked_name("member", record["member"])
+                level = _level(record["level"])
+                s = finite("lane s", record["s"])
+                if s > taken_at:
+                    raise ValueError(
+                        f"lane ({member!r}, {level}) starts at {s!r}, after the snapshot was "
+                        f"taken ({taken_at!r})"
+                    )
+                if (member, level) in d._lanes:
+                    raise ValueError(f"lane ({member!r}, {level}) appears twice")
+                d._lanes[(member, level)] = d._new_lane(member, level, s + shift)
+        seqs: set[int] = set()
+        _load_recent(d, state.get("recent"))
+        if fleet:
+            _load_workers(d, state["workers"], shift)
         for record in state["queued"]:
-            job = _job_from_record(d, record, shift)
+            job = _job_from_record(d, record, shift, seqs, top_seq)
             if snapshot_fair and d._fair_share and (job.member, job.priority) not in d._lanes:
                 raise ValueError(f"job {job.id!r} has no lane record")
             # From a snapshot without fair share, a new lane starts at its oldest job's
             # arrival (an enqueue without a lift does that).
-            d._enqueue(
+            entry = d._enqueue(
                 job,
-                attempt=int(record["attempt"]),
+                attempt=_int("attempt", record["attempt"], 1),
                 now=d._now,
                 requeue=False,
                 lift=False,
             )
-        running = state["running"]
-        if running is not None:
-            _restore_running(d, running, shift)
-        resident = state["resident_model"]
-        d._resident = None if resident is None else str(resident)
+            queued_at = record.get("queued_at")
+            if queued_at is not None:  # a requeued job's warm hold counts from its requeue
+                entry.queued_at = finite("queued_at", finite("queued_at", queued_at) + shift)
+        held = state["held"] if fleet else [state["running"]]
+        for record in held:
+            if record is not None:
+                _restore_held(d, record, shift, seqs, top_seq, require_lease)
+        if not fleet:
+            resident = state["resident_model"]
+            one = next(iter(d._workers.values()))
+            d._set_resident(one, None if resident is None else checked_name("model", resident))
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"invalid snapshot: {exc!r}") from exc
     except ValueError as exc:
         raise ValueError(f"invalid snapshot: {exc}") from exc
 
 
-def _job_from_record(d: SizeOneDispatcher, record: Mapping[str, Any], shift: float) -> Job:
+def _level(value: object) -> int:
+    level = _int("level", value)
+    if not -LEVEL_LIMIT <= level <= LEVEL_LIMIT:
+        raise ValueError(f"level must lie within +-{LEVEL_LIMIT}, got {level}")
+    return level
+
+
+def _load_recent(d: _Engine, recent: Any) -> None:
+    """Restore the recent runtimes (absent from older snapshots: then none are known)."""
+    if recent is None:
+        return
+    for model, runtimes in recent["models"].items():
+        d._recent_model[checked_name("model", model)] = _runtimes(runtimes)
+    for level, runtimes in recent["levels"].items():
+        d._recent_level[_level(int(level))] = _runtimes(runtimes)
+
+
+def _runtimes(values: Any) -> deque[float]:
+    runtimes = [finite("recent runtime", value) for value in values]
+    if any(value < 0 for value in runtimes) or len(runtimes) > _RECENT_PER_KEY:
+        raise ValueError(
+            f"recent runtimes must be at most {_RECENT_PER_KEY} numbers >= 0, got {values!r}"
+        )
+    return deque(runtimes, maxlen=_RECENT_PER_KEY)
+
+
+def _load_workers(d: _Engine, records: Any, shift: float) -> None:
+    for record in records:
+        name = checked_name("worker name", record["name"])
+        if name in d._workers:
+            raise ValueError(f"worker {name!r} appears twice")
+        seen = record.get("last_seen")
+        last_seen = (
+            d._now if seen is None else finite("last_seen", finite("last_seen", seen) + shift)
+        )
+        if last_seen > d._now:
+            raise ValueError(f"worker {name!r} was last seen after the snapshot was taken")
+        worker = d._workers[name] = _Worker(name, last_seen)
+        models = record["models"]
+        worker.models = (
+            None if models is None else frozenset(checked_name("model", m) for m in models)
+        )
+        worker.slots = _int("slots", record["slots"], 1)
+        worker.slow = bool(record["slow"])
+        resident = record["resident"]
+        if resident is not None:
+            worker.resident = checked_name("resident", resident)
+        if bool(record.get("timed_out", False)):
+            worker.timed_out = True  # it stays out of the capacity until it speaks again
+        else:
+            d._live += 1
+            if worker.resident is not None:
+                d._residents[worker.resident] = d._residents.get(worker.resident, 0) + 1
+
+
+def _job_from_record(
+    d: _Engine, record: Mapping[str, Any], shift: float, seqs: set[int], top_seq: int
+) -> Job:
     tier = str(record["tier"])
     model = record["model"]
     estimate = record["estimate"]
     job_id = checked_name("job id", record["id"])
     if job_id in d._entries:
         raise DuplicateJob(f"job {job_id!r} appears twice")
+    seq = _int("seq", record["seq"], 1)
+    if seq in seqs:
+        raise ValueError(f"sequence number {seq} appears twice (job {job_id!r})")
+    if seq > top_seq:
+        raise ValueError(f"job {job_id!r} has seq {seq}, above the snapshot's seq {top_seq}")
+    seqs.add(seq)
+    arrival = finite("arrival", record["arrival"])
     return Job(
         id=job_id,
         member=checked_name("member", record["member"]),
-        priority=int(record["priority"]),
+        priority=_level(record["priority"]),
         tier=tier,
         tier_bonus=d._scorer.tier_bonus(tier),
         model=None if model is None else checked_name("model", model),
         estimate=positive_or_none("estimate", estimate),
-        arrival=finite("arrival", record["arrival"]) + shift,
-        seq=int(record["seq"]),
+        arrival=finite("arrival", arrival + shift),
+        seq=seq,
         payload=record.get("payload"),
     )
 
 
-def _restore_running(d: SizeOneDispatcher, record: Mapping[str, Any], shift: float) -> None:
-    job = _job_from_record(d, record, shift)
+def _restore_held(
+    d: _Engine,
+    record: Mapping[str, Any],
+    shift: float,
+    seqs: set[int],
+    top_seq: int,
+    require_lease: bool,
+) -> None:
+    job = _job_from_record(d, record, shift, seqs, top_seq)
+    name = record.get("worker") if d._name_in_grants else None
+    found = next(iter(d._workers.values())) if name is None else d._workers.get(name)
+    if found is None:
+        raise ValueError(f"job {job.id!r} is held by unknown worker {name!r}")
+    worker = found
+    if len(worker.held) >= worker.slots:
+        raise ValueError(f"worker {worker.name!r} holds more jobs than its slots")
+    seconds = record["lease_seconds"]
+    if seconds is None and require_lease:
+        raise ValueError(
+            f"running job {job.id!r} has no lease: nothing would ever free its resource "
+            "(restore it with lease_for and a snapshot taken with leases, or cancel it first)"
+        )
+    if seconds is not None:
+        seconds = finite("lease_seconds", seconds)
+        if seconds <= 0:
+            raise ValueError(f"lease_seconds must be > 0, got {seconds!r}")
+    granted_at = finite("granted_at", finite("granted_at", record["granted_at"]) + shift)
+    charged = finite("charged", record.get("charged", 0.0))
+    capacity = _int("capacity", record.get("capacity", 1), 1)
+    if charged < 0:
+        raise ValueError(f"charged must be >= 0, got {charged!r}")
     key: tuple[str, int] | str = (job.member, job.priority) if d._fair_share else job.id
     lane = d._lanes.get(key)
     if lane is None:
         lane = d._lanes[key] = d._new_lane(job.member, job.priority, job.arrival)
-    d._level(job.priority)
-    entry = _Entry(job, lane, int(record["attempt"]))
+    queued_at = record.get("queued_at")
+    entry = _Entry(
+        job,
+        lane,
+        _int("attempt", record["attempt"], 1),
+        job.arrival if queued_at is None else finite("queued_at", finite("q", queued_at) + shift),
+    )
     entry.state = RUNNING
-    entry.granted_at = finite("granted_at", record["granted_at"]) + shift
-    seconds = record["lease_seconds"]
-    lease = None if seconds is None else Lease(granted_at=entry.granted_at, seconds=seconds)
-    d._entries[job.id] = entry
-    d._running = entry
-    d._grant = Grant(
+    entry.granted_at = granted_at
+    entry.worker = worker
+    entry.capacity = capacity
+    entry.charged = charged if d._fair_share else 0.0
+    lease = None if seconds is None else Lease(granted_at=granted_at, seconds=seconds)
+    entry.grant = Grant(
         job=job,
         score=ScoreBreakdown(**record["score"]),
         lease=lease,
-        granted_at=entry.granted_at,
+        granted_at=granted_at,
         attempt=entry.attempt,
-        waited=entry.granted_at - job.arrival,
+        waited=granted_at - job.arrival,
         swap=bool(record["swap"]),
+        worker=worker.name if d._name_in_grants else None,
     )
+    d._entries[job.id] = entry
+    d._held += 1
+    worker.held.append(entry)
+    lane.holding += 1
+    lane.owner.running += 1
+    lane.held += entry.charged
+    lane.set_s()
+    if lane.live:
+        d._note_s(lane)
+        d._touch(lane)
+    if lease is not None:
+        d._deadlines.append((lease.deadline, job.seq, id(entry), entry))
+        d._deadlines.sort(key=lambda item: (item[0], item[1], item[2]))
 
 
 def _job_record(entry: _Entry) -> dict[str, Any]:
@@ -169,4 +349,5 @@ def _job_record(entry: _Entry) -> dict[str, Any]:
         "seq": job.seq,
         "payload": payload,
         "attempt": entry.attempt,
+        "queued_at": entry.queued_at,
     }

@@ -17,20 +17,30 @@ if TYPE_CHECKING:
 
 __all__: list[str] = []  # private module
 
+#: The largest magnitude a time or a duration may have (seconds, about 31.7 million years).
+#: Beyond it, adding seconds to a time loses the float resolution that aging needs.
+TIME_LIMIT = 1e15
+
 
 def finite(name: str, value: object) -> float:
-    """Return ``value`` as a float; ValueError unless it is a finite real number (not bool)."""
-    if value.__class__ is float and -math.inf < value < math.inf:
+    """Return ``value`` as a float.
+
+    Raises:
+        ValueError: Unless it is a real number (not bool) with ``|value| <= TIME_LIMIT``.
+    """
+    if value.__class__ is float and -TIME_LIMIT <= value <= TIME_LIMIT:
         return value
-    if value.__class__ is float or value.__class__ is int:
-        number = float(cast(float, value))
-        if math.isfinite(number):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if -TIME_LIMIT <= number <= TIME_LIMIT:
             return number
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        number = float(value)
-        if math.isfinite(number):
-            return number
-    raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
+    shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
+    raise ValueError(
+        f"{name} must be a finite number of seconds, got {shown} (at most 1e15 in magnitude)"
+    )
 
 
 def positive_or_none(name: str, value: object) -> float | None:

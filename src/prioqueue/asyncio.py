@@ -17,7 +17,8 @@ these rules:
    behind the adapter's back, e.g. restored from a snapshot) is cancelled at once and the
    next job is dispatched, so the resource never leaks and a disconnected client never
    causes a model load (the resident model is restored too). A job whose ``lease_for``
-   raises is removed and its waiter fails with that error, so it cannot block the queue.
+   raises, or whose charge model gives no valid expected charge, is removed and its waiter
+   fails with that error, so it cannot block the queue.
 3. **One timer.** A single ``loop.call_later`` handle is armed at ``next_deadline()`` and
    re-armed only when the deadline changes; it is cancelled when no lease runs. Nothing
    polls: waiters sleep on their futures, the holder sleeps on its own work.
@@ -30,8 +31,13 @@ these rules:
    measured runtime (``now - granted_at``: the time it held the resource). A block that
    raises (``CancelledError`` included) *cancels* the running job: the dispatcher charges
    the member's lane for the time it ran, and the job does not count as completed nor feed
-   the runtime statistics. ``__aexit__`` never raises an error of its own and never
-   swallows the block's.
+   the runtime statistics. A charge model that fails at that moment (NaN, say) is reported
+   to the loop's exception handler and the job is finished with a zero charge, so the next
+   turn is still granted. ``__aexit__`` never raises an error of its own and never swallows
+   the block's.
+6. **Nothing holds the resource without a holder.** A dispatcher whose running job has no
+   lease (restored from a snapshot, say) is refused at construction: no ``async with``
+   block would ever release it.
 
 Time: the dispatcher is stamped with ``clock()`` (``time.monotonic`` by default). Sleeping
 (lease timer, queue timeouts) uses the event loop's timer with delays computed from the
@@ -51,7 +57,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from prioqueue._errors import LeaseError, LeaseExpired, PrioqueueError
+from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout
+from prioqueue._errors import ChargeError, LeaseError, LeaseExpired
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.records import Expired, Explanation, Grant, Stats, Ticket
 
@@ -59,28 +66,6 @@ __all__ = ["AsyncDispatcher", "DispatcherClosed", "JobCancelled", "QueueTimeout"
 
 Clock = Callable[[], float]
 ExpiryCallback = Callable[[Expired], object]
-
-
-class QueueTimeout(PrioqueueError, TimeoutError):
-    """A job waited in the queue longer than its ``timeout``; it was removed from the queue.
-
-    Attributes:
-        job_id: The job that timed out.
-        timeout: The timeout it was given, in seconds.
-    """
-
-    def __init__(self, message: str, *, job_id: str, timeout: float) -> None:
-        super().__init__(message)
-        self.job_id = job_id
-        self.timeout = timeout
-
-
-class DispatcherClosed(PrioqueueError, RuntimeError):
-    """The :class:`AsyncDispatcher` was closed: no new turns, and queued waiters are failed."""
-
-
-class JobCancelled(PrioqueueError, RuntimeError):
-    """The job was cancelled through :meth:`AsyncDispatcher.cancel` while its owner waited."""
 
 
 class Turn:
@@ -250,6 +235,10 @@ class AsyncDispatcher:
             More callbacks can be added with :meth:`on_expire`. An exception in a callback is
             reported to the loop's exception handler and does not stop the others.
 
+    Raises:
+        ValueError: ``dispatcher`` has a running job without a lease: nothing would ever
+            release it (restore snapshots with ``require_lease=True``, or cancel the job).
+
     The adapter binds to the running event loop on first use; it must be used from that
     loop's thread only.
     """
@@ -261,7 +250,15 @@ class AsyncDispatcher:
         clock: Clock = time.monotonic,
         on_expired: ExpiryCallback | None = None,
     ) -> None:
-        self._d = dispatcher if dispatcher is not None else SizeOneDispatcher()
+        d = dispatcher if dispatcher is not None else SizeOneDispatcher()
+        running = d.running
+        if running is not None and running.lease is None:
+            raise ValueError(
+                f"the dispatcher's running job {running.job.id!r} has no lease: no turn holds "
+                "it, so nothing would ever free the resource; cancel it first, or restore "
+                "with lease_for and require_lease=True"
+            )
+        self._d = d
         self._clock = clock
         self._callbacks: list[ExpiryCallback] = [] if on_expired is None else [on_expired]
         self._waiters: dict[str, Turn] = {}
@@ -368,7 +365,7 @@ class AsyncDispatcher:
         Complexity: one cancel and one dispatch of the core.
         """
         now = self.now()
-        self._d.cancel(job_id, now=now)  # raises UnknownJob before anything changes
+        self._cancel(job_id, now)  # raises UnknownJob before anything changes
         turn = self._waiters.pop(job_id, None)
         if turn is not None:
             self._drop_waiter(turn, JobCancelled(f"job {job_id!r} was cancelled"))
@@ -462,7 +459,7 @@ class AsyncDispatcher:
             resident = d.resident_model
             try:
                 grant = d.dispatch(now)
-            except LeaseError as exc:  # lease_for failed; the dispatcher is unchanged
+            except (LeaseError, ChargeError) as exc:  # the dispatcher is unchanged
                 self._drop_unleasable(exc, now)
                 continue
             if grant is None:
@@ -474,7 +471,7 @@ class AsyncDispatcher:
                 # job was not submitted through the adapter. Give it back at once.
                 if turn is not None:
                     del self._waiters[turn.job_id]
-                d.cancel(grant.job.id, now=now)
+                self._cancel(grant.job.id, now)
                 d.set_resident_model(resident)  # nothing was loaded for it
                 continue
             turn._grant = grant
@@ -486,16 +483,17 @@ class AsyncDispatcher:
             break
         self._arm()
 
-    def _drop_unleasable(self, exc: LeaseError, now: float) -> None:
-        """Remove the job whose lease could not be computed and fail its waiter with the error.
+    def _drop_unleasable(self, exc: LeaseError | ChargeError, now: float) -> None:
+        """Remove the job that cannot be granted and fail its waiter with the error.
 
-        Without this, a job whose lease cannot be computed would block the resource for good.
+        Without this, a job whose lease or expected charge cannot be computed would block the
+        resource for good.
         """
         job_id = exc.job_id
         self._d.cancel(job_id, now=now)
         turn = self._waiters.pop(job_id, None)
         if turn is None:
-            self._report(exc, f"lease_for raised for job {job_id!r}; the job was cancelled")
+            self._report(exc, f"job {job_id!r} could not be granted; the job was cancelled")
         else:
             self._drop_waiter(turn, exc)
 
@@ -578,20 +576,31 @@ class AsyncDispatcher:
             turn._timer = None
         now = self.now()
         if turn._grant is not None and not failed:
+            runtime = max(0.0, now - turn._grant.granted_at)
             try:
-                self._d.complete(
-                    turn.job_id, now=now, runtime=max(0.0, now - turn._grant.granted_at)
-                )
+                self._d.complete(turn.job_id, now=now, runtime=runtime)
             except LeaseExpired:
                 self._run_due(now)  # the timer had not fired yet: expire now, tell the holder
                 return
+            except ChargeError as exc:
+                # The resource must be freed all the same: finish with no charge, say why.
+                self._report(exc, f"the charge model failed for job {turn.job_id!r}")
+                self._d.complete(turn.job_id, now=now, runtime=runtime, charge=0.0)
         else:
-            self._d.cancel(turn.job_id, now=now)
+            self._cancel(turn.job_id, now)
             grant = turn._grant
             if unused and grant is not None and self._d.resident_model == grant.job.model:
                 self._d.set_resident_model(turn._resident_before)
         del self._waiters[turn.job_id]
         self._pump(now)
+
+    def _cancel(self, job_id: str, now: float) -> None:
+        """Cancel a job; a held one whose charge model fails is finished with no charge."""
+        try:
+            self._d.cancel(job_id, now=now)
+        except ChargeError as exc:
+            self._report(exc, f"the charge model failed for job {job_id!r}")
+            self._d.cancel(job_id, now=now, charge=0.0)
 
     def _report(self, exc: BaseException, message: str) -> None:
         if self._loop is not None and not self._loop.is_closed():

@@ -31,6 +31,7 @@ __all__ = [
     "Reorders",
     "Stats",
     "Ticket",
+    "WorkerInfo",
 ]
 
 JobState = Literal["queued", "running"]
@@ -89,7 +90,10 @@ class Grant:
         granted_at: The ``now`` of the dispatch.
         attempt: 1 for the first grant, 2 after one expired lease, and so on.
         waited: Seconds between the job's arrival and this grant.
-        swap: True when the job's model differs from the model that was resident.
+        swap: True when the job's model differs from the model that was resident (on the
+            worker that got it).
+        worker: The worker that got the job (``FleetDispatcher``), or None
+            (``SizeOneDispatcher``).
     """
 
     job: Job
@@ -99,6 +103,7 @@ class Grant:
     attempt: int
     waited: float
     swap: bool
+    worker: str | None = None
 
 
 @attrs.frozen
@@ -120,20 +125,25 @@ class Completed:
 
 @attrs.frozen
 class Expired:
-    """A running job whose lease ran out.
+    """A held job taken back: its lease ran out, or its worker fell silent.
 
     Attributes:
         job: The job.
         attempt: The attempt that expired (1-based).
-        deadline: The lease deadline that passed.
+        deadline: The lease deadline that passed (for a silent worker's job without a lease,
+            the worker's ``last_seen + worker_timeout``).
         requeued: True when the job went back to the head of its lane; False when it used its
             last attempt and is reported as failed (it is no longer in the dispatcher).
+        worker: The worker that held it (``FleetDispatcher``), or None.
+        cause: ``"lease"`` (its lease ran out) or ``"worker_timeout"`` (its worker was silent).
     """
 
     job: Job
     attempt: int
     deadline: float
     requeued: bool
+    worker: str | None = None
+    cause: Literal["lease", "worker_timeout"] = "lease"
 
 
 @attrs.frozen
@@ -184,7 +194,9 @@ class Explanation:
             remaining time counts towards ``estimated_start``, is not listed).
         estimated_start: Predicted start time, or None when no runtime is known yet.
         overtaken_by: Dispatches of later arrivals while it waited, oldest first (from the
-            dispatcher's bounded history).
+            dispatcher's bounded history; at most ``overtakes_limit`` of them, the latest).
+        ahead_complete: False when ``ahead_limit`` cut the forecast before the job: ``ahead``
+            then lists only the first jobs and ``position`` is a lower bound.
     """
 
     job: Job
@@ -197,6 +209,7 @@ class Explanation:
     ahead: tuple[AheadJob, ...]
     estimated_start: float | None
     overtaken_by: tuple[Overtake, ...]
+    ahead_complete: bool = True
 
     @property
     def estimated_wait(self) -> float | None:
@@ -284,6 +297,7 @@ class MemberStats:
     Attributes:
         member: The member.
         queued: Jobs waiting now.
+        running: Jobs that workers hold now (running or prefetched); listed last.
         dispatched: Grants so far.
         completed: Jobs completed so far.
         gpu_seconds: Sum of the charges of the member's finished jobs (completed, or cancelled
@@ -296,6 +310,7 @@ class MemberStats:
     dispatched: int
     completed: int
     gpu_seconds: float
+    running: int = 0
 
 
 @attrs.frozen
@@ -315,6 +330,8 @@ class Stats:
         expired: Leases that ran out so far.
         failed: Jobs dropped after their last attempt (each reported by ``expire``).
         swaps: Grants whose model differed from the resident model (cold loads).
+        held: Every job that workers hold now, in grant order (``running`` is the first).
+        workers: The fleet's workers, by name (empty for ``SizeOneDispatcher``).
     """
 
     now: float
@@ -329,3 +346,33 @@ class Stats:
     expired: int
     failed: int
     swaps: int
+    held: tuple[Job, ...] = ()
+    workers: tuple[WorkerInfo, ...] = ()
+
+
+@attrs.frozen
+class WorkerInfo:
+    """One worker of a :class:`~prioqueue.fleet.FleetDispatcher`, as it stands.
+
+    Attributes:
+        name: The worker's name.
+        models: The models it serves (None: every model).
+        resident: The model believed loaded on it, or None.
+        slots: How many jobs it may hold at once (1: run one; 2: run one and prefetch one).
+        slow: Whether it is marked extra slow (its leases are longer).
+        held: The ids of the jobs it holds, in grant order.
+        last_seen: The latest ``now`` of its join, pop, heartbeat or completion.
+        timed_out: True when ``worker_timeout`` passed without a word from it (its jobs were
+            taken back; its next pop or heartbeat revives it).
+        filtered: Whether it has an ``accepts`` filter.
+    """
+
+    name: str
+    models: frozenset[str] | None
+    resident: str | None
+    slots: int
+    slow: bool
+    held: tuple[str, ...]
+    last_seen: float
+    timed_out: bool
+    filtered: bool

@@ -1,0 +1,37 @@
+"""The exceptions of :mod:`prioqueue.asyncio` (private: import them from there).
+
+They live apart from the adapter so that the adapter module stays one concept; their
+``__module__`` is ``prioqueue.asyncio``, where they are documented.
+"""
+
+from __future__ import annotations
+
+from prioqueue._errors import PrioqueueError
+
+__all__ = ["DispatcherClosed", "JobCancelled", "QueueTimeout"]
+
+
+class QueueTimeout(PrioqueueError, TimeoutError):
+    """A job waited in the queue longer than its ``timeout``; it was removed from the queue.
+
+    Attributes:
+        job_id: The job that timed out.
+        timeout: The timeout it was given, in seconds.
+    """
+
+    def __init__(self, message: str, *, job_id: str, timeout: float) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.timeout = timeout
+
+
+class DispatcherClosed(PrioqueueError, RuntimeError):
+    """The :class:`AsyncDispatcher` was closed: no new turns, and queued waiters are failed."""
+
+
+class JobCancelled(PrioqueueError, RuntimeError):
+    """The job was cancelled through :meth:`AsyncDispatcher.cancel` while its owner waited."""
+
+
+for _cls in (QueueTimeout, DispatcherClosed, JobCancelled):
+    _cls.__module__ = "prioqueue.asyncio"

@@ -1,0 +1,524 @@
+"""The grant side of both dispatchers: pops, charges, leases, completions and take-backs (private).
+
+Theory of operation (the model is docs/design/fleet.md):
+
+* ``_pop`` finds the winner for one worker (the size-1 fast path when the worker serves every
+  model with no filter, else ``_workers.best_for``), sizes its lease and its expected charge
+  *before* changing anything, then hands the job to the worker and charges its lane up front:
+  ``held += expected / N`` for the fleet's capacity ``N``.
+* ``_finish`` (complete, or cancel of a held job) corrects the lane: the up-front charge leaves
+  ``held`` and the settled part advances by ``final / N`` (clamped at ``now``), so the lane ends
+  exactly where charging at completion would have put it.
+* ``_take_back`` (lease expiry, worker timeout, leave) refunds exactly the up-front charge and
+  requeues the job at the head of its lane, or reports it failed after ``max_attempts``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable
+from heapq import heappop as _heappop
+from heapq import heappush as _heappush
+from typing import NamedTuple
+
+from prioqueue._core import _Level
+from prioqueue._errors import InvalidState, LeaseError, LeaseExpired, UnknownWorker
+from prioqueue._lanes import GONE, RUNNING, _Entry, _Lane
+from prioqueue._reporting import _Reporting
+from prioqueue._validate import checked_name, finite
+from prioqueue._workers import Search, _Worker, best_for
+from prioqueue.lease import Lease
+from prioqueue.records import (
+    Completed,
+    Expired,
+    Grant,
+    Job,
+)
+from prioqueue.scoring import ScoreBreakdown
+
+__all__: list[str] = []  # private module
+
+_RECORD_BYTES = 200  # the fixed part of a history record's estimated size
+
+
+class DispatchRecord(NamedTuple):
+    """One remembered grant (private; compact: never the payload)."""
+
+    at: float
+    number: int
+    job_id: str
+    member: str
+    priority: int
+    seq: int
+    model: str | None
+    score: ScoreBreakdown
+    resident: str | None
+    worker: str | None
+    size: int  # estimated bytes, for the history's byte budget
+
+
+_new_record = tuple.__new__  # builds a DispatchRecord without its Python-level __new__
+
+
+class _Engine(_Reporting):
+    """Grants, completions and take-backs over the workers in ``_workers`` (private)."""
+
+    # ------------------------------------------------------------------ workers
+
+    def _worker_of(self, name: object) -> _Worker:
+        worker = self._workers.get(name) if isinstance(name, str) else None
+        if worker is None:
+            raise UnknownWorker(f"worker {name!r} has not joined (or it left); join() it first")
+        return worker
+
+    def _seen(self, worker: _Worker, t: float) -> None:
+        """Mark the worker heard from at ``t``, reviving it when it had timed out."""
+        worker.last_seen = t
+        if worker.timed_out:
+            worker.timed_out = False
+            self._live += 1
+            if worker.resident is not None:
+                self._residents[worker.resident] = self._residents.get(worker.resident, 0) + 1
+
+    def _warm(self, worker: _Worker) -> frozenset[str]:
+        """Models resident on another live worker that has a free slot and serves them."""
+        return frozenset(
+            other.resident
+            for other in self._workers.values()
+            if other is not worker
+            and other.resident is not None
+            and not other.timed_out
+            and len(other.held) < other.slots
+            and other.serves(other.resident)
+        )
+
+    def _search(self, worker: _Worker, t: float) -> Search:
+        warm = self._warm(worker) if self._warm_hold > 0 else frozenset()
+        return Search(worker, self._max_running, warm, self._warm_hold, t)
+
+    # ------------------------------------------------------------------ pop
+
+    def _pop(self, worker: _Worker, t: float) -> Grant | None:
+        """Grant the worker its best eligible job (see the design note).
+
+        Nothing changes on any error.
+        """
+        if len(worker.held) >= worker.slots:
+            return None
+        self._flush()
+        resident = worker.resident
+        search: Search | None = None
+        fast = worker.models is None and worker.accepts is None
+        if fast and self._warm_hold > 0:
+            search = self._search(worker, t)
+            fast = not search.warm
+        best = self._ranking.best(resident) if fast else None
+        cap = self._max_running
+        if best is not None and cap is not None and best[0].owner.running >= cap:
+            fast = False
+        if not fast:
+            if search is None:
+                search = self._search(worker, t)
+            best = best_for(self._ranking, search, self._window)
+        if best is None:
+            return None
+        lane, entry, aff = best
+        job = entry.job
+        lease = None if self._lease_for is None else self._lease(job, worker, t)
+        charged = 0.0
+        capacity = max(1, self._live)
+        if self._fair_share:
+            expected = self._expected_runtime(job)
+            if not self._plain_charge:
+                expected = self._checked_charge(job, expected, "expected charge")
+            charged = expected / capacity
+        # The reported term is never negative; the ranking uses s itself (a lane charged up
+        # front for jobs still running may be ahead of the clock).
+        aging = max(0.0, (t - lane.s) / self._divisor)
+        # Positional arguments: band, tier_bonus, swap_affinity, aging (the hot path).
+        score = ScoreBreakdown(job.priority, lane.head().job.tier_bonus, aff, aging)
+        level = self._levels[job.priority]
+        if self._track and fast:
+            self._count_reorders(level, job, lane, resident)
+        swap = job.model is not None and job.model != resident
+        name = worker.name if self._name_in_grants else None
+        # Positional: job, score, lease, granted_at, attempt, waited, swap, worker.
+        grant = Grant(job, score, lease, t, entry.attempt, t - job.arrival, swap, name)
+        self._record(t, job, score, resident, name)
+        # State changes start here; nothing below can fail.
+        entry.state = RUNNING
+        entry.granted_at = t
+        entry.worker = worker
+        entry.charged = charged
+        entry.capacity = capacity
+        entry.grant = grant
+        self._dequeue(entry)
+        self._held += 1
+        worker.held.append(entry)
+        worker.last_seen = t
+        lane.holding += 1
+        lane.owner.running += 1
+        if charged:
+            lane.held += charged
+            lane.s = lane.settled + lane.held
+            if lane.live:
+                # Only the lift's minimum needs the new s now (``s_log``, for explain, follows
+                # the settled part: it is written at completions and lifts).
+                self._note_s(lane)
+        if lease is not None:
+            _heappush(self._deadlines, (lease.deadline, job.seq, id(entry), entry))
+        if job.model is not None and job.model != resident:
+            self._set_resident(worker, job.model)
+        if swap:
+            self._swaps += 1
+        wait = t - job.arrival
+        level.dispatched += 1
+        level.total_wait += wait
+        level.buckets[bisect.bisect_left(self._buckets, wait)] += 1
+        lane.owner.dispatched += 1
+        self._totals["dispatched"] += 1
+        return grant
+
+    def _record(
+        self, t: float, job: Job, score: ScoreBreakdown, resident: str | None, name: str | None
+    ) -> None:
+        """Remember a grant for ``explain``, within ``history`` entries and bytes. O(1)."""
+        self._dispatches += 1
+        limit = self._history_limit
+        if not limit:
+            return
+        history = self._history
+        model = job.model
+        size = _RECORD_BYTES + len(job.id) + len(job.member) + (len(model) if model else 0)
+        history.append(
+            _new_record(
+                DispatchRecord,
+                (t, self._dispatches, job.id, job.member, job.priority, job.seq, model,
+                 score, resident, name, size),
+            )
+        )  # fmt: skip
+        total = self._history_size + size
+        while len(history) > limit or total > self._history_bytes:
+            total -= history.popleft().size
+        self._history_size = total
+
+    def _lease(self, job: Job, worker: _Worker, t: float) -> Lease:
+        """Size the winner's lease; any failure becomes a ``LeaseError`` naming the job."""
+        assert self._lease_for is not None
+        try:
+            seconds = self._lease_for(job, worker)
+        except Exception as exc:
+            raise LeaseError(
+                f"lease_for raised for job {job.id!r}: {exc!r}; the job is still queued",
+                job_id=job.id,
+            ) from exc
+        if (
+            not isinstance(seconds, (int, float))
+            or isinstance(seconds, bool)
+            or not 0 < seconds < math.inf
+        ):
+            raise LeaseError(
+                f"lease_for returned {seconds!r} for job {job.id!r}; a lease must be a finite "
+                "number of seconds > 0; the job is still queued",
+                job_id=job.id,
+            )
+        return Lease(granted_at=t, seconds=seconds)
+
+    def _count_reorders(self, level: _Level, job: Job, lane: _Lane, resident: str | None) -> None:
+        counts = level.reorders
+        # Without affinity: the real ranking's main heap, each lane offering its head.
+        if resident is not None:
+            plain = self._ranking.best(None)
+            if plain is not None and plain[1].job is not job:
+                counts[1] += 1
+        for index, ranking in zip((0, 2, 3), self._counterfactuals):
+            other = ranking.best(resident)
+            if other is not None and other[1].job is not job:
+                counts[index] += 1
+
+    # ------------------------------------------------------------------ finish
+
+    def _release(self, entry: _Entry) -> None:
+        """Take a held entry off its worker and its lane's ``held`` (no state check)."""
+        entry.state = GONE
+        del self._entries[entry.job.id]
+        self._held -= 1
+        worker = entry.worker
+        worker.held.remove(entry)
+        lane = entry.lane
+        lane.owner.running -= 1
+        lane.holding -= 1
+        lane.held = lane.held - entry.charged if lane.holding else 0.0
+
+    def _finish(self, entry: _Entry, runtime: float, now: float, final: float) -> None:
+        """Free a held entry and correct its lane with its final charge."""
+        job = entry.job
+        lane = entry.lane
+        self._release(entry)
+        lane.owner.gpu_seconds += final
+        if self._fair_share:
+            lane.settled = min(lane.settled + final / entry.capacity, now)
+            if lane.live and self._levels[lane.level].lanes == 1:
+                # Alone at its level, the lane is re-anchored at now, exactly as a producer
+                # that resubmits one job at a time would be lifted: lag accrued while other
+                # levels used the GPU is not fair-share debt.
+                lane.settled = now
+            lane.set_s()
+            if lane.live:
+                lane.log_s(now)
+                self._note_s(lane)
+                self._touch(lane)
+        elif not lane.live and not lane.holding:
+            del self._lanes[job.id]
+        self._note_runtime(job, runtime, now)
+
+    def _take_back(
+        self, entries: Iterable[_Entry], now: float, *, always: bool
+    ) -> list[tuple[_Entry, bool]]:
+        """Refund and requeue (or fail) held entries; returns ``(entry, requeued)`` by seq."""
+        done = []
+        for entry in sorted(entries, key=lambda e: e.job.seq, reverse=True):
+            job = entry.job
+            lane = entry.lane
+            self._release(entry)
+            if self._fair_share:
+                lane.set_s()
+                if lane.live:
+                    lane.log_s(now)
+                    self._note_s(lane)
+                    self._touch(lane)
+            requeued = always or entry.attempt < self._max_attempts
+            if requeued:
+                self._enqueue(job, attempt=entry.attempt + 1, now=now, requeue=True)
+            else:
+                self._failed += 1
+                if not self._fair_share and not lane.live and not lane.holding:
+                    del self._lanes[job.id]
+            done.append((entry, requeued))
+        done.reverse()
+        return done
+
+    def _held_entry(self, job_id: str, worker: object, action: str) -> _Entry:
+        entry = self._entry(job_id)
+        if worker is not None:
+            name = checked_name("worker", worker)
+            holder = entry.worker.name if entry.state == RUNNING else None
+            if holder != name:
+                where = "queued" if holder is None else f"held by worker {holder!r}"
+                raise InvalidState(
+                    f"job {job_id!r} is {where}, not by worker {name!r}: a worker that lost "
+                    f"the job cannot {action} it; nothing changed"
+                )
+        return entry
+
+    def complete(
+        self,
+        job_id: str,
+        *,
+        now: float,
+        runtime: float | None = None,
+        worker: str | None = None,
+        charge: float | None = None,
+    ) -> Completed:
+        """Mark a held job done and free its worker's slot.
+
+        Args:
+            job_id: A job a worker holds.
+            now: The current monotonic time.
+            runtime: Seconds it ran (>= 0); None measures ``now - granted_at``.
+            worker: The worker reporting, when known: a worker that no longer holds the job
+                (it lost it to ``expire``, and it may have been granted again) is refused.
+            charge: Overrides the charge model for this completion (seconds >= 0).
+
+        Returns:
+            The job, its runtime and its final charge.
+
+        Raises:
+            UnknownJob: The id is not queued or held.
+            InvalidState: The job is queued, or ``worker`` does not hold it.
+            LeaseExpired: ``now`` is at or past the job's lease deadline; ``expire`` owns it.
+            ValueError: ``now``, ``runtime`` or ``charge`` is out of range.
+            ChargeError: The charge model returned no finite number >= 0 (a ``ValueError``).
+                Nothing changes on any error.
+
+        Complexity: amortised O(log n + M + slots).
+        """
+        t = finite("now", now)
+        entry = (
+            self._entry(job_id) if worker is None else self._held_entry(job_id, worker, "complete")
+        )
+        if entry.state != RUNNING:
+            raise InvalidState(f"job {job_id!r} is queued, not running; cancel() removes it")
+        grant = entry.grant
+        if grant.lease is not None and grant.lease.expired(t):
+            raise LeaseExpired(
+                f"job {job_id!r} finished at {t!r}, at or after its lease deadline "
+                f"{grant.lease.deadline!r}; call expire() to requeue or fail it"
+            )
+        if runtime is None:
+            measured = t - entry.granted_at
+        else:
+            measured = finite("runtime", runtime)
+            if measured < 0:
+                raise ValueError(f"runtime must be >= 0 seconds, got {runtime!r}")
+        measured = max(measured, 0.0)
+        if charge is None and self._plain_charge:
+            final = measured
+        else:
+            final = self._final_charge(entry.job, measured, charge)
+        self._tick(t)
+        entry.worker.last_seen = t
+        self._finish(entry, measured, t, final)
+        entry.lane.owner.completed += 1
+        self._totals["completed"] += 1
+        return Completed(job=entry.job, runtime=measured, charge=final)
+
+    def _final_charge(self, job: Job, runtime: float, charge: object) -> float:
+        if charge is None:
+            return self._checked_charge(job, runtime, "at completion")
+        value = finite("charge", charge)
+        if value < 0:
+            raise ValueError(f"charge must be >= 0 seconds, got {charge!r}")
+        return value
+
+    def cancel(
+        self,
+        job_id: str,
+        *,
+        now: float,
+        worker: str | None = None,
+        charge: float | None = None,
+    ) -> Job:
+        """Remove a queued job, or stop a held one (charged for the time it was held).
+
+        Args:
+            job_id: A queued or held job.
+            now: The current monotonic time.
+            worker: For a held job, the worker asking, when known (see ``complete``).
+            charge: For a held job, overrides the charge model (seconds >= 0).
+
+        Returns:
+            The removed job.
+
+        Raises:
+            UnknownJob: The id is not queued or held.
+            InvalidState: ``worker`` is given and does not hold the job.
+            ValueError: ``now`` or ``charge`` is out of range.
+            ChargeError: The charge model returned no finite number >= 0 for a held job
+                (a ``ValueError``; nothing changes).
+
+        Complexity: amortised O(log n + M + slots).
+        """
+        t = finite("now", now)
+        entry = self._held_entry(job_id, worker, "cancel")
+        if t < self._now:
+            self._tick(t)  # raises: time went backwards
+        if entry.state == RUNNING:
+            runtime = max(0.0, t - entry.granted_at)
+            final = self._final_charge(entry.job, runtime, charge)
+            self._tick(t)
+            if worker is not None:
+                entry.worker.last_seen = t  # the worker spoke (a client's cancel does not)
+            self._finish(entry, runtime, t, final)
+        else:
+            self._tick(t)
+            entry.state = GONE
+            del self._entries[entry.job.id]
+            self._dequeue(entry)
+            lane = entry.lane
+            if not self._fair_share and not lane.live and not lane.holding:
+                del self._lanes[entry.job.id]
+        self._totals["cancelled"] += 1
+        return entry.job
+
+    def expire(self, now: float) -> list[Expired]:
+        """Take back every held job past its lease, and every job of a silent worker.
+
+        A worker silent for ``worker_timeout`` (no pop, heartbeat or completion) times out:
+        all its jobs are taken back and it no longer counts; its next pop or heartbeat revives
+        it. Each job taken back gets its up-front charge refunded and goes back to the head of
+        its lane, or, after ``max_attempts`` grants, is reported as failed and forgotten.
+
+        Args:
+            now: The current monotonic time.
+
+        Returns:
+            One ``Expired`` per job taken back, by submission order.
+
+        Raises:
+            ValueError: ``now`` is out of range.
+
+        Complexity: O(workers + k log n) for k jobs taken back (amortised).
+        """
+        t = self._tick(now)
+        taken: dict[int, tuple[_Entry, float, str]] = {}
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= t:
+            deadline, _, key, entry = _heappop(deadlines)
+            if entry.state == RUNNING:
+                taken[key] = (entry, deadline, "lease")
+        timeout = self._worker_timeout
+        if timeout is not None:
+            for worker in self._workers.values():
+                if not worker.timed_out and worker.last_seen + timeout <= t:
+                    worker.timed_out = True
+                    self._live -= 1
+                    self._drop_resident(worker)
+                    for entry in worker.held:
+                        if id(entry) not in taken:
+                            lease = entry.grant.lease
+                            due = worker.last_seen + timeout if lease is None else lease.deadline
+                            taken[id(entry)] = (entry, due, "worker_timeout")
+        if not taken:
+            return []
+        details = {id(entry): (due, cause) for entry, due, cause in taken.values()}
+        self._totals["expired"] += len(taken)
+        result = []
+        for entry, requeued in self._take_back(
+            [entry for entry, _, _ in taken.values()], t, always=False
+        ):
+            due, cause = details[id(entry)]
+            worker = entry.worker
+            result.append(
+                Expired(
+                    job=entry.job,
+                    attempt=entry.attempt,
+                    deadline=due,
+                    requeued=requeued,
+                    worker=worker.name if self._name_in_grants else None,
+                    cause=cause,  # type: ignore[arg-type]
+                )
+            )
+        return result
+
+    def next_deadline(self) -> float | None:
+        """When ``expire`` next has work: the earliest held lease deadline or worker timeout.
+
+        Returns None when no job holds a lease and there is no ``worker_timeout``.
+
+        Complexity: O(workers) amortised.
+        """
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][3].state != RUNNING:
+            _heappop(deadlines)
+        best = deadlines[0][0] if deadlines else None
+        timeout = self._worker_timeout
+        if timeout is not None:
+            for worker in self._workers.values():
+                if not worker.timed_out:
+                    due = worker.last_seen + timeout
+                    if best is None or due < best:
+                        best = due
+        return best
+
+    def _entries_in_state(self, state: int) -> list[_Entry]:
+        return [e for e in self._entries.values() if e.state == state]
+
+    def _first_held(self) -> _Entry | None:
+        best = None
+        for worker in self._workers.values():
+            for entry in worker.held:
+                if best is None or entry.granted_at < best.granted_at:
+                    best = entry
+        return best

@@ -1,0 +1,296 @@
+"""Workers of a fleet and the search for the job a worker may take (private).
+
+Theory of operation (the model is docs/design/fleet.md):
+
+* A ``_Worker`` is one puller: the models it serves, its resident model, its slots, whether it
+  is slow, its ``accepts`` filter, the entries it holds and when it was last heard from.
+* ``best_for`` finds the winner of a pop for one worker. Each backlogged lane offers the worker
+  its oldest *eligible* job (the model is served, ``accepts`` says yes, no warm hold applies),
+  or, when it holds an eligible job for the worker's resident model within the affinity window,
+  the oldest such job with the affinity bonus. Offers compare by ``(-key, s, tie seq)``, the
+  tie seq being that of the lane's head (or of its first job for the resident model): the
+  heap items' own order.
+* The rankings' heaps are read in order: items are popped into a scratch list until the best
+  offer is certain, then pushed back. Stale items met on the way are dropped for good. A lane
+  whose member is at its running cap, or that holds no eligible job, is skipped.
+
+Cost of one search: O((k + 1) (log n + F) + a) where k is the number of lanes skipped, F the
+models the worker serves that a lane holds (or the jobs read in a lane for a worker that
+serves every model but filters) and a the ``accepts`` calls.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from heapq import heappop, heappush
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from prioqueue._errors import ConfigError
+from prioqueue._lanes import QUEUED, _Entry, _Item, _Lane, _Ranking
+from prioqueue.lease import ImageRequest, LeaseCalculator, _request_kwargs, _request_source
+from prioqueue.records import WorkerInfo
+
+if TYPE_CHECKING:
+    from prioqueue.records import Job
+
+__all__: list[str] = []  # private module
+
+#: ``(job, worker) -> seconds``: the dispatcher's lease function after adaptation.
+LeaseFunction = Callable[["Job", "_Worker"], float]
+
+#: The causes ``idle_reasons`` reports, in the order they are checked.
+IDLE_CAUSES = ("slots_full", "member_cap", "model", "accepts", "warm_hold")
+
+
+class _Worker:
+    """One worker of the fleet (mutable, private)."""
+
+    __slots__ = (
+        "accepts",
+        "held",
+        "last_seen",
+        "models",
+        "name",
+        "resident",
+        "slots",
+        "slow",
+        "timed_out",
+    )
+
+    def __init__(self, name: str, now: float) -> None:
+        self.name = name
+        self.models: frozenset[str] | None = None
+        self.resident: str | None = None
+        self.slots = 1
+        self.slow = False
+        self.accepts: Callable[[Job], bool] | None = None
+        self.held: list[_Entry] = []
+        self.last_seen = now
+        self.timed_out = False
+
+    def serves(self, model: str | None) -> bool:
+        """Whether the worker runs jobs for ``model`` (a job without a model runs anywhere)."""
+        return model is None or self.models is None or model in self.models
+
+    def info(self) -> WorkerInfo:
+        """The public record of the worker. O(slots)."""
+        return WorkerInfo(
+            name=self.name,
+            models=self.models,
+            resident=self.resident,
+            slots=self.slots,
+            slow=self.slow,
+            held=tuple(entry.job.id for entry in self.held),
+            last_seen=self.last_seen,
+            timed_out=self.timed_out,
+            filtered=self.accepts is not None,
+        )
+
+
+def lease_function(lease_for: object) -> LeaseFunction | None:
+    """Adapt ``lease_for`` to ``(job, worker) -> seconds``; the signature is read once.
+
+    A :class:`~prioqueue.lease.LeaseCalculator` gets ``extra_slow_worker`` from the worker's
+    ``slow`` flag; a callable that takes two positional arguments gets ``(job, WorkerInfo)``;
+    any other callable gets ``(job)``.
+
+    Raises:
+        ConfigError: ``lease_for`` is not callable.
+    """
+    if lease_for is None:
+        return None
+    if not callable(lease_for):
+        raise ConfigError(
+            f"lease_for must be a callable job -> seconds, got {lease_for!r} (a fleet's may "
+            "also take (job, worker_info))"
+        )
+    if isinstance(lease_for, LeaseCalculator):
+        calculator = lease_for
+
+        def calculated(job: Job, worker: _Worker) -> float:
+            if not worker.slow:
+                plain: int = calculator(job)
+                return plain
+            source = _request_source(job)
+            if isinstance(source, ImageRequest):
+                return float(calculator.for_request(attrs.evolve(source, extra_slow_worker=True)))
+            kwargs = dict(_request_kwargs(source))
+            kwargs["extra_slow_worker"] = True
+            seconds: int = calculator.seconds(**kwargs)
+            return seconds
+
+        return calculated
+    function: Callable[..., Any] = lease_for
+    try:
+        inspect.signature(function).bind(None, None)
+    except (TypeError, ValueError):
+        return lambda job, worker: function(job)
+    return lambda job, worker: function(job, worker.info())
+
+
+class Search:
+    """One pop's view of eligibility for one worker (private).
+
+    Args:
+        worker: The popping worker.
+        cap: ``max_running_per_member``, or None.
+        warm: The models resident on *other* live workers with a free slot that serve them
+            (empty when ``warm_hold`` is 0).
+        hold: ``warm_hold`` seconds.
+        now: The pop's time.
+    """
+
+    __slots__ = ("accepts", "cap", "hold", "models", "now", "resident", "warm")
+
+    def __init__(
+        self,
+        worker: _Worker,
+        cap: int | None,
+        warm: frozenset[str],
+        hold: float,
+        now: float,
+    ) -> None:
+        self.models = worker.models
+        self.accepts = worker.accepts
+        self.resident = worker.resident
+        self.cap = cap
+        self.warm = warm
+        self.hold = hold
+        self.now = now
+
+    def capped(self, lane: _Lane) -> bool:
+        """Whether the lane's member is at its running cap."""
+        cap = self.cap
+        return cap is not None and lane.owner.running >= cap
+
+    def held_back(self, entry: _Entry) -> bool:
+        """Whether the warm hold keeps the entry for another worker."""
+        model = entry.job.model
+        return (
+            model is not None
+            and model != self.resident
+            and model in self.warm
+            and self.now < entry.queued_at + self.hold
+        )
+
+    def ok(self, entry: _Entry) -> bool:
+        """Whether an entry of a served model may go to the worker (accepts, warm hold)."""
+        accepts = self.accepts
+        if accepts is not None and not accepts(entry.job):
+            return False
+        return not (self.warm and self.held_back(entry))
+
+    def first(self, lane: _Lane) -> _Entry | None:
+        """The lane's oldest eligible entry (lane order), or None."""
+        models = self.models
+        if models is None:
+            for entry in lane.jobs:
+                if entry.state == QUEUED and self.ok(entry):
+                    return entry
+            return None
+        by_model = lane.by_model
+        keys: Any = models if len(models) < len(by_model) else list(by_model)
+        best: _Entry | None = None
+        for model in (None, *keys):
+            if model is not None and model not in models:
+                continue
+            if model is None and best is not None:
+                continue  # None came twice (it is also a key of by_model)
+            fifo = by_model.get(model)
+            if not fifo:
+                continue
+            for entry in fifo:
+                if best is not None and entry.pos > best.pos:
+                    break
+                if entry.state == QUEUED and self.ok(entry):
+                    best = entry
+                    break
+        return best
+
+    def affinity_job(self, lane: _Lane, model: str, window: float) -> _Entry | None:
+        """The lane's oldest eligible entry for ``model`` within the window, or None."""
+        if self.models is not None and model not in self.models:
+            return None
+        fifo = lane.by_model.get(model)
+        if not fifo:
+            return None
+        limit = lane.head().job.arrival + window
+        for entry in fifo:
+            if entry.state != QUEUED:
+                continue
+            if entry.job.arrival > limit:
+                return None
+            if self.ok(entry):
+                return entry
+        return None
+
+
+def best_for(
+    ranking: _Ranking, search: Search, window: float
+) -> tuple[_Lane, _Entry, float] | None:
+    """The winning ``(lane, entry, bonus)`` for the search's worker, or None.
+
+    Offers compare by the heap items themselves (``-key, s, tie seq``: the lane's head, or its
+    first job for the resident model), so in each heap the first lane with an eligible job is
+    that heap's best; the winner is the better of the two. The heaps are left holding the same
+    current items (popped ones are pushed back).
+    """
+    best: tuple[tuple[float, float, int], _Lane, _Entry, float] | None = None
+    resident = search.resident
+    heaps: list[tuple[list[_Item], float]] = [(ranking.main, 0.0)]
+    if resident is not None:
+        heap = ranking.models.get(resident)
+        if heap:
+            heaps.append((heap, ranking.affinity(resident)))
+    for heap, bonus in heaps:
+        scratch: list[_Item] = []
+        try:
+            while heap:
+                item = heap[0]
+                lane = item[4]
+                if item[3] != lane.version or not lane.live:
+                    heappop(heap)
+                    continue
+                if best is not None and item[:3] > best[0]:
+                    break
+                scratch.append(heappop(heap))
+                if search.capped(lane):
+                    continue
+                if bonus:
+                    assert resident is not None
+                    entry = search.affinity_job(lane, resident, window)
+                else:
+                    entry = search.first(lane)
+                if entry is not None:
+                    best = (item[:3], lane, entry, bonus)
+                    break
+        finally:
+            for item in scratch:
+                heappush(heap, item)
+    if best is None:
+        return None
+    return best[1], best[2], best[3]
+
+
+def idle_reasons(entries: list[_Entry], worker: _Worker, search: Search) -> dict[str, int]:
+    """Count the queued entries the worker may not take, by the first cause. O(n)."""
+    counts: dict[str, int] = {}
+    full = len(worker.held) >= worker.slots
+    for entry in entries:
+        if full:
+            cause = "slots_full"
+        elif search.capped(entry.lane):
+            cause = "member_cap"
+        elif not worker.serves(entry.job.model):
+            cause = "model"
+        elif worker.accepts is not None and not worker.accepts(entry.job):
+            cause = "accepts"
+        elif search.warm and search.held_back(entry):
+            cause = "warm_hold"
+        else:
+            continue
+        counts[cause] = counts.get(cause, 0) + 1
+    return counts

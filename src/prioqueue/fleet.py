@@ -1,0 +1,369 @@
+"""``FleetDispatcher``: one queue for many one-job-at-a-time workers that pull their jobs.
+
+Theory of operation (the full model, its fairness bound and its proof are
+docs/design/fleet.md):
+
+* Jobs wait in **lanes**, one per ``(member, level)`` for the whole fleet, exactly as in
+  :class:`~prioqueue.dispatcher.SizeOneDispatcher`; lanes compete with one score,
+  ``level + tier + affinity + (now - s) / divisor``, where the affinity term is the *popping
+  worker's*: the bonus goes to jobs for the model resident on that worker.
+* A worker **pulls**: ``pop(worker, now=...)`` returns the best job it may run (it serves the
+  job's model, its ``accepts`` filter says yes, the member is under ``max_running_per_member``,
+  no warm worker is holding the job). A lane whose head the worker cannot run offers its
+  oldest job that the worker can run.
+* **Charge at grant, correct at completion.** A grant charges its lane the job's expected
+  charge divided by the fleet's capacity (live workers); completion replaces it with the final
+  charge over the same capacity. So one member's backlog cannot take every idle worker at once,
+  and ``s`` stays in wall-clock seconds. A job taken back is refunded exactly.
+* **Workers vanish.** ``expire`` takes back jobs past their lease and every job of a worker
+  silent for ``worker_timeout``; a job is reported failed after ``max_attempts`` grants, never
+  dropped.
+* Sans-IO: every call that depends on time takes ``now``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from prioqueue._core import DEFAULT_HISTORY_BYTES, DEFAULT_WAIT_BUCKETS, ChargeModel
+from prioqueue._engine import _Engine
+from prioqueue._errors import ConfigError
+from prioqueue._lanes import QUEUED
+from prioqueue._validate import checked_name
+from prioqueue._workers import _Worker, idle_reasons
+from prioqueue.priority import PriorityPolicy
+from prioqueue.records import Grant, Job, WorkerInfo
+from prioqueue.scoring import Scorer
+
+__all__ = ["FleetDispatcher"]
+
+_F = TypeVar("_F", bound="FleetDispatcher")
+_UNSET: Any = object()
+
+
+class FleetDispatcher(_Engine):
+    """The waiting jobs of a fleet of workers, and which job each worker pulls next.
+
+    Args:
+        scorer: The score's weights (default ``Scorer()``).
+        policy: Turns ``submit(priority=...)`` values into priority numbers (default
+            ``PriorityPolicy()``).
+        charge: How a finished job advances its lane's virtual start: ``"runtime"``,
+            ``"estimate"``, a number, or a callable ``(job, runtime) -> seconds``. At a grant
+            the same model is applied to the job's *expected* runtime (its estimate, else the
+            recent mean runtime of its model, else of its level, else 60 s).
+        lease_for: Sizes each grant's lease: ``(job, worker_info) -> seconds``, or
+            ``job -> seconds`` (the signature is read once, here). A
+            :class:`~prioqueue.lease.LeaseCalculator` gets ``extra_slow_worker`` from the
+            worker's ``slow`` flag. None for no leases.
+        max_queued: Most jobs that may wait at once; None for no limit.
+        max_queued_per_member: Most jobs one member may have waiting; None for no limit.
+        max_running_per_member: Most jobs of one member that workers may hold at once; a
+            member at the cap is skipped (its lanes keep their place). None for no limit.
+        max_attempts: Grants a job gets before a lease expiry or a worker timeout fails it.
+        worker_timeout: Seconds without a pop, heartbeat or completion after which ``expire``
+            takes a worker's jobs back; None never.
+        warm_hold: Seconds a job stays reserved for a warm worker (its model resident, a slot
+            free) before a cold worker may take it; 0 turns warm routing off.
+        fair_share: False turns every job into its own lane aging from its arrival.
+        track_reorders: Keep the counterfactual rankings behind ``Stats`` reorder counts.
+        history: Grants remembered for ``explain``'s overtakes.
+        history_bytes: The history's byte budget (estimated; the payload is never kept).
+        wait_buckets: Upper bounds of the grant-wait histogram, increasing.
+
+    Raises:
+        ConfigError: An option is out of range.
+        TypeError: ``scorer`` or ``policy`` has the wrong type.
+
+    Complexity: ``submit``, ``complete``, ``cancel`` are amortised O(log n + M); ``pop`` is
+    amortised O(log n + M) for a worker that serves every model with no filter, else
+    O((k + 1)(log n + F) + a) for k lanes skipped, F served models per lane and a ``accepts``
+    calls; ``expire`` and ``next_deadline`` add O(workers).
+    """
+
+    def __init__(
+        self,
+        scorer: Scorer | None = None,
+        *,
+        policy: PriorityPolicy | None = None,
+        charge: ChargeModel = "runtime",
+        lease_for: Callable[..., float] | None = None,
+        max_queued: int | None = None,
+        max_queued_per_member: int | None = None,
+        max_running_per_member: int | None = None,
+        max_attempts: int = 3,
+        worker_timeout: float | None = None,
+        warm_hold: float = 0.0,
+        fair_share: bool = True,
+        track_reorders: bool = True,
+        history: int = 10_000,
+        history_bytes: int = DEFAULT_HISTORY_BYTES,
+        wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
+    ) -> None:
+        super().__init__(
+            scorer,
+            policy=policy,
+            charge=charge,
+            lease_for=lease_for,
+            max_queued=max_queued,
+            max_queued_per_member=max_queued_per_member,
+            max_running_per_member=max_running_per_member,
+            max_attempts=max_attempts,
+            worker_timeout=worker_timeout,
+            warm_hold=warm_hold,
+            fair_share=fair_share,
+            track_reorders=track_reorders,
+            history=history,
+            history_bytes=history_bytes,
+            wait_buckets=wait_buckets,
+        )
+
+    # ------------------------------------------------------------------ workers
+
+    def join(
+        self,
+        name: str,
+        *,
+        models: Iterable[str] | None = None,
+        resident: str | None = None,
+        slots: int = 1,
+        slow: bool = False,
+        accepts: Callable[[Job], bool] | None = None,
+        now: float,
+    ) -> WorkerInfo:
+        """Add a worker, or update every setting of a known one (a re-join revives it).
+
+        Args:
+            name: The worker's name (non-empty).
+            models: The models it serves; None serves every model. A job without a model runs
+                on any worker.
+            resident: The model loaded on it now; None keeps a re-joining worker's resident
+                (a new worker starts with none).
+            slots: Jobs it may hold at once (1: run one; 2: run one and prefetch one).
+            slow: Whether it is extra slow (a ``LeaseCalculator`` lease gets its x3).
+            accepts: ``job -> bool``: a filter on the jobs it may take, or None. It is called
+                during ``pop`` and ``idle_reasons`` and must not call back into the fleet.
+            now: The current monotonic time.
+
+        Returns:
+            The worker as it stands.
+
+        Raises:
+            ValueError: A name or model is not a non-empty str, ``slots`` is not an int >= 1,
+                ``slow`` is not a bool, ``accepts`` is not callable, or ``now`` is out of range.
+
+        Complexity: O(|models|).
+        """
+        name = checked_name("worker name", name)
+        served = None
+        if models is not None:
+            if isinstance(models, str):
+                raise ValueError(f"models must be an iterable of model names, got {models!r}")
+            served = frozenset(checked_name("model", model) for model in models)
+        if resident is not None:
+            resident = checked_name("resident", resident)
+        if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
+            raise ValueError(f"slots must be an int >= 1, got {slots!r}")
+        if not isinstance(slow, bool):
+            raise ValueError(f"slow must be a bool, got {slow!r}")
+        if accepts is not None and not callable(accepts):
+            raise ValueError(f"accepts must be a callable job -> bool or None, got {accepts!r}")
+        t = self._tick(now)
+        worker = self._workers.get(name)
+        if worker is None:
+            worker = self._workers[name] = _Worker(name, t)
+            self._live += 1
+        else:
+            self._seen(worker, t)
+        worker.models = served
+        worker.slots = slots
+        worker.slow = slow
+        worker.accepts = accepts
+        if resident is not None:
+            self._set_resident(worker, resident)
+        return worker.info()
+
+    def heartbeat(self, name: str, *, now: float, resident: str | None = _UNSET) -> WorkerInfo:
+        """Tell the fleet a worker is alive (a timed-out worker is revived).
+
+        Args:
+            name: A joined worker.
+            now: The current monotonic time.
+            resident: The model now loaded on it (None: nothing loaded); left unchanged when
+                not given.
+
+        Returns:
+            The worker as it stands.
+
+        Raises:
+            UnknownWorker: The worker has not joined (or left).
+            ValueError: ``resident`` is not a non-empty str or None, or ``now`` is out of range.
+
+        Complexity: O(1).
+        """
+        worker = self._worker_of(name)
+        if resident is not _UNSET and resident is not None:
+            resident = checked_name("resident", resident)
+        t = self._tick(now)
+        self._seen(worker, t)
+        if resident is not _UNSET:
+            self._set_resident(worker, resident)
+        return worker.info()
+
+    def leave(self, name: str, *, now: float) -> list[Job]:
+        """Remove a worker; the jobs it holds go back to the heads of their lanes.
+
+        Leaving is not the jobs' fault: they are requeued whatever their attempt count, and
+        each lane is refunded its up-front charge.
+
+        Args:
+            name: A joined worker.
+            now: The current monotonic time.
+
+        Returns:
+            The jobs requeued, by submission order.
+
+        Raises:
+            UnknownWorker: The worker has not joined (or left).
+            ValueError: ``now`` is out of range.
+
+        Complexity: O(slots log n).
+        """
+        worker = self._worker_of(name)
+        t = self._tick(now)
+        taken = self._take_back(list(worker.held), t, always=True)
+        if not worker.timed_out:
+            self._live -= 1
+            self._drop_resident(worker)
+        del self._workers[worker.name]
+        return [entry.job for entry, _ in taken]
+
+    def pop(self, name: str, *, now: float) -> Grant | None:
+        """Pull the best job this worker may run now (see the class docstring).
+
+        The worker is marked seen (a timed-out worker is revived) even when nothing is
+        returned.
+
+        Args:
+            name: A joined worker.
+            now: The current monotonic time.
+
+        Returns:
+            The grant (``Grant.worker`` is the name), or None when the worker holds ``slots``
+            jobs or no queued job is eligible for it (``idle_reasons`` says why).
+
+        Raises:
+            UnknownWorker: The worker has not joined (or left).
+            ValueError: ``now`` is out of range.
+            ChargeError: The charge model returned no finite number >= 0 for the expected
+                charge (a ``ValueError``; nothing changes, the error names the job).
+            LeaseError: ``lease_for`` raised or returned no positive finite number of seconds;
+                nothing changes and the error names the job.
+
+        Complexity: see the class docstring.
+        """
+        worker = self._worker_of(name)
+        t = self._tick(now)
+        self._seen(worker, t)
+        return self._pop(worker, t)
+
+    def idle_reasons(self, name: str, *, now: float) -> Mapping[str, int]:
+        """Why ``pop`` finds nothing for this worker: queued jobs it may not take, by cause.
+
+        Causes, checked in this order (each job counts once, under the first that applies):
+        ``"slots_full"`` (the worker holds ``slots`` jobs), ``"member_cap"``, ``"model"`` (not
+        served), ``"accepts"`` (its filter said no), ``"warm_hold"`` (kept for a warm worker).
+
+        Args:
+            name: A joined worker.
+            now: The current monotonic time.
+
+        Returns:
+            Counts per cause (causes with no job omitted); empty when it may take every job.
+
+        Raises:
+            UnknownWorker: The worker has not joined (or left).
+            ValueError: ``now`` is out of range.
+
+        Complexity: O(n) in the queued jobs (diagnostic), plus one ``accepts`` call per job
+        that reaches that check.
+        """
+        worker = self._worker_of(name)
+        t = self._tick(now)
+        entries = [e for e in self._entries.values() if e.state == QUEUED]
+        return idle_reasons(entries, worker, self._search(worker, t))
+
+    def workers(self) -> list[WorkerInfo]:
+        """Every known worker (timed-out ones included), by name. O(workers x slots)."""
+        return [self._workers[name].info() for name in sorted(self._workers)]
+
+    def worker(self, name: str) -> WorkerInfo:
+        """One worker as it stands.
+
+        Raises:
+            UnknownWorker: The worker has not joined (or left).
+        """
+        return self._worker_of(name).info()
+
+    def holder(self, job_id: str) -> str | None:
+        """The worker holding a job, or None when it is queued.
+
+        Raises:
+            UnknownJob: The id is not queued or held.
+        """
+        entry = self._entry(job_id)
+        return None if entry.state == QUEUED else entry.worker.name
+
+    @property
+    def capacity(self) -> int:
+        """The fleet's capacity: its live workers (at least 1; charges are divided by it)."""
+        return max(1, self._live)
+
+    @property
+    def held(self) -> list[Grant]:
+        """The grants of every job the workers hold, by grant time. O(h log h)."""
+        entries = sorted(
+            (e for w in self._workers.values() for e in w.held),
+            key=lambda e: (e.granted_at, e.job.seq),
+        )
+        return [e.grant for e in entries]
+
+    @classmethod
+    def restore(
+        cls: type[_F],
+        state: Mapping[str, Any],
+        *,
+        scorer: Scorer | None = None,
+        now: float | None = None,
+        require_lease: bool = False,
+        **options: Any,
+    ) -> _F:
+        """Rebuild a fleet from ``snapshot()`` data: no queued job, lane age or lease lost.
+
+        Workers come back with their models, resident, slots, slow flag, held jobs, last word
+        and timed-out state (their ``accepts`` filters are not stored: re-join to set them);
+        the recent runtimes behind the expected charge come back too, so the restored fleet
+        grants exactly what the original would have.
+
+        Args:
+            state: What ``snapshot`` returned (possibly through JSON).
+            scorer: The scorer of the new fleet.
+            now: The new process's monotonic time; every stored time is shifted by
+                ``now - taken_at`` (None keeps them: same clock).
+            require_lease: Refuse a held job without a lease (an adapter that relies on leases
+                to free a worker sets it).
+            **options: The constructor's other keyword arguments.
+
+        Returns:
+            The restored fleet.
+
+        Raises:
+            ValueError: ``state`` is not a valid snapshot (the message says what is wrong).
+
+        Complexity: O(n log n) in the jobs.
+        """
+        if "workers" in options:
+            raise ConfigError("workers come from the snapshot")
+        restored: _F = cls._restored(state, scorer, now, require_lease, options)
+        return restored
