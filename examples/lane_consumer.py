@@ -7,15 +7,16 @@ does not want to know about scores. This module is the whole mapping, in one pla
   is waiting), tool calls are normal;
 * the member's subscription tier (free, pro, max) becomes prioqueue's tier, whose bonus orders
   members inside a band;
-* a film is submitted one shot at a time (the next shot when the previous one finishes), so an
-  interactive request never waits for more than one shot.
+* a film is a ``Chain`` of shots under one group: it is submitted one shot at a time (the next
+  shot when the previous one finishes), so an interactive request never waits for more than
+  one shot, and ``group_status`` tells how far the film has got and when it should finish.
 
 The same mapping serves both ways of reaching the GPU: in process, as keyword arguments of
 ``SizeOneDispatcher.submit`` (or ``AsyncDispatcher.turn``), and over HTTP, as the
 ``X-LlamaSwap-Priority`` header the gateway reads (there the tier comes from the API key).
 
 Run it: ``python examples/lane_consumer.py``. It replays a small evening on a simulated clock
-and prints who got the GPU, when, and why.
+and prints who got the GPU, when, and why, and the film's status as it goes.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 import attrs
 
 from prioqueue import BATCH, HEADER, INTERACTIVE, NORMAL, PriorityPolicy, SizeOneDispatcher
+from prioqueue.chain import Chain
 
 
 class Kind(enum.Enum):
@@ -91,29 +93,38 @@ class LaneRequest:
         return {HEADER: str(self.priority)}
 
 
-def evening() -> list[tuple[float, LaneRequest]]:
-    """Arrivals of a small evening: a 6-shot film, images, a video and tool calls."""
-    film = [
+def film_shots() -> list[LaneRequest]:
+    """A 6-shot film: the chain submitted at the start of the evening."""
+    return [
         LaneRequest(f"film-shot-{i}", "dora", "studio", Kind.FILM_SHOT, 240.0) for i in range(1, 7)
     ]
-    others = [
+
+
+def evening() -> list[tuple[float, LaneRequest]]:
+    """Arrivals of a small evening besides the film: images, a video and tool calls."""
+    return [
         (30.0, LaneRequest("img-eve", "eve", "starter", Kind.IMAGE, 40.0)),
         (45.0, LaneRequest("img-finn", "finn", "creator", Kind.IMAGE, 40.0)),
         (300.0, LaneRequest("tool-gus", "gus", "starter", Kind.TOOL_CALL, 15.0)),
         (320.0, LaneRequest("video-eve", "eve", "starter", Kind.VIDEO, 480.0)),
         (600.0, LaneRequest("tool-hal", "hal", "studio", Kind.TOOL_CALL, 15.0)),
     ]
-    # The film is one chain: only its first shot arrives now; the next follows each finish.
-    return [(0.0, film[0]), *others, *((-1.0, shot) for shot in film[1:])]
 
 
 def main() -> None:
     """Replay the evening on a simulated clock and print the dispatch order."""
     gpu = SizeOneDispatcher()
-    arrivals = evening()
-    timed = deque(sorted((a for a in arrivals if a[0] >= 0), key=lambda a: a[0]))
-    chain = deque(request for at, request in arrivals if at < 0)
-    by_id = {request.request_id: request for _, request in arrivals}
+    shots = film_shots()
+    timed = deque(sorted(evening(), key=lambda a: a[0]))
+    by_id = {request.request_id: request for _, request in timed}
+    by_id.update((shot.request_id, shot) for shot in shots)
+    # The film is one chain: its first shot is queued now, the next one after each finish.
+    film = Chain(
+        gpu,
+        [{"job_id": shot.request_id, **shot.submit_kwargs()} for shot in shots],
+        depth=1,
+        group="film-dora",
+    )
 
     print("header sent to the gateway for each kind:")
     for kind in Kind:
@@ -126,18 +137,10 @@ def main() -> None:
     waits: dict[Kind, list[float]] = {kind: [] for kind in Kind}
     running: tuple[LaneRequest, float] | None = None  # the request on the GPU, and its end
     now = 0.0
-    while timed or running is not None:
-        # The next event: the running request ends, or a request arrives (ends first on ties).
-        if running is not None and (not timed or running[1] <= timed[0][0]):
-            request, now = running
-            running = None
-            gpu.complete(request.request_id, now=now)
-            if request.kind is Kind.FILM_SHOT and chain:
-                shot = chain.popleft()  # one shot at a time: the next one queues now
-                gpu.submit(shot.request_id, now=now, **shot.submit_kwargs())
-        else:
-            now, request = timed.popleft()
-            gpu.submit(request.request_id, now=now, **request.submit_kwargs())
+    film.start(now=now)  # queues the first shot
+    # (time, shots done, predicted finish of the film) after each film event.
+    forecasts = [(now, 0, film.forecast_finish(now=now))]
+    while True:
         if running is None and (grant := gpu.dispatch(now)) is not None:
             request = by_id[grant.job.id]
             running = (request, now + request.seconds)
@@ -146,6 +149,29 @@ def main() -> None:
                 f"  {now:5.0f}  {running[1]:5.0f}  {request.request_id:<13}  {request.member:<6}  "
                 f"{request.plan:<7}  {request.kind.value:<9}  {grant.score}"
             )
+        if running is None and not timed:
+            break
+        # The next event: the running request ends, or a request arrives (ends first on ties).
+        if running is not None and (not timed or running[1] <= timed[0][0]):
+            request, now = running
+            running = None
+            gpu.complete(request.request_id, now=now)
+            if request.kind is Kind.FILM_SHOT:
+                film.completed(request.request_id, now=now)  # queues the next shot
+                forecasts.append((now, film.progress.done, film.forecast_finish(now=now)))
+        else:
+            now, request = timed.popleft()
+            gpu.submit(request.request_id, now=now, **request.submit_kwargs())
+
+    # Following the film: its group's status, and how good each finish forecast was.
+    print(f"\n{film.status(now=now)}")
+    print("film finish forecasts (other work arriving later makes them early):")
+    for made_at, done, predicted in forecasts:
+        assert predicted is not None  # every shot has an estimate
+        print(
+            f"  at {made_at:4.0f} s, {done} of {len(shots)} shots done: finish at {predicted:4.0f} s "
+            f"(error {now - predicted:+4.0f} s)"
+        )
 
     print("\nlongest wait by kind:")
     for kind, values in waits.items():

@@ -75,7 +75,9 @@ def blocker(gate: AsyncDispatcher, rec: Recorder) -> tuple[asyncio.Task[None], a
 def test_module_name_does_not_shadow_the_stdlib() -> None:
     assert vars(pa)["asyncio"] is asyncio
     assert set(pa.__all__) == {
+        "AsyncChain",
         "AsyncDispatcher",
+        "ChainResult",
         "DispatcherClosed",
         "JobCancelled",
         "QueueTimeout",

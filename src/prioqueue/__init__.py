@@ -13,6 +13,8 @@ The public names are re-exported here from the modules that define them:
 * :mod:`prioqueue.dispatcher`: ``SizeOneDispatcher``; :mod:`prioqueue.fleet`:
   ``FleetDispatcher`` (many workers pulling from one queue); their values live in
   :mod:`prioqueue.records`.
+* :mod:`prioqueue.chain`: ``Chain``, a sans-IO producer of job sequences (a film's shots);
+  ``GroupStatus`` is a group's status.
 * :mod:`prioqueue.testing`: ``ManualClock`` and the brute-force ``ReferenceDispatcher``
   (imported from there, not re-exported).
 """
@@ -31,9 +33,12 @@ from prioqueue._errors import (
     LeaseExpired,
     PrioqueueError,
     QueueFull,
+    UnknownGroup,
     UnknownJob,
     UnknownWorker,
 )
+from prioqueue._groups import CancelRunning, GroupState, GroupStatus
+from prioqueue.chain import Chain, ChainProgress, ChainState, ChainStep, FailurePolicy
 from prioqueue.dispatcher import (
     DEFAULT_RETRY_AFTER,
     DEFAULT_WAIT_BUCKETS,
@@ -100,6 +105,11 @@ __all__ = [
     "SAMPLER_UNITS",
     "SLOW_BASELINE_MULTIPLIERS",
     "AheadJob",
+    "CancelRunning",
+    "Chain",
+    "ChainProgress",
+    "ChainState",
+    "ChainStep",
     "ChargeError",
     "ChargeModel",
     "Completed",
@@ -107,8 +117,11 @@ __all__ = [
     "DuplicateJob",
     "Expired",
     "Explanation",
+    "FailurePolicy",
     "FleetDispatcher",
     "Grant",
+    "GroupState",
+    "GroupStatus",
     "ImageRequest",
     "InvalidState",
     "Job",
@@ -132,6 +145,7 @@ __all__ = [
     "SizeOneDispatcher",
     "Stats",
     "Ticket",
+    "UnknownGroup",
     "UnknownJob",
     "UnknownWorker",
     "WorkerInfo",

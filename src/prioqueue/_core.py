@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from prioqueue import _lanes
 from prioqueue._errors import ChargeError, ConfigError, DuplicateJob, QueueFull, UnknownJob
+from prioqueue._groups import GroupBook, checked_group
 from prioqueue._lanes import QUEUED, RUNNING, _Entry, _Lane, _Ranking
 from prioqueue._validate import (
     TIME_LIMIT,
@@ -243,6 +244,7 @@ class _Core:
         self._totals = {"dispatched": 0, "completed": 0, "cancelled": 0, "expired": 0}
         self._failed = 0
         self._swaps = 0
+        self._groups = GroupBook()
 
     _name_in_grants = True  # SizeOneDispatcher's grants (and snapshots) carry no worker
 
@@ -435,6 +437,7 @@ class _Core:
         model: str | None = None,
         estimate: float | None = None,
         payload: Any = None,
+        group: str | None = None,
         now: float,
     ) -> Ticket:
         """Queue a job.
@@ -450,6 +453,8 @@ class _Core:
             estimate: Expected runtime in seconds (> 0), or None.
             payload: An opaque value kept with the job (e.g. for ``lease_for``); it must be
                 JSON-serialisable for ``snapshot``.
+            group: A label shared by jobs that belong together (a film's shots), for
+                ``group_status`` and ``cancel_group``; it changes no score and no lane.
             now: The current monotonic time.
 
         Returns:
@@ -480,6 +485,8 @@ class _Core:
         if model is not None:
             model = checked_name("model", model)
         estimate = positive_or_none("estimate", estimate)
+        if group is not None:
+            group = checked_group(group)
         t = self._tick(now)
         if job_id in self._entries:
             raise DuplicateJob(f"job {job_id!r} is already {self.state(job_id)}")
@@ -514,6 +521,8 @@ class _Core:
             payload=payload,
         )
         self._enqueue(job, attempt=1, now=t, requeue=False)
+        if group is not None:
+            self._groups.add(job_id, group)
         return Ticket(job=job, queued=queued + 1)
 
     def _enqueue(

@@ -20,10 +20,11 @@ import math
 from collections.abc import Iterable
 from heapq import heappop as _heappop
 from heapq import heappush as _heappush
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from prioqueue._core import _Level
 from prioqueue._errors import InvalidState, LeaseError, LeaseExpired, UnknownWorker
+from prioqueue._groups import GroupMethods
 from prioqueue._lanes import GONE, RUNNING, _Entry, _Lane
 from prioqueue._reporting import _Reporting
 from prioqueue._validate import checked_name, finite
@@ -61,7 +62,7 @@ class DispatchRecord(NamedTuple):
 _new_record = tuple.__new__  # builds a DispatchRecord without its Python-level __new__
 
 
-class _Engine(_Reporting):
+class _Engine(_Reporting, GroupMethods):
     """Grants, completions and take-backs over the workers in ``_workers`` (private)."""
 
     # ------------------------------------------------------------------ workers
@@ -178,6 +179,7 @@ class _Engine(_Reporting):
         level.buckets[bisect.bisect_left(self._buckets, wait)] += 1
         lane.owner.dispatched += 1
         self._totals["dispatched"] += 1
+        self._groups.move(job.id, "running")
         return grant
 
     def _record(
@@ -289,9 +291,12 @@ class _Engine(_Reporting):
                     self._note_s(lane)
                     self._touch(lane)
             requeued = always or entry.attempt < self._max_attempts
+            held = max(0.0, now - entry.granted_at)
             if requeued:
                 self._enqueue(job, attempt=entry.attempt + 1, now=now, requeue=True)
+                self._groups.move(job.id, "queued", used=held)
             else:
+                self._groups.move(job.id, "failed", used=held)
                 self._failed += 1
                 if not self._fair_share and not lane.live and not lane.holding:
                     del self._lanes[job.id]
@@ -370,6 +375,7 @@ class _Engine(_Reporting):
         self._tick(t)
         entry.worker.last_seen = t
         self._finish(entry, measured, t, final)
+        self._groups.move(job_id, "done", used=measured)
         entry.lane.owner.completed += 1
         self._totals["completed"] += 1
         return Completed(job=entry.job, runtime=measured, charge=final)
@@ -410,8 +416,57 @@ class _Engine(_Reporting):
 
         Complexity: amortised O(log n + M + slots).
         """
+        job = self._remove(job_id, now, worker, charge, "cancelled")
+        self._totals["cancelled"] += 1
+        return job
+
+    def fail(
+        self,
+        job_id: str,
+        *,
+        now: float,
+        worker: str | None = None,
+        charge: float | None = None,
+    ) -> Job:
+        """Remove a job whose work failed: ``cancel``, but counted as failed.
+
+        A worker that reports a failed run calls this instead of ``complete``: a held job is
+        charged for the time it was held, as by ``cancel``; ``Stats.failed`` and the job's
+        group count it as failed, not cancelled (a ``Chain`` applies its failure policy).
+
+        Args:
+            job_id: A queued or held job.
+            now: The current monotonic time.
+            worker: For a held job, the worker reporting, when known (see ``complete``).
+            charge: For a held job, overrides the charge model (seconds >= 0).
+
+        Returns:
+            The removed job.
+
+        Raises:
+            UnknownJob: The id is not queued or held.
+            InvalidState: ``worker`` is given and does not hold the job.
+            ValueError: ``now`` or ``charge`` is out of range.
+            ChargeError: The charge model returned no finite number >= 0 for a held job
+                (a ``ValueError``; nothing changes).
+
+        Complexity: amortised O(log n + M + slots).
+        """
+        job = self._remove(job_id, now, worker, charge, "failed")
+        self._failed += 1
+        return job
+
+    def _remove(
+        self,
+        job_id: str,
+        now: float,
+        worker: str | None,
+        charge: float | None,
+        outcome: Literal["cancelled", "failed"],
+    ) -> Job:
+        """The body of ``cancel`` and ``fail``: nothing changes on any error."""
         t = finite("now", now)
-        entry = self._held_entry(job_id, worker, "cancel")
+        entry = self._held_entry(job_id, worker, "cancel" if outcome == "cancelled" else "fail")
         if t < self._now:
             self._tick(t)  # raises: time went backwards
         if entry.state == RUNNING:
@@ -421,6 +476,7 @@ class _Engine(_Reporting):
             if worker is not None:
                 entry.worker.last_seen = t  # the worker spoke (a client's cancel does not)
             self._finish(entry, runtime, t, final)
+            self._groups.move(job_id, outcome, used=runtime)
         else:
             self._tick(t)
             entry.state = GONE
@@ -429,7 +485,7 @@ class _Engine(_Reporting):
             lane = entry.lane
             if not self._fair_share and not lane.live and not lane.holding:
                 del self._lanes[entry.job.id]
-        self._totals["cancelled"] += 1
+            self._groups.move(job_id, outcome)
         return entry.job
 
     def expire(self, now: float) -> list[Expired]:

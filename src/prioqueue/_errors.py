@@ -17,6 +17,7 @@ __all__ = [
     "LeaseExpired",
     "PrioqueueError",
     "QueueFull",
+    "UnknownGroup",
     "UnknownJob",
     "UnknownWorker",
 ]
@@ -99,3 +100,10 @@ class QueueFull(PrioqueueError):
         self.retry_after = retry_after
         self.limit = limit
         self.scope = scope
+
+
+class UnknownGroup(PrioqueueError, LookupError):
+    """A group label no job was ever submitted with (or one that was forgotten)."""
+
+    def __str__(self) -> str:  # LookupError would repr() the message; keep it readable.
+        return str(self.args[0]) if self.args else "unknown group"

@@ -10,8 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
+
 from prioqueue import _observe, _persist
 from prioqueue._core import _Core
+from prioqueue._groups import restore_groups
 from prioqueue._lanes import QUEUED, RUNNING
 from prioqueue.records import AheadJob, Explanation, Stats
 from prioqueue.scoring import Scorer
@@ -96,14 +99,15 @@ class _Reporting(_Core):
 
         Complexity: O(levels + members + workers + held jobs).
         """
-        return _observe.stats(self, self._tick(now))
+        return attrs.evolve(_observe.stats(self, self._tick(now)), groups=self._groups.active)
 
     def snapshot(self, *, now: float) -> dict[str, Any]:
         """Return the state as JSON-serialisable data, for ``restore``.
 
         It holds every queued job (in lane order), each lane's virtual start, every held job
-        with its worker and lease, and the workers (without their ``accepts`` filters).
-        Counters behind ``stats`` and the grant history are not kept: they restart at zero.
+        with its worker and lease, the workers (without their ``accepts`` filters), and every
+        group's counts and live jobs. Counters behind ``stats`` and the grant history are not
+        kept: they restart at zero.
 
         Args:
             now: The current monotonic time (stored as ``taken_at``).
@@ -117,7 +121,9 @@ class _Reporting(_Core):
 
         Complexity: O(n) in the jobs.
         """
-        return _persist.dump(self, self._tick(now))
+        state = _persist.dump(self, self._tick(now))
+        state["groups"] = self._groups.dump()
+        return state
 
     @classmethod
     def _restored(
@@ -137,6 +143,7 @@ class _Reporting(_Core):
         # The constructor's own errors (ConfigError, TypeError) are not the snapshot's fault.
         dispatcher = cls(scorer, **options)
         _persist.load(dispatcher, state, now, require_lease=require_lease)
+        restore_groups(dispatcher._groups, state.get("groups"), dispatcher._entries)
         return dispatcher
 
     # ------------------------------------------------------------------ invariants
@@ -179,3 +186,4 @@ class _Reporting(_Core):
         assert sum(m.queued for m in self._members.values()) == len(queued)
         for entry in queued:
             assert entry.lane.live > 0
+        self._groups._check(self._entries)

@@ -58,11 +58,20 @@ from types import TracebackType
 from typing import Any
 
 from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout
+from prioqueue._asyncio_chain import AsyncChain, ChainResult, GroupGate
 from prioqueue._errors import ChargeError, LeaseError, LeaseExpired
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.records import Expired, Explanation, Grant, Stats, Ticket
 
-__all__ = ["AsyncDispatcher", "DispatcherClosed", "JobCancelled", "QueueTimeout", "Turn"]
+__all__ = [
+    "AsyncChain",
+    "AsyncDispatcher",
+    "ChainResult",
+    "DispatcherClosed",
+    "JobCancelled",
+    "QueueTimeout",
+    "Turn",
+]
 
 Clock = Callable[[], float]
 ExpiryCallback = Callable[[Expired], object]
@@ -89,6 +98,7 @@ class Turn:
     __slots__ = (
         "_entered",
         "_expired",
+        "_fails",
         "_future",
         "_gate",
         "_grant",
@@ -116,6 +126,7 @@ class Turn:
         self._revoked: asyncio.Event | None = None
         self._resident_before: str | None = None
         self._entered = False
+        self._fails = False  # a block that raises fails the job (a chain's turn), not cancel
 
     @property
     def ticket(self) -> Ticket | None:
@@ -219,7 +230,7 @@ class Turn:
         return f"<Turn {self.job_id!r} {'expired' if self._expired else state}>"
 
 
-class AsyncDispatcher:
+class AsyncDispatcher(GroupGate):
     """Run a :class:`~prioqueue.dispatcher.SizeOneDispatcher` on an asyncio event loop.
 
     Args:
@@ -308,6 +319,7 @@ class AsyncDispatcher:
         estimate: float | None = None,
         payload: Any = None,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> Turn:
         """Make the async context manager of one job's turn at the resource.
 
@@ -329,6 +341,7 @@ class AsyncDispatcher:
                 for as long as it takes. Past it the job is removed and entering raises
                 :class:`QueueTimeout`. It does not bound the time the block holds the
                 resource; the lease does.
+            group: The job's group label (see ``SizeOneDispatcher.submit``), or None.
 
         Returns:
             The :class:`Turn`.
@@ -348,6 +361,8 @@ class AsyncDispatcher:
             "estimate": estimate,
             "payload": payload,
         }
+        if group is not None:
+            kwargs["group"] = group
         return Turn(self, job_id, kwargs, timeout)
 
     def cancel(self, job_id: str) -> None:
@@ -586,6 +601,8 @@ class AsyncDispatcher:
                 # The resource must be freed all the same: finish with no charge, say why.
                 self._report(exc, f"the charge model failed for job {turn.job_id!r}")
                 self._d.complete(turn.job_id, now=now, runtime=runtime, charge=0.0)
+        elif turn._fails and failed and not unused and turn._grant is not None:
+            self._cancel(turn.job_id, now, fail=True)  # a chain's run raised: failed
         else:
             self._cancel(turn.job_id, now)
             grant = turn._grant
@@ -594,13 +611,14 @@ class AsyncDispatcher:
         del self._waiters[turn.job_id]
         self._pump(now)
 
-    def _cancel(self, job_id: str, now: float) -> None:
-        """Cancel a job; a held one whose charge model fails is finished with no charge."""
+    def _cancel(self, job_id: str, now: float, *, fail: bool = False) -> None:
+        """Cancel (or fail) a job; a held one whose charge model fails gets no charge."""
+        remove = self._d.fail if fail else self._d.cancel
         try:
-            self._d.cancel(job_id, now=now)
+            remove(job_id, now=now)
         except ChargeError as exc:
             self._report(exc, f"the charge model failed for job {job_id!r}")
-            self._d.cancel(job_id, now=now, charge=0.0)
+            remove(job_id, now=now, charge=0.0)
 
     def _report(self, exc: BaseException, message: str) -> None:
         if self._loop is not None and not self._loop.is_closed():

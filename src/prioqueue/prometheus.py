@@ -18,6 +18,7 @@ name                                   type     labels           from
 ``prioqueue_member_completed_total``   counter  member           ``MemberStats.completed``
 ``prioqueue_member_gpu_seconds_total`` counter  member           ``MemberStats.gpu_seconds``
 ``prioqueue_busy``                     gauge                     1 while a job runs
+``prioqueue_groups_running``           gauge                     ``Stats.groups``
 ``prioqueue_resident_model_info``      info     model            ``Stats.resident_model``
 ``prioqueue_swaps_total``              counter                   ``Stats.swaps``
 ``prioqueue_completed_total``          counter                   ``Stats.completed``
@@ -92,6 +93,7 @@ METRIC_NAMES: tuple[str, ...] = (
     "prioqueue_member_completed",
     "prioqueue_member_gpu_seconds",
     "prioqueue_busy",
+    "prioqueue_groups_running",
     "prioqueue_resident_model_info",
     "prioqueue_swaps",
     "prioqueue_completed",
@@ -204,6 +206,9 @@ class PrioqueueCollector(Collector):
             labels=by_member,
         )
         busy = GaugeMetricFamily("prioqueue_busy", "1 while a job holds the resource, else 0.")
+        groups = GaugeMetricFamily(
+            "prioqueue_groups_running", "Groups (films) with a job queued or running."
+        )
         resident = InfoMetricFamily(
             "prioqueue_resident_model", "The model believed loaded (no sample when none)."
         )
@@ -217,7 +222,7 @@ class PrioqueueCollector(Collector):
             ),
             "expired": CounterMetricFamily("prioqueue_lease_expired", "Leases that ran out."),
             "failed": CounterMetricFamily(
-                "prioqueue_failed", "Jobs dropped after their last attempt."
+                "prioqueue_failed", "Jobs dropped after their last attempt, or reported failed."
             ),
         }
         if stats is not None:
@@ -241,12 +246,13 @@ class PrioqueueCollector(Collector):
                 m_completed.add_metric([name], member.completed)
                 m_seconds.add_metric([name], member.gpu_seconds)
             busy.add_metric([], 0 if stats.running is None else 1)
+            groups.add_metric([], stats.groups)
             if stats.resident_model is not None:
                 resident.add_metric([], {"model": stats.resident_model})
             for field, family in totals.items():
                 family.add_metric([], getattr(stats, field))
         yield from (depth, oldest, mean, dispatched, waits, reorders)
-        yield from (m_depth, m_dispatched, m_completed, m_seconds, busy, resident)
+        yield from (m_depth, m_dispatched, m_completed, m_seconds, busy, groups, resident)
         yield from totals.values()
 
 

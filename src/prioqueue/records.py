@@ -328,10 +328,12 @@ class Stats:
         completed: Jobs completed so far.
         cancelled: Jobs cancelled so far (queued or running).
         expired: Leases that ran out so far.
-        failed: Jobs dropped after their last attempt (each reported by ``expire``).
+        failed: Jobs dropped after their last attempt (each reported by ``expire``), and
+            jobs reported failed by ``fail``.
         swaps: Grants whose model differed from the resident model (cold loads).
         held: Every job that workers hold now, in grant order (``running`` is the first).
         workers: The fleet's workers, by name (empty for ``SizeOneDispatcher``).
+        groups: Groups with a job queued or running (a film in progress is one).
     """
 
     now: float
@@ -348,6 +350,7 @@ class Stats:
     swaps: int
     held: tuple[Job, ...] = ()
     workers: tuple[WorkerInfo, ...] = ()
+    groups: int = 0
 
 
 @attrs.frozen

@@ -1,0 +1,332 @@
+"""``AsyncDispatcher.chain``: a :class:`~prioqueue.chain.Chain` run on an asyncio gate (private).
+
+Theory of operation:
+
+* The sans-IO :class:`~prioqueue.chain.Chain` decides what to submit; this module gives it a
+  target that submits through the gate (``turn(...).submit()``), so every job of the chain has
+  a waiter and the gate's rules (one waiter per job, dispatch after every change, leaving
+  frees the resource) hold unchanged.
+* Each submitted job gets one task: it enters its turn, awaits ``run(grant)`` while holding
+  the resource, leaves (completing the job, or *failing* it when ``run`` raised), then tells
+  the chain (``completed`` / ``failed``), which submits what comes next, and queues a
+  :class:`ChainResult` for the iterator. Results come in completion order.
+* A job the chain cancelled (a ``"stop"`` failure, ``aclose``) yields a result with its
+  :class:`~prioqueue.asyncio.JobCancelled` error and is not reported to the chain again.
+* The iterator ends when no task is left. A spec the gate refuses when its turn comes (a
+  bad argument, a full queue) cancels the chain; the iterator raises that error once the
+  results before it were read. ``aclose()`` (and leaving ``async with``) cancels
+  the chain, queued and running jobs alike, and awaits the tasks, so nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+import attrs
+
+from prioqueue._async_errors import JobCancelled
+from prioqueue._errors import LeaseExpired
+from prioqueue.chain import Chain, ChainProgress, ChainStep, FailurePolicy
+from prioqueue.records import Grant, Job, Ticket
+
+if TYPE_CHECKING:
+    from prioqueue._groups import CancelRunning, GroupStatus
+    from prioqueue.asyncio import AsyncDispatcher, Turn
+    from prioqueue.dispatcher import SizeOneDispatcher
+
+__all__ = ["AsyncChain", "ChainResult", "GroupGate"]
+
+
+@attrs.frozen
+class ChainResult:
+    """One job of an async chain, when it finished.
+
+    Attributes:
+        job_id: The job.
+        grant: Its grant, or None when it never got the resource (cancelled while queued).
+        value: What ``run(grant)`` returned (None on failure).
+        error: None when the job completed; else why it did not: the exception ``run``
+            raised, ``LeaseExpired`` when its lease ran out, or ``JobCancelled`` when the
+            chain (or someone) cancelled it.
+    """
+
+    job_id: str
+    grant: Grant | None
+    value: Any = None
+    error: BaseException | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the job completed."""
+        return self.error is None
+
+
+class _GateTarget:
+    """The chain's dispatcher: submits through the gate so each job has a waiter."""
+
+    def __init__(self, gate: AsyncDispatcher, owner: AsyncChain) -> None:
+        self._gate = gate
+        self._owner = owner
+
+    def submit(self, job_id: str, *, now: float, **spec: Any) -> Ticket:
+        del now  # the gate stamps every call with its own clock
+        turn = self._gate.turn(job_id, **spec)
+        turn._fails = True
+        ticket = turn.submit()
+        self._owner._spawn(turn)
+        return ticket
+
+    def cancel(self, job_id: str, *, now: float) -> Job:
+        del now
+        job = self._gate.dispatcher.job(job_id)
+        self._gate.cancel(job_id)
+        return job
+
+    def fail(self, job_id: str, *, now: float) -> Job:
+        # Reached only for a job still held when its task reported it (not a normal path):
+        # the gate removes it like a cancel, which also tells its waiter.
+        return self.cancel(job_id, now=now)
+
+    def state(self, job_id: str) -> Literal["queued", "running"]:
+        return self._gate.dispatcher.state(job_id)
+
+    def group_status(self, group: str, *, now: float) -> GroupStatus:
+        return self._gate.dispatcher.group_status(group, now=now)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._gate.dispatcher
+
+
+class AsyncChain:
+    """The async iterator made by :meth:`~prioqueue.asyncio.AsyncDispatcher.chain`.
+
+    Iterating starts the chain and yields one :class:`ChainResult` per job as it finishes::
+
+        async with gate.chain(shots, run=render, group="film-1") as film:
+            async for result in film:
+                print(result.job_id, result.ok, film.progress.done)
+
+    Args:
+        gate: The asyncio adapter.
+        specs: As for :class:`~prioqueue.chain.Chain` (keyword arguments of ``turn()`` plus
+            ``job_id``).
+        run: ``async (grant) -> value``, awaited while the job holds the resource.
+        depth: Most jobs in flight.
+        group: The group label (None: the first ``job_id``).
+        on_failure: The chain's failure policy.
+
+    Raises:
+        TypeError: ``run`` is not callable (and what ``Chain`` raises).
+    """
+
+    def __init__(
+        self,
+        gate: AsyncDispatcher,
+        specs: Iterable[Mapping[str, Any]],
+        *,
+        run: Callable[[Grant], Awaitable[Any]],
+        depth: int = 1,
+        group: str | None = None,
+        on_failure: FailurePolicy = "stop",
+    ) -> None:
+        if not callable(run):
+            raise TypeError(f"run must be an async callable grant -> value, got {run!r}")
+        self._gate = gate
+        self._run = run
+        self._chain = Chain(
+            _GateTarget(gate, self), specs, depth=depth, group=group, on_failure=on_failure
+        )
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._ready: deque[ChainResult] = deque()
+        self._wake: asyncio.Event | None = None
+        self._error: Exception | None = None
+        self._retry: asyncio.TimerHandle | None = None  # a top_up after a full queue
+
+    @property
+    def chain(self) -> Chain:
+        """The sans-IO chain being driven (read it; the iterator drives it)."""
+        return self._chain
+
+    @property
+    def group(self) -> str:
+        """The chain's group label."""
+        return self._chain.group
+
+    @property
+    def progress(self) -> ChainProgress:
+        """The chain's progress."""
+        return self._chain.progress
+
+    def status(self) -> GroupStatus:
+        """Return the group's status now (see ``SizeOneDispatcher.group_status``).
+
+        Raises:
+            UnknownGroup: Nothing was submitted yet.
+        """
+        return self._chain.status(now=self._gate.now())
+
+    def __aiter__(self) -> AsyncChain:
+        return self
+
+    async def __anext__(self) -> ChainResult:
+        if self._chain.progress.state == "new":
+            # A refused first spec raises here.
+            self._schedule(self._chain.start(now=self._gate.now()))
+        while not self._ready:
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+            if not self._tasks and self._retry is None:
+                raise StopAsyncIteration
+            self._wake = asyncio.Event()
+            await self._wake.wait()
+        return self._ready.popleft()
+
+    async def aclose(self) -> None:
+        """Cancel what is left of the chain (queued and running jobs) and await its tasks."""
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        if self._chain.progress.state in ("new", "running", "stopped"):
+            self._chain.cancel(now=self._gate.now(), running="cancel")
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def __aenter__(self) -> AsyncChain:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _schedule(self, step: ChainStep) -> None:
+        """After a full queue, submit the pending spec again when the gate suggests."""
+        if step.retry_after is not None and self._retry is None:
+            loop = asyncio.get_running_loop()
+            self._retry = loop.call_later(step.retry_after, self._top_up)
+
+    def _top_up(self) -> None:
+        self._retry = None
+        if self._chain.progress.state == "running":
+            try:
+                self._schedule(self._chain.top_up(now=self._gate.now()))
+            except Exception as exc:  # a spec the gate refused: stop; the iterator raises it
+                self._chain.cancel(now=self._gate.now(), running="cancel")
+                self._error = exc
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _spawn(self, turn: Turn) -> None:
+        self._tasks[turn.job_id] = asyncio.get_running_loop().create_task(self._drive(turn))
+
+    async def _drive(self, turn: Turn) -> None:
+        job_id = turn.job_id
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            async with turn as grant:
+                value = await self._run(grant)
+        except Exception as exc:  # the work failed, or the job was cancelled or closed
+            error = exc
+        if error is None and turn.expired is not None:
+            error = LeaseExpired(f"job {job_id!r}'s lease expired while it ran")
+        self._tasks.pop(job_id, None)  # before the chain may resubmit the same id
+        result = ChainResult(job_id, turn.grant, None if error else value, error)
+        try:
+            if job_id in self._chain.progress.in_flight:
+                now = self._gate.now()
+                if error is None:
+                    self._schedule(self._chain.completed(job_id, now=now))
+                else:
+                    self._schedule(self._chain.failed(job_id, now=now))
+        except Exception as exc:  # a spec the gate refused: stop; the iterator raises it
+            self._chain.cancel(now=self._gate.now(), running="cancel")
+            self._error = exc
+        self._ready.append(result)
+        self._notify()
+
+
+class GroupGate:
+    """The asyncio gate's group and chain methods (a mixin of ``AsyncDispatcher``)."""
+
+    if TYPE_CHECKING:
+        _d: SizeOneDispatcher
+        _waiters: dict[str, Turn]
+
+        def now(self) -> float: ...
+
+        def _drop_waiter(self, turn: Turn, error: BaseException) -> None: ...
+
+        def _pump(self, now: float) -> None: ...
+
+    def chain(
+        self,
+        specs: Iterable[Mapping[str, Any]],
+        *,
+        run: Callable[[Grant], Awaitable[Any]],
+        depth: int = 1,
+        group: str | None = None,
+        on_failure: FailurePolicy = "stop",
+    ) -> AsyncChain:
+        """Run a sequence of jobs through :class:`~prioqueue.chain.Chain`, ``depth`` at a time.
+
+        ``async for result in gate.chain(specs, run=render):`` submits the first ``depth``
+        jobs, awaits ``run(grant)`` while each holds the resource, submits the next as each
+        finishes, and yields a :class:`ChainResult` per job in completion order (a job whose
+        ``run`` raised counts as failed and the failure policy applies). Use ``async with``
+        (or ``aclose()``) to cancel what is left when leaving the loop early.
+
+        Args:
+            specs: The jobs: mappings of :meth:`turn`'s keyword arguments plus ``job_id``.
+            run: ``async (grant) -> value``: the work, done while the job holds the resource.
+            depth: Most jobs in flight at once.
+            group: The group label (None: the first ``job_id``).
+            on_failure: ``"stop"``, ``"skip"`` or ``("retry", n)`` (see ``Chain``).
+
+        Returns:
+            The async iterator of results.
+
+        Raises:
+            TypeError, ValueError, ConfigError: As ``Chain`` does; ``run`` is not callable.
+        """
+        gate = cast("AsyncDispatcher", self)
+        return AsyncChain(gate, specs, run=run, depth=depth, group=group, on_failure=on_failure)
+
+    def group_status(self, group: str) -> GroupStatus:
+        """Return ``dispatcher.group_status(group, now=self.now())``.
+
+        Raises:
+            UnknownGroup: No job was ever submitted in the group.
+        """
+        return self._d.group_status(group, now=self.now())
+
+    def cancel_group(self, group: str, *, running: CancelRunning = "keep") -> list[Job]:
+        """Cancel the group's queued jobs (and running one, if asked): see :meth:`cancel`.
+
+        Raises:
+            UnknownGroup: No job was ever submitted in the group.
+            ValueError: ``group`` or ``running`` is invalid.
+        """
+        now = self.now()
+        cancelled = self._d.cancel_group(group, now=now, running=running)
+        for job in cancelled:
+            turn = self._waiters.pop(job.id, None)
+            if turn is not None:
+                self._drop_waiter(turn, JobCancelled(f"job {job.id!r} was cancelled"))
+        self._pump(now)
+        return cancelled
