@@ -61,7 +61,8 @@ from urllib.parse import urlsplit
 from prioqueue._errors import QueueFull
 from prioqueue.asyncio import AsyncDispatcher, DispatcherClosed, JobCancelled, QueueTimeout
 from prioqueue.dispatcher import SizeOneDispatcher
-from prioqueue.gateway import _observe
+from prioqueue.fleet import FleetDispatcher
+from prioqueue.gateway import _observe, _upstreams
 from prioqueue.gateway._body import (
     BadRequest,
     BodyTimeout,
@@ -70,6 +71,7 @@ from prioqueue.gateway._body import (
     model_from_url,
     read_body,
 )
+from prioqueue.gateway._fleetgate import FleetGate, FleetTurn
 from prioqueue.gateway._forward import (
     Flight,
     Request,
@@ -90,7 +92,7 @@ from prioqueue.gateway._health import Breaker, HttpStats
 from prioqueue.gateway._record import Recorder, record_finished
 from prioqueue.gateway.proxy import make_client, request_headers
 from prioqueue.gateway.settings import GatewayConfig, Identity, bearer
-from prioqueue.records import Grant, Job
+from prioqueue.records import Grant, Job, WorkerInfo
 from prioqueue.scoring import Scorer
 
 if TYPE_CHECKING:
@@ -106,6 +108,9 @@ Send = Callable[[Message], Awaitable[None]]
 log = logging.getLogger("prioqueue.gateway")
 
 _PRIORITY_HEADER = b"x-llamaswap-priority"
+_GROUP_HEADER = b"x-prioqueue-group"
+MAX_GROUP_LABEL = 200
+"""Longest ``X-Prioqueue-Group`` value accepted (characters)."""
 _CLIENT_DECIDES = frozenset({b"authorization", _PRIORITY_HEADER})
 """Request headers never forwarded as the client sent them (``x-prioqueue-*`` neither)."""
 GRANT_RING = 10_000
@@ -113,7 +118,12 @@ GRANT_RING = 10_000
 
 
 class Gateway:
-    """The ASGI application. One instance serves one upstream with one dispatcher.
+    """The ASGI application: one queue in front of one upstream, or of a fleet of them.
+
+    With ``[[upstreams]]`` the gate is a :class:`~prioqueue.gateway._fleetgate.FleetGate`
+    over a :class:`~prioqueue.fleet.FleetDispatcher`, one worker per upstream (see
+    :mod:`prioqueue.gateway._upstreams`); otherwise an
+    :class:`~prioqueue.asyncio.AsyncDispatcher` over a ``SizeOneDispatcher``.
 
     Args:
         config: The configuration.
@@ -132,17 +142,33 @@ class Gateway:
         self.config = config
         self.recorder = recorder
         limits = config.limits
-        self.dispatcher = SizeOneDispatcher(
-            Scorer(config.scoring),
-            policy=config.policy,
-            charge=config.charge,  # type: ignore[arg-type]
-            lease_for=self._lease_for,
-            max_queued=limits.max_queued,
-            max_queued_per_member=limits.max_queued_per_member,
-            max_attempts=1,
-            fair_share=config.fair_share,
-        )
-        self.gate = AsyncDispatcher(self.dispatcher, clock=clock)
+        self.upstreams = {u.name: _upstreams.Upstream.of(u) for u in config.upstreams}
+        self.fleet_gate: FleetGate | None = None
+        self.dispatcher: SizeOneDispatcher | FleetDispatcher
+        self.gate: AsyncDispatcher | FleetGate
+        options: dict[str, Any] = {
+            "policy": config.policy,
+            "charge": config.charge,
+            "max_queued": limits.max_queued,
+            "max_queued_per_member": limits.max_queued_per_member,
+            "max_attempts": 1,
+            "fair_share": config.fair_share,
+        }
+        if self.upstreams:
+            hold = config.warm_hold if config.routing == "warm" else 0.0
+            fleet = FleetDispatcher(
+                Scorer(config.scoring), lease_for=self._fleet_lease, warm_hold=hold, **options
+            )
+            self.dispatcher = fleet
+            self.fleet_gate = FleetGate(fleet, clock=clock, routing=config.routing, warm_hold=hold)
+            self.gate = self.fleet_gate
+        else:
+            self.dispatcher = SizeOneDispatcher(
+                Scorer(config.scoring), lease_for=self._lease_for, **options
+            )
+            self.gate = AsyncDispatcher(self.dispatcher, clock=clock)
+        self.started_at = clock()
+        self._watchers: list[asyncio.Task[None]] = []
         self.client: aiohttp.ClientSession | None = None
         self.history: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.history_bytes = 0
@@ -181,13 +207,39 @@ class Gateway:
     def _lease_for(self, job: Job) -> float:
         return self.config.limits.lease_for(str(job.payload))
 
+    def _fleet_lease(self, job: Job, worker: WorkerInfo) -> float:
+        lease = self.config.limits.lease_for(str(job.payload))
+        return lease * 3 if worker.slow else lease
+
+    def take_out(self, upstream: _upstreams.Upstream, why: str) -> None:
+        """Take an upstream out of the fleet: its held jobs are queued again (fleet only).
+
+        Args:
+            upstream: The upstream.
+            why: What failed (shown in status and logged).
+        """
+        if upstream.up:
+            upstream.up = False
+            upstream.outages += 1
+            upstream.last_error = why
+            log.warning("upstream %s is out of the fleet: %s", upstream.name, why)
+        if self.fleet_gate is not None:
+            requeued = self.fleet_gate.take_out(upstream.name)
+            if requeued:
+                log.warning("requeued %d job(s) of upstream %s", len(requeued), upstream.name)
+
     # -- lifecycle -------------------------------------------------------------------------
 
     async def startup(self) -> None:
         """Open the upstream client and start the resident-model poller (if configured)."""
         if self.client is None:
             self.client = make_client(connect_timeout=self.config.limits.connect_timeout)
-        if self.config.resident_poll_seconds > 0 and self._poller is None:
+        if self.upstreams and not self._watchers:
+            ups = list(self.upstreams.values())
+            await asyncio.gather(*(_upstreams.check(self, up) for up in ups))
+            loop = asyncio.get_running_loop()
+            self._watchers = [loop.create_task(_upstreams.watch(self, up)) for up in ups]
+        elif self.config.resident_poll_seconds > 0 and self._poller is None:
             self._poller = asyncio.ensure_future(self._poll_resident())
 
     def begin_shutdown(self) -> None:
@@ -200,6 +252,12 @@ class Gateway:
         """Shut down: fail queued requests, stop the poller, close the upstream client."""
         self._closing = True
         await self.gate.aclose()
+        watchers, self._watchers = self._watchers, []
+        for task in watchers:
+            task.cancel()
+        for task in watchers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if self._poller is not None:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -221,7 +279,9 @@ class Gateway:
                 return
 
     def _busy(self) -> bool:
-        return self.dispatcher.running is not None
+        return (
+            isinstance(self.dispatcher, SizeOneDispatcher) and self.dispatcher.running is not None
+        )
 
     async def _poll_resident(self) -> None:
         """Refresh the resident model from the upstream's status endpoint, while idle."""
@@ -243,7 +303,8 @@ class Gateway:
                 for entry in running
                 if isinstance(entry, dict) and entry.get("state", "ready") == "ready"
             ]
-            self.gate.set_resident_model(models[0] if models else None)
+            if isinstance(self.gate, AsyncDispatcher):
+                self.gate.set_resident_model(models[0] if models else None)
 
     # -- requests --------------------------------------------------------------------------
 
@@ -322,11 +383,16 @@ class Gateway:
         retry_in = self.breaker.retry_in()
         gated = config.is_gated(scope["method"], path)
         route = "admin" if config.is_admin(path) else "gated" if gated else "passthrough"
-        if retry_in > 0:
+        if self.fleet_gate is not None and not self.fleet_gate.live:
+            retry_in = config.health_seconds
+            errors = "; ".join(f"{u.name}: {u.last_error}" for u in self.upstreams.values())
+            message = f"no upstream is up ({errors}); retry in {retry_in:g} s"
+        elif retry_in > 0:
             message = (
                 f"the upstream is failing ({self.breaker.last_error}); failing fast for "
                 f"{retry_in:.1f} s more"
             )
+        if retry_in > 0:
             retry = [(b"retry-after", str(math.ceil(retry_in)).encode())]
             status = await respond(send, 503, error_body(message, "upstream_down"), retry)
         elif gated:
@@ -350,6 +416,17 @@ class Gateway:
         self.breaker.success()
         self.http_stats.upstream_latency(seconds)
 
+    def _origin(self, grant: Grant | None) -> tuple[str, str, _upstreams.Upstream | None]:
+        """Where a request goes: its grant's upstream, or the first live one (pass-through)."""
+        if not self.upstreams:
+            return self._upstream_origin, self._upstream_path, None
+        name = None if grant is None else grant.worker
+        upstream = self.upstreams.get(name) if name is not None else None
+        if upstream is None:
+            live = [u for u in self.upstreams.values() if u.up] or list(self.upstreams.values())
+            upstream = live[0]
+        return upstream.origin, upstream.path, upstream
+
     async def _send_upstream(
         self, request: Request, send: Send, flight: Flight, extra: list[tuple[bytes, bytes]]
     ) -> int:
@@ -368,7 +445,8 @@ class Gateway:
                 on_first_byte=self._first_byte,
             )
         except (UpstreamFailed, UpstreamTimeout) as exc:
-            self.breaker.failure(str(exc))
+            if not self.upstreams:  # a fleet takes failing upstreams out instead
+                self.breaker.failure(str(exc))
             raise
 
     async def _passthrough(self, scope: Scope, receive: Receive, send: Send) -> int:
@@ -384,7 +462,8 @@ class Gateway:
                 if not message.get("more_body", False):
                     return
 
-        url = upstream_url(scope, self._upstream_origin, self._upstream_path)
+        origin, prefix, _ = self._origin(None)
+        url = upstream_url(scope, origin, prefix)
         forwarded = self._request_headers(headers, [])
         request = (scope["method"], url, forwarded, body() if has_body else None)
         flight = Flight(task=asyncio.current_task())
@@ -413,10 +492,13 @@ class Gateway:
         limit = limits.max_body_bytes
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         priority_value: bytes | None = None
+        group_value: bytes | None = None
         content_type = b""
         for name, value in headers:
             if name == _PRIORITY_HEADER:
                 priority_value = value
+            elif name == _GROUP_HEADER:
+                group_value = value
             elif name == b"content-type":
                 content_type = value
             elif name == b"content-length" and value.isdigit() and int(value) > limit:
@@ -435,6 +517,16 @@ class Gateway:
             return await respond(send, 408, error_body(message, "timeout"))
         except BadRequest as exc:
             return await respond(send, 400, error_body(str(exc), "invalid_request_error"))
+        group = None
+        if group_value is not None:
+            label = group_value.decode("latin-1")
+            if not label or len(label) > MAX_GROUP_LABEL or not label.isprintable():
+                message = (
+                    f"X-Prioqueue-Group must be 1 to {MAX_GROUP_LABEL} printable characters, "
+                    f"got {label[:40]!r}"
+                )
+                return await respond(send, 400, error_body(message, "invalid_request_error"))
+            group = _observe.group_key(who.member, label)
         size = len(body)
         if self.queued_body_bytes + size > limits.max_queued_body_bytes:
             message = (
@@ -455,6 +547,7 @@ class Gateway:
             estimate=config.estimate_seconds,
             payload=path,
             timeout=limits.max_wait_for(priority),
+            group=group,
         )
         ours = [
             (b"x-prioqueue-job", job_id.encode()),
@@ -469,18 +562,32 @@ class Gateway:
         self.queued_body_bytes += size
         held = size
         try:
-            async with turn as grant:
+            async with turn as first:
+                grant = first
                 self.queued_body_bytes -= held
                 held = 0
                 self.grants.append(grant)
                 ours.append((b"x-prioqueue-queue-wait", f"{grant.waited:.3f}".encode()))
-                if grant.lease is not None:
-                    # The adapter owns the one lease timer; it revokes the turn on expiry.
-                    lease_watch = loop.create_task(watch_lease(turn, flight))
-                url = upstream_url(scope, self._upstream_origin, self._upstream_path)
                 extra = [(_PRIORITY_HEADER, str(priority).encode()), ours[0]]
-                request = (scope["method"], url, self._request_headers(headers, extra), body)
-                status = await self._send_upstream(request, send, flight, ours)
+                forwarded = self._request_headers(headers, extra)
+                while True:
+                    if grant.lease is not None:
+                        # The adapter owns the one lease timer; it revokes the turn on expiry.
+                        lease_watch = loop.create_task(watch_lease(turn, flight))
+                    origin, prefix, upstream = self._origin(grant)
+                    if upstream is not None:
+                        upstream.granted(grant)
+                    url = upstream_url(scope, origin, prefix)
+                    try:
+                        status = await self._send_upstream(
+                            (scope["method"], url, forwarded, body), send, flight, ours
+                        )
+                        break
+                    except UpstreamFailed as exc:
+                        if lease_watch is not None:
+                            lease_watch.cancel()
+                            lease_watch = None
+                        grant = await self._requeue(turn, upstream, exc, flight)
                 outcome = "done"
         except QueueFull as exc:
             status, outcome = 429, "rejected: queue full"
@@ -552,6 +659,32 @@ class Gateway:
                     streamed=flight.sse,
                 )
         return status
+
+    async def _requeue(
+        self,
+        turn: Any,
+        upstream: _upstreams.Upstream | None,
+        exc: UpstreamFailed,
+        flight: Flight,
+    ) -> Grant:
+        """After a connection failure, take the upstream out and wait for another grant.
+
+        Re-raises ``exc`` (502) when the request cannot be tried again: a single upstream,
+        a response already begun, ``max_attempts`` reached, or no upstream left up.
+        """
+        if (
+            upstream is None
+            or not isinstance(turn, FleetTurn)
+            or flight.started
+            or turn.attempts >= self.config.max_attempts
+        ):
+            raise exc
+        self.take_out(upstream, f"request failed: {exc}")
+        gate = self.fleet_gate
+        if not turn.requeued or gate is None or (turn.grant is None and not gate.live):
+            raise exc
+        log.warning("job %s: %s; trying another upstream", turn.job_id, exc)
+        return await turn.regrant()
 
     async def _lease_cut(
         self,
