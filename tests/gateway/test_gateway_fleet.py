@@ -84,7 +84,8 @@ def test_one_request_per_upstream_and_models_only_where_served(make_fleet: Any) 
         assert fake.max_active == 1, name  # slots = 1: never two at once on one upstream
         assert {entry.model for entry in fake.served} <= set(fake.models), name
     assert sum(len(f.served) for f in fleet.fakes.values()) == 30
-    assert fleet.fakes["a"].served and fleet.fakes["b"].served
+    assert fleet.fakes["a"].served
+    assert fleet.fakes["b"].served
 
 
 def test_a_burst_stays_on_the_warm_upstream(make_fleet: Any) -> None:
@@ -119,7 +120,8 @@ def test_a_burst_stays_on_the_warm_upstream(make_fleet: Any) -> None:
     a, b = ([e.model for e in fleet.fakes[name].served] for name in ("a", "b"))
     assert a[:7] == ["model-a"] * 7  # its blocker, then the whole model-a burst
     # The model-b burst stays on b; at most its last request may go to a once a ran dry.
-    assert b[:6] == ["model-b"] * 6 and len(b) >= 6
+    assert b[:6] == ["model-b"] * 6
+    assert len(b) >= 6
     assert fleet.fakes["a"].loads + fleet.fakes["b"].loads <= 1
 
 
@@ -164,7 +166,8 @@ def test_a_killed_upstream_has_its_job_requeued_to_a_live_one(make_fleet: Any) -
             ).json()
             assert job["upstream"] == other
             ups = {u["name"]: u for u in (await client.get("/prioqueue/status")).json()["fleet"]}
-            assert ups[victim]["state"] == "down" and ups[victim]["outages"] == 1
+            assert ups[victim]["state"] == "down"
+            assert ups[victim]["outages"] == 1
             assert ups[other]["state"] == "up"
             # With the victim gone the rest keeps working.
             assert (await _post(client, chat())).status_code == 200
