@@ -48,7 +48,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import logging
 import math
 import time
@@ -71,7 +70,7 @@ from prioqueue.gateway._body import (
     model_from_url,
     read_body,
 )
-from prioqueue.gateway._fleetgate import FleetGate, FleetTurn
+from prioqueue.gateway._fleetgate import FleetGate
 from prioqueue.gateway._forward import (
     Flight,
     Request,
@@ -90,9 +89,10 @@ from prioqueue.gateway._forward import (
 )
 from prioqueue.gateway._health import Breaker, HttpStats
 from prioqueue.gateway._record import Recorder, record_finished
+from prioqueue.gateway._route import Routes
 from prioqueue.gateway.proxy import make_client, request_headers
 from prioqueue.gateway.settings import GatewayConfig, Identity, bearer
-from prioqueue.records import Grant, Job, WorkerInfo
+from prioqueue.records import Grant, Job
 from prioqueue.scoring import Scorer
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ GRANT_RING = 10_000
 """Recent grants kept for explaining finished jobs (what overtook them)."""
 
 
-class Gateway:
+class Gateway(Routes):
     """The ASGI application: one queue in front of one upstream, or of a fleet of them.
 
     With ``[[upstreams]]`` the gate is a :class:`~prioqueue.gateway._fleetgate.FleetGate`
@@ -207,27 +207,6 @@ class Gateway:
     def _lease_for(self, job: Job) -> float:
         return self.config.limits.lease_for(str(job.payload))
 
-    def _fleet_lease(self, job: Job, worker: WorkerInfo) -> float:
-        lease = self.config.limits.lease_for(str(job.payload))
-        return lease * 3 if worker.slow else lease
-
-    def take_out(self, upstream: _upstreams.Upstream, why: str) -> None:
-        """Take an upstream out of the fleet: its held jobs are queued again (fleet only).
-
-        Args:
-            upstream: The upstream.
-            why: What failed (shown in status and logged).
-        """
-        if upstream.up:
-            upstream.up = False
-            upstream.outages += 1
-            upstream.last_error = why
-            log.warning("upstream %s is out of the fleet: %s", upstream.name, why)
-        if self.fleet_gate is not None:
-            requeued = self.fleet_gate.take_out(upstream.name)
-            if requeued:
-                log.warning("requeued %d job(s) of upstream %s", len(requeued), upstream.name)
-
     # -- lifecycle -------------------------------------------------------------------------
 
     async def startup(self) -> None:
@@ -277,34 +256,6 @@ class Gateway:
                 await self.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-
-    def _busy(self) -> bool:
-        return (
-            isinstance(self.dispatcher, SizeOneDispatcher) and self.dispatcher.running is not None
-        )
-
-    async def _poll_resident(self) -> None:
-        """Refresh the resident model from the upstream's status endpoint, while idle."""
-        url = self._upstream + self.config.resident_path
-        while True:
-            await asyncio.sleep(self.config.resident_poll_seconds)
-            if self.client is None or self._busy():
-                continue
-            try:
-                async with self.client.get(url, allow_redirects=False) as response:
-                    running = json.loads(await response.read()).get("running", [])
-            except Exception as exc:
-                log.debug("resident-model poll failed: %s", exc)
-                continue
-            if self._busy():
-                continue  # a dispatch happened meanwhile and set it
-            models = [
-                entry.get("model")
-                for entry in running
-                if isinstance(entry, dict) and entry.get("state", "ready") == "ready"
-            ]
-            if isinstance(self.gate, AsyncDispatcher):
-                self.gate.set_resident_model(models[0] if models else None)
 
     # -- requests --------------------------------------------------------------------------
 
@@ -415,17 +366,6 @@ class Gateway:
     def _first_byte(self, seconds: float) -> None:
         self.breaker.success()
         self.http_stats.upstream_latency(seconds)
-
-    def _origin(self, grant: Grant | None) -> tuple[str, str, _upstreams.Upstream | None]:
-        """Where a request goes: its grant's upstream, or the first live one (pass-through)."""
-        if not self.upstreams:
-            return self._upstream_origin, self._upstream_path, None
-        name = None if grant is None else grant.worker
-        upstream = self.upstreams.get(name) if name is not None else None
-        if upstream is None:
-            live = [u for u in self.upstreams.values() if u.up] or list(self.upstreams.values())
-            upstream = live[0]
-        return upstream.origin, upstream.path, upstream
 
     async def _send_upstream(
         self, request: Request, send: Send, flight: Flight, extra: list[tuple[bytes, bytes]]
@@ -659,61 +599,6 @@ class Gateway:
                     streamed=flight.sse,
                 )
         return status
-
-    async def _requeue(
-        self,
-        turn: Any,
-        upstream: _upstreams.Upstream | None,
-        exc: UpstreamFailed,
-        flight: Flight,
-    ) -> Grant:
-        """After a connection failure, take the upstream out and wait for another grant.
-
-        Re-raises ``exc`` (502) when the request cannot be tried again: a single upstream,
-        a response already begun, ``max_attempts`` reached, or no upstream left up.
-        """
-        if (
-            upstream is None
-            or not isinstance(turn, FleetTurn)
-            or flight.started
-            or turn.attempts >= self.config.max_attempts
-        ):
-            raise exc
-        self.take_out(upstream, f"request failed: {exc}")
-        gate = self.fleet_gate
-        if not turn.requeued or gate is None or (turn.grant is None and not gate.live):
-            raise exc
-        log.warning("job %s: %s; trying another upstream", turn.job_id, exc)
-        return await turn.regrant()
-
-    async def _lease_cut(
-        self,
-        send: Send,
-        flight: Flight,
-        job_id: str,
-        who: Identity,
-        path: str,
-        ours: list[tuple[bytes, bytes]],
-    ) -> int:
-        """End a request whose lease ran out: 504 before the response, else cut it."""
-        lease = f"{self.config.limits.lease_for(path):g}"
-        log.warning(
-            "job %s (%s %s): its lease of %s s ran out; the response was cut and the GPU freed",
-            job_id,
-            who.member,
-            path,
-            lease,
-        )
-        if not flight.started:
-            body = error_body(f"the request ran past its lease of {lease} s", "lease_expired")
-            return await respond(send, 504, body, ours)
-        if flight.sse:
-            end = sse_error(
-                f"the response was cut: its lease of {lease} s ran out", "lease_expired"
-            )
-            with contextlib.suppress(Exception):
-                await send({"type": "http.response.body", "body": end})
-        return 504
 
     def explain(self, job_id: str, who: Identity | None = None) -> dict[str, Any]:
         """Return what is known of a job: the dispatcher's explanation, or its history record.
