@@ -134,7 +134,7 @@ def test_warm_hold_keeps_a_job_for_the_warm_upstream(make_fleet: Any) -> None:
 
             async def resident() -> bool:
                 ups = (await client.get("/prioqueue/status")).json()["fleet"]
-                return ups[0]["resident_model"] == "model-a"
+                return bool(ups[0]["resident_model"] == "model-a")
 
             await wait_for(resident)
             for _ in range(4):  # one at a time: both upstreams are free each time
@@ -292,3 +292,28 @@ def test_metrics_show_each_upstream(make_fleet: Any) -> None:
     assert 'prioqueue_gateway_fleet_grants_total{upstream="b"} 1.0' in text
     assert 'prioqueue_gateway_fleet_swaps_total{upstream="b"}' in text
     assert 'prioqueue_gateway_fleet_resident{model="model-b",upstream="b"} 1.0' in text
+
+
+def test_groups_over_the_fleet(make_fleet: Any) -> None:
+    fleet = make_fleet({"a": ("model-a",)})
+    gateway = fleet.gateway
+    group = {"x-prioqueue-group": "film"}
+
+    async def main() -> None:
+        async with httpx.AsyncClient(base_url=fleet.url, timeout=30) as client:
+            first = asyncio.ensure_future(_post(client, chat(hold="go"), **group))
+            await wait_for(lambda: fleet.fakes["a"].active == 1)
+            queued = [asyncio.ensure_future(_post(client, chat(), **group)) for _ in range(3)]
+            await wait_for(lambda: len(gateway.dispatcher) == 3)
+            status = (await client.get("/prioqueue/groups/film")).json()
+            assert (status["running"], status["queued"]) == (1, 3)
+            cancel = await client.delete("/prioqueue/groups/film")
+            assert len(cancel.json()["cancelled"]) == 3
+            fleet.fakes["a"].release("go")
+            responses = await asyncio.gather(first, *queued)
+            assert [r.status_code for r in responses] == [200, 503, 503, 503]
+            status = (await client.get("/prioqueue/groups/film")).json()
+            assert (status["done"], status["cancelled"], status["queued"]) == (1, 3, 0)
+
+    run(main())
+    assert len(fleet.fakes["a"].served) == 1
