@@ -125,26 +125,6 @@ def test_a_burst_stays_on_the_warm_upstream(make_fleet: Any) -> None:
     assert fleet.fakes["a"].loads + fleet.fakes["b"].loads <= 1
 
 
-def test_warm_hold_keeps_a_job_for_the_warm_upstream(make_fleet: Any) -> None:
-    fleet = make_fleet({"a": ("model-a", "model-b"), "b": ("model-a", "model-b")})
-    fleet.fakes["a"].loaded = "model-a"
-
-    async def main() -> None:
-        async with httpx.AsyncClient(base_url=fleet.url, timeout=30) as client:
-
-            async def resident() -> bool:
-                ups = (await client.get("/prioqueue/status")).json()["fleet"]
-                return bool(ups[0]["resident_model"] == "model-a")
-
-            await wait_for(resident)
-            for _ in range(4):  # one at a time: both upstreams are free each time
-                assert (await _post(client, chat("model-a"))).status_code == 200
-
-    run(main())
-    assert len(fleet.fakes["a"].served) == 4
-    assert fleet.fakes["b"].served == []
-
-
 def test_a_killed_upstream_has_its_job_requeued_to_a_live_one(make_fleet: Any) -> None:
     fleet = make_fleet({"a": ("model-a",), "b": ("model-a",)})
 
