@@ -54,6 +54,7 @@ class Record:
 
     job_id: str
     group: str | None
+    member: str = ""
     state: str = "queued"
     used: float = 0.0
     runtime: float | None = None
@@ -112,7 +113,7 @@ class GroupMachine(RuleBasedStateMachine):
         kwargs: dict[str, Any] = {"member": member, "priority": level, "estimate": estimate}
         self.d.submit(job_id, group=group, now=self.now, **kwargs)
         self.ref.submit(job_id, now=self.now, **kwargs)
-        record = Record(job_id, group)
+        record = Record(job_id, group, member)
         self.records.append(record)
         self.live[job_id] = record
 
@@ -222,6 +223,7 @@ class GroupMachine(RuleBasedStateMachine):
                     before = self.d.group_status(group, now=self.now)
                     after = restored.group_status(group, now=self.now + shift)
                     assert _counts(before) == _counts(after)
+                    assert before.members == after.members
             return
         self.d = SizeOneDispatcher.restore(state, lease_for=_lease_for, max_attempts=2)
 
@@ -240,6 +242,7 @@ class GroupMachine(RuleBasedStateMachine):
             expected = {s: sum(r.state == s for r in mine) for s in _STATES}
             assert _counts(status) == expected
             assert status.submitted == len(mine)
+            assert status.members == tuple(sorted({r.member for r in mine}))
             assert math.isclose(status.gpu_seconds, sum(r.used for r in mine), abs_tol=1e-6)
             done = [r.runtime for r in mine if r.state == "done" and r.runtime is not None]
             if done:
@@ -466,6 +469,8 @@ def test_fail_counts_as_failed_and_charges_a_running_job() -> None:
         (lambda g: g["film"].update({"jobs": [["zz", "queued"]]}), "'zz' is 'queued'"),
         (lambda g: g["film"].pop("gpu_seconds"), "gpu_seconds"),
         (lambda g: g.update({"": {}}), "group must be a non-empty str"),
+        (lambda g: g["film"].update({"members": "dora"}), "members must be a list"),
+        (lambda g: g["film"].update({"members": [""]}), "member must be a non-empty str"),
     ],
 )
 def test_restore_refuses_broken_group_data(mutate: Any, message: str) -> None:

@@ -522,7 +522,7 @@ class _Core:
         )
         self._enqueue(job, attempt=1, now=t, requeue=False)
         if group is not None:
-            self._groups.add(job_id, group)
+            self._groups.add(job_id, group, member)
         return Ticket(job=job, queued=queued + 1)
 
     def _enqueue(

@@ -69,6 +69,8 @@ class GroupStatus:
             arrivals, runtimes from estimates or recent means (a fleet as its capacity of
             identical workers sharing the work). None when nothing of the group is queued or
             running, or when a runtime on the way is unknown.
+        members: The members that submitted jobs in the group, sorted (a service shows and
+            cancels a group only for its own members).
     """
 
     group: str
@@ -81,6 +83,7 @@ class GroupStatus:
     gpu_seconds: float
     mean_runtime: float | None
     forecast_finish: float | None
+    members: tuple[str, ...] = ()
 
     @property
     def submitted(self) -> int:
@@ -129,10 +132,11 @@ def checked_running(running: object) -> CancelRunning:
 class _Group:
     """One group's counters and its live jobs (private, mutable)."""
 
-    __slots__ = ("done", "gpu_seconds", "jobs", "name", "runtime", "tally")
+    __slots__ = ("done", "gpu_seconds", "jobs", "members", "name", "runtime", "tally")
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self.members: set[str] = set()
         # Live jobs in submission order (a requeue keeps the place): job id -> its state.
         self.jobs: dict[str, str] = {}
         self.tally = dict.fromkeys(_FINAL, 0)
@@ -164,11 +168,12 @@ class GroupBook:
         record = self._of.get(job_id)
         return None if record is None else record.name
 
-    def add(self, job_id: str, group: str) -> None:
-        """Count a job just queued in ``group`` (the label was checked by the caller). O(1)."""
+    def add(self, job_id: str, group: str, member: str) -> None:
+        """Count a job of ``member`` just queued in ``group`` (checked by the caller). O(1)."""
         record = self._groups.get(group)
         if record is None:
             record = self._groups[group] = _Group(group)
+        record.members.add(member)
         if not record.jobs:
             self._active += 1
         record.jobs[job_id] = "queued"
@@ -224,6 +229,7 @@ class GroupBook:
             gpu_seconds=record.gpu_seconds,
             mean_runtime=record.runtime / record.done if record.done else None,
             forecast_finish=finish if record.jobs else None,
+            members=tuple(sorted(record.members)),
         )
 
     def forget(self, group: str) -> None:
@@ -256,6 +262,7 @@ class GroupBook:
                 "jobs": [[job_id, state] for job_id, state in record.jobs.items()],
                 **record.tally,
                 "gpu_seconds": record.gpu_seconds,
+                "members": sorted(record.members),
                 "runtime": record.runtime,
             }
             for name, record in self._groups.items()
@@ -290,6 +297,10 @@ class GroupBook:
             record.done = record.tally["done"]
             record.gpu_seconds = finite("gpu_seconds", raw["gpu_seconds"])
             record.runtime = finite("runtime", raw["runtime"])
+            members = raw.get("members", [])
+            if not isinstance(members, list):
+                raise ValueError(f"group {group!r}: members must be a list, got {members!r}")
+            record.members = {checked_name("member", m) for m in members}
             for item in raw["jobs"]:
                 job_id, state = item
                 job_id = checked_name("job id", job_id)
