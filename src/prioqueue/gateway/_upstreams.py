@@ -117,15 +117,16 @@ class Upstream:
 async def _get_json(gateway: Gateway, url: str) -> Any:
     client = gateway.client
     assert client is not None, "the gateway was not started (lifespan)"
-    timeout = gateway.config.limits.connect_timeout + gateway.config.health_seconds
+    import aiohttp
 
-    async def get() -> Any:
-        async with client.get(url, allow_redirects=False) as response:
-            if response.status >= 400:
-                raise ValueError(f"{url} answered {response.status}")
-            return json.loads(await response.read())
-
-    return await asyncio.wait_for(get(), timeout)
+    # aiohttp's own timeout, not asyncio.wait_for: on Python 3.11 wait_for may swallow a
+    # cancellation that lands as the request completes, and the poller would never stop.
+    total = gateway.config.limits.connect_timeout + gateway.config.health_seconds
+    timeout = aiohttp.ClientTimeout(total=total)
+    async with client.get(url, allow_redirects=False, timeout=timeout) as response:
+        if response.status >= 400:
+            raise ValueError(f"{url} answered {response.status}")
+        return json.loads(await response.read())
 
 
 async def check(gateway: Gateway, upstream: Upstream) -> None:
