@@ -264,3 +264,19 @@ def test_several_upstreams() -> None:
     single = parse_config({})
     assert single.upstreams == ()
     assert single.warm_hold == 15.0
+
+
+def test_upstream_option_and_several_upstreams_exclude_each_other(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = {"upstreams": [{"url": "http://10.0.0.5:8080", "name": "gpu0"}]}
+    with pytest.raises(ConfigError, match=r"--upstream: \[\[upstreams\]\] lists the upstreams"):
+        parse_config(data, upstream="http://10.0.0.6:8080")
+    from prioqueue.cli import main
+
+    path = tmp_path / "fleet.toml"
+    path.write_text('[[upstreams]]\nurl = "http://10.0.0.5:8080"\nname = "gpu0"\n', "utf-8")
+    assert main(["gateway", "--config", str(path), "--check"]) == 0
+    assert "upstreams gpu0=http://10.0.0.5:8080" in capsys.readouterr().out
+    assert main(["gateway", "--config", str(path), "--upstream", "http://x:1", "--check"]) == 2
+    assert "[[upstreams]] lists the upstreams" in capsys.readouterr().err

@@ -472,6 +472,8 @@ def parse_config(
     upstreams = _upstreams(root)
     if upstreams and upstream is None and "upstream" in data:
         raise root.fail("upstream", "give either upstream or [[upstreams]], not both")
+    if upstreams and upstream is not None:
+        raise ConfigError(f"--upstream: {source}[[upstreams]] lists the upstreams; drop one")
     config = GatewayConfig(
         upstream=up,
         host=host,
