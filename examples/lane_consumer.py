@@ -169,8 +169,8 @@ def main() -> None:
     for made_at, done, predicted in forecasts:
         assert predicted is not None  # every shot has an estimate
         print(
-            f"  at {made_at:4.0f} s, {done} of {len(shots)} shots done: finish at {predicted:4.0f} s "
-            f"(error {now - predicted:+4.0f} s)"
+            f"  at {made_at:4.0f} s, {done} of {len(shots)} shots done: "
+            f"finish at {predicted:4.0f} s (error {now - predicted:+4.0f} s)"
         )
 
     print("\nlongest wait by kind:")
