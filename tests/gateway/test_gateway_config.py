@@ -149,6 +149,23 @@ def test_the_example_configuration_is_valid() -> None:
         ("[limits]\ndrain_seconds = 0\n", "limits.drain_seconds: must be > 0"),
         ('[keys."k"]\nmember = "m"\nadmin = "yes"\n', "keys.k.admin: must be true or false"),
         ("metrics_key = ''\n", "metrics_key: must be a non-empty string"),
+        ("upstreams = []\n", "upstreams: must be a non-empty array of tables"),
+        ("[[upstreams]]\nname = 'a'\n", "upstreams[0].url: is required"),
+        ("[[upstreams]]\nurl = 'ftp://x'\n", "upstreams[0].url: expected an http://"),
+        (
+            "[[upstreams]]\nurl = 'http://a:1'\n[[upstreams]]\nurl = 'http://a:1'\n",
+            "upstreams[1].name: 'a:1' names two upstreams",
+        ),
+        ("[[upstreams]]\nurl = 'http://a:1'\nslots = 0\n", "upstreams[0].slots: must be >= 1"),
+        ("[[upstreams]]\nurl = 'http://a:1'\nmodels = []\n", "upstreams[0].models: must be"),
+        ("[[upstreams]]\nurl = 'http://a:1'\ngpu = 1\n", "upstreams[0].gpu: unknown key"),
+        (
+            "upstream = 'http://a:1'\n[[upstreams]]\nurl = 'http://b:1'\n",
+            "upstream: give either upstream or [[upstreams]], not both",
+        ),
+        ("routing = 'random'\n", "routing: must be warm, round-robin or least-busy"),
+        ("warm_hold = -1\n", "warm_hold: must be >= 0"),
+        ("max_attempts = 0\n", "max_attempts: must be >= 1"),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -216,3 +233,50 @@ def test_command_line_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     bad.write_text('[keys."k"]\nmember = "m"\ntier = "gold"\n', encoding="utf-8")
     assert main(["gateway", "--config", str(bad)]) == 2
     assert "keys.k.tier: unknown tier 'gold'" in capsys.readouterr().err
+
+
+def test_several_upstreams() -> None:
+    config = parse_config(
+        {
+            "upstreams": [
+                {"url": "http://10.0.0.5:8080/", "name": "gpu0", "models": ["a", "b"]},
+                {"url": "http://10.0.0.6:8080", "slots": 2, "slow": True},
+            ],
+            "warm_hold": 5,
+            "routing": "least-busy",
+        }
+    )
+    first, second = config.upstreams
+    assert (first.url, first.name, first.models, first.slots, first.slow) == (
+        "http://10.0.0.5:8080",
+        "gpu0",
+        ("a", "b"),
+        1,
+        False,
+    )
+    assert (second.name, second.models, second.slots, second.slow) == (
+        "10.0.0.6:8080",
+        None,
+        2,
+        True,
+    )
+    assert (config.warm_hold, config.routing, config.max_attempts) == (5.0, "least-busy", 2)
+    single = parse_config({})
+    assert single.upstreams == ()
+    assert single.warm_hold == 15.0
+
+
+def test_upstream_option_and_several_upstreams_exclude_each_other(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = {"upstreams": [{"url": "http://10.0.0.5:8080", "name": "gpu0"}]}
+    with pytest.raises(ConfigError, match=r"--upstream: \[\[upstreams\]\] lists the upstreams"):
+        parse_config(data, upstream="http://10.0.0.6:8080")
+    from prioqueue.cli import main
+
+    path = tmp_path / "fleet.toml"
+    path.write_text('[[upstreams]]\nurl = "http://10.0.0.5:8080"\nname = "gpu0"\n', "utf-8")
+    assert main(["gateway", "--config", str(path), "--check"]) == 0
+    assert "upstreams gpu0=http://10.0.0.5:8080" in capsys.readouterr().out
+    assert main(["gateway", "--config", str(path), "--upstream", "http://x:1", "--check"]) == 2
+    assert "[[upstreams]] lists the upstreams" in capsys.readouterr().err

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from yarl import URL
 
     from prioqueue.asyncio import Turn
+    from prioqueue.gateway._fleetgate import FleetTurn
 
 __all__ = [
     "Flight",
@@ -345,7 +346,7 @@ async def watch_disconnect(receive: Receive, flight: Flight) -> None:
             return
 
 
-async def watch_lease(turn: Turn, flight: Flight) -> None:
+async def watch_lease(turn: Turn | FleetTurn, flight: Flight) -> None:
     """Stop a request that held the GPU past its lease, once the adapter has expired it."""
     await turn.revoked.wait()
     if turn.expired is not None and not flight.done and flight.task is not None:

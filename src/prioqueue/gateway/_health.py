@@ -168,5 +168,41 @@ def collector(gateway: Gateway) -> Any:
                 "Times the circuit breaker opened.",
                 value=breaker.opened,
             )
+            if gateway.upstreams:
+                yield from _fleet_families(gateway, GaugeMetricFamily, CounterMetricFamily)
 
     return GatewayCollector()
+
+
+def _fleet_families(gateway: Gateway, gauge: Any, counter: Any) -> Iterator[Any]:
+    """Per-upstream series of a fleet: up, resident model, busy seconds, grants, swaps."""
+    up = gauge(
+        "prioqueue_gateway_fleet_up", "1 while the upstream is in the fleet.", labels=["upstream"]
+    )
+    resident = gauge(
+        "prioqueue_gateway_fleet_resident",
+        "1 for the model the upstream has loaded (as last polled or granted).",
+        labels=["upstream", "model"],
+    )
+    busy = counter(
+        "prioqueue_gateway_fleet_busy_seconds",
+        "Seconds the upstream held requests (utilisation: its rate).",
+        labels=["upstream"],
+    )
+    grants = counter(
+        "prioqueue_gateway_fleet_grants", "Requests granted to the upstream.", labels=["upstream"]
+    )
+    swaps = counter(
+        "prioqueue_gateway_fleet_swaps",
+        "Grants that needed another model than the one loaded on the upstream.",
+        labels=["upstream"],
+    )
+    gate = gateway.fleet_gate
+    for name, upstream in sorted(gateway.upstreams.items()):
+        up.add_metric([name], 1 if upstream.up else 0)
+        if upstream.loaded is not None:
+            resident.add_metric([name, upstream.loaded], 1)
+        busy.add_metric([name], 0.0 if gate is None else gate.busy_seconds.get(name, 0.0))
+        grants.add_metric([name], 0 if gate is None else gate.grants.get(name, 0))
+        swaps.add_metric([name], upstream.swaps)
+    yield from (up, resident, busy, grants, swaps)

@@ -1,4 +1,7 @@
-"""The gateway's own endpoints: ``/prioqueue/status``, ``/prioqueue/jobs/{id}``, ``/metrics``.
+"""The gateway's own endpoints: status, jobs, groups and ``/metrics``.
+
+The paths: ``/prioqueue/status``, ``/prioqueue/jobs/{id}``, ``/prioqueue/groups/{id}`` and
+``/metrics``.
 
 Times in the answers are relative (seconds waited, seconds until an estimated start), never
 the dispatcher's monotonic clock, which means nothing outside the process.
@@ -9,6 +12,13 @@ jobs in full and every other job only as a count: no ids, members, models or pat
 resident model neither, since it tells what others run), and ``/metrics`` (labelled by
 member) answers it 403; a job of another member is unknown to it (404, as if it did not
 exist). ``metrics_key`` reads ``/metrics`` and nothing else.
+
+Groups (``X-Prioqueue-Group``) belong to the member that submitted them: the dispatcher's
+group label is the member and the caller's label together (:func:`group_key`), so two members
+may use the same label without seeing each other's. ``GET /prioqueue/groups/{label}`` shows
+the caller's own group; an observer may add ``?member=NAME`` to read another member's.
+``DELETE /prioqueue/groups/{label}`` cancels its queued requests (``?running=cancel`` stops
+its running ones too); only an admin may add ``?member=``.
 
 Cost: ``status`` walks the predicted order of at most ``?limit=`` jobs (default
 :data:`STATUS_LIMIT`, at most :data:`STATUS_MAX`); explaining a queued job is the
@@ -27,7 +37,7 @@ from urllib.parse import parse_qs
 
 import attrs
 
-from prioqueue._errors import UnknownJob
+from prioqueue._errors import UnknownGroup, UnknownJob
 
 if TYPE_CHECKING:
     from prioqueue.gateway.app import Gateway
@@ -38,6 +48,7 @@ __all__ = [
     "STATUS_LIMIT",
     "STATUS_MAX",
     "explain",
+    "group_key",
     "metrics_renderer",
     "remember",
     "serve",
@@ -50,6 +61,38 @@ STATUS_LIMIT = 100
 """Queued jobs listed by ``/prioqueue/status`` unless ``?limit=`` says otherwise."""
 STATUS_MAX = 1000
 """The most queued jobs ``?limit=`` may ask for (the counts are always complete)."""
+
+
+def group_key(member: str, label: str) -> str:
+    """The dispatcher's group label for a member's ``X-Prioqueue-Group`` (unambiguous)."""
+    return f"{len(member)}:{member}/{label}"
+
+
+def _held(gateway: Gateway) -> list[Grant]:
+    dispatcher = gateway.dispatcher
+    if gateway.fleet_gate is not None:
+        return gateway.fleet_gate.dispatcher.held
+    running = getattr(dispatcher, "running", None)
+    return [] if running is None else [running]
+
+
+def _running(gateway: Gateway, grant: Grant, who: Identity | None, now: float) -> dict[str, Any]:
+    job = grant.job
+    if not _sees(who, job.member):
+        return {"mine": False}
+    return {
+        "mine": who is not None and who.member == job.member,
+        "id": job.id,
+        "member": job.member,
+        "priority": job.priority,
+        "tier": job.tier,
+        "model": job.model,
+        "path": job.payload,
+        "upstream": grant.worker,
+        "waited": round(grant.waited, 3),
+        "running_for": round(max(0.0, now - grant.granted_at), 3),
+        "lease_remaining": None if grant.lease is None else round(grant.lease.remaining(now), 3),
+    }
 
 
 def _relative(when: float | None, now: float) -> float | None:
@@ -80,26 +123,7 @@ def status(
     dispatcher = gateway.dispatcher
     now = gateway.gate.now()
     stats = dispatcher.stats(now=now)
-    running: dict[str, Any] | None = None
-    grant = dispatcher.running
-    if grant is not None and not _sees(who, grant.job.member):
-        running = {"mine": False}
-    elif grant is not None:
-        job = grant.job
-        running = {
-            "mine": who is not None and who.member == job.member,
-            "id": job.id,
-            "member": job.member,
-            "priority": job.priority,
-            "tier": job.tier,
-            "model": job.model,
-            "path": job.payload,
-            "waited": round(grant.waited, 3),
-            "running_for": round(max(0.0, now - grant.granted_at), 3),
-            "lease_remaining": None
-            if grant.lease is None
-            else round(grant.lease.remaining(now), 3),
-        }
+    held = [_running(gateway, grant, who, now) for grant in _held(gateway)]
     levels: dict[str, dict[str, Any]] = {}
     for level, level_stats in sorted(stats.levels.items(), reverse=True):
         levels[str(level)] = {
@@ -126,9 +150,16 @@ def status(
         )
     observer = who is None or who.observer
     mine = None if who is None else stats.members.get(who.member)
+    fleet = None
+    resident = getattr(dispatcher, "resident_model", None)
+    if gateway.fleet_gate is not None:
+        fleet = [u.as_dict(gateway, observer=observer) for u in gateway.upstreams.values()]
+        resident = None
     return {
-        "running": running,
-        "resident_model": dispatcher.resident_model if observer else None,
+        "running": held if fleet is not None else (held[0] if held else None),
+        "resident_model": resident if observer else None,
+        "fleet": fleet,
+        "routing": gateway.config.routing if fleet is not None else None,
         "queued": len(dispatcher),
         "yours": None if mine is None else {"member": mine.member, "queued": mine.queued},
         "listed_up_to": limit,
@@ -179,6 +210,8 @@ def explain(gateway: Gateway, job_id: str, who: Identity | None = None) -> dict[
         explanation = _explain_live(gateway, job_id)
         now = explanation.now
         data = attrs.asdict(explanation)
+        if gateway.fleet_gate is not None:
+            data["upstream"] = gateway.fleet_gate.dispatcher.holder(job_id)
         if who is None or who.observer:
             data["text"] = str(explanation)
         data["estimated_start_in"] = _relative(explanation.estimated_start, now)
@@ -281,6 +314,7 @@ def remember(
         "outcome": outcome,
         "status": status,
         "_grant": grant,
+        "upstream": None if grant is None else grant.worker,
     }
     if grant is not None:
         record["runtime"] = max(0.0, gateway.gate.now() - grant.granted_at)
@@ -306,10 +340,13 @@ def metrics_renderer(gateway: Gateway) -> Callable[[], bytes] | None:
         from prioqueue import prometheus
     except ImportError:  # pragma: no cover - exercised only without the extra
         return None
+    from prioqueue.asyncio import AsyncDispatcher
     from prioqueue.gateway._health import collector
 
     registry = CollectorRegistry()  # one per gateway: several can live in one process
-    prometheus.register(gateway.gate, registry=registry)
+    gate = gateway.gate
+    source = gate if isinstance(gate, AsyncDispatcher) else gate.stats
+    prometheus.register(source, registry=registry)
     registry.register(collector(gateway))
     return lambda: prometheus.render(registry)
 
@@ -351,7 +388,9 @@ async def serve(
     gateway: Gateway, scope: MutableMapping[str, Any], send: Send, who: Identity, path: str
 ) -> int:
     """Answer a request to one of the gateway's own paths (only GET); return the status."""
-    if scope["method"] not in ("GET", "HEAD"):
+    if scope["method"] not in ("GET", "HEAD") and not (
+        scope["method"] == "DELETE" and path.startswith("/prioqueue/groups/")
+    ):
         return await _json(send, 405, {"error": {"message": "only GET is allowed here"}})
     if path == "/metrics":
         if not who.observer:
@@ -360,6 +399,8 @@ async def serve(
         return await serve_metrics(gateway, scope, send)
     if path == "/prioqueue/status":
         return await _json(send, 200, status(gateway, who, limit=_limit(scope)))
+    if path.startswith("/prioqueue/groups/"):
+        return await _serve_group(gateway, scope, send, who, path[len("/prioqueue/groups/") :])
     if path.startswith("/prioqueue/jobs/"):
         job_id = path[len("/prioqueue/jobs/") :]
         try:
@@ -367,3 +408,32 @@ async def serve(
         except UnknownJob as exc:
             return await _json(send, 404, {"error": {"message": str(exc)}})
     return await _json(send, 404, {"error": {"message": f"no such path {path}"}})
+
+
+async def _serve_group(
+    gateway: Gateway, scope: MutableMapping[str, Any], send: Send, who: Identity, label: str
+) -> int:
+    """``GET`` (status) or ``DELETE`` (cancel) one of the caller's groups; see the module."""
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    member = query.get("member", [who.member])[0]
+    deleting = scope["method"] == "DELETE"
+    if member != who.member and not (who.admin if deleting else who.observer):
+        # Another member's group does not exist for this caller (as with jobs).
+        return await _json(send, 404, {"error": {"message": f"no group {label!r}"}})
+    group = group_key(member, label)
+    try:
+        if deleting:
+            running = query.get("running", ["keep"])[0]
+            if running not in ("keep", "cancel"):
+                message = f"running must be keep or cancel, got {running!r}"
+                return await _json(send, 400, {"error": {"message": message}})
+            jobs = gateway.gate.cancel_group(group, running=running)  # type: ignore[arg-type,unused-ignore]
+            return await _json(send, 200, {"group": label, "cancelled": [j.id for j in jobs]})
+        status = gateway.gate.group_status(group)
+    except UnknownGroup:
+        return await _json(send, 404, {"error": {"message": f"no group {label!r}"}})
+    data = attrs.asdict(status)
+    data.pop("group", None)
+    now = data.pop("now")
+    data["forecast_finish_in"] = _relative(data.pop("forecast_finish"), now)
+    return await _json(send, 200, {"group": label, "member": member, **data})

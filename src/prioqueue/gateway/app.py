@@ -48,7 +48,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import logging
 import math
 import time
@@ -61,7 +60,8 @@ from urllib.parse import urlsplit
 from prioqueue._errors import QueueFull
 from prioqueue.asyncio import AsyncDispatcher, DispatcherClosed, JobCancelled, QueueTimeout
 from prioqueue.dispatcher import SizeOneDispatcher
-from prioqueue.gateway import _observe
+from prioqueue.fleet import FleetDispatcher
+from prioqueue.gateway import _observe, _upstreams
 from prioqueue.gateway._body import (
     BadRequest,
     BodyTimeout,
@@ -70,6 +70,7 @@ from prioqueue.gateway._body import (
     model_from_url,
     read_body,
 )
+from prioqueue.gateway._fleetgate import FleetGate
 from prioqueue.gateway._forward import (
     Flight,
     Request,
@@ -88,6 +89,7 @@ from prioqueue.gateway._forward import (
 )
 from prioqueue.gateway._health import Breaker, HttpStats
 from prioqueue.gateway._record import Recorder, record_finished
+from prioqueue.gateway._route import Routes
 from prioqueue.gateway.proxy import make_client, request_headers
 from prioqueue.gateway.settings import GatewayConfig, Identity, bearer
 from prioqueue.records import Grant, Job
@@ -106,14 +108,22 @@ Send = Callable[[Message], Awaitable[None]]
 log = logging.getLogger("prioqueue.gateway")
 
 _PRIORITY_HEADER = b"x-llamaswap-priority"
+_GROUP_HEADER = b"x-prioqueue-group"
+MAX_GROUP_LABEL = 200
+"""Longest ``X-Prioqueue-Group`` value accepted (characters)."""
 _CLIENT_DECIDES = frozenset({b"authorization", _PRIORITY_HEADER})
 """Request headers never forwarded as the client sent them (``x-prioqueue-*`` neither)."""
 GRANT_RING = 10_000
 """Recent grants kept for explaining finished jobs (what overtook them)."""
 
 
-class Gateway:
-    """The ASGI application. One instance serves one upstream with one dispatcher.
+class Gateway(Routes):
+    """The ASGI application: one queue in front of one upstream, or of a fleet of them.
+
+    With ``[[upstreams]]`` the gate is a :class:`~prioqueue.gateway._fleetgate.FleetGate`
+    over a :class:`~prioqueue.fleet.FleetDispatcher`, one worker per upstream (see
+    :mod:`prioqueue.gateway._upstreams`); otherwise an
+    :class:`~prioqueue.asyncio.AsyncDispatcher` over a ``SizeOneDispatcher``.
 
     Args:
         config: The configuration.
@@ -132,17 +142,33 @@ class Gateway:
         self.config = config
         self.recorder = recorder
         limits = config.limits
-        self.dispatcher = SizeOneDispatcher(
-            Scorer(config.scoring),
-            policy=config.policy,
-            charge=config.charge,  # type: ignore[arg-type]
-            lease_for=self._lease_for,
-            max_queued=limits.max_queued,
-            max_queued_per_member=limits.max_queued_per_member,
-            max_attempts=1,
-            fair_share=config.fair_share,
-        )
-        self.gate = AsyncDispatcher(self.dispatcher, clock=clock)
+        self.upstreams = {u.name: _upstreams.Upstream.of(u) for u in config.upstreams}
+        self.fleet_gate: FleetGate | None = None
+        self.dispatcher: SizeOneDispatcher | FleetDispatcher
+        self.gate: AsyncDispatcher | FleetGate
+        options: dict[str, Any] = {
+            "policy": config.policy,
+            "charge": config.charge,
+            "max_queued": limits.max_queued,
+            "max_queued_per_member": limits.max_queued_per_member,
+            "max_attempts": 1,
+            "fair_share": config.fair_share,
+        }
+        if self.upstreams:
+            hold = config.warm_hold if config.routing == "warm" else 0.0
+            fleet = FleetDispatcher(
+                Scorer(config.scoring), lease_for=self._fleet_lease, warm_hold=hold, **options
+            )
+            self.dispatcher = fleet
+            self.fleet_gate = FleetGate(fleet, clock=clock, routing=config.routing, warm_hold=hold)
+            self.gate = self.fleet_gate
+        else:
+            self.dispatcher = SizeOneDispatcher(
+                Scorer(config.scoring), lease_for=self._lease_for, **options
+            )
+            self.gate = AsyncDispatcher(self.dispatcher, clock=clock)
+        self.started_at = clock()
+        self._watchers: list[asyncio.Task[None]] = []
         self.client: aiohttp.ClientSession | None = None
         self.history: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.history_bytes = 0
@@ -187,7 +213,12 @@ class Gateway:
         """Open the upstream client and start the resident-model poller (if configured)."""
         if self.client is None:
             self.client = make_client(connect_timeout=self.config.limits.connect_timeout)
-        if self.config.resident_poll_seconds > 0 and self._poller is None:
+        if self.upstreams and not self._watchers:
+            ups = list(self.upstreams.values())
+            await asyncio.gather(*(_upstreams.check(self, up) for up in ups))
+            loop = asyncio.get_running_loop()
+            self._watchers = [loop.create_task(_upstreams.watch(self, up)) for up in ups]
+        elif self.config.resident_poll_seconds > 0 and self._poller is None:
             self._poller = asyncio.ensure_future(self._poll_resident())
 
     def begin_shutdown(self) -> None:
@@ -200,6 +231,12 @@ class Gateway:
         """Shut down: fail queued requests, stop the poller, close the upstream client."""
         self._closing = True
         await self.gate.aclose()
+        watchers, self._watchers = self._watchers, []
+        for task in watchers:
+            task.cancel()
+        for task in watchers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if self._poller is not None:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -219,31 +256,6 @@ class Gateway:
                 await self.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-
-    def _busy(self) -> bool:
-        return self.dispatcher.running is not None
-
-    async def _poll_resident(self) -> None:
-        """Refresh the resident model from the upstream's status endpoint, while idle."""
-        url = self._upstream + self.config.resident_path
-        while True:
-            await asyncio.sleep(self.config.resident_poll_seconds)
-            if self.client is None or self._busy():
-                continue
-            try:
-                async with self.client.get(url, allow_redirects=False) as response:
-                    running = json.loads(await response.read()).get("running", [])
-            except Exception as exc:
-                log.debug("resident-model poll failed: %s", exc)
-                continue
-            if self._busy():
-                continue  # a dispatch happened meanwhile and set it
-            models = [
-                entry.get("model")
-                for entry in running
-                if isinstance(entry, dict) and entry.get("state", "ready") == "ready"
-            ]
-            self.gate.set_resident_model(models[0] if models else None)
 
     # -- requests --------------------------------------------------------------------------
 
@@ -322,11 +334,16 @@ class Gateway:
         retry_in = self.breaker.retry_in()
         gated = config.is_gated(scope["method"], path)
         route = "admin" if config.is_admin(path) else "gated" if gated else "passthrough"
-        if retry_in > 0:
+        if self.fleet_gate is not None and not self.fleet_gate.live:
+            retry_in = config.health_seconds
+            errors = "; ".join(f"{u.name}: {u.last_error}" for u in self.upstreams.values())
+            message = f"no upstream is up ({errors}); retry in {retry_in:g} s"
+        elif retry_in > 0:
             message = (
                 f"the upstream is failing ({self.breaker.last_error}); failing fast for "
                 f"{retry_in:.1f} s more"
             )
+        if retry_in > 0:
             retry = [(b"retry-after", str(math.ceil(retry_in)).encode())]
             status = await respond(send, 503, error_body(message, "upstream_down"), retry)
         elif gated:
@@ -368,7 +385,8 @@ class Gateway:
                 on_first_byte=self._first_byte,
             )
         except (UpstreamFailed, UpstreamTimeout) as exc:
-            self.breaker.failure(str(exc))
+            if not self.upstreams:  # a fleet takes failing upstreams out instead
+                self.breaker.failure(str(exc))
             raise
 
     async def _passthrough(self, scope: Scope, receive: Receive, send: Send) -> int:
@@ -384,7 +402,8 @@ class Gateway:
                 if not message.get("more_body", False):
                     return
 
-        url = upstream_url(scope, self._upstream_origin, self._upstream_path)
+        origin, prefix, _ = self._origin(None)
+        url = upstream_url(scope, origin, prefix)
         forwarded = self._request_headers(headers, [])
         request = (scope["method"], url, forwarded, body() if has_body else None)
         flight = Flight(task=asyncio.current_task())
@@ -413,10 +432,13 @@ class Gateway:
         limit = limits.max_body_bytes
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         priority_value: bytes | None = None
+        group_value: bytes | None = None
         content_type = b""
         for name, value in headers:
             if name == _PRIORITY_HEADER:
                 priority_value = value
+            elif name == _GROUP_HEADER:
+                group_value = value
             elif name == b"content-type":
                 content_type = value
             elif name == b"content-length" and value.isdigit() and int(value) > limit:
@@ -435,6 +457,16 @@ class Gateway:
             return await respond(send, 408, error_body(message, "timeout"))
         except BadRequest as exc:
             return await respond(send, 400, error_body(str(exc), "invalid_request_error"))
+        group = None
+        if group_value is not None:
+            label = group_value.decode("latin-1")
+            if not label or len(label) > MAX_GROUP_LABEL or not label.isprintable():
+                message = (
+                    f"X-Prioqueue-Group must be 1 to {MAX_GROUP_LABEL} printable characters, "
+                    f"got {label[:40]!r}"
+                )
+                return await respond(send, 400, error_body(message, "invalid_request_error"))
+            group = _observe.group_key(who.member, label)
         size = len(body)
         if self.queued_body_bytes + size > limits.max_queued_body_bytes:
             message = (
@@ -455,6 +487,7 @@ class Gateway:
             estimate=config.estimate_seconds,
             payload=path,
             timeout=limits.max_wait_for(priority),
+            group=group,
         )
         ours = [
             (b"x-prioqueue-job", job_id.encode()),
@@ -469,18 +502,32 @@ class Gateway:
         self.queued_body_bytes += size
         held = size
         try:
-            async with turn as grant:
+            async with turn as first:
+                grant = first
                 self.queued_body_bytes -= held
                 held = 0
                 self.grants.append(grant)
                 ours.append((b"x-prioqueue-queue-wait", f"{grant.waited:.3f}".encode()))
-                if grant.lease is not None:
-                    # The adapter owns the one lease timer; it revokes the turn on expiry.
-                    lease_watch = loop.create_task(watch_lease(turn, flight))
-                url = upstream_url(scope, self._upstream_origin, self._upstream_path)
                 extra = [(_PRIORITY_HEADER, str(priority).encode()), ours[0]]
-                request = (scope["method"], url, self._request_headers(headers, extra), body)
-                status = await self._send_upstream(request, send, flight, ours)
+                forwarded = self._request_headers(headers, extra)
+                while True:
+                    if grant.lease is not None:
+                        # The adapter owns the one lease timer; it revokes the turn on expiry.
+                        lease_watch = loop.create_task(watch_lease(turn, flight))
+                    origin, prefix, upstream = self._origin(grant)
+                    if upstream is not None:
+                        upstream.granted(grant)
+                    url = upstream_url(scope, origin, prefix)
+                    try:
+                        status = await self._send_upstream(
+                            (scope["method"], url, forwarded, body), send, flight, ours
+                        )
+                        break
+                    except UpstreamFailed as exc:
+                        if lease_watch is not None:
+                            lease_watch.cancel()
+                            lease_watch = None
+                        grant = await self._requeue(turn, upstream, exc, flight)
                 outcome = "done"
         except QueueFull as exc:
             status, outcome = 429, "rejected: queue full"
@@ -552,35 +599,6 @@ class Gateway:
                     streamed=flight.sse,
                 )
         return status
-
-    async def _lease_cut(
-        self,
-        send: Send,
-        flight: Flight,
-        job_id: str,
-        who: Identity,
-        path: str,
-        ours: list[tuple[bytes, bytes]],
-    ) -> int:
-        """End a request whose lease ran out: 504 before the response, else cut it."""
-        lease = f"{self.config.limits.lease_for(path):g}"
-        log.warning(
-            "job %s (%s %s): its lease of %s s ran out; the response was cut and the GPU freed",
-            job_id,
-            who.member,
-            path,
-            lease,
-        )
-        if not flight.started:
-            body = error_body(f"the request ran past its lease of {lease} s", "lease_expired")
-            return await respond(send, 504, body, ours)
-        if flight.sse:
-            end = sse_error(
-                f"the response was cut: its lease of {lease} s ran out", "lease_expired"
-            )
-            with contextlib.suppress(Exception):
-                await send({"type": "http.response.body", "body": end})
-        return 504
 
     def explain(self, job_id: str, who: Identity | None = None) -> dict[str, Any]:
         """Return what is known of a job: the dispatcher's explanation, or its history record.

@@ -20,9 +20,12 @@ import gc
 import importlib.util
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prioqueue._errors import ConfigError
+
+if TYPE_CHECKING:
+    from prioqueue.gateway.settings import GatewayConfig
 
 __all__ = ["INSTALL", "add_arguments", "missing_extras", "run"]
 
@@ -45,6 +48,13 @@ def _importable(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
+
+
+def _upstreams(config: GatewayConfig) -> str:
+    """``upstream URL``, or ``upstreams NAME=URL, ...`` for a fleet."""
+    if not config.upstreams:
+        return f"upstream {config.upstream}"
+    return "upstreams " + ", ".join(f"{u.name}={u.url}" for u in config.upstreams)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -190,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     if args.check:
-        print(f"configuration OK: listen {config.listen}, upstream {config.upstream}")
+        print(f"configuration OK: listen {config.listen}, {_upstreams(config)}")
         if not prometheus:
             print(f"note: /metrics is off without the 'prometheus' extra ({INSTALL})")
         return 0
@@ -229,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(
-        f"prioqueue gateway: listening on http://{shown}:{port}, upstream {config.upstream}",
+        f"prioqueue gateway: listening on http://{shown}:{port}, {_upstreams(config)}",
         file=sys.stderr,
         flush=True,
     )

@@ -30,7 +30,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import attrs
@@ -47,6 +47,7 @@ from prioqueue.gateway.settings import (
     GatewayConfig,
     Limits,
     TrustedHeader,
+    UpstreamConfig,
 )
 from prioqueue.priority import DEFAULT_ALIASES, PriorityPolicy
 from prioqueue.scoring import DEFAULT_TIER_BONUSES, ScoringConfig
@@ -183,6 +184,58 @@ def _check_upstream(value: str, where: str) -> str:
     if parts.query or parts.fragment:
         raise ConfigError(f"{where}: must not have a query or fragment, got {value!r}")
     return value.rstrip("/")
+
+
+def _upstreams(root: _Table) -> tuple[UpstreamConfig, ...]:
+    """Read ``[[upstreams]]``: tables of ``url``, ``name``, ``models``, ``slots``, ``slow``."""
+    value = root.get("upstreams")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value:
+        raise root.fail("upstreams", f"must be a non-empty array of tables, got {value!r}")
+    result: list[UpstreamConfig] = []
+    names: set[str] = set()
+    for index, entry in enumerate(value):
+        if not isinstance(entry, Mapping):
+            raise root.fail("upstreams", f"entry {index} must be a table, got {entry!r}")
+        table = _Table(entry, f"{root.name('upstreams')}[{index}]", root.source)
+        url_value = table.get("url")
+        if not isinstance(url_value, str):
+            raise table.fail("url", f"is required: an http:// or https:// URL, got {url_value!r}")
+        url = _check_upstream(url_value, f"{table.source}{table.name('url')}")
+        parts = urlsplit(url)
+        name = table.string("name", f"{parts.hostname}:{parts.port or 80}")
+        if name in names:
+            raise table.fail("name", f"{name!r} names two upstreams (give each a unique name)")
+        names.add(name)
+        models_raw = table.get("models")
+        models: tuple[str, ...] | None = None
+        if models_raw is not None:
+            if (
+                not isinstance(models_raw, list)
+                or not models_raw
+                or not all(isinstance(m, str) and m for m in models_raw)
+            ):
+                raise table.fail(
+                    "models", f"must be a non-empty array of model names, got {models_raw!r}"
+                )
+            models = tuple(models_raw)
+        slots = table.integer("slots", 1, minimum=1)
+        slow = table.boolean("slow", False)
+        table.finish()
+        result.append(UpstreamConfig(url, name, models, slots or 1, slow))
+    return tuple(result)
+
+
+def _routing(root: _Table) -> Literal["warm", "round-robin", "least-busy"]:
+    value = root.string("routing", "warm")
+    if value == "round-robin":
+        return "round-robin"
+    if value == "least-busy":
+        return "least-busy"
+    if value != "warm":
+        raise root.fail("routing", f"must be warm, round-robin or least-busy, got {value!r}")
+    return "warm"
 
 
 def _tier(table: _Table, key: str, tiers: Mapping[str, float], default: str) -> str:
@@ -416,6 +469,11 @@ def parse_config(
     resident_path = resident.string("path", "/running")
     resident.finish()
     estimate = root.number("estimate_seconds", None)
+    upstreams = _upstreams(root)
+    if upstreams and upstream is None and "upstream" in data:
+        raise root.fail("upstream", "give either upstream or [[upstreams]], not both")
+    if upstreams and upstream is not None:
+        raise ConfigError(f"--upstream: {source}[[upstreams]] lists the upstreams; drop one")
     config = GatewayConfig(
         upstream=up,
         host=host,
@@ -443,6 +501,11 @@ def parse_config(
         upstream_api_key=root.optional_string("upstream_api_key"),
         job_history=root.integer("job_history", 1000, minimum=0),  # type: ignore[arg-type]
         job_history_bytes=root.integer("job_history_bytes", 16 * 1024 * 1024, minimum=0),  # type: ignore[arg-type]
+        upstreams=upstreams,
+        warm_hold=root.number("warm_hold", 15.0, positive=False),  # type: ignore[arg-type]
+        max_attempts=root.integer("max_attempts", 2, minimum=1),  # type: ignore[arg-type]
+        health_seconds=root.number("health_seconds", 1.0),  # type: ignore[arg-type]
+        routing=_routing(root),
     )
     root.finish()
     return config

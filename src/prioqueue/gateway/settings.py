@@ -22,7 +22,7 @@ pattern matches exactly.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import Final, Literal
 
 import attrs
 
@@ -42,6 +42,7 @@ __all__ = [
     "Limits",
     "PathSet",
     "TrustedHeader",
+    "UpstreamConfig",
     "bearer",
 ]
 
@@ -222,6 +223,26 @@ class Limits:
 
 
 @attrs.frozen
+class UpstreamConfig:
+    """One upstream of a fleet (a ``[[upstreams]]`` entry): one llama-swap, one worker.
+
+    Attributes:
+        url: Its base URL, ``http://`` or ``https://``.
+        name: Its name in status, metrics and job records (default: ``host:port``).
+        models: The models it serves, or None to read them from its ``/v1/models`` (at start,
+            whenever it comes back, and every ``models_refresh_seconds``).
+        slots: Requests it may run at once (1: one at a time).
+        slow: Whether it is slow (its leases are three times as long).
+    """
+
+    url: str
+    name: str
+    models: tuple[str, ...] | None = None
+    slots: int = 1
+    slow: bool = False
+
+
+@attrs.frozen
 class GatewayConfig:
     """The whole gateway configuration (see ``examples/gateway.toml``).
 
@@ -254,6 +275,15 @@ class GatewayConfig:
             client's own ``Authorization`` (its gateway key) is never forwarded.
         job_history: Finished jobs remembered for ``GET /prioqueue/jobs/{id}``.
         job_history_bytes: The most bytes (estimated) those records may take together.
+        upstreams: Several upstreams (``[[upstreams]]``), one fleet worker each; empty: the
+            single ``upstream``.
+        warm_hold: Seconds a queued request is kept for an upstream that has its model loaded
+            and a free slot before a cold one may take it (fleet only; 0: off).
+        max_attempts: Upstreams a request may be tried on when its upstream cannot be
+            reached before the response began (fleet only).
+        health_seconds: Seconds between two health polls of each upstream (fleet only).
+        routing: ``"warm"`` (resident models and ``warm_hold`` steer requests), or the blind
+            ``"round-robin"`` and ``"least-busy"`` (for comparison; fleet only).
     """
 
     upstream: str = DEFAULT_UPSTREAM
@@ -282,6 +312,11 @@ class GatewayConfig:
     upstream_api_key: str | None = None
     job_history: int = 1000
     job_history_bytes: int = 16 * 1024 * 1024
+    upstreams: tuple[UpstreamConfig, ...] = ()
+    warm_hold: float = 15.0
+    max_attempts: int = 2
+    health_seconds: float = 1.0
+    routing: Literal["warm", "round-robin", "least-busy"] = "warm"
     _gated: PathSet = attrs.field(init=False, repr=False, eq=False)
     _passthrough: PathSet = attrs.field(init=False, repr=False, eq=False)
     _admin: PathSet = attrs.field(init=False, repr=False, eq=False)

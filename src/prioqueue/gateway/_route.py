@@ -1,0 +1,163 @@
+"""Where a gated request goes, and what happens when it cannot get there.
+
+Theory of operation
+-------------------
+:class:`Routes` is the part of :class:`~prioqueue.gateway.app.Gateway` that knows about
+upstreams: which upstream a grant names (``Grant.worker`` in a fleet), taking a failing
+upstream out of the fleet and trying a request again elsewhere (at most ``max_attempts``
+upstreams, only while nothing of the response has reached the client), the single upstream's
+resident-model poll, and the 504 (or the ``event: error``) of a request cut by its lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from prioqueue.asyncio import AsyncDispatcher
+from prioqueue.dispatcher import SizeOneDispatcher
+from prioqueue.fleet import FleetDispatcher
+from prioqueue.gateway import _upstreams
+from prioqueue.gateway._fleetgate import FleetGate, FleetTurn
+from prioqueue.gateway._forward import Flight, Send, UpstreamFailed, error_body, respond, sse_error
+from prioqueue.gateway.settings import GatewayConfig, Identity
+from prioqueue.records import Grant, Job, WorkerInfo
+
+if TYPE_CHECKING:
+    import aiohttp
+
+__all__ = ["Routes"]
+
+log = logging.getLogger("prioqueue.gateway")
+
+
+class Routes:
+    """Upstream routing and failure handling, mixed into the gateway."""
+
+    config: GatewayConfig
+    upstreams: dict[str, _upstreams.Upstream]
+    fleet_gate: FleetGate | None
+    dispatcher: SizeOneDispatcher | FleetDispatcher
+    gate: AsyncDispatcher | FleetGate
+    client: aiohttp.ClientSession | None
+    _upstream: str
+    _upstream_origin: str
+    _upstream_path: str
+
+    def _fleet_lease(self, job: Job, worker: WorkerInfo) -> float:
+        lease = self.config.limits.lease_for(str(job.payload))
+        return lease * 3 if worker.slow else lease
+
+    def take_out(self, upstream: _upstreams.Upstream, why: str) -> None:
+        """Take an upstream out of the fleet: its held jobs are queued again (fleet only).
+
+        Args:
+            upstream: The upstream.
+            why: What failed (shown in status and logged).
+        """
+        if upstream.up:
+            upstream.up = False
+            upstream.outages += 1
+            upstream.last_error = why
+            log.warning("upstream %s is out of the fleet: %s", upstream.name, why)
+        if self.fleet_gate is not None:
+            requeued = self.fleet_gate.take_out(upstream.name)
+            if requeued:
+                log.warning("requeued %d job(s) of upstream %s", len(requeued), upstream.name)
+
+    def _busy(self) -> bool:
+        return (
+            isinstance(self.dispatcher, SizeOneDispatcher) and self.dispatcher.running is not None
+        )
+
+    async def _poll_resident(self) -> None:
+        """Refresh the resident model from the upstream's status endpoint, while idle."""
+        url = self._upstream + self.config.resident_path
+        while True:
+            await asyncio.sleep(self.config.resident_poll_seconds)
+            if self.client is None or self._busy():
+                continue
+            try:
+                async with self.client.get(url, allow_redirects=False) as response:
+                    running = json.loads(await response.read()).get("running", [])
+            except Exception as exc:
+                log.debug("resident-model poll failed: %s", exc)
+                continue
+            if self._busy():
+                continue  # a dispatch happened meanwhile and set it
+            models = [
+                entry.get("model")
+                for entry in running
+                if isinstance(entry, dict) and entry.get("state", "ready") == "ready"
+            ]
+            if isinstance(self.gate, AsyncDispatcher):
+                self.gate.set_resident_model(models[0] if models else None)
+
+    def _origin(self, grant: Grant | None) -> tuple[str, str, _upstreams.Upstream | None]:
+        """Where a request goes: its grant's upstream, or the first live one (pass-through)."""
+        if not self.upstreams:
+            return self._upstream_origin, self._upstream_path, None
+        name = None if grant is None else grant.worker
+        upstream = self.upstreams.get(name) if name is not None else None
+        if upstream is None:
+            live = [u for u in self.upstreams.values() if u.up] or list(self.upstreams.values())
+            upstream = live[0]
+        return upstream.origin, upstream.path, upstream
+
+    async def _requeue(
+        self,
+        turn: Any,
+        upstream: _upstreams.Upstream | None,
+        exc: UpstreamFailed,
+        flight: Flight,
+    ) -> Grant:
+        """After a connection failure, take the upstream out and wait for another grant.
+
+        Re-raises ``exc`` (502) when the request cannot be tried again: a single upstream,
+        a response already begun, ``max_attempts`` reached, or no upstream left up.
+        """
+        if (
+            upstream is None
+            or not isinstance(turn, FleetTurn)
+            or flight.started
+            or turn.attempts >= self.config.max_attempts
+        ):
+            raise exc
+        self.take_out(upstream, f"request failed: {exc}")
+        gate = self.fleet_gate
+        if not turn.requeued or gate is None or (turn.grant is None and not gate.live):
+            raise exc
+        log.warning("job %s: %s; trying another upstream", turn.job_id, exc)
+        return await turn.regrant()
+
+    async def _lease_cut(
+        self,
+        send: Send,
+        flight: Flight,
+        job_id: str,
+        who: Identity,
+        path: str,
+        ours: list[tuple[bytes, bytes]],
+    ) -> int:
+        """End a request whose lease ran out: 504 before the response, else cut it."""
+        lease = f"{self.config.limits.lease_for(path):g}"
+        log.warning(
+            "job %s (%s %s): its lease of %s s ran out; the response was cut and the GPU freed",
+            job_id,
+            who.member,
+            path,
+            lease,
+        )
+        if not flight.started:
+            body = error_body(f"the request ran past its lease of {lease} s", "lease_expired")
+            return await respond(send, 504, body, ours)
+        if flight.sse:
+            end = sse_error(
+                f"the response was cut: its lease of {lease} s ran out", "lease_expired"
+            )
+            with contextlib.suppress(Exception):
+                await send({"type": "http.response.body", "body": end})
+        return 504

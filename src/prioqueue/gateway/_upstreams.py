@@ -1,0 +1,182 @@
+"""Several upstreams: each one's state, its health poll, and what status and metrics show.
+
+Theory of operation
+-------------------
+Each ``[[upstreams]]`` entry is an :class:`Upstream`, and while it is healthy one worker of the
+gateway's :class:`~prioqueue.gateway._fleetgate.FleetGate`. :func:`watch` polls it every
+``health_seconds``: ``GET {url}{resident_path}`` (llama-swap's ``/running``) and, when its
+``models`` are not configured, ``GET {url}/v1/models`` when it comes up and every
+:data:`MODELS_REFRESH` seconds. A poll that fails (connection error, timeout, a status >= 400,
+a body that is not the expected JSON) takes the upstream out of the fleet
+(:meth:`~prioqueue.gateway._fleetgate.FleetGate.take_out`: the jobs it held are queued again);
+so does a connection error while forwarding a request. The next poll that succeeds puts it back.
+While the upstream holds no job, the polled model is fed to the fleet as its resident model.
+
+Swaps are counted by the gateway: a grant whose model differs from the model last known on
+that upstream (polled or last granted) is one swap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import attrs
+
+from prioqueue.gateway.settings import UpstreamConfig
+from prioqueue.records import Grant
+
+if TYPE_CHECKING:
+    from prioqueue.gateway.app import Gateway
+
+__all__ = ["MODELS_REFRESH", "Upstream", "check", "watch"]
+
+log = logging.getLogger("prioqueue.gateway")
+
+MODELS_REFRESH = 60.0
+"""Seconds between two reads of an upstream's ``/v1/models`` (when not configured)."""
+
+
+@attrs.define(eq=False)
+class Upstream:
+    """One upstream's state, as the gateway knows it.
+
+    Attributes:
+        config: Its ``[[upstreams]]`` entry.
+        origin: ``scheme://host:port`` of its URL.
+        path: The path prefix of its URL.
+        up: Whether it is in the fleet now.
+        models: The models it serves (configured or last read), None: not known yet.
+        loaded: The model last known loaded on it (polled, or of its last grant).
+        swaps: Grants that needed another model than ``loaded``.
+        last_error: Why it was last taken out, or None.
+        outages: Times it was taken out.
+        models_read_at: When ``/v1/models`` was last read (monotonic).
+    """
+
+    config: UpstreamConfig
+    origin: str
+    path: str
+    up: bool = False
+    models: tuple[str, ...] | None = None
+    loaded: str | None = None
+    swaps: int = 0
+    last_error: str | None = None
+    outages: int = 0
+    models_read_at: float = -math.inf
+
+    @classmethod
+    def of(cls, config: UpstreamConfig) -> Upstream:
+        """Build the state of a configured upstream (down until its first poll)."""
+        parts = urlsplit(config.url)
+        return cls(config, f"{parts.scheme}://{parts.netloc}", parts.path, models=config.models)
+
+    @property
+    def name(self) -> str:
+        """The upstream's name."""
+        return self.config.name
+
+    def granted(self, grant: Grant) -> None:
+        """Count a swap when the granted job needs another model than the loaded one."""
+        model = grant.job.model
+        if model is not None and model != self.loaded:
+            self.swaps += 1
+            self.loaded = model
+
+    def as_dict(self, gateway: Gateway, *, observer: bool) -> dict[str, Any]:
+        """What ``/prioqueue/status`` shows of it (URL and resident model to observers only)."""
+        gate = gateway.fleet_gate
+        assert gate is not None
+        busy = gate.busy_seconds.get(self.name, 0.0)
+        held = 0
+        if self.up:
+            held = len(gate.dispatcher.worker(self.name).held)
+        elapsed = max(1e-9, gate.now() - gateway.started_at)
+        return {
+            "name": self.name,
+            "url": self.config.url if observer else None,
+            "state": "up" if self.up else "down",
+            "resident_model": self.loaded if observer else None,
+            "models": list(self.models) if self.models is not None else None,
+            "slots": self.config.slots,
+            "slow": self.config.slow,
+            "running": held,
+            "granted": gate.grants.get(self.name, 0),
+            "busy_seconds": round(busy, 3),
+            "utilisation": round(min(1.0, busy / elapsed), 4),
+            "swaps": self.swaps,
+            "outages": self.outages,
+            "last_error": self.last_error,
+        }
+
+
+async def _get_json(gateway: Gateway, url: str) -> Any:
+    client = gateway.client
+    assert client is not None, "the gateway was not started (lifespan)"
+    import aiohttp
+
+    # aiohttp's own timeout, not asyncio.wait_for: on Python 3.11 wait_for may swallow a
+    # cancellation that lands as the request completes, and the poller would never stop.
+    total = gateway.config.limits.connect_timeout + gateway.config.health_seconds
+    timeout = aiohttp.ClientTimeout(total=total)
+    async with client.get(url, allow_redirects=False, timeout=timeout) as response:
+        if response.status >= 400:
+            raise ValueError(f"{url} answered {response.status}")
+        return json.loads(await response.read())
+
+
+async def check(gateway: Gateway, upstream: Upstream) -> None:
+    """Poll one upstream once: its health, resident model and (when due) its models."""
+    gate = gateway.fleet_gate
+    assert gate is not None
+    base = upstream.origin + upstream.path
+    try:
+        running = (await _get_json(gateway, base + gateway.config.resident_path)).get("running", [])
+        models = upstream.models
+        now = gate.now()
+        if upstream.config.models is None and (
+            not upstream.up or now - upstream.models_read_at >= MODELS_REFRESH
+        ):
+            data = (await _get_json(gateway, base + "/v1/models")).get("data", [])
+            models = tuple(
+                str(entry["id"]) for entry in data if isinstance(entry, dict) and entry.get("id")
+            )
+            upstream.models_read_at = now
+            if not models:
+                raise ValueError(f"{base}/v1/models lists no model")
+    except Exception as exc:  # any failure of the poll: the upstream is not healthy
+        gateway.take_out(upstream, f"health check failed: {str(exc) or type(exc).__name__}")
+        return
+    ready = [
+        entry.get("model")
+        for entry in running
+        if isinstance(entry, dict) and entry.get("state", "ready") == "ready"
+    ]
+    resident = ready[0] if ready and isinstance(ready[0], str) and ready[0] else None
+    name = upstream.name
+    if not upstream.up or models != upstream.models:
+        upstream.models = models
+        upstream.up = True
+        upstream.loaded = resident
+        gate.put_back(
+            name,
+            models=models,
+            slots=upstream.config.slots,
+            slow=upstream.config.slow,
+            resident=resident,
+        )
+        log.info("upstream %s is up (models: %s)", name, ", ".join(models or ()) or "any")
+    elif not gate.dispatcher.worker(name).held:
+        upstream.loaded = resident
+        gate.set_resident(name, resident)
+
+
+async def watch(gateway: Gateway, upstream: Upstream) -> None:
+    """Poll an upstream every ``health_seconds`` until cancelled."""
+    while True:
+        await asyncio.sleep(gateway.config.health_seconds)
+        await check(gateway, upstream)

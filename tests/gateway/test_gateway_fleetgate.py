@@ -1,0 +1,109 @@
+"""``FleetGate``, the gateway's asyncio gate over a ``FleetDispatcher``, without HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from prioqueue.asyncio import DispatcherClosed, QueueTimeout
+from prioqueue.fleet import FleetDispatcher
+from prioqueue.gateway._fleetgate import FleetGate
+
+
+def _gate(*, hold: float = 0.0, routing: str = "warm", lease: float | None = None) -> FleetGate:
+    fleet = FleetDispatcher(
+        warm_hold=hold, max_attempts=1, lease_for=None if lease is None else (lambda job: lease)
+    )
+    gate = FleetGate(fleet, routing=routing, warm_hold=hold)  # type: ignore[arg-type]
+    gate.put_back("a", models=None, slots=1, slow=False, resident="model-a")
+    gate.put_back("b", models=None, slots=1, slow=False, resident=None)
+    return gate
+
+
+@pytest.mark.parametrize(("hold", "expected"), [(15.0, "a"), (0.0, "b")])
+def test_the_warm_hold_decides_when_the_cold_upstream_pulls_first(
+    hold: float, expected: str
+) -> None:
+    async def main() -> str | None:
+        gate = _gate(hold=hold)
+        gate._next = 1  # the next pump lets b pull first (rotation: b, a)
+        async with gate.turn("j", member="m", model="model-a") as grant:
+            return grant.worker
+
+    assert asyncio.run(main()) == expected
+
+
+@pytest.mark.parametrize("routing", ["round-robin", "least-busy"])
+def test_blind_routings_never_show_the_fleet_a_resident_model(routing: str) -> None:
+    async def main() -> None:
+        gate = _gate(routing=routing)
+        for index in range(4):
+            async with gate.turn(f"j{index}", member="m", model="model-a"):
+                pass
+        assert [w.resident for w in gate.workers()] == [None, None]
+        assert sum(gate.grants.values()) == 4
+
+    asyncio.run(main())
+
+
+def test_a_taken_out_upstream_gives_its_job_to_another_and_is_put_back() -> None:
+    async def main() -> None:
+        gate = _gate()
+        turn = gate.turn("j", member="m", model="model-a")
+        async with turn as grant:
+            assert grant.worker == "a"
+            assert gate.take_out("a") == ["j"]
+            assert turn.requeued
+            assert turn.grant is None or turn.grant.worker == "b"
+            again = await turn.regrant()
+            assert again.worker == "b"
+            assert gate.live == ("b",)
+            assert gate.take_out("a") == []  # already out: nothing
+        assert len(gate.dispatcher) == 0
+        gate.put_back("a", models=None, slots=1, slow=False, resident=None)
+        assert sorted(gate.live) == ["a", "b"]
+        with pytest.raises(RuntimeError, match="not waiting for a new grant"):
+            await turn.regrant()
+
+    asyncio.run(main())
+
+
+def test_a_requeued_job_waits_while_no_upstream_is_up_and_its_waiter_can_leave() -> None:
+    async def main() -> None:
+        gate = _gate()
+        gate.take_out("b")
+        turn = gate.turn("j", member="m")
+        async with turn:
+            gate.take_out("a")
+            assert gate.live == ()
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(turn.regrant(), 0.05)
+        assert len(gate.dispatcher) == 0  # the cancelled wait removed the job
+
+    asyncio.run(main())
+
+
+def test_timeouts_leases_and_close() -> None:
+    async def main() -> None:
+        gate = _gate(lease=0.05)
+        holder = gate.turn("h1", member="m")
+        other = gate.turn("h2", member="m")
+        async with holder, other:
+            waiter = gate.turn("w", member="m", timeout=0.01)
+            with pytest.raises(QueueTimeout):
+                async with waiter:
+                    pass
+            await asyncio.wait_for(holder.revoked.wait(), 2)
+            assert holder.expired is not None
+        queued = [gate.turn(f"q{i}", member="m") for i in range(3)]
+        gate.take_out("a")
+        gate.take_out("b")
+        tasks = [asyncio.ensure_future(t.__aenter__()) for t in queued]
+        await asyncio.sleep(0)
+        await gate.aclose()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert all(isinstance(r, DispatcherClosed) for r in results)
+        assert len(gate.dispatcher) == 0
+
+    asyncio.run(main())
