@@ -495,18 +495,21 @@ def test_reference_lift_charge_and_fifo() -> None:
     grant = ref.dispatch(0.0)
     assert grant is not None
     assert grant.job.id == "a1"
-    ref.submit("b1", member="bob", now=100.0)  # lifted to min(now, s of ann) = 0
-    assert ref.lane_start("bob", 0) == 0.0
+    # The grant charges ann's lane its expected charge up front: no estimate and no runtime
+    # seen yet, so the default expected runtime (60 s) on a fleet of one.
+    assert ref.lane_start("ann", 0) == 60.0
+    ref.submit("b1", member="bob", now=100.0)  # lifted to min(now, s of ann) = 60
+    assert ref.lane_start("bob", 0) == 60.0
     done = ref.complete("a1", now=240.0)
     assert (done.runtime, done.charge) == (240.0, 240.0)
-    assert ref.lane_start("ann", 0) == 240.0
+    assert ref.lane_start("ann", 0) == 240.0  # corrected to the real charge at completion
     grant = ref.dispatch(240.0)
     assert grant is not None
     assert grant.job.id == "b1"
-    assert grant.score.aging == 4.0
+    assert grant.score.aging == 3.0  # (240 - 60) / 60
     assert grant.waited == 140.0
     ref.complete("b1", now=10_000.0, runtime=5.0)
-    assert ref.lane_start("bob", 0) == 5.0
+    assert ref.lane_start("bob", 0) == 65.0
     ref.cancel("a2", now=10_000.0)  # ann's lane goes idle and keeps its s
     ref.submit("a3", member="ann", now=20_000.0)  # alone at its level: lifted to now
     assert ref.lane_start("ann", 0) == 20_000.0
