@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from prioqueue import _lanes
 from prioqueue._errors import ChargeError, ConfigError, DuplicateJob, QueueFull, UnknownJob
-from prioqueue._lanes import QUEUED, RUNNING, _Entry, _Lane, _Ranking
+from prioqueue._lanes import QUEUED, RUNNING, _BonusCache, _Entry, _Lane, _Ranking
 from prioqueue._validate import (
     TIME_LIMIT,
     charge_function,
@@ -62,27 +62,6 @@ ChargeModel = Literal["runtime", "estimate"] | float | Callable[[Job, float], fl
 
 _RECENT = 64  # completions kept for the service rate and the forecasts
 _RECENT_PER_KEY = 8  # runtimes kept per model and per level for the expected charge
-_BONUS_CACHE = 4096  # models whose affinity bonus is memoised
-
-
-class _BonusCache(dict[str, float]):
-    """``model -> affinity bonus``, memoised (private).
-
-    The scorer is immutable and the bonus is read for every model of every lane touched. At
-    most ``_BONUS_CACHE`` models are kept.
-    """
-
-    __slots__ = ("_bonus",)
-
-    def __init__(self, bonus: Callable[[str], float]) -> None:
-        super().__init__()
-        self._bonus = bonus
-
-    def __missing__(self, model: str) -> float:
-        value = self._bonus(model)
-        if len(self) < _BONUS_CACHE:
-            self[model] = value
-        return value
 
 
 class _Level:
