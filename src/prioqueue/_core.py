@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from heapq import heapify as _heapify
 from heapq import heappop as _heappop
 from heapq import heappush as _heappush
+from heapq import heapreplace as _heapreplace
 from typing import Any, Literal
 
 from prioqueue import _lanes
@@ -367,7 +368,12 @@ class _Core:
         """
         backlog = level.backlog
         while backlog:
-            s, _, lane = backlog[0]
+            s, ident, lane = backlog[0]
+            if lane.live and s < lane.s:
+                # A grant raised s (up-front charge) without re-filing the lane: do it now.
+                # (Every decrease of s re-files the lane at once, so no item is ever above.)
+                _heapreplace(backlog, (lane.s, ident, lane))
+                continue
             if s == lane.s and lane.live:
                 residents = self._residents
                 affinity = self._affinity
