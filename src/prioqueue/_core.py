@@ -20,12 +20,13 @@ from collections.abc import Callable, Sequence
 from heapq import heapify as _heapify
 from heapq import heappop as _heappop
 from heapq import heappush as _heappush
+from heapq import heapreplace as _heapreplace
 from typing import Any, Literal
 
 from prioqueue import _lanes
 from prioqueue._errors import ChargeError, ConfigError, DuplicateJob, QueueFull, UnknownJob
 from prioqueue._groups import GroupBook, checked_group
-from prioqueue._lanes import QUEUED, RUNNING, _Entry, _Lane, _Ranking
+from prioqueue._lanes import QUEUED, RUNNING, _BonusCache, _Entry, _Lane, _Ranking
 from prioqueue._validate import (
     TIME_LIMIT,
     charge_function,
@@ -63,27 +64,6 @@ ChargeModel = Literal["runtime", "estimate"] | float | Callable[[Job, float], fl
 
 _RECENT = 64  # completions kept for the service rate and the forecasts
 _RECENT_PER_KEY = 8  # runtimes kept per model and per level for the expected charge
-_BONUS_CACHE = 4096  # models whose affinity bonus is memoised
-
-
-class _BonusCache(dict[str, float]):
-    """``model -> affinity bonus``, memoised (private).
-
-    The scorer is immutable and the bonus is read for every model of every lane touched. At
-    most ``_BONUS_CACHE`` models are kept.
-    """
-
-    __slots__ = ("_bonus",)
-
-    def __init__(self, bonus: Callable[[str], float]) -> None:
-        super().__init__()
-        self._bonus = bonus
-
-    def __missing__(self, model: str) -> float:
-        value = self._bonus(model)
-        if len(self) < _BONUS_CACHE:
-            self[model] = value
-        return value
 
 
 class _Level:
@@ -390,7 +370,12 @@ class _Core:
         """
         backlog = level.backlog
         while backlog:
-            s, _, lane = backlog[0]
+            s, ident, lane = backlog[0]
+            if lane.live and s < lane.s:
+                # A grant raised s (up-front charge) without re-filing the lane: do it now.
+                # (Every decrease of s re-files the lane at once, so no item is ever above.)
+                _heapreplace(backlog, (lane.s, ident, lane))
+                continue
             if s == lane.s and lane.live:
                 residents = self._residents
                 affinity = self._affinity

@@ -128,7 +128,7 @@ class _Engine(_Reporting, GroupMethods):
         job = entry.job
         lease = None if self._lease_for is None else self._lease(job, worker, t)
         charged = 0.0
-        capacity = max(1, self._live)
+        capacity = self._live or 1
         if self._fair_share:
             expected = self._expected_runtime(job)
             if not self._plain_charge:
@@ -136,7 +136,8 @@ class _Engine(_Reporting, GroupMethods):
             charged = expected / capacity
         # The reported term is never negative; the ranking uses s itself (a lane charged up
         # front for jobs still running may be ahead of the clock).
-        aging = max(0.0, (t - lane.s) / self._divisor)
+        aging = (t - lane.s) / self._divisor
+        aging = max(aging, 0.0)
         # Positional arguments: band, tier_bonus, swap_affinity, aging (the hot path).
         score = ScoreBreakdown(job.priority, lane.head().job.tier_bonus, aff, aging)
         level = self._levels[job.priority]
@@ -163,14 +164,22 @@ class _Engine(_Reporting, GroupMethods):
         if charged:
             lane.held += charged
             lane.s = lane.settled + lane.held
-            if lane.live:
-                # Only the lift's minimum needs the new s now (``s_log``, for explain, follows
-                # the settled part: it is written at completions and lifts).
-                self._note_s(lane)
+            # s only grew: the lift's minimum re-files the lane when its old item surfaces
+            # (``_lift_floor``), and ``s_log``, for explain, follows the settled part.
         if lease is not None:
             _heappush(self._deadlines, (lease.deadline, job.seq, id(entry), entry))
-        if job.model is not None and job.model != resident:
-            self._set_resident(worker, job.model)
+        model = job.model
+        if model is not None and model != resident:
+            # _set_resident inlined (the hot path; the popping worker is live).
+            residents = self._residents
+            if resident is not None:
+                left = residents[resident] - 1
+                if left:
+                    residents[resident] = left
+                else:
+                    del residents[resident]
+            residents[model] = residents.get(model, 0) + 1
+            worker.resident = model
         if swap:
             self._swaps += 1
         wait = t - job.arrival

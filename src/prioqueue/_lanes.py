@@ -268,6 +268,29 @@ class _Lane:
                 log.popleft()
 
 
+_BONUS_CACHE = 4096  # models whose affinity bonus is memoised
+
+
+class _BonusCache(dict[str, float]):
+    """``model -> affinity bonus``, memoised (private).
+
+    The scorer is immutable and the bonus is read for every model of every lane touched. At
+    most ``_BONUS_CACHE`` models are kept.
+    """
+
+    __slots__ = ("_bonus",)
+
+    def __init__(self, bonus: Callable[[str], float]) -> None:
+        super().__init__()
+        self._bonus = bonus
+
+    def __missing__(self, model: str) -> float:
+        value = self._bonus(model)
+        if len(self) < _BONUS_CACHE:
+            self[model] = value
+        return value
+
+
 #: The rankings: the real score, and the score without one of its terms.
 REAL = 0
 NO_AGING = 1
