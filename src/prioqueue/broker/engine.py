@@ -15,9 +15,10 @@ The rules this file keeps:
 1. An operation either raises :class:`Rejected` *before* changing anything (a client error:
    nothing to journal), or it is journaled, whatever happens next. A bug that raises half way
    raises the same way on replay, so the replayed state still equals the live one.
-2. Time-driven changes (expired leases, silent workers, finished jobs whose retention ran out)
-   happen only in the ``tick`` operation, which the driver journals whenever :meth:`due` says
-   so, before the client's operation. Reads never change state.
+2. Time-driven changes (expired leases, silent workers, finished jobs whose retention ran out
+   and the groups of their last kept jobs) happen only in the ``tick`` operation, which the
+   driver journals whenever :meth:`due` says so, before the client's operation. Reads never
+   change state.
 3. A job is in exactly one state: queued, running, done, failed or cancelled. A running job has
    exactly one ``(worker, attempt)``; ``complete`` and ``fail`` must name both (else 409 and
    nothing changes), and a lease that ran out makes the job queued again (or failed after
@@ -202,8 +203,8 @@ class BrokerEngine:
         """Run one operation (the journal's unit).
 
         Args:
-            op: The operation's name (``submit``, ``cancel``, ``pop``, ``complete``, ``fail``,
-                ``heartbeat`` or ``tick``).
+            op: The operation's name (``submit``, ``cancel``, ``cancel_group``, ``pop``,
+                ``complete``, ``fail``, ``heartbeat`` or ``tick``).
             args: Its JSON arguments.
             now: The time it happens at (never earlier than the previous operation's).
 
