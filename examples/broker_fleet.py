@@ -174,6 +174,7 @@ def main() -> None:
             stop.set()
             for thread in fleet:
                 thread.join()
+            film = call(broker.url, "GET", "/v1/groups/film-1", "sk-studio")[1]
         finally:
             broker.kill()
     print("grants, in the order the workers got them:")
@@ -181,6 +182,10 @@ def main() -> None:
         print(f"  {line}")
     done = sum(1 for s in states.values() if s == "done")
     print(f"{done} of {len(ids)} acknowledged jobs done after a SIGKILL and a restart")
+    print(
+        f"group film-1: {film['done']} done, {film['failed']} failed, "
+        f"{film['gpu_seconds']:.1f} GPU-s, mean runtime {film['mean_runtime']:.2f} s"
+    )
     if done != len(ids):
         raise SystemExit(f"unfinished jobs: {states}")
 

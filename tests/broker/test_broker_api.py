@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
-from .broker_helpers import BOB, IMAGE, SUBMITTER, WORKER, Api, api, run
+from prioqueue import UnknownGroup
+
+from .broker_helpers import BOB, IMAGE, KEYS, SUBMITTER, WORKER, Api, api, run
 
 
 def test_auth_401_without_or_with_an_unknown_key_and_403_for_the_wrong_role() -> None:
@@ -424,7 +426,9 @@ def test_groups_status_and_cancel_are_per_member() -> None:
         async with api() as a:
             shots = [await a.submit(group="film-1", estimate=100) for _ in range(4)]
             other = await a.submit(BOB, group="film-1")
-            assert (await a.client.get("/v1/groups/film-9", headers=SUBMITTER)).status_code == 404
+            r = await a.client.get("/v1/groups/film-9", headers=SUBMITTER)
+            assert (r.status_code, r.json()["field"]) == (404, "group")
+            assert "no group 'film-9' of member 'alice'" in r.json()["error"]
             grant = (await a.pop()).json()
             assert grant["id"] == shots[0]
             a.clock.advance(30)
@@ -434,24 +438,138 @@ def test_groups_status_and_cancel_are_per_member() -> None:
             assert {k: view[k] for k in ("queued", "running", "done", "failed", "cancelled")} == {
                 "queued": 2, "running": 1, "done": 1, "failed": 0, "cancelled": 0,
             }  # fmt: skip
+            assert view["member"] == "alice"
             assert view["gpu_seconds"] == pytest.approx(30)
             assert view["mean_runtime"] == pytest.approx(30)
-            assert view["forecast_finish"] is not None
-            assert view["forecast_finish"] > a.clock.t
+            # One worker: shot 2 runs now (estimate 100 s), then fair share serves bob's job
+            # (no estimate: the recent mean, 30 s), then shots 3 and 4 (100 s each).
+            assert view["forecast_finish"] == pytest.approx(a.clock.t + 100 + 30 + 200)
+            assert view["forecast_seconds"] == pytest.approx(330)
+            assert view["now"] == pytest.approx(a.clock.t)
+            a.clock.advance(50)  # no operation since: the same forecast, 50 s closer
+            later = (await a.client.get("/v1/groups/film-1", headers=SUBMITTER)).json()
+            assert later["forecast_finish"] == pytest.approx(view["forecast_finish"])
+            assert later["forecast_seconds"] == pytest.approx(280)
             bobs = (await a.client.get("/v1/groups/film-1", headers=BOB)).json()
-            assert (bobs["queued"], bobs["running"], bobs["done"]) == (1, 0, 0)
+            assert (bobs["member"], bobs["queued"], bobs["running"], bobs["done"]) == (
+                "bob", 1, 0, 0,
+            )  # fmt: skip
             r = await a.client.delete("/v1/groups/film-1", headers=SUBMITTER)
-            assert r.json() == {"group": "film-1", "cancelled": shots[2:]}
+            assert r.json() == {"group": "film-1", "member": "alice", "cancelled": shots[2:]}
             assert (await a.job(shots[1])).json()["state"] == "running"
             assert (await a.job(other, BOB)).json()["state"] == "queued"
             r = await a.client.delete("/v1/groups/film-1?running=cancel", headers=SUBMITTER)
             assert r.json()["cancelled"] == [shots[1]]
+            assert (await a.job(shots[1])).json()["state"] == "cancelled"
             r = await a.client.delete("/v1/groups/film-1?running=maybe", headers=SUBMITTER)
             assert (r.status_code, r.json()["field"]) == (422, "query.running")
             done = (await a.client.get("/v1/groups/film-1", headers=SUBMITTER)).json()
             assert (done["queued"], done["running"], done["cancelled"]) == (0, 0, 3)
-            assert done["forecast_finish"] == pytest.approx(a.clock.t)
+            assert done["gpu_seconds"] == pytest.approx(30 + 50)  # shot 2 ran 50 s
+            assert (done["forecast_finish"], done["forecast_seconds"]) == (None, None)
             assert (await a.client.delete("/v1/groups/film-1", headers=WORKER)).status_code == 403
+            r = await a.client.delete("/v1/groups/film-9", headers=SUBMITTER)
+            assert (r.status_code, r.json()["field"]) == (404, "group")
+            ops = [e.op for e in a.journal.entries]
+            assert ops.count("cancel_group") == 2  # one journaled op each; refusals none
+
+    run(scenario())
+
+
+def test_a_label_that_looks_namespaced_never_reaches_another_members_group() -> None:
+    async def scenario() -> None:
+        async with api() as a:
+            # The core's key is f"{len(member)}:{member}/{label}": "5:alice/x" for alice's
+            # "x"; bob's label "x" with a crafted prefix must stay bob's.
+            await a.submit(group="x")
+            await a.submit(BOB, group="5:alice/x")
+            await a.submit(BOB, group="x")
+            mine = (await a.client.get("/v1/groups/x", headers=SUBMITTER)).json()
+            assert mine["queued"] == 1
+            engine = a.broker.engine
+            assert engine is not None
+            assert engine.fleet.group_status("5:alice/x", now=engine.now).members == ("alice",)
+            theirs = (await a.client.get("/v1/groups/x", headers=BOB)).json()
+            assert theirs["queued"] == 1
+
+    run(scenario())
+
+
+def test_observer_and_admin_keys_reach_other_members_groups() -> None:
+    keys = {
+        **KEYS,
+        "sk-ops": {"role": "submitter", "member": "ops", "observer": True},
+        "sk-root": {"role": "submitter", "member": "root", "admin": True},
+    }
+    ops = {"Authorization": "Bearer sk-ops"}
+    root = {"Authorization": "Bearer sk-root"}
+
+    async def scenario() -> None:
+        async with api(keys=keys) as a:
+            jobs = [await a.submit(BOB, group="film") for _ in range(2)]
+            r = await a.client.get("/v1/groups/film?member=bob", headers=SUBMITTER)
+            assert (r.status_code, r.json()["field"]) == (403, "member")
+            assert "observer = true" in r.json()["error"]
+            own = await a.client.get("/v1/groups/film?member=alice", headers=SUBMITTER)
+            assert own.status_code == 404  # her own (empty) name space: allowed, unknown
+            for headers in (ops, root):
+                r = await a.client.get("/v1/groups/film?member=bob", headers=headers)
+                assert r.status_code == 200, r.text
+                assert (r.json()["member"], r.json()["queued"]) == ("bob", 2)
+            r = await a.client.get("/v1/groups/film", headers=ops)  # its own member: none
+            assert r.status_code == 404
+            r = await a.client.get("/v1/groups/film?member=", headers=ops)
+            assert (r.status_code, r.json()["field"]) == (422, "query.member")
+            r = await a.client.delete("/v1/groups/film?member=bob", headers=ops)
+            assert (r.status_code, r.json()["field"]) == (403, "member")
+            assert "admin = true" in r.json()["error"]
+            r = await a.client.delete("/v1/groups/film?member=bob", headers=SUBMITTER)
+            assert r.status_code == 403
+            assert [e.op for e in a.journal.entries].count("cancel_group") == 0
+            r = await a.client.delete("/v1/groups/film?member=bob", headers=root)
+            assert r.json() == {"group": "film", "member": "bob", "cancelled": jobs}
+            assert (await a.job(jobs[0], BOB)).json()["state"] == "cancelled"
+
+    run(scenario())
+
+
+def test_a_workers_fail_counts_as_failed_in_the_group() -> None:
+    async def scenario() -> None:
+        async with api() as a:
+            first = await a.submit(group="film", estimate=10)
+            await a.submit(group="film", estimate=10)
+            await a.pop()
+            a.clock.advance(4)
+            r = await a.finish(first, "gpu-1", 1, op="fail", result={"error": "oom"})
+            assert r.json()["state"] == "failed"
+            view = (await a.client.get("/v1/groups/film", headers=SUBMITTER)).json()
+            assert (view["failed"], view["cancelled"], view["queued"]) == (1, 0, 1)
+            assert view["gpu_seconds"] == pytest.approx(4)
+            assert view["mean_runtime"] is None  # no job done yet
+            status = (await a.client.get("/v1/status", headers=SUBMITTER)).json()
+            assert status["totals"]["failed"] == 1
+
+    run(scenario())
+
+
+def test_a_group_is_forgotten_with_its_last_kept_job() -> None:
+    async def scenario() -> None:
+        async with api(result_ttl_seconds=60) as a:
+            job = await a.submit(group="film")
+            await a.submit(group="keep")
+            a.clock.advance(1)
+            await a.client.delete(f"/v1/jobs/{job}", headers=SUBMITTER)
+            assert (await a.client.get("/v1/groups/film", headers=SUBMITTER)).status_code == 200
+            a.clock.advance(60)
+            await a.submit()  # the tick before it drops the record and the group
+            assert (await a.job(job)).status_code == 404
+            r = await a.client.get("/v1/groups/film", headers=SUBMITTER)
+            assert r.status_code == 404
+            engine = a.broker.engine
+            assert engine is not None
+            with pytest.raises(UnknownGroup):
+                engine.fleet.group_status("5:alice/film", now=engine.now)
+            assert (await a.client.get("/v1/groups/keep", headers=SUBMITTER)).status_code == 200
 
     run(scenario())
 

@@ -75,6 +75,26 @@ def test_every_key() -> None:
     assert config.charge == "estimate"
 
 
+def test_observer_and_admin_flags() -> None:
+    keys = {
+        "sk-a": {"role": "submitter", "member": "alice"},
+        "sk-o": {"role": "submitter", "member": "ops", "observer": True},
+        "sk-r": {"role": "submitter", "member": "root", "admin": True},
+    }
+    config = parse_config({"keys": keys})
+    plain, observer, admin = (config.keys[k] for k in ("sk-a", "sk-o", "sk-r"))
+    assert (plain.observer, plain.admin, observer.observer, admin.admin) == (
+        False, False, True, True,
+    )  # fmt: skip
+    rights = [(k.may_read(m), k.may_cancel(m)) for k in (plain, observer, admin) for m in "ab"]
+    assert (plain.may_read("alice"), plain.may_cancel("alice")) == (True, True)
+    assert rights == [
+        (False, False), (False, False),  # alice's key: neither "a" nor "b" is alice
+        (True, False), (True, False),  # observer: reads anyone's
+        (True, True), (True, True),  # admin: reads and cancels anyone's
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -96,6 +116,19 @@ def test_every_key() -> None:
         ),
         ({"keys": {"k": {"role": "worker", "member": "m"}}}, "keys.k.member: unknown key"),
         ({"keys": {"a b": {"role": "worker"}}}, 'keys."a b": an API key must'),
+        (
+            {"keys": {"k": {"role": "submitter", "member": "m", "observer": "yes"}}},
+            "keys.k.observer: must be true or false, got 'yes'",
+        ),
+        (
+            {"keys": {"k": {"role": "submitter", "member": "m", "admin": 1}}},
+            "keys.k.admin: must be true or false, got 1",
+        ),
+        (
+            {"keys": {"k": {"role": "worker", "observer": True}}},
+            "keys.k.observer: only a submitter key may have it",
+        ),
+        ({"keys": {"k": {"role": "worker", "admin": False}}}, "keys.k.admin: only a submitter"),
         ({"lease": {"minimum_seconds": 0}}, "lease: LeaseCalculator.minimum_seconds"),
         ({"lease": {"speed": 1}}, "lease.speed: unknown key"),
     ],

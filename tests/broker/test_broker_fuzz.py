@@ -16,7 +16,10 @@ from hypothesis import strategies as st
 
 from prioqueue.broker import BrokerEngine
 
-from .broker_helpers import IMAGE, SUBMITTER, WORKER, api, run
+from .broker_helpers import BOB, IMAGE, KEYS, SUBMITTER, WORKER, api, run
+
+ADMIN = {"Authorization": "Bearer sk-root"}
+FUZZ_KEYS = {**KEYS, "sk-root": {"role": "submitter", "member": "root", "admin": True}}
 
 json_value = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False)
@@ -32,7 +35,7 @@ fields = st.fixed_dictionaries(
         "priority": st.one_of(st.integers(-(10**9), 10**9), st.text(max_size=8), json_value),
         "model": st.one_of(st.sampled_from(["sdxl", "flux"]), json_value),
         "estimate": st.one_of(st.floats(), json_value),
-        "group": st.one_of(st.just("film"), json_value),
+        "group": st.one_of(st.sampled_from(["film", "other"]), json_value),
         "image": st.one_of(
             st.just(IMAGE),
             json_value,
@@ -62,10 +65,22 @@ request = st.tuples(
             st.sampled_from(["gpu-1", "gpu-2", "%00", "x" * 300]),
             st.sampled_from(["pop", "heartbeat"]),
         ).map(lambda t: f"/v1/workers/{t[0]}/{t[1]}"),
-        st.sampled_from(["/v1/groups/film", "/v1/status", "/metrics", "/v1/nothing"]),
+        st.tuples(
+            st.sampled_from(["film", "other", "%00"]),
+            st.sampled_from(["", "?running=cancel", "?member=bob", "?member=alice&running=x"]),
+        ).map(lambda t: f"/v1/groups/{t[0]}{t[1]}"),
+        st.sampled_from(["/v1/status", "/metrics", "/v1/nothing"]),
     ),
     st.sampled_from(
-        [SUBMITTER, WORKER, {}, {"Authorization": "Bearer x"}, {"Authorization": "Bearer"}]
+        [
+            SUBMITTER,
+            BOB,
+            ADMIN,
+            WORKER,
+            {},
+            {"Authorization": "Bearer x"},
+            {"Authorization": "Bearer"},
+        ]
     ),
     st.one_of(fields.map(lambda d: json.dumps(d).encode()), st.binary(max_size=40)),
     st.dictionaries(
@@ -80,7 +95,7 @@ request = st.tuples(
 @given(requests=st.lists(request, min_size=1, max_size=15))
 def test_random_requests_never_crash_or_corrupt(requests: list[Any]) -> None:
     async def scenario() -> None:
-        async with api() as a:
+        async with api(keys=FUZZ_KEYS) as a:
             for method, path, auth, body, extra in requests:
                 headers = {**auth, **extra, "content-type": "application/json"}
                 r = await a.client.request(method, path, content=body, headers=headers)

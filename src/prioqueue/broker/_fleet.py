@@ -14,9 +14,18 @@ from prioqueue.fleet import FleetDispatcher
 from prioqueue.records import Job
 from prioqueue.scoring import Scorer
 
-__all__ = ["make_fleet", "restore_fleet"]
+__all__ = ["group_key", "make_fleet", "restore_fleet"]
 
 LeaseFor = Callable[[Job, Any], float]
+
+
+def group_key(member: str, label: str) -> str:
+    """The dispatcher's group for ``member``'s ``label`` (the gateway's form). O(len).
+
+    The member's length prefix makes the key unambiguous, so two members' groups with the
+    same label never mix (``"a/b"`` of member ``"x"`` is not ``"b"`` of member ``"x/a"``).
+    """
+    return f"{len(member)}:{member}/{label}"
 
 
 def _options(config: BrokerConfig, lease_for: LeaseFor) -> dict[str, Any]:

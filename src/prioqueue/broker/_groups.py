@@ -1,78 +1,127 @@
 """Groups in the broker: a label on jobs (a film), watched and cancelled as one (issue 13).
 
-A group changes no score and no lane; it is the ``group`` field of the broker's job records.
-A submitter sees and cancels only its own member's groups (another member's group is 404, as
-if it did not exist). The status counts the jobs the broker still keeps (finished ones for
-``result_ttl_seconds``).
+Theory of operation
+-------------------
+The dispatcher keeps the groups: a submit with ``group`` passes it to
+``FleetDispatcher.submit(group=...)``, and ``GET``/``DELETE /v1/groups/{id}`` read
+``group_status`` and run ``cancel_group`` of the core, so the counts, the GPU-seconds and the
+forecast are the core's (docs/design/chains.md), through expired leases and requeues.
+
+* **Per member.** The core's label is :func:`~prioqueue.broker._fleet.group_key` of the
+  submitting member and the caller's label (the gateway's form), so two members' groups with
+  the same label never mix: another member's group is simply unknown (404). A key with
+  ``observer = true`` reads, and one with ``admin = true`` reads and cancels, the group of
+  the member named by ``?member=`` (the HTTP layer checks that).
+* **As long as its jobs.** The broker counts its kept records per group
+  (:attr:`BrokerEngine.group_kept`, rebuilt on restore); the ``tick`` that drops a group's
+  last record (its retention ran out) also calls ``forget_group``. A group is readable
+  exactly as long as one of its jobs is, and the dispatcher's memory stays bounded.
+* **One operation.** ``cancel_group`` is one journaled broker operation: it is refused (404,
+  422) before anything changes, else the core cancels the jobs and the broker finishes their
+  records, in the core's order. Replaying it does the same.
+
+Complexity: :func:`group_status` is that of ``FleetDispatcher.group_status`` (O(1) for an idle
+group, else the forecast's dry run); :func:`cancel_group` is O(k (log n + M)) for k jobs.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import contextlib
+from typing import TYPE_CHECKING
 
-from prioqueue.broker.engine import FINISHED, JobRecord, Rejected
+from prioqueue._errors import UnknownGroup
+from prioqueue.broker import engine as _engine  # a cycle: only read at call time
+from prioqueue.broker._fleet import group_key
 
 if TYPE_CHECKING:
-    from prioqueue.broker.engine import BrokerEngine
+    from prioqueue._groups import GroupStatus
+    from prioqueue.broker.engine import BrokerEngine, JobRecord
 
-__all__ = ["group_records", "group_status"]
-
-
-def group_records(engine: BrokerEngine, group: str, member: str) -> list[JobRecord]:
-    """The kept records of ``member``'s ``group``, in submission order. O(jobs).
-
-    Raises:
-        Rejected: 404 when the member has no kept job in the group.
-    """
-    records = [r for r in engine.jobs.values() if r.group == group and r.member == member]
-    if not records:
-        raise Rejected(404, f"no group {group!r}", field="group")
-    records.sort(key=lambda r: int(r.id.rpartition("-")[2]))
-    return records
+__all__ = ["cancel_group", "group_status", "kept", "released"]
 
 
-def group_status(engine: BrokerEngine, group: str, member: str) -> dict[str, Any]:
-    """Counts by state, GPU-seconds, mean runtime and the forecast finish of a group.
+def _unknown(label: str, member: str) -> _engine.Rejected:
+    return _engine.Rejected(404, f"no group {label!r} of member {member!r}", field="group")
 
-    GPU-seconds sum the time from grant to finish of the group's done and failed jobs (and of
-    cancelled ones that were running). The forecast is when the group's last queued job should
-    finish at the current load: its estimated start from the dispatcher's forecast plus its
-    estimate (else the group's mean runtime); None when no runtime is known yet.
 
-    Complexity: O(jobs + L log L + k log L) (the forecast, see ``FleetDispatcher.forecast``).
+def group_status(engine: BrokerEngine, label: str, member: str) -> GroupStatus:
+    """The core's status of ``member``'s group ``label`` as of the engine's last operation.
+
+    Args:
+        engine: The engine (read only: the status is taken at ``engine.now``, the time the
+            dispatcher has already seen, so the read changes nothing).
+        label: The group's label as the member gave it.
+        member: Whose group it is.
+
+    Returns:
+        The counts, GPU-seconds, mean runtime and forecast finish (broker wall-clock time).
 
     Raises:
-        Rejected: 404 when the member has no kept job in the group.
+        Rejected: 404 when the member has no such group (never had, or forgotten).
     """
-    records = group_records(engine, group, member)
-    counts = dict.fromkeys(("queued", "running", "done", "failed", "cancelled"), 0)
-    runtimes: list[float] = []
-    used = 0.0
-    for record in records:
-        counts[record.state] += 1
-        if record.state in FINISHED and record.granted_at is not None:
-            ran = max(0.0, (record.finished_at or record.granted_at) - record.granted_at)
-            used += ran
-            if record.state == "done":
-                runtimes.append(ran)
-    mean = sum(runtimes) / len(runtimes) if runtimes else None
-    queued = {r.id: r for r in records if r.state == "queued"}
-    finish: float | None = None
-    if queued and engine.jobs:
-        last_start: float | None = None
-        last: JobRecord | None = None
-        for ahead in engine.fleet.forecast(now=engine.now):
-            if ahead.job_id in queued:
-                last_start, last = ahead.estimated_start, queued[ahead.job_id]
-        runtime = None if last is None else (last.estimate or mean)
-        if last_start is not None and runtime is not None:
-            finish = last_start + runtime
-    elif counts["running"] == 0:
-        finish = max((r.finished_at or 0.0) for r in records)
-    return {
-        "group": group,
-        **counts,
-        "gpu_seconds": used,
-        "mean_runtime": mean,
-        "forecast_finish": finish,
-    }
+    key = group_key(member, label)
+    if key not in engine.group_kept:
+        raise _unknown(label, member)
+    try:
+        status: GroupStatus = engine.fleet.group_status(key, now=engine.now)
+    except UnknownGroup:  # restored from a snapshot from before groups reached the core
+        raise _unknown(label, member) from None
+    return status
+
+
+def cancel_group(
+    engine: BrokerEngine, now: float, *, label: str, member: str, running: str
+) -> list[str]:
+    """Cancel ``member``'s group ``label`` in the core and finish the records it cancelled.
+
+    Args:
+        engine: The engine.
+        now: The operation's time.
+        label: The group's label.
+        member: Whose group it is.
+        running: ``"keep"`` or ``"cancel"`` (the group's running jobs).
+
+    Returns:
+        The cancelled jobs' ids, oldest submission first.
+
+    Raises:
+        Rejected: 422 a bad ``running``; 404 no such group. Nothing changed.
+    """
+    if running not in ("keep", "cancel"):
+        raise _engine.Rejected(
+            422, f'running must be "keep" or "cancel", got {running!r}', field="running"
+        )
+    key = group_key(member, label)
+    if key not in engine.group_kept:
+        raise _unknown(label, member)
+    try:
+        jobs = engine.fleet.cancel_group(key, now=now, running=running)
+    except UnknownGroup:  # the same as in group_status (raised before any change)
+        raise _unknown(label, member) from None
+    cancelled = []
+    for job in jobs:
+        record = engine.jobs[job.id]
+        engine._finish(record, "cancelled", None, now)
+        cancelled.append(record.id)
+    return cancelled
+
+
+def kept(engine: BrokerEngine, record: JobRecord) -> None:
+    """Count a new record of a group. O(1)."""
+    if record.group is not None:
+        key = group_key(record.member, record.group)
+        engine.group_kept[key] = engine.group_kept.get(key, 0) + 1
+
+
+def released(engine: BrokerEngine, record: JobRecord) -> None:
+    """A record past its retention is gone: forget its group with its last record. O(1)."""
+    if record.group is None:
+        return
+    key = group_key(record.member, record.group)
+    left = engine.group_kept[key] - 1
+    if left:
+        engine.group_kept[key] = left
+        return
+    del engine.group_kept[key]
+    with contextlib.suppress(UnknownGroup):  # the same, see group_status
+        engine.fleet.forget_group(key)

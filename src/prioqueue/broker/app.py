@@ -21,6 +21,8 @@ route                                      role       answer
 Errors are JSON ``{"error": message, "field": name}``. A standby answers 503 with
 ``Retry-After`` and the leader's address (``X-Prioqueue-Leader`` and the body's ``leader``).
 The idle reasons of a 204 are in ``X-Prioqueue-Idle`` (``model=3, slots_full=1``).
+A group is its member's own: ``?member=`` names another member's group, for a key with
+``observer = true`` (read) or ``admin = true`` (read and cancel); else 403.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Header, Path, Request, Response
+from fastapi import Depends, FastAPI, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -58,6 +60,15 @@ from prioqueue.broker.service import Broker, Standby
 __all__ = ["create_app"]
 
 _ID = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f/]+$")]
+_MEMBER = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=200,
+        description="Another member's group (a key with observer = true reads it, one with "
+        "admin = true also cancels it); default: the key's own member.",
+    ),
+]
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (401, 403, 404, 409, 413, 422, 429, 503)
 }
@@ -282,22 +293,51 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         record = await broker.run("cancel", {"job_id": job_id, "member": key.member})
         return view(record, None, None)
 
+    def whose(key: BrokerKey, member: str | None, *, cancel: bool) -> str:
+        own = key.member or ""
+        if member is None or member == own:
+            return own
+        if key.may_cancel(member) if cancel else key.may_read(member):
+            return member
+        flag = "admin = true" if cancel else "observer = true or admin = true"
+        verb = "cancels" if cancel else "reads"
+        raise Rejected(
+            403,
+            f"this key {verb} only member {own!r}'s groups; ?member= of another member needs "
+            f"{flag} on the key",
+            field="member",
+        )
+
     @app.get("/v1/groups/{group}", response_model=GroupView, tags=["submitters"])
-    async def get_group(group: _ID, key: Submitter) -> GroupView:
+    async def get_group(group: _ID, key: Submitter, member: _MEMBER = None) -> GroupView:
         """A group's jobs by state, GPU-seconds, mean runtime and forecast finish."""
         from prioqueue.broker._groups import group_status
 
+        owner = whose(key, member, cancel=False)
         engine = await broker.read()
-        return GroupView.model_validate(group_status(engine, group, key.member or ""))
+        status = group_status(engine, group, owner)
+        now = broker.now()
+        finish = status.forecast_finish
+        left = None if finish is None else max(0.0, finish - now)
+        return GroupView(
+            group=group, member=owner, queued=status.queued, running=status.running,
+            done=status.done, failed=status.failed, cancelled=status.cancelled,
+            gpu_seconds=status.gpu_seconds, mean_runtime=status.mean_runtime,
+            forecast_finish=finish, forecast_seconds=left, now=now,
+        )  # fmt: skip
 
     @app.delete("/v1/groups/{group}", response_model=GroupCancelled, tags=["submitters"])
     async def cancel_group(
-        group: _ID, key: Submitter, running: Literal["keep", "cancel"] = "keep"
+        group: _ID,
+        key: Submitter,
+        running: Literal["keep", "cancel"] = "keep",
+        member: _MEMBER = None,
     ) -> GroupCancelled:
         """Cancel a group's queued jobs (``?running=cancel``: its running ones too)."""
-        args = {"group": group, "member": key.member, "running": running}
+        owner = whose(key, member, cancel=True)
+        args = {"group": group, "member": owner, "running": running}
         cancelled = await broker.run("cancel_group", args)
-        return GroupCancelled(group=group, cancelled=cancelled)
+        return GroupCancelled(group=group, member=owner, cancelled=cancelled)
 
     @app.post(
         "/v1/workers/{worker}/pop",

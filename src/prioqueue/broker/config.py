@@ -84,12 +84,26 @@ class BrokerKey:
         member: The member a submitter's jobs are charged to (None for a worker).
         tier: The member's tier (None for a worker).
         max_priority: The highest priority a submitter may ask for; higher values are capped.
+        observer: A submitter that may read any member's group (``GET /v1/groups/{id}``
+            with ``?member=``); without it a key sees only its own member's groups.
+        admin: A submitter that may also cancel any member's group (``DELETE
+            /v1/groups/{id}`` with ``?member=``); implies ``observer``.
     """
 
     role: Role
     member: str | None = None
     tier: str | None = None
     max_priority: int = 0
+    observer: bool = False
+    admin: bool = False
+
+    def may_read(self, member: str) -> bool:
+        """Whether this key may read ``member``'s groups. O(1)."""
+        return member == self.member or self.observer or self.admin
+
+    def may_cancel(self, member: str) -> bool:
+        """Whether this key may cancel ``member``'s groups. O(1)."""
+        return member == self.member or self.admin
 
 
 @attrs.frozen
@@ -187,6 +201,11 @@ def _keys(root: _Table, tiers: Mapping[str, float]) -> dict[str, BrokerKey]:
         entry = table.table(key)
         role = entry.string("role", "")
         if role == "worker":
+            for flag in ("observer", "admin"):
+                if entry.get(flag) is not None:
+                    raise entry.fail(
+                        flag, "only a submitter key may have it (it is about members' groups)"
+                    )
             keys[key] = BrokerKey(role="worker")
         elif role == "submitter":
             member = entry.string("member", "")
@@ -197,6 +216,8 @@ def _keys(root: _Table, tiers: Mapping[str, float]) -> dict[str, BrokerKey]:
                 member=member,
                 tier=_tier(entry, "tier", tiers, next(iter(tiers), "free")),
                 max_priority=entry.integer("max_priority", 0),  # type: ignore[arg-type]
+                observer=entry.boolean("observer", False),
+                admin=entry.boolean("admin", False),
             )
         else:
             raise entry.fail("role", f'must be "submitter" or "worker", got {role or None!r}')

@@ -15,9 +15,10 @@ The rules this file keeps:
 1. An operation either raises :class:`Rejected` *before* changing anything (a client error:
    nothing to journal), or it is journaled, whatever happens next. A bug that raises half way
    raises the same way on replay, so the replayed state still equals the live one.
-2. Time-driven changes (expired leases, silent workers, finished jobs whose retention ran out)
-   happen only in the ``tick`` operation, which the driver journals whenever :meth:`due` says
-   so, before the client's operation. Reads never change state.
+2. Time-driven changes (expired leases, silent workers, finished jobs whose retention ran out
+   and the groups of their last kept jobs) happen only in the ``tick`` operation, which the
+   driver journals whenever :meth:`due` says so, before the client's operation. Reads never
+   change state.
 3. A job is in exactly one state: queued, running, done, failed or cancelled. A running job has
    exactly one ``(worker, attempt)``; ``complete`` and ``fail`` must name both (else 409 and
    nothing changes), and a lease that ran out makes the job queued again (or failed after
@@ -42,7 +43,8 @@ from typing import Any, Final, Literal, TypeVar
 import attrs
 
 from prioqueue._errors import DuplicateJob, InvalidState, QueueFull, UnknownJob
-from prioqueue.broker._fleet import make_fleet, restore_fleet
+from prioqueue.broker import _groups
+from prioqueue.broker._fleet import group_key, make_fleet, restore_fleet
 from prioqueue.broker.config import BrokerConfig
 from prioqueue.lease import ImageRequest
 from prioqueue.records import Job
@@ -145,6 +147,8 @@ class BrokerEngine:
         self.now = -math.inf
         self.counts = {"submitted": 0, "done": 0, "failed": 0, "cancelled": 0, "expired": 0}
         self.workers: dict[str, dict[str, Any]] = {}
+        self.group_kept: dict[str, int] = {}
+        """Kept records per dispatcher group (``group_key``); derived, not snapshotted."""
         self._retention: list[tuple[float, str]] = []
         self._ops: dict[str, Callable[..., Any]] = {
             "submit": self.submit,
@@ -199,8 +203,8 @@ class BrokerEngine:
         """Run one operation (the journal's unit).
 
         Args:
-            op: The operation's name (``submit``, ``cancel``, ``pop``, ``complete``, ``fail``,
-                ``heartbeat`` or ``tick``).
+            op: The operation's name (``submit``, ``cancel``, ``cancel_group``, ``pop``,
+                ``complete``, ``fail``, ``heartbeat`` or ``tick``).
             args: Its JSON arguments.
             now: The time it happens at (never earlier than the previous operation's).
 
@@ -284,6 +288,7 @@ class BrokerEngine:
                 model=model,
                 estimate=estimate,
                 payload={"image": image},
+                group=None if group is None else group_key(member, group),
                 now=now,
             )
         except QueueFull as exc:
@@ -298,6 +303,7 @@ class BrokerEngine:
             idempotency_key=idempotency_key,
         )  # fmt: skip
         self.jobs[job_id] = record
+        _groups.kept(self, record)
         if idempotency_key is not None:
             self.idempotency[(member, idempotency_key)] = (job_id, digest)
         return attrs.evolve(record), True
@@ -331,7 +337,7 @@ class BrokerEngine:
     def cancel_group(
         self, now: float, *, group: str, member: str, running: str = "keep"
     ) -> list[str]:
-        """Cancel every queued job of ``member``'s ``group`` (and the running ones on request).
+        """Cancel ``member``'s ``group`` through the core's ``cancel_group`` (see ``_groups``).
 
         Args:
             now: The time.
@@ -343,22 +349,9 @@ class BrokerEngine:
             The ids of the jobs cancelled, in submission order.
 
         Raises:
-            Rejected: 404 the member has no kept job in the group; 422 a bad ``running``.
+            Rejected: 404 the member has no such group; 422 a bad ``running``.
         """
-        from prioqueue.broker._groups import group_records
-
-        if running not in ("keep", "cancel"):
-            raise Rejected(
-                422, f'running must be "keep" or "cancel", got {running!r}', field="running"
-            )
-        states = ("queued", "running") if running == "cancel" else ("queued",)
-        cancelled = []
-        for record in group_records(self, group, member):
-            if record.state in states:
-                self.fleet.cancel(record.id, now=now)
-                self._finish(record, "cancelled", None, now)
-                cancelled.append(record.id)
-        return cancelled
+        return _groups.cancel_group(self, now, label=group, member=member, running=running)
 
     def _join(self, now: float, worker: str, spec: dict[str, Any]) -> None:
         if self.workers.get(worker) != spec:
@@ -449,7 +442,7 @@ class BrokerEngine:
         """
         record = self._held(job_id, worker, attempt)
         self._check_result(result)
-        self.fleet.cancel(job_id, now=now, worker=worker)
+        self.fleet.fail(job_id, now=now, worker=worker)  # its group counts it as failed
         self._finish(record, "failed", result, now)
         return attrs.evolve(record)
 
@@ -496,8 +489,10 @@ class BrokerEngine:
         while self._retention and self._retention[0][0] <= now:
             _, job_id = heapq.heappop(self._retention)
             gone = self.jobs.pop(job_id, None)
-            if gone is not None and gone.idempotency_key is not None:
-                self.idempotency.pop((gone.member, gone.idempotency_key), None)
+            if gone is not None:
+                if gone.idempotency_key is not None:
+                    self.idempotency.pop((gone.member, gone.idempotency_key), None)
+                _groups.released(self, gone)
         return taken
 
     def _finish(self, record: JobRecord, state: JobStatus, result: Any, now: float) -> None:
@@ -588,6 +583,7 @@ class BrokerEngine:
         for data in state["jobs"]:
             record = JobRecord(**data)
             engine.jobs[record.id] = record
+            _groups.kept(engine, record)
         for member, key, job_id, digest in state["idempotency"]:
             engine.idempotency[(member, key)] = (job_id, digest)
         engine._retention = [(float(t), str(i)) for t, i in state["retention"]]

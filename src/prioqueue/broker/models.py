@@ -146,24 +146,35 @@ class GroupView(BaseModel):
     """``GET /v1/groups/{id}``: a group's jobs by state, GPU time and forecast finish."""
 
     group: str
+    member: str = Field(description="Whose group it is (the key's member, or ?member=).")
     queued: int
     running: int
     done: int
     failed: int
     cancelled: int
-    gpu_seconds: float = Field(description="Grant-to-finish seconds of its finished jobs.")
+    gpu_seconds: float = Field(
+        description="Seconds its jobs held a worker: every finished attempt, expired leases "
+        "included (the running attempts count once they end)."
+    )
     mean_runtime: float | None = Field(description="Mean runtime of its done jobs.")
     forecast_finish: float | None = Field(
-        description="Unix time its last queued job should finish at the current load (the "
-        "last finish when nothing is left); null when unknown."
+        description="Broker wall-clock (Unix) time at which its last queued or running job "
+        "should finish at the current load (the dispatcher's forecast dry run: no new "
+        "arrivals, runtimes from estimates or recent means); null when nothing of it is "
+        "queued or running, or a runtime on the way is unknown."
     )
+    forecast_seconds: float | None = Field(
+        description="Seconds from now to forecast_finish (never negative); null with it."
+    )
+    now: float = Field(description="The broker's wall-clock time of this answer.")
 
 
 class GroupCancelled(BaseModel):
     """``DELETE /v1/groups/{id}``: the jobs cancelled."""
 
     group: str
-    cancelled: list[str]
+    member: str = Field(description="Whose group it is (the key's member, or ?member=).")
+    cancelled: list[str] = Field(description="The cancelled jobs, oldest submission first.")
 
 
 class ErrorBody(BaseModel):

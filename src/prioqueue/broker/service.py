@@ -333,6 +333,14 @@ class Broker:
             _fatal(f"operation {op} failed inside the engine: {exc!r}")
             raise  # pragma: no cover - _fatal does not return
 
+    def now(self) -> float:
+        """The broker's wall-clock time (the store's clock; never goes backwards).
+
+        Raises:
+            Standby: This replica does not serve.
+        """
+        return self._serving().now()
+
     async def read(self) -> BrokerEngine:
         """The engine, once everything applied so far is durable.
 
