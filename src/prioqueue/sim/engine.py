@@ -178,6 +178,7 @@ class Feeder:
         events: The calls into the policy made here (its submissions).
         finished: The jobs that have left for good.
         forecasts: The group forecast log.
+        submitted: Each job's submission time (the list given).
 
     Complexity: every call is O(log n) plus the chain's jobs it submits.
     """
@@ -192,11 +193,11 @@ class Feeder:
         "_hold",
         "_queue",
         "_status",
-        "_submitted",
         "_wakes",
         "events",
         "finished",
         "forecasts",
+        "submitted",
     )
 
     def __init__(
@@ -214,7 +215,7 @@ class Feeder:
         self._arrivals = workload.arrivals
         self._queue = queue
         self._status = status
-        self._submitted = submitted
+        self.submitted = submitted
         self._end = end
         self._cancels = cancels
         self._wakes: list[float] = [] if wakes is None else wakes
@@ -251,7 +252,7 @@ class Feeder:
         )
         self.events += 1
         self._status[j] = QUEUED
-        self._submitted[j] = t
+        self.submitted[j] = t
         if a.cancel_after is not None:
             heapq.heappush(self._cancels, (t + a.cancel_after, j))
         if self._hold > 0 and a.model is not None:
@@ -286,6 +287,44 @@ def check_run_args(lease_factor: float | None, horizon: float | None, poll: floa
         raise ValueError(f"horizon must be a finite number of seconds >= 0, got {horizon!r}")
     if not (isinstance(poll, (int, float)) and 0 <= poll < math.inf):
         raise ValueError(f"poll must be a finite number of seconds >= 0, got {poll!r}")
+
+
+def close_run(
+    result: RunResult,
+    feeder: Feeder,
+    queue: Any,
+    *,
+    now: float,
+    stop: float,
+    cut: bool,
+    events: int,
+    began: float,
+    progress: Callable[[int], None] | None,
+) -> None:
+    """Fill in what both engines report at the end of a run: clock, counts, forecasts.
+
+    Args:
+        result: The run's result (its ``end`` times are final).
+        feeder: The run's feeder (submission times, forecasts, its own policy calls).
+        queue: The policy.
+        now: The engine's clock when the loop stopped.
+        stop: The horizon (``inf`` without one).
+        cut: Whether the run stopped at the horizon with work left.
+        events: The policy calls the engine made itself (the feeder's are added).
+        began: ``time.perf_counter()`` when the run began.
+        progress: The progress callback, told the final count of jobs that left.
+    """
+    result.makespan = now
+    if cut:
+        result.horizon = stop
+        result.makespan = max((e for e in result.end if not math.isnan(e)), default=0.0)
+    result.submitted = feeder.submitted
+    result.forecasts = feeder.forecasts.points if feeder.forecasts.active else {}
+    result.events = events + feeder.events
+    result.reorders = reorder_counts(queue, now)
+    result.wall_seconds = time.perf_counter() - began
+    if progress is not None:
+        progress(feeder.finished)
 
 
 def _lease_for(workload: Workload, factor: float) -> Callable[[Any], float]:
@@ -494,15 +533,15 @@ def simulate(
     result.idle_seconds = idle
     result.idle_waiting_seconds = idle_waiting
     result.lost_seconds = lost
-    result.makespan = now
-    if cut:
-        result.horizon = stop
-        result.makespan = max((e for e in end if not math.isnan(e)), default=0.0)
-    result.submitted = submitted
-    result.forecasts = forecasts.points if grouped else {}
-    result.events = events + feeder.events
-    result.reorders = reorder_counts(queue, now)
-    result.wall_seconds = time.perf_counter() - began
-    if progress is not None:
-        progress(feeder.finished)
+    close_run(
+        result,
+        feeder,
+        queue,
+        now=now,
+        stop=stop,
+        cut=cut,
+        events=events,
+        began=began,
+        progress=progress,
+    )
     return result

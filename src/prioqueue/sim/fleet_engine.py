@@ -61,9 +61,10 @@ from prioqueue.sim.engine import (
     RunResult,
     WorkerStats,
     check_run_args,
+    close_run,
 )
 from prioqueue.sim.fleet_policies import FleetQueue, build_fleet_queue
-from prioqueue.sim.policies import PolicySpec, reorder_counts
+from prioqueue.sim.policies import PolicySpec
 from prioqueue.sim.workers import WorkerSpec
 from prioqueue.sim.workload import Workload
 
@@ -391,18 +392,18 @@ def simulate_fleet(
     result.load_seconds = math.fsum(w.load for w in fleet)
     result.lost_seconds = math.fsum(w.lost for w in fleet)
     result.idle_waiting_seconds = idle_waiting
-    result.makespan = now
-    if cut:
-        result.horizon = stop
-        result.makespan = max((e for e in end if not math.isnan(e)), default=0.0)
+    result.worker_of = worker_of
+    close_run(
+        result,
+        feeder,
+        queue,
+        now=now,
+        stop=stop,
+        cut=cut,
+        events=events,
+        began=began,
+        progress=progress,
+    )
     busy = math.fsum(ws.busy_seconds for ws in result.workers)
     result.idle_seconds = max(0.0, len(fleet) * result.clock_end - busy)
-    result.submitted = submitted
-    result.worker_of = worker_of
-    result.forecasts = forecasts.points if grouped else {}
-    result.events = events + feeder.events
-    result.reorders = reorder_counts(queue, now)
-    result.wall_seconds = time.perf_counter() - began
-    if progress is not None:
-        progress(feeder.finished)
     return result
