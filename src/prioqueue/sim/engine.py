@@ -170,6 +170,8 @@ class Feeder:
         submitted: Each job's submission time, set on submission.
         end: Each job's leaving time, set by :meth:`left`.
         cancels: The engine's heap of ``(cancel time, job)``; a submission pushes onto it.
+        began: ``time.perf_counter()`` when the run began (for its wall time).
+        progress: The run's progress callback, told the final count in :meth:`close`.
         wakes: The fleet engine's heap of warm-hold expiries, or None (one GPU).
         hold: Warm hold seconds: when ``hold > 0``, submitting a job with a model pushes
             its submission time plus ``hold`` onto ``wakes``.
@@ -185,12 +187,14 @@ class Feeder:
 
     __slots__ = (
         "_arrivals",
+        "_began",
         "_cancels",
         "_chained",
         "_end",
         "_feed",
         "_grouped",
         "_hold",
+        "_progress",
         "_queue",
         "_status",
         "_wakes",
@@ -209,9 +213,13 @@ class Feeder:
         end: list[float],
         cancels: list[tuple[float, int]],
         *,
+        began: float,
+        progress: Callable[[int], None] | None = None,
         wakes: list[float] | None = None,
         hold: float = 0.0,
     ) -> None:
+        self._began = began
+        self._progress = progress
         self._arrivals = workload.arrivals
         self._queue = queue
         self._status = status
@@ -234,6 +242,21 @@ class Feeder:
                 self.submit(k, t)
         else:
             self.submit(j, t)
+
+    def arrivals_until(self, i: int, now: float) -> int:
+        """Submit the arrivals from index ``i`` on that are due by ``now``; log forecasts.
+
+        Returns:
+            The index of the first arrival still to come.
+        """
+        arrivals = self._arrivals
+        n = len(arrivals)
+        while i < n and arrivals[i].arrival <= now:
+            self.arrive(i, now)
+            i += 1
+        if self._grouped:
+            self.forecasts.flush(now)
+        return i
 
     def submit(self, j: int, t: float) -> None:
         """Submit job ``j`` to the policy at ``t``."""
@@ -273,6 +296,27 @@ class Feeder:
         if self._grouped:
             self.forecasts.finished(group, t)
 
+    def close(self, result: RunResult, *, now: float, events: int, horizon: float | None) -> None:
+        """Fill in what both engines report at the end of a run: clock, counts, forecasts.
+
+        Args:
+            result: The run's result (its ``end`` times are final).
+            now: The engine's clock when the loop stopped.
+            events: The policy calls the engine made itself (the feeder's are added).
+            horizon: The horizon when the run stopped there with work left, else None.
+        """
+        result.makespan = now
+        if horizon is not None:
+            result.horizon = horizon
+            result.makespan = max((e for e in result.end if not math.isnan(e)), default=0.0)
+        result.submitted = self.submitted
+        result.forecasts = self.forecasts.points if self._grouped else {}
+        result.events = events + self.events
+        result.reorders = reorder_counts(self._queue, now)
+        result.wall_seconds = time.perf_counter() - self._began
+        if self._progress is not None:
+            self._progress(self.finished)
+
 
 def check_run_args(lease_factor: float | None, horizon: float | None, poll: float) -> None:
     """Validate the run arguments both engines take.
@@ -287,44 +331,6 @@ def check_run_args(lease_factor: float | None, horizon: float | None, poll: floa
         raise ValueError(f"horizon must be a finite number of seconds >= 0, got {horizon!r}")
     if not (isinstance(poll, (int, float)) and 0 <= poll < math.inf):
         raise ValueError(f"poll must be a finite number of seconds >= 0, got {poll!r}")
-
-
-def close_run(
-    result: RunResult,
-    feeder: Feeder,
-    queue: Any,
-    *,
-    now: float,
-    stop: float,
-    cut: bool,
-    events: int,
-    began: float,
-    progress: Callable[[int], None] | None,
-) -> None:
-    """Fill in what both engines report at the end of a run: clock, counts, forecasts.
-
-    Args:
-        result: The run's result (its ``end`` times are final).
-        feeder: The run's feeder (submission times, forecasts, its own policy calls).
-        queue: The policy.
-        now: The engine's clock when the loop stopped.
-        stop: The horizon (``inf`` without one).
-        cut: Whether the run stopped at the horizon with work left.
-        events: The policy calls the engine made itself (the feeder's are added).
-        began: ``time.perf_counter()`` when the run began.
-        progress: The progress callback, told the final count of jobs that left.
-    """
-    result.makespan = now
-    if cut:
-        result.horizon = stop
-        result.makespan = max((e for e in result.end if not math.isnan(e)), default=0.0)
-    result.submitted = feeder.submitted
-    result.forecasts = feeder.forecasts.points if feeder.forecasts.active else {}
-    result.events = events + feeder.events
-    result.reorders = reorder_counts(queue, now)
-    result.wall_seconds = time.perf_counter() - began
-    if progress is not None:
-        progress(feeder.finished)
 
 
 def _lease_for(workload: Workload, factor: float) -> Callable[[Any], float]:
@@ -434,9 +440,9 @@ def simulate(
     dispatch = queue.dispatch
     complete = queue.complete
     submitted = [nan] * n
-    feeder = Feeder(workload, queue, status, submitted, end, cancels)
-    forecasts = feeder.forecasts
-    grouped = forecasts.active
+    feeder = Feeder(
+        workload, queue, status, submitted, end, cancels, began=began, progress=progress
+    )
     left = feeder.left
 
     while True:
@@ -489,11 +495,7 @@ def simulate(
                     idle_from = now
                 status[j] = CANCELLED
                 left(j, now)
-        while i < n and arrivals[i].arrival <= now:  # 4. arrivals
-            feeder.arrive(i, now)
-            i += 1
-        if grouped:
-            forecasts.flush(now)
+        i = feeder.arrivals_until(i, now)  # 4. arrivals
         if running < 0 and len(queue):  # 5. dispatch
             grant = dispatch(now)
             events += 1
@@ -533,15 +535,5 @@ def simulate(
     result.idle_seconds = idle
     result.idle_waiting_seconds = idle_waiting
     result.lost_seconds = lost
-    close_run(
-        result,
-        feeder,
-        queue,
-        now=now,
-        stop=stop,
-        cut=cut,
-        events=events,
-        began=began,
-        progress=progress,
-    )
+    feeder.close(result, now=now, events=events, horizon=stop if cut else None)
     return result

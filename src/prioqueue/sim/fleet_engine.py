@@ -61,7 +61,6 @@ from prioqueue.sim.engine import (
     RunResult,
     WorkerStats,
     check_run_args,
-    close_run,
 )
 from prioqueue.sim.fleet_policies import FleetQueue, build_fleet_queue
 from prioqueue.sim.policies import PolicySpec
@@ -196,9 +195,18 @@ def simulate_fleet(
     cancels: list[tuple[float, int]] = []
     ends: list[tuple[float, int, int]] = []  # (run end, worker, job)
     wakes: list[float] = []  # warm holds running out
-    feeder = Feeder(workload, queue, status, submitted, end, cancels, wakes=wakes, hold=hold)
-    forecasts = feeder.forecasts
-    grouped = forecasts.active
+    feeder = Feeder(
+        workload,
+        queue,
+        status,
+        submitted,
+        end,
+        cancels,
+        began=began,
+        progress=progress,
+        wakes=wakes,
+        hold=hold,
+    )
     left = feeder.left
     hung = 0  # hung attempts held now: only they can reach a lease deadline
     deadline = inf
@@ -323,11 +331,7 @@ def simulate_fleet(
                     stop_running(holder[j], j, now)
                 status[j] = CANCELLED
                 left(j, now)
-        while i < n and arrivals[i].arrival <= now:  # 4. arrivals
-            feeder.arrive(i, now)
-            i += 1
-        if grouped:
-            forecasts.flush(now)
+        i = feeder.arrivals_until(i, now)  # 4. arrivals
         if poll > 0:  # a tick that passed while nothing waited: the next one from now
             for w in fleet:
                 if w.tick < now:
@@ -393,17 +397,7 @@ def simulate_fleet(
     result.lost_seconds = math.fsum(w.lost for w in fleet)
     result.idle_waiting_seconds = idle_waiting
     result.worker_of = worker_of
-    close_run(
-        result,
-        feeder,
-        queue,
-        now=now,
-        stop=stop,
-        cut=cut,
-        events=events,
-        began=began,
-        progress=progress,
-    )
+    feeder.close(result, now=now, events=events, horizon=stop if cut else None)
     busy = math.fsum(ws.busy_seconds for ws in result.workers)
     result.idle_seconds = max(0.0, len(fleet) * result.clock_end - busy)
     return result
