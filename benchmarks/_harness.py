@@ -7,10 +7,13 @@ machines that run benchmarks are noisy: absolute numbers move between runs, rati
 from __future__ import annotations
 
 import gc
+import heapq
+import random
+import time
 import timeit
 from collections.abc import Callable
 
-__all__ = ["per_call", "report", "section"]
+__all__ = ["heapq_pair", "per_call", "report", "section"]
 
 
 def per_call(fn: Callable[[], object], *, repeat: int = 5, min_time: float = 0.2) -> float:
@@ -45,3 +48,19 @@ def report(name: str, seconds: float, baseline_name: str, baseline_seconds: floa
         f"{name:<44} {seconds * 1e9:>10.0f} ns/call   "
         f"{baseline_name:<28} {baseline_seconds * 1e9:>8.0f} ns   ratio {ratio:>7.1f}x"
     )
+
+
+def heapq_pair(n: int, cycles: int, rng: random.Random) -> float:
+    """Seconds per ``heappush`` + ``heappop`` pair on a heap of ``n`` tuples: the floor baseline.
+
+    A scheduling cycle cannot beat one push and one pop on a binary heap of the same size, so
+    the dispatcher benchmarks print their cycle time as a ratio to this.
+    """
+    heap = [(rng.random(), i) for i in range(n)]
+    heapq.heapify(heap)
+    values = [rng.random() for _ in range(cycles)]
+    t0 = time.perf_counter()
+    for i, value in enumerate(values):
+        heapq.heappush(heap, (value, i))
+        heapq.heappop(heap)
+    return (time.perf_counter() - t0) / cycles

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import argparse
 import gc
-import heapq
 import random
 import time
 import tracemalloc
 
-from _harness import section
+from _harness import heapq_pair, section
 
 from prioqueue.dispatcher import SizeOneDispatcher
 
@@ -67,17 +66,6 @@ def _cycles(
     return (time.perf_counter() - t0) / cycles
 
 
-def _heapq_pair(n: int, cycles: int, rng: random.Random) -> float:
-    heap = [(rng.random(), i) for i in range(n)]
-    heapq.heapify(heap)
-    values = [rng.random() for _ in range(cycles)]
-    t0 = time.perf_counter()
-    for i, value in enumerate(values):
-        heapq.heappush(heap, (value, i))
-        heapq.heappop(heap)
-    return (time.perf_counter() - t0) / cycles
-
-
 def _rescan(lanes: int, cycles: int, rng: random.Random) -> float:
     keys = [rng.random() for _ in range(lanes)]
     t0 = time.perf_counter()
@@ -116,7 +104,7 @@ def main() -> None:
                 plain = SizeOneDispatcher(track_reorders=False)
                 _fill(plain, n, members, random.Random(1), now=0.0)
                 untracked = _cycles(plain, n, args.cycles, members, rng)
-                pair = _heapq_pair(n, args.cycles, rng)
+                pair = heapq_pair(n, args.cycles, rng)
                 rescan = _rescan(lanes, max(10, args.cycles // max(1, lanes // 100)), rng)
             finally:
                 gc.enable()

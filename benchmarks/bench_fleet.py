@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import heapq
 import random
 import time
 import tracemalloc
@@ -33,7 +32,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, TypedDict
 
-from _harness import section
+from _harness import heapq_pair, section
 
 from prioqueue import FleetDispatcher, SizeOneDispatcher
 
@@ -124,17 +123,6 @@ def _size_one_cycles(gpu: SizeOneDispatcher, start: int, cycles: int, rng: rando
     return (time.perf_counter() - t0) / cycles
 
 
-def _heapq_pair(n: int, cycles: int, rng: random.Random) -> float:
-    heap = [(rng.random(), i) for i in range(n)]
-    heapq.heapify(heap)
-    values = [rng.random() for _ in range(cycles)]
-    t0 = time.perf_counter()
-    for i, value in enumerate(values):
-        heapq.heappush(heap, (value, i))
-        heapq.heappop(heap)
-    return (time.perf_counter() - t0) / cycles
-
-
 def _bytes_per_job(build: Callable[[], object], n: int) -> float:
     gc.collect()
     tracemalloc.start()
@@ -171,7 +159,7 @@ def main() -> None:
 
     section(f"Cycle at {n:,} queued: fleet ({WORKERS} workers, {len(MODELS)} models) vs size-one")
     size_one = _timed(_size_one_cycles, _size_one(n, random.Random(1)), n, cycles, random.Random(2))
-    pair = _timed(_heapq_pair, n, cycles, random.Random(3))
+    pair = _timed(heapq_pair, n, cycles, random.Random(3))
     print(f"{'fleet':<22} {'cycle µs':>9} {'size-one µs':>12} {'ratio':>6} {'target':>7} "
           f"{'heapq µs':>9} {'ratio':>6}")  # fmt: skip
     costs: dict[int, float] = {}

@@ -70,20 +70,28 @@ def _raise_nofile() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def _request(port: int, index: int, seconds: float = JOB_SECONDS) -> bytes:
+def chat_request(port: int, model: str, seconds: float, headers: str = "") -> bytes:
+    """One raw HTTP/1.1 chat request for the fake upstream to hold ``seconds`` seconds.
+
+    ``headers`` are extra header lines, each ending in CRLF.
+    """
     body = json.dumps(
         {
-            "model": MODELS[index % len(MODELS)],
+            "model": model,
             "messages": [{"role": "user", "content": "hi"}],
             "fake": {"seconds": seconds},
         }
     ).encode()
     head = (
-        f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-        f"X-LlamaSwap-Priority: {LEVELS[index % len(LEVELS)]}\r\n"
+        f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{headers}"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
+
+
+def _request(port: int, index: int, seconds: float = JOB_SECONDS) -> bytes:
+    priority = f"X-LlamaSwap-Priority: {LEVELS[index % len(LEVELS)]}\r\n"
+    return chat_request(port, MODELS[index % len(MODELS)], seconds, priority)
 
 
 async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
@@ -212,15 +220,22 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _run_clients(port: int, count: int, seconds: float) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--client", str(port), str(count), str(seconds)]
-    result = subprocess.run(
-        command, capture_output=True, text=True, timeout=seconds + 180, check=False
-    )
+def client_process(script: str, args: list[str], timeout: float) -> dict[str, Any]:
+    """Run ``script --client ARGS`` in its own process; return the JSON its last line prints.
+
+    Raises:
+        RuntimeError: The process failed (its stderr is in the message).
+    """
+    command = [sys.executable, script, "--client", *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     if result.returncode != 0:
         raise RuntimeError(f"client process failed:\n{result.stderr}")
     data: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
     return data
+
+
+def _run_clients(port: int, count: int, seconds: float) -> dict[str, Any]:
+    return client_process(__file__, [str(port), str(count), str(seconds)], seconds + 180)
 
 
 def _get(port: int, path: str) -> tuple[int, bytes]:

@@ -31,7 +31,6 @@ import random
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -52,18 +51,7 @@ RUN_DEADLINE = 400  # seconds: the whole run is killed past this (signal.alarm)
 
 
 def _request(port: int, model: str, seconds: float) -> bytes:
-    body = json.dumps(
-        {
-            "model": model,
-            "messages": [{"role": "user", "content": "hi"}],
-            "fake": {"seconds": seconds},
-        }
-    ).encode()
-    head = (
-        f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    return head.encode() + body
+    return base.chat_request(port, model, seconds)
 
 
 # -- the client process ----------------------------------------------------------------------
@@ -143,12 +131,7 @@ def _client_main(argv: list[str]) -> None:
 
 
 def _clients(*args: object) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--client", *map(str, args)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=330, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"client process failed:\n{result.stderr}")
-    data: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    return data
+    return base.client_process(__file__, [str(a) for a in args], 330)
 
 
 # -- the driver ------------------------------------------------------------------------------

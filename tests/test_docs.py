@@ -147,7 +147,8 @@ CONFIGS = [
 )
 def test_gateway_configs_parse(page: Path, text: str) -> None:
     """A ```toml block marked ``<!-- gateway-config -->`` is a valid gateway configuration."""
-    from prioqueue.gateway.config import _load_toml, parse_config
+    from prioqueue._service_config import _load_toml
+    from prioqueue.gateway.config import parse_config
 
     parse_config(_load_toml(text), source=f"{page.name}: ")
 

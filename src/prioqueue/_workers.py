@@ -30,7 +30,8 @@ import attrs
 
 from prioqueue._errors import ConfigError
 from prioqueue._lanes import QUEUED, _Entry, _Item, _Lane, _Ranking
-from prioqueue.lease import ImageRequest, LeaseCalculator, _request_kwargs, _request_source
+from prioqueue._lease_values import _request_kwargs
+from prioqueue.lease import ImageRequest, LeaseCalculator, _request_source
 from prioqueue.records import WorkerInfo
 
 if TYPE_CHECKING:

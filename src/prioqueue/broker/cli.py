@@ -12,18 +12,17 @@ leader's address until they take over.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 from prioqueue._errors import ConfigError
+from prioqueue._service_cli import add_server_options, missing_modules, shutdown_signals
 
 __all__ = ["add_arguments", "run"]
 
-for _module in ("fastapi", "uvicorn"):  # the extra: `prioqueue --help` says when it is missing
-    if importlib.util.find_spec(_module) is None:
-        raise ImportError(f"No module named {_module!r}")
+_MISSING = missing_modules(("fastapi", "uvicorn"))
+if _MISSING:  # the extra: `prioqueue --help` says when it is missing
+    raise ImportError(f"No module named {_MISSING[0]!r}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,13 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--listen", metavar="HOST:PORT", help="address to listen on (overrides)")
     parser.add_argument("--store", metavar="URL", help="store URL (overrides the file's)")
-    parser.add_argument(
-        "--log-level",
-        default="info",
-        choices=["critical", "error", "warning", "info", "debug"],
-        help="uvicorn's log level (default: info)",
-    )
-    parser.add_argument("--no-access-log", action="store_true", help="do not log every request")
+    add_server_options(parser)
     parser.add_argument("--check", action="store_true", help="validate the configuration and exit")
     parser.add_argument(
         "--openapi", action="store_true", help="print the OpenAPI description (JSON) and exit"
@@ -51,23 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _server_class() -> Any:
-    import contextlib
-    import signal
-
     import uvicorn
 
     class Server(uvicorn.Server):
         """uvicorn's server, exiting 0 after a graceful SIGTERM/SIGINT (no re-raised signal)."""
 
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            handled = (signal.SIGINT, signal.SIGTERM)
-            previous = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
-            try:
-                yield
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
+        def capture_signals(self) -> Any:  # no re-raising the signal after shutdown: exit 0
+            return shutdown_signals(self.handle_exit)
 
     return Server
 

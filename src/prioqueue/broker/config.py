@@ -36,13 +36,16 @@ from typing import Any, Final, Literal
 import attrs
 
 from prioqueue._errors import ConfigError
-from prioqueue.gateway.config import (
-    _load_toml,
+from prioqueue._service_config import (
     _policy,
     _scoring,
     _Table,
     _tier,
-    parse_listen,
+    api_key_entries,
+    charge_setting,
+    default_tier,
+    listen_setting,
+    read_toml,
 )
 from prioqueue.lease import LeaseCalculator
 from prioqueue.priority import PriorityPolicy
@@ -193,12 +196,8 @@ def _check_store(value: str, where: str) -> str:
 
 
 def _keys(root: _Table, tiers: Mapping[str, float]) -> dict[str, BrokerKey]:
-    table = root.table("keys")
     keys: dict[str, BrokerKey] = {}
-    for key in table.data:
-        if not key.strip() or any(c.isspace() for c in key):
-            raise table.fail(key, "an API key must be non-empty and have no whitespace")
-        entry = table.table(key)
+    for key, entry in api_key_entries(root):
         role = entry.string("role", "")
         if role == "worker":
             for flag in ("observer", "admin"):
@@ -214,7 +213,7 @@ def _keys(root: _Table, tiers: Mapping[str, float]) -> dict[str, BrokerKey]:
             keys[key] = BrokerKey(
                 role="submitter",
                 member=member,
-                tier=_tier(entry, "tier", tiers, next(iter(tiers), "free")),
+                tier=_tier(entry, "tier", tiers, default_tier(tiers)),
                 max_priority=entry.integer("max_priority", 0),  # type: ignore[arg-type]
                 observer=entry.boolean("observer", False),
                 admin=entry.boolean("admin", False),
@@ -280,11 +279,7 @@ def parse_config(
     root = _Table(data, "", source)
     policy = _policy(root)
     scoring = _scoring(root)
-    where = "--listen" if listen is not None else f"{source}listen"
-    host, port = parse_listen(
-        listen if listen is not None else root.string("listen", DEFAULT_LISTEN), where=where
-    )
-    root.used.add("listen")
+    host, port = listen_setting(root, listen, DEFAULT_LISTEN)
     where = "--store" if store is not None else f"{source}store"
     store_url = _check_store(
         store if store is not None else root.string("store", DEFAULT_STORE), where
@@ -294,12 +289,7 @@ def parse_config(
     advertise = root.string("advertise", f"http://{shown}:{port}")
     if not advertise.startswith(("http://", "https://")):
         raise root.fail("advertise", f"expected an http:// or https:// URL, got {advertise!r}")
-    charge_raw = root.get("charge")
-    charge: str | float = "runtime"
-    if charge_raw is not None:
-        charge = (
-            charge_raw if charge_raw in ("runtime", "estimate") else root.number("charge", None)  # type: ignore[assignment]
-        )
+    charge = charge_setting(root)
     timeout = root.number("worker_timeout_seconds", 120.0, positive=False)
     config = BrokerConfig(
         host=host,
@@ -351,12 +341,5 @@ def load_config(
     """
     if path is None:
         return parse_config({}, listen=listen, store=store)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the configuration: {exc}") from None
-    try:
-        data = _load_toml(text)
-    except ValueError as exc:  # tomllib.TOMLDecodeError is a ValueError
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    data = read_toml(path)
     return parse_config(data, source=f"{path}: ", listen=listen, store=store)

@@ -17,12 +17,12 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import importlib.util
 import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
 from prioqueue._errors import ConfigError
+from prioqueue._service_cli import add_server_options, missing_modules, shutdown_signals
 
 if TYPE_CHECKING:
     from prioqueue.gateway.settings import GatewayConfig
@@ -37,17 +37,7 @@ _GATEWAY_MODULES = ("aiohttp", "uvicorn", "yarl")
 
 def missing_extras() -> tuple[list[str], bool]:
     """Return the gateway extra's missing modules and whether prometheus-client is there."""
-    missing = [name for name in _GATEWAY_MODULES if not _importable(name)]
-    return missing, _importable("prometheus_client")
-
-
-def _importable(name: str) -> bool:
-    if name in sys.modules:
-        return sys.modules[name] is not None
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
+    return missing_modules(_GATEWAY_MODULES), not missing_modules(("prometheus_client",))
 
 
 def _upstreams(config: GatewayConfig) -> str:
@@ -71,13 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--upstream", metavar="URL", help="upstream base URL (overrides the file)")
     parser.add_argument("--listen", metavar="HOST:PORT", help="address to listen on (overrides)")
-    parser.add_argument(
-        "--log-level",
-        default="info",
-        choices=["critical", "error", "warning", "info", "debug"],
-        help="uvicorn's log level (default: info)",
-    )
-    parser.add_argument("--no-access-log", action="store_true", help="do not log every request")
+    add_server_options(parser)
     parser.add_argument(
         "--record",
         metavar="FILE",
@@ -114,17 +98,7 @@ def _server_class() -> Any:
                 self.loop.call_soon_threadsafe(self.gateway.begin_shutdown)
 
         def capture_signals(self) -> Any:  # no re-raising the signal after shutdown: exit 0
-            @contextlib.contextmanager
-            def capture() -> Any:
-                handled = (signal.SIGINT, signal.SIGTERM)
-                previous = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
-                try:
-                    yield
-                finally:
-                    for sig, handler in previous.items():
-                        signal.signal(sig, handler)
-
-            return capture()
+            return shutdown_signals(self.handle_exit)
 
     return GatewayServer
 

@@ -25,8 +25,6 @@ A minimal file::
 
 from __future__ import annotations
 
-import math
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -36,6 +34,20 @@ from urllib.parse import urlsplit
 import attrs
 
 from prioqueue._errors import ConfigError
+from prioqueue._service_config import (
+    _level,
+    _number,
+    _policy,
+    _scoring,
+    _Table,
+    _tier,
+    api_key_entries,
+    charge_setting,
+    default_tier,
+    listen_setting,
+    parse_listen,
+    read_toml,
+)
 from prioqueue.gateway.settings import (
     DEFAULT_ADMIN_PATHS,
     DEFAULT_GATED_METHODS,
@@ -49,8 +61,7 @@ from prioqueue.gateway.settings import (
     TrustedHeader,
     UpstreamConfig,
 )
-from prioqueue.priority import DEFAULT_ALIASES, PriorityPolicy
-from prioqueue.scoring import DEFAULT_TIER_BONUSES, ScoringConfig
+from prioqueue.priority import PriorityPolicy
 
 __all__ = [
     "DEFAULT_ADMIN_PATHS",
@@ -67,114 +78,6 @@ __all__ = [
     "parse_config",
     "parse_listen",
 ]
-
-# --- reading -------------------------------------------------------------------------------
-
-
-def _quote(name: str) -> str:
-    """Quote a TOML key for a message when it is not a bare key."""
-    if name and all(c.isascii() and (c.isalnum() or c in "-_") for c in name):
-        return name
-    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-class _Table:
-    """A TOML table being read: typed getters that name the key in their errors."""
-
-    def __init__(self, data: Mapping[str, Any], path: str, source: str) -> None:
-        self.data = data
-        self.path = path
-        self.source = source
-        self.used: set[str] = set()
-
-    def name(self, key: str) -> str:
-        return f"{self.path}.{_quote(key)}" if self.path else _quote(key)
-
-    def fail(self, key: str, message: str) -> ConfigError:
-        return ConfigError(f"{self.source}{self.name(key)}: {message}")
-
-    def get(self, key: str) -> Any:
-        self.used.add(key)
-        return self.data.get(key)
-
-    def string(self, key: str, default: str) -> str:
-        value = self.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, str) or not value:
-            raise self.fail(key, f"must be a non-empty string, got {value!r}")
-        return value
-
-    def optional_string(self, key: str) -> str | None:
-        return None if self.get(key) is None else self.string(key, "")
-
-    def boolean(self, key: str, default: bool) -> bool:
-        value = self.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self.fail(key, f"must be true or false, got {value!r}")
-        return value
-
-    def integer(self, key: str, default: int | None, minimum: int | None = None) -> int | None:
-        value = self.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise self.fail(key, f"must be an integer, got {value!r}")
-        if minimum is not None and value < minimum:
-            raise self.fail(key, f"must be >= {minimum}, got {value}")
-        return value
-
-    def number(self, key: str, default: float | None, *, positive: bool = True) -> float | None:
-        value = self.get(key)
-        if value is None:
-            return default
-        return _number(self, key, value, positive=positive)
-
-    def table(self, key: str) -> _Table:
-        value = self.get(key)
-        if value is None:
-            value = {}
-        if not isinstance(value, Mapping):
-            raise self.fail(key, f"must be a table, got {value!r}")
-        return _Table(value, self.name(key), self.source)
-
-    def finish(self) -> None:
-        unknown = sorted(set(self.data) - self.used)
-        if unknown:
-            known = ", ".join(sorted(self.used))
-            raise self.fail(unknown[0], f"unknown key (known here: {known})")
-
-
-def _number(table: _Table, key: str, value: object, *, positive: bool = True) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        raise table.fail(key, f"must be a finite number, got {value!r}")
-    if positive and value <= 0:
-        raise table.fail(key, f"must be > 0, got {value!r}")
-    if not positive and value < 0:
-        raise table.fail(key, f"must be >= 0, got {value!r}")
-    return float(value)
-
-
-def parse_listen(value: str, *, where: str = "listen") -> tuple[str, int]:
-    """Split ``host:port`` (``[v6]:port`` for IPv6; ``:port`` means 127.0.0.1).
-
-    Args:
-        value: The address.
-        where: The key named in an error.
-
-    Returns:
-        ``(host, port)``.
-
-    Raises:
-        ConfigError: The value is not ``host:port`` with a port in 0..65535.
-    """
-    host, sep, port_text = value.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ConfigError(f"{where}: expected 'host:port' with a port 0..65535, got {value!r}")
-    host = host.strip("[]") or "127.0.0.1"
-    return host, int(port_text)
 
 
 def _check_upstream(value: str, where: str) -> str:
@@ -236,67 +139,6 @@ def _routing(root: _Table) -> Literal["warm", "round-robin", "least-busy"]:
     if value != "warm":
         raise root.fail("routing", f"must be warm, round-robin or least-busy, got {value!r}")
     return "warm"
-
-
-def _tier(table: _Table, key: str, tiers: Mapping[str, float], default: str) -> str:
-    name = table.string(key, default)
-    if name not in tiers:
-        known = ", ".join(tiers) or "none"
-        raise table.fail(key, f"unknown tier {name!r} (known: {known})")
-    return name
-
-
-def _level(table: _Table, key: str, policy: PriorityPolicy) -> int:
-    text = key.strip()
-    if text.lstrip("+-").isdigit():
-        return int(text)
-    if text.lower() in policy.aliases:
-        return policy.aliases[text.lower()]
-    known = ", ".join(policy.aliases)
-    raise table.fail(key, f"not a priority level (a number or one of: {known})")
-
-
-def _policy(root: _Table) -> PriorityPolicy:
-    table = root.table("policy")
-    aliases_table = table.table("aliases")
-    aliases = dict(DEFAULT_ALIASES)
-    for name in aliases_table.data:
-        aliases[name] = aliases_table.integer(name, None)  # type: ignore[assignment]
-    kwargs = {
-        "default": table.integer("default", 0),
-        "minimum": table.integer("minimum", None),
-        "maximum": table.integer("maximum", None),
-    }
-    table.finish()
-    try:
-        return PriorityPolicy(aliases=aliases, **kwargs)  # type: ignore[arg-type]
-    except ConfigError as exc:
-        raise ConfigError(f"{root.source}policy: {exc}") from None
-
-
-def _scoring(root: _Table) -> ScoringConfig:
-    tiers_table = root.table("tiers")
-    tiers: dict[str, float] = {}
-    for name in tiers_table.data:
-        tiers[name] = tiers_table.number(name, None, positive=False)  # type: ignore[assignment]
-    table = root.table("scoring")
-    by_model_table = table.table("affinity_by_model")
-    by_model = {
-        name: by_model_table.number(name, None, positive=False) for name in by_model_table.data
-    }
-    kwargs: dict[str, Any] = {
-        "tier_bonuses": tiers or DEFAULT_TIER_BONUSES,
-        "affinity_by_model": by_model,
-    }
-    for key, positive in (("band_spacing", True), ("max_affinity", False), ("aging_divisor", True)):
-        value = table.number(key, None, positive=positive)
-        if value is not None:
-            kwargs[key] = value
-    table.finish()
-    try:
-        return ScoringConfig(**kwargs)
-    except ConfigError as exc:
-        raise ConfigError(f"{root.source}scoring: {exc}") from None
 
 
 _LIMIT_INTEGERS = (
@@ -383,12 +225,8 @@ def _limits(root: _Table, policy: PriorityPolicy) -> Limits:
 
 
 def _keys(root: _Table, tiers: Mapping[str, float]) -> dict[str, ApiKey]:
-    keys_table = root.table("keys")
     keys: dict[str, ApiKey] = {}
-    for key in keys_table.data:
-        if not key.strip() or any(c.isspace() for c in key):
-            raise keys_table.fail(key, "an API key must be non-empty and have no whitespace")
-        entry = keys_table.table(key)
+    for key, entry in api_key_entries(root):
         member = entry.string("member", "")
         if not member:
             raise entry.fail("member", "is required")
@@ -396,7 +234,7 @@ def _keys(root: _Table, tiers: Mapping[str, float]) -> dict[str, ApiKey]:
         admin = entry.boolean("admin", False)
         keys[key] = ApiKey(
             member=member,
-            tier=_tier(entry, "tier", tiers, next(iter(tiers), "free")),
+            tier=_tier(entry, "tier", tiers, default_tier(tiers)),
             max_priority=max_priority,  # type: ignore[arg-type]
             observer=entry.boolean("observer", False) or admin,
             admin=admin,
@@ -417,7 +255,7 @@ def _trusted(root: _Table, tiers: Mapping[str, float]) -> TrustedHeader | None:
     trusted = TrustedHeader(
         member=member.lower(),
         tier=tier.lower() if tier else None,
-        default_tier=_tier(table, "default_tier", tiers, next(iter(tiers), "free")),
+        default_tier=_tier(table, "default_tier", tiers, default_tier(tiers)),
         max_priority=table.integer("max_priority", 0),  # type: ignore[arg-type]
     )
     table.finish()
@@ -452,18 +290,8 @@ def parse_config(
     up = upstream if upstream is not None else root.string("upstream", DEFAULT_UPSTREAM)
     root.used.add("upstream")
     up = _check_upstream(up, "--upstream" if upstream is not None else f"{source}upstream")
-    where = "--listen" if listen is not None else f"{source}listen"
-    host, port = parse_listen(
-        listen if listen is not None else root.string("listen", DEFAULT_LISTEN), where=where
-    )
-    root.used.add("listen")
-    charge_raw = root.get("charge")
-    charge: str | float = "runtime"
-    if charge_raw is not None:
-        if charge_raw in ("runtime", "estimate"):
-            charge = charge_raw
-        else:
-            charge = _number(root, "charge", charge_raw)
+    host, port = listen_setting(root, listen, DEFAULT_LISTEN)
+    charge = charge_setting(root)
     resident = root.table("resident")
     resident_poll = resident.number("poll_seconds", 0.0, positive=False)
     resident_path = resident.string("path", "/running")
@@ -480,7 +308,7 @@ def parse_config(
         port=port,
         allow_anonymous=root.boolean("allow_anonymous", False),
         anonymous_member=root.string("anonymous_member", "anonymous"),
-        anonymous_tier=_tier(root, "anonymous_tier", tiers, next(iter(tiers), "free")),
+        anonymous_tier=_tier(root, "anonymous_tier", tiers, default_tier(tiers)),
         anonymous_max_priority=root.integer("anonymous_max_priority", 0),  # type: ignore[arg-type]
         keys=MappingProxyType(_keys(root, tiers)),
         trusted_header=_trusted(root, tiers),
@@ -511,15 +339,6 @@ def parse_config(
     return config
 
 
-def _load_toml(text: str) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - exercised on 3.10 only
-        import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
-    data: dict[str, Any] = tomllib.loads(text)
-    return data
-
-
 def load_config(
     path: str | Path | None, *, upstream: str | None = None, listen: str | None = None
 ) -> GatewayConfig:
@@ -540,13 +359,5 @@ def load_config(
     if path is None:
         config = parse_config({}, upstream=upstream, listen=listen)
         return attrs.evolve(config, allow_anonymous=True)
-    source = f"{path}: "
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the configuration: {exc}") from None
-    try:
-        data = _load_toml(text)
-    except ValueError as exc:  # tomllib.TOMLDecodeError is a ValueError
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    return parse_config(data, source=source, upstream=upstream, listen=listen)
+    data = read_toml(path)
+    return parse_config(data, source=f"{path}: ", upstream=upstream, listen=listen)

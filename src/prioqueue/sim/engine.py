@@ -160,6 +160,179 @@ class RunResult:
         return self.makespan if self.horizon is None else self.horizon
 
 
+class Feeder:
+    """Submits the arrivals to a policy and records the jobs that leave (both engines).
+
+    Args:
+        workload: The workload (its arrivals, groups and chains).
+        queue: The policy (a ``SimQueue`` or a ``FleetQueue``).
+        status: Each job's status, set to ``QUEUED`` on submission.
+        submitted: Each job's submission time, set on submission.
+        end: Each job's leaving time, set by :meth:`left`.
+        cancels: The engine's heap of ``(cancel time, job)``; a submission pushes onto it.
+        began: ``time.perf_counter()`` when the run began (for its wall time).
+        progress: The run's progress callback, told the final count in :meth:`close`.
+        wakes: The fleet engine's heap of warm-hold expiries, or None (one GPU).
+        hold: Warm hold seconds: when ``hold > 0``, submitting a job with a model pushes
+            its submission time plus ``hold`` onto ``wakes``.
+
+    Attributes:
+        events: The calls into the policy made here (its submissions).
+        finished: The jobs that have left for good.
+        forecasts: The group forecast log.
+        submitted: Each job's submission time (the list given).
+
+    Complexity: every call is O(log n) plus the chain's jobs it submits.
+    """
+
+    __slots__ = (
+        "_arrivals",
+        "_began",
+        "_cancels",
+        "_chained",
+        "_end",
+        "_feed",
+        "_grouped",
+        "_hold",
+        "_progress",
+        "_queue",
+        "_status",
+        "_wakes",
+        "events",
+        "finished",
+        "forecasts",
+        "submitted",
+    )
+
+    def __init__(
+        self,
+        workload: Workload,
+        queue: Any,
+        status: list[int],
+        submitted: list[float],
+        end: list[float],
+        cancels: list[tuple[float, int]],
+        *,
+        began: float,
+        progress: Callable[[int], None] | None = None,
+        wakes: list[float] | None = None,
+        hold: float = 0.0,
+    ) -> None:
+        self._began = began
+        self._progress = progress
+        self._arrivals = workload.arrivals
+        self._queue = queue
+        self._status = status
+        self.submitted = submitted
+        self._end = end
+        self._cancels = cancels
+        self._wakes: list[float] = [] if wakes is None else wakes
+        self._hold = hold
+        self._feed = ChainFeed(workload)
+        self.forecasts = ForecastLog(workload, queue, self._feed)
+        self._grouped = self.forecasts.active
+        self._chained = bool(workload.chains)
+        self.events = 0
+        self.finished = 0
+
+    def arrive(self, j: int, t: float) -> None:
+        """Job ``j`` arrived at ``t``: submit it, or what its chain lets through."""
+        if self._chained and self._feed.chained(j):
+            for k in self._feed.arrive(j):
+                self.submit(k, t)
+        else:
+            self.submit(j, t)
+
+    def arrivals_until(self, i: int, now: float) -> int:
+        """Submit the arrivals from index ``i`` on that are due by ``now``; log forecasts.
+
+        Returns:
+            The index of the first arrival still to come.
+        """
+        arrivals = self._arrivals
+        n = len(arrivals)
+        while i < n and arrivals[i].arrival <= now:
+            self.arrive(i, now)
+            i += 1
+        if self._grouped:
+            self.forecasts.flush(now)
+        return i
+
+    def submit(self, j: int, t: float) -> None:
+        """Submit job ``j`` to the policy at ``t``."""
+        a = self._arrivals[j]
+        grouped = self._grouped
+        extra = {"group": a.group} if grouped and a.group is not None else {}
+        self._queue.submit(
+            str(j),
+            member=a.member,
+            priority=a.priority,
+            tier=a.tier,
+            model=a.model,
+            estimate=a.estimate,
+            now=t,
+            **extra,
+        )
+        self.events += 1
+        self._status[j] = QUEUED
+        self.submitted[j] = t
+        if a.cancel_after is not None:
+            heapq.heappush(self._cancels, (t + a.cancel_after, j))
+        if self._hold > 0 and a.model is not None:
+            heapq.heappush(self._wakes, t + self._hold)
+        if grouped and a.group is not None:
+            self.forecasts.started(a.group)
+
+    def left(self, j: int, t: float) -> None:
+        """Job ``j`` left for good at ``t``: count it, feed its chain, log its group."""
+        self._end[j] = t
+        self.finished += 1
+        group = self._arrivals[j].group
+        if group is None:
+            return
+        if self._chained and self._feed.chained(j):
+            for k in self._feed.left(j):
+                self.submit(k, t)
+        if self._grouped:
+            self.forecasts.finished(group, t)
+
+    def close(self, result: RunResult, *, now: float, events: int, horizon: float | None) -> None:
+        """Fill in what both engines report at the end of a run: clock, counts, forecasts.
+
+        Args:
+            result: The run's result (its ``end`` times are final).
+            now: The engine's clock when the loop stopped.
+            events: The policy calls the engine made itself (the feeder's are added).
+            horizon: The horizon when the run stopped there with work left, else None.
+        """
+        result.makespan = now
+        if horizon is not None:
+            result.horizon = horizon
+            result.makespan = max((e for e in result.end if not math.isnan(e)), default=0.0)
+        result.submitted = self.submitted
+        result.forecasts = self.forecasts.points if self._grouped else {}
+        result.events = events + self.events
+        result.reorders = reorder_counts(self._queue, now)
+        result.wall_seconds = time.perf_counter() - self._began
+        if self._progress is not None:
+            self._progress(self.finished)
+
+
+def check_run_args(lease_factor: float | None, horizon: float | None, poll: float) -> None:
+    """Validate the run arguments both engines take.
+
+    Raises:
+        ValueError: ``lease_factor`` is below 1, ``horizon`` or ``poll`` is negative or not
+            a finite number.
+    """
+    if lease_factor is not None and not lease_factor >= 1:
+        raise ValueError(f"lease_factor must be >= 1, got {lease_factor!r}")
+    if horizon is not None and not (isinstance(horizon, (int, float)) and 0 <= horizon < math.inf):
+        raise ValueError(f"horizon must be a finite number of seconds >= 0, got {horizon!r}")
+    if not (isinstance(poll, (int, float)) and 0 <= poll < math.inf):
+        raise ValueError(f"poll must be a finite number of seconds >= 0, got {poll!r}")
+
+
 def _lease_for(workload: Workload, factor: float) -> Callable[[Any], float]:
     """Return a lease rule: ``factor`` times the job's duration plus the slowest cold load."""
     slack = max([workload.default_load, *workload.load_seconds.values()]) + 1.0
@@ -209,12 +382,7 @@ def simulate(
             a number.
         ConfigError: ``workers`` is empty, out of range or names a worker twice.
     """
-    if lease_factor is not None and not lease_factor >= 1:
-        raise ValueError(f"lease_factor must be >= 1, got {lease_factor!r}")
-    if horizon is not None and not (isinstance(horizon, (int, float)) and 0 <= horizon < math.inf):
-        raise ValueError(f"horizon must be a finite number of seconds >= 0, got {horizon!r}")
-    if not (isinstance(poll, (int, float)) and 0 <= poll < math.inf):
-        raise ValueError(f"poll must be a finite number of seconds >= 0, got {poll!r}")
+    check_run_args(lease_factor, horizon, poll)
     if workers is None and workload.workers is not None:
         workers = workload.workers
     if workers is not None:
@@ -267,52 +435,15 @@ def simulate(
     load_total = 0.0
     lost = 0.0
     events = 0
-    finished = 0
     now = 0.0
     loops = 0
     dispatch = queue.dispatch
     complete = queue.complete
     submitted = [nan] * n
-    feed = ChainFeed(workload)
-    forecasts = ForecastLog(workload, queue, feed)
-    grouped = forecasts.active
-    chained = bool(workload.chains)
-
-    def submit(j: int, t: float) -> None:
-        nonlocal events
-        a = arrivals[j]
-        extra = {"group": a.group} if grouped and a.group is not None else {}
-        queue.submit(
-            str(j),
-            member=a.member,
-            priority=a.priority,
-            tier=a.tier,
-            model=a.model,
-            estimate=a.estimate,
-            now=t,
-            **extra,
-        )
-        events += 1
-        status[j] = QUEUED
-        submitted[j] = t
-        if a.cancel_after is not None:
-            heapq.heappush(cancels, (t + a.cancel_after, j))
-        if grouped and a.group is not None:
-            forecasts.started(a.group)
-
-    def left(j: int, t: float) -> None:
-        """Job ``j`` left for good: count it, feed its chain, log its group."""
-        nonlocal finished
-        end[j] = t
-        finished += 1
-        group = arrivals[j].group
-        if group is None:
-            return
-        if chained and feed.chained(j):
-            for k in feed.left(j):
-                submit(k, t)
-        if grouped:
-            forecasts.finished(group, t)
+    feeder = Feeder(
+        workload, queue, status, submitted, end, cancels, began=began, progress=progress
+    )
+    left = feeder.left
 
     while True:
         t = arrivals[i].arrival if i < n else inf
@@ -364,15 +495,7 @@ def simulate(
                     idle_from = now
                 status[j] = CANCELLED
                 left(j, now)
-        while i < n and arrivals[i].arrival <= now:  # 4. arrivals
-            if chained and feed.chained(i):
-                for k in feed.arrive(i):
-                    submit(k, now)
-            else:
-                submit(i, now)
-            i += 1
-        if grouped:
-            forecasts.flush(now)
+        i = feeder.arrivals_until(i, now)  # 4. arrivals
         if running < 0 and len(queue):  # 5. dispatch
             grant = dispatch(now)
             events += 1
@@ -405,22 +528,12 @@ def simulate(
                     deadline = inf
         loops += 1
         if progress is not None and not loops % _PROGRESS_EVERY:
-            progress(finished)
+            progress(feeder.finished)
 
     result.swaps = swaps
     result.load_seconds = load_total
     result.idle_seconds = idle
     result.idle_waiting_seconds = idle_waiting
     result.lost_seconds = lost
-    result.makespan = now
-    if cut:
-        result.horizon = stop
-        result.makespan = max((e for e in end if not math.isnan(e)), default=0.0)
-    result.submitted = submitted
-    result.forecasts = forecasts.points if grouped else {}
-    result.events = events
-    result.reorders = reorder_counts(queue, now)
-    result.wall_seconds = time.perf_counter() - began
-    if progress is not None:
-        progress(finished)
+    feeder.close(result, now=now, events=events, horizon=stop if cut else None)
     return result

@@ -57,12 +57,13 @@ from prioqueue.sim.engine import (
     PENDING,
     QUEUED,
     RUNNING,
+    Feeder,
     RunResult,
     WorkerStats,
+    check_run_args,
 )
 from prioqueue.sim.fleet_policies import FleetQueue, build_fleet_queue
-from prioqueue.sim.groups import ChainFeed, ForecastLog
-from prioqueue.sim.policies import PolicySpec, reorder_counts
+from prioqueue.sim.policies import PolicySpec
 from prioqueue.sim.workers import WorkerSpec
 from prioqueue.sim.workload import Workload
 
@@ -151,12 +152,7 @@ def simulate_fleet(
             a finite number.
         ConfigError: ``workers`` is empty or names a worker twice.
     """
-    if lease_factor is not None and not lease_factor >= 1:
-        raise ValueError(f"lease_factor must be >= 1, got {lease_factor!r}")
-    if horizon is not None and not (isinstance(horizon, (int, float)) and 0 <= horizon < math.inf):
-        raise ValueError(f"horizon must be a finite number of seconds >= 0, got {horizon!r}")
-    if not (isinstance(poll, (int, float)) and 0 <= poll < math.inf):
-        raise ValueError(f"poll must be a finite number of seconds >= 0, got {poll!r}")
+    check_run_args(lease_factor, horizon, poll)
     names = [w.name for w in workers]
     if not names or len(set(names)) != len(names):
         raise ConfigError(f"workers must be non-empty with unique names, got {names}")
@@ -196,58 +192,29 @@ def simulate_fleet(
     result = RunResult(spec, workload, status, start, end, load)
     retries = result.retries
     runs = result.runs
-    feed = ChainFeed(workload)
-    forecasts = ForecastLog(workload, queue, feed)
-    grouped = forecasts.active
     cancels: list[tuple[float, int]] = []
     ends: list[tuple[float, int, int]] = []  # (run end, worker, job)
     wakes: list[float] = []  # warm holds running out
+    feeder = Feeder(
+        workload,
+        queue,
+        status,
+        submitted,
+        end,
+        cancels,
+        began=began,
+        progress=progress,
+        wakes=wakes,
+        hold=hold,
+    )
+    left = feeder.left
     hung = 0  # hung attempts held now: only they can reach a lease deadline
     deadline = inf
     idle_waiting = 0.0
     events = 0
-    finished = 0
     i = 0
     loops = 0
     cut = False
-
-    def submit(j: int, t: float) -> None:
-        nonlocal events
-        a = arrivals[j]
-        extra = {"group": a.group} if grouped and a.group is not None else {}
-        queue.submit(
-            str(j),
-            member=a.member,
-            priority=a.priority,
-            tier=a.tier,
-            model=a.model,
-            estimate=a.estimate,
-            now=t,
-            **extra,
-        )
-        events += 1
-        status[j] = QUEUED
-        submitted[j] = t
-        if a.cancel_after is not None:
-            heapq.heappush(cancels, (t + a.cancel_after, j))
-        if hold > 0 and a.model is not None:
-            heapq.heappush(wakes, t + hold)
-        if grouped and a.group is not None:
-            forecasts.started(a.group)
-
-    def left(j: int, t: float) -> None:
-        """Job ``j`` left for good: count it, feed its chain, log its group."""
-        nonlocal finished
-        end[j] = t
-        finished += 1
-        group = arrivals[j].group
-        if group is None:
-            return
-        if feed.chained(j):
-            for k in feed.left(j):
-                submit(k, t)
-        if grouped:
-            forecasts.finished(group, t)
 
     def begin(w: _Worker, t: float) -> None:
         """Start the worker's first held job, if any."""
@@ -364,15 +331,7 @@ def simulate_fleet(
                     stop_running(holder[j], j, now)
                 status[j] = CANCELLED
                 left(j, now)
-        while i < n and arrivals[i].arrival <= now:  # 4. arrivals
-            if feed.chained(i):
-                for k in feed.arrive(i):
-                    submit(k, now)
-            else:
-                submit(i, now)
-            i += 1
-        if grouped:
-            forecasts.flush(now)
+        i = feeder.arrivals_until(i, now)  # 4. arrivals
         if poll > 0:  # a tick that passed while nothing waited: the next one from now
             for w in fleet:
                 if w.tick < now:
@@ -410,7 +369,7 @@ def simulate_fleet(
         deadline = inf if next_deadline is None else next_deadline
         loops += 1
         if progress is not None and not loops % _PROGRESS_EVERY:
-            progress(finished)
+            progress(feeder.finished)
 
     for w in fleet:  # unfinished work at the horizon
         if w.running >= 0:
@@ -437,18 +396,8 @@ def simulate_fleet(
     result.load_seconds = math.fsum(w.load for w in fleet)
     result.lost_seconds = math.fsum(w.lost for w in fleet)
     result.idle_waiting_seconds = idle_waiting
-    result.makespan = now
-    if cut:
-        result.horizon = stop
-        result.makespan = max((e for e in end if not math.isnan(e)), default=0.0)
+    result.worker_of = worker_of
+    feeder.close(result, now=now, events=events, horizon=stop if cut else None)
     busy = math.fsum(ws.busy_seconds for ws in result.workers)
     result.idle_seconds = max(0.0, len(fleet) * result.clock_end - busy)
-    result.submitted = submitted
-    result.worker_of = worker_of
-    result.forecasts = forecasts.points if grouped else {}
-    result.events = events
-    result.reorders = reorder_counts(queue, now)
-    result.wall_seconds = time.perf_counter() - began
-    if progress is not None:
-        progress(finished)
     return result

@@ -31,7 +31,16 @@ from typing import Any, Protocol
 
 from prioqueue._errors import ConfigError, InvalidState, UnknownJob
 from prioqueue.scoring import Scorer
-from prioqueue.sim.policies import ExpiredLike, GrantLike, PolicySpec
+from prioqueue.sim.policies import (
+    _MAX_ATTEMPTS,
+    ExpiredLike,
+    GrantLike,
+    PolicySpec,
+    _Expired,
+    _Grant,
+    _Job,
+    _JobBook,
+)
 from prioqueue.sim.workers import WorkerSpec
 
 __all__ = [
@@ -46,8 +55,6 @@ __all__ = [
 
 DEFAULT_FLEET_POLICIES = ("fifo", "strict", "warm-first", "prioqueue")
 """What a fleet report compares unless told otherwise: three pull baselines and prioqueue."""
-
-_MAX_ATTEMPTS = 3
 
 #: ``(job, worker name) -> lease seconds``.
 LeaseRule = Callable[[Any, str], float]
@@ -86,51 +93,7 @@ class FleetQueue(Protocol):
     def __len__(self) -> int: ...
 
 
-class _Job:
-    __slots__ = (
-        "attempt",
-        "deadline",
-        "id",
-        "member",
-        "model",
-        "priority",
-        "queued",
-        "seq",
-        "worker",
-    )
-
-    def __init__(
-        self, job_id: str, member: str, priority: int, model: str | None, seq: int
-    ) -> None:
-        self.id = job_id
-        self.member = member
-        self.priority = priority
-        self.model = model
-        self.seq = seq
-        self.attempt = 0
-        self.queued = True
-        self.worker: str | None = None
-        self.deadline: float | None = None
-
-
-class _Grant:
-    __slots__ = ("attempt", "job", "worker")
-
-    def __init__(self, job: _Job, attempt: int, worker: str) -> None:
-        self.job = job
-        self.attempt = attempt
-        self.worker = worker
-
-
-class _Expired:
-    __slots__ = ("job", "requeued")
-
-    def __init__(self, job: _Job, requeued: bool) -> None:
-        self.job = job
-        self.requeued = requeued
-
-
-class _PullBaseline(abc.ABC):
+class _PullBaseline(_JobBook):
     """Jobs by id, one heap per model, the workers' held counts and the leases.
 
     Subclasses give the order (``_key``) and may prefer a model (``_prefer``).
@@ -143,21 +106,16 @@ class _PullBaseline(abc.ABC):
     def __init__(self, workers: Sequence[WorkerSpec], lease_for: LeaseRule | None = None) -> None:
         if not workers:
             raise ConfigError("a fleet needs at least one worker")
+        super().__init__()
         self._serves = {w.name: w.models for w in workers}
         self._slots = {w.name: w.slots for w in workers}
         self._held = {w.name: 0 for w in workers}
         self._resident: dict[str, str | None] = {w.name: w.resident for w in workers}
         self._only = workers[0].name if len(workers) == 1 else None
         self._lease_for = lease_for
-        self._jobs: dict[str, _Job] = {}
         self._heaps: dict[str | None, list[tuple[tuple[int, int], int, _Job]]] = {}
         self._deadlines: list[tuple[float, int, _Job]] = []
-        self._queued = 0
-        self._seq = 0
         self._pushes = 0
-
-    def __len__(self) -> int:
-        return self._queued
 
     @abc.abstractmethod
     def _key(self, job: _Job, *, requeue: bool) -> tuple[int, int]:
@@ -181,28 +139,6 @@ class _PullBaseline(abc.ABC):
         while heap and not heap[0][2].queued:
             heapq.heappop(heap)
         return heap[0][2] if heap else None
-
-    def submit(
-        self,
-        job_id: str,
-        *,
-        member: str,
-        priority: int | str | bytes | None = 0,
-        tier: str = "free",
-        model: str | None = None,
-        estimate: float | None = None,
-        payload: Any = None,
-        now: float,
-    ) -> object:
-        """Queue a job (``priority`` must already be a number). O(log n)."""
-        if not isinstance(priority, int):
-            raise TypeError(f"baselines take numeric priorities, got {priority!r}")
-        job = _Job(job_id, member, priority, model, self._seq)
-        self._seq += 1
-        self._jobs[job_id] = job
-        self._queued += 1
-        self._push(job, requeue=False)
-        return job
 
     def _candidates(self, name: str) -> Iterable[str | None]:
         served = self._serves[name]
@@ -307,14 +243,7 @@ class _PullBaseline(abc.ABC):
             if job.worker is None or job.deadline != deadline:
                 continue  # finished or regranted since
             self._release(job)
-            if job.attempt >= _MAX_ATTEMPTS:
-                del self._jobs[job.id]
-                result.append(_Expired(job, False))
-            else:
-                job.queued = True
-                self._queued += 1
-                self._push(job, requeue=True)
-                result.append(_Expired(job, True))
+            result.append(self._lease_ran_out(job))
         return result
 
     def next_deadline(self) -> float | None:

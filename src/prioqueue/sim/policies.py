@@ -138,7 +138,20 @@ class SimQueue(Protocol):
 
 
 class _Job:
-    __slots__ = ("arrival", "attempt", "id", "member", "model", "priority", "queued", "seq")
+    """A baseline's job (one GPU or a fleet; ``worker``/``deadline`` are the fleet's)."""
+
+    __slots__ = (
+        "arrival",
+        "attempt",
+        "deadline",
+        "id",
+        "member",
+        "model",
+        "priority",
+        "queued",
+        "seq",
+        "worker",
+    )
 
     def __init__(
         self, job_id: str, member: str, priority: int, model: str | None, arrival: float, seq: int
@@ -151,14 +164,17 @@ class _Job:
         self.seq = seq
         self.attempt = 0
         self.queued = True
+        self.worker: str | None = None
+        self.deadline: float | None = None
 
 
 class _Grant:
-    __slots__ = ("attempt", "job")
+    __slots__ = ("attempt", "job", "worker")
 
-    def __init__(self, job: _Job, attempt: int) -> None:
+    def __init__(self, job: _Job, attempt: int, worker: str | None = None) -> None:
         self.job = job
         self.attempt = attempt
+        self.worker = worker
 
 
 class _Expired:
@@ -169,17 +185,14 @@ class _Expired:
         self.requeued = requeued
 
 
-class _Baseline(abc.ABC):
-    """Shared bookkeeping of the baselines: jobs by id, the running job and its lease.
+class _JobBook(abc.ABC):
+    """What every baseline (one GPU or a fleet) keeps: jobs by id and the queued count.
 
-    Subclasses decide the order: ``_push`` files a job, ``_pop`` takes the next one.
+    Subclasses file a queued job with ``_push`` (at the head of its queue when ``requeue``).
     """
 
-    def __init__(self, lease_for: Callable[[Any], float] | None = None) -> None:
+    def __init__(self) -> None:
         self._jobs: dict[str, _Job] = {}
-        self._running: _Job | None = None
-        self._deadline: float | None = None
-        self._lease_for = lease_for
         self._queued = 0
         self._seq = 0
 
@@ -189,10 +202,6 @@ class _Baseline(abc.ABC):
     @abc.abstractmethod
     def _push(self, job: _Job, *, requeue: bool) -> None:
         """File a queued job (at the head of its queue when ``requeue``)."""
-
-    @abc.abstractmethod
-    def _pop(self) -> _Job | None:
-        """Take the next job to run, or None when none is queued."""
 
     def submit(
         self,
@@ -206,7 +215,11 @@ class _Baseline(abc.ABC):
         payload: Any = None,
         now: float,
     ) -> object:
-        """Queue a job (``priority`` must already be a number)."""
+        """Queue a job (``priority`` must already be a number). O(log n).
+
+        Raises:
+            TypeError: ``priority`` is not an int.
+        """
         if not isinstance(priority, int):
             raise TypeError(f"baselines take numeric priorities, got {priority!r}")
         job = _Job(job_id, member, priority, model, now, self._seq)
@@ -215,6 +228,33 @@ class _Baseline(abc.ABC):
         self._queued += 1
         self._push(job, requeue=False)
         return job
+
+    def _lease_ran_out(self, job: _Job) -> _Expired:
+        """Requeue a job whose lease ran out, or fail it after ``_MAX_ATTEMPTS`` grants."""
+        if job.attempt >= _MAX_ATTEMPTS:
+            del self._jobs[job.id]
+            return _Expired(job, False)
+        job.queued = True
+        self._queued += 1
+        self._push(job, requeue=True)
+        return _Expired(job, True)
+
+
+class _Baseline(_JobBook):
+    """Shared bookkeeping of the baselines: jobs by id, the running job and its lease.
+
+    Subclasses decide the order: ``_push`` files a job, ``_pop`` takes the next one.
+    """
+
+    def __init__(self, lease_for: Callable[[Any], float] | None = None) -> None:
+        super().__init__()
+        self._running: _Job | None = None
+        self._deadline: float | None = None
+        self._lease_for = lease_for
+
+    @abc.abstractmethod
+    def _pop(self) -> _Job | None:
+        """Take the next job to run, or None when none is queued."""
 
     def dispatch(self, now: float) -> _Grant | None:
         """Grant the next queued job when nothing runs."""
@@ -262,13 +302,7 @@ class _Baseline(abc.ABC):
             return []
         self._running = None
         self._deadline = None
-        if job.attempt >= _MAX_ATTEMPTS:
-            del self._jobs[job.id]
-            return [_Expired(job, False)]
-        job.queued = True
-        self._queued += 1
-        self._push(job, requeue=True)
-        return [_Expired(job, True)]
+        return [self._lease_ran_out(job)]
 
     def next_deadline(self) -> float | None:
         """The running job's lease deadline, or None."""

@@ -1,0 +1,75 @@
+"""What ``prioqueue gateway`` and ``prioqueue broker`` share on the command line.
+
+Both run an HTTP service under uvicorn: the same ``--log-level`` and ``--no-access-log``
+options, the same check for an optional extra's modules (without importing them), and the
+same signal handling while uvicorn serves (a SIGTERM or SIGINT asks for a graceful shutdown,
+and the signal is not raised again afterwards, so the process exits 0). Only the standard
+library is imported here; uvicorn is imported by the commands when they start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import signal
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+__all__ = ["add_server_options", "missing_modules", "shutdown_signals"]
+
+
+def add_server_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--log-level`` and ``--no-access-log`` (uvicorn's logging) to ``parser``.
+
+    Args:
+        parser: The subcommand's parser.
+    """
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="uvicorn's log level (default: info)",
+    )
+    parser.add_argument("--no-access-log", action="store_true", help="do not log every request")
+
+
+def _importable(name: str) -> bool:
+    if name in sys.modules:
+        return sys.modules[name] is not None
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def missing_modules(names: Iterable[str]) -> list[str]:
+    """The modules of ``names`` that cannot be imported, found without importing them.
+
+    Args:
+        names: Top-level module names (an extra's dependencies).
+
+    Returns:
+        The missing ones, in the order given.
+    """
+    return [name for name in names if not _importable(name)]
+
+
+@contextlib.contextmanager
+def shutdown_signals(handle_exit: Callable[[int, Any], None]) -> Iterator[None]:
+    """Route SIGINT and SIGTERM to ``handle_exit`` inside the block; restore them after.
+
+    Unlike uvicorn's own ``capture_signals``, the signal is not raised again when the block
+    ends, so a graceful shutdown exits with status 0.
+
+    Args:
+        handle_exit: The server's ``handle_exit(signal number, frame)``.
+    """
+    handled = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, handle_exit) for sig in handled}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,289 @@
+"""What the gateway's and the broker's TOML configurations share.
+
+Theory of operation
+-------------------
+Both services read one TOML file, validated once at start, with the same rules: every value
+is checked by a typed getter of :class:`_Table` that names the key by its TOML path in its
+error (``keys."abc".tier: unknown tier 'gold' (known: free, pro, max)``), and unknown keys
+are errors (:meth:`_Table.finish`). The ``[policy]``, ``[tiers]`` and ``[scoring]`` tables,
+``listen``, ``charge`` and the API key table's names read the same in both.
+
+Only the standard library and prioqueue's core are imported here (no optional extra), so
+either service's configuration can be read and checked without the other's extras.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from prioqueue._errors import ConfigError
+from prioqueue.priority import DEFAULT_ALIASES, PriorityPolicy
+from prioqueue.scoring import DEFAULT_TIER_BONUSES, ScoringConfig
+
+__all__ = [
+    "api_key_entries",
+    "charge_setting",
+    "default_tier",
+    "listen_setting",
+    "parse_listen",
+    "read_toml",
+]
+
+
+def _quote(name: str) -> str:
+    """Quote a TOML key for a message when it is not a bare key."""
+    if name and all(c.isascii() and (c.isalnum() or c in "-_") for c in name):
+        return name
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class _Table:
+    """A TOML table being read: typed getters that name the key in their errors."""
+
+    def __init__(self, data: Mapping[str, Any], path: str, source: str) -> None:
+        self.data = data
+        self.path = path
+        self.source = source
+        self.used: set[str] = set()
+
+    def name(self, key: str) -> str:
+        return f"{self.path}.{_quote(key)}" if self.path else _quote(key)
+
+    def fail(self, key: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.source}{self.name(key)}: {message}")
+
+    def get(self, key: str) -> Any:
+        self.used.add(key)
+        return self.data.get(key)
+
+    def string(self, key: str, default: str) -> str:
+        value = self.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str) or not value:
+            raise self.fail(key, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def optional_string(self, key: str) -> str | None:
+        return None if self.get(key) is None else self.string(key, "")
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.fail(key, f"must be true or false, got {value!r}")
+        return value
+
+    def integer(self, key: str, default: int | None, minimum: int | None = None) -> int | None:
+        value = self.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self.fail(key, f"must be an integer, got {value!r}")
+        if minimum is not None and value < minimum:
+            raise self.fail(key, f"must be >= {minimum}, got {value}")
+        return value
+
+    def number(self, key: str, default: float | None, *, positive: bool = True) -> float | None:
+        value = self.get(key)
+        if value is None:
+            return default
+        return _number(self, key, value, positive=positive)
+
+    def table(self, key: str) -> _Table:
+        value = self.get(key)
+        if value is None:
+            value = {}
+        if not isinstance(value, Mapping):
+            raise self.fail(key, f"must be a table, got {value!r}")
+        return _Table(value, self.name(key), self.source)
+
+    def finish(self) -> None:
+        unknown = sorted(set(self.data) - self.used)
+        if unknown:
+            known = ", ".join(sorted(self.used))
+            raise self.fail(unknown[0], f"unknown key (known here: {known})")
+
+
+def _number(table: _Table, key: str, value: object, *, positive: bool = True) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise table.fail(key, f"must be a finite number, got {value!r}")
+    if positive and value <= 0:
+        raise table.fail(key, f"must be > 0, got {value!r}")
+    if not positive and value < 0:
+        raise table.fail(key, f"must be >= 0, got {value!r}")
+    return float(value)
+
+
+def parse_listen(value: str, *, where: str = "listen") -> tuple[str, int]:
+    """Split ``host:port`` (``[v6]:port`` for IPv6; ``:port`` means 127.0.0.1).
+
+    Args:
+        value: The address.
+        where: The key named in an error.
+
+    Returns:
+        ``(host, port)``.
+
+    Raises:
+        ConfigError: The value is not ``host:port`` with a port in 0..65535.
+    """
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ConfigError(f"{where}: expected 'host:port' with a port 0..65535, got {value!r}")
+    host = host.strip("[]") or "127.0.0.1"
+    return host, int(port_text)
+
+
+def _tier(table: _Table, key: str, tiers: Mapping[str, float], default: str) -> str:
+    name = table.string(key, default)
+    if name not in tiers:
+        known = ", ".join(tiers) or "none"
+        raise table.fail(key, f"unknown tier {name!r} (known: {known})")
+    return name
+
+
+def _level(table: _Table, key: str, policy: PriorityPolicy) -> int:
+    text = key.strip()
+    if text.lstrip("+-").isdigit():
+        return int(text)
+    if text.lower() in policy.aliases:
+        return policy.aliases[text.lower()]
+    known = ", ".join(policy.aliases)
+    raise table.fail(key, f"not a priority level (a number or one of: {known})")
+
+
+def _policy(root: _Table) -> PriorityPolicy:
+    table = root.table("policy")
+    aliases_table = table.table("aliases")
+    aliases = dict(DEFAULT_ALIASES)
+    for name in aliases_table.data:
+        aliases[name] = aliases_table.integer(name, None)  # type: ignore[assignment]
+    kwargs = {
+        "default": table.integer("default", 0),
+        "minimum": table.integer("minimum", None),
+        "maximum": table.integer("maximum", None),
+    }
+    table.finish()
+    try:
+        return PriorityPolicy(aliases=aliases, **kwargs)  # type: ignore[arg-type]
+    except ConfigError as exc:
+        raise ConfigError(f"{root.source}policy: {exc}") from None
+
+
+def _scoring(root: _Table) -> ScoringConfig:
+    tiers_table = root.table("tiers")
+    tiers: dict[str, float] = {}
+    for name in tiers_table.data:
+        tiers[name] = tiers_table.number(name, None, positive=False)  # type: ignore[assignment]
+    table = root.table("scoring")
+    by_model_table = table.table("affinity_by_model")
+    by_model = {
+        name: by_model_table.number(name, None, positive=False) for name in by_model_table.data
+    }
+    kwargs: dict[str, Any] = {
+        "tier_bonuses": tiers or DEFAULT_TIER_BONUSES,
+        "affinity_by_model": by_model,
+    }
+    for key, positive in (("band_spacing", True), ("max_affinity", False), ("aging_divisor", True)):
+        value = table.number(key, None, positive=positive)
+        if value is not None:
+            kwargs[key] = value
+    table.finish()
+    try:
+        return ScoringConfig(**kwargs)
+    except ConfigError as exc:
+        raise ConfigError(f"{root.source}scoring: {exc}") from None
+
+
+def _load_toml(text: str) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+    data: dict[str, Any] = tomllib.loads(text)
+    return data
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """Read and parse a TOML configuration file.
+
+    Args:
+        path: The file.
+
+    Returns:
+        The parsed document.
+
+    Raises:
+        ConfigError: The file cannot be read or is not TOML (the message names the file).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the configuration: {exc}") from None
+    try:
+        return _load_toml(text)
+    except ValueError as exc:  # tomllib.TOMLDecodeError is a ValueError
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+
+
+def listen_setting(root: _Table, listen: str | None, default: str) -> tuple[str, int]:
+    """Read ``listen`` (``host:port``), or take the ``--listen`` override when given.
+
+    Args:
+        root: The document's top table.
+        listen: The ``--listen`` option, or None to read the file's (``default`` if absent).
+        default: The address when neither gives one.
+
+    Returns:
+        ``(host, port)``.
+
+    Raises:
+        ConfigError: The address is not ``host:port``; the message names ``--listen`` or the
+            file's key.
+    """
+    where = "--listen" if listen is not None else f"{root.source}listen"
+    host, port = parse_listen(
+        listen if listen is not None else root.string("listen", default), where=where
+    )
+    root.used.add("listen")
+    return host, port
+
+
+def charge_setting(root: _Table) -> str | float:
+    """Read ``charge``: ``"runtime"`` (the default), ``"estimate"`` or seconds (> 0).
+
+    Raises:
+        ConfigError: Neither of those; the message names the key.
+    """
+    value = root.get("charge")
+    if value is None:
+        return "runtime"
+    if value in ("runtime", "estimate"):
+        return str(value)
+    return _number(root, "charge", value)
+
+
+def api_key_entries(root: _Table) -> Iterator[tuple[str, _Table]]:
+    """Yield each ``[keys."KEY"]`` table of the document with its key, checked by name.
+
+    The caller reads each entry's values and calls its ``finish()``.
+
+    Raises:
+        ConfigError: ``keys`` is not a table, or a key is empty or holds whitespace.
+    """
+    table = root.table("keys")
+    for key in table.data:
+        if not key.strip() or any(c.isspace() for c in key):
+            raise table.fail(key, "an API key must be non-empty and have no whitespace")
+        yield key, table.table(key)
+
+
+def default_tier(tiers: Mapping[str, float]) -> str:
+    """The tier a key gets when it names none: the first configured, else ``"free"``."""
+    return next(iter(tiers), "free")
