@@ -137,7 +137,7 @@ class _Engine(_Reporting, GroupMethods):
         # The reported term is never negative; the ranking uses s itself (a lane charged up
         # front for jobs still running may be ahead of the clock).
         aging = (t - lane.s) / self._divisor
-        aging = max(aging, 0.0)
+        aging = aging if aging >= 0.0 else 0.0  # max(aging, 0.0) without the call
         # Positional arguments: band, tier_bonus, swap_affinity, aging (the hot path).
         score = ScoreBreakdown(job.priority, lane.head().job.tier_bonus, aff, aging)
         level = self._levels[job.priority]
@@ -146,8 +146,11 @@ class _Engine(_Reporting, GroupMethods):
         swap = job.model is not None and job.model != resident
         name = worker.name if self._name_in_grants else None
         # Positional: job, score, lease, granted_at, attempt, waited, swap, worker.
-        grant = Grant(job, score, lease, t, entry.attempt, t - job.arrival, swap, name)
-        self._record(t, job, score, resident, name)
+        wait = t - job.arrival
+        grant = Grant(job, score, lease, t, entry.attempt, wait, swap, name)
+        self._dispatches += 1
+        if self._history_limit:
+            self._record(t, job, score, resident, name)
         # State changes start here; nothing below can fail.
         entry.state = RUNNING
         entry.granted_at = t
@@ -182,7 +185,6 @@ class _Engine(_Reporting, GroupMethods):
             worker.resident = model
         if swap:
             self._swaps += 1
-        wait = t - job.arrival
         level.dispatched += 1
         level.total_wait += wait
         level.buckets[bisect.bisect_left(self._buckets, wait)] += 1
@@ -194,11 +196,11 @@ class _Engine(_Reporting, GroupMethods):
     def _record(
         self, t: float, job: Job, score: ScoreBreakdown, resident: str | None, name: str | None
     ) -> None:
-        """Remember a grant for ``explain``, within ``history`` entries and bytes. O(1)."""
-        self._dispatches += 1
+        """Remember a grant for ``explain``, within ``history`` entries and bytes. O(1).
+
+        The caller counts the dispatch and calls this only when a history is kept.
+        """
         limit = self._history_limit
-        if not limit:
-            return
         history = self._history
         model = job.model
         size = _RECORD_BYTES + len(job.id) + len(job.member) + (len(model) if model else 0)
@@ -269,13 +271,14 @@ class _Engine(_Reporting, GroupMethods):
         self._release(entry)
         lane.owner.gpu_seconds += final
         if self._fair_share:
-            lane.settled = min(lane.settled + final / entry.capacity, now)
-            if lane.live and self._levels[lane.level].lanes == 1:
-                # Alone at its level, the lane is re-anchored at now, exactly as a producer
-                # that resubmits one job at a time would be lifted: lag accrued while other
-                # levels used the GPU is not fair-share debt.
-                lane.settled = now
-            lane.set_s()
+            settled = lane.settled + final / entry.capacity
+            if settled > now or (lane.live and self._levels[lane.level].lanes == 1):
+                # Clamped at now; and alone at its level, the lane is re-anchored at now,
+                # exactly as a producer that resubmits one job at a time would be lifted: lag
+                # accrued while other levels used the GPU is not fair-share debt.
+                settled = now
+            lane.settled = settled
+            lane.s = settled + lane.held if lane.holding else settled  # set_s, inlined
             if lane.live:
                 lane.log_s(now)
                 self._note_s(lane)
@@ -376,7 +379,7 @@ class _Engine(_Reporting, GroupMethods):
             measured = finite("runtime", runtime)
             if measured < 0:
                 raise ValueError(f"runtime must be >= 0 seconds, got {runtime!r}")
-        measured = max(measured, 0.0)
+        measured = measured if measured >= 0.0 else 0.0  # max(measured, 0.0), no call
         if charge is None and self._plain_charge:
             final = measured
         else:
