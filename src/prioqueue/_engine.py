@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import deque
 from collections.abc import Iterable
 from heapq import heappop as _heappop
 from heapq import heappush as _heappush
 from typing import Literal, NamedTuple
 
-from prioqueue._core import _Level
+from prioqueue._core import _RECENT_PER_KEY, _Level
 from prioqueue._errors import InvalidState, LeaseError, LeaseExpired, UnknownWorker
 from prioqueue._groups import GroupMethods
 from prioqueue._lanes import GONE, RUNNING, _Entry, _Lane
@@ -116,7 +117,7 @@ class _Engine(_Reporting, GroupMethods):
             fast = not search.warm
         best = self._ranking.best(resident) if fast else None
         cap = self._max_running
-        if best is not None and cap is not None and best[0].owner.running >= cap:
+        if cap is not None and best is not None and best[0].owner.running >= cap:
             fast = False
         if not fast:
             if search is None:
@@ -149,8 +150,23 @@ class _Engine(_Reporting, GroupMethods):
         wait = t - job.arrival
         grant = Grant(job, score, lease, t, entry.attempt, wait, swap, name)
         self._dispatches += 1
-        if self._history_limit:
-            self._record(t, job, score, resident, name)
+        model = job.model
+        limit = self._history_limit
+        if limit:
+            # Remember the grant for ``explain``, within ``history`` entries and bytes. O(1).
+            history = self._history
+            size = _RECORD_BYTES + len(job.id) + len(job.member) + (len(model) if model else 0)
+            history.append(
+                _new_record(
+                    DispatchRecord,
+                    (t, self._dispatches, job.id, job.member, job.priority, job.seq, model,
+                     score, resident, name, size),
+                )
+            )  # fmt: skip
+            total = self._history_size + size
+            while len(history) > limit or total > self._history_bytes:
+                total -= history.popleft().size
+            self._history_size = total
         # State changes start here; nothing below can fail.
         entry.state = RUNNING
         entry.granted_at = t
@@ -163,7 +179,9 @@ class _Engine(_Reporting, GroupMethods):
         worker.held.append(entry)
         worker.last_seen = t
         lane.holding += 1
-        lane.owner.running += 1
+        owner = lane.owner
+        owner.running += 1
+        owner.dispatched += 1
         if charged:
             lane.held += charged
             lane.s = lane.settled + lane.held
@@ -171,8 +189,7 @@ class _Engine(_Reporting, GroupMethods):
             # (``_lift_floor``), and ``s_log``, for explain, follows the settled part.
         if lease is not None:
             _heappush(self._deadlines, (lease.deadline, job.seq, id(entry), entry))
-        model = job.model
-        if model is not None and model != resident:
+        if model is not None and model != resident:  # that is, ``swap``
             # _set_resident inlined (the hot path; the popping worker is live).
             residents = self._residents
             if resident is not None:
@@ -183,38 +200,13 @@ class _Engine(_Reporting, GroupMethods):
                     del residents[resident]
             residents[model] = residents.get(model, 0) + 1
             worker.resident = model
-        if swap:
             self._swaps += 1
         level.dispatched += 1
         level.total_wait += wait
         level.buckets[bisect.bisect_left(self._buckets, wait)] += 1
-        lane.owner.dispatched += 1
         self._totals["dispatched"] += 1
         self._groups.move(job.id, "running")
         return grant
-
-    def _record(
-        self, t: float, job: Job, score: ScoreBreakdown, resident: str | None, name: str | None
-    ) -> None:
-        """Remember a grant for ``explain``, within ``history`` entries and bytes. O(1).
-
-        The caller counts the dispatch and calls this only when a history is kept.
-        """
-        limit = self._history_limit
-        history = self._history
-        model = job.model
-        size = _RECORD_BYTES + len(job.id) + len(job.member) + (len(model) if model else 0)
-        history.append(
-            _new_record(
-                DispatchRecord,
-                (t, self._dispatches, job.id, job.member, job.priority, job.seq, model,
-                 score, resident, name, size),
-            )
-        )  # fmt: skip
-        total = self._history_size + size
-        while len(history) > limit or total > self._history_bytes:
-            total -= history.popleft().size
-        self._history_size = total
 
     def _lease(self, job: Job, worker: _Worker, t: float) -> Lease:
         """Size the winner's lease; any failure becomes a ``LeaseError`` naming the job."""
@@ -285,7 +277,19 @@ class _Engine(_Reporting, GroupMethods):
                 self._touch(lane)
         elif not lane.live and not lane.holding:
             del self._lanes[job.id]
-        self._note_runtime(job, runtime, now)
+        # The recent runtimes: for the retry-after estimate and, per model and per level,
+        # for the expected charge.
+        model = job.model
+        self._recent.append((now, runtime, model))
+        if model is not None:
+            recent = self._recent_model.get(model)
+            if recent is None:
+                recent = self._recent_model[model] = deque(maxlen=_RECENT_PER_KEY)
+            recent.append(runtime)
+        by_level = self._recent_level.get(job.priority)
+        if by_level is None:
+            by_level = self._recent_level[job.priority] = deque(maxlen=_RECENT_PER_KEY)
+        by_level.append(runtime)
 
     def _take_back(
         self, entries: Iterable[_Entry], now: float, *, always: bool
