@@ -588,18 +588,6 @@ class _Core:
             return sum(recent) / len(recent)
         return DEFAULT_EXPECTED_RUNTIME
 
-    def _note_runtime(self, job: Job, runtime: float, now: float) -> None:
-        self._recent.append((now, runtime, job.model))
-        if job.model is not None:
-            recent = self._recent_model.get(job.model)
-            if recent is None:
-                recent = self._recent_model[job.model] = deque(maxlen=_RECENT_PER_KEY)
-            recent.append(runtime)
-        by_level = self._recent_level.get(job.priority)
-        if by_level is None:
-            by_level = self._recent_level[job.priority] = deque(maxlen=_RECENT_PER_KEY)
-        by_level.append(runtime)
-
     def _checked_charge(self, job: Job, runtime: float, what: str) -> float:
         """The charge model's value, checked: finite and ``>= 0``, else ``ChargeError``."""
         value = self._charge(job, runtime)

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import deque
 from collections.abc import Iterable
 from heapq import heappop as _heappop
 from heapq import heappush as _heappush
 from typing import Literal, NamedTuple
 
-from prioqueue._core import _Level
+from prioqueue._core import _RECENT_PER_KEY, _Level
 from prioqueue._errors import InvalidState, LeaseError, LeaseExpired, UnknownWorker
 from prioqueue._groups import GroupMethods
 from prioqueue._lanes import GONE, RUNNING, _Entry, _Lane
@@ -116,7 +117,7 @@ class _Engine(_Reporting, GroupMethods):
             fast = not search.warm
         best = self._ranking.best(resident) if fast else None
         cap = self._max_running
-        if best is not None and cap is not None and best[0].owner.running >= cap:
+        if cap is not None and best is not None and best[0].owner.running >= cap:
             fast = False
         if not fast:
             if search is None:
@@ -137,7 +138,7 @@ class _Engine(_Reporting, GroupMethods):
         # The reported term is never negative; the ranking uses s itself (a lane charged up
         # front for jobs still running may be ahead of the clock).
         aging = (t - lane.s) / self._divisor
-        aging = max(aging, 0.0)
+        aging = aging if aging >= 0.0 else 0.0  # max(aging, 0.0) without the call
         # Positional arguments: band, tier_bonus, swap_affinity, aging (the hot path).
         score = ScoreBreakdown(job.priority, lane.head().job.tier_bonus, aff, aging)
         level = self._levels[job.priority]
@@ -146,8 +147,26 @@ class _Engine(_Reporting, GroupMethods):
         swap = job.model is not None and job.model != resident
         name = worker.name if self._name_in_grants else None
         # Positional: job, score, lease, granted_at, attempt, waited, swap, worker.
-        grant = Grant(job, score, lease, t, entry.attempt, t - job.arrival, swap, name)
-        self._record(t, job, score, resident, name)
+        wait = t - job.arrival
+        grant = Grant(job, score, lease, t, entry.attempt, wait, swap, name)
+        self._dispatches += 1
+        model = job.model
+        limit = self._history_limit
+        if limit:
+            # Remember the grant for ``explain``, within ``history`` entries and bytes. O(1).
+            history = self._history
+            size = _RECORD_BYTES + len(job.id) + len(job.member) + (len(model) if model else 0)
+            history.append(
+                _new_record(
+                    DispatchRecord,
+                    (t, self._dispatches, job.id, job.member, job.priority, job.seq, model,
+                     score, resident, name, size),
+                )
+            )  # fmt: skip
+            total = self._history_size + size
+            while len(history) > limit or total > self._history_bytes:
+                total -= history.popleft().size
+            self._history_size = total
         # State changes start here; nothing below can fail.
         entry.state = RUNNING
         entry.granted_at = t
@@ -160,7 +179,9 @@ class _Engine(_Reporting, GroupMethods):
         worker.held.append(entry)
         worker.last_seen = t
         lane.holding += 1
-        lane.owner.running += 1
+        owner = lane.owner
+        owner.running += 1
+        owner.dispatched += 1
         if charged:
             lane.held += charged
             lane.s = lane.settled + lane.held
@@ -168,8 +189,7 @@ class _Engine(_Reporting, GroupMethods):
             # (``_lift_floor``), and ``s_log``, for explain, follows the settled part.
         if lease is not None:
             _heappush(self._deadlines, (lease.deadline, job.seq, id(entry), entry))
-        model = job.model
-        if model is not None and model != resident:
+        if model is not None and model != resident:  # that is, ``swap``
             # _set_resident inlined (the hot path; the popping worker is live).
             residents = self._residents
             if resident is not None:
@@ -180,39 +200,13 @@ class _Engine(_Reporting, GroupMethods):
                     del residents[resident]
             residents[model] = residents.get(model, 0) + 1
             worker.resident = model
-        if swap:
             self._swaps += 1
-        wait = t - job.arrival
         level.dispatched += 1
         level.total_wait += wait
         level.buckets[bisect.bisect_left(self._buckets, wait)] += 1
-        lane.owner.dispatched += 1
         self._totals["dispatched"] += 1
         self._groups.move(job.id, "running")
         return grant
-
-    def _record(
-        self, t: float, job: Job, score: ScoreBreakdown, resident: str | None, name: str | None
-    ) -> None:
-        """Remember a grant for ``explain``, within ``history`` entries and bytes. O(1)."""
-        self._dispatches += 1
-        limit = self._history_limit
-        if not limit:
-            return
-        history = self._history
-        model = job.model
-        size = _RECORD_BYTES + len(job.id) + len(job.member) + (len(model) if model else 0)
-        history.append(
-            _new_record(
-                DispatchRecord,
-                (t, self._dispatches, job.id, job.member, job.priority, job.seq, model,
-                 score, resident, name, size),
-            )
-        )  # fmt: skip
-        total = self._history_size + size
-        while len(history) > limit or total > self._history_bytes:
-            total -= history.popleft().size
-        self._history_size = total
 
     def _lease(self, job: Job, worker: _Worker, t: float) -> Lease:
         """Size the winner's lease; any failure becomes a ``LeaseError`` naming the job."""
@@ -269,20 +263,33 @@ class _Engine(_Reporting, GroupMethods):
         self._release(entry)
         lane.owner.gpu_seconds += final
         if self._fair_share:
-            lane.settled = min(lane.settled + final / entry.capacity, now)
-            if lane.live and self._levels[lane.level].lanes == 1:
-                # Alone at its level, the lane is re-anchored at now, exactly as a producer
-                # that resubmits one job at a time would be lifted: lag accrued while other
-                # levels used the GPU is not fair-share debt.
-                lane.settled = now
-            lane.set_s()
+            settled = lane.settled + final / entry.capacity
+            if settled > now or (lane.live and self._levels[lane.level].lanes == 1):
+                # Clamped at now; and alone at its level, the lane is re-anchored at now,
+                # exactly as a producer that resubmits one job at a time would be lifted: lag
+                # accrued while other levels used the GPU is not fair-share debt.
+                settled = now
+            lane.settled = settled
+            lane.s = settled + lane.held if lane.holding else settled  # set_s, inlined
             if lane.live:
                 lane.log_s(now)
                 self._note_s(lane)
                 self._touch(lane)
         elif not lane.live and not lane.holding:
             del self._lanes[job.id]
-        self._note_runtime(job, runtime, now)
+        # The recent runtimes: for the retry-after estimate and, per model and per level,
+        # for the expected charge.
+        model = job.model
+        self._recent.append((now, runtime, model))
+        if model is not None:
+            recent = self._recent_model.get(model)
+            if recent is None:
+                recent = self._recent_model[model] = deque(maxlen=_RECENT_PER_KEY)
+            recent.append(runtime)
+        by_level = self._recent_level.get(job.priority)
+        if by_level is None:
+            by_level = self._recent_level[job.priority] = deque(maxlen=_RECENT_PER_KEY)
+        by_level.append(runtime)
 
     def _take_back(
         self, entries: Iterable[_Entry], now: float, *, always: bool
@@ -376,7 +383,7 @@ class _Engine(_Reporting, GroupMethods):
             measured = finite("runtime", runtime)
             if measured < 0:
                 raise ValueError(f"runtime must be >= 0 seconds, got {runtime!r}")
-        measured = max(measured, 0.0)
+        measured = measured if measured >= 0.0 else 0.0  # max(measured, 0.0), no call
         if charge is None and self._plain_charge:
             final = measured
         else:
