@@ -221,8 +221,7 @@ class _Core:
         self._history: deque[Any] = deque()
         self._history_size = 0
         self._dispatches = 0  # grants so far (the history's record numbers)
-        self._totals = {"dispatched": 0, "completed": 0, "cancelled": 0, "expired": 0}
-        self._failed = 0
+        self._totals = {"dispatched": 0, "completed": 0, "cancelled": 0, "expired": 0, "failed": 0}
         self._swaps = 0
         self._groups = GroupBook()
 

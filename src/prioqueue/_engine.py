@@ -313,7 +313,7 @@ class _Engine(_Reporting, GroupMethods):
                 self._groups.move(job.id, "queued", used=held)
             else:
                 self._groups.move(job.id, "failed", used=held)
-                self._failed += 1
+                self._totals["failed"] += 1
                 if not self._fair_share and not lane.live and not lane.holding:
                     del self._lanes[job.id]
             done.append((entry, requeued))
@@ -469,7 +469,7 @@ class _Engine(_Reporting, GroupMethods):
         Complexity: amortised O(log n + M + slots).
         """
         job = self._remove(job_id, now, worker, charge, "failed")
-        self._failed += 1
+        self._totals["failed"] += 1
         return job
 
     def _remove(

@@ -268,7 +268,7 @@ def stats(d: SizeOneDispatcher, t: float) -> Stats:
         completed=d._totals["completed"],
         cancelled=d._totals["cancelled"],
         expired=d._totals["expired"],
-        failed=d._failed,
+        failed=d._totals["failed"],
         swaps=d._swaps,
         held=tuple(e.job for e in held),
         workers=(
