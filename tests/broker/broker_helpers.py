@@ -18,9 +18,9 @@ from typing import Any
 
 import attrs
 import httpx
-import pytest
 
 from prioqueue.broker import Broker, MemoryJournal, create_app, parse_config
+from store.pg import drop_schema, need_postgres
 
 SUBMITTER = {"Authorization": "Bearer sk-alice"}
 BOB = {"Authorization": "Bearer sk-bob"}
@@ -101,46 +101,16 @@ def free_port() -> int:
         return port
 
 
-POSTGRES_URL = os.environ.get("PRIOQUEUE_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-REQUIRE_POSTGRES = os.environ.get("PRIOQUEUE_REQUIRE_POSTGRES") == "1"
-
-
-def postgres_reason() -> str | None:
-    """None when PostgreSQL answers, else why not (the skip reason)."""
-    try:
-        import psycopg
-    except ImportError:
-        return "psycopg is not installed (the 'postgres' extra)"
-    try:
-        with psycopg.connect(POSTGRES_URL, connect_timeout=3) as conn:
-            conn.execute("select 1")
-    except Exception as exc:
-        return f"PostgreSQL at {POSTGRES_URL} is unreachable: {exc}"
-    return None
-
-
 @contextlib.contextmanager
 def postgres_schema() -> Iterator[str]:
     """A fresh schema for one test (skipped, or failed under PRIOQUEUE_REQUIRE_POSTGRES=1,
     when PostgreSQL is unreachable), dropped afterwards."""
-    reason = postgres_reason()
-    if reason is not None:
-        if REQUIRE_POSTGRES:
-            pytest.fail(f"PRIOQUEUE_REQUIRE_POSTGRES=1 but {reason}")
-        pytest.skip(reason)
-    import psycopg
-
+    need_postgres()
     schema = f"pq_broker_{uuid.uuid4().hex[:12]}"
     try:
         yield schema
     finally:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE pid <> pg_backend_pid() AND application_name = %s",
-                (schema,),
-            )
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        drop_schema(schema)
 
 
 def write_config(

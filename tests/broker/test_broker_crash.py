@@ -18,8 +18,9 @@ from typing import Any
 import attrs
 import httpx
 
+from store.pg import POSTGRES_URL
+
 from .broker_helpers import (
-    POSTGRES_URL,
     SUBMITTER,
     WORKER,
     BrokerProcess,

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import httpx
 
+from store.pg import POSTGRES_URL
+
 from .broker_helpers import (
-    POSTGRES_URL,
     SUBMITTER,
     WORKER,
     BrokerProcess,

@@ -17,8 +17,9 @@ import pytest
 
 from prioqueue.broker import create_app, parse_config
 from prioqueue.store import StoreLocked
+from store.pg import POSTGRES_URL
 
-from .broker_helpers import KEYS, POSTGRES_URL, SUBMITTER, WORKER, postgres_schema, run
+from .broker_helpers import KEYS, SUBMITTER, WORKER, postgres_schema, run
 
 
 @contextlib.asynccontextmanager
