@@ -115,6 +115,7 @@ def test_join_returns_the_worker_and_a_rejoin_updates_it() -> None:
         ({"name": ""}, "worker name must be a non-empty str"),
         ({"name": 3}, "worker name must be a non-empty str"),
         ({"models": "m1"}, "models must be an iterable of model names"),
+        ({"models": 5}, "models must be an iterable of model names, got 5"),
         ({"models": ["m1", ""]}, "model must be a non-empty str"),
         ({"resident": ""}, "resident must be a non-empty str"),
         ({"slots": 0}, "slots must be an int >= 1, got 0"),

@@ -150,7 +150,8 @@ class FleetDispatcher(_Engine):
             The worker as it stands.
 
         Raises:
-            ValueError: A name or model is not a non-empty str, ``slots`` is not an int >= 1,
+            ValueError: A name or model is not a non-empty str, ``models`` is not an iterable
+                of names (or None), ``slots`` is not an int >= 1,
                 ``slow`` is not a bool, ``accepts`` is not callable, or ``now`` is out of range.
 
         Complexity: O(|models|).
@@ -158,7 +159,7 @@ class FleetDispatcher(_Engine):
         name = checked_name("worker name", name)
         served = None
         if models is not None:
-            if isinstance(models, str):
+            if isinstance(models, str) or not isinstance(models, Iterable):
                 raise ValueError(f"models must be an iterable of model names, got {models!r}")
             served = frozenset(checked_name("model", model) for model in models)
         if resident is not None:
