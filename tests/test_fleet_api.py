@@ -523,6 +523,17 @@ def test_restore_refuses_a_job_held_by_an_unknown_worker() -> None:
         FleetDispatcher.restore({**state, "format": "prioqueue.dispatcher/1"})
 
 
+def test_restore_refuses_a_held_job_that_names_no_worker() -> None:
+    f = fleet("a")
+    f.join("b", models=["m1"], now=0)
+    f.submit("x", member="x", now=0)
+    popped(f, "b", 0)
+    state = f.snapshot(now=1)
+    del state["held"][0]["worker"]  # it would have gone to the first worker, "a"
+    with pytest.raises(ValueError, match="held job 'x' names no worker"):
+        FleetDispatcher.restore(state)
+
+
 def test_a_restored_fleet_replays_exactly() -> None:
     # Determinism across a restart (for a journal replay): last words, timed-out workers and
     # the recent runtimes behind the expected charge all survive the snapshot.

@@ -265,6 +265,8 @@ def _restore_held(
 ) -> None:
     job = _job_from_record(d, record, shift, seqs, top_seq)
     name = record.get("worker") if d._name_in_grants else None
+    if d._name_in_grants and name is None:
+        raise ValueError(f"held job {job.id!r} names no worker (each held job needs its 'worker')")
     found = next(iter(d._workers.values())) if name is None else d._workers.get(name)
     if found is None:
         raise ValueError(f"job {job.id!r} is held by unknown worker {name!r}")
