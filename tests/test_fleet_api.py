@@ -534,6 +534,26 @@ def test_restore_refuses_a_held_job_that_names_no_worker() -> None:
         FleetDispatcher.restore(state)
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("models", "ab", "models must be a list of names or None, got 'ab'"),
+        ("models", 5, "models must be a list of names or None, got 5"),
+        ("slow", "no", "slow must be a bool, got 'no'"),
+        ("timed_out", 1, "timed_out must be a bool, got 1"),
+    ],
+)
+def test_restore_refuses_a_worker_field_of_the_wrong_type(
+    field: str, value: object, match: str
+) -> None:
+    state = fleet("a").snapshot(now=1)
+    state["workers"][0][field] = value
+    with pytest.raises(ValueError, match=match):
+        FleetDispatcher.restore(state)
+    with pytest.raises(ValueError, match="fair_share must be a bool, got 'no'"):
+        FleetDispatcher.restore({**fleet("a").snapshot(now=1), "fair_share": "no"})
+
+
 def test_a_restored_fleet_replays_exactly() -> None:
     # Determinism across a restart (for a journal replay): last words, timed-out workers and
     # the recent runtimes behind the expected charge all survive the snapshot.
