@@ -246,6 +246,31 @@ def test_accepts_filters_jobs_and_is_reported() -> None:
     assert f.idle_reasons("picky", now=2) == {"slots_full": 2}
 
 
+def test_an_accepts_filter_that_raises_propagates_and_changes_nothing() -> None:
+    def refuse(job: Job) -> bool:
+        raise RuntimeError(f"cannot judge {job.id}")
+
+    def build() -> Checked:
+        f = Checked(max_running_per_member=2, warm_hold=5)
+        f.join("picky", models=["m1"], accepts=refuse, now=0)
+        f.join("warm", resident="m1", now=0)
+        f.submit("a", member="x", model="m1", now=0)
+        f.submit("b", member="y", now=0)
+        return f
+
+    f, reference = build(), build()
+    with pytest.raises(RuntimeError, match="cannot judge"):
+        f.pop("picky", now=1)
+    with pytest.raises(RuntimeError, match="cannot judge"):
+        f.idle_reasons("picky", now=1)
+    reference.heartbeat("picky", now=1)  # a pop marks the worker seen, and only that
+    assert f.snapshot(now=1) == reference.snapshot(now=1)
+    f._check()
+    f.join("picky", models=["m1"], now=2)
+    assert popped(f, "picky", 2) == "b"  # "a" is held for the warm worker until 5
+    assert popped(f, "warm", 2) == "a"
+
+
 def test_the_member_cap_skips_a_member_and_keeps_its_place() -> None:
     f = fleet("a", "b", "c", max_running_per_member=1)
     for i in range(3):
