@@ -579,6 +579,17 @@ def test_restore_refuses_a_worker_field_of_the_wrong_type(
         FleetDispatcher.restore({**fleet("a").snapshot(now=1), "fair_share": "no"})
 
 
+def test_restore_names_a_missing_key_or_a_field_of_the_wrong_type() -> None:
+    f = fleet("a")
+    f.submit("x", member="x", now=0)
+    state = f.snapshot(now=1)
+    del state["workers"][0]["name"]
+    with pytest.raises(ValueError, match="invalid snapshot: missing key 'name'"):
+        FleetDispatcher.restore(state)
+    with pytest.raises(ValueError, match="invalid snapshot: a field has the wrong type"):
+        FleetDispatcher.restore({**f.snapshot(now=1), "queued": 5})
+
+
 def test_a_restored_fleet_replays_exactly() -> None:
     # Determinism across a restart (for a journal replay): last words, timed-out workers and
     # the recent runtimes behind the expected charge all survive the snapshot.

@@ -170,8 +170,16 @@ def load(
             resident = state["resident_model"]
             one = next(iter(d._workers.values()))
             d._set_resident(one, None if resident is None else checked_name("model", resident))
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"invalid snapshot: {exc!r}") from exc
+    except KeyError as exc:
+        raise ValueError(
+            f"invalid snapshot: missing key {exc.args[0]!r} (KeyError; every field snapshot() "
+            "writes is needed)"
+        ) from exc
+    except (TypeError, AttributeError) as exc:
+        raise ValueError(
+            f"invalid snapshot: a field has the wrong type ({type(exc).__name__}: {exc}); "
+            "pass what snapshot() returned"
+        ) from exc
     except ValueError as exc:
         raise ValueError(f"invalid snapshot: {exc}") from exc
 
