@@ -115,6 +115,7 @@ def test_join_returns_the_worker_and_a_rejoin_updates_it() -> None:
         ({"name": ""}, "worker name must be a non-empty str"),
         ({"name": 3}, "worker name must be a non-empty str"),
         ({"models": "m1"}, "models must be an iterable of model names"),
+        ({"models": 5}, "models must be an iterable of model names, got 5"),
         ({"models": ["m1", ""]}, "model must be a non-empty str"),
         ({"resident": ""}, "resident must be a non-empty str"),
         ({"slots": 0}, "slots must be an int >= 1, got 0"),
@@ -243,6 +244,31 @@ def test_accepts_filters_jobs_and_is_reported() -> None:
     assert f.idle_reasons("picky", now=1) == {"accepts": 2}
     f.join("picky", slots=1, accepts=lambda job: True, now=2)
     assert f.idle_reasons("picky", now=2) == {"slots_full": 2}
+
+
+def test_an_accepts_filter_that_raises_propagates_and_changes_nothing() -> None:
+    def refuse(job: Job) -> bool:
+        raise RuntimeError(f"cannot judge {job.id}")
+
+    def build() -> Checked:
+        f = Checked(max_running_per_member=2, warm_hold=5)
+        f.join("picky", models=["m1"], accepts=refuse, now=0)
+        f.join("warm", resident="m1", now=0)
+        f.submit("a", member="x", model="m1", now=0)
+        f.submit("b", member="y", now=0)
+        return f
+
+    f, reference = build(), build()
+    with pytest.raises(RuntimeError, match="cannot judge"):
+        f.pop("picky", now=1)
+    with pytest.raises(RuntimeError, match="cannot judge"):
+        f.idle_reasons("picky", now=1)
+    reference.heartbeat("picky", now=1)  # a pop marks the worker seen, and only that
+    assert f.snapshot(now=1) == reference.snapshot(now=1)
+    f._check()
+    f.join("picky", models=["m1"], now=2)
+    assert popped(f, "picky", 2) == "b"  # "a" is held for the warm worker until 5
+    assert popped(f, "warm", 2) == "a"
 
 
 def test_the_member_cap_skips_a_member_and_keeps_its_place() -> None:
@@ -520,6 +546,48 @@ def test_restore_refuses_a_job_held_by_an_unknown_worker() -> None:
         FleetDispatcher.restore(state)
     with pytest.raises(ValueError, match=r"format is 'prioqueue\.dispatcher/1'"):
         FleetDispatcher.restore({**state, "format": "prioqueue.dispatcher/1"})
+
+
+def test_restore_refuses_a_held_job_that_names_no_worker() -> None:
+    f = fleet("a")
+    f.join("b", models=["m1"], now=0)
+    f.submit("x", member="x", now=0)
+    popped(f, "b", 0)
+    state = f.snapshot(now=1)
+    del state["held"][0]["worker"]  # it would have gone to the first worker, "a"
+    with pytest.raises(ValueError, match="held job 'x' names no worker"):
+        FleetDispatcher.restore(state)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("models", "ab", "models must be a list of names or None, got 'ab'"),
+        ("models", 5, "models must be a list of names or None, got 5"),
+        ("slow", "no", "slow must be a bool, got 'no'"),
+        ("timed_out", 1, "timed_out must be a bool, got 1"),
+    ],
+)
+def test_restore_refuses_a_worker_field_of_the_wrong_type(
+    field: str, value: object, match: str
+) -> None:
+    state = fleet("a").snapshot(now=1)
+    state["workers"][0][field] = value
+    with pytest.raises(ValueError, match=match):
+        FleetDispatcher.restore(state)
+    with pytest.raises(ValueError, match="fair_share must be a bool, got 'no'"):
+        FleetDispatcher.restore({**fleet("a").snapshot(now=1), "fair_share": "no"})
+
+
+def test_restore_names_a_missing_key_or_a_field_of_the_wrong_type() -> None:
+    f = fleet("a")
+    f.submit("x", member="x", now=0)
+    state = f.snapshot(now=1)
+    del state["workers"][0]["name"]
+    with pytest.raises(ValueError, match="invalid snapshot: missing key 'name'"):
+        FleetDispatcher.restore(state)
+    with pytest.raises(ValueError, match="invalid snapshot: a field has the wrong type"):
+        FleetDispatcher.restore({**f.snapshot(now=1), "queued": 5})
 
 
 def test_a_restored_fleet_replays_exactly() -> None:

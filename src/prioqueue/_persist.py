@@ -104,6 +104,12 @@ def _int(name: str, value: object, low: int | None = None) -> int:
     return value
 
 
+def _bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be a bool, got {value!r}")
+    return value
+
+
 def load(
     d: _Engine, state: Mapping[str, Any], now: float | None, *, require_lease: bool = False
 ) -> None:
@@ -119,7 +125,7 @@ def load(
             raise ValueError(f"format is {state.get('format')!r}, expected {expected_format!r}")
         taken_at = finite("taken_at", state["taken_at"])
         shift = 0.0 if now is None else finite("now", now) - taken_at
-        snapshot_fair = bool(state["fair_share"])
+        snapshot_fair = _bool("fair_share", state["fair_share"])
         top_seq = _int("seq", state["seq"], 0)
         d._seq = top_seq
         d._now = finite("taken_at + shift", taken_at + shift)
@@ -164,8 +170,16 @@ def load(
             resident = state["resident_model"]
             one = next(iter(d._workers.values()))
             d._set_resident(one, None if resident is None else checked_name("model", resident))
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"invalid snapshot: {exc!r}") from exc
+    except KeyError as exc:
+        raise ValueError(
+            f"invalid snapshot: missing key {exc.args[0]!r} (KeyError; every field snapshot() "
+            "writes is needed)"
+        ) from exc
+    except (TypeError, AttributeError) as exc:
+        raise ValueError(
+            f"invalid snapshot: a field has the wrong type ({type(exc).__name__}: {exc}); "
+            "pass what snapshot() returned"
+        ) from exc
     except ValueError as exc:
         raise ValueError(f"invalid snapshot: {exc}") from exc
 
@@ -209,15 +223,19 @@ def _load_workers(d: _Engine, records: Any, shift: float) -> None:
             raise ValueError(f"worker {name!r} was last seen after the snapshot was taken")
         worker = d._workers[name] = _Worker(name, last_seen)
         models = record["models"]
+        if models is not None and not isinstance(models, (list, tuple, set, frozenset)):
+            raise ValueError(
+                f"worker {name!r}: models must be a list of names or None, got {models!r}"
+            )
         worker.models = (
             None if models is None else frozenset(checked_name("model", m) for m in models)
         )
         worker.slots = _int("slots", record["slots"], 1)
-        worker.slow = bool(record["slow"])
+        worker.slow = _bool("slow", record["slow"])
         resident = record["resident"]
         if resident is not None:
             worker.resident = checked_name("resident", resident)
-        if bool(record.get("timed_out", False)):
+        if _bool("timed_out", record.get("timed_out", False)):
             worker.timed_out = True  # it stays out of the capacity until it speaks again
         else:
             d._live += 1
@@ -265,6 +283,8 @@ def _restore_held(
 ) -> None:
     job = _job_from_record(d, record, shift, seqs, top_seq)
     name = record.get("worker") if d._name_in_grants else None
+    if d._name_in_grants and name is None:
+        raise ValueError(f"held job {job.id!r} names no worker (each held job needs its 'worker')")
     found = next(iter(d._workers.values())) if name is None else d._workers.get(name)
     if found is None:
         raise ValueError(f"job {job.id!r} is held by unknown worker {name!r}")

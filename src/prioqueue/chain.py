@@ -26,6 +26,7 @@ cancel per job cancelled); ``forecast_finish`` is one ``group_status`` plus O(pe
 
 from __future__ import annotations
 
+import inspect
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, Protocol
@@ -177,6 +178,41 @@ def _checked_specs(specs: object) -> list[tuple[str, dict[str, Any]]]:
     return checked
 
 
+def _check_spec_keys(submit: Callable[..., Any], specs: list[tuple[str, dict[str, Any]]]) -> None:
+    """Refuse a spec key ``submit`` does not take, or a spec missing one it requires.
+
+    Read from ``submit``'s signature (skipped when it takes ``**kwargs`` or has none), so a
+    bad spec fails when the chain is built, not halfway through it.
+    """
+    try:
+        parameters = list(inspect.signature(submit).parameters.values())[1:]  # after job_id
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return
+    named = [
+        p
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        and p.name not in _RESERVED
+    ]
+    allowed = {p.name for p in named}
+    required = [p.name for p in named if p.default is inspect.Parameter.empty]
+    for index, (job_id, spec) in enumerate(specs):
+        unknown = sorted(set(spec) - allowed)
+        if unknown:
+            raise ValueError(
+                f"spec {index} ({job_id!r}): {', '.join(map(repr, unknown))} is not an "
+                f"argument of submit(); allowed: job_id, {', '.join(sorted(allowed))}"
+            )
+        missing = [name for name in required if name not in spec]
+        if missing:
+            raise ValueError(
+                f"spec {index} ({job_id!r}) needs {', '.join(map(repr, missing))} "
+                "(submit() requires it)"
+            )
+
+
 class Chain:
     """A sequence of jobs submitted ``depth`` at a time under one group.
 
@@ -197,7 +233,8 @@ class Chain:
     Raises:
         TypeError: ``dispatcher`` lacks a method a chain needs, or ``specs`` is not an
             iterable of mappings.
-        ValueError: A spec has no job_id, repeats one, or sets ``now`` or ``group``; or
+        ValueError: A spec has no job_id, repeats one, sets ``now`` or ``group``, sets a key
+            the dispatcher's ``submit`` does not take or lacks one it requires; or
             ``specs`` is empty; or ``group`` is not a non-empty str.
         ConfigError: ``depth`` or ``on_failure`` is out of range.
 
@@ -237,6 +274,7 @@ class Chain:
             raise ConfigError(f"depth must be an int >= 1, got {depth!r}")
         self._policy, self._retry_limit = _checked_policy(on_failure)
         self._specs = _checked_specs(specs)
+        _check_spec_keys(dispatcher.submit, self._specs)
         self._d = dispatcher
         self._depth = depth
         self._group = self._specs[0][0] if group is None else checked_group(group)

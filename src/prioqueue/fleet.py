@@ -143,14 +143,17 @@ class FleetDispatcher(_Engine):
             slots: Jobs it may hold at once (1: run one; 2: run one and prefetch one).
             slow: Whether it is extra slow (a ``LeaseCalculator`` lease gets its x3).
             accepts: ``job -> bool``: a filter on the jobs it may take, or None. It is called
-                during ``pop`` and ``idle_reasons`` and must not call back into the fleet.
+                during ``pop`` and ``idle_reasons`` and must not call back into the fleet; its
+                result is read as a truth value, and an exception it raises propagates out of
+                those calls with nothing changed but the worker's last word.
             now: The current monotonic time.
 
         Returns:
             The worker as it stands.
 
         Raises:
-            ValueError: A name or model is not a non-empty str, ``slots`` is not an int >= 1,
+            ValueError: A name or model is not a non-empty str, ``models`` is not an iterable
+                of names (or None), ``slots`` is not an int >= 1,
                 ``slow`` is not a bool, ``accepts`` is not callable, or ``now`` is out of range.
 
         Complexity: O(|models|).
@@ -158,7 +161,7 @@ class FleetDispatcher(_Engine):
         name = checked_name("worker name", name)
         served = None
         if models is not None:
-            if isinstance(models, str):
+            if isinstance(models, str) or not isinstance(models, Iterable):
                 raise ValueError(f"models must be an iterable of model names, got {models!r}")
             served = frozenset(checked_name("model", model) for model in models)
         if resident is not None:
@@ -260,6 +263,8 @@ class FleetDispatcher(_Engine):
                 charge (a ``ValueError``; nothing changes, the error names the job).
             LeaseError: ``lease_for`` raised or returned no positive finite number of seconds;
                 nothing changes and the error names the job.
+            Exception: Whatever the worker's ``accepts`` filter raised, unchanged; no job is
+                granted and nothing changes but the worker's last word (it was seen).
 
         Complexity: see the class docstring.
         """
@@ -285,6 +290,8 @@ class FleetDispatcher(_Engine):
         Raises:
             UnknownWorker: The worker has not joined (or left).
             ValueError: ``now`` is out of range.
+            Exception: Whatever the worker's ``accepts`` filter raised, unchanged (nothing
+                changes).
 
         Complexity: O(n) in the queued jobs (diagnostic), plus one ``accepts`` call per job
         that reaches that check.
