@@ -100,6 +100,8 @@ def test_idempotency_key_gives_the_same_job_never_two() -> None:
         ({"estimate": -1}, "estimate"),
         ({"estimate": "soon"}, "estimate"),
         ({"priority": [1]}, "priority"),
+        ({"priority": -(10**12)}, "priority"),
+        ({"priority": "-99999999999999"}, "priority"),
         ({"model": ""}, "model"),
         ({"model": "x" * 201}, "model"),
         ({"colour": "red"}, "colour"),
