@@ -114,6 +114,8 @@ def test_idempotency_key_gives_the_same_job_never_two() -> None:
             "image.extra_slow_worker",
         ),
         ({"image": [1, 2]}, "image"),
+        ({"image": {"width": 10**200, "height": 512}}, "image"),
+        ({"image": {"width": 10**12, "height": 10**12, "steps": 10**9}}, "image"),
         ({"group": 5}, "group"),
     ],
 )
