@@ -142,6 +142,8 @@ def test_malformed_json_and_oversized_bodies_are_4xx() -> None:
                 headers={**SUBMITTER, "content-type": "application/json"},
             )
             assert r.status_code == 422
+            assert r.json()["field"] == "body", r.text  # not the offset of the bad character
+            assert "JSON" in r.json()["error"]
             r = await a.client.post("/v1/jobs", json={"payload": "x" * 4096}, headers=SUBMITTER)
             assert r.status_code == 413
             assert r.json()["field"] == "body"

@@ -238,6 +238,12 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         problems = []
         first: str | None = None
         for error in exc.errors():
+            if error.get("type") == "json_invalid":  # loc is ("body", offset of the fault)
+                at = error.get("loc", ())[-1]
+                why = (error.get("ctx") or {}).get("error", "")
+                first = first or "body"
+                problems.append(f"body: not valid JSON at character {at}: {why}".rstrip(": "))
+                continue
             loc = [
                 str(part)
                 for part in error.get("loc", ())
