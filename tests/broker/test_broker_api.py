@@ -596,3 +596,34 @@ def test_a_position_far_back_is_null_and_bounded() -> None:
             assert (await a.job("job-1")).json()["position"] == 1
 
     run(scenario())
+
+
+def test_payload_and_result_nested_too_deep_are_422_and_nothing_is_granted() -> None:
+    """JSON the broker could not serialize back (pydantic stops at 255 levels) is refused on
+    the way in: else the pop that grants it, or every read of its result, is a 500."""
+
+    def nested(depth: int) -> Any:
+        value: Any = []
+        for _ in range(depth - 1):
+            value = [value]
+        return value
+
+    async def scenario() -> None:
+        async with api() as a:
+            c = a.client
+            r = await c.post("/v1/jobs", json={"payload": nested(300)}, headers=SUBMITTER)
+            assert (r.status_code, r.json()["field"]) == (422, "payload"), r.text
+            assert "deep" in r.json()["error"]
+            assert (await a.pop()).status_code == 204
+            job = await a.submit(payload=nested(64))
+            granted = await a.pop()
+            assert granted.status_code == 200
+            assert granted.json()["payload"] == nested(64)
+            r = await a.finish(job, "gpu-1", 1, result=nested(300))
+            assert (r.status_code, r.json()["field"]) == (422, "result"), r.text
+            assert (await a.job(job)).json()["state"] == "running"
+            r = await a.finish(job, "gpu-1", 1, result={"deep": nested(63)})
+            assert r.status_code == 200, r.text
+            assert (await a.job(job)).json()["result"] == {"deep": nested(63)}
+
+    run(scenario())

@@ -2,16 +2,17 @@
 
 Every request model forbids unknown fields, so a typo is a 422 naming the field rather than a
 silently ignored value. Sizes are bounded: names 1..200 characters, at most 64 models per
-worker, 1..16 slots.
+worker, 1..16 slots, ``payload`` and ``result`` nested at most :data:`MAX_JSON_DEPTH` deep.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 __all__ = [
+    "MAX_JSON_DEPTH",
     "ErrorBody",
     "FinishRequest",
     "Granted",
@@ -29,6 +30,31 @@ __all__ = [
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")]
 JobState = Literal["queued", "running", "done", "failed", "cancelled"]
+
+MAX_JSON_DEPTH = 64
+"""How deep ``payload`` and ``result`` may nest (arrays and objects). The broker answers them
+back (pop, job view), and pydantic cannot serialize past 255 levels: a deeper value would be
+stored and then turn every answer that carries it into a 500."""
+
+
+def _shallow(value: Any) -> Any:
+    """``value`` unchanged if it nests at most :data:`MAX_JSON_DEPTH` deep. O(size), no recursion.
+
+    Raises:
+        ValueError: It nests deeper.
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"nested more than {MAX_JSON_DEPTH} deep (arrays and objects)")
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return value
+
+
+OpaqueJson = Annotated[Any, AfterValidator(_shallow)]
 
 
 class _Request(BaseModel):
@@ -53,7 +79,9 @@ class SubmitRequest(_Request):
         description="Lease inputs (width, height, steps, sampler, controlnet, baseline, "
         "loras): the lease is computed from them at pop time.",
     )
-    payload: Any = Field(default=None, description="Opaque JSON handed to the worker.")
+    payload: OpaqueJson = Field(
+        default=None, description="Opaque JSON handed to the worker (at most 64 levels deep)."
+    )
 
 
 class JobCreated(BaseModel):
@@ -109,7 +137,9 @@ class FinishRequest(_Request):
 
     worker: Name
     attempt: int = Field(ge=1)
-    result: Any = None
+    result: OpaqueJson = Field(
+        default=None, description="The job's result, opaque JSON (at most 64 levels deep)."
+    )
 
 
 class HeartbeatRequest(_Request):
