@@ -627,3 +627,33 @@ def test_payload_and_result_nested_too_deep_are_422_and_nothing_is_granted() -> 
             assert (await a.job(job)).json()["result"] == {"deep": nested(63)}
 
     run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "field"),
+    [
+        ("submit", b'{"payload": "\\ud800"}', "payload"),
+        ("submit", b'{"payload": {"k\\udfff": 1}}', "payload"),
+        ("submit", b'{"image": {"width": 512, "height": 512, "sampler": "\\ud800"}}', "image"),
+        ("complete", b'{"worker": "gpu-1", "attempt": 1, "result": ["\\udc00"]}', "result"),
+    ],
+)
+def test_a_lone_surrogate_in_opaque_json_is_422_not_a_stored_500(
+    route: str, body: bytes, field: str
+) -> None:
+    """A JSON string escape of half a UTF-16 pair is no text the broker could send back."""
+
+    async def scenario() -> None:
+        async with api() as a:
+            job = await a.submit()
+            assert (await a.pop()).status_code == 200
+            url = "/v1/jobs" if route == "submit" else f"/v1/jobs/{job}/complete"
+            headers = {**(SUBMITTER if route == "submit" else WORKER)}
+            headers["content-type"] = "application/json"
+            r = await a.client.post(url, content=body, headers=headers)
+            assert (r.status_code, r.json()["field"]) == (422, field), r.text
+            assert "surrogate" in r.json()["error"]
+            assert (await a.pop("gpu-2")).status_code == 204  # nothing new was queued
+            assert (await a.job(job)).json()["state"] == "running"
+
+    run(scenario())

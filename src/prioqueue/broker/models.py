@@ -2,7 +2,8 @@
 
 Every request model forbids unknown fields, so a typo is a 422 naming the field rather than a
 silently ignored value. Sizes are bounded: names 1..200 characters, at most 64 models per
-worker, 1..16 slots, ``payload`` and ``result`` nested at most :data:`MAX_JSON_DEPTH` deep.
+worker, 1..16 slots, ``payload`` and ``result`` nested at most :data:`MAX_JSON_DEPTH` deep
+(with ``image``, they must also be UTF-8 text: no lone surrogates).
 """
 
 from __future__ import annotations
@@ -37,24 +38,36 @@ back (pop, job view), and pydantic cannot serialize past 255 levels: a deeper va
 stored and then turn every answer that carries it into a 500."""
 
 
-def _shallow(value: Any) -> Any:
-    """``value`` unchanged if it nests at most :data:`MAX_JSON_DEPTH` deep. O(size), no recursion.
+def _sendable(value: Any) -> Any:
+    """``value`` unchanged if the broker can answer it back as JSON. O(size), no recursion.
 
     Raises:
-        ValueError: It nests deeper.
+        ValueError: It nests more than :data:`MAX_JSON_DEPTH` deep, or a string (value or
+            key) holds a lone surrogate (such as U+D800), which UTF-8 cannot encode.
     """
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, dict | list):
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError(
+                        "a string holds a lone surrogate (\\ud800-\\udfff), not UTF-8 text"
+                    ) from None
+        elif isinstance(item, dict | list):
             if depth > MAX_JSON_DEPTH:
                 raise ValueError(f"nested more than {MAX_JSON_DEPTH} deep (arrays and objects)")
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
+            if isinstance(item, dict):
+                stack.extend((key, depth) for key in item)
+                stack.extend((child, depth + 1) for child in item.values())
+            else:
+                stack.extend((child, depth + 1) for child in item)
     return value
 
 
-OpaqueJson = Annotated[Any, AfterValidator(_shallow)]
+OpaqueJson = Annotated[Any, AfterValidator(_sendable)]
 
 
 class _Request(BaseModel):
@@ -74,7 +87,7 @@ class SubmitRequest(_Request):
         default=None, gt=0, le=1e9, description="Expected runtime in seconds."
     )
     group: Name | None = Field(default=None, description="A label grouping jobs (a film).")
-    image: dict[str, Any] | None = Field(
+    image: Annotated[dict[str, Any], AfterValidator(_sendable)] | None = Field(
         default=None,
         description="Lease inputs (width, height, steps, sampler, controlnet, baseline, "
         "loras): the lease is computed from them at pop time.",
