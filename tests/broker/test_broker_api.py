@@ -101,6 +101,8 @@ def test_idempotency_key_gives_the_same_job_never_two() -> None:
         ({"estimate": "soon"}, "estimate"),
         ({"priority": [1]}, "priority"),
         ({"priority": -(10**12)}, "priority"),
+        ({"priority": True}, "priority"),
+        ({"estimate": True}, "estimate"),
         ({"priority": "-99999999999999"}, "priority"),
         ({"model": ""}, "model"),
         ({"model": "x" * 201}, "model"),
@@ -233,6 +235,7 @@ def test_pop_is_204_with_the_idle_reasons_when_nothing_fits() -> None:
     [
         {"slots": 0},
         {"slots": 99},
+        {"slots": True},
         {"models": "flux"},
         {"slow": "very"},
         {"gpus": 2},
@@ -279,7 +282,13 @@ def test_complete_and_fail_need_the_current_grant_else_409_and_nothing_changes()
 
 @pytest.mark.parametrize(
     "body",
-    [{"worker": "g", "attempt": 0}, {"worker": "", "attempt": 1}, {"attempt": 1}, {"worker": "g"}],
+    [
+        {"worker": "g", "attempt": 0},
+        {"worker": "g", "attempt": True},
+        {"worker": "", "attempt": 1},
+        {"attempt": 1},
+        {"worker": "g"},
+    ],
 )
 def test_bad_finish_is_422(body: dict[str, Any]) -> None:
     async def scenario() -> None:

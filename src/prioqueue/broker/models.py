@@ -1,16 +1,17 @@
 """The broker's request and response bodies (pydantic models, published in its OpenAPI).
 
 Every request model forbids unknown fields, so a typo is a 422 naming the field rather than a
-silently ignored value. Sizes are bounded: names 1..200 characters, at most 64 models per
-worker, 1..16 slots, ``payload`` and ``result`` nested at most :data:`MAX_JSON_DEPTH` deep
-(with ``image``, they must also be UTF-8 text: no lone surrogates).
+silently ignored value, and its numbers are strict (``true`` or ``"2"`` is no number). Sizes
+are bounded: names 1..200 characters, at most 64 models per worker, 1..16 slots, ``payload``
+and ``result`` nested at most :data:`MAX_JSON_DEPTH` deep (with ``image``, they must also be
+UTF-8 text: no lone surrogates).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StringConstraints
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -77,14 +78,14 @@ class _Request(BaseModel):
 class SubmitRequest(_Request):
     """``POST /v1/jobs``: one job."""
 
-    priority: int | str | None = Field(
+    priority: StrictInt | str | None = Field(
         default=None,
         description="A number or an alias (interactive, normal, batch); capped at the key's "
         "max_priority. Absent: the X-LlamaSwap-Priority header, else the policy's default.",
     )
     model: Name | None = Field(default=None, description="The model the job needs loaded.")
     estimate: float | None = Field(
-        default=None, gt=0, le=1e9, description="Expected runtime in seconds."
+        default=None, gt=0, le=1e9, strict=True, description="Expected runtime in seconds."
     )
     group: Name | None = Field(default=None, description="A label grouping jobs (a film).")
     image: Annotated[dict[str, Any], AfterValidator(_sendable)] | None = Field(
@@ -129,7 +130,7 @@ class PopRequest(_Request):
         default=None, max_length=64, description="Models it serves; null: every model."
     )
     resident: Name | None = Field(default=None, description="The model loaded now.")
-    slots: int = Field(default=1, ge=1, le=16, description="Jobs it may hold at once.")
+    slots: int = Field(default=1, ge=1, le=16, strict=True, description="Jobs it may hold at once.")
     slow: bool = Field(default=False, description="Extra-slow worker: leases are 3x.")
 
 
@@ -149,7 +150,7 @@ class FinishRequest(_Request):
     """``POST /v1/jobs/{id}/complete`` and ``/fail``."""
 
     worker: Name
-    attempt: int = Field(ge=1)
+    attempt: int = Field(ge=1, strict=True)
     result: OpaqueJson = Field(
         default=None, description="The job's result, opaque JSON (at most 64 levels deep)."
     )
