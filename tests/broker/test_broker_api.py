@@ -645,12 +645,17 @@ def test_payload_and_result_nested_too_deep_are_422_and_nothing_is_granted() -> 
         ("submit", b'{"payload": {"k\\udfff": 1}}', "payload"),
         ("submit", b'{"image": {"width": 512, "height": 512, "sampler": "\\ud800"}}', "image"),
         ("complete", b'{"worker": "gpu-1", "attempt": 1, "result": ["\\udc00"]}', "result"),
+        ("submit", b'{"payload": NaN}', "payload"),
+        ("submit", b'{"payload": {"a": [-Infinity]}}', "payload"),
+        ("submit", b'{"image": {"width": 512, "height": 512, "baseline": NaN}}', "image"),
+        ("complete", b'{"worker": "gpu-1", "attempt": 1, "result": Infinity}', "result"),
     ],
 )
-def test_a_lone_surrogate_in_opaque_json_is_422_not_a_stored_500(
+def test_json_the_broker_cannot_send_back_or_journal_is_422_naming_the_field(
     route: str, body: bytes, field: str
 ) -> None:
-    """A JSON string escape of half a UTF-16 pair is no text the broker could send back."""
+    """Half a UTF-16 pair (no text the broker could send back) or NaN/Infinity (Python's
+    parser takes them; a durable store's journal refuses them, which stops the broker)."""
 
     async def scenario() -> None:
         async with api() as a:
@@ -661,7 +666,7 @@ def test_a_lone_surrogate_in_opaque_json_is_422_not_a_stored_500(
             headers["content-type"] = "application/json"
             r = await a.client.post(url, content=body, headers=headers)
             assert (r.status_code, r.json()["field"]) == (422, field), r.text
-            assert "surrogate" in r.json()["error"]
+            assert "surrogate" in r.json()["error"] or "NaN" in r.json()["error"]
             assert (await a.pop("gpu-2")).status_code == 204  # nothing new was queued
             assert (await a.job(job)).json()["state"] == "running"
 

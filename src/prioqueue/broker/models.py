@@ -4,11 +4,12 @@ Every request model forbids unknown fields, so a typo is a 422 naming the field 
 silently ignored value, and its numbers are strict (``true`` or ``"2"`` is no number). Sizes
 are bounded: names 1..200 characters, at most 64 models per worker, 1..16 slots, ``payload``
 and ``result`` nested at most :data:`MAX_JSON_DEPTH` deep (with ``image``, they must also be
-UTF-8 text: no lone surrogates).
+strict JSON: no lone surrogates, no NaN or Infinity).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StringConstraints
@@ -44,7 +45,9 @@ def _sendable(value: Any) -> Any:
 
     Raises:
         ValueError: It nests more than :data:`MAX_JSON_DEPTH` deep, or a string (value or
-            key) holds a lone surrogate (such as U+D800), which UTF-8 cannot encode.
+            key) holds a lone surrogate (such as U+D800), which UTF-8 cannot encode, or a
+            number is NaN or infinite (Python's parser takes them; a store's journal, JSON,
+            refuses them, and the broker would stop).
     """
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
@@ -57,6 +60,9 @@ def _sendable(value: Any) -> Any:
                     raise ValueError(
                         "a string holds a lone surrogate (\\ud800-\\udfff), not UTF-8 text"
                     ) from None
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValueError(f"{item} is no JSON number (NaN and Infinity are refused)")
         elif isinstance(item, dict | list):
             if depth > MAX_JSON_DEPTH:
                 raise ValueError(f"nested more than {MAX_JSON_DEPTH} deep (arrays and objects)")
