@@ -238,6 +238,8 @@ def test_pop_is_204_with_the_idle_reasons_when_nothing_fits() -> None:
         {"slots": True},
         {"models": "flux"},
         {"slow": "very"},
+        {"slow": "yes"},
+        {"slow": 1},
         {"gpus": 2},
         {"models": [""]},
     ],

@@ -1,10 +1,11 @@
 """The broker's request and response bodies (pydantic models, published in its OpenAPI).
 
 Every request model forbids unknown fields, so a typo is a 422 naming the field rather than a
-silently ignored value, and its numbers are strict (``true`` or ``"2"`` is no number). Sizes
-are bounded: names 1..200 characters, at most 64 models per worker, 1..16 slots, ``payload``
-and ``result`` nested at most :data:`MAX_JSON_DEPTH` deep (with ``image``, they must also be
-strict JSON: no lone surrogates, no NaN or Infinity).
+silently ignored value, and its numbers and flags are strict (``true`` or ``"2"`` is no
+number, ``"yes"`` or ``1`` no flag). Sizes are bounded: names 1..200 characters, at most 64
+models per worker, 1..16 slots, ``payload`` and ``result`` nested at most
+:data:`MAX_JSON_DEPTH` deep (with ``image``, they must also be strict JSON: no lone
+surrogates, no NaN or Infinity).
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ class PopRequest(_Request):
     )
     resident: Name | None = Field(default=None, description="The model loaded now.")
     slots: int = Field(default=1, ge=1, le=16, strict=True, description="Jobs it may hold at once.")
-    slow: bool = Field(default=False, description="Extra-slow worker: leases are 3x.")
+    slow: bool = Field(default=False, strict=True, description="Extra-slow worker: leases are 3x.")
 
 
 class Granted(BaseModel):
