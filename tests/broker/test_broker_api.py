@@ -100,6 +100,10 @@ def test_idempotency_key_gives_the_same_job_never_two() -> None:
         ({"estimate": -1}, "estimate"),
         ({"estimate": "soon"}, "estimate"),
         ({"priority": [1]}, "priority"),
+        ({"priority": -(10**12)}, "priority"),
+        ({"priority": True}, "priority"),
+        ({"estimate": True}, "estimate"),
+        ({"priority": "-99999999999999"}, "priority"),
         ({"model": ""}, "model"),
         ({"model": "x" * 201}, "model"),
         ({"colour": "red"}, "colour"),
@@ -112,6 +116,8 @@ def test_idempotency_key_gives_the_same_job_never_two() -> None:
             "image.extra_slow_worker",
         ),
         ({"image": [1, 2]}, "image"),
+        ({"image": {"width": 10**200, "height": 512}}, "image"),
+        ({"image": {"width": 10**12, "height": 10**12, "steps": 10**9}}, "image"),
         ({"group": 5}, "group"),
     ],
 )
@@ -138,6 +144,8 @@ def test_malformed_json_and_oversized_bodies_are_4xx() -> None:
                 headers={**SUBMITTER, "content-type": "application/json"},
             )
             assert r.status_code == 422
+            assert r.json()["field"] == "body", r.text  # not the offset of the bad character
+            assert "JSON" in r.json()["error"]
             r = await a.client.post("/v1/jobs", json={"payload": "x" * 4096}, headers=SUBMITTER)
             assert r.status_code == 413
             assert r.json()["field"] == "body"
@@ -227,8 +235,11 @@ def test_pop_is_204_with_the_idle_reasons_when_nothing_fits() -> None:
     [
         {"slots": 0},
         {"slots": 99},
+        {"slots": True},
         {"models": "flux"},
         {"slow": "very"},
+        {"slow": "yes"},
+        {"slow": 1},
         {"gpus": 2},
         {"models": [""]},
     ],
@@ -273,7 +284,13 @@ def test_complete_and_fail_need_the_current_grant_else_409_and_nothing_changes()
 
 @pytest.mark.parametrize(
     "body",
-    [{"worker": "g", "attempt": 0}, {"worker": "", "attempt": 1}, {"attempt": 1}, {"worker": "g"}],
+    [
+        {"worker": "g", "attempt": 0},
+        {"worker": "g", "attempt": True},
+        {"worker": "", "attempt": 1},
+        {"attempt": 1},
+        {"worker": "g"},
+    ],
 )
 def test_bad_finish_is_422(body: dict[str, Any]) -> None:
     async def scenario() -> None:
@@ -588,5 +605,71 @@ def test_a_position_far_back_is_null_and_bounded() -> None:
             assert view["position"] is None
             assert view["explanation"].startswith(f"more than {AHEAD_LIMIT} jobs ahead")
             assert (await a.job("job-1")).json()["position"] == 1
+
+    run(scenario())
+
+
+def test_payload_and_result_nested_too_deep_are_422_and_nothing_is_granted() -> None:
+    """JSON the broker could not serialize back (pydantic stops at 255 levels) is refused on
+    the way in: else the pop that grants it, or every read of its result, is a 500."""
+
+    def nested(depth: int) -> Any:
+        value: Any = []
+        for _ in range(depth - 1):
+            value = [value]
+        return value
+
+    async def scenario() -> None:
+        async with api() as a:
+            c = a.client
+            r = await c.post("/v1/jobs", json={"payload": nested(300)}, headers=SUBMITTER)
+            assert (r.status_code, r.json()["field"]) == (422, "payload"), r.text
+            assert "deep" in r.json()["error"]
+            assert (await a.pop()).status_code == 204
+            job = await a.submit(payload=nested(64))
+            granted = await a.pop()
+            assert granted.status_code == 200
+            assert granted.json()["payload"] == nested(64)
+            r = await a.finish(job, "gpu-1", 1, result=nested(300))
+            assert (r.status_code, r.json()["field"]) == (422, "result"), r.text
+            assert (await a.job(job)).json()["state"] == "running"
+            r = await a.finish(job, "gpu-1", 1, result={"deep": nested(63)})
+            assert r.status_code == 200, r.text
+            assert (await a.job(job)).json()["result"] == {"deep": nested(63)}
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "field"),
+    [
+        ("submit", b'{"payload": "\\ud800"}', "payload"),
+        ("submit", b'{"payload": {"k\\udfff": 1}}', "payload"),
+        ("submit", b'{"image": {"width": 512, "height": 512, "sampler": "\\ud800"}}', "image"),
+        ("complete", b'{"worker": "gpu-1", "attempt": 1, "result": ["\\udc00"]}', "result"),
+        ("submit", b'{"payload": NaN}', "payload"),
+        ("submit", b'{"payload": {"a": [-Infinity]}}', "payload"),
+        ("submit", b'{"image": {"width": 512, "height": 512, "baseline": NaN}}', "image"),
+        ("complete", b'{"worker": "gpu-1", "attempt": 1, "result": Infinity}', "result"),
+    ],
+)
+def test_json_the_broker_cannot_send_back_or_journal_is_422_naming_the_field(
+    route: str, body: bytes, field: str
+) -> None:
+    """Half a UTF-16 pair (no text the broker could send back) or NaN/Infinity (Python's
+    parser takes them; a durable store's journal refuses them, which stops the broker)."""
+
+    async def scenario() -> None:
+        async with api() as a:
+            job = await a.submit()
+            assert (await a.pop()).status_code == 200
+            url = "/v1/jobs" if route == "submit" else f"/v1/jobs/{job}/complete"
+            headers = {**(SUBMITTER if route == "submit" else WORKER)}
+            headers["content-type"] = "application/json"
+            r = await a.client.post(url, content=body, headers=headers)
+            assert (r.status_code, r.json()["field"]) == (422, field), r.text
+            assert "surrogate" in r.json()["error"] or "NaN" in r.json()["error"]
+            assert (await a.pop("gpu-2")).status_code == 204  # nothing new was queued
+            assert (await a.job(job)).json()["state"] == "running"
 
     run(scenario())

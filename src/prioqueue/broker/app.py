@@ -38,6 +38,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from prioqueue._core import LEVEL_LIMIT
 from prioqueue.broker.config import BrokerConfig, BrokerKey
 from prioqueue.broker.engine import JobRecord, Rejected
 from prioqueue.broker.journal import MemoryJournal
@@ -237,6 +238,12 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         problems = []
         first: str | None = None
         for error in exc.errors():
+            if error.get("type") == "json_invalid":  # loc is ("body", offset of the fault)
+                at = error.get("loc", ())[-1]
+                why = (error.get("ctx") or {}).get("error", "")
+                first = first or "body"
+                problems.append(f"body: not valid JSON at character {at}: {why}".rstrip(": "))
+                continue
             loc = [
                 str(part)
                 for part in error.get("loc", ())
@@ -258,6 +265,13 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         """Queue a job for the fleet."""
         raw = body.priority if body.priority is not None else x_llamaswap_priority
         priority = config.policy.parse(raw, ceiling=key.max_priority)
+        if not -LEVEL_LIMIT <= priority <= LEVEL_LIMIT:  # the dispatcher's range, else a 500
+            raise Rejected(
+                422,
+                f"priority must resolve to a level within +-{LEVEL_LIMIT} (the policy's minimum "
+                "applies when one is configured)",
+                field="priority",
+            )
         engine = await broker.read()
         image = None if body.image is None else engine.check_image(body.image)
         record, created = await broker.run(

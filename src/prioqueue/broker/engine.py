@@ -56,6 +56,9 @@ AHEAD_LIMIT: Final = 1000
 """How far ahead ``GET /v1/jobs/{id}`` forecasts a job's position."""
 JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 FINISHED: Final = frozenset(("done", "failed", "cancelled"))
+MAX_IMAGE_LEASE: Final = 1e9
+"""The longest lease (seconds, on a slow worker) a job's ``image`` inputs may give: past it
+the inputs are absurd, and past a float's range every pop would fail on the job."""
 
 
 class Rejected(Exception):
@@ -183,7 +186,8 @@ class BrokerEngine:
             A plain dict of the inputs.
 
         Raises:
-            Rejected: 422 naming the field that is wrong.
+            Rejected: 422 naming the field that is wrong, or when the inputs give a lease
+                over :data:`MAX_IMAGE_LEASE` seconds on a slow worker.
         """
         if "extra_slow_worker" in image:
             raise Rejected(
@@ -193,8 +197,17 @@ class BrokerEngine:
         try:
             request = ImageRequest.from_mapping(image)
             self.config.lease.for_request(request)
+            slow = ImageRequest.from_mapping({**image, "extra_slow_worker": True})
+            longest = self.config.lease.for_request(slow)  # an int: never overflows here
         except (TypeError, ValueError) as exc:
             raise Rejected(422, f"image: {exc}", field="image") from None
+        if longest > MAX_IMAGE_LEASE:
+            raise Rejected(
+                422,
+                f"image: these inputs give a lease over {MAX_IMAGE_LEASE:.0e} seconds on a slow "
+                "worker; check width, height and steps",
+                field="image",
+            )
         return dict(image)
 
     # ------------------------------------------------------------------ driving

@@ -1,17 +1,22 @@
 """The broker's request and response bodies (pydantic models, published in its OpenAPI).
 
 Every request model forbids unknown fields, so a typo is a 422 naming the field rather than a
-silently ignored value. Sizes are bounded: names 1..200 characters, at most 64 models per
-worker, 1..16 slots.
+silently ignored value, and its numbers and flags are strict (``true`` or ``"2"`` is no
+number, ``"yes"`` or ``1`` no flag). Sizes are bounded: names 1..200 characters, at most 64
+models per worker, 1..16 slots, ``payload`` and ``result`` nested at most
+:data:`MAX_JSON_DEPTH` deep (with ``image``, they must also be strict JSON: no lone
+surrogates, no NaN or Infinity).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StringConstraints
 
 __all__ = [
+    "MAX_JSON_DEPTH",
     "ErrorBody",
     "FinishRequest",
     "Granted",
@@ -30,6 +35,48 @@ __all__ = [
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")]
 JobState = Literal["queued", "running", "done", "failed", "cancelled"]
 
+MAX_JSON_DEPTH = 64
+"""How deep ``payload`` and ``result`` may nest (arrays and objects). The broker answers them
+back (pop, job view), and pydantic cannot serialize past 255 levels: a deeper value would be
+stored and then turn every answer that carries it into a 500."""
+
+
+def _sendable(value: Any) -> Any:
+    """``value`` unchanged if the broker can answer it back as JSON. O(size), no recursion.
+
+    Raises:
+        ValueError: It nests more than :data:`MAX_JSON_DEPTH` deep, or a string (value or
+            key) holds a lone surrogate (such as U+D800), which UTF-8 cannot encode, or a
+            number is NaN or infinite (Python's parser takes them; a store's journal, JSON,
+            refuses them, and the broker would stop).
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError(
+                        "a string holds a lone surrogate (\\ud800-\\udfff), not UTF-8 text"
+                    ) from None
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValueError(f"{item} is no JSON number (NaN and Infinity are refused)")
+        elif isinstance(item, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"nested more than {MAX_JSON_DEPTH} deep (arrays and objects)")
+            if isinstance(item, dict):
+                stack.extend((key, depth) for key in item)
+                stack.extend((child, depth + 1) for child in item.values())
+            else:
+                stack.extend((child, depth + 1) for child in item)
+    return value
+
+
+OpaqueJson = Annotated[Any, AfterValidator(_sendable)]
+
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -38,22 +85,24 @@ class _Request(BaseModel):
 class SubmitRequest(_Request):
     """``POST /v1/jobs``: one job."""
 
-    priority: int | str | None = Field(
+    priority: StrictInt | str | None = Field(
         default=None,
         description="A number or an alias (interactive, normal, batch); capped at the key's "
         "max_priority. Absent: the X-LlamaSwap-Priority header, else the policy's default.",
     )
     model: Name | None = Field(default=None, description="The model the job needs loaded.")
     estimate: float | None = Field(
-        default=None, gt=0, le=1e9, description="Expected runtime in seconds."
+        default=None, gt=0, le=1e9, strict=True, description="Expected runtime in seconds."
     )
     group: Name | None = Field(default=None, description="A label grouping jobs (a film).")
-    image: dict[str, Any] | None = Field(
+    image: Annotated[dict[str, Any], AfterValidator(_sendable)] | None = Field(
         default=None,
         description="Lease inputs (width, height, steps, sampler, controlnet, baseline, "
         "loras): the lease is computed from them at pop time.",
     )
-    payload: Any = Field(default=None, description="Opaque JSON handed to the worker.")
+    payload: OpaqueJson = Field(
+        default=None, description="Opaque JSON handed to the worker (at most 64 levels deep)."
+    )
 
 
 class JobCreated(BaseModel):
@@ -88,8 +137,8 @@ class PopRequest(_Request):
         default=None, max_length=64, description="Models it serves; null: every model."
     )
     resident: Name | None = Field(default=None, description="The model loaded now.")
-    slots: int = Field(default=1, ge=1, le=16, description="Jobs it may hold at once.")
-    slow: bool = Field(default=False, description="Extra-slow worker: leases are 3x.")
+    slots: int = Field(default=1, ge=1, le=16, strict=True, description="Jobs it may hold at once.")
+    slow: bool = Field(default=False, strict=True, description="Extra-slow worker: leases are 3x.")
 
 
 class Granted(BaseModel):
@@ -108,8 +157,10 @@ class FinishRequest(_Request):
     """``POST /v1/jobs/{id}/complete`` and ``/fail``."""
 
     worker: Name
-    attempt: int = Field(ge=1)
-    result: Any = None
+    attempt: int = Field(ge=1, strict=True)
+    result: OpaqueJson = Field(
+        default=None, description="The job's result, opaque JSON (at most 64 levels deep)."
+    )
 
 
 class HeartbeatRequest(_Request):
