@@ -40,7 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from prioqueue._core import LEVEL_LIMIT
 from prioqueue.broker.config import BrokerConfig, BrokerKey
-from prioqueue.broker.engine import JobRecord, Rejected
+from prioqueue.broker.engine import BrokerEngine, JobRecord, Rejected
 from prioqueue.broker.journal import MemoryJournal
 from prioqueue.broker.models import (
     ErrorBody,
@@ -272,8 +272,9 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
                 "applies when one is configured)",
                 field="priority",
             )
-        engine = await broker.read()
-        image = None if body.image is None else engine.check_image(body.image)
+        # The lease inputs' check reads only the configuration: no wait for the store here
+        # (issue 21: a read barrier per submit collapsed the durable broker under load).
+        image = None if body.image is None else broker.serving_engine().check_image(body.image)
         record, created = await broker.run(
             "submit",
             {
@@ -297,9 +298,11 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
     @app.get("/v1/jobs/{job_id}", response_model=JobView, tags=["submitters"])
     async def get_job(job_id: _ID, key: Submitter) -> JobView:
         """A job's state, place in line, explanation and result."""
-        engine = await broker.read()
-        record = engine.owned(job_id, key.member)
-        return view(record, *engine.position(record))
+        def read(engine: BrokerEngine) -> JobView:
+            record = engine.owned(job_id, key.member)
+            return view(record, *engine.position(record))
+
+        return await broker.query(read)
 
     @app.delete("/v1/jobs/{job_id}", response_model=JobView, tags=["submitters"])
     async def cancel(job_id: _ID, key: Submitter) -> JobView:
@@ -328,8 +331,7 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         from prioqueue.broker._groups import group_status
 
         owner = whose(key, member, cancel=False)
-        engine = await broker.read()
-        status = group_status(engine, group, owner)
+        status = await broker.query(lambda engine: group_status(engine, group, owner))
         now = broker.now()
         finish = status.forecast_finish
         left = None if finish is None else max(0.0, finish - now)
@@ -398,8 +400,8 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
     @app.get("/v1/status", response_model=StatusView, tags=["operators"])
     async def status(_key: AnyKey) -> StatusView:
         """Counts by state, workers, totals, and who leads."""
-        engine = await broker.read()
-        return StatusView(role="leader", leader=broker.leader, **engine.status())
+        counts = await broker.query(lambda engine: engine.status())
+        return StatusView(role="leader", leader=broker.leader, **counts)
 
     @app.get("/metrics", tags=["operators"], response_class=Response)
     async def metrics() -> Response:

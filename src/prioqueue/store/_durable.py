@@ -13,9 +13,15 @@ One event loop owns the dispatcher; one writer thread owns the store. The rules:
 2. **Group commit.** The writer task takes every pending event at once and appends them in one
    transaction (in the writer thread, so the loop keeps accepting calls; those form the next
    batch). Calls made in the same loop turn always share a batch.
-3. **Reads wait for the disk.** ``await durable.read(fn)`` runs ``fn(dispatcher)`` only when
-   every applied event is committed; writers arriving while a reader waits queue behind it, so
-   readers are not starved. A read never sees state the store lacks.
+3. **Reads wait for the disk, not for each other.** ``await durable.read(fn)`` runs
+   ``fn(dispatcher)`` at once, on the applied state, and returns its result only once every
+   event applied before it is committed (at most the batch in flight and the pending one).
+   Writers never wait for readers and a commit releases every reader and writer whose events
+   it holds, so a client never sees a change the store lacks and nobody queues behind a
+   global barrier. ``fn`` must return data, not a live view of the dispatcher.
+   :meth:`DurableDispatcher.read_settled` is the older, stronger form (``fn`` runs when
+   nothing applied is uncommitted, holding back new writers meanwhile): use it only for a
+   reader that cannot copy what it needs, since under load every reader stalls the writers.
 4. **Crash-only.** A failed commit (or a :class:`Fenced` append: another leader took over)
    makes the wrapper *fatal*: every waiting and later call raises :class:`StoreFatal`, and the
    ``on_fatal`` callback runs (a service exits there). The in-memory state is never served
@@ -313,11 +319,41 @@ class DurableDispatcher(Generic[D]):
         return result
 
     async def read(self, fn: Callable[[D], T]) -> T:
-        """Return ``fn(dispatcher)`` once every applied event is committed.
+        """Return ``fn(dispatcher)``, computed now, once everything it could see is committed.
 
+        ``fn`` runs at once on the applied state; its result is held until every event
+        applied so far is committed (the batch in flight and the pending one, at most), so a
+        client never observes a change the store lacks. Writers do not wait for readers.
         Use it for anything a client sees that depends on state (``explain``, ``stats``,
-        ``job``): it never observes a change the store lacks. Writers that arrive while a
-        read waits queue behind it.
+        ``job``); ``fn`` must return data (copies), not a live view of the dispatcher.
+
+        Args:
+            fn: Reads the dispatcher (it must not change it); runs on the loop.
+
+        Returns:
+            What ``fn`` returned.
+
+        Raises:
+            StoreFatal: The store failed; nothing is served.
+            TypeError: ``fn`` is not callable.
+
+        Complexity: ``fn``'s, then a wait of at most two commits.
+        """
+        if not callable(fn):
+            raise TypeError(f"fn must be a callable taking the dispatcher, got {fn!r}")
+        self._check_usable()
+        result = fn(self._dispatcher)
+        if self._committed < self._applied:
+            await self._wait_committed(self._applied)
+            self._check_usable()
+        return result
+
+    async def read_settled(self, fn: Callable[[D], T]) -> T:
+        """Return ``fn(dispatcher)`` run at a moment when every applied event is committed.
+
+        Stronger than :meth:`read` (``fn`` may return a live view, read before the caller's
+        next ``await``) and much costlier under load: while a settled read waits, new writers
+        wait for the commit too. Prefer :meth:`read`.
 
         Args:
             fn: Reads the dispatcher (it must not change it); runs on the loop.
