@@ -150,19 +150,19 @@ def _key(request: Request, authorization: str | None, role: str) -> BrokerKey:
     return key
 
 
-def _submitter_key(
+async def _submitter_key(
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> BrokerKey:
     return _key(request, authorization, "submitter")
 
 
-def _worker_key(
+async def _worker_key(
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> BrokerKey:
     return _key(request, authorization, "worker")
 
 
-def _any_key(request: Request, authorization: Annotated[str | None, Header()] = None) -> BrokerKey:
+async def _any_key(request: Request, authorization: Annotated[str | None, Header()] = None) -> BrokerKey:
     return _key(request, authorization, "any")
 
 
