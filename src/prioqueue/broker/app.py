@@ -162,7 +162,9 @@ async def _worker_key(
     return _key(request, authorization, "worker")
 
 
-async def _any_key(request: Request, authorization: Annotated[str | None, Header()] = None) -> BrokerKey:
+async def _any_key(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> BrokerKey:
     return _key(request, authorization, "any")
 
 
@@ -298,6 +300,7 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
     @app.get("/v1/jobs/{job_id}", response_model=JobView, tags=["submitters"])
     async def get_job(job_id: _ID, key: Submitter) -> JobView:
         """A job's state, place in line, explanation and result."""
+
         def read(engine: BrokerEngine) -> JobView:
             record = engine.owned(job_id, key.member)
             return view(record, *engine.position(record))
