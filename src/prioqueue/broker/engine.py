@@ -283,6 +283,13 @@ class BrokerEngine:
         Raises:
             Rejected: 422 the key was used with a different request; 429 the queue is full.
         """
+        _check_types(
+            "submit",
+            member=(member, str), tier=(tier, str), priority=(priority, int),
+            model=(model, (str, type(None))), estimate=(estimate, (int, float, type(None))),
+            group=(group, (str, type(None))), image=(image, (dict, type(None))),
+            idempotency_key=(idempotency_key, (str, type(None))),
+        )  # fmt: skip
         digest = ""
         if idempotency_key is not None:
             digest = fingerprint(
@@ -392,6 +399,10 @@ class BrokerEngine:
         slow: bool = False,
     ) -> PopResult:
         """Grant the worker its next job, or say why there is none."""
+        _check_types(
+            "pop", worker=(worker, str), models=(models, (list, type(None))),
+            resident=(resident, (str, type(None))), slots=(slots, int), slow=(slow, (bool,)),
+        )  # fmt: skip
         spec = {"models": models, "resident": resident, "slots": slots, "slow": slow}
         self._join(now, worker, spec)
         grant = self.fleet.pop(worker, now=now)
@@ -445,6 +456,7 @@ class BrokerEngine:
         Raises:
             Rejected: 404 unknown; 409 not this worker's current grant; 413 result too large.
         """
+        _check_types("complete", job_id=(job_id, str), worker=(worker, str), attempt=(attempt, int))
         record = self._held(job_id, worker, attempt)
         self._check_result(result)
         self.fleet.complete(job_id, now=now, worker=worker)
@@ -460,6 +472,7 @@ class BrokerEngine:
         Raises:
             Rejected: 404 unknown; 409 not this worker's current grant; 413 result too large.
         """
+        _check_types("fail", job_id=(job_id, str), worker=(worker, str), attempt=(attempt, int))
         record = self._held(job_id, worker, attempt)
         self._check_result(result)
         self.fleet.fail(job_id, now=now, worker=worker)  # its group counts it as failed
@@ -616,6 +629,27 @@ class BrokerEngine:
         engine._retention = [(float(t), str(i)) for t, i in state["retention"]]
         heapq.heapify(engine._retention)
         return engine
+
+
+def _check_types(op: str, **values: tuple[Any, type | tuple[type, ...]]) -> None:
+    """Refuse an operation whose arguments do not have the types the HTTP layer guarantees.
+
+    A live request never fails here (its body was validated); a journal row edited by hand
+    does, so replay stops with a clear ``CorruptStore`` instead of serving a record that
+    answers 500 later (issue 21). Booleans are not numbers. O(number of arguments).
+
+    Raises:
+        Rejected: 422 naming the first argument of the wrong type.
+    """
+    for name, (value, types) in values.items():
+        if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else ()):
+            ok = False
+        else:
+            ok = isinstance(value, types)
+        if ok and isinstance(value, float) and not math.isfinite(value):
+            ok = False
+        if not ok:
+            raise Rejected(422, f"{op}: {name} has the wrong type or value ({value!r})", field=name)
 
 
 def now_past(now: float, deadline: float) -> bool:

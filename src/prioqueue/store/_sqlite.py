@@ -38,10 +38,12 @@ class SQLiteStore(Store):
             system crash or power loss may lose the last ones. Much faster on slow disks.
 
     Raises:
-        CorruptStore: The file is not a SQLite database, or fails its integrity check.
+        CorruptStore: The file is not a SQLite database, fails its integrity check, or is
+            empty (0 bytes) without having been created by this open.
         SchemaVersionError: The file was written by a newer prioqueue.
         StoreLocked: Another process holds the file.
-        StoreError: The file cannot be opened (a missing directory, no permission).
+        StoreError: The file cannot be opened (its directory does not exist, no
+            permission).
     """
 
     kind = "sqlite"
@@ -57,6 +59,26 @@ class SQLiteStore(Store):
         self.synchronous = synchronous
         super().__init__(f"sqlite:///{os.path.abspath(path)}")
         self.path = path
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise StoreError(
+                f"{self.url}: the directory {directory} does not exist (create it, or fix the "
+                "path: sqlite:///relative.db is relative, sqlite:////absolute.db absolute)"
+            )
+        try:
+            empty = os.path.getsize(path) == 0
+        except OSError:  # missing: this open creates it
+            empty = False
+        if empty:
+            # SQLite reads a 0-byte file as a new, empty database: the broker would start
+            # with no jobs and hand out job-1 again to a new job, while clients hold the old
+            # job-1 (issue 21). A store this class created is never left empty (the first
+            # open writes the header), so an empty file was truncated or replaced.
+            raise CorruptStore(
+                f"{self.url}: the file is empty (0 bytes): a store is never empty once opened, "
+                "so it was truncated or replaced; restore it from a backup, or delete it to "
+                "start a new store on purpose (job ids restart at job-1)"
+            )
         try:
             self._conn = sqlite3.connect(
                 path, timeout=timeout, isolation_level=None, check_same_thread=False
