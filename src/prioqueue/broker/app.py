@@ -173,19 +173,22 @@ WorkerKey = Annotated[BrokerKey, Depends(_worker_key)]
 AnyKey = Annotated[BrokerKey, Depends(_any_key)]
 
 
-def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> FastAPI:
+def create_app(
+    config: BrokerConfig, journal: MemoryJournal | None = None, *, clock: Any = None
+) -> FastAPI:
     """Build the broker's ASGI application.
 
     Args:
         config: The configuration.
         journal: Keep the state in memory with this journal, whatever ``config.store``
             says (tests, demos).
+        clock: A store's :class:`prioqueue.store.WallClock` (tests; see ``Broker``).
 
     Returns:
         The FastAPI app; ``app.state.broker`` is its :class:`Broker`. The broker starts
         (recovers, or waits as a standby) in the app's lifespan.
     """
-    broker = Broker(config, journal)
+    broker = Broker(config, journal, clock=clock)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -126,11 +126,16 @@ class Broker:
     Args:
         config: The configuration.
         journal: Use this in-memory journal whatever ``config.store`` says (tests).
+        clock: The store backend's :class:`prioqueue.store.WallClock` (tests inject one with
+            manual sources); default: one whose horizon is the longest default lease.
     """
 
-    def __init__(self, config: BrokerConfig, journal: MemoryJournal | None = None) -> None:
+    def __init__(
+        self, config: BrokerConfig, journal: MemoryJournal | None = None, *, clock: Any = None
+    ) -> None:
         self.config = config
         self._journal = journal
+        self._clock = clock
         self._backend: _Memory | _Durable | None = None
         self._elector: Any = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -199,11 +204,19 @@ class Broker:
             )
         else:
             store = await asyncio.to_thread(open_store, config.store, schema=config.store_schema)
+        if self._clock is None:
+            from prioqueue.store import WallClock
+
+            # A gap between the store's time and the wall clock longer than any lease is
+            # not waited out (docs/durability.md, "Time").
+            lease = config.default_lease_seconds * float(config.lease.extra_slow_multiplier)
+            self._clock = WallClock(horizon=max(60.0, lease))
         try:
             durable = await DurableDispatcher.open(
                 store,
                 self._factory,
                 epoch=epoch,
+                clock=self._clock,
                 snapshot_every=config.snapshot_every,
                 ops=BROKER_OPS,
                 skip_when_empty=frozenset(),

@@ -31,7 +31,8 @@ One event loop owns the dispatcher; one writer thread owns the store. The rules:
    it matches the batch exactly); the store prunes the journal behind it in the same
    transaction.
 
-Time: see :class:`~prioqueue.store.WallClock`; the floor is the store's high-water mark.
+Time: see :class:`~prioqueue.store.WallClock`: monotonic inside the process, anchored by the
+wall clock; the floor is the store's high-water mark.
 """
 
 from __future__ import annotations
@@ -152,8 +153,12 @@ class DurableDispatcher(Generic[D]):
             epoch: The leader epoch to write with (from :class:`~prioqueue.store.Elector`);
                 None claims the store (``store.claim()``: bump the epoch, fencing any older
                 writer), which is right for a single broker.
-            clock: Wall-clock seconds (default ``time.time``); clamped so that it never goes
-                below the store's high-water mark or a value it returned before.
+            clock: A :class:`~prioqueue.store.WallClock` (its horizon and sources), or a
+                callable giving wall-clock seconds that is followed as is (a test's manual
+                clock); default ``WallClock()``: monotonic inside the process, anchored by
+                ``time.time``. Either way it never goes below the store's high-water mark or
+                a value it returned before, and a store far ahead of the wall clock is
+                logged and continued from, not waited for (docs/durability.md).
             snapshot_every: Events between snapshots (>= 1).
             snapshot_interval: Seconds between snapshots while events arrive (> 0).
             ops: The method names that are journaled; others are refused by :meth:`call`.
@@ -195,7 +200,10 @@ class DurableDispatcher(Generic[D]):
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        wall = clock if isinstance(clock, WallClock) else WallClock(source=clock or time.time)
+        if isinstance(clock, WallClock):
+            wall = clock
+        else:
+            wall = WallClock() if clock is None else WallClock(source=clock)
         wall.raise_floor(recovery.high_water)
         return cls(
             store,
