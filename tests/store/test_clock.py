@@ -59,7 +59,7 @@ def test_wall_clock_options_are_checked() -> None:
         with pytest.raises(ValueError, match="horizon"):
             WallClock(horizon=bad)
     with pytest.raises(TypeError, match="monotonic"):
-        WallClock(monotonic=3.0)  # type: ignore[arg-type]
+        WallClock(monotonic=3.0)
     assert WallClock()() > 0  # the system clocks
 
 

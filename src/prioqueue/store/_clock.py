@@ -79,7 +79,7 @@ class WallClock:
         ):
             raise ValueError(f"horizon must be a positive number of seconds, got {horizon!r}")
         self._source = source
-        self._monotonic: Callable[[], float] | None = monotonic  # type: ignore[assignment]
+        self._monotonic: Callable[[], float] | None = monotonic
         self._horizon = float(horizon)
         self._last = -math.inf if floor is None else float(floor)
         self._anchor: tuple[float, float] | None = None  # (wall, monotonic) at the first read
