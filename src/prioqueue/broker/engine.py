@@ -590,7 +590,10 @@ class BrokerEngine:
             "counts": dict(self.counts),
             "workers": dict(self.workers),
             "fleet": self.fleet.snapshot(now=at),
-            "jobs": [attrs.asdict(r) for r in self.jobs.values()],
+            # Shallow: payloads and results are shared, not copied (they are never changed
+            # in place), so a snapshot costs O(jobs) on the loop, not O(bytes) (issue 21);
+            # the store encodes them in its writer thread.
+            "jobs": [attrs.asdict(r, recurse=False) for r in self.jobs.values()],
             "idempotency": [[m, k, j, d] for (m, k), (j, d) in self.idempotency.items()],
             "retention": [list(entry) for entry in self._retention],
         }
