@@ -193,9 +193,8 @@ def _check_store(value: str, where: str) -> str:
     if value.startswith(("postgresql://", "postgres://")):
         return value
     raise ConfigError(
-        f"{where}: expected 'sqlite:///relative.db', 'sqlite:////absolute/path.db', "
-        "'postgresql://...' or "
-        f"'memory://', got {value!r}"
+        f"{where}: expected 'sqlite:PATH' (sqlite:///relative.db, sqlite:////absolute.db), "
+        f"'postgresql://...' or 'memory://', got {value!r}"
     )
 
 
