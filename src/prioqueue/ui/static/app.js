@@ -56,7 +56,7 @@ function banner(text, kind = "") {
 }
 
 function showLogin(message) {
-  $("main").hidden = true;
+  $("dashboard").hidden = true;
   $("login").hidden = false;
   $("forget").hidden = true;
   $("who").textContent = "";
@@ -273,7 +273,7 @@ async function poll() {
     if (!response.ok) throw new Error(`${SERVICE} answered ${response.status}`);
     const data = await response.json();
     $("login").hidden = true;
-    $("main").hidden = false;
+    $("dashboard").hidden = false;
     $("forget").hidden = false;
     if ($("banner").className === "error" && !$("banner").textContent.startsWith("Cancel")) banner("");
     render(data);
