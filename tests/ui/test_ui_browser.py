@@ -55,7 +55,8 @@ def login(browser: Any, url: str, key: str) -> None:
     field.send_keys(key + "\n")
     wait_until(
         lambda: browser.execute_script(
-            "return document.documentElement.dataset.updated && !document.getElementById('dashboard').hidden"
+            "return document.documentElement.dataset.updated"
+            " && !document.getElementById('dashboard').hidden"
         ),
         "the first render",
     )
@@ -65,8 +66,10 @@ def fresh(browser: Any) -> None:
     """Wait for a render that starts after now (the page polls every 2 s)."""
     before = browser.execute_script("return Number(document.documentElement.dataset.updated)")
     wait_until(
-        lambda: browser.execute_script("return Number(document.documentElement.dataset.updated)")
-        > before,
+        lambda: (
+            browser.execute_script("return Number(document.documentElement.dataset.updated)")
+            > before
+        ),
         "a new poll",
     )
 
@@ -83,7 +86,10 @@ def column(browser: Any, selector: str, attribute: str | None = None) -> list[st
 
 def no_injection(browser: Any) -> None:
     assert browser.execute_script("return window.pwned") is None
-    assert browser.execute_script("return document.querySelectorAll('main script, main img').length") == 0
+    assert (
+        browser.execute_script("return document.querySelectorAll('main script, main img').length")
+        == 0
+    )
 
 
 # ---------------------------------------------------------------------------- the broker
@@ -171,7 +177,7 @@ def _dashboard(url: str, key: str, **params: str) -> dict[str, Any]:
 
 
 def _job_ids(data: dict[str, Any]) -> set[str]:
-    ids = set()
+    ids: set[str] = set()
     for lane in data["lanes"]:
         ids.update(j["id"] for j in lane["jobs"] if "id" in j)
     for worker in data["workers"]:
@@ -191,16 +197,29 @@ def test_observer_sees_every_member_worker_and_film(chrome: Any, broker: BrokerP
     assert column(chrome, "#gpus tbody tr", "worker") == ["gpu-1", "gpu-2", "gpu-3"]
     gpu2 = chrome.find_element("css selector", '#gpus tr[data-worker="gpu-2"]').text
     assert "lease" in gpu2
-    assert len(chrome.find_elements("css selector", '#gpus tr[data-worker="gpu-2"] td:nth-child(4) button.job')) == 1
+    assert (
+        len(
+            chrome.find_elements(
+                "css selector", '#gpus tr[data-worker="gpu-2"] td:nth-child(4) button.job'
+            )
+        )
+        == 1
+    )
     # One bar per member lane, labelled with its service against the fair share.
     bars = column(chrome, "#lanes tbody tr .share .bar")
     assert len(bars) == len(members)
-    labels = [e.get_attribute("aria-label") for e in chrome.find_elements("css selector", "#lanes .share .bar")]
+    labels = [
+        e.get_attribute("aria-label")
+        for e in chrome.find_elements("css selector", "#lanes .share .bar")
+    ]
     assert all("fair share" in label for label in labels)
     film = chrome.find_element("css selector", '#films tr[data-group="film-1"]').text
     expected = next(g for g in api["groups"] if g["group"] == "film-1")
-    assert expected["done"] == 1 and expected["forecast_in"] is not None
-    counts = f"{expected['done']} done · {expected['running']} running · {expected['queued']} queued"
+    assert expected["done"] == 1
+    assert expected["forecast_in"] is not None
+    counts = (
+        f"{expected['done']} done · {expected['running']} running · {expected['queued']} queued"
+    )
     assert counts in film
     forecast = chrome.find_element("css selector", '#films tr[data-group="film-1"] .forecast').text
     assert forecast.startswith("in "), forecast
@@ -230,13 +249,18 @@ def test_clicking_a_job_explains_it(chrome: Any, broker: BrokerProcess) -> None:
     ]
     chrome.find_element("css selector", f'#lanes button.job[data-job="{queued[0]}"]').click()
     panel = wait_until(
-        lambda: "Score terms" in chrome.find_element("id", "job").text
-        and chrome.find_element("id", "job").text,
+        lambda: (
+            "Score terms" in chrome.find_element("id", "job").text
+            and chrome.find_element("id", "job").text
+        ),
         "the job panel",
     )
     assert f"Job {queued[0]}" in panel
-    assert "Position" in panel and "Forecast start" in panel and "aging" in panel
-    assert "Ahead (" in panel and "Overtaken by (" in panel
+    assert "Position" in panel
+    assert "Forecast start" in panel
+    assert "aging" in panel
+    assert "Ahead (" in panel
+    assert "Overtaken by (" in panel
     explained = _dashboard(broker.url, "sk-ops", job=queued[0])["job"]["explain"]
     assert f"Ahead ({len(explained['ahead'])})" in panel
     screenshot(chrome, "broker-job")
@@ -267,15 +291,20 @@ def test_keyboard_and_accessibility(chrome: Any, broker: BrokerProcess) -> None:
 
 def test_submitter_sees_only_its_own_member(chrome: Any, broker: BrokerProcess) -> None:
     everything = _dashboard(broker.url, "sk-ops")
-    bobs = {j["id"] for lane in everything["lanes"] if lane["member"] == "bob" for j in lane["jobs"]}
+    bobs = {
+        j["id"] for lane in everything["lanes"] if lane["member"] == "bob" for j in lane["jobs"]
+    }
     login(chrome, f"{broker.url}/ui", "sk-alice")
     assert set(column(chrome, "#lanes tbody tr", "member")) == {"alice"}
     assert column(chrome, "#films tbody tr", "member") == ["alice"]
     source = chrome.page_source
     assert "bob" not in source
-    assert EVIL not in source and "&lt;script&gt;window" not in source
+    assert EVIL not in source
+    assert "&lt;script&gt;window" not in source
     assert not bobs & set(column(chrome, "button.job", "job"))
-    assert column(chrome, "#gpus tbody tr td:nth-child(2)") == ["–"] * 3  # no resident models
+    assert (
+        column(chrome, "#gpus tbody tr td:nth-child(2)") == ["\N{EN DASH}"] * 3
+    )  # no resident models
     assert "another member's job" in chrome.find_element("id", "gpus").text
     # Asking for bob's job by id says it is unknown, as GET /v1/jobs/{id} does.
     search = chrome.find_element("id", "job-id")
@@ -296,7 +325,8 @@ def test_worker_key_sees_only_held_jobs(chrome: Any, broker: BrokerProcess) -> N
         if j
     }
     assert set(column(chrome, "button.job", "job")) == held
-    assert "alice" not in chrome.page_source and "bob" not in chrome.page_source
+    assert "alice" not in chrome.page_source
+    assert "bob" not in chrome.page_source
     assert not chrome.find_element("id", "job-section").is_displayed()
 
 
@@ -332,9 +362,12 @@ def test_cancelling_a_film_from_the_page(chrome: Any, broker: BrokerProcess) -> 
     wait_until(lambda: "cancelled" in chrome.find_element("id", "banner").text, "the answer")
     r = httpx.get(f"{broker.url}/v1/groups/film-1", headers=_bearer("sk-alice"), timeout=10.0)
     group = r.json()
-    assert group["queued"] == 0 and group["running"] == 0 and group["cancelled"] >= 2, group
+    assert (group["queued"], group["running"]) == (0, 0), group
+    assert group["cancelled"] >= 2, group
     wait_until(
-        lambda: "0 queued" in chrome.find_element("css selector", '#films tr[data-group="film-1"]').text,
+        lambda: (
+            "0 queued" in chrome.find_element("css selector", '#films tr[data-group="film-1"]').text
+        ),
         "the film's new progress",
     )
 
@@ -401,7 +434,8 @@ def test_gateway_page_for_an_observer(chrome: Any, gateway: tuple[str, Any, Any]
     running = chrome.find_elements("css selector", "#gpus td:nth-child(3) button.job")
     assert len(running) == 2
     film = chrome.find_element("css selector", '#films tr[data-group="film-g"]').text
-    assert "alice" in film and "queued" in film
+    assert "alice" in film
+    assert "queued" in film
     no_injection(chrome)
     screenshot(chrome, "gateway-observer")
     assert axe_violations(chrome) == []
@@ -413,11 +447,12 @@ def test_gateway_submitter_sees_its_own_and_cancels_its_film(
     url, _, _ = gateway
     login(chrome, f"{url}/prioqueue/ui", "sk-bob")
     assert set(column(chrome, "#lanes tbody tr", "member")) == {"bob"}
-    assert "alice" not in chrome.page_source and EVIL not in chrome.page_source
+    assert "alice" not in chrome.page_source
+    assert EVIL not in chrome.page_source
     login(chrome, f"{url}/prioqueue/ui", "sk-alice")
     assert set(column(chrome, "#lanes tbody tr", "member")) == {"alice"}
     chrome.find_element("css selector", '#films tr[data-group="film-g"] button.cancel').click()
     wait_until(lambda: "cancelled" in chrome.find_element("id", "banner").text, "the answer")
     r = httpx.get(f"{url}/prioqueue/groups/film-g", headers=_bearer("sk-alice"), timeout=5)
     status = r.json()
-    assert status["queued"] == 0 and status["running"] == 0 and status["cancelled"] == 3, status
+    assert (status["queued"], status["running"], status["cancelled"]) == (0, 0, 3), status

@@ -25,6 +25,7 @@ O(levels + lanes + workers + groups) plus fixed bounds, never O(queued jobs).
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -33,8 +34,7 @@ from pydantic import BaseModel, Field
 from prioqueue.broker.app import AnyKey
 from prioqueue.broker.config import BrokerKey
 from prioqueue.broker.engine import FINISHED, Rejected
-from prioqueue.ui import CSP, asset
-from prioqueue.ui import _model
+from prioqueue.ui import CSP, _model, asset
 
 __all__ = ["DashboardView", "router"]
 
@@ -148,7 +148,10 @@ async def dashboard(
         return scope == "all" or (scope == "member" and who == member)
 
     fleet = engine.fleet
-    stats = fleet.stats(now=engine.now)
+    # Read at the engine's time (the fleet has seen it); before the first operation the
+    # fleet is empty and any time will do.
+    at = engine.now if math.isfinite(engine.now) else wall
+    stats = fleet.stats(now=at)
     history = _model.history(fleet, wall)
     workers = _model.workers(fleet, wall, visible, history)
     for row in workers:
@@ -161,7 +164,7 @@ async def dashboard(
         []
         if scope == "worker"
         else _model.groups(
-            fleet, engine.now, wall, visible,
+            fleet, at, wall, visible,
             known=engine.group_kept.__contains__,
             may_cancel=lambda m: m == member or key.admin,
         )

@@ -20,8 +20,7 @@ from urllib.parse import parse_qs
 
 from prioqueue._errors import UnknownJob
 from prioqueue.gateway import _observe
-from prioqueue.ui import CSP, asset
-from prioqueue.ui import _model
+from prioqueue.ui import CSP, _model, asset
 
 if TYPE_CHECKING:
     from prioqueue.gateway._observe import Send
@@ -118,9 +117,12 @@ def dashboard(gateway: Gateway, who: Identity, job: str | None = None) -> dict[s
         "queued": stats.queued,
         "running": len(stats.held),
         "totals": {
-            "dispatched": stats.dispatched, "completed": stats.completed,
-            "cancelled": stats.cancelled, "expired": stats.expired, "failed": stats.failed,
-        },  # fmt: skip
+            "dispatched": stats.dispatched,
+            "completed": stats.completed,
+            "cancelled": stats.cancelled,
+            "expired": stats.expired,
+            "failed": stats.failed,
+        },
         "levels": recent.levels(stats, now),
         "lanes": _model.lanes(d, now, visible, history),
         "workers": workers,
@@ -129,11 +131,13 @@ def dashboard(gateway: Gateway, who: Identity, job: str | None = None) -> dict[s
         ),
         "job": None if job is None else _panel(gateway, job, who, now),
         "limits": {
-            "window_seconds": _model.WINDOW, "lane_heads": _model.LANE_HEADS,
-            "groups": _model.GROUP_LIMIT, "forecast_jobs": _model.FORECAST_LIMIT,
+            "window_seconds": _model.WINDOW,
+            "lane_heads": _model.LANE_HEADS,
+            "groups": _model.GROUP_LIMIT,
+            "forecast_jobs": _model.FORECAST_LIMIT,
             "poll_seconds": 2.0,
         },
-    }  # fmt: skip
+    }
 
 
 async def serve(

@@ -1,4 +1,4 @@
-"""The dashboard's web page: static files shipped in the package, served by the broker and the gateway.
+"""The dashboard's web page: static files in the package, served by the broker and the gateway.
 
 The page (``static/index.html``, ``app.js``, ``app.css``) is plain HTML, CSS and JavaScript
 (ES modules): no build step, nothing fetched from elsewhere. It polls one JSON endpoint of the

@@ -164,7 +164,7 @@ def _quantile(bounds: list[float], cumulative: list[int], q: float) -> tuple[flo
 
 def history(d: Any, view_now: float) -> list[Any]:
     """The dispatcher's remembered grants of the recent window, newest first (bounded)."""
-    records = []
+    records: list[Any] = []
     since = view_now - WINDOW
     for record in reversed(d._history):
         if record.at < since or len(records) >= HISTORY_SCAN:
@@ -196,9 +196,7 @@ def job(entry: Any, view_now: float, visible: Visible) -> dict[str, Any]:
     return data
 
 
-def lanes(
-    d: Any, view_now: float, visible: Visible, recent: list[Any]
-) -> list[dict[str, Any]]:
+def lanes(d: Any, view_now: float, visible: Visible, recent: list[Any]) -> list[dict[str, Any]]:
     """Each member's lane in each level with a job queued or held, highest level first."""
     grants: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for record in recent:
@@ -212,15 +210,15 @@ def lanes(
             active[lane.level].add(lane.member)
         if visible(lane.member):
             shown.append(lane)
-    for level, members in grants.items():
-        active[level].update(members)
+    for level, granted in grants.items():
+        active[level].update(granted)
     held: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for worker in d._workers.values():
         for entry in worker.held:
             held[id(entry.lane)].append(job(entry, view_now, visible))
     rows = []
     for lane in sorted(shown, key=lambda lane: (-lane.level, lane.member)):
-        heads = []
+        heads: list[dict[str, Any]] = []
         for scanned, entry in enumerate(lane.jobs):
             if scanned >= LANE_SCAN or len(heads) >= LANE_HEADS:
                 break
@@ -228,7 +226,7 @@ def lanes(
                 heads.append(job(entry, view_now, visible))
         level_grants = grants.get(lane.level, {})
         total = sum(level_grants.values())
-        members = len(active[lane.level]) or 1
+        sharing = len(active[lane.level]) or 1
         rows.append(
             {
                 "level": lane.level,
@@ -236,17 +234,17 @@ def lanes(
                 "queued": lane.live,
                 "running": lane.holding,
                 "recent_grants": level_grants.get(lane.member, 0),
-                "service": None if not total else round(level_grants.get(lane.member, 0) / total, 4),
-                "fair_share": round(1.0 / members, 4),
+                "service": None
+                if not total
+                else round(level_grants.get(lane.member, 0) / total, 4),
+                "fair_share": round(1.0 / sharing, 4),
                 "jobs": held[id(lane)] + heads,
             }
         )
     return rows
 
 
-def workers(
-    d: Any, view_now: float, visible: Visible, recent: list[Any]
-) -> list[dict[str, Any]]:
+def workers(d: Any, view_now: float, visible: Visible, recent: list[Any]) -> list[dict[str, Any]]:
     """Each worker: resident model, running and prefetched jobs, flags and recent swaps."""
     swaps: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for record in recent:
@@ -391,9 +389,7 @@ def _forecast(
     return answer
 
 
-def explanation(
-    explained: Explanation, view_now: float, visible: Visible
-) -> dict[str, Any]:
+def explanation(explained: Explanation, view_now: float, visible: Visible) -> dict[str, Any]:
     """An ``explain()`` as the job panel shows it (others' jobs without id and member)."""
     t = explained.now
     lag = max(0.0, view_now - t)
