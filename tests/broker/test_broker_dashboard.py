@@ -193,7 +193,9 @@ def test_lanes_list_a_bounded_number_of_jobs() -> None:
             (lane,) = data["lanes"]
             assert lane["queued"] == _model.LANE_HEADS + 7
             assert len(lane["jobs"]) == _model.LANE_HEADS
-            assert [j["id"] for j in lane["jobs"]] == [f"job-{i}" for i in range(1, 6)]
+            assert [j["id"] for j in lane["jobs"]] == [
+                f"job-{i}" for i in range(1, _model.LANE_HEADS + 1)
+            ]
 
     run(main())
 

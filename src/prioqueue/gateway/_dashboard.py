@@ -80,10 +80,11 @@ def dashboard(gateway: Gateway, who: Identity, job: str | None = None) -> dict[s
         return everyone or member == who.member
 
     stats = d.stats(now=now)
-    recent = getattr(gateway, "dashboard_recent", None)
-    if recent is None:
-        recent = _model.Recent()
-        gateway.dashboard_recent = recent  # type: ignore[attr-defined]
+    state = getattr(gateway, "dashboard_state", None)
+    if state is None:
+        state = (_model.Recent(), _model.ForecastCache())
+        gateway.dashboard_state = state  # type: ignore[attr-defined]
+    recent, cache = state
     history = _model.history(d, now)
     workers = _model.workers(d, now, visible, history)
     if gateway.fleet_gate is not None:
@@ -127,7 +128,7 @@ def dashboard(gateway: Gateway, who: Identity, job: str | None = None) -> dict[s
         "lanes": _model.lanes(d, now, visible, history),
         "workers": workers,
         "groups": _model.groups(
-            d, now, now, visible, may_cancel=lambda m: m == who.member or who.admin
+            d, now, now, visible, may_cancel=lambda m: m == who.member or who.admin, cache=cache
         ),
         "job": None if job is None else _panel(gateway, job, who, now),
         "limits": {

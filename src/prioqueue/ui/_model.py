@@ -16,10 +16,11 @@ plus fixed bounds, never O(queued jobs):
   of the wait histogram's buckets: an upper bound, not an exact wait.
 * **Lanes** (one per member and level with a job queued or held) list at most
   :data:`LANE_HEADS` of their oldest queued jobs (a scan of at most :data:`LANE_SCAN`
-  entries). "Service" is the member's share of the level's grants in the recent window, read
-  from the dispatcher's bounded grant history (at most :data:`HISTORY_SCAN` records); its
-  "fair share" is the equal split between the members active in the level (a lane
-  backlogged now or granted in the window). Tier bonuses tilt the real split on purpose.
+  entries; the running ones are in the workers' rows). "Service" is the member's share of
+  the level's grants in the recent window, read from the dispatcher's bounded grant history
+  (at most :data:`HISTORY_SCAN` records); its "fair share" is the equal split between the
+  members active in the level (a lane backlogged now or granted in the window). Tier
+  bonuses tilt the real split on purpose.
 * **Workers** list what each holds (the first held job runs, the others are prefetched) and
   its recent swaps (grants whose model was not resident), from the same history scan.
 * **Groups**: at most :data:`GROUP_LIMIT` (active ones first) with the core's counts; one
@@ -47,7 +48,7 @@ WINDOW: Final = 600.0
 """Seconds of recent activity behind the per-level rates and quantiles and the lane shares."""
 SAMPLE_EVERY: Final = 10.0
 """Seconds between two kept samples of the levels' counters."""
-LANE_HEADS: Final = 5
+LANE_HEADS: Final = 3
 """Queued jobs listed per lane (its oldest)."""
 LANE_SCAN: Final = 64
 """Most entries of a lane looked at to find its queued heads (lazy deletion leaves others)."""
@@ -57,14 +58,41 @@ SWAPS_PER_WORKER: Final = 8
 """Recent swaps listed per worker."""
 GROUP_LIMIT: Final = 50
 """Most groups listed (active ones first)."""
-FORECAST_LIMIT: Final = 1000
+FORECAST_LIMIT: Final = 500
 """Predicted grants the groups' finish forecast looks at."""
+FORECAST_EVERY: Final = 10.0
+"""Seconds a finish forecast is reused for before the next poll computes it again."""
 
 Visible = Callable[[str], bool]
 
 
 def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
+
+
+class ForecastCache:
+    """The last groups' finish forecast, reused for :data:`FORECAST_EVERY` seconds.
+
+    The dry run behind it is the dashboard's largest cost (O(L log L + FORECAST_LIMIT log L));
+    a forecast does not need to be fresher than that. Finish times are absolute, so a reused
+    forecast still counts down.
+    """
+
+    def __init__(self, every: float = FORECAST_EVERY) -> None:
+        self.every = every
+        self.at = -math.inf
+        self.answer: dict[str, tuple[float | None, bool]] = {}
+
+    def get(self, now: float, wanted: set[str]) -> dict[str, tuple[float | None, bool]] | None:
+        """The cached answer when it is recent and covers ``wanted``, else None. O(wanted)."""
+        if self.at <= now < self.at + self.every and wanted <= self.answer.keys():
+            return self.answer
+        return None
+
+    def put(self, now: float, answer: dict[str, tuple[float | None, bool]]) -> None:
+        """Keep ``answer``, computed at ``now``. O(1)."""
+        self.at = now
+        self.answer = answer
 
 
 class Recent:
@@ -212,10 +240,6 @@ def lanes(d: Any, view_now: float, visible: Visible, recent: list[Any]) -> list[
             shown.append(lane)
     for level, granted in grants.items():
         active[level].update(granted)
-    held: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for worker in d._workers.values():
-        for entry in worker.held:
-            held[id(entry.lane)].append(job(entry, view_now, visible))
     rows = []
     for lane in sorted(shown, key=lambda lane: (-lane.level, lane.member)):
         heads: list[dict[str, Any]] = []
@@ -223,7 +247,10 @@ def lanes(d: Any, view_now: float, visible: Visible, recent: list[Any]) -> list[
             if scanned >= LANE_SCAN or len(heads) >= LANE_HEADS:
                 break
             if entry.state == QUEUED:
-                heads.append(job(entry, view_now, visible))
+                j = entry.job  # the lane says whose and which level
+                heads.append(
+                    {"id": j.id, "model": j.model, "waited": _r(max(0.0, view_now - j.arrival))}
+                )
         level_grants = grants.get(lane.level, {})
         total = sum(level_grants.values())
         sharing = len(active[lane.level]) or 1
@@ -238,7 +265,7 @@ def lanes(d: Any, view_now: float, visible: Visible, recent: list[Any]) -> list[
                 if not total
                 else round(level_grants.get(lane.member, 0) / total, 4),
                 "fair_share": round(1.0 / sharing, 4),
-                "jobs": held[id(lane)] + heads,
+                "jobs": heads,
             }
         )
     return rows
@@ -297,6 +324,7 @@ def groups(
     *,
     known: Callable[[str], bool] | None = None,
     may_cancel: Callable[[str], bool] = lambda _member: False,
+    cache: ForecastCache | None = None,
 ) -> list[dict[str, Any]]:
     """The listed groups (films): counts, GPU-seconds and the forecast finish.
 
@@ -307,6 +335,7 @@ def groups(
         visible: Whether the caller may see a member's groups.
         known: Whether the service still knows a group key (None: every group).
         may_cancel: Whether the caller may cancel a member's groups.
+        cache: Reuse a recent forecast from here (and keep a new one), or None.
 
     Returns:
         JSON-ready rows, active groups first, then by label.
@@ -321,7 +350,12 @@ def groups(
     chosen.sort(key=lambda c: (not c[3], c[2], c[1]))
     chosen = chosen[:GROUP_LIMIT]
     statuses = {key: book.status(key, now=t, finish=None) for key, *_ in chosen}
-    finish = _forecast(d, t, {key for key, *_ in chosen if statuses[key].active}, statuses)
+    wanted = {key for key, *_ in chosen if statuses[key].active}
+    finish = None if cache is None else cache.get(view_now, wanted)
+    if finish is None:
+        finish = _forecast(d, t, wanted, statuses)
+        if cache is not None:
+            cache.put(view_now, finish)
     rows = []
     for key, member, label, _ in chosen:
         status = statuses[key]
