@@ -295,3 +295,14 @@ def test_groups_are_listed_up_to_the_limit(monkeypatch: pytest.MonkeyPatch) -> N
             assert [g["group"] for g in groups] == ["b", "c"]  # active first, then by label
 
     run(main())
+
+
+def test_the_page_files_are_named_by_service() -> None:
+    from prioqueue.ui import asset
+
+    found = asset("index.html", service="gateway", base="/prioqueue/ui")
+    assert found is not None
+    assert b'data-endpoint="/prioqueue/dashboard"' in found[0]
+    assert b"__" not in found[0]  # every placeholder filled
+    with pytest.raises(ValueError, match="service must be 'broker' or 'gateway'"):
+        asset("", service="worker", base="/ui")
