@@ -1,8 +1,8 @@
 """Prometheus metrics for a dispatcher, read from ``stats()`` at scrape time.
 
-Install the extra: ``pip install 'prioqueue-lanes[prometheus]'``. The core never imports this
-module; nothing here runs on the dispatch path. Each scrape calls ``stats()`` once (O(levels +
-members)) and turns the picture into metric families:
+Install the extra from a clone: ``pip install '.[prometheus]'`` (once released,
+``prioqueue-lanes[prometheus]``). The core never imports this module; nothing here runs on
+the dispatch path. Each scrape calls ``stats()`` once (O(levels + members)) and turns the picture into metric families:
 
 =====================================  =======  ===============  ===========================
 name                                   type     labels           from
@@ -60,7 +60,8 @@ try:
     from prometheus_client.registry import Collector
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "prioqueue.prometheus needs prometheus-client: pip install 'prioqueue-lanes[prometheus]'"
+        "prioqueue.prometheus needs prometheus-client: pip install '.[prometheus]' from a clone "
+        "(prioqueue-lanes[prometheus] once released)"
     ) from exc
 
 from prioqueue.asyncio import AsyncDispatcher
