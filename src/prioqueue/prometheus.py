@@ -2,7 +2,8 @@
 
 Install the extra from a clone: ``pip install '.[prometheus]'`` (once released,
 ``prioqueue-lanes[prometheus]``). The core never imports this module; nothing here runs on
-the dispatch path. Each scrape calls ``stats()`` once (O(levels + members)) and turns the picture into metric families:
+the dispatch path. Each scrape calls ``stats()`` once (O(levels + members)) and turns the
+picture into metric families:
 
 =====================================  =======  ===============  ===========================
 name                                   type     labels           from
@@ -104,9 +105,7 @@ METRIC_NAMES: tuple[str, ...] = (
     "prioqueue_failed",
 )
 
-StatsSource: TypeAlias = (
-    Callable[[], Stats] | AsyncDispatcher | SizeOneDispatcher | FleetDispatcher
-)
+StatsSource: TypeAlias = Callable[[], Stats] | AsyncDispatcher | SizeOneDispatcher | FleetDispatcher
 """What a collector reads: a zero-argument callable returning ``Stats``, an
 :class:`~prioqueue.asyncio.AsyncDispatcher` (its ``stats()``), or a
 :class:`~prioqueue.dispatcher.SizeOneDispatcher` or :class:`~prioqueue.fleet.FleetDispatcher`
