@@ -274,7 +274,7 @@ def test_cancel_stops_the_chain() -> None:
 
 def test_cancel_returns_a_step_holding_the_cancelled_jobs() -> None:
     # Documented as "the cancelled jobs" while it returned a ChainStep: the step is the answer.
-    d, chain = _started("stop", depth=2)
+    _d, chain = _started("stop", depth=2)
     step = chain.cancel(now=1.0)
     assert isinstance(step, ChainStep)
     assert step.submitted == ()
