@@ -13,7 +13,7 @@ through the rest of the API:
   member's lanes, jobs and groups; the workers' rows without resident model, models or swaps
   (they tell what others run) and with others' jobs as ``{"hidden": true}``.
 * **worker** keys: the per-level aggregates and the workers' rows with the jobs workers hold
-  (id, model, lease: what ``heartbeat`` tells any worker key), no member, lane or group.
+  (id, attempt, lease: what ``heartbeat`` tells any worker key), no member, lane or group.
 
 ``?job=ID`` adds the job panel: the job's record and ``explain()`` (score terms, jobs ahead,
 overtakes, forecast start), for a submitter key that may read it (its own member's job, any
@@ -215,7 +215,6 @@ def _worker_jobs(engine: Any, fleet: Any, workers: list[dict[str, Any]], now: fl
             shown.append(
                 {
                     "id": entry.job.id,
-                    "model": entry.job.model,
                     "state": "running",
                     "attempt": None if record is None else record.attempt,
                     "lease_remaining": (

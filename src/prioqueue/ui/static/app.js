@@ -123,6 +123,7 @@ function renderLanes(data) {
 }
 
 function renderGpus(data) {
+  // The swaps timeline: the last window_seconds, now at the right edge.
   const rows = data.workers.map((w) => {
     const flags = [];
     if (w.unhealthy) flags.push("unhealthy");
@@ -133,8 +134,17 @@ function renderGpus(data) {
           w.running.lease_remaining === undefined || w.running.lease_remaining === null ? null
             : el("span", { class: "lease", text: ` lease ${seconds(w.running.lease_remaining)} left` }))
       : el("span", { text: "idle" });
-    const swaps = el("ol", { class: "swaps", "aria-label": `recent swaps of ${w.name}` },
-      ...w.swaps.map((s) => el("li", { text: `${s.to} ${seconds(s.ago)} ago` })));
+    const span = (data.limits && data.limits.window_seconds) || 600;
+    const strip = el("div", { class: "timeline", role: "img",
+      "aria-label": `${w.swaps.length} swaps of ${w.name} in the last ${seconds(span)}` });
+    for (const s of w.swaps) {
+      const mark = el("span", { class: "mark", title: `${s.to} ${seconds(s.ago)} ago` });
+      mark.style.left = `${Math.max(0, 100 - (100 * s.ago) / span).toFixed(1)}%`;
+      strip.append(mark);
+    }
+    const swaps = el("div", {}, strip,
+      el("ol", { class: "swaps", "aria-label": `recent swaps of ${w.name}` },
+        ...w.swaps.map((s) => el("li", { text: `${s.to} ${seconds(s.ago)} ago` }))));
     return el("tr", { "data-worker": w.name },
       el("th", { scope: "row", text: w.name }),
       el("td", { text: w.resident === null ? "–" : w.resident }),
