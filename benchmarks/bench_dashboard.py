@@ -15,6 +15,9 @@ Figures, each the median of many calls, printed beside baselines measured in the
   O(levels + lanes + workers + groups) plus fixed bounds).
 * ``GET /v1/status`` on the 10,000-job broker (the existing status endpoint, O(jobs)) and
   ``GET /ui/app.css`` (a static file: the HTTP stack's floor).
+* The gateway's ``/prioqueue/dashboard`` does the same reads (:mod:`prioqueue.ui._model`) on
+  its own dispatcher: they are timed here on a bare ``FleetDispatcher`` in the same state (no
+  HTTP), with the forecast recomputed on every call, beside one ``stats()`` call.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import httpx
 from _harness import section
 
 from prioqueue.broker import MemoryJournal, create_app, parse_config
+from prioqueue.fleet import FleetDispatcher
+from prioqueue.ui import _model
 
 MEMBERS = 40
 WORKERS = 100
@@ -155,5 +160,57 @@ async def main() -> None:
             await lifespan.__aexit__(None, None, None)
 
 
+def bare_fleet() -> None:
+    """The shared reads on a bare dispatcher (the gateway's path, without HTTP)."""
+    import json
+
+    section("The dashboard's reads on a bare FleetDispatcher (gateway path; median of 30)")
+    d = FleetDispatcher(lease_for=lambda job: 900.0)
+    t = 1000.0
+    for n in range(10_000 + 2 * WORKERS):
+        t += 0.001
+        d.submit(
+            f"j{n}", member=f"m{n % MEMBERS}", priority=(0, 0, 5, 10)[(n // MEMBERS) % 4],
+            model=MODELS[n % len(MODELS)], estimate=30.0,
+            group=f"{len('m0')}:m{n % MEMBERS}/film-{n % FILMS}" if n < FILMS * FRAMES else None,
+            now=t,
+        )  # fmt: skip
+    for w in range(WORKERS):
+        d.join(f"gpu-{w:03d}", slots=2, now=t)
+        d.pop(f"gpu-{w:03d}", now=t)
+        d.pop(f"gpu-{w:03d}", now=t)
+    recent = _model.Recent()
+
+    def everything() -> None:
+        stats = d.stats(now=t)
+        history = _model.history(d, t)
+        data = {
+            "levels": recent.levels(stats, t),
+            "lanes": _model.lanes(d, t, lambda m: True, history),
+            "workers": _model.workers(d, t, lambda m: True, history),
+            "groups": _model.groups(d, t, t, lambda m: True),
+        }
+        json.dumps(data)
+
+    def stats_only() -> None:
+        d.stats(now=t)
+
+    def median(fn: Callable[[], None]) -> float:
+        times = []
+        for _ in range(30):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    everything()
+    reads, base = median(everything), median(stats_only)
+    print(
+        f"{'all reads + JSON, forecast each time':<36} {reads * 1e3:8.2f} ms   vs stats() "
+        f"{base * 1e3:6.2f} ms   ratio {reads / base:5.1f}x  (goal < 20 ms)"
+    )
+
+
 if __name__ == "__main__":
     asyncio.run(main())
+    bare_fleet()
