@@ -13,6 +13,7 @@ const $ = (id) => document.getElementById(id);
 let selectedJob = null;
 let timer = null;
 let busy = false;
+let again = false;
 
 function el(tag, props = {}, ...children) {
   const node = document.createElement(tag);
@@ -267,8 +268,12 @@ async function poll() {
   clearTimeout(timer);
   timer = null;
   if (!key()) return showLogin();
-  if (busy) return;
+  if (busy) {
+    again = true; // a click or a search while a poll is in flight: poll once more after it
+    return;
+  }
   busy = true;
+  again = false;
   let url = ENDPOINT;
   if (selectedJob) url += `?${new URLSearchParams({ job: selectedJob })}`;
   try {
@@ -277,8 +282,8 @@ async function poll() {
     });
     if (response.status === 401) {
       sessionStorage.removeItem(STORE);
-      busy = false;
-      return showLogin("That key was refused (401). Type another.");
+      showLogin("That key was refused (401). Type another.");
+      return;
     }
     if (!response.ok) throw new Error(`${SERVICE} answered ${response.status}`);
     const data = await response.json();
@@ -292,7 +297,7 @@ async function poll() {
     banner(`The ${SERVICE} is unreachable (${error.message}); retrying every ${POLL_MS / 1000} s.`, "error");
   } finally {
     busy = false;
-    timer = setTimeout(poll, POLL_MS);
+    if (key()) timer = setTimeout(poll, again ? 0 : POLL_MS);
   }
 }
 
