@@ -78,6 +78,7 @@ def chrome() -> Iterator[Any]:
         "--disable-extensions",
     ):
         options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})  # network events
     browser = webdriver.Chrome(service=Service(executable_path=driver), options=options)
     browser.set_page_load_timeout(30)
     browser.set_script_timeout(60)
@@ -101,6 +102,19 @@ def wait_until(probe: Callable[[], Any], what: str, timeout: float = 20.0) -> An
                 return last
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def requests_sent(browser: Any) -> list[dict[str, Any]]:
+    """The HTTP requests the page sent since the last call: ``{"url", "headers"}``."""
+    import json
+
+    sent = []
+    for entry in browser.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent":
+            request = message["params"]["request"]
+            sent.append({"url": request["url"], "headers": request.get("headers", {})})
+    return sent
 
 
 def screenshot(browser: Any, name: str) -> None:

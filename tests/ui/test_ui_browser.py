@@ -23,7 +23,7 @@ import pytest
 
 from broker.broker_helpers import BrokerProcess, free_port
 
-from .browser import axe_violations, chrome, screenshot, wait_until
+from .browser import axe_violations, chrome, requests_sent, screenshot, wait_until
 
 __all__ = ["chrome"]
 
@@ -341,6 +341,23 @@ def test_a_bad_key_asks_again(chrome: Any, broker: BrokerProcess) -> None:
     assert chrome.find_element("id", "key").is_displayed()
     assert chrome.execute_script("return sessionStorage.length") == 0
     assert "sk-nobody" not in chrome.current_url
+
+
+def test_the_key_travels_only_as_a_bearer_header(chrome: Any, broker: BrokerProcess) -> None:
+    requests_sent(chrome)  # forget earlier tests' requests
+    login(chrome, f"{broker.url}/ui", "sk-alice")
+    fresh(chrome)
+    sent = requests_sent(chrome)
+    polls = [r for r in sent if "/v1/dashboard" in r["url"]]
+    assert len(polls) >= 2
+    assert all(r["headers"].get("Authorization") == "Bearer sk-alice" for r in polls)
+    assert all(r["url"].startswith(broker.url) for r in sent)  # nothing from elsewhere
+    assert not [r["url"] for r in sent if "sk-alice" in r["url"]]
+    assert chrome.get_cookies() == []
+    stored = chrome.execute_script(
+        "return [Object.keys(localStorage).length, Object.values(sessionStorage)]"
+    )
+    assert stored == [0, ["sk-alice"]]
 
 
 def test_the_page_survives_a_broker_restart(chrome: Any, broker: BrokerProcess) -> None:
