@@ -305,11 +305,11 @@ def test_submitter_sees_only_its_own_member(chrome: Any, broker: BrokerProcess) 
         column(chrome, "#gpus tbody tr td:nth-child(2)") == ["\N{EN DASH}"] * 3
     )  # no resident models
     assert "another member's job" in chrome.find_element("id", "gpus").text
+    screenshot(chrome, "broker-submitter")
     # Asking for bob's job by id says it is unknown, as GET /v1/jobs/{id} does.
     search = chrome.find_element("id", "job-id")
     search.send_keys(sorted(bobs)[0] + "\n")
     wait_until(lambda: "no job" in chrome.find_element("id", "job").text, "the refusal")
-    screenshot(chrome, "broker-submitter")
 
 
 def test_worker_key_sees_only_held_jobs(chrome: Any, broker: BrokerProcess) -> None:
