@@ -96,7 +96,11 @@ def no_injection(browser: Any) -> None:
 
 
 def _write_config(path: Path, port: int, store: Path) -> Path:
-    lines = [f'listen = "127.0.0.1:{port}"', f'store = "sqlite:///{store}"']
+    lines = [
+        f'listen = "127.0.0.1:{port}"',
+        f'store = "sqlite:///{store}"',
+        "worker_timeout_seconds = 0",  # the seeded workers stay silent: never time them out
+    ]
     for name, entry in KEYS.items():
         lines.append(f"[keys.{json.dumps(name)}]")
         lines.extend(f"{k} = {json.dumps(v)}" for k, v in entry.items())
