@@ -306,3 +306,20 @@ def test_the_page_files_are_named_by_service() -> None:
     assert b"__" not in found[0]  # every placeholder filled
     with pytest.raises(ValueError, match="service must be 'broker' or 'gateway'"):
         asset("", service="worker", base="/ui")
+
+
+def test_a_new_reorder_cause_reaches_the_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``deferred_crossings`` (the policy branch) shows up as soon as the core counts it."""
+    from prioqueue.records import Reorders
+
+    plain = Reorders.as_dict
+    monkeypatch.setattr(Reorders, "as_dict", lambda self: {**plain(self), "deferred_crossings": 3})
+
+    async def main() -> None:
+        async with api() as a:
+            await a.submit(model="m1")
+            (level,) = (await _dash(a, SUBMITTER))["levels"]
+            assert level["reorders"]["deferred_crossings"] == 3
+            assert list(level["reorders"])[:4] == ["aging", "affinity", "tier", "fair_share"]
+
+    run(main())
