@@ -6,6 +6,7 @@ Every clock here is manual (a wall clock and a monotonic clock moved by hand): n
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -84,5 +85,35 @@ def test_leases_expire_after_a_restart_from_a_run_ten_years_ahead(make_store: Ma
         assert [e.job.id for e in expired] == ["a"]  # before: time stood still for ten years
         await again.aclose()
         store.close()
+
+    run(main)
+
+
+def leads(elector: Any) -> bool:
+    return bool(elector.is_leader)
+
+
+def test_the_electors_lease_runs_on_its_injected_clock(pg_schema: str) -> None:
+    from prioqueue.store import Elector
+
+    from .pg import POSTGRES_URL
+
+    mono = Manual(100.0)
+
+    async def main() -> None:
+        elector = Elector(
+            POSTGRES_URL, schema=pg_schema, lease=2.0, renew_interval=0.5, poll_interval=0.1,
+            clock=mono,
+        )  # fmt: skip
+        await elector.start()
+        try:
+            epoch = await elector.wait_leader()
+            assert leads(elector)
+            assert elector.epoch == epoch
+            mono.t += 2.5  # a whole lease without a renewal, by this broker's own clock
+            assert not leads(elector)  # before: it waited for 2.5 real seconds
+            assert elector.epoch is None
+        finally:
+            await elector.aclose()
 
     run(main)
