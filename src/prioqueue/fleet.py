@@ -32,6 +32,7 @@ from prioqueue._errors import ConfigError
 from prioqueue._lanes import QUEUED
 from prioqueue._validate import checked_name
 from prioqueue._workers import _Worker, idle_reasons
+from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Grant, Job, WorkerInfo
 from prioqueue.scoring import Scorer
@@ -71,6 +72,10 @@ class FleetDispatcher(_Engine):
         history: Grants remembered for ``explain``'s overtakes.
         history_bytes: The history's byte budget (estimated; the payload is never kept).
         wait_buckets: Upper bounds of the grant-wait histogram, increasing.
+        budgets: Overload protection per priority level: ``{level: LevelBudget(max_queued=,
+            max_wait=, ttl=)}`` (docs/design/lifecycle.md); none by default.
+        backoff: The retry delays of ``fail(retry=True)`` for jobs without their own
+            (default: retry at once).
 
     Raises:
         ConfigError: An option is out of range.
@@ -100,6 +105,8 @@ class FleetDispatcher(_Engine):
         history: int = 10_000,
         history_bytes: int = DEFAULT_HISTORY_BYTES,
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
+        budgets: Mapping[int, LevelBudget] | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         super().__init__(
             scorer,
@@ -117,6 +124,8 @@ class FleetDispatcher(_Engine):
             history=history,
             history_bytes=history_bytes,
             wait_buckets=wait_buckets,
+            budgets=budgets,
+            backoff=backoff,
         )
 
     # ------------------------------------------------------------------ workers
