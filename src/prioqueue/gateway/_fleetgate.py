@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Literal
 
-from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout
+from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout, ttl_timeout
 from prioqueue._errors import (
     ChargeError,
     InvalidState,
@@ -516,7 +516,9 @@ class FleetGate:
             if record.requeued:
                 self._d.cancel(job_id, now=now)  # one attempt per turn
             turn = self._waiters.pop(job_id, None)
-            if turn is not None:
+            if turn is not None and record.cause == "ttl":  # expired queued: never granted
+                self._drop(turn, ttl_timeout(record))
+            elif turn is not None:
                 if turn._grant is not None:
                     self._busy(turn._grant, now)
                 turn._expired = record

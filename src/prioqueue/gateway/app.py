@@ -57,7 +57,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from prioqueue._errors import QueueFull
+from prioqueue._errors import Overloaded, QueueFull
 from prioqueue.asyncio import AsyncDispatcher, DispatcherClosed, JobCancelled, QueueTimeout
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.fleet import FleetDispatcher
@@ -153,6 +153,7 @@ class Gateway(Routes):
             "max_queued_per_member": limits.max_queued_per_member,
             "max_attempts": 1,
             "fair_share": config.fair_share,
+            "budgets": config.budgets,
         }
         if self.upstreams:
             hold = config.warm_hold if config.routing == "warm" else 0.0
@@ -529,6 +530,10 @@ class Gateway(Routes):
                             lease_watch = None
                         grant = await self._requeue(turn, upstream, exc, flight)
                 outcome = "done"
+        except Overloaded as exc:  # the forecast wait is over the level's max_wait
+            status, outcome = 503, "rejected: overloaded"
+            retry = [(b"retry-after", str(math.ceil(exc.retry_after)).encode())]
+            await respond(send, 503, error_body(str(exc), "overloaded"), ours + retry)
         except QueueFull as exc:
             status, outcome = 429, "rejected: queue full"
             retry = [(b"retry-after", str(math.ceil(exc.retry_after)).encode())]

@@ -26,6 +26,7 @@ from typing import Final, Literal
 
 import attrs
 
+from prioqueue.lifecycle import LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.scoring import ScoringConfig
 
@@ -284,6 +285,10 @@ class GatewayConfig:
         health_seconds: Seconds between two health polls of each upstream (fleet only).
         routing: ``"warm"`` (resident models and ``warm_hold`` steer requests), or the blind
             ``"round-robin"`` and ``"least-busy"`` (for comparison; fleet only).
+        budgets: Overload protection per level (``[budgets.<level>]``): ``max_queued`` (429),
+            ``max_wait`` (a forecast wait over it: 503 with ``Retry-After``) and ``ttl`` (a
+            request still queued that long is answered 503); none by default
+            (docs/design/lifecycle.md).
     """
 
     upstream: str = DEFAULT_UPSTREAM
@@ -317,6 +322,7 @@ class GatewayConfig:
     max_attempts: int = 2
     health_seconds: float = 1.0
     routing: Literal["warm", "round-robin", "least-busy"] = "warm"
+    budgets: Mapping[int, LevelBudget] = attrs.field(factory=dict)
     _gated: PathSet = attrs.field(init=False, repr=False, eq=False)
     _passthrough: PathSet = attrs.field(init=False, repr=False, eq=False)
     _admin: PathSet = attrs.field(init=False, repr=False, eq=False)
