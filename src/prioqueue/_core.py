@@ -288,8 +288,6 @@ class _Core:
     def _tick(self, now: object) -> float:
         if now.__class__ is float and self._now <= now <= TIME_LIMIT:  # type: ignore[operator,unused-ignore]
             self._now = now  # type: ignore[assignment,unused-ignore]
-            if now >= self._next_timer:  # type: ignore[operator,unused-ignore]
-                _lifecycle.fire(self, now)  # type: ignore[arg-type,unused-ignore]
             return now  # type: ignore[return-value,unused-ignore]
         t = finite("now", now)
         if t < self._now:
@@ -298,18 +296,21 @@ class _Core:
                 "pass monotonic seconds"
             )
         self._now = t
-        if t >= self._next_timer:
-            _lifecycle.fire(self, t)
         return t
 
-    def _fire_before_lookup(self, now: object) -> None:
-        """Fire the timers due at ``now`` before a call looks a job up (a valid ``now`` only)."""
+    def _fire(self, now: object) -> None:
+        """Fire the lifecycle's timers due at ``now`` (docs/design/lifecycle.md).
+
+        The first thing every call taking ``now`` does, before any check but ``now``'s own (a
+        bad ``now`` fires nothing): where a timer fires never depends on what the call then
+        does. O(1) when nothing is due.
+        """
         if (
-            isinstance(now, (int, float))
-            and self._next_timer <= now <= TIME_LIMIT
-            and now >= self._now
+            (now.__class__ is float or now.__class__ is int)
+            and self._next_timer <= now <= TIME_LIMIT  # type: ignore[operator,unused-ignore]
+            and now >= self._now  # type: ignore[operator,unused-ignore]
         ):
-            _lifecycle.fire(self, float(now))
+            _lifecycle.fire(self, float(now))  # type: ignore[arg-type,unused-ignore]
 
     def not_before(self, job_id: str) -> float | None:
         """When a delayed job becomes eligible, or None for a job that is eligible or held.
@@ -512,6 +513,7 @@ class _Core:
 
         Complexity: amortised O(log n + M).
         """
+        self._fire(now)
         if not isinstance(job_id, str) or not job_id:
             raise ValueError(f"job_id must be a non-empty str, got {job_id!r}")
         member = checked_name("member", member)

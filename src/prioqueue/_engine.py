@@ -366,6 +366,7 @@ class _Engine(_Reporting, GroupMethods):
 
         Complexity: amortised O(log n + M + slots).
         """
+        self._fire(now)
         t = finite("now", now)
         entry = (
             self._entry(job_id) if worker is None else self._held_entry(job_id, worker, "complete")
@@ -433,6 +434,7 @@ class _Engine(_Reporting, GroupMethods):
 
         Complexity: amortised O(log n + M + slots).
         """
+        self._fire(now)
         job = self._remove(job_id, now, worker, charge, "cancelled")
         self._totals["cancelled"] += 1
         return job
@@ -478,6 +480,7 @@ class _Engine(_Reporting, GroupMethods):
 
         Complexity: amortised O(log n + M + slots).
         """
+        self._fire(now)
         if not isinstance(retry, bool):
             raise ValueError(f"retry must be a bool, got {retry!r}")
         job = self._remove(job_id, now, worker, charge, "failed", retry=retry)
@@ -498,10 +501,9 @@ class _Engine(_Reporting, GroupMethods):
     ) -> Job:
         """The body of ``cancel`` and ``fail``: nothing changes on any error.
 
-        (Timers due at ``now`` fire first: a job whose ttl ran out is already gone.)
+        (The caller fired the timers due at ``now``: a job whose ttl ran out is gone.)
         """
         t = finite("now", now)
-        self._fire_before_lookup(t)
         entry = self._held_entry(job_id, worker, "cancel" if outcome == "cancelled" else "fail")
         if t < self._now:
             self._tick(t)  # raises: time went backwards
@@ -562,6 +564,7 @@ class _Engine(_Reporting, GroupMethods):
 
         Complexity: O(workers + k log n) for k jobs taken back or expired (amortised).
         """
+        self._fire(now)
         t = self._tick(now)
         lapsed = self._drain_lapsed(t)
         taken: dict[int, tuple[_Entry, float, str]] = {}

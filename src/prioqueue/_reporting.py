@@ -47,6 +47,7 @@ class _Reporting(_Core):
 
         Complexity: O(L log L + k log L) for L backlogged lanes and k predicted jobs.
         """
+        self._fire(now)
         return _observe.forecast(self, self._tick(now), limit)
 
     def explain(
@@ -78,7 +79,7 @@ class _Reporting(_Core):
         grants read; with both limits, independent of the history's and the queue's length
         beyond the lanes (O(log h + limit) for the overtakes).
         """
-        self._fire_before_lookup(now)
+        self._fire(now)
         entry = self._entry(job_id)
         for name, value in (("ahead_limit", ahead_limit), ("overtakes_limit", overtakes_limit)):
             if value is not None and (
@@ -124,6 +125,7 @@ class _Reporting(_Core):
 
         Complexity: O(levels + members + workers + held jobs).
         """
+        self._fire(now)
         stats = _observe.stats(self, self._tick(now))
         levels = stats.levels
         if self._level_life or self._parked:
@@ -167,6 +169,7 @@ class _Reporting(_Core):
 
         Complexity: O(n) in the jobs.
         """
+        self._fire(now)
         state = _persist.dump(self, self._tick(now))
         state["groups"] = self._groups.dump()
         return state

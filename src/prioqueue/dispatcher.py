@@ -163,6 +163,7 @@ class SizeOneDispatcher(_Engine):
 
         Complexity: amortised O(log n + M) (times 4 with ``track_reorders``).
         """
+        self._fire(now)
         t = self._tick(now)
         if self._one.held:
             return None

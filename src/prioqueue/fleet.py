@@ -167,6 +167,7 @@ class FleetDispatcher(_Engine):
 
         Complexity: O(|models|).
         """
+        self._fire(now)
         name = checked_name("worker name", name)
         served = None
         if models is not None:
@@ -214,6 +215,7 @@ class FleetDispatcher(_Engine):
 
         Complexity: O(1).
         """
+        self._fire(now)
         worker = self._worker_of(name)
         if resident is not _UNSET and resident is not None:
             resident = checked_name("resident", resident)
@@ -242,6 +244,7 @@ class FleetDispatcher(_Engine):
 
         Complexity: O(slots log n).
         """
+        self._fire(now)
         worker = self._worker_of(name)
         t = self._tick(now)
         taken = self._take_back(list(worker.held), t, always=True)
@@ -277,6 +280,7 @@ class FleetDispatcher(_Engine):
 
         Complexity: see the class docstring.
         """
+        self._fire(now)
         worker = self._worker_of(name)
         t = self._tick(now)
         self._seen(worker, t)
@@ -305,6 +309,7 @@ class FleetDispatcher(_Engine):
         Complexity: O(n) in the queued jobs (diagnostic), plus one ``accepts`` call per job
         that reaches that check.
         """
+        self._fire(now)
         worker = self._worker_of(name)
         t = self._tick(now)
         entries = [e for e in self._entries.values() if e.state == QUEUED]
