@@ -550,6 +550,13 @@ class _Core:
                 limit=self._max_queued,
                 scope="queue",
             )
+        delayed = not_before is not None and not_before > t
+        if self._budgets:
+            budget = self._budgets.get(level)
+            if budget is not None:
+                _lifecycle.check_budget(self, level, delayed)
+                if ttl is None:
+                    ttl = budget.ttl
         member_stats = self._member(member)
         if self._max_member is not None and member_stats.queued >= self._max_member:
             raise QueueFull(
@@ -559,13 +566,6 @@ class _Core:
                 limit=self._max_member,
                 scope="member",
             )
-        delayed = not_before is not None and not_before > t
-        if self._budgets:
-            budget = self._budgets.get(level)
-            if budget is not None:
-                _lifecycle.check_budget(self, level, delayed)
-                if ttl is None:
-                    ttl = budget.ttl
         eligible = not_before if delayed and not_before is not None else t
         self._seq += 1
         job = Job(

@@ -522,7 +522,8 @@ class _Engine(_Reporting, GroupMethods):
                 if delay > 0:
                     _lifecycle.park(self, job, entry.attempt + 1, t + delay)
                 else:
-                    self._enqueue(job, attempt=entry.attempt + 1, now=t, requeue=False)
+                    again = self._enqueue(job, attempt=entry.attempt + 1, now=t, requeue=False)
+                    again.queued_at = t
             else:
                 self._groups.move(job_id, outcome, used=runtime)
         elif entry.state == _lifecycle.PARKED:

@@ -52,6 +52,7 @@ def park(d: _Core, job: Job, attempt: int, release_at: float) -> _Entry:
     entry = _Entry(job, None, attempt, release_at, d._dispatches)  # type: ignore[arg-type]
     entry.state = PARKED
     d._entries[job.id] = entry
+    d._level(job.priority)  # a level is known from its first job on, delayed or not
     d._parked[job.priority] = d._parked.get(job.priority, 0) + 1
     push(d, release_at, RELEASE, entry)
     if job.deadline is not None:
@@ -85,7 +86,8 @@ def fire(d: _Core, t: float) -> None:
                 lapsed(d, entry, at)
         elif entry.state == PARKED:
             unpark(d, entry)
-            d._enqueue(entry.job, attempt=entry.attempt, now=at, requeue=False)
+            released = d._enqueue(entry.job, attempt=entry.attempt, now=at, requeue=False)
+            released.queued_at = at  # a retry's warm hold counts from its release
     d._next_timer = timers[0][0] if timers else math.inf
 
 

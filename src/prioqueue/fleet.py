@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from prioqueue._core import DEFAULT_HISTORY_BYTES, DEFAULT_WAIT_BUCKETS, ChargeModel
 from prioqueue._engine import _Engine
 from prioqueue._errors import ConfigError
-from prioqueue._lanes import QUEUED
+from prioqueue._lanes import QUEUED, RUNNING
 from prioqueue._validate import checked_name
 from prioqueue._workers import _Worker, idle_reasons
 from prioqueue.lifecycle import Backoff, LevelBudget
@@ -334,7 +334,7 @@ class FleetDispatcher(_Engine):
             UnknownJob: The id is not queued or held.
         """
         entry = self._entry(job_id)
-        return None if entry.state == QUEUED else entry.worker.name
+        return entry.worker.name if entry.state == RUNNING else None
 
     @property
     def capacity(self) -> int:
