@@ -159,7 +159,7 @@ def check_budget(d: _Core, level: int, delayed: bool) -> None:
             raise Overloaded(
                 f"level {level}: the forecast wait is {wait:.0f} s, over its budget "
                 f"(max_wait={budget.max_wait:g} s); the job was not queued",
-                retry_after=max(1.0, math.ceil(wait - budget.max_wait)),
+                retry_after=float(max(1, math.ceil(wait - budget.max_wait))),
                 forecast_wait=wait,
                 max_wait=budget.max_wait,
                 level=level,

@@ -161,7 +161,7 @@ class _ReferenceLifecycle:
                 self._refused(level)
                 raise Overloaded(
                     "overloaded",
-                    retry_after=max(1.0, math.ceil(wait - budget.max_wait)),
+                    retry_after=float(max(1, math.ceil(wait - budget.max_wait))),
                     forecast_wait=wait,
                     max_wait=budget.max_wait,
                     level=level,
