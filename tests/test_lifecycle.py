@@ -453,3 +453,19 @@ def test_no_job_dropped_or_granted_twice_or_granted_past_its_deadline(
             live.discard(record.job.id)
     assert live == set(d._entries)
     assert not live & ended
+
+
+def test_a_retry_without_fair_share_gets_a_fresh_lane_that_ranks() -> None:
+    # Without fair share a job is its own lane, dropped when it leaves: the retry makes it
+    # again, and its heap items must not tie with the old lane's stale ones.
+    d = fleet(fair_share=False)
+    d.submit("a", member="m", now=0.0)
+    d.submit("b", member="m", now=0.0)
+    d.cancel("a", now=0.0)
+    grant = d.pop("w", now=0.0)
+    assert grant is not None
+    d.fail("b", now=0.0, retry=True)
+    again = d.pop("w", now=0.0)
+    assert again is not None
+    assert (again.job.id, again.attempt) == ("b", 2)
+    d._check()

@@ -439,6 +439,9 @@ class _Core:
         """Make a lane (the caller files it under its key) with its member's statistics."""
         self._idents += 1
         lane = _Lane(member, level, s, self._idents)
+        # Versions unique across lanes: a job's lane dropped and made again (a retry without
+        # fair share) has heap items equal to the old lane's but for the version.
+        lane.version = self._idents << 32
         lane.owner = self._member(member)
         self._level(level)
         return lane
@@ -469,7 +472,7 @@ class _Core:
         ttl: float | None = None,
         not_before: float | None = None,
         max_attempts: int | None = None,
-        backoff: Backoff | None = None,
+        backoff: Backoff | Mapping[str, Any] | None = None,
     ) -> Ticket:
         """Queue a job.
 
@@ -495,7 +498,8 @@ class _Core:
                 would. None or a time not after ``now``: eligible now.
             max_attempts: Grants the job may get (an int >= 1; None: the dispatcher's), used by
                 lease expiries and by ``fail(retry=True)`` alike.
-            backoff: The job's retry delays (None: the dispatcher's ``backoff``).
+            backoff: The job's retry delays, a ``Backoff`` or its JSON form (``as_dict()``;
+                a journal keeps calls as JSON); None: the dispatcher's ``backoff``.
 
         Returns:
             The ticket: the job as stored and the queue depth after it.
@@ -537,7 +541,9 @@ class _Core:
             not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1
         ):
             raise ValueError(f"max_attempts must be an int >= 1 or None, got {max_attempts!r}")
-        if backoff is not None and not isinstance(backoff, Backoff):
+        if isinstance(backoff, Mapping):  # JSON data (a journal keeps calls as JSON)
+            backoff = Backoff.from_mapping(backoff)
+        elif backoff is not None and not isinstance(backoff, Backoff):
             raise TypeError(f"backoff must be a Backoff or None, got {type(backoff).__name__}")
         t = self._tick(now)
         if job_id in self._entries:

@@ -180,7 +180,8 @@ def forecast_wait(d: _Core, level: int) -> float:
     from prioqueue._core import DEFAULT_EXPECTED_RUNTIME
 
     ahead = 0.0
-    for number, stats in d._levels.items():
+    for number in sorted(d._levels, reverse=True):  # a fixed order: the same sum on replay
+        stats = d._levels[number]
         if number >= level and stats.queued:
             recent = d._recent_level.get(number)
             mean = sum(recent) / len(recent) if recent else DEFAULT_EXPECTED_RUNTIME

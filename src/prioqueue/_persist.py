@@ -186,7 +186,8 @@ def load(
             release_at = finite("release_at", finite("release_at", record["release_at"]) + shift)
             _lifecycle.park(d, job, _int("attempt", record["attempt"], 1), release_at)
         for record in state.get("lapsed", ()):
-            job = _job_from_record(d, record["job"], shift, set(), top_seq)
+            # An expired job is gone: its id may be queued again (not "twice").
+            job = _job_from_record(d, record["job"], shift, set(), top_seq, known=False)
             d._lapsed.append(
                 Expired(
                     job=job,
@@ -274,13 +275,19 @@ def _load_workers(d: _Engine, records: Any, shift: float) -> None:
 
 
 def _job_from_record(
-    d: _Engine, record: Mapping[str, Any], shift: float, seqs: set[int], top_seq: int
+    d: _Engine,
+    record: Mapping[str, Any],
+    shift: float,
+    seqs: set[int],
+    top_seq: int,
+    *,
+    known: bool = True,
 ) -> Job:
     tier = str(record["tier"])
     model = record["model"]
     estimate = record["estimate"]
     job_id = checked_name("job id", record["id"])
-    if job_id in d._entries:
+    if known and job_id in d._entries:
         raise DuplicateJob(f"job {job_id!r} appears twice")
     seq = _int("seq", record["seq"], 1)
     if seq in seqs:

@@ -150,7 +150,7 @@ class _ReferenceLifecycle:
                 )
         if budget.max_wait is not None and not delayed:
             ahead = 0.0
-            for other in self._levels:
+            for other in sorted(self._levels, reverse=True):
                 if other >= level:
                     count = sum(1 for e in self._queued() if e.job.priority == other)
                     recent = self._recent_by_level.get(other)
