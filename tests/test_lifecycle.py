@@ -116,7 +116,8 @@ def test_a_delayed_job_is_queued_but_not_eligible_until_its_time() -> None:
     assert "delayed until 100.0" in str(explanation)
     assert d.stats(now=99.0).delayed == 1
     grant = d.pop("w", now=100.0)
-    assert grant is not None and grant.job.id == "later"
+    assert grant is not None
+    assert grant.job.id == "later"
     assert grant.waited == 0.0  # the wait counts from when it became eligible
     d._check()
 
@@ -176,17 +177,20 @@ def test_fail_with_retry_requeues_after_the_backoff_until_attempts_run_out() -> 
     d = fleet(backoff=Backoff(kind="exponential", base=10.0, max=100.0), max_attempts=3)
     d.submit("a", member="m", now=0.0)
     g1 = d.pop("w", now=0.0)
-    assert g1 is not None and g1.attempt == 1
+    assert g1 is not None
+    assert g1.attempt == 1
     d.fail("a", now=1.0, retry=True)
     assert d.state("a") == "queued"
     assert d.not_before("a") == 11.0  # 1 + base
     assert d.pop("w", now=10.0) is None
     g2 = d.pop("w", now=11.0)
-    assert g2 is not None and g2.attempt == 2
+    assert g2 is not None
+    assert g2.attempt == 2
     d.fail("a", now=12.0, retry=True)
     assert d.not_before("a") == 32.0  # 12 + 2 * base
     g3 = d.pop("w", now=32.0)
-    assert g3 is not None and g3.attempt == 3
+    assert g3 is not None
+    assert g3.attempt == 3
     d.fail("a", now=33.0, retry=True)  # the last attempt: final
     assert "a" not in d
     stats = d.stats(now=33.0)
@@ -201,7 +205,8 @@ def test_a_job_can_carry_its_own_attempts_and_backoff() -> None:
     d.fail("a", now=1.0, retry=True)
     assert d.not_before("a") is None  # no delay: queued at once
     grant = d.pop("w", now=1.0)
-    assert grant is not None and grant.attempt == 2
+    assert grant is not None
+    assert grant.attempt == 2
 
 
 def test_lease_expiries_use_the_jobs_own_max_attempts() -> None:
@@ -261,7 +266,7 @@ def test_jitter_spreads_delays_between_jobs() -> None:
 
 
 def test_backoff_and_budget_errors_name_the_field() -> None:
-    with pytest.raises(ConfigError, match="backoff.kind"):
+    with pytest.raises(ConfigError, match=r"backoff\.kind"):
         Backoff(kind="random")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"retry\.base"):
         Backoff.from_mapping({"base": -1}, where="retry")
@@ -292,16 +297,17 @@ def test_a_level_over_max_queued_refuses_with_queue_full() -> None:
     assert not isinstance(info.value, Overloaded)
     d.submit("d", member="m", priority=0, now=0.0)  # other levels are not limited
     stats = d.stats(now=0.0)
-    assert stats.refused == 1 and stats.levels[10].refused == 1
+    assert stats.refused == 1
+    assert stats.levels[10].refused == 1
     assert "c" not in d
 
 
 def test_a_submit_whose_forecast_wait_is_over_max_wait_is_overloaded() -> None:
     d = fleet(budgets={0: LevelBudget(max_wait=100.0)})
     d.submit("a", member="m", now=0.0)  # 60 s expected (no runtime known yet)
+    d.submit("b0", member="m", now=0.0)  # 60 s ahead: admitted (not over 100 s)
     with pytest.raises(Overloaded) as info:
-        for i in range(5):
-            d.submit(f"b{i}", member="m", now=0.0)
+        d.submit("b1", member="m", now=0.0)
     error = info.value
     assert error.scope == "wait"
     assert error.forecast_wait == 120.0
@@ -371,7 +377,8 @@ def test_size_one_dispatcher_has_the_lifecycle_too() -> None:
     d.submit("b", member="m", not_before=5.0, now=1.0)
     assert d.dispatch(4.0) is None
     grant = d.dispatch(5.0)
-    assert grant is not None and grant.job.id == "b"
+    assert grant is not None
+    assert grant.job.id == "b"
     d._check()
 
 
@@ -423,7 +430,8 @@ def test_no_job_dropped_or_granted_twice_or_granted_past_its_deadline(
             grant = d.pop(worker, now=now)
             if grant is not None:
                 job = grant.job
-                assert job.id in live and job.id not in running
+                assert job.id in live
+                assert job.id not in running
                 assert job.deadline is None or now < job.deadline
                 assert job.arrival <= now
                 running[job.id] = worker
