@@ -165,11 +165,11 @@ def test_bad_lifecycle_fields_are_422_naming_the_field() -> None:
                 assert r.json()["field"] == field, (body, r.json())
             job = await a.submit()
             await a.pop("gpu-1")
-            body = {"worker": "gpu-1", "attempt": 1, "retry": "yes"}
-            r = await a.client.post(f"/v1/jobs/{job}/fail", json=body, headers=WORKER)
+            bad: dict[str, Any] = {"worker": "gpu-1", "attempt": 1, "retry": "yes"}
+            r = await a.client.post(f"/v1/jobs/{job}/fail", json=bad, headers=WORKER)
             assert (r.status_code, r.json()["field"]) == (422, "retry")
-            body = {"worker": "gpu-1", "attempt": 1, "retry": True}
-            r = await a.client.post(f"/v1/jobs/{job}/complete", json=body, headers=WORKER)
+            bad = {"worker": "gpu-1", "attempt": 1, "retry": True}
+            r = await a.client.post(f"/v1/jobs/{job}/complete", json=bad, headers=WORKER)
             assert r.status_code == 422  # retry belongs to fail only
 
     run(scenario())
