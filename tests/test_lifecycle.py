@@ -477,3 +477,16 @@ def test_a_retry_without_fair_share_gets_a_fresh_lane_that_ranks() -> None:
     assert again is not None
     assert (again.job.id, again.attempt) == ("b", 2)
     d._check()
+
+
+def test_next_deadline_counts_a_requeued_job_past_its_deadline_beside_buffered_expiries() -> None:
+    d = fleet()
+    d.join("w2", now=0.0)
+    d.submit("a", member="m", ttl=10.0, now=0.0)
+    d.submit("b", member="m", ttl=20.0, now=0.0)
+    assert d.pop("w", now=0.0) is not None  # "a" runs past its deadline
+    assert d.pop("w2", now=20.0) is None  # "b" expired at 20 (buffered, unreported)
+    d.fail("a", now=20.0, retry=True)  # "a" is queued again, past its deadline 10
+    assert d.next_deadline() == 10.0
+    assert [(r.job.id, r.deadline) for r in d.expire(20.0)] == [("b", 20.0), ("a", 10.0)]
+    assert d.next_deadline() is None

@@ -118,16 +118,16 @@ def lapsed(d: _Core, entry: _Entry, at: float) -> None:
 
 def next_timer(d: _Core) -> float | None:
     """The earliest live timer (stale items at the top are dropped), or None. Amortised O(log T)."""
-    if d._lapsed:
-        return float(min(e.deadline for e in d._lapsed))
+    best = min((e.deadline for e in d._lapsed), default=None)  # due now: expire reports them
     timers = d._timers
     while timers:
         at, kind, _, _, entry = timers[0]
         if entry.state == PARKED or (kind == LAPSE and entry.state == QUEUED):
-            return at
+            # (a job requeued past its deadline has a timer earlier than the buffered ones)
+            return at if best is None or at < best else best
         heappop(timers)
     d._next_timer = math.inf
-    return None
+    return best
 
 
 def check_budget(d: _Core, level: int, delayed: bool) -> None:
