@@ -214,6 +214,8 @@ def _limits(root: _Table, policy: PriorityPolicy) -> Limits:
         kwargs[key] = table.number(key, getattr(defaults, key), positive=positive)
     limits = Limits(
         max_queued=table.integer("max_queued", None, minimum=1),
+        max_connections=table.integer("max_connections", None, minimum=1),
+        max_idle_connections=table.integer("max_idle_connections", None, minimum=1),
         max_queued_per_member=table.integer("max_queued_per_member", None, minimum=1),
         lease_seconds_by_path=MappingProxyType(lease_by_path),
         max_wait_seconds=wait_default,

@@ -26,6 +26,7 @@ from typing import Final, Literal
 
 import attrs
 
+from prioqueue._serving import ConnectionLimits
 from prioqueue.priority import PriorityPolicy
 from prioqueue.scoring import ScoringConfig
 
@@ -179,6 +180,12 @@ class Limits:
         breaker_failures: Consecutive upstream failures (unreachable, no first byte) that
             open the circuit breaker.
         breaker_cooldown_seconds: How long an open breaker answers 503 at once.
+        max_connections: Most open client connections: a new one beyond closes the oldest
+            idle connection, or is answered 503 when none is idle. None: the open-file limit
+            minus 128 (see :mod:`prioqueue._serving`).
+        max_idle_connections: Most connections that have not sent a complete request head
+            (new or kept alive); a new connection beyond closes the oldest idle one. None:
+            half of ``max_connections``.
     """
 
     max_queued: int | None = None
@@ -201,6 +208,20 @@ class Limits:
     max_header_count: int = 100
     breaker_failures: int = 5
     breaker_cooldown_seconds: float = 10.0
+    max_connections: int | None = None
+    max_idle_connections: int | None = None
+
+    def connection_limits(self) -> ConnectionLimits:
+        """The connection limits the HTTP server enforces (see :mod:`prioqueue._serving`)."""
+        return ConnectionLimits(
+            header_timeout=self.header_timeout,
+            max_header_bytes=self.max_header_bytes,
+            max_headers_bytes=self.max_headers_bytes,
+            max_header_count=self.max_header_count,
+            max_connections=self.max_connections,
+            max_idle_connections=self.max_idle_connections,
+            retry_after_seconds=self.retry_after_seconds,
+        )
 
     def lease_for(self, path: str) -> float:
         """Return the lease (seconds) of a request to a normalised ``path``.
