@@ -90,6 +90,7 @@ class Flight:
 
     task: asyncio.Task[Any] | None
     done: bool = False
+    sent: bool = False
     disconnected: bool = False
     lease_expired: bool = False
     started: bool = False
@@ -271,11 +272,13 @@ async def forward(
     method, url, forwarded, data = request
     started = loop.time()
     timer = _Timer(loop, first_byte_timeout, flight)
+    flight.sent = True  # from here the upstream may be working on it
     try:
         response = await client.request(
             method, url, headers=forwarded, data=data, allow_redirects=False
         )
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        flight.sent = False
         raise UpstreamFailed(f"upstream unreachable: {describe(exc)}") from None
     except asyncio.CancelledError:
         if not timer.fired:

@@ -54,11 +54,18 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, MutableMapping
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from prioqueue._errors import QueueFull
-from prioqueue.asyncio import AsyncDispatcher, DispatcherClosed, JobCancelled, QueueTimeout
+from prioqueue.asyncio import (
+    AsyncDispatcher,
+    DispatcherClosed,
+    JobCancelled,
+    QueueTimeout,
+    Turn,
+)
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.gateway import _observe, _upstreams
@@ -70,7 +77,7 @@ from prioqueue.gateway._body import (
     model_from_url,
     read_body,
 )
-from prioqueue.gateway._fleetgate import FleetGate
+from prioqueue.gateway._fleetgate import FleetGate, FleetTurn
 from prioqueue.gateway._forward import (
     Flight,
     Request,
@@ -88,6 +95,7 @@ from prioqueue.gateway._forward import (
     watch_lease,
 )
 from prioqueue.gateway._health import Breaker, HttpStats
+from prioqueue.gateway._idle import Lingering, idle_url
 from prioqueue.gateway._record import Recorder, record_finished
 from prioqueue.gateway._route import Routes
 from prioqueue.gateway.proxy import make_client, request_headers
@@ -115,6 +123,41 @@ _CLIENT_DECIDES = frozenset({b"authorization", _PRIORITY_HEADER})
 """Request headers never forwarded as the client sent them (``x-prioqueue-*`` neither)."""
 GRANT_RING = 10_000
 """Recent grants kept for explaining finished jobs (what overtook them)."""
+
+
+class _Held:
+    """``async with`` a turn, whose release may wait for its upstream to be idle.
+
+    It waits when the request was sent and closed before its response ended (see ``_idle``).
+    """
+
+    __slots__ = ("flight", "gateway", "turn", "upstream")
+
+    def __init__(self, gateway: Gateway, turn: Turn | FleetTurn, flight: Flight) -> None:
+        self.gateway = gateway
+        self.turn = turn
+        self.flight = flight
+        self.upstream: _upstreams.Upstream | None = None
+
+    async def __aenter__(self) -> Grant:
+        return await self.turn.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        flight = self.flight
+        if (
+            exc_type is not None
+            and flight.sent
+            and not flight.done
+            and not flight.lease_expired
+            and self.gateway._linger(self.turn, self.upstream, (exc_type, exc, tb))
+        ):
+            return
+        await self.turn.__aexit__(exc_type, exc, tb)
 
 
 class Gateway(Routes):
@@ -178,6 +221,7 @@ class Gateway(Routes):
         self.queued_body_bytes = 0
         self.metrics: Callable[[], bytes] | None = _observe.metrics_renderer(self)
         self._poller: asyncio.Task[None] | None = None
+        self.lingering = Lingering(self)
         self._closing = False
         self._closer: asyncio.Future[None] | None = None
         self._upstream = config.upstream
@@ -230,6 +274,7 @@ class Gateway(Routes):
     async def aclose(self) -> None:
         """Shut down: fail queued requests, stop the poller, close the upstream client."""
         self._closing = True
+        await self.lingering.aclose()
         await self.gate.aclose()
         watchers, self._watchers = self._watchers, []
         for task in watchers:
@@ -501,8 +546,9 @@ class Gateway(Routes):
         outcome = "queued"
         self.queued_body_bytes += size
         held = size
+        held_turn = _Held(self, turn, flight)
         try:
-            async with turn as first:
+            async with held_turn as first:
                 grant = first
                 self.queued_body_bytes -= held
                 held = 0
@@ -515,6 +561,7 @@ class Gateway(Routes):
                         # The adapter owns the one lease timer; it revokes the turn on expiry.
                         lease_watch = loop.create_task(watch_lease(turn, flight))
                     origin, prefix, upstream = self._origin(grant)
+                    held_turn.upstream = upstream
                     if upstream is not None:
                         upstream.granted(grant)
                     url = upstream_url(scope, origin, prefix)
@@ -599,6 +646,43 @@ class Gateway(Routes):
                     streamed=flight.sse,
                 )
         return status
+
+    def _held_by(self, upstream: _upstreams.Upstream | None) -> int:
+        """How many of the gateway's requests an upstream holds now (lingering ones too)."""
+        if upstream is None:
+            running = isinstance(self.dispatcher, SizeOneDispatcher) and self.dispatcher.running
+            return 1 if running else 0
+        gate = self.fleet_gate
+        assert gate is not None
+        return gate.holding(upstream.name)
+
+    def _linger(
+        self,
+        turn: Turn | FleetTurn,
+        upstream: _upstreams.Upstream | None,
+        exc_info: tuple[type[BaseException] | None, BaseException | None, TracebackType | None],
+    ) -> bool:
+        """Keep a turn closed early until its upstream is idle; False when it aborts."""
+        config = self.config
+        if upstream is None:
+            aborts, timeout, path = config.aborts, config.busy_timeout, config.idle_path
+            base, name = self._upstream, ""
+        else:
+            own = upstream.config
+            aborts, timeout, path = own.aborts, own.busy_timeout, own.idle_path
+            base, name = upstream.origin + upstream.path, upstream.name
+        if aborts:
+            return False
+        self.lingering.hold(
+            turn.__aexit__,
+            exc_info,
+            upstream=name,
+            url=idle_url(base, path or config.resident_path),
+            timeout=timeout,
+            ours=lambda: self._held_by(upstream),
+            job_id=turn.job_id,
+        )
+        return True
 
     def explain(self, job_id: str, who: Identity | None = None) -> dict[str, Any]:
         """Return what is known of a job: the dispatcher's explanation, or its history record.

@@ -254,6 +254,14 @@ class UpstreamConfig:
             whenever it comes back, and every ``models_refresh_seconds``).
         slots: Requests it may run at once (1: one at a time).
         slow: Whether it is slow (its leases are three times as long).
+        aborts: Whether it stops a request when the gateway closes its connection (llama-server
+            behind llama-swap does). False (the default): a request the gateway closed early
+            (client gone, slow reader, time-out) still counts against its slots until its
+            idle report says it is idle, or ``busy_timeout`` passes.
+        busy_timeout: Longest that such a request counts (seconds).
+        idle_path: Where it reports its activity (a path under its URL, or a URL); None: the
+            gateway's ``resident_path`` (llama-swap's ``/running``). See
+            :func:`prioqueue.gateway._idle.busy_count` for the reports understood.
     """
 
     url: str
@@ -261,6 +269,9 @@ class UpstreamConfig:
     models: tuple[str, ...] | None = None
     slots: int = 1
     slow: bool = False
+    aborts: bool = False
+    busy_timeout: float = 300.0
+    idle_path: str | None = None
 
 
 @attrs.frozen
@@ -305,6 +316,11 @@ class GatewayConfig:
         health_seconds: Seconds between two health polls of each upstream (fleet only).
         routing: ``"warm"`` (resident models and ``warm_hold`` steer requests), or the blind
             ``"round-robin"`` and ``"least-busy"`` (for comparison; fleet only).
+        aborts: Whether the (single) upstream stops a request when the gateway closes its
+            connection; the default of each ``[[upstreams]]`` entry (see
+            :class:`UpstreamConfig`).
+        busy_timeout: Longest a request closed early keeps the upstream busy (seconds).
+        idle_path: Where the upstream reports its activity; None: ``resident_path``.
     """
 
     upstream: str = DEFAULT_UPSTREAM
@@ -338,6 +354,9 @@ class GatewayConfig:
     max_attempts: int = 2
     health_seconds: float = 1.0
     routing: Literal["warm", "round-robin", "least-busy"] = "warm"
+    aborts: bool = False
+    busy_timeout: float = 300.0
+    idle_path: str | None = None
     _gated: PathSet = attrs.field(init=False, repr=False, eq=False)
     _passthrough: PathSet = attrs.field(init=False, repr=False, eq=False)
     _admin: PathSet = attrs.field(init=False, repr=False, eq=False)
