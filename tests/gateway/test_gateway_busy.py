@@ -271,3 +271,24 @@ def test_a_flapping_or_slow_health_endpoint_never_runs_two_jobs_on_one_upstream(
     assert up.outages == 50
     for name, each in fleet.fakes.items():
         assert each.max_active == 1, name
+
+
+def test_a_request_cut_by_its_lease_keeps_its_upstream_busy_until_it_says_idle(
+    make_fleet: Any,
+) -> None:
+    fleet: Fleet = make_fleet(
+        {"a": ("model-a",)}, {"health_seconds": 0.05, "limits": {"lease_seconds": 0.3}}
+    )
+    fake = fleet.fakes["a"]
+
+    async def main() -> None:
+        async with httpx.AsyncClient(base_url=fleet.url, timeout=30) as client:
+            cut = asyncio.ensure_future(client.post(CHAT, json=chat(tag="long", seconds=1.5)))
+            await wait_for(lambda: fake.active == 1)
+            nxt = asyncio.ensure_future(client.post(CHAT, json=chat(tag="next")))
+            assert (await cut).status_code == 504  # its lease ran out; the upstream goes on
+            assert (await nxt).status_code == 200
+
+    run(main())
+    assert fake.max_active == 1
+    assert fake.order() == ["long", "next"]

@@ -280,3 +280,19 @@ def test_upstream_option_and_several_upstreams_exclude_each_other(
     assert "upstreams gpu0=http://10.0.0.5:8080" in capsys.readouterr().out
     assert main(["gateway", "--config", str(path), "--upstream", "http://x:1", "--check"]) == 2
     assert "[[upstreams]] lists the upstreams" in capsys.readouterr().err
+
+
+def test_the_keys_in_the_guides_requests_are_keys_of_the_example_configuration() -> None:
+    # docs/gateway.md starts the gateway with examples/gateway.toml; a request it shows with
+    # another key would be a 401 for anyone who follows it (issue 21).
+    import re
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).parents[2]
+    example = tomllib.loads((root / "examples" / "gateway.toml").read_text())
+    guide = (root / "docs" / "gateway.md").read_text()
+    used = set(re.findall(r'Bearer (sk-[\w-]+)|api_key="(sk-[\w-]+)"', guide))
+    keys = {a or b for a, b in used}
+    assert keys, "the guide shows no request with a key"
+    assert keys <= set(example["keys"]), keys - set(example["keys"])

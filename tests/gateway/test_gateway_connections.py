@@ -178,3 +178,24 @@ def test_idle_sockets_past_the_file_limit_do_not_lock_legitimate_clients_out(
             process.wait(20)
             if process.stderr is not None:
                 process.stderr.close()
+
+
+@pytest.mark.parametrize("path", [CHAT, "/v1/models"])  # gated and pass-through
+def test_a_forwarded_response_has_one_date_and_one_server_header(
+    make_stack: StackFactory, path: str
+) -> None:
+    stack = make_stack()
+    body = json.dumps(chat()).encode()
+    method = "POST" if path == CHAT else "GET"
+    with _connect(stack.url) as sock:
+        sock.sendall(
+            f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+        answer = _read_all(sock)
+    head = answer.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower().split("\r\n")
+    assert head[0].startswith("http/1.1 200")
+    names = [line.split(":", 1)[0] for line in head[1:]]
+    assert names.count("date") == 1, head
+    assert names.count("server") == 1, head

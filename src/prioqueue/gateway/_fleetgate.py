@@ -225,6 +225,8 @@ class FleetGate:
         self._live: list[str] = []
         self._out: set[str] = set()
         self._extra: dict[str, int] = {}
+        self._goes_on: set[str] = set()
+        self._bumped: dict[str, float] = {}
         self._next = 0
         self.busy_seconds: dict[str, float] = {}
         self.grants: dict[str, int] = {}
@@ -320,15 +322,23 @@ class FleetGate:
         except UnknownWorker:
             return 0
 
-    def set_reported(self, name: str, extra: int) -> None:
+    def set_reported(self, name: str, extra: int, *, since: float | None = None) -> None:
         """Record the work an upstream reports beyond the gateway's own jobs there.
 
         Args:
             name: The upstream.
             extra: Jobs it runs that the gateway does not hold (>= 0); they count against
                 its slots until the next report.
+            since: When the report was asked for (the gate's clock); a report asked before
+                a lease cut a job there cannot lower the count (it may not know of it).
         """
         before = self._extra.get(name, 0)
+        bumped = self._bumped.get(name)
+        if bumped is not None:
+            if since is not None and since < bumped:
+                extra = max(extra, before)
+            else:
+                del self._bumped[name]
         if extra > 0:
             self._extra[name] = extra
         else:
@@ -344,6 +354,7 @@ class FleetGate:
         slots: int,
         slow: bool,
         resident: str | None,
+        aborts: bool = True,
     ) -> None:
         """Add an upstream to the fleet (or update a live one), then let it pull.
 
@@ -353,6 +364,9 @@ class FleetGate:
             slots: Requests it may run at once.
             slow: Whether its leases are three times as long.
             resident: The model it has loaded (ignored unless routing is ``"warm"``).
+            aborts: Whether it stops a request when its connection closes. When not, a job
+                whose lease runs out keeps counting against its slots until its next
+                report (:meth:`set_reported`) says what it still runs.
 
         Raises:
             ValueError: A bad argument (see ``FleetDispatcher.join``).
@@ -365,6 +379,10 @@ class FleetGate:
         if warm is None and self.routing == "warm" and (name in self._live or name in self._out):
             self._d.heartbeat(name, now=now, resident=None)
         self._out.discard(name)
+        if aborts:
+            self._goes_on.discard(name)
+        else:
+            self._goes_on.add(name)
         if name not in self._live:
             self._live.append(name)
             self._live.sort()
@@ -593,6 +611,11 @@ class FleetGate:
             job_id = record.job.id
             if record.requeued:
                 self._d.cancel(job_id, now=now)  # one attempt per turn
+            worker = record.worker
+            if worker is not None and worker in self._goes_on:
+                # Cut by its lease, it still runs there until the upstream says otherwise.
+                self._extra[worker] = self._extra.get(worker, 0) + 1
+                self._bumped[worker] = now
             turn = self._waiters.pop(job_id, None)
             if turn is not None:
                 if turn._grant is not None:

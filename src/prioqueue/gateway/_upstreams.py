@@ -140,6 +140,7 @@ async def check(gateway: Gateway, upstream: Upstream) -> None:
     name = upstream.name
     config = gateway.config
     ours = gate.holding(name)
+    asked = gate.now()
     try:
         report = await _get_json(gateway, base + config.resident_path)
         running = report.get("running", []) if isinstance(report, dict) else []
@@ -171,7 +172,7 @@ async def check(gateway: Gateway, upstream: Upstream) -> None:
     # Work it reports beyond the gateway's own requests there (held during the poll) counts
     # against its slots until the next poll: new work only when idle by both counts.
     ours = max(ours, gate.holding(name))
-    gate.set_reported(name, 0 if busy is None else busy - ours)
+    gate.set_reported(name, 0 if busy is None else busy - ours, since=asked)
     if not upstream.up or models != upstream.models:
         upstream.models = models
         upstream.up = True
@@ -182,6 +183,7 @@ async def check(gateway: Gateway, upstream: Upstream) -> None:
             slots=upstream.config.slots,
             slow=upstream.config.slow,
             resident=resident,
+            aborts=upstream.config.aborts,
         )
         log.info("upstream %s is up (models: %s)", name, ", ".join(models or ()) or "any")
     elif not gate.holding(name):

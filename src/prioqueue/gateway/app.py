@@ -53,7 +53,7 @@ import math
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -173,6 +173,8 @@ class Gateway(Routes):
         clock: Monotonic seconds for the dispatcher (tests may inject one).
         recorder: Writes every queued request once it leaves, as a replayable trace (see
             :mod:`prioqueue.gateway._record`), or None.
+        record_loads: Known cold-load seconds per model, taken out of the recorded duration
+            of a swap whose load cannot be measured (``--record-load``).
     """
 
     def __init__(
@@ -181,9 +183,11 @@ class Gateway(Routes):
         *,
         clock: Callable[[], float] = time.monotonic,
         recorder: Recorder | None = None,
+        record_loads: Mapping[str, float] | None = None,
     ):
         self.config = config
         self.recorder = recorder
+        self.record_loads: Mapping[str, float] = dict(record_loads or {})
         limits = config.limits
         self.upstreams = {u.name: _upstreams.Upstream.of(u) for u in config.upstreams}
         self.fleet_gate: FleetGate | None = None
@@ -644,6 +648,7 @@ class Gateway(Routes):
                     grant=turn.grant,
                     first_byte=flight.first_byte,
                     streamed=flight.sse,
+                    known_load=None if model is None else self.record_loads.get(model),
                 )
         return status
 
