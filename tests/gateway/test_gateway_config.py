@@ -286,8 +286,9 @@ def test_the_keys_in_the_guides_requests_are_keys_of_the_example_configuration()
     # docs/gateway.md starts the gateway with examples/gateway.toml; a request it shows with
     # another key would be a 401 for anyone who follows it (issue 21).
     import re
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     root = Path(__file__).parents[2]
     example = tomllib.loads((root / "examples" / "gateway.toml").read_text())
