@@ -292,3 +292,25 @@ def test_a_request_cut_by_its_lease_keeps_its_upstream_busy_until_it_says_idle(
     run(main())
     assert fake.max_active == 1
     assert fake.order() == ["long", "next"]
+
+
+def test_with_one_upstream_a_lease_cut_request_delays_the_next_until_idle(
+    make_stack: StackFactory,
+) -> None:
+    # The next request's own lease runs while it waits: give it the default one.
+    limits = {"lease_seconds_by_path": {"/v1/completions": 0.3}}
+    stack = make_stack({"health_seconds": 0.05, "limits": limits})
+    fake = stack.fake
+
+    async def main() -> None:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
+            long = {"model": "model-a", "prompt": "hi", "fake": {"tag": "long", "seconds": 1.5}}
+            cut = asyncio.ensure_future(client.post("/v1/completions", json=long))
+            await wait_for(lambda: fake.active == 1)
+            nxt = asyncio.ensure_future(client.post(CHAT, json=chat(tag="next")))
+            assert (await cut).status_code == 504  # its lease ran out; the upstream goes on
+            assert (await nxt).status_code == 200
+
+    run(main())
+    assert fake.max_active == 1
+    assert fake.order() == ["long", "next"]

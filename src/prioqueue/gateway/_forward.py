@@ -97,6 +97,8 @@ class Flight:
     sse: bool = False
     timed_out: bool = False
     first_byte: float | None = None
+    exited: asyncio.Event = attrs.field(factory=asyncio.Event)
+    """Set once the request's handler has left its turn's block (the gateway's own end)."""
 
 
 def error_body(message: str, kind: str) -> bytes:

@@ -18,8 +18,12 @@ report every ``health_seconds`` and releases the turn when
 * or ``busy_timeout`` seconds have passed (logged).
 
 A report that fails with a connection error or a 5xx keeps it waiting (the upstream may be
-restarting or flapping). The lease stays the hard bound: a lingering job whose lease runs out
-is expired by the dispatcher like any other. Shutting down releases every lingering turn.
+restarting or flapping). The lease stays the hard bound on the queue: a lingering job whose
+lease runs out is expired by the dispatcher like any other. A request cut by its lease on
+the single upstream lingers without a turn (the dispatcher already gave the GPU to the next
+job): the next request waits in :meth:`Lingering.settled` before it is forwarded. (Over
+several upstreams the fleet gate counts such a job itself.) Shutting down releases every
+lingering turn.
 
 Costs: nothing for a request that ends normally; one GET per ``health_seconds`` per lingering
 request otherwise.
@@ -136,14 +140,21 @@ class Lingering:
         self.gateway = gateway
         self.tasks: set[asyncio.Task[None]] = set()
         self.by_upstream: dict[str, list[object]] = {}
+        self._settled: dict[str, asyncio.Event] = {}
 
     def count(self, upstream: str) -> int:
         """Requests lingering on an upstream (``""``: the single upstream). O(1)."""
         return len(self.by_upstream.get(upstream, ()))
 
+    async def settled(self, upstream: str) -> None:
+        """Wait until nothing lingers on an upstream (returns at once when nothing does)."""
+        while self.count(upstream):
+            event = self._settled.setdefault(upstream, asyncio.Event())
+            await event.wait()
+
     def hold(
         self,
-        exit: Callable[..., Any],
+        exit: Callable[..., Any] | None,
         exc_info: tuple[type[BaseException] | None, BaseException | None, TracebackType | None],
         *,
         upstream: str,
@@ -155,7 +166,8 @@ class Lingering:
         """Keep a turn until its upstream is idle, then call ``exit(*exc_info)``.
 
         Args:
-            exit: The turn's ``__aexit__``.
+            exit: The turn's ``__aexit__``, or None for a request that holds no turn any more
+                (cut by its lease): it only delays :meth:`settled`.
             exc_info: What ended the request (passed to ``exit``).
             upstream: The upstream's name (``""`` for the single upstream).
             url: Its idle report.
@@ -173,7 +185,7 @@ class Lingering:
 
     async def _run(
         self,
-        exit: Callable[..., Any],
+        exit: Callable[..., Any] | None,
         exc_info: tuple[Any, Any, Any],
         upstream: str,
         url: str,
@@ -217,7 +229,11 @@ class Lingering:
                 entries.remove(token)
             if not entries:
                 self.by_upstream.pop(upstream, None)
-            await exit(*exc_info)
+                event = self._settled.pop(upstream, None)
+                if event is not None:
+                    event.set()
+            if exit is not None:
+                await exit(*exc_info)
 
     @staticmethod
     def _others(held: int, lingering: list[object]) -> int:

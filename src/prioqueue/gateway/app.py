@@ -149,14 +149,15 @@ class _Held:
         tb: TracebackType | None,
     ) -> None:
         flight = self.flight
-        if (
-            exc_type is not None
-            and flight.sent
-            and not flight.done
-            and not flight.lease_expired
-            and self.gateway._linger(self.turn, self.upstream, (exc_type, exc, tb))
-        ):
-            return
+        flight.exited.set()
+        if exc_type is not None and flight.sent and not flight.done:
+            if flight.lease_expired:
+                # The dispatcher has given the GPU away already; over several upstreams the
+                # fleet gate counts the cut job, with one the next request waits (settled).
+                if self.upstream is None:
+                    self.gateway._linger(None, None, (exc_type, exc, tb))
+            elif self.gateway._linger(self.turn, self.upstream, (exc_type, exc, tb)):
+                return
         await self.turn.__aexit__(exc_type, exc, tb)
 
 
@@ -226,6 +227,7 @@ class Gateway(Routes):
         self.metrics: Callable[[], bytes] | None = _observe.metrics_renderer(self)
         self._poller: asyncio.Task[None] | None = None
         self.lingering = Lingering(self)
+        self._last_flight: Flight | None = None
         self._closing = False
         self._closer: asyncio.Future[None] | None = None
         self._upstream = config.upstream
@@ -560,6 +562,13 @@ class Gateway(Routes):
                 ours.append((b"x-prioqueue-queue-wait", f"{grant.waited:.3f}".encode()))
                 extra = [(_PRIORITY_HEADER, str(priority).encode()), ours[0]]
                 forwarded = self._request_headers(headers, extra)
+                if not self.upstreams:
+                    # One upstream: the previous request may have been cut by its lease a
+                    # moment ago (the GPU given to this one at its deadline) and still run.
+                    previous, self._last_flight = self._last_flight, flight
+                    if previous is not None:
+                        await previous.exited.wait()
+                    await self.lingering.settled("")
                 while True:
                     if grant.lease is not None:
                         # The adapter owns the one lease timer; it revokes the turn on expiry.
@@ -663,11 +672,15 @@ class Gateway(Routes):
 
     def _linger(
         self,
-        turn: Turn | FleetTurn,
+        turn: Turn | FleetTurn | None,
         upstream: _upstreams.Upstream | None,
         exc_info: tuple[type[BaseException] | None, BaseException | None, TracebackType | None],
     ) -> bool:
-        """Keep a turn closed early until its upstream is idle; False when it aborts."""
+        """Keep a turn closed early until its upstream is idle; False when it aborts.
+
+        With ``turn`` None (a request cut by its lease) nothing is held: the upstream only
+        counts as busy for the next request on it (``Lingering.settled``).
+        """
         config = self.config
         if upstream is None:
             aborts, timeout, path = config.aborts, config.busy_timeout, config.idle_path
@@ -679,13 +692,13 @@ class Gateway(Routes):
         if aborts:
             return False
         self.lingering.hold(
-            turn.__aexit__,
+            None if turn is None else turn.__aexit__,
             exc_info,
             upstream=name,
             url=idle_url(base, path or config.resident_path),
             timeout=timeout,
-            ours=lambda: self._held_by(upstream),
-            job_id=turn.job_id,
+            ours=lambda: 0 if turn is None else self._held_by(upstream),
+            job_id="(cut by its lease)" if turn is None else turn.job_id,
         )
         return True
 
