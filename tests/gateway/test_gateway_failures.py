@@ -180,7 +180,7 @@ def test_upstream_5xx_is_502_and_frees_gpu(make_stack: StackFactory) -> None:
 
 
 def test_running_past_the_lease_is_504_and_frees_gpu(make_stack: StackFactory) -> None:
-    stack = make_stack({"limits": {"lease_seconds": 0.3}}, aborts=True)
+    stack = make_stack({"aborts": True, "limits": {"lease_seconds": 0.3}}, aborts=True)
 
     async def go() -> None:
         async with httpx.AsyncClient(base_url=stack.url, timeout=10) as client:
