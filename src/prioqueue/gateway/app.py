@@ -151,12 +151,15 @@ class _Held:
         flight = self.flight
         flight.exited.set()
         if exc_type is not None and flight.sent and not flight.done:
+            # Only the type travels on: the turn needs no more, and a traceback kept for
+            # busy_timeout would keep the request's frames (its body) alive.
+            ended = (exc_type, None, None)
             if flight.lease_expired:
                 # The dispatcher has given the GPU away already; over several upstreams the
                 # fleet gate counts the cut job, with one the next request waits (settled).
                 if self.upstream is None:
-                    self.gateway._linger(None, None, (exc_type, exc, tb))
-            elif self.gateway._linger(self.turn, self.upstream, (exc_type, exc, tb)):
+                    self.gateway._linger(None, None, ended)
+            elif self.gateway._linger(self.turn, self.upstream, ended):
                 return
         await self.turn.__aexit__(exc_type, exc, tb)
 
