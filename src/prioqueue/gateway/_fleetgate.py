@@ -526,6 +526,11 @@ class FleetGate:
                 self._out.discard(name)
                 self._d.leave(name, now=now)
 
+    def _busy_by_report(self, name: str) -> bool:
+        """Whether an upstream's held jobs plus the work it reports beyond them fill it."""
+        info = self._d.worker(name)
+        return len(info.held) + self._extra.get(name, 0) >= info.slots
+
     def _pump(self, now: float) -> None:
         """Let every live upstream with a free slot pull until it gets nothing."""
         d = self._d
@@ -536,11 +541,8 @@ class FleetGate:
         for name in self._order():
             while len(d):
                 try:
-                    if (
-                        extra
-                        and len(d.worker(name).held) + extra.get(name, 0) >= d.worker(name).slots
-                    ):
-                        break  # busy by its own report
+                    if extra and self._busy_by_report(name):
+                        break
                     grant = d.pop(name, now=now)
                 except UnknownWorker:
                     break
