@@ -251,8 +251,9 @@ def hardened_protocol(limits: ConnectionLimits) -> type[Any] | None:
                 self.transport.close()
 
         def on_response_complete(self) -> None:
+            pipelined = bool(self.pipeline)  # a request already read starts now: not idle
             super().on_response_complete()
-            if not self.transport.is_closing():
+            if not pipelined and not self.transport.is_closing():
                 self._reading_head = True
                 self._raw_bytes = 0
                 self._raw_tail = b""
