@@ -179,6 +179,28 @@ def test_leave_requeues_held_jobs_at_their_lane_heads_and_refunds_them() -> None
     f._check()
 
 
+def test_requeue_gives_one_held_job_back_and_the_worker_keeps_the_others() -> None:
+    f = fleet("a", "b")
+    f.join("a", slots=2, now=0)
+    for i in range(3):
+        f.submit(f"x{i}", member="x", now=0)
+    s0 = lane_s(f, "x")
+    assert popped(f, "a", 0) == "x0"
+    assert popped(f, "a", 0) == "x1"
+    job = f.requeue("x0", now=1)
+    assert job.id == "x0"
+    assert f.state("x0") == "queued"
+    assert list(f.worker("a").held) == ["x1"]
+    assert next(a.job_id for a in f.forecast(now=1)) == "x0"  # at the head of its lane
+    assert popped(f, "b", 1) == "x0"
+    f.complete("x1", now=2, runtime=2, worker="a")
+    f.complete("x0", now=2, runtime=1, worker="b")
+    assert lane_s(f, "x") > s0
+    with pytest.raises(InvalidState, match="queued, not held"):
+        f.requeue("x2", now=2)
+    f._check()
+
+
 # ============================================================================ pop and eligibility
 
 

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from prioqueue._core import DEFAULT_HISTORY_BYTES, DEFAULT_WAIT_BUCKETS, ChargeModel
 from prioqueue._engine import _Engine
-from prioqueue._errors import ConfigError
+from prioqueue._errors import ConfigError, InvalidState
 from prioqueue._lanes import QUEUED
 from prioqueue._validate import checked_name
 from prioqueue._workers import _Worker, idle_reasons
@@ -241,6 +241,34 @@ class FleetDispatcher(_Engine):
             self._drop_resident(worker)
         del self._workers[worker.name]
         return [entry.job for entry, _ in taken]
+
+    def requeue(self, job_id: str, *, now: float) -> Job:
+        """Give one held job back to the head of its lane, as ``leave`` does for each of its.
+
+        For a job whose run never reached its worker (a connection that failed): not the
+        job's fault, so it is requeued whatever its attempt count and its lane is refunded
+        its up-front charge. The worker keeps its other jobs.
+
+        Args:
+            job_id: A held job.
+            now: The current monotonic time.
+
+        Returns:
+            The requeued job.
+
+        Raises:
+            UnknownJob: The id is not queued or held.
+            InvalidState: The job is queued, not held.
+            ValueError: ``now`` is out of range.
+
+        Complexity: O(log n + slots).
+        """
+        entry = self._entry(job_id)
+        if entry.state == QUEUED:
+            raise InvalidState(f"job {job_id!r} is queued, not held: nothing to requeue")
+        t = self._tick(now)
+        self._take_back([entry], t, always=True)
+        return entry.job
 
     def pop(self, name: str, *, now: float) -> Grant | None:
         """Pull the best job this worker may run now (see the class docstring).
