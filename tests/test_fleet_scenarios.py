@@ -296,6 +296,52 @@ def test_the_warm_hold_lasts_warm_hold_seconds_or_until_the_warm_worker_is_busy(
     assert second.job.id != first.job.id
 
 
+def _busy_warm_fleet(make: Factory, estimate: float) -> Fleet:
+    """The warm worker runs a job expected to take ``estimate`` seconds from time 0."""
+    fleet = make(warm_hold=30.0)
+    fleet.join("cold", resident="flux", now=0.0)
+    fleet.join("warm", resident="sdxl", now=0.0)
+    fleet.submit("first", member="ann", model="sdxl", estimate=estimate, now=0.0)
+    assert fleet.pop("warm", now=0.0) is not None
+    fleet.submit("second", member="bob", model="sdxl", now=0.0)
+    return fleet
+
+
+@IMPLEMENTATIONS
+def test_a_job_waits_for_a_warm_worker_expected_free_within_the_hold(make: Factory) -> None:
+    """Issue 17 item 2: the warm worker is busy, but expected to free its slot within
+    ``warm_hold`` of now (either way): the cold worker is refused the job until then plus the
+    hold, whatever the job's age."""
+    fleet = _busy_warm_fleet(make, estimate=40.0)  # expected free at 40
+    grant = fleet.pop("cold", now=9.0)  # 40 > 9 + 30: too far ahead, the cold worker takes it
+    assert grant is not None
+    assert (grant.job.id, grant.swap) == ("second", True)
+    fleet = _busy_warm_fleet(make, estimate=40.0)
+    assert fleet.pop("cold", now=10.0) is None  # 40 <= 10 + 30: kept for the warm worker
+    assert fleet.idle_reasons("cold", now=10.0) == {"warm_hold": 1}
+    assert fleet.next_hold_end() == 70.0  # 40 + 30, if the warm worker is still busy then
+    assert fleet.pop("cold", now=69.5) is None  # overdue by less than the hold: still kept
+    late = fleet.pop("cold", now=70.0)  # overdue by the hold: any worker may take it
+    assert late is not None
+    assert late.job.id == "second"
+    # The warm worker frees in time: it takes the job, no swap.
+    fleet = _busy_warm_fleet(make, estimate=40.0)
+    assert fleet.pop("cold", now=20.0) is None
+    fleet.complete("first", now=45.0)
+    grant = fleet.pop("warm", now=45.0)  # the driver pulls for the worker that freed
+    assert grant is not None
+    assert (grant.job.id, grant.swap) == ("second", False)
+    # Without a hold, nothing waits.
+    fleet = make(warm_hold=0.0)
+    fleet.join("cold", resident="flux", now=0.0)
+    fleet.join("warm", resident="sdxl", now=0.0)
+    fleet.submit("first", member="ann", model="sdxl", estimate=40.0, now=0.0)
+    assert fleet.pop("warm", now=0.0) is not None
+    fleet.submit("second", member="bob", model="sdxl", now=0.0)
+    assert fleet.next_hold_end() is None
+    assert fleet.pop("cold", now=10.0) is not None
+
+
 @IMPLEMENTATIONS
 def test_warm_routing_saves_swaps_on_a_stream(make: Factory) -> None:
     """Two workers, each warm for one model, polling in a fixed order (the cold one first):

@@ -83,20 +83,41 @@ class _Engine(_Reporting, GroupMethods):
             if worker.resident is not None:
                 self._residents[worker.resident] = self._residents.get(worker.resident, 0) + 1
 
-    def _warm(self, worker: _Worker) -> frozenset[str]:
-        """Models resident on another live worker that has a free slot and serves them."""
-        return frozenset(
-            other.resident
-            for other in self._workers.values()
-            if other is not worker
-            and other.resident is not None
-            and not other.timed_out
-            and len(other.held) < other.slots
-            and other.serves(other.resident)
-        )
+    def _warm(self, worker: _Worker, t: float) -> dict[str, float]:
+        """The models a warm hold may keep from ``worker`` at ``t`` (the design note's rule).
+
+        Each model is resident on another live worker that serves it and either has a free
+        slot (the model maps to ``-inf``: the hold lasts ``warm_hold`` from the job's
+        ``queued_at``) or is expected to free one within ``warm_hold`` of ``t`` either way,
+        ``t - h < expected_free <= t + h`` (the model maps to ``inf``: the hold applies to
+        every job). O(workers x slots).
+        """
+        hold = self._warm_hold
+        low = t - hold
+        high = t + hold
+        warm: dict[str, float] = {}
+        for other in self._workers.values():
+            resident = other.resident
+            if (
+                other is not worker
+                and resident is not None
+                and not other.timed_out
+                and other.serves(resident)
+            ):
+                if len(other.held) < other.slots:
+                    since = -math.inf
+                else:
+                    ready = other.expected_free()
+                    if not low < ready <= high:
+                        continue
+                    since = math.inf
+                known = warm.get(resident)
+                if known is None or since > known:
+                    warm[resident] = since
+        return warm
 
     def _search(self, worker: _Worker, t: float) -> Search:
-        warm = self._warm(worker) if self._warm_hold > 0 else frozenset()
+        warm = self._warm(worker, t) if self._warm_hold > 0 else {}
         return Search(worker, self._max_running, warm, self._warm_hold, t)
 
     # ------------------------------------------------------------------ pop
@@ -130,8 +151,8 @@ class _Engine(_Reporting, GroupMethods):
         lease = None if self._lease_for is None else self._lease(job, worker, t)
         charged = 0.0
         capacity = self._live or 1
+        expected = runtime = self._expected_runtime(job)
         if self._fair_share:
-            expected = self._expected_runtime(job)
             if not self._plain_charge:
                 expected = self._checked_charge(job, expected, "expected charge")
             charged = expected / capacity
@@ -172,6 +193,7 @@ class _Engine(_Reporting, GroupMethods):
         entry.granted_at = t
         entry.worker = worker
         entry.charged = charged
+        entry.expected_end = t + runtime
         entry.capacity = capacity
         entry.grant = grant
         self._dequeue(entry)

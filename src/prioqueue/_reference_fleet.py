@@ -252,6 +252,26 @@ class ReferenceFleet(_Rules):
         """Set a worker's resident model without a heartbeat (``set_resident_model``)."""
         self._worker(name).resident = model
 
+    def next_hold_end(self) -> float | None:
+        """When a warm hold kept for a busy worker lapses (None: none, or no warm hold).
+
+        The earliest ``expected free + warm_hold`` after the latest ``now`` over the live
+        workers that hold ``slots`` jobs and serve their resident model.
+        """
+        if not self._warm_hold > 0:
+            return None
+        ends = [
+            min(h.grant.granted_at + h.expected_runtime for h in worker.held) + self._warm_hold
+            for worker in self._workers.values()
+            if not worker.timed_out
+            and worker.resident is not None
+            and worker.serves(worker.resident)
+            and worker.held
+            and len(worker.held) >= worker.slots
+        ]
+        later = [end for end in ends if end > self._latest]
+        return min(later) if later else None
+
     def idle_reasons(self, name: str, *, now: float) -> Mapping[str, int]:
         """Why ``pop(name)`` finds nothing: queued jobs per first cause of ineligibility.
 
@@ -390,7 +410,8 @@ class ReferenceFleet(_Rules):
         job = entry.job
         info = self._info(worker)
         lease = None if self._lease_for is None else self._lease(job, info, now)
-        expected = self._charge_of(job, self._expected_runtime(job))
+        runtime = self._expected_runtime(job)
+        expected = self._charge_of(job, runtime)
         n = self.capacity
         c = expected / n if self._fair_share else 0.0
         resident = worker.resident
@@ -409,7 +430,7 @@ class ReferenceFleet(_Rules):
             worker=worker.name,
         )
         level = self._levels[job.priority]
-        if self._track_reorders and self._fast_path(worker):
+        if self._track_reorders and self._fast_path(worker, now):
             # The counterfactual rankings know nothing of eligibility: every queued job counts.
             everything = self._offers(worker, lambda entry: True)
             for cause, other in self._counterfactuals(everything, worker).items():
@@ -418,7 +439,7 @@ class ReferenceFleet(_Rules):
         self._lane_of(job).jobs.remove(entry)
         if self._fair_share:
             self._lane_of(job).hold(c)
-        worker.held.append(_Held(grant, worker.name, entry.grants + 1, c, n))
+        worker.held.append(_Held(grant, worker.name, entry.grants + 1, c, n, runtime))
         if job.model is not None:
             worker.resident = job.model
         level.dispatched += 1

@@ -49,35 +49,28 @@ class _Rules(_Book):
             self._warm_hold > 0
             and job.model is not None
             and job.model != worker.resident
-            and now < entry.queued_at + self._warm_hold
             and any(
                 other is not worker
-                and not other.timed_out
-                and other.resident == job.model
-                and len(other.held) < other.slots
-                and other.serves(job.model)
+                and other.warm_for(job.model, now, self._warm_hold, entry.queued_at)
                 for other in self._workers.values()
             )
         ):
             return "warm_hold"
         return None
 
-    def _fast_path(self, worker: _Worker) -> bool:
+    def _fast_path(self, worker: _Worker, now: float) -> bool:
         """Whether a grant to ``worker`` counts reorders (the note's fast path).
 
         The worker serves every model with no ``accepts``; with ``warm_hold``, no other live
-        worker with a free slot has a model it serves loaded; with a member cap, the winner
+        worker is warm for the model it has loaded (``warm_for`` a job queued now, so a free
+        worker counts); with a member cap, the winner
         among *all* queued jobs belongs to a member under the cap. Then the winner is the one
         the counterfactual rankings (which know nothing of eligibility) compete with.
         """
         if worker.models is not None or worker.accepts is not None:
             return False
         if self._warm_hold > 0 and any(
-            other is not worker
-            and other.resident is not None
-            and not other.timed_out
-            and len(other.held) < other.slots
-            and other.serves(other.resident)
+            other is not worker and other.warm_for(other.resident, now, self._warm_hold, now)
             for other in self._workers.values()
         ):
             return False

@@ -74,13 +74,18 @@ class _Lane:
 
 @attrs.define(eq=False)
 class _Held:
-    """A job a worker holds: its grant, the up-front charge ``c`` and the capacity ``n``."""
+    """A job a worker holds: its grant, the up-front charge ``c``, the capacity ``n``...
+
+    ... and its expected runtime at the grant (the warm hold reads when its worker should be
+    free).
+    """
 
     grant: Grant
     worker: str
     grants: int
     c: float
     n: int
+    expected_runtime: float = 0.0
 
 
 @attrs.define(eq=False)
@@ -97,6 +102,20 @@ class _Worker:
 
     def serves(self, model: str | None) -> bool:
         return model is None or self.models is None or model in self.models
+
+    def warm_for(self, model: str | None, now: float, hold: float, queued_at: float) -> bool:
+        """Whether a warm hold keeps a job for ``model`` (queued at ``queued_at``) for it.
+
+        The design note's "warm worker": it is live, has ``model`` loaded and serves it, and
+        either has a free slot (then only until ``queued_at + hold``) or holds ``slots`` jobs
+        of which the first expected to end does so within ``hold`` of ``now``, either way.
+        """
+        if self.timed_out or model is None or self.resident != model or not self.serves(model):
+            return False
+        if len(self.held) < self.slots:
+            return now < queued_at + hold
+        ends = [h.grant.granted_at + h.expected_runtime for h in self.held]
+        return now - hold < min(ends) <= now + hold
 
 
 @attrs.frozen

@@ -72,6 +72,14 @@ class _Worker:
         self.last_seen = now
         self.timed_out = False
 
+    def expected_free(self) -> float:
+        """When a worker holding ``slots`` jobs is expected to free one. O(slots).
+
+        The earliest expected end of the jobs it holds (each its grant time plus its expected
+        runtime).
+        """
+        return min(entry.expected_end for entry in self.held)
+
     def serves(self, model: str | None) -> bool:
         """Whether the worker runs jobs for ``model`` (a job without a model runs anywhere)."""
         return model is None or self.models is None or model in self.models
@@ -138,21 +146,14 @@ class Search:
     Args:
         worker: The popping worker.
         cap: ``max_running_per_member``, or None.
-        warm: The models resident on *other* live workers with a free slot that serve them
-            (empty when ``warm_hold`` is 0).
-        hold: ``warm_hold`` seconds.
-        now: The pop's time.
+        warm: The models resident on *other* live workers that serve them and are ready
+            within ``warm_hold`` of now (see ``_Engine._warm``; empty when ``warm_hold`` is 0).
     """
 
     __slots__ = ("accepts", "cap", "hold", "models", "now", "resident", "warm")
 
     def __init__(
-        self,
-        worker: _Worker,
-        cap: int | None,
-        warm: frozenset[str],
-        hold: float,
-        now: float,
+        self, worker: _Worker, cap: int | None, warm: dict[str, float], hold: float, now: float
     ) -> None:
         self.models = worker.models
         self.accepts = worker.accepts
@@ -170,12 +171,13 @@ class Search:
     def held_back(self, entry: _Entry) -> bool:
         """Whether the warm hold keeps the entry for another worker."""
         model = entry.job.model
-        return (
-            model is not None
-            and model != self.resident
-            and model in self.warm
-            and self.now < entry.queued_at + self.hold
-        )
+        if model is None or model == self.resident:
+            return False
+        since = self.warm.get(model)
+        if since is None:
+            return False
+        queued_at = entry.queued_at
+        return self.now < (since if since > queued_at else queued_at) + self.hold
 
     def ok(self, entry: _Entry) -> bool:
         """Whether an entry of a served model may go to the worker (accepts, warm hold)."""

@@ -301,6 +301,42 @@ class FleetDispatcher(_Engine):
         entries = [e for e in self._entries.values() if e.state == QUEUED]
         return idle_reasons(entries, worker, self._search(worker, t))
 
+    def next_hold_end(self) -> float | None:
+        """When a warm hold kept for a busy worker lapses, with nothing else happening.
+
+        The warm hold keeps a job from a cold worker while another live worker that has the
+        job's model loaded is free (for ``warm_hold`` seconds after the job was queued), or is
+        expected to free a slot within ``warm_hold`` seconds of now, either way (see
+        docs/design/fleet.md). The second kind lapses at that worker's expected free time plus
+        ``warm_hold`` if it is still busy then. A driver that pulls only when something happens
+        (a submit, a completion, ``queued_at + warm_hold`` of a job it holds back) should also
+        pull at this time.
+
+        Returns:
+            The earliest such time after the latest ``now`` seen, or None (``warm_hold`` is 0,
+            or no busy live worker serves its resident model).
+
+        Complexity: O(workers x slots).
+        """
+        hold = self._warm_hold
+        if not hold > 0:
+            return None
+        t = self._now
+        best: float | None = None
+        for worker in self._workers.values():
+            resident = worker.resident
+            if (
+                resident is None
+                or worker.timed_out
+                or len(worker.held) < worker.slots
+                or not worker.serves(resident)
+            ):
+                continue
+            end = worker.expected_free() + hold
+            if end > t and (best is None or end < best):
+                best = end
+        return best
+
     def workers(self) -> list[WorkerInfo]:
         """Every known worker (timed-out ones included), by name. O(workers x slots)."""
         return [self._workers[name].info() for name in sorted(self._workers)]

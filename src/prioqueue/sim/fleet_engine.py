@@ -182,6 +182,8 @@ def simulate_fleet(
         spec, workers, None if lease_factor is None else lease_for
     )
     hold = 0.0 if spec.is_baseline else float(spec.params.warm_hold)
+    hold_end: Callable[[], float | None] | None = getattr(queue, "next_hold_end", None)
+    hold_end = hold_end if hold > 0 else None
     by_runtime = not spec.is_baseline and spec.params.charge == "runtime"
     status = [PENDING] * n
     start = [nan] * n
@@ -363,6 +365,11 @@ def simulate_fleet(
                     w.held.append(j)
                     if w.running < 0:
                         begin(w, now)
+        if hold_end is not None and len(queue) and any(len(w.held) < w.slots for w in fleet):
+            # A warm hold may be keeping a job from a free worker: pull again when it lapses.
+            lapse = hold_end()
+            if lapse is not None:
+                heapq.heappush(wakes, lapse)
         for w in fleet:
             w.awake = False
         next_deadline = queue.next_deadline() if hung else None
