@@ -9,7 +9,8 @@ import pytest
 
 from prioqueue._errors import ConfigError
 from prioqueue.cli import main
-from prioqueue.sim import build, build_report, engine, parse_spec, render, summary, sweep
+from prioqueue.sim import build, build_report, engine, parse_spec, render, sweep
+from prioqueue.sim import summary as verdict
 from prioqueue.sim.render import duration
 
 
@@ -161,28 +162,28 @@ def _row(kind: str, p99: float, *, censored: bool = False, swaps: int = 0) -> di
 
 def test_verdict_states_each_comparison_in_both_directions() -> None:
     """Issue 17 item 5: today's text said "within 0.0s of strict's" when strict's was 8.3 h."""
-    faster = summary.trade_off(
+    faster = verdict.trade_off(
         {"strict": _row("strict", 8.3 * 3600), "prioqueue": _row("prioqueue", 21.8 * 60)}
     )
     assert "prioqueue is 7.9h faster than strict at interactive p99 (21.8m against 8.3h)" in (
         faster
     )
     assert "within" not in faster
-    slower = summary.trade_off(
+    slower = verdict.trade_off(
         {"strict": _row("strict", 3.5 * 60), "prioqueue": _row("prioqueue", 63.9 * 60)}
     )
     assert "strict is 60.4m faster than prioqueue at interactive p99 (3.5m against 63.9m)" in (
         slower
     )
-    close = summary.trade_off({"strict": _row("strict", 100.0), "prioqueue": _row("p", 100.5)})
+    close = verdict.trade_off({"strict": _row("strict", 100.0), "prioqueue": _row("p", 100.5)})
     assert "prioqueue's interactive p99 (1.7m) is within 0.5s of strict's (1.7m)" in close
 
 
 def test_verdict_reads_censored_figures_as_lower_bounds() -> None:
-    assert summary.versus("interactive p99", ("p", 60.0, False), ("s", 600.0, True)) == (
+    assert verdict.versus("interactive p99", ("p", 60.0, False), ("s", 600.0, True)) == (
         "p is at least 9.0m faster than s at interactive p99 (60.0s against >= 10.0m)"
     )
-    assert summary.versus("interactive p99", ("p", 60.0, True), ("s", 600.0, False)) == (
+    assert verdict.versus("interactive p99", ("p", 60.0, True), ("s", 600.0, False)) == (
         "p's interactive p99 is >= 60.0s so far, s's 10.0m (jobs still queued at the horizon)"
     )
 
@@ -192,11 +193,11 @@ def test_verdict_counts_swaps_against_warm_first_both_ways() -> None:
         "warm-first": _row("warm-first", 9000.0, swaps=311),
         "prioqueue": _row("prioqueue", 300.0, swaps=305),
     }
-    assert "prioqueue swaps 305 times, 6 fewer than warm-first (311)" in summary.trade_off(rows)
+    assert "prioqueue swaps 305 times, 6 fewer than warm-first (311)" in verdict.trade_off(rows)
     rows["prioqueue"] = _row("prioqueue", 300.0, swaps=602)
-    assert "prioqueue swaps 602 times, 291 more than warm-first (311)" in summary.trade_off(rows)
+    assert "prioqueue swaps 602 times, 291 more than warm-first (311)" in verdict.trade_off(rows)
     rows["prioqueue"] = _row("prioqueue", 300.0, swaps=311)
-    assert "prioqueue swaps 311 times, as many as warm-first" in summary.trade_off(rows)
+    assert "prioqueue swaps 311 times, as many as warm-first" in verdict.trade_off(rows)
 
 
 def test_sweep_cli_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:
