@@ -343,6 +343,55 @@ def test_a_job_waits_for_a_warm_worker_expected_free_within_the_hold(make: Facto
 
 
 @IMPLEMENTATIONS
+def test_a_busy_warm_worker_keeps_only_the_jobs_it_can_start_within_the_hold(
+    make: Factory,
+) -> None:
+    """The warm worker is expected free at 40 and each job is expected to take 40 s: of the
+    jobs queued for its model it keeps those it would start within the hold (the oldest by
+    seq), so a burst does not pile up behind one worker while others idle."""
+    fleet = _busy_warm_fleet(make, estimate=40.0)  # "second" (seq 1) is queued, no estimate
+    for k in range(3):
+        fleet.submit(f"more{k}", member=f"m{k}", model="sdxl", estimate=40.0, now=0.0)
+    # At 10 with warm_hold 30: "second" starts at 40 <= 40 (kept); "more0" at 40 + 60
+    # (no recent runtime yet: the default expected runtime) > 40: the cold worker may take it.
+    assert fleet.idle_reasons("cold", now=10.0) == {"warm_hold": 1}
+    grant = fleet.pop("cold", now=10.0)
+    assert grant is not None
+    assert grant.job.id == "more0"
+
+
+@IMPLEMENTATIONS
+def test_a_worker_with_nothing_else_to_run_waits_no_longer_than_the_load(make: Factory) -> None:
+    """With ``load_seconds``, the longer hold applies only while the cold worker has another
+    job to run; with nothing else it is refused a job only for a warm worker expected to start
+    it within the model's load time (a cold start would not start its work earlier)."""
+
+    def busy(load: float) -> Fleet:
+        fleet = make(warm_hold=60.0, load_seconds={"sdxl": load})
+        fleet.join("cold", resident="flux", now=0.0)
+        fleet.join("warm", resident="sdxl", now=0.0)
+        fleet.submit("first", member="ann", model="sdxl", estimate=40.0, now=0.0)
+        assert fleet.pop("warm", now=0.0) is not None
+        fleet.submit("second", member="bob", model="sdxl", now=0.0)
+        return fleet
+
+    fleet = busy(load=30.0)  # the warm worker starts it at 40, 30 s from now: within the load
+    assert fleet.pop("cold", now=10.0) is None
+    assert fleet.idle_reasons("cold", now=10.0) == {"warm_hold": 1}
+    fleet = busy(load=20.0)  # 30 s away, the load is 20 s: the idle cold worker takes it
+    assert fleet.idle_reasons("cold", now=10.0) == {}
+    grant = fleet.pop("cold", now=10.0)
+    assert grant is not None
+    assert (grant.job.id, grant.swap) == ("second", True)
+    fleet = busy(load=20.0)  # with another job to run, the hold is warm_hold (60 s)
+    fleet.submit("plain", member="cid", now=0.0)
+    assert fleet.idle_reasons("cold", now=10.0) == {"warm_hold": 1}
+    grant = fleet.pop("cold", now=10.0)
+    assert grant is not None
+    assert grant.job.id == "plain"
+
+
+@IMPLEMENTATIONS
 def test_warm_routing_saves_swaps_on_a_stream(make: Factory) -> None:
     """Two workers, each warm for one model, polling in a fixed order (the cold one first):
     with a hold, every job goes to the worker that has its model loaded."""

@@ -18,9 +18,10 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from heapq import heappop as _heappop
 from heapq import heappush as _heappush
+from types import MappingProxyType
 from typing import Literal, NamedTuple
 
 from prioqueue._core import _RECENT_PER_KEY, _Level
@@ -66,6 +67,9 @@ _new_record = tuple.__new__  # builds a DispatchRecord without its Python-level 
 class _Engine(_Reporting, GroupMethods):
     """Grants, completions and take-backs over the workers in ``_workers`` (private)."""
 
+    #: Cold-load seconds per model (``FleetDispatcher(load_seconds=...)``): caps the warm hold.
+    _load_seconds: Mapping[str, float] = MappingProxyType({})
+
     # ------------------------------------------------------------------ workers
 
     def _worker_of(self, name: object) -> _Worker:
@@ -83,42 +87,47 @@ class _Engine(_Reporting, GroupMethods):
             if worker.resident is not None:
                 self._residents[worker.resident] = self._residents.get(worker.resident, 0) + 1
 
-    def _warm(self, worker: _Worker, t: float) -> dict[str, float]:
-        """The models a warm hold may keep from ``worker`` at ``t`` (the design note's rule).
+    def _search(self, worker: _Worker, t: float) -> Search:
+        """The pop's eligibility view, with the warm hold's workers (the design note's rule).
 
-        Each model is resident on another live worker that serves it and either has a free
-        slot (the model maps to ``-inf``: the hold lasts ``warm_hold`` from the job's
-        ``queued_at``) or is expected to free one within ``warm_hold`` of ``t`` either way,
-        ``t - h < expected_free <= t + h`` (the model maps to ``inf``: the hold applies to
-        every job). O(workers x slots).
+        With ``warm_hold = h > 0``, each other live worker that has a model resident and
+        serves it is *warm* for it: free now (a free slot), or busy (``slots`` jobs held) and
+        expected to free a slot at ``e`` with ``t - h < e <= t + h`` (``free_at`` lists the
+        busy ones' ``e`` per model). O(workers x slots).
         """
         hold = self._warm_hold
+        if not hold > 0:
+            return Search(worker, self._max_running)
         low = t - hold
         high = t + hold
-        warm: dict[str, float] = {}
+        free: set[str] = set()
+        free_at: dict[str, list[float]] = {}
         for other in self._workers.values():
             resident = other.resident
-            if (
-                other is not worker
-                and resident is not None
-                and not other.timed_out
-                and other.serves(resident)
-            ):
-                if len(other.held) < other.slots:
-                    since = -math.inf
-                else:
-                    ready = other.expected_free()
-                    if not low < ready <= high:
-                        continue
-                    since = math.inf
-                known = warm.get(resident)
-                if known is None or since > known:
-                    warm[resident] = since
-        return warm
-
-    def _search(self, worker: _Worker, t: float) -> Search:
-        warm = self._warm(worker, t) if self._warm_hold > 0 else {}
-        return Search(worker, self._max_running, warm, self._warm_hold, t)
+            if other is worker or resident is None or other.timed_out or not other.serves(resident):
+                continue
+            if len(other.held) < other.slots:
+                free.add(resident)
+                continue
+            at = other.expected_free()
+            if not low < at <= high:
+                continue
+            times = free_at.get(resident)
+            if times is None:
+                free_at[resident] = [at]
+            else:
+                times.append(at)
+        return Search(
+            worker,
+            self._max_running,
+            frozenset(free),
+            free_at,
+            self._lanes.values(),
+            self._expected_runtime,
+            self._load_seconds,
+            hold,
+            t,
+        )
 
     # ------------------------------------------------------------------ pop
 
@@ -144,6 +153,11 @@ class _Engine(_Reporting, GroupMethods):
             if search is None:
                 search = self._search(worker, t)
             best = best_for(self._ranking, search, self._window)
+            if best is None:
+                # The longer hold applies only while the worker has something else to run.
+                relaxed = search.relaxed()
+                if relaxed is not None:
+                    best = best_for(self._ranking, relaxed, self._window)
         if best is None:
             return None
         lane, entry, aff = best

@@ -86,7 +86,8 @@ class ReferenceFleet(_Rules):
         max_running_per_member: The most jobs of one member that workers hold, or None.
         max_attempts: Grants a job gets before an expired lease fails it.
         worker_timeout: Seconds of silence after which ``expire`` takes a worker's jobs back.
-        warm_hold: Seconds a job stays reserved for a free warm worker (0: off).
+        warm_hold: Placement: seconds a job stays reserved for a warm worker (0: off).
+        load_seconds: Cold-load seconds per model (caps the wait for a busy warm worker).
         fair_share: False makes every job its own lane with ``s = arrival`` and no charge.
         track_reorders: False leaves the reorder counts at zero.
         wait_buckets: Upper bounds of the grant-wait histogram (``inf`` is appended).
@@ -105,6 +106,7 @@ class ReferenceFleet(_Rules):
         max_attempts: int = 3,
         worker_timeout: float | None = None,
         warm_hold: float = 0.0,
+        load_seconds: Mapping[str, float] | None = None,
         fair_share: bool = True,
         track_reorders: bool = True,
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
@@ -121,6 +123,7 @@ class ReferenceFleet(_Rules):
         self._max_attempts = max_attempts
         self._worker_timeout = worker_timeout
         self._warm_hold = float(warm_hold)
+        self._load_seconds = dict(load_seconds or {})
         self._fair_share = fair_share
         self._track_reorders = track_reorders
         bounds = tuple(float(bound) for bound in wait_buckets)
@@ -289,8 +292,11 @@ class ReferenceFleet(_Rules):
         now = self._time(now)
         worker = self._worker(name)
         counts: dict[str, int] = {}
-        for entry in self._queued():
-            cause = self._ineligible(worker, entry, now)
+        queued = self._queued()
+        causes = [self._ineligible(worker, entry, now) for entry in queued]
+        if all(cause is not None for cause in causes):  # as pop: capped holds
+            causes = [self._ineligible(worker, entry, now, True) for entry in queued]
+        for cause in causes:
             if cause is not None:
                 counts[cause] = counts.get(cause, 0) + 1
         return {cause: counts[cause] for cause in IDLE_CAUSES if cause in counts}
@@ -403,6 +409,8 @@ class ReferenceFleet(_Rules):
         if len(worker.held) >= worker.slots:
             return None
         offers = self._offers(worker, lambda e: self._ineligible(worker, e, now) is None)
+        if not offers:  # nothing else to run: holds for busy warm workers capped at loads
+            offers = self._offers(worker, lambda e: self._ineligible(worker, e, now, True) is None)
         if not offers:
             return None
         win = min(offers, key=lambda o: (-self._key(o), o.s, o.tie))

@@ -103,19 +103,28 @@ class _Worker:
     def serves(self, model: str | None) -> bool:
         return model is None or self.models is None or model in self.models
 
-    def warm_for(self, model: str | None, now: float, hold: float, queued_at: float) -> bool:
-        """Whether a warm hold keeps a job for ``model`` (queued at ``queued_at``) for it.
+    def free_warm_for(self, model: str | None) -> bool:
+        """Live, ``model`` loaded and served, and a free slot (the note's case 1)."""
+        return self._warm(model) and len(self.held) < self.slots
 
-        The design note's "warm worker": it is live, has ``model`` loaded and serves it, and
-        either has a free slot (then only until ``queued_at + hold``) or holds ``slots`` jobs
-        of which the first expected to end does so within ``hold`` of ``now``, either way.
+    def busy_warm_for(self, model: str | None, now: float, hold: float) -> bool:
+        """Live, ``model`` loaded and served, all slots held, and expected free in time.
+
+        The first of its jobs expected to end does so within ``hold`` of ``now``, either way
+        (the note's case 2).
         """
-        if self.timed_out or model is None or self.resident != model or not self.serves(model):
+        if not self._warm(model) or len(self.held) < self.slots:
             return False
-        if len(self.held) < self.slots:
-            return now < queued_at + hold
         ends = [h.grant.granted_at + h.expected_runtime for h in self.held]
         return now - hold < min(ends) <= now + hold
+
+    def _warm(self, model: str | None) -> bool:
+        return (
+            not self.timed_out
+            and model is not None
+            and self.resident == model
+            and self.serves(model)
+        )
 
 
 @attrs.frozen
@@ -199,6 +208,7 @@ class _Book:
     _max_attempts: int
     _worker_timeout: float | None
     _warm_hold: float
+    _load_seconds: dict[str, float]
     _fair_share: bool
     _track_reorders: bool
     _buckets: tuple[float, ...]

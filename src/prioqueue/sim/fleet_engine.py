@@ -178,8 +178,12 @@ def simulate_fleet(
         return seconds
 
     factor = 1.0 if lease_factor is None else float(lease_factor)
+    models = sorted({a.model for a in arrivals if a.model is not None})
     queue: FleetQueue = build_fleet_queue(
-        spec, workers, None if lease_factor is None else lease_for
+        spec,
+        workers,
+        None if lease_factor is None else lease_for,
+        {model: workload.load_time(model) for model in models},
     )
     hold = 0.0 if spec.is_baseline else float(spec.params.warm_hold)
     hold_end: Callable[[], float | None] | None = getattr(queue, "next_hold_end", None)

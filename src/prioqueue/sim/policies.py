@@ -384,7 +384,7 @@ class PolicyParams:
     affinity_by_model: Mapping[str, float] = attrs.field(factory=dict, converter=_freeze, eq=False)
     charge: Charge = "runtime"
     fair_share: bool = True
-    warm_hold: float = 60.0
+    warm_hold: float = 90.0
 
     def scoring_config(self) -> ScoringConfig:
         """Return the :class:`ScoringConfig` of these parameters.
