@@ -392,6 +392,28 @@ def test_a_worker_with_nothing_else_to_run_waits_no_longer_than_the_load(make: F
 
 
 @IMPLEMENTATIONS
+def test_placement_never_holds_a_job_aging_has_carried_past_every_band(make: Factory) -> None:
+    """A job that waited its level's aging bound, ``(top - level) * d + (T + A) * d``, goes to
+    any worker: starvation prevention outranks swap savings. Default scorer: d = 60, T = 2,
+    A = 10; a batch (-100) job behind an interactive (100) one: (200 + 12) * 60 = 12,720 s."""
+
+    def fleet_at(arrival: float) -> Fleet:
+        fleet = make(warm_hold=30.0)
+        fleet.join("cold", resident="flux", now=0.0)
+        fleet.join("warm", resident="sdxl", now=0.0)
+        fleet.submit("long", member="cid", model="sdxl", estimate=12_760.0, now=0.0)
+        assert fleet.pop("warm", now=0.0) is not None  # expected free at 12,760
+        fleet.submit("old", member="ann", model="sdxl", priority="batch", now=arrival)
+        fleet.submit("top", member="bob", model="flux", priority="interactive", now=12_740.0)
+        return fleet
+
+    young = fleet_at(21.0)  # waited 12,719 s at 12,740: kept for the warm worker
+    assert young.idle_reasons("cold", now=12_740.0) == {"warm_hold": 1}
+    old = fleet_at(20.0)  # waited 12,720 s: any worker may take it
+    assert old.idle_reasons("cold", now=12_740.0) == {}
+
+
+@IMPLEMENTATIONS
 def test_warm_routing_saves_swaps_on_a_stream(make: Factory) -> None:
     """Two workers, each warm for one model, polling in a fixed order (the cold one first):
     with a hold, every job goes to the worker that has its model loaded."""

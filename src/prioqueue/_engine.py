@@ -87,6 +87,13 @@ class _Engine(_Reporting, GroupMethods):
             if worker.resident is not None:
                 self._residents[worker.resident] = self._residents.get(worker.resident, 0) + 1
 
+    def _aging_exemption(self) -> float:
+        """``(T + A) * d``: the offsets' spread in seconds (the aging bound's constant)."""
+        config = self._scorer.config
+        bonuses = list(config.tier_bonuses.values())
+        spread = max(bonuses) - min(bonuses) if bonuses else 0.0
+        return (spread + config.max_affinity) * self._divisor
+
     def _search(self, worker: _Worker, t: float) -> Search:
         """The pop's eligibility view, with the warm hold's workers (the design note's rule).
 
@@ -127,6 +134,9 @@ class _Engine(_Reporting, GroupMethods):
             self._load_seconds,
             hold,
             t,
+            max((level for level, counts in self._levels.items() if counts.queued), default=0),
+            self._aging_exemption(),
+            self._divisor,
         )
 
     # ------------------------------------------------------------------ pop

@@ -51,7 +51,12 @@ class _Rules(_Book):
             return "model"
         if worker.accepts is not None and not worker.accepts(job):
             return "accepts"
-        if self._warm_hold > 0 and job.model is not None and job.model != worker.resident:
+        if (
+            self._warm_hold > 0
+            and job.model is not None
+            and job.model != worker.resident
+            and not self._starving(job, now)
+        ):
             others = [other for other in self._workers.values() if other is not worker]
             if (
                 any(other.free_warm_for(job.model) for other in others)
@@ -61,6 +66,19 @@ class _Rules(_Book):
             if self._kept_for_busy_warm(job, others, now, capped):
                 return "warm_hold"
         return None
+
+    def _starving(self, job: Job, now: float) -> bool:
+        """Whether ``job`` waited its level's aging bound (placement never holds such a job).
+
+        The bound is ``(top - level) * d + (T + A) * d`` with ``top`` the highest queued level.
+        """
+        config = self._scorer.config
+        tiers = list(config.tier_bonuses.values())
+        offsets = ((max(tiers) - min(tiers) if tiers else 0.0) + config.max_affinity) * (
+            self._divisor
+        )
+        top = max(entry.job.priority for entry in self._queued())
+        return now - job.arrival >= (top - job.priority) * self._divisor + offsets
 
     def _kept_for_busy_warm(
         self, job: Job, others: list[_Worker], now: float, capped: bool

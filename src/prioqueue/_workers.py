@@ -161,9 +161,16 @@ class Search:
             ``min(hold, load)`` of now (a model not in it: ``hold``).
         hold: ``warm_hold`` seconds.
         now: The pop's time.
+        top: The highest level with queued jobs (for the aging exemption).
+        bound: ``(T + A) * d``: a job that waited ``(top - level) * d + bound`` seconds or more
+            (aging has carried it past every band: the report's aging bound) is never held.
+        divisor: The aging divisor ``d``.
     """
 
     __slots__ = (
+        "bound",
+        "divisor",
+        "top",
         "accepts",
         "cap",
         "capped",
@@ -191,6 +198,9 @@ class Search:
         loads: Mapping[str, float] | None = None,
         hold: float = 0.0,
         now: float = 0.0,
+        top: int = 0,
+        bound: float = 0.0,
+        divisor: float = 1.0,
     ) -> None:
         self.models = worker.models
         self.accepts = worker.accepts
@@ -206,6 +216,9 @@ class Search:
         self.limits: dict[str, int] = {}
         self.hold = hold
         self.now = now
+        self.top = top
+        self.bound = bound
+        self.divisor = divisor
 
     def relaxed(self) -> Search | None:
         """The view for a worker that nothing is eligible for: holds capped at load times.
@@ -228,9 +241,12 @@ class Search:
 
     def held_back(self, entry: _Entry) -> bool:
         """Whether the warm hold keeps the entry for another worker."""
-        model = entry.job.model
+        job = entry.job
+        model = job.model
         if model is None or model == self.resident:
             return False
+        if self.now - job.arrival >= (self.top - job.priority) * self.divisor + self.bound:
+            return False  # starving: aging outranks placement
         if model in self.free_warm and self.now < entry.queued_at + self.hold:
             return True
         if model not in self.warm_free_at:

@@ -20,7 +20,10 @@ Events, in the order they are handled at one instant:
 5. every worker with a free slot pulls, the longest-idle first, until a whole round grants
    nothing (a grant can free a job for another worker: a warm hold ends when the warm worker
    is busy). A job that the dispatcher keeps for a warm worker becomes free for the others
-   ``warm_hold`` seconds after it was queued, so the engine also wakes up then.
+   ``warm_hold`` seconds after it was queued (a free warm worker), or when a busy warm worker
+   is ``warm_hold`` past its expected free time (``FleetDispatcher.next_hold_end()``), so the
+   engine also wakes up then. The dispatcher gets the workload's cold-load times as
+   ``load_seconds`` (docs/design/fleet.md, "Placement: the warm hold").
 
 **Polling.** With ``poll = 0`` (the default) a free worker pulls at every instant, as a
 gateway that pops for its free upstreams whenever something changes. With ``poll = p > 0``
