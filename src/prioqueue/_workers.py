@@ -168,12 +168,11 @@ class Search:
     """
 
     __slots__ = (
-        "bound",
-        "divisor",
-        "top",
         "accepts",
+        "bound",
         "cap",
         "capped",
+        "divisor",
         "expected",
         "free_warm",
         "hold",
@@ -183,6 +182,7 @@ class Search:
         "models",
         "now",
         "resident",
+        "top",
         "warm",
         "warm_free_at",
     )
