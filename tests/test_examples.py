@@ -9,6 +9,7 @@ A docs page quotes an example's output in a ```` ```text ```` block preceded by
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -28,7 +29,9 @@ _QUOTE = re.compile(
 )
 
 
+@functools.cache
 def _run(script: Path) -> subprocess.CompletedProcess[str]:
+    """Run a script once per test session (the quote checks reuse the run of the script)."""
     env = {**os.environ, "PYTHONHASHSEED": "0", "NO_COLOR": "1", "COLUMNS": "100"}
     return subprocess.run(
         [sys.executable, str(script), *ARGUMENTS.get(script.name, [])],
