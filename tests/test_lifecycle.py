@@ -16,6 +16,7 @@ from prioqueue import (
     Backoff,
     ConfigError,
     FleetDispatcher,
+    InvalidState,
     LevelBudget,
     Overloaded,
     QueueFull,
@@ -490,3 +491,11 @@ def test_next_deadline_counts_a_requeued_job_past_its_deadline_beside_buffered_e
     assert d.next_deadline() == 10.0
     assert [(r.job.id, r.deadline) for r in d.expire(20.0)] == [("b", 20.0), ("a", 10.0)]
     assert d.next_deadline() is None
+
+
+def test_requeue_refuses_a_delayed_job() -> None:
+    d = fleet()
+    d.submit("later", member="m", not_before=50.0, now=0.0)
+    with pytest.raises(InvalidState):
+        d.requeue("later", now=1.0)
+    d._check()
