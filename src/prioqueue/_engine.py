@@ -23,7 +23,7 @@ from heapq import heappop as _heappop
 from heapq import heappush as _heappush
 from typing import Literal, NamedTuple
 
-from prioqueue._core import _RECENT_PER_KEY, _Level
+from prioqueue._core import _RECENT_PER_KEY, DEFERRED, _Level
 from prioqueue._errors import InvalidState, LeaseError, LeaseExpired, UnknownWorker
 from prioqueue._groups import GroupMethods
 from prioqueue._lanes import GONE, RUNNING, _Entry, _Lane
@@ -41,6 +41,7 @@ from prioqueue.scoring import ScoreBreakdown
 
 __all__: list[str] = []  # private module
 
+VARIANT_B = False
 _RECORD_BYTES = 200  # the fixed part of a history record's estimated size
 
 
@@ -57,6 +58,7 @@ class DispatchRecord(NamedTuple):
     score: ScoreBreakdown
     resident: str | None
     worker: str | None
+    deferred: bool  # the grant deferred a crossing (a lower level's job had the best score)
     size: int  # estimated bytes, for the history's byte budget
 
 
@@ -126,12 +128,37 @@ class _Engine(_Reporting, GroupMethods):
         if best is None:
             return None
         lane, entry, aff = best
+        # Bounded crossings (docs/design/dispatcher.md): a winner below the top eligible level
+        # crosses it; it is granted while the credit is not negative, else deferred.
+        deferred: _Entry | None = None
+        weight = 0.0
+        share = self._share
+        if share < 1.0:
+            top = self._top_level()
+            if top is not None and lane.level < top:
+                if search is None:
+                    search = self._search(worker, t)
+                higher = self._above(search, lane.level, top, fast and cap is None)
+                if higher is not None:
+                    if self._credit >= 0.0:
+                        weight = share - 1.0
+                        if VARIANT_B:
+                            oldest = self._oldest_below(top)
+                            if oldest is not None:
+                                lane, entry, aff = oldest.lane, oldest, 0.0
+                    else:
+                        deferred = entry
+                        lane, entry, aff = higher
+                        weight = share
         job = entry.job
         lease = None if self._lease_for is None else self._lease(job, worker, t)
         charged = 0.0
         capacity = self._live or 1
+        runtime = 0.0
+        if self._fair_share or weight:
+            runtime = self._expected_runtime(job)
         if self._fair_share:
-            expected = self._expected_runtime(job)
+            expected = runtime
             if not self._plain_charge:
                 expected = self._checked_charge(job, expected, "expected charge")
             charged = expected / capacity
@@ -160,7 +187,7 @@ class _Engine(_Reporting, GroupMethods):
                 _new_record(
                     DispatchRecord,
                     (t, self._dispatches, job.id, job.member, job.priority, job.seq, model,
-                     score, resident, name, size),
+                     score, resident, name, deferred is not None, size),
                 )
             )  # fmt: skip
             total = self._history_size + size
@@ -174,6 +201,12 @@ class _Engine(_Reporting, GroupMethods):
         entry.charged = charged
         entry.capacity = capacity
         entry.grant = grant
+        entry.weight = weight
+        if weight:
+            entry.basis = runtime
+            self._credit += weight * runtime
+            if deferred is not None:
+                self._levels[deferred.job.priority].reorders[DEFERRED] += 1
         self._dequeue(entry)
         self._held += 1
         worker.held.append(entry)
@@ -207,6 +240,47 @@ class _Engine(_Reporting, GroupMethods):
         self._totals["dispatched"] += 1
         self._groups.move(job.id, "running")
         return grant
+
+    def _oldest_below(self, top: int) -> _Entry | None:
+        best = None
+        d = self._divisor
+        for number in self._level_order:
+            if number >= top:
+                continue
+            level = self._levels[number]
+            if not level.queued:
+                continue
+            arrivals = level.arrivals
+            while arrivals[0][3].state != 0:
+                _heappop(arrivals)
+            arrival, seq, _, entry = arrivals[0]
+            key = (-(number - arrival / d), arrival, seq)
+            if best is None or key < best[0]:
+                best = (key, entry)
+        return None if best is None else best[1]
+
+    def _above(
+        self, search: Search, level: int, top: int, every: bool
+    ) -> tuple[_Lane, _Entry, float] | None:
+        """The best offer to the search's worker at the highest level above ``level`` at
+        which it has an eligible job (``top`` is the highest backlogged level), or None.
+
+        With ``every`` (the fast path, no member cap) every job is eligible, so that level is
+        ``top``. O(k log n) for k
+        lanes ranked above the offer (and once per level tried on the general path).
+        """
+        window = self._window
+        if every:
+            return best_for(self._ranking, search, window, top)
+        found = None
+        floor = level + 1
+        while floor <= top:
+            offer = best_for(self._ranking, search, window, floor)
+            if offer is None:
+                break
+            found = offer
+            floor = offer[0].level + 1
+        return found
 
     def _lease(self, job: Job, worker: _Worker, t: float) -> Lease:
         """Size the winner's lease; any failure becomes a ``LeaseError`` naming the job."""
@@ -261,6 +335,8 @@ class _Engine(_Reporting, GroupMethods):
         job = entry.job
         lane = entry.lane
         self._release(entry)
+        if entry.weight:  # the crossing credit moves by the measured, not the expected, time
+            self._credit += entry.weight * (runtime - entry.basis)
         lane.owner.gpu_seconds += final
         if self._fair_share:
             settled = lane.settled + final / entry.capacity
@@ -300,6 +376,8 @@ class _Engine(_Reporting, GroupMethods):
             job = entry.job
             lane = entry.lane
             self._release(entry)
+            if entry.weight:  # a take-back refunds the crossing credit exactly
+                self._credit -= entry.weight * entry.basis
             if self._fair_share:
                 lane.set_s()
                 if lane.live:

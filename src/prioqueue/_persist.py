@@ -60,6 +60,8 @@ def dump(d: _Engine, t: float) -> dict[str, Any]:
             record["swap"] = grant.swap
             record["charged"] = entry.charged
             record["capacity"] = entry.capacity
+            if entry.weight:
+                record["crossing"] = {"weight": entry.weight, "basis": entry.basis}
             held.append(record)
     state: dict[str, Any] = {
         "taken_at": t,
@@ -67,6 +69,10 @@ def dump(d: _Engine, t: float) -> dict[str, Any]:
         "fair_share": d._fair_share,
         "lanes": lanes,
         "queued": queued,
+        # The crossing credit (bounded crossings): restoring it makes the next deferrals the
+        # same as without the restart.
+        "crossing_credit": d._credit,
+        "crossing_share": d._share,
         # The runtimes behind the expected charge: restoring them makes the next grants the
         # same as without the restart.
         "recent": {
@@ -143,6 +149,7 @@ def load(
                     raise ValueError(f"lane ({member!r}, {level}) appears twice")
                 d._lanes[(member, level)] = d._new_lane(member, level, s + shift)
         seqs: set[int] = set()
+        d._credit = finite("crossing_credit", state.get("crossing_credit", 0.0))
         _load_recent(d, state.get("recent"))
         if fleet:
             _load_workers(d, state["workers"], shift)
@@ -322,6 +329,16 @@ def _restore_held(
     entry.worker = worker
     entry.capacity = capacity
     entry.charged = charged if d._fair_share else 0.0
+    crossing = record.get("crossing")
+    entry.weight = 0.0
+    if crossing is not None:
+        entry.weight = finite("crossing weight", crossing["weight"])
+        entry.basis = finite("crossing basis", crossing["basis"])
+        if not -1 <= entry.weight <= 1 or entry.basis < 0:
+            raise ValueError(
+                f"held job {job.id!r}: crossing weight must lie within [-1, 1] and its basis "
+                f"be >= 0, got {crossing!r}"
+            )
     lease = None if seconds is None else Lease(granted_at=granted_at, seconds=seconds)
     entry.grant = Grant(
         job=job,

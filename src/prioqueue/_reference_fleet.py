@@ -30,6 +30,12 @@ The rules it keeps (the note's words, in code order):
   that is the note's ``s += F / N - c; s = min(s, now + held)``. A take-back (lease expiry,
   worker timeout, leave) refunds ``c`` exactly and requeues the job at its lane's head (or
   fails it after ``max_attempts`` grants; ``leave`` always requeues).
+* Bounded crossings: when the winner's level is below the highest level at which the worker
+  has an eligible job, the grant is a crossing. With the credit ``>= 0`` it goes ahead and the
+  credit drops by ``(1 - share) * x``; else the best offer at that highest level is granted
+  instead, the credit rises by ``share * x`` and the deferred job's level counts a deferred
+  crossing (``x`` the granted job's expected runtime). The completion moves the credit by
+  ``weight * (runtime - x)``, a take-back by ``-weight * x``.
 * The lift on submit is the size-1 note's, applied to the settled part (``settled =
   max(settled, min(now, floor))``, so a lane's held charges stay on top of it), with affinity
   offsets taken over the models resident on live workers.
@@ -58,6 +64,7 @@ from prioqueue._reference_state import (
     _Lane,
     _LevelCounters,
     _MemberCounters,
+    _Offer,
     _takes_worker,
     _Worker,
 )
@@ -89,6 +96,7 @@ class ReferenceFleet(_Rules):
         warm_hold: Seconds a job stays reserved for a free warm worker (0: off).
         fair_share: False makes every job its own lane with ``s = arrival`` and no charge.
         track_reorders: False leaves the reorder counts at zero.
+        crossing_share: The share of GPU time crossings may take (1: never deferred).
         wait_buckets: Upper bounds of the grant-wait histogram (``inf`` is appended).
     """
 
@@ -107,6 +115,7 @@ class ReferenceFleet(_Rules):
         warm_hold: float = 0.0,
         fair_share: bool = True,
         track_reorders: bool = True,
+        crossing_share: float = 0.25,
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
     ) -> None:
         self._scorer = Scorer() if scorer is None else scorer
@@ -123,6 +132,8 @@ class ReferenceFleet(_Rules):
         self._warm_hold = float(warm_hold)
         self._fair_share = fair_share
         self._track_reorders = track_reorders
+        self._share = float(crossing_share)
+        self._credit = 0.0
         bounds = tuple(float(bound) for bound in wait_buckets)
         self._buckets = bounds if bounds and bounds[-1] == math.inf else (*bounds, math.inf)
         self._lanes: dict[tuple[str, int], _Lane] = {}
@@ -386,11 +397,26 @@ class ReferenceFleet(_Rules):
         if not offers:
             return None
         win = min(offers, key=lambda o: (-self._key(o), o.s, o.tie))
+        # Bounded crossings: a winner below the highest level with an eligible job crosses it.
+        top = max(o.level for o in offers)
+        weight = 0.0
+        deferred: _Offer | None = None
+        if self._share < 1 and win.level < top:
+            if self._credit >= 0:
+                weight = -(1 - self._share)
+            else:
+                deferred = win
+                weight = self._share
+                win = min(
+                    (o for o in offers if o.level == top),
+                    key=lambda o: (-self._key(o), o.s, o.tie),
+                )
         entry = win.entry
         job = entry.job
         info = self._info(worker)
         lease = None if self._lease_for is None else self._lease(job, info, now)
-        expected = self._charge_of(job, self._expected_runtime(job))
+        runtime = self._expected_runtime(job)
+        expected = self._charge_of(job, runtime)
         n = self.capacity
         c = expected / n if self._fair_share else 0.0
         resident = worker.resident
@@ -418,7 +444,10 @@ class ReferenceFleet(_Rules):
         self._lane_of(job).jobs.remove(entry)
         if self._fair_share:
             self._lane_of(job).hold(c)
-        worker.held.append(_Held(grant, worker.name, entry.grants + 1, c, n))
+        self._credit += weight * runtime
+        if deferred is not None:
+            self._levels[deferred.level].reorders["deferred_crossings"] += 1
+        worker.held.append(_Held(grant, worker.name, entry.grants + 1, c, n, weight, runtime))
         if job.model is not None:
             worker.resident = job.model
         level.dispatched += 1

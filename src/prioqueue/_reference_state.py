@@ -74,13 +74,19 @@ class _Lane:
 
 @attrs.define(eq=False)
 class _Held:
-    """A job a worker holds: its grant, the up-front charge ``c`` and the capacity ``n``."""
+    """A job a worker holds: its grant, the up-front charge ``c`` and the capacity ``n``.
+
+    ``weight`` and ``basis``: how its grant moved the crossing credit (``weight * basis``:
+    ``-(1 - share)`` for a crossing, ``share`` for a grant that deferred one, else 0).
+    """
 
     grant: Grant
     worker: str
     grants: int
     c: float
     n: int
+    weight: float = 0.0
+    basis: float = 0.0
 
 
 @attrs.define(eq=False)
@@ -123,7 +129,13 @@ class _LevelCounters:
     total_wait: float = 0.0
     waits: list[float] = attrs.field(factory=list)
     reorders: dict[str, int] = attrs.field(
-        factory=lambda: {"aging": 0, "affinity": 0, "tier": 0, "fair_share": 0}
+        factory=lambda: {
+            "aging": 0,
+            "affinity": 0,
+            "tier": 0,
+            "fair_share": 0,
+            "deferred_crossings": 0,
+        }
     )
 
 
@@ -182,6 +194,8 @@ class _Book:
     _warm_hold: float
     _fair_share: bool
     _track_reorders: bool
+    _share: float
+    _credit: float
     _buckets: tuple[float, ...]
     _lanes: dict[tuple[str, int], _Lane]
     _workers: dict[str, _Worker]

@@ -138,6 +138,8 @@ class _Reporting(_Core):
             raise ValueError(f"invalid snapshot: expected a mapping, got {type(state).__name__}")
         try:
             options.setdefault("fair_share", bool(state["fair_share"]))
+            if "crossing_share" in state:
+                options.setdefault("crossing_share", state["crossing_share"])
         except KeyError as exc:
             raise ValueError(f"invalid snapshot: missing {exc}") from None
         # The constructor's own errors (ConfigError, TypeError) are not the snapshot's fault.

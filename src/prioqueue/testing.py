@@ -138,6 +138,7 @@ class ReferenceDispatcher:
         max_attempts: Grants a job gets before an expired lease fails it.
         fair_share: False makes every job its own lane with ``s = arrival`` and no charge.
         track_reorders: False leaves the reorder counts at zero.
+        crossing_share: The share of GPU time crossings may take (1: never deferred).
         wait_buckets: Upper bounds of the grant-wait histogram (``inf`` is appended).
     """
 
@@ -155,6 +156,7 @@ class ReferenceDispatcher:
         max_attempts: int = 3,
         fair_share: bool = True,
         track_reorders: bool = True,
+        crossing_share: float = 0.25,
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
     ) -> None:
         self._fleet = ReferenceFleet(
@@ -167,6 +169,7 @@ class ReferenceDispatcher:
             max_attempts=max_attempts,
             fair_share=fair_share,
             track_reorders=track_reorders,
+            crossing_share=crossing_share,
             wait_buckets=wait_buckets,
         )
         self._fleet._add_fixed_worker(self._WORKER)

@@ -156,7 +156,7 @@ def tables(report: Mapping[str, Any]) -> list[Table]:
         )
         for name, s in policies.items()
     )
-    causes = ("aging", "affinity", "tier", "fair_share")
+    causes = ("aging", "affinity", "tier", "fair_share", "deferred_crossings")
     reorders = tuple(
         (name, *(str(s["reorders"].get(c, 0)) if s["params"] is not None else "-" for c in causes))
         for name, s in policies.items()
