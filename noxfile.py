@@ -66,6 +66,16 @@ def tests(session: nox.Session) -> None:
 PICTURES = (
     ("--scenario", "overload", "--plot", "docs/images/overload"),
     ("--sweep", "divisor=30,60,120,240", "--seeds", "5", "--plot", "docs/images/sweep"),
+    (
+        "--scenario",
+        "overload",
+        "--sweep",
+        "crossing_share=0.02,0.05,0.1,0.2,1",
+        "--seeds",
+        "5",
+        "--plot",
+        "docs/images/crossing",
+    ),
 )
 
 

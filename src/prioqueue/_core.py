@@ -63,7 +63,7 @@ LEVEL_LIMIT = 10**9
 #: The default share of GPU time that crossings (grants that aging carries across a band)
 #: may take from a higher level while it has work waiting (chosen by the simulator's sweep;
 #: see docs/design/dispatcher.md, "Bounded crossings").
-DEFAULT_CROSSING_SHARE = 0.25
+DEFAULT_CROSSING_SHARE = 0.05
 
 #: The index of the deferred-crossing count in a level's ``reorders`` list.
 DEFERRED = 4

@@ -26,7 +26,7 @@ from typing import Literal, NamedTuple
 from prioqueue._core import _RECENT_PER_KEY, DEFERRED, _Level
 from prioqueue._errors import InvalidState, LeaseError, LeaseExpired, UnknownWorker
 from prioqueue._groups import GroupMethods
-from prioqueue._lanes import GONE, RUNNING, _Entry, _Lane
+from prioqueue._lanes import GONE, QUEUED, RUNNING, _Entry, _Lane
 from prioqueue._reporting import _Reporting
 from prioqueue._validate import checked_name, finite
 from prioqueue._workers import Search, _Worker, best_for
@@ -41,7 +41,6 @@ from prioqueue.scoring import ScoreBreakdown
 
 __all__: list[str] = []  # private module
 
-VARIANT_B = False
 _RECORD_BYTES = 200  # the fixed part of a history record's estimated size
 
 
@@ -128,6 +127,7 @@ class _Engine(_Reporting, GroupMethods):
         if best is None:
             return None
         lane, entry, aff = best
+        winner = entry.job  # the score's winner (the reorder counts compare against it)
         # Bounded crossings (docs/design/dispatcher.md): a winner below the top eligible level
         # crosses it; it is granted while the credit is not negative, else deferred.
         deferred: _Entry | None = None
@@ -141,11 +141,16 @@ class _Engine(_Reporting, GroupMethods):
                 higher = self._above(search, lane.level, top, fast and cap is None)
                 if higher is not None:
                     if self._credit >= 0.0:
+                        # The crossing goes to the level whose oldest job has waited
+                        # longest for its band, to that level's best lane.
                         weight = share - 1.0
-                        if VARIANT_B:
-                            oldest = self._oldest_below(top)
-                            if oldest is not None:
-                                lane, entry, aff = oldest.lane, oldest, 0.0
+                        starving = self._oldest_below(top).job.priority
+                        if starving != lane.level:
+                            offer = best_for(
+                                self._ranking, search, self._window, starving, starving
+                            )
+                            if offer is not None:
+                                lane, entry, aff = offer
                     else:
                         deferred = entry
                         lane, entry, aff = higher
@@ -170,7 +175,9 @@ class _Engine(_Reporting, GroupMethods):
         score = ScoreBreakdown(job.priority, lane.head().job.tier_bonus, aff, aging)
         level = self._levels[job.priority]
         if self._track and fast:
-            self._count_reorders(level, job, lane, resident)
+            self._count_reorders(
+                level if winner is job else self._levels[winner.priority], winner, resident
+            )
         swap = job.model is not None and job.model != resident
         name = worker.name if self._name_in_grants else None
         # Positional: job, score, lease, granted_at, attempt, waited, swap, worker.
@@ -241,33 +248,41 @@ class _Engine(_Reporting, GroupMethods):
         self._groups.move(job.id, "running")
         return grant
 
-    def _oldest_below(self, top: int) -> _Entry | None:
-        best = None
+    def _oldest_below(self, top: int) -> _Entry:
+        """The queued job below level ``top`` that waited longest for its band.
+
+        That is the highest ``level - arrival / d`` (band plus the aging of its own wait);
+        ties by arrival, then seq. There is one: the caller found a backlogged lane below
+        ``top``. O(levels).
+        """
+        best: tuple[tuple[float, float, int], _Entry] | None = None
         d = self._divisor
+        levels = self._levels
         for number in self._level_order:
             if number >= top:
                 continue
-            level = self._levels[number]
+            level = levels[number]
             if not level.queued:
                 continue
             arrivals = level.arrivals
-            while arrivals[0][3].state != 0:
+            while arrivals[0][3].state != QUEUED:
                 _heappop(arrivals)
             arrival, seq, _, entry = arrivals[0]
             key = (-(number - arrival / d), arrival, seq)
             if best is None or key < best[0]:
                 best = (key, entry)
-        return None if best is None else best[1]
+        assert best is not None
+        return best[1]
 
     def _above(
         self, search: Search, level: int, top: int, every: bool
     ) -> tuple[_Lane, _Entry, float] | None:
-        """The best offer to the search's worker at the highest level above ``level`` at
-        which it has an eligible job (``top`` is the highest backlogged level), or None.
+        """The best offer to the worker at the highest level above ``level`` it can serve.
 
-        With ``every`` (the fast path, no member cap) every job is eligible, so that level is
-        ``top``. O(k log n) for k
-        lanes ranked above the offer (and once per level tried on the general path).
+        None when the worker has no eligible job above ``level``; ``top`` is the highest
+        backlogged level. With ``every`` (the fast path, no member cap) every job is
+        eligible, so that level is ``top``. O(k log n) for k lanes ranked above the offer
+        (and once per level tried on the general path).
         """
         window = self._window
         if every:
@@ -304,7 +319,7 @@ class _Engine(_Reporting, GroupMethods):
             )
         return Lease(granted_at=t, seconds=seconds)
 
-    def _count_reorders(self, level: _Level, job: Job, lane: _Lane, resident: str | None) -> None:
+    def _count_reorders(self, level: _Level, job: Job, resident: str | None) -> None:
         counts = level.reorders
         # Without affinity: the real ranking's main heap, each lane offering its head.
         if resident is not None:

@@ -32,10 +32,13 @@ The rules it keeps (the note's words, in code order):
   fails it after ``max_attempts`` grants; ``leave`` always requeues).
 * Bounded crossings: when the winner's level is below the highest level at which the worker
   has an eligible job, the grant is a crossing. With the credit ``>= 0`` it goes ahead and the
-  credit drops by ``(1 - share) * x``; else the best offer at that highest level is granted
-  instead, the credit rises by ``share * x`` and the deferred job's level counts a deferred
-  crossing (``x`` the granted job's expected runtime). The completion moves the credit by
-  ``weight * (runtime - x)``, a take-back by ``-weight * x``.
+  credit drops by ``(1 - share) * x``; the grant then goes to the best offer at the level of
+  the queued job below that level with the highest ``level - arrival / d`` (ties by arrival,
+  then seq), or to the winner when that level offers the worker nothing. Otherwise the best
+  offer at that highest level is granted instead, the credit rises by ``share * x`` and the
+  deferred job's level counts a deferred crossing (``x`` the granted job's expected runtime).
+  The completion moves the credit by ``weight * (runtime - x)``, a take-back by
+  ``-weight * x``.
 * The lift on submit is the size-1 note's, applied to the settled part (``settled =
   max(settled, min(now, floor))``, so a lane's held charges stay on top of it), with affinity
   offsets taken over the models resident on live workers.
@@ -51,6 +54,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from prioqueue._core import DEFAULT_CROSSING_SHARE
 from prioqueue._errors import DuplicateJob, LeaseExpired, QueueFull, UnknownJob
 from prioqueue._reference_rules import _Rules
 from prioqueue._reference_state import (
@@ -115,7 +119,7 @@ class ReferenceFleet(_Rules):
         warm_hold: float = 0.0,
         fair_share: bool = True,
         track_reorders: bool = True,
-        crossing_share: float = 0.25,
+        crossing_share: float = DEFAULT_CROSSING_SHARE,
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
     ) -> None:
         self._scorer = Scorer() if scorer is None else scorer
@@ -397,6 +401,7 @@ class ReferenceFleet(_Rules):
         if not offers:
             return None
         win = min(offers, key=lambda o: (-self._key(o), o.s, o.tie))
+        scored = win
         # Bounded crossings: a winner below the highest level with an eligible job crosses it.
         top = max(o.level for o in offers)
         weight = 0.0
@@ -404,6 +409,10 @@ class ReferenceFleet(_Rules):
         if self._share < 1 and win.level < top:
             if self._credit >= 0:
                 weight = -(1 - self._share)
+                starving = self._starving_level(top)
+                there = [o for o in offers if o.level == starving]
+                if there:
+                    win = min(there, key=lambda o: (-self._key(o), o.s, o.tie))
             else:
                 deferred = win
                 weight = self._share
@@ -437,10 +446,12 @@ class ReferenceFleet(_Rules):
         level = self._levels[job.priority]
         if self._track_reorders and self._fast_path(worker):
             # The counterfactual rankings know nothing of eligibility: every queued job counts.
+            # They are compared with the score's winner (before a crossing changes the grant),
+            # at its level.
             everything = self._offers(worker, lambda entry: True)
             for cause, other in self._counterfactuals(everything, worker).items():
-                if other.seq != job.seq:
-                    level.reorders[cause] += 1
+                if other.seq != scored.entry.job.seq:
+                    self._levels[scored.level].reorders[cause] += 1
         self._lane_of(job).jobs.remove(entry)
         if self._fair_share:
             self._lane_of(job).hold(c)
@@ -456,6 +467,18 @@ class ReferenceFleet(_Rules):
         self._members[job.member].dispatched += 1
         self._counts["swaps"] += swap
         return grant
+
+    def _starving_level(self, top: int) -> int:
+        """The level a crossing serves: that of the queued job below ``top`` that waited longest.
+
+        That is the highest ``level - arrival / d``; ties by arrival, then seq.
+        """
+        d = self._scorer.config.aging_divisor
+        jobs = [entry.job for entry in self._queued() if entry.job.priority < top]
+        oldest = min(
+            jobs, key=lambda job: (-(job.priority - job.arrival / d), job.arrival, job.seq)
+        )
+        return oldest.priority
 
     def complete(
         self,

@@ -73,7 +73,7 @@ class SizeOneDispatcher(_Engine):
             from the higher levels while they have work waiting; beyond it a crossing is
             deferred and the higher level's best job is granted instead (see
             ``docs/design/dispatcher.md``, "Bounded crossings"). In ``(0, 1]``; 1 never
-            defers (the policy before issue 17). Default 0.25.
+            defers (the policy before issue 17). Default 0.05.
         history: Dispatches remembered for ``explain``'s overtakes.
         history_bytes: The history's byte budget (estimated; payloads are never kept).
         wait_buckets: Upper bounds of the grant-wait histogram, increasing.

@@ -78,7 +78,7 @@ class FleetDispatcher(_Engine):
             from the higher levels while they have work waiting; beyond it a crossing is
             deferred and the higher level's best job is granted instead (see
             ``docs/design/dispatcher.md``, "Bounded crossings"). In ``(0, 1]``; 1 never
-            defers (the policy before issue 17). Default 0.25.
+            defers (the policy before issue 17). Default 0.05.
         history: Grants remembered for ``explain``'s overtakes.
         history_bytes: The history's byte budget (estimated; the payload is never kept).
         wait_buckets: Upper bounds of the grant-wait histogram, increasing.

@@ -34,6 +34,7 @@ from typing import Any
 
 import attrs
 
+from prioqueue._core import DEFAULT_CROSSING_SHARE
 from prioqueue._reference_fleet import ReferenceFleet
 from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
 from prioqueue.priority import PriorityPolicy
@@ -156,7 +157,7 @@ class ReferenceDispatcher:
         max_attempts: int = 3,
         fair_share: bool = True,
         track_reorders: bool = True,
-        crossing_share: float = 0.25,
+        crossing_share: float = DEFAULT_CROSSING_SHARE,
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
     ) -> None:
         self._fleet = ReferenceFleet(

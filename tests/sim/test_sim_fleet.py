@@ -308,7 +308,8 @@ def test_the_verdict_uses_the_n_worker_bound() -> None:
     params = report["policies"]["prioqueue"]["params"]
     largest = max(result.end[j] - result.start[j] for j in range(len(workload.arrivals)))
     offsets = (0.0 + params["max_affinity"]) * params["aging_divisor"]  # one tier (pro)
-    assert row["gap_bound"] == pytest.approx(3 * offsets + 2 * 4 * largest, abs=1e-3)
+    # Theorem 2 of docs/design/fleet.md (issue 17): 2 N (T + A) d + 10 K C.
+    assert row["gap_bound"] == pytest.approx(2 * 3 * offsets + 10 * 4 * largest, abs=1e-3)
     assert row["service_gap"] <= row["gap_bound"]
 
 

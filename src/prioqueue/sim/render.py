@@ -179,7 +179,7 @@ def tables(report: Mapping[str, Any]) -> list[Table]:
     )
     hidden = len(members) - len(shown)
     fleet = any("workers" in section for section in policies.values())
-    bound = "N*(T + A)*d + 2*K*C (N workers, K slots)" if fleet else "2*C + (T + A)*d"
+    bound = "2*N*(T + A)*d + 10*K*C (N workers, K slots)" if fleet else "2*(T + A)*d + 10*C"
     found = [
         Table(
             "Waits by level (arrival to start)",
