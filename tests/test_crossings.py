@@ -55,6 +55,12 @@ def _film_and_images(make: Factory, share: float) -> tuple[Any, list[str]]:
     return d, order
 
 
+def _granted(d: SizeOneDispatcher, now: float) -> str:
+    grant = d.dispatch(now=now)
+    assert grant is not None
+    return grant.job.id
+
+
 @IMPLEMENTATIONS
 def test_without_a_limit_aged_films_take_the_gpu(make: Factory) -> None:
     _, order = _film_and_images(make, 1.0)
@@ -89,9 +95,9 @@ def test_explain_names_the_deferred_crossing() -> None:
     for film in ("f1", "f2"):
         d.submit(f"{film}.0", member=film, priority="batch", estimate=100.0, now=0.0)
     d.submit("img0", member="u", priority="interactive", estimate=100.0, now=300.0)
-    assert d.dispatch(now=300.0).job.id == "f1.0"  # the crossing
+    assert _granted(d, 300.0) == "f1.0"  # the crossing
     d.complete("f1.0", now=400.0)
-    assert d.dispatch(now=400.0).job.id == "img0"  # f2's crossing, deferred
+    assert _granted(d, 400.0) == "img0"  # f2's crossing, deferred
     why = d.explain("f2.0", now=450.0)
     assert [(o.job_id, o.cause) for o in why.overtaken_by] == [("img0", "crossing deferred")]
     assert "crossing deferred" in str(why)
@@ -102,8 +108,8 @@ def test_track_reorders_off_still_counts_deferrals() -> None:
     for film in ("f1", "f2"):
         d.submit(f"{film}.0", member=film, priority="batch", estimate=100.0, now=0.0)
     d.submit("img0", member="u", priority="interactive", estimate=100.0, now=300.0)
-    d.complete(d.dispatch(now=300.0).job.id, now=400.0)
-    assert d.dispatch(now=400.0).job.id == "img0"
+    d.complete(_granted(d, 300.0), now=400.0)
+    assert _granted(d, 400.0) == "img0"
     assert d.stats(now=400.0).levels[-100].reorders.deferred_crossings == 1
 
 
@@ -144,9 +150,11 @@ def test_restore_defers_the_same_crossings(cut: int) -> None:
     head, t = run(first, 300.0, cut)
     held = first.dispatch(now=t)  # take the snapshot with a job held
     state = json.loads(json.dumps(first.snapshot(now=t)))
-    assert "crossing_credit" in state and state["crossing_share"] == 0.3
+    assert "crossing_credit" in state
+    assert state["crossing_share"] == 0.3
     again = SizeOneDispatcher.restore(state, scorer=FAST)
-    assert again.running is not None and held is not None
+    assert again.running is not None
+    assert held is not None
     assert again.running.job.id == held.job.id
     tail, _ = run(again, t, 100)
     assert head + tail == whole

@@ -144,7 +144,7 @@ class _Engine(_Reporting, GroupMethods):
                         # The crossing goes to the level whose oldest job has waited
                         # longest for its band, to that level's best lane.
                         weight = share - 1.0
-                        starving = self._oldest_below(top).job.priority
+                        starving = self._oldest_below(higher[0].level).job.priority
                         if starving != lane.level:
                             offer = best_for(
                                 self._ranking, search, self._window, starving, starving
