@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Iterable
 from heapq import heappop as _heappop
 from heapq import heappush as _heappush
+from heapq import heapreplace as _heapreplace
 from typing import Literal, NamedTuple
 
 from prioqueue._core import _RECENT_PER_KEY, DEFERRED, _Level
@@ -138,17 +139,16 @@ class _Engine(_Reporting, GroupMethods):
             if top is not None and lane.level < top:
                 if search is None:
                     search = self._search(worker, t)
-                higher = self._above(search, lane.level, top, fast and cap is None)
+                every = fast and cap is None  # every queued job is eligible
+                higher = self._above(search, lane.level, top, every)
                 if higher is not None:
                     if self._credit >= 0.0:
                         # The crossing goes to the level whose oldest job has waited
-                        # longest for its band, to that level's best lane.
+                        # longest for its band, to that level's least-served lane.
                         weight = share - 1.0
                         starving = self._oldest_below(higher[0].level).job.priority
                         if starving != lane.level:
-                            offer = best_for(
-                                self._ranking, search, self._window, starving, starving
-                            )
+                            offer = self._least_served(starving, search, every)
                             if offer is not None:
                                 lane, entry, aff = offer
                     else:
@@ -277,25 +277,78 @@ class _Engine(_Reporting, GroupMethods):
     def _above(
         self, search: Search, level: int, top: int, every: bool
     ) -> tuple[_Lane, _Entry, float] | None:
-        """The best offer to the worker at the highest level above ``level`` it can serve.
+        """The least-served lane's offer at the highest level above ``level`` with one.
 
         None when the worker has no eligible job above ``level``; ``top`` is the highest
         backlogged level. With ``every`` (the fast path, no member cap) every job is
-        eligible, so that level is ``top``. O(k log n) for k lanes ranked above the offer
-        (and once per level tried on the general path).
+        eligible, so that level is ``top``: amortised O(log n). Otherwise the levels are
+        tried from ``top`` down (see ``_least_served``).
         """
-        window = self._window
         if every:
-            return best_for(self._ranking, search, window, top)
-        found = None
-        floor = level + 1
-        while floor <= top:
-            offer = best_for(self._ranking, search, window, floor)
-            if offer is None:
+            return self._least_served(top, search, True)
+        for number in self._level_order:
+            if number <= level:
                 break
-            found = offer
-            floor = offer[0].level + 1
-        return found
+            if number > top or not self._levels[number].lanes:
+                continue
+            offer = self._least_served(number, search, False)
+            if offer is not None:
+                return offer
+        return None
+
+    def _least_served(
+        self, number: int, search: Search, every: bool
+    ) -> tuple[_Lane, _Entry, float] | None:
+        """The offer to the search's worker of the least-served lane at level ``number``.
+
+        Lanes are taken by the smallest ``s`` (ties: the lane created first; without fair
+        share, each job's own lane, by arrival then seq); the first that offers the worker a
+        job gives it: its affinity job for the worker's resident model when it has an
+        eligible one within the window (with the bonus), else its first eligible job. None
+        when no lane at the level offers one. With ``every`` (every job eligible) the first
+        lane is taken: amortised O(log n); otherwise O(L log L) in the level's lanes.
+        """
+        level = self._levels[number]
+        lanes: list[_Lane]
+        if self._fair_share:
+            backlog = level.backlog
+            while backlog:
+                s, ident, lane = backlog[0]
+                if lane.live and s < lane.s:
+                    _heapreplace(backlog, (lane.s, ident, lane))  # a grant raised s
+                    continue
+                if s == lane.s and lane.live:
+                    break
+                _heappop(backlog)
+            if every:
+                lanes = [backlog[0][2]] if backlog else []
+            else:
+                live = {item[1]: item[2] for item in backlog if item[2].live}
+                lanes = sorted(live.values(), key=lambda x: (x.s, x.ident))
+        else:
+            arrivals = level.arrivals
+            while arrivals and arrivals[0][3].state != QUEUED:
+                _heappop(arrivals)
+            if every:
+                lanes = [arrivals[0][3].lane] if arrivals else []
+            else:
+                lanes = [
+                    item[3].lane for item in sorted(a for a in arrivals if a[3].state == QUEUED)
+                ]
+        resident = search.resident
+        bonus = self._affinity(resident) if resident is not None else 0.0
+        for lane in lanes:
+            if search.capped(lane):
+                continue
+            if bonus > 0.0:
+                assert resident is not None
+                chosen = search.affinity_job(lane, resident, self._window)
+                if chosen is not None:
+                    return lane, chosen, bonus
+            chosen = search.first(lane)
+            if chosen is not None:
+                return lane, chosen, 0.0
+        return None
 
     def _lease(self, job: Job, worker: _Worker, t: float) -> Lease:
         """Size the winner's lease; any failure becomes a ``LeaseError`` naming the job."""

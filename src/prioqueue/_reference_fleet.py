@@ -32,10 +32,11 @@ The rules it keeps (the note's words, in code order):
   fails it after ``max_attempts`` grants; ``leave`` always requeues).
 * Bounded crossings: when the winner's level is below the highest level at which the worker
   has an eligible job, the grant is a crossing. With the credit ``>= 0`` it goes ahead and the
-  credit drops by ``(1 - share) * x``; the grant then goes to the best offer at the level of
-  the queued job below that level with the highest ``level - arrival / d`` (ties by arrival,
-  then seq), or to the winner when that level offers the worker nothing. Otherwise the best
-  offer at that highest level is granted instead, the credit rises by ``share * x`` and the
+  credit drops by ``(1 - share) * x``; the grant then goes to the offer of the least-served
+  lane (smallest ``s``, ties: made first) at the level of the queued job below that level with
+  the highest ``level - arrival / d`` (ties by arrival, then seq), or to the winner when that
+  level offers the worker nothing or is the winner's. Otherwise the least-served lane's offer
+  at that highest level is granted instead, the credit rises by ``share * x`` and the
   deferred job's level counts a deferred crossing (``x`` the granted job's expected runtime).
   The completion moves the credit by ``weight * (runtime - x)``, a take-back by
   ``-weight * x``.
@@ -410,16 +411,14 @@ class ReferenceFleet(_Rules):
             if self._credit >= 0:
                 weight = -(1 - self._share)
                 starving = self._starving_level(top)
-                there = [o for o in offers if o.level == starving]
-                if there:
-                    win = min(there, key=lambda o: (-self._key(o), o.s, o.tie))
+                if starving != win.level:
+                    win = self._least_served(offers, starving) or win
             else:
                 deferred = win
                 weight = self._share
-                win = min(
-                    (o for o in offers if o.level == top),
-                    key=lambda o: (-self._key(o), o.s, o.tie),
-                )
+                served = self._least_served(offers, top)
+                assert served is not None
+                win = served
         entry = win.entry
         job = entry.job
         info = self._info(worker)
@@ -467,6 +466,19 @@ class ReferenceFleet(_Rules):
         self._members[job.member].dispatched += 1
         self._counts["swaps"] += swap
         return grant
+
+    def _least_served(self, offers: list[_Offer], level: int) -> _Offer | None:
+        """The offer at ``level`` of the least-served lane, or None.
+
+        That is the smallest ``s`` (ties: the lane made first; without fair share each job is
+        a lane: by arrival, then seq).
+        """
+        there = [o for o in offers if o.level == level]
+        if not there:
+            return None
+        if self._fair_share:
+            return min(there, key=lambda o: o.s)  # min() keeps the first (oldest lane) on ties
+        return min(there, key=lambda o: (o.s, o.entry.job.seq))
 
     def _starving_level(self, top: int) -> int:
         """The level a crossing serves: that of the queued job below ``top`` that waited longest.

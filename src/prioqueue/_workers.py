@@ -230,19 +230,14 @@ class Search:
 
 
 def best_for(
-    ranking: _Ranking,
-    search: Search,
-    window: float,
-    min_level: int | None = None,
-    max_level: int | None = None,
+    ranking: _Ranking, search: Search, window: float
 ) -> tuple[_Lane, _Entry, float] | None:
     """The winning ``(lane, entry, bonus)`` for the search's worker, or None.
 
     Offers compare by the heap items themselves (``-key, s, tie seq``: the lane's head, or its
     first job for the resident model), so in each heap the first lane with an eligible job is
     that heap's best; the winner is the better of the two. The heaps are left holding the same
-    current items (popped ones are pushed back). Lanes below ``min_level`` or above
-    ``max_level`` offer nothing (the searches of bounded crossings).
+    current items (popped ones are pushed back).
     """
     best: tuple[tuple[float, float, int], _Lane, _Entry, float] | None = None
     resident = search.resident
@@ -264,10 +259,6 @@ def best_for(
                     break
                 scratch.append(heappop(heap))
                 if search.capped(lane):
-                    continue
-                if (min_level is not None and lane.level < min_level) or (
-                    max_level is not None and lane.level > max_level
-                ):
                     continue
                 if bonus:
                     assert resident is not None
