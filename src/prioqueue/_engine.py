@@ -42,7 +42,12 @@ from prioqueue.scoring import ScoreBreakdown
 
 __all__: list[str] = []  # private module
 
-_RECORD_BYTES = 200  # the fixed part of a history record's estimated size
+_RECORD_BYTES = 200
+
+#: How many of a level's least-served lanes a crossing or a deferral chooses among (by the
+#: ranking's order): enough to find the worker's resident model among them, few enough to keep
+#: a grant O(log n).
+LEAST_SERVED = 8  # the fixed part of a history record's estimated size
 
 
 class DispatchRecord(NamedTuple):
@@ -299,56 +304,73 @@ class _Engine(_Reporting, GroupMethods):
     def _least_served(
         self, number: int, search: Search, every: bool
     ) -> tuple[_Lane, _Entry, float] | None:
-        """The offer to the search's worker of the least-served lane at level ``number``.
+        """The offer a crossing or a deferral takes at level ``number``, or None.
 
-        Lanes are taken by the smallest ``s`` (ties: the lane created first; without fair
-        share, each job's own lane, by arrival then seq); the first that offers the worker a
-        job gives it: its affinity job for the worker's resident model when it has an
-        eligible one within the window (with the bonus), else its first eligible job. None
-        when no lane at the level offers one. With ``every`` (every job eligible) the first
-        lane is taken: amortised O(log n); otherwise O(L log L) in the level's lanes.
+        Of the ``LEAST_SERVED`` lanes with the smallest ``s`` (ties: the lane created first;
+        without fair share each job is its own lane: by arrival, then seq) that offer the
+        search's worker a job, the one whose offer the ranking puts first (its key, then
+        ``s``, then its tie seq). A lane offers as in the ranking: its affinity job for the
+        worker's resident model (with the bonus) when it has an eligible one within the
+        window, else its first eligible job. Amortised O(K log n) for K = ``LEAST_SERVED``
+        plus the lanes skipped (that offer the worker nothing).
         """
         level = self._levels[number]
-        lanes: list[_Lane]
-        if self._fair_share:
-            backlog = level.backlog
-            while backlog:
-                s, ident, lane = backlog[0]
-                if lane.live and s < lane.s:
-                    _heapreplace(backlog, (lane.s, ident, lane))  # a grant raised s
-                    continue
-                if s == lane.s and lane.live:
-                    break
-                _heappop(backlog)
-            if every:
-                lanes = [backlog[0][2]] if backlog else []
-            else:
-                live = {item[1]: item[2] for item in backlog if item[2].live}
-                lanes = sorted(live.values(), key=lambda x: (x.s, x.ident))
-        else:
-            arrivals = level.arrivals
-            while arrivals and arrivals[0][3].state != QUEUED:
-                _heappop(arrivals)
-            if every:
-                lanes = [arrivals[0][3].lane] if arrivals else []
-            else:
-                lanes = [
-                    item[3].lane for item in sorted(a for a in arrivals if a[3].state == QUEUED)
-                ]
         resident = search.resident
         bonus = self._affinity(resident) if resident is not None else 0.0
-        for lane in lanes:
-            if search.capped(lane):
-                continue
+        found: list[tuple[tuple[float, float, int], _Lane, _Entry, float]] = []
+        d = self._divisor
+
+        def offer(lane: _Lane) -> None:
+            if not every and search.capped(lane):
+                return
             if bonus > 0.0:
                 assert resident is not None
                 chosen = search.affinity_job(lane, resident, self._window)
                 if chosen is not None:
-                    return lane, chosen, bonus
+                    first = lane.first_for(resident)
+                    assert first is not None
+                    key = lane.level + lane.head().job.tier_bonus + bonus - lane.s / d
+                    found.append(((-key, lane.s, first.job.seq), lane, chosen, bonus))
+                    return
             chosen = search.first(lane)
             if chosen is not None:
-                return lane, chosen, 0.0
-        return None
+                head = lane.head()
+                key = lane.level + head.job.tier_bonus + 0.0 - lane.s / d
+                found.append(((-key, lane.s, head.job.seq), lane, chosen, 0.0))
+
+        if self._fair_share:
+            backlog = level.backlog
+            scratch: list[tuple[float, int, _Lane]] = []
+            seen: set[int] = set()
+            while backlog and len(found) < LEAST_SERVED:
+                s, ident, lane = backlog[0]
+                if not lane.live or s > lane.s:
+                    _heappop(backlog)  # gone, or a duplicate of a re-filed item
+                    continue
+                if s < lane.s:
+                    _heapreplace(backlog, (lane.s, ident, lane))  # a grant raised s
+                    continue
+                scratch.append(_heappop(backlog))
+                if ident not in seen:
+                    seen.add(ident)
+                    offer(lane)
+            for item in scratch:
+                _heappush(backlog, item)
+        else:
+            arrivals = level.arrivals
+            taken: list[tuple[float, int, int, _Entry]] = []
+            while arrivals and len(found) < LEAST_SERVED:
+                item = _heappop(arrivals)
+                if item[3].state != QUEUED:
+                    continue
+                taken.append(item)
+                offer(item[3].lane)
+            for kept in taken:
+                _heappush(arrivals, kept)
+        if not found:
+            return None
+        _, lane, entry, aff = min(found, key=lambda row: row[0])
+        return lane, entry, aff
 
     def _lease(self, job: Job, worker: _Worker, t: float) -> Lease:
         """Size the winner's lease; any failure becomes a ``LeaseError`` naming the job."""

@@ -32,11 +32,11 @@ The rules it keeps (the note's words, in code order):
   fails it after ``max_attempts`` grants; ``leave`` always requeues).
 * Bounded crossings: when the winner's level is below the highest level at which the worker
   has an eligible job, the grant is a crossing. With the credit ``>= 0`` it goes ahead and the
-  credit drops by ``(1 - share) * x``; the grant then goes to the offer of the least-served
-  lane (smallest ``s``, ties: made first) at the level of the queued job below that level with
-  the highest ``level - arrival / d`` (ties by arrival, then seq), or to the winner when that
-  level offers the worker nothing or is the winner's. Otherwise the least-served lane's offer
-  at that highest level is granted instead, the credit rises by ``share * x`` and the
+  credit drops by ``(1 - share) * x``; the grant then goes to the best offer (by key) of the
+  8 least-served lanes (smallest ``s``, ties: made first) at the level of the queued job below
+  that level with the highest ``level - arrival / d`` (ties by arrival, then seq), or to the
+  winner when that level offers the worker nothing or is the winner's. Otherwise the same choice at that
+  highest level is granted instead, the credit rises by ``share * x`` and the
   deferred job's level counts a deferred crossing (``x`` the granted job's expected runtime).
   The completion moves the credit by ``weight * (runtime - x)``, a take-back by
   ``-weight * x``.
@@ -56,6 +56,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from prioqueue._core import DEFAULT_CROSSING_SHARE
+from prioqueue._engine import LEAST_SERVED
 from prioqueue._errors import DuplicateJob, LeaseExpired, QueueFull, UnknownJob
 from prioqueue._reference_rules import _Rules
 from prioqueue._reference_state import (
@@ -468,17 +469,20 @@ class ReferenceFleet(_Rules):
         return grant
 
     def _least_served(self, offers: list[_Offer], level: int) -> _Offer | None:
-        """The offer at ``level`` of the least-served lane, or None.
+        """The offer a crossing or a deferral takes at ``level``, or None.
 
-        That is the smallest ``s`` (ties: the lane made first; without fair share each job is
-        a lane: by arrival, then seq).
+        Of the ``LEAST_SERVED`` offers at the level with the smallest ``s`` (ties: the lane made
+        first; without fair share each job is a lane: by arrival, then seq), the one with the
+        highest key (ties by ``s``, then the tie seq).
         """
-        there = [o for o in offers if o.level == level]
+        there = [o for o in offers if o.level == level]  # offers come in lane creation order
+        if self._fair_share:
+            there.sort(key=lambda o: o.s)  # stable: the lane made first stays first
+        else:
+            there.sort(key=lambda o: (o.s, o.entry.job.seq))
         if not there:
             return None
-        if self._fair_share:
-            return min(there, key=lambda o: o.s)  # min() keeps the first (oldest lane) on ties
-        return min(there, key=lambda o: (o.s, o.entry.job.seq))
+        return min(there[:LEAST_SERVED], key=lambda o: (-self._key(o), o.s, o.tie))
 
     def _starving_level(self, top: int) -> int:
         """The level a crossing serves: that of the queued job below ``top`` that waited longest.
