@@ -35,8 +35,8 @@ The rules it keeps (the note's words, in code order):
   credit drops by ``(1 - share) * x``; the grant then goes to the best offer (by key) of the
   8 least-served lanes (smallest ``s``, ties: made first) at the level of the queued job below
   that level with the highest ``level - arrival / d`` (ties by arrival, then seq), or to the
-  winner when that level offers the worker nothing or is the winner's. Otherwise the same choice at that
-  highest level is granted instead, the credit rises by ``share * x`` and the
+  winner when that level offers the worker nothing or is the winner's. Otherwise the same
+  choice at that highest level is granted instead, the credit rises by ``share * x`` and the
   deferred job's level counts a deferred crossing (``x`` the granted job's expected runtime).
   The completion moves the credit by ``weight * (runtime - x)``, a take-back by
   ``-weight * x``.
