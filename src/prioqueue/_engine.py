@@ -354,17 +354,17 @@ class _Engine(_Reporting, GroupMethods):
                 if ident not in seen:
                     seen.add(ident)
                     offer(lane)
-            for item in scratch:
-                _heappush(backlog, item)
+            for filed in scratch:
+                _heappush(backlog, filed)
         else:
             arrivals = level.arrivals
             taken: list[tuple[float, int, int, _Entry]] = []
             while arrivals and len(found) < LEAST_SERVED:
-                item = _heappop(arrivals)
-                if item[3].state != QUEUED:
+                queued = _heappop(arrivals)
+                if queued[3].state != QUEUED:
                     continue
-                taken.append(item)
-                offer(item[3].lane)
+                taken.append(queued)
+                offer(queued[3].lane)
             for kept in taken:
                 _heappush(arrivals, kept)
         if not found:
