@@ -42,12 +42,12 @@ from prioqueue.scoring import ScoreBreakdown
 
 __all__: list[str] = []  # private module
 
-_RECORD_BYTES = 200
+_RECORD_BYTES = 200  # the fixed part of a history record's estimated size
 
 #: How many of a level's least-served lanes a crossing or a deferral chooses among (by the
 #: ranking's order): enough to find the worker's resident model among them, few enough to keep
 #: a grant O(log n).
-LEAST_SERVED = 8  # the fixed part of a history record's estimated size
+LEAST_SERVED = 8
 
 
 class DispatchRecord(NamedTuple):
