@@ -203,6 +203,9 @@ class _Core:
         # earn at ``share`` and granted crossings spend at ``1 - share``.
         self._share = float(share)
         self._credit = 0.0
+        # Held entries whose grant moved the credit: (weight, expected runtime). A dict, not a
+        # slot on every entry: most grants cross nothing.
+        self._crossings: dict[_Entry, tuple[float, float]] = {}
         self._buckets = bounds
         config = scorer.config
         d = config.aging_divisor

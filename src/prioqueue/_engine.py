@@ -213,9 +213,8 @@ class _Engine(_Reporting, GroupMethods):
         entry.charged = charged
         entry.capacity = capacity
         entry.grant = grant
-        entry.weight = weight
         if weight:
-            entry.basis = runtime
+            self._crossings[entry] = (weight, runtime)
             self._credit += weight * runtime
             if deferred is not None:
                 self._levels[deferred.job.priority].reorders[DEFERRED] += 1
@@ -425,8 +424,9 @@ class _Engine(_Reporting, GroupMethods):
         job = entry.job
         lane = entry.lane
         self._release(entry)
-        if entry.weight:  # the crossing credit moves by the measured, not the expected, time
-            self._credit += entry.weight * (runtime - entry.basis)
+        moved = self._crossings.pop(entry, None)
+        if moved is not None:  # the crossing credit moves by the measured, not expected, time
+            self._credit += moved[0] * (runtime - moved[1])
         lane.owner.gpu_seconds += final
         if self._fair_share:
             settled = lane.settled + final / entry.capacity
@@ -466,8 +466,9 @@ class _Engine(_Reporting, GroupMethods):
             job = entry.job
             lane = entry.lane
             self._release(entry)
-            if entry.weight:  # a take-back refunds the crossing credit exactly
-                self._credit -= entry.weight * entry.basis
+            moved = self._crossings.pop(entry, None)
+            if moved is not None:  # a take-back refunds the crossing credit exactly
+                self._credit -= moved[0] * moved[1]
             if self._fair_share:
                 lane.set_s()
                 if lane.live:

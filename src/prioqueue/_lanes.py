@@ -79,14 +79,10 @@ class _Entry:
         charged: The up-front charge added to its lane's ``s`` at the grant (same).
         capacity: The fleet's capacity at the grant (same).
         grant: Its grant (same).
-        weight: How its grant moved the crossing credit (same): ``-(1 - share)`` for a
-            crossing, ``share`` for a grant that deferred one, else 0.
-        basis: The expected runtime the credit was moved by at the grant (same).
     """
 
     __slots__ = (
         "attempt",
-        "basis",
         "capacity",
         "charged",
         "grant",
@@ -97,13 +93,10 @@ class _Entry:
         "pos",
         "queued_at",
         "state",
-        "weight",
         "worker",
     )
 
     worker: Any
-    weight: float
-    basis: float
     charged: float
     capacity: int
     grant: Any

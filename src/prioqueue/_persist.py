@@ -60,8 +60,9 @@ def dump(d: _Engine, t: float) -> dict[str, Any]:
             record["swap"] = grant.swap
             record["charged"] = entry.charged
             record["capacity"] = entry.capacity
-            if entry.weight:
-                record["crossing"] = {"weight": entry.weight, "basis": entry.basis}
+            moved = d._crossings.get(entry)
+            if moved is not None:
+                record["crossing"] = {"weight": moved[0], "basis": moved[1]}
             held.append(record)
     state: dict[str, Any] = {
         "taken_at": t,
@@ -348,15 +349,16 @@ def _restore_held(
     entry.capacity = capacity
     entry.charged = charged if d._fair_share else 0.0
     crossing = record.get("crossing")
-    entry.weight = 0.0
     if crossing is not None:
-        entry.weight = finite("crossing weight", crossing["weight"])
-        entry.basis = finite("crossing basis", crossing["basis"])
-        if not -1 <= entry.weight <= 1 or entry.basis < 0:
+        weight = finite("crossing weight", crossing["weight"])
+        basis = finite("crossing basis", crossing["basis"])
+        if not -1 <= weight <= 1 or basis < 0:
             raise ValueError(
                 f"held job {job.id!r}: crossing weight must lie within [-1, 1] and its basis "
                 f"be >= 0, got {crossing!r}"
             )
+        if weight:
+            d._crossings[entry] = (weight, basis)
     lease = None if seconds is None else Lease(granted_at=granted_at, seconds=seconds)
     entry.grant = Grant(
         job=job,

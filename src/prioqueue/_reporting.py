@@ -184,6 +184,7 @@ class _Reporting(_Core):
                 if not lane.holding:
                     assert lane.s == lane.settled
         assert backlogged == self._backlogged
+        assert all(e.state == RUNNING and e in held for e in self._crossings)
         assert sum(level.queued for level in self._levels.values()) == len(queued)
         assert sum(m.queued for m in self._members.values()) == len(queued)
         for entry in queued:
