@@ -144,19 +144,23 @@ class _Engine(_Reporting, GroupMethods):
             if top is not None and lane.level < top:
                 if search is None:
                     search = self._search(worker, t)
-                every = fast and cap is None  # every queued job is eligible
-                higher = self._above(search, lane.level, top, every)
-                if higher is not None:
+                every = fast and cap is None  # every queued job is eligible: B is top
+                higher = None if every else self._above(search, lane.level, top, every)
+                if every or higher is not None:
                     if self._credit >= 0.0:
                         # The crossing goes to the level whose oldest job has waited
-                        # longest for its band, to that level's least-served lane.
+                        # longest for its band, to that level's least-served choice.
                         weight = share - 1.0
-                        starving = self._oldest_below(higher[0].level).job.priority
+                        b = top if higher is None else higher[0].level
+                        starving = self._oldest_below(b).job.priority
                         if starving != lane.level:
                             offer = self._least_served(starving, search, every)
                             if offer is not None:
                                 lane, entry, aff = offer
                     else:
+                        if higher is None:
+                            higher = self._above(search, lane.level, top, every)
+                        assert higher is not None
                         deferred = entry
                         lane, entry, aff = higher
                         weight = share
@@ -316,11 +320,13 @@ class _Engine(_Reporting, GroupMethods):
         level = self._levels[number]
         resident = search.resident
         bonus = self._affinity(resident) if resident is not None else 0.0
-        found: list[tuple[tuple[float, float, int], _Lane, _Entry, float]] = []
         d = self._divisor
+        if every:
+            return self._least_served_fast(level, resident, bonus)
+        found: list[tuple[tuple[float, float, int], _Lane, _Entry, float]] = []
 
         def offer(lane: _Lane) -> None:
-            if not every and search.capped(lane):
+            if search.capped(lane):
                 return
             if bonus > 0.0:
                 assert resident is not None
@@ -370,6 +376,61 @@ class _Engine(_Reporting, GroupMethods):
             return None
         _, lane, entry, aff = min(found, key=lambda row: row[0])
         return lane, entry, aff
+
+    def _least_served_fast(
+        self, level: _Level, resident: str | None, bonus: float
+    ) -> tuple[_Lane, _Entry, float] | None:
+        """``_least_served`` for a worker that may take every job (the fast path)."""
+        lanes: list[_Lane] = []
+        if self._fair_share:
+            backlog = level.backlog
+            want = LEAST_SERVED if level.lanes > LEAST_SERVED else level.lanes
+            scratch: list[tuple[float, int, _Lane]] = []
+            while backlog and len(lanes) < want:
+                s, ident, lane = backlog[0]
+                if not lane.live or s > lane.s:
+                    _heappop(backlog)  # gone, or a duplicate of a re-filed item
+                    continue
+                if s < lane.s:
+                    _heapreplace(backlog, (lane.s, ident, lane))  # a grant raised s
+                    continue
+                scratch.append(_heappop(backlog))
+                if lane not in lanes:
+                    lanes.append(lane)
+            for filed in scratch:
+                _heappush(backlog, filed)
+        else:
+            arrivals = level.arrivals
+            taken: list[tuple[float, int, int, _Entry]] = []
+            while arrivals and len(lanes) < LEAST_SERVED:
+                queued = _heappop(arrivals)
+                if queued[3].state == QUEUED:
+                    taken.append(queued)
+                    lanes.append(queued[3].lane)
+            for kept in taken:
+                _heappush(arrivals, kept)
+        d = self._divisor
+        ranking = self._ranking
+        best: tuple[float, float, int] | None = None
+        won: tuple[_Lane, _Entry, float] | None = None
+        for lane in lanes:
+            head = lane.head()
+            s = lane.s
+            chosen = None
+            if bonus > 0.0:
+                assert resident is not None
+                chosen = ranking.candidate(lane, resident)
+            if chosen is not None:
+                key = lane.level + head.job.tier_bonus + bonus - s / d
+                order = (-key, s, chosen.job.seq)
+                offer = (lane, chosen, bonus)
+            else:
+                key = lane.level + head.job.tier_bonus + 0.0 - s / d
+                order = (-key, s, head.job.seq)
+                offer = (lane, head, 0.0)
+            if best is None or order < best:
+                best, won = order, offer
+        return won
 
     def _lease(self, job: Job, worker: _Worker, t: float) -> Lease:
         """Size the winner's lease; any failure becomes a ``LeaseError`` naming the job."""
