@@ -58,6 +58,7 @@ from typing import Any
 from prioqueue._core import DEFAULT_CROSSING_SHARE
 from prioqueue._engine import LEAST_SERVED
 from prioqueue._errors import DuplicateJob, LeaseExpired, QueueFull, UnknownJob
+from prioqueue._reference_lifecycle import _Delayed, _ReferenceLifecycle
 from prioqueue._reference_rules import _Rules
 from prioqueue._reference_state import (
     DEFAULT_EXPECTED_RUNTIME,
@@ -75,8 +76,9 @@ from prioqueue._reference_state import (
     _Worker,
 )
 from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
+from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
-from prioqueue.records import Completed, Expired, Grant, Job, Ticket, WorkerInfo
+from prioqueue.records import Completed, Expired, Grant, Job, Stats, Ticket, WorkerInfo
 from prioqueue.scoring import ScoreBreakdown, Scorer
 
 __all__ = ["DEFAULT_EXPECTED_RUNTIME", "RECENT_RUNTIMES", "ReferenceFleet"]
@@ -84,7 +86,7 @@ __all__ = ["DEFAULT_EXPECTED_RUNTIME", "RECENT_RUNTIMES", "ReferenceFleet"]
 _UNCHANGED: Any = object()
 
 
-class ReferenceFleet(_Rules):
+class ReferenceFleet(_ReferenceLifecycle, _Rules):
     """A brute-force model of ``FleetDispatcher`` for tests: same calls, same answers.
 
     Args:
@@ -99,11 +101,14 @@ class ReferenceFleet(_Rules):
         max_running_per_member: The most jobs of one member that workers hold, or None.
         max_attempts: Grants a job gets before an expired lease fails it.
         worker_timeout: Seconds of silence after which ``expire`` takes a worker's jobs back.
-        warm_hold: Seconds a job stays reserved for a free warm worker (0: off).
+        warm_hold: Placement: seconds a job stays reserved for a warm worker (0: off).
+        load_seconds: Cold-load seconds per model (caps the wait for a busy warm worker).
         fair_share: False makes every job its own lane with ``s = arrival`` and no charge.
         track_reorders: False leaves the reorder counts at zero.
         crossing_share: The share of GPU time crossings may take (1: never deferred).
         wait_buckets: Upper bounds of the grant-wait histogram (``inf`` is appended).
+        budgets: ``{level: LevelBudget}`` (docs/design/lifecycle.md; ``_reference_lifecycle``).
+        backoff: The retry delays of ``fail(retry=True)`` for jobs without their own.
     """
 
     def __init__(
@@ -119,10 +124,13 @@ class ReferenceFleet(_Rules):
         max_attempts: int = 3,
         worker_timeout: float | None = None,
         warm_hold: float = 0.0,
+        load_seconds: Mapping[str, float] | None = None,
         fair_share: bool = True,
         track_reorders: bool = True,
         crossing_share: float = DEFAULT_CROSSING_SHARE,
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
+        budgets: Mapping[int, LevelBudget] | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self._scorer = Scorer() if scorer is None else scorer
         self._policy = PriorityPolicy() if policy is None else policy
@@ -136,6 +144,7 @@ class ReferenceFleet(_Rules):
         self._max_attempts = max_attempts
         self._worker_timeout = worker_timeout
         self._warm_hold = float(warm_hold)
+        self._load_seconds = dict(load_seconds or {})
         self._fair_share = fair_share
         self._track_reorders = track_reorders
         self._share = float(crossing_share)
@@ -152,6 +161,7 @@ class ReferenceFleet(_Rules):
         self._recent_by_model: dict[str, list[float]] = {}
         self._recent_by_level: dict[int, list[float]] = {}
         self._counts = {"completed": 0, "cancelled": 0, "expired": 0, "failed": 0, "swaps": 0}
+        self._lifecycle_init(budgets, backoff)
 
     # -- workers -----------------------------------------------------------------------------
 
@@ -269,6 +279,26 @@ class ReferenceFleet(_Rules):
         """Set a worker's resident model without a heartbeat (``set_resident_model``)."""
         self._worker(name).resident = model
 
+    def next_hold_end(self) -> float | None:
+        """When a warm hold kept for a busy worker lapses (None: none, or no warm hold).
+
+        The earliest ``expected free + warm_hold`` after the latest ``now`` over the live
+        workers that hold ``slots`` jobs and serve their resident model.
+        """
+        if not self._warm_hold > 0:
+            return None
+        ends = [
+            min(h.grant.granted_at + h.expected_runtime for h in worker.held) + self._warm_hold
+            for worker in self._workers.values()
+            if not worker.timed_out
+            and worker.resident is not None
+            and worker.serves(worker.resident)
+            and worker.held
+            and len(worker.held) >= worker.slots
+        ]
+        later = [end for end in ends if end > self._latest]
+        return min(later) if later else None
+
     def idle_reasons(self, name: str, *, now: float) -> Mapping[str, int]:
         """Why ``pop(name)`` finds nothing: queued jobs per first cause of ineligibility.
 
@@ -286,8 +316,11 @@ class ReferenceFleet(_Rules):
         now = self._time(now)
         worker = self._worker(name)
         counts: dict[str, int] = {}
-        for entry in self._queued():
-            cause = self._ineligible(worker, entry, now)
+        queued = self._queued()
+        causes = [self._ineligible(worker, entry, now) for entry in queued]
+        if all(cause is not None for cause in causes):  # as pop: capped holds
+            causes = [self._ineligible(worker, entry, now, True) for entry in queued]
+        for cause in causes:
             if cause is not None:
                 counts[cause] = counts.get(cause, 0) + 1
         return {cause: counts[cause] for cause in IDLE_CAUSES if cause in counts}
@@ -305,8 +338,16 @@ class ReferenceFleet(_Rules):
         estimate: float | None = None,
         payload: Any = None,
         now: float,
+        ttl: float | None = None,
+        not_before: float | None = None,
+        max_attempts: int | None = None,
+        backoff: Backoff | None = None,
     ) -> Ticket:
         """Queue a job at the tail of its lane, lifting the lane if it was not backlogged.
+
+        With a ``not_before`` after ``now`` the job is delayed instead (its arrival is then
+        ``not_before``); ``ttl`` gives it a deadline ``ttl`` after its arrival (the level's
+        budget's ``ttl`` when not given).
 
         Args:
             job_id: A unique id among the queued and held jobs.
@@ -317,6 +358,10 @@ class ReferenceFleet(_Rules):
             estimate: A runtime estimate in seconds (> 0), or None.
             payload: An opaque value.
             now: The current time.
+            ttl: Seconds it may stay queued once eligible, or None.
+            not_before: When it becomes eligible, or None.
+            max_attempts: Its own grant budget, or None.
+            backoff: Its own retry delays, or None.
 
         Returns:
             The ticket.
@@ -339,13 +384,15 @@ class ReferenceFleet(_Rules):
             if self._find(job_id) is not None:
                 raise DuplicateJob(f"job {job_id!r} is already queued or held")
             queued = self._queued()
-            if self._max_queued is not None and len(queued) >= self._max_queued:
+            if self._max_queued is not None and len(self) >= self._max_queued:
                 raise QueueFull(
-                    f"{len(queued)} jobs queued, the limit",
+                    f"{len(self)} jobs queued, the limit",
                     retry_after=self._retry_after(),
                     limit=self._max_queued,
                     scope="queue",
                 )
+            delayed = not_before is not None and not_before > now
+            budget = self._check_budget(level, delayed)
             mine = sum(1 for entry in queued if entry.job.member == member)
             if self._max_per_member is not None and mine >= self._max_per_member:
                 raise QueueFull(
@@ -354,6 +401,9 @@ class ReferenceFleet(_Rules):
                     limit=self._max_per_member,
                     scope="member",
                 )
+            if ttl is None and budget is not None:
+                ttl = budget.ttl
+            arrival = float(not_before) if delayed and not_before is not None else now
             job = Job(
                 id=job_id,
                 member=member,
@@ -362,18 +412,25 @@ class ReferenceFleet(_Rules):
                 tier_bonus=bonus,
                 model=model,
                 estimate=None if estimate is None else float(estimate),
-                arrival=now,
+                arrival=arrival,
                 seq=self._seq,
                 payload=payload,
+                deadline=None if ttl is None else arrival + ttl,
+                not_before=arrival if delayed else None,
+                max_attempts=max_attempts,
+                backoff=backoff,
             )
             self._seq += 1
+            self._levels.setdefault(level, _LevelCounters())
+            self._members.setdefault(member, _MemberCounters())
+            if delayed:
+                self._delayed.append(_Delayed(job, 0, arrival))
+                return Ticket(job=job, queued=len(self))
             lane = self._lanes.setdefault((member, level), _Lane(member, level))
             if self._fair_share and not lane.jobs:  # the lift, of the settled part
                 lane.settled = max(lane.settled, min(now, self._lift_floor(job)))
             lane.jobs.append(_Entry(job, now))
-            self._levels.setdefault(level, _LevelCounters())
-            self._members.setdefault(member, _MemberCounters())
-            return Ticket(job=job, queued=len(queued) + 1)
+            return Ticket(job=job, queued=len(self))
 
     def pop(self, name: str, *, now: float) -> Grant | None:
         """Grant the worker its best-scoring eligible job (it is marked seen first).
@@ -400,6 +457,8 @@ class ReferenceFleet(_Rules):
         if len(worker.held) >= worker.slots:
             return None
         offers = self._offers(worker, lambda e: self._ineligible(worker, e, now) is None)
+        if not offers:  # nothing else to run: holds for busy warm workers capped at loads
+            offers = self._offers(worker, lambda e: self._ineligible(worker, e, now, True) is None)
         if not offers:
             return None
         win = min(offers, key=lambda o: (-self._key(o), o.s, o.tie))
@@ -444,7 +503,7 @@ class ReferenceFleet(_Rules):
             worker=worker.name,
         )
         level = self._levels[job.priority]
-        if self._track_reorders and self._fast_path(worker):
+        if self._track_reorders and self._fast_path(worker, now):
             # The counterfactual rankings know nothing of eligibility: every queued job counts.
             # They are compared with the score's winner (before a crossing changes the grant),
             # at its level.
@@ -458,7 +517,7 @@ class ReferenceFleet(_Rules):
         self._credit += weight * runtime
         if deferred is not None:
             self._levels[deferred.level].reorders["deferred_crossings"] += 1
-        worker.held.append(_Held(grant, worker.name, entry.grants + 1, c, n, weight, runtime))
+        worker.held.append(_Held(grant, worker.name, entry.grants + 1, c, n, runtime, weight))
         if job.model is not None:
             worker.resident = job.model
         level.dispatched += 1
@@ -567,8 +626,7 @@ class ReferenceFleet(_Rules):
                 if worker is None:  # a client's cancel is no word from the worker
                     self._workers[held.worker].last_seen = seen
             else:
-                lane = self._lane_of(job)
-                lane.jobs = [entry for entry in lane.jobs if entry.job is not job]
+                self._drop_queued(job)
             self._counts["cancelled"] += 1
             return job
 
@@ -604,7 +662,11 @@ class ReferenceFleet(_Rules):
                             lease = held.grant.lease
                             deadline = silent_since if lease is None else lease.deadline
                             due.append((held, deadline, "worker_timeout"))
+            lapsed, self._lapsed = self._lapsed, []
             requeued = self._take_back([held for held, _, _ in due], now, always_requeue=False)
+            self._advance(now)  # a job requeued past its deadline expires now
+            lapsed += self._lapsed
+            self._lapsed = []
             records = [
                 Expired(
                     held.grant.job,
@@ -616,4 +678,16 @@ class ReferenceFleet(_Rules):
                 )
                 for held, deadline, cause in due
             ]
-            return sorted(records, key=lambda record: record.job.seq)
+            return sorted(records, key=lambda record: record.job.seq) + lapsed
+
+    def next_deadline(self) -> float | None:
+        """The earliest lease deadline, live worker's timeout, or lifecycle timer, or None."""
+        times = self._timer_times()
+        base = super().next_deadline()
+        if base is not None:
+            times.append(base)
+        return min(times, default=None)
+
+    def stats(self, *, now: float) -> Stats:
+        """The statistics (see ``_Rules.stats``) with the lifecycle's counts."""
+        return self._with_lifecycle(super().stats(now=now))

@@ -29,7 +29,7 @@ exception type as the real dispatchers.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -37,6 +37,7 @@ import attrs
 from prioqueue._core import DEFAULT_CROSSING_SHARE
 from prioqueue._reference_fleet import ReferenceFleet
 from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
+from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Completed, Expired, Grant, Job, JobState, Stats, Ticket
 from prioqueue.scoring import Scorer
@@ -141,6 +142,8 @@ class ReferenceDispatcher:
         track_reorders: False leaves the reorder counts at zero.
         crossing_share: The share of GPU time crossings may take (1: never deferred).
         wait_buckets: Upper bounds of the grant-wait histogram (``inf`` is appended).
+        budgets: ``{level: LevelBudget}`` (docs/design/lifecycle.md).
+        backoff: The retry delays of ``fail(retry=True)`` for jobs without their own.
     """
 
     _WORKER = "default"
@@ -159,6 +162,8 @@ class ReferenceDispatcher:
         track_reorders: bool = True,
         crossing_share: float = DEFAULT_CROSSING_SHARE,
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
+        budgets: Mapping[int, LevelBudget] | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self._fleet = ReferenceFleet(
             scorer,
@@ -172,6 +177,8 @@ class ReferenceDispatcher:
             track_reorders=track_reorders,
             crossing_share=crossing_share,
             wait_buckets=wait_buckets,
+            budgets=budgets,
+            backoff=backoff,
         )
         self._fleet._add_fixed_worker(self._WORKER)
 
@@ -234,6 +241,10 @@ class ReferenceDispatcher:
         estimate: float | None = None,
         payload: Any = None,
         now: float,
+        ttl: float | None = None,
+        not_before: float | None = None,
+        max_attempts: int | None = None,
+        backoff: Backoff | None = None,
     ) -> Ticket:
         """Queue a job (see :meth:`ReferenceFleet.submit`)."""
         return self._fleet.submit(
@@ -245,7 +256,19 @@ class ReferenceDispatcher:
             estimate=estimate,
             payload=payload,
             now=now,
+            ttl=ttl,
+            not_before=not_before,
+            max_attempts=max_attempts,
+            backoff=backoff,
         )
+
+    def fail(self, job_id: str, *, now: float, retry: bool = False) -> Job:
+        """Fail a job, or retry the running one (see :meth:`ReferenceFleet.fail`)."""
+        return self._fleet.fail(job_id, now=now, retry=retry)
+
+    def not_before(self, job_id: str) -> float | None:
+        """When a delayed job becomes eligible, else None (``UnknownJob`` if unknown)."""
+        return self._fleet.not_before(job_id)
 
     def dispatch(self, now: float) -> Grant | None:
         """Grant the best-scoring queued job when nothing runs: the one worker's pop."""
