@@ -301,7 +301,8 @@ def test_strict_starves_batch_under_overload_and_prioqueue_fewer() -> None:
     # interactive stays near strict's (without the limit, aged work took the fleet).
     assert reports["prioqueue"]["batch_starved"] < reports["strict"]["batch_starved"]
     assert reports["prioqueue:crossing_share=1"]["batch_starved"] == 0
-    assert reports["prioqueue"]["interactive_p99"] < 2 * reports["strict"]["interactive_p99"]
+    longest = max(a.duration + workload.load_time(a.model) for a in workload.arrivals)
+    assert reports["prioqueue"]["interactive_p99"] <= reports["strict"]["interactive_p99"] + longest
     assert reports["prioqueue:crossing_share=1"]["interactive_p99"] > 3600
 
 
