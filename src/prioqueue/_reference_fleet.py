@@ -287,6 +287,7 @@ class ReferenceFleet(_Rules):
         model: str | None = None,
         estimate: float | None = None,
         payload: Any = None,
+        ceiling: int | None = None,
         now: float,
     ) -> Ticket:
         """Queue a job at the tail of its lane, lifting the lane if it was not backlogged.
@@ -299,6 +300,7 @@ class ReferenceFleet(_Rules):
             model: The model the job needs, or None.
             estimate: A runtime estimate in seconds (> 0), or None.
             payload: An opaque value.
+            ceiling: The caller's ceiling, kept even below the policy's minimum.
             now: The current time.
 
         Returns:
@@ -317,7 +319,7 @@ class ReferenceFleet(_Rules):
                 raise ValueError(f"member must be a non-empty str, got {member!r}")
             if estimate is not None and not (_finite("estimate", estimate) > 0):
                 raise ValueError(f"estimate must be > 0 or None, got {estimate!r}")
-            level = self._policy.parse(priority)
+            level = self._policy.parse(priority, ceiling)
             bonus = self._scorer.tier_bonus(tier)
             if self._find(job_id) is not None:
                 raise DuplicateJob(f"job {job_id!r} is already queued or held")

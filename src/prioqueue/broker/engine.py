@@ -302,6 +302,7 @@ class BrokerEngine:
                 estimate=estimate,
                 payload={"image": image},
                 group=None if group is None else group_key(member, group),
+                ceiling=priority,  # resolved under the key's ceiling: kept below the minimum
                 now=now,
             )
         except QueueFull as exc:
