@@ -1,7 +1,8 @@
 """The broker's HTTP/JSON API: FastAPI routes over :class:`~prioqueue.broker.service.Broker`.
 
-Routes (every one but ``/metrics`` and the OpenAPI pages needs ``Authorization: Bearer KEY``;
-no or an unknown key is 401, a key of the wrong role 403):
+Routes (every one but the OpenAPI pages needs ``Authorization: Bearer KEY``, and so does
+``/metrics`` unless ``metrics_public = true``; no or an unknown key is 401, a key of the
+wrong role 403):
 
 =========================================  =========  =========================================
 route                                      role       answer
@@ -15,7 +16,7 @@ route                                      role       answer
 ``POST /v1/jobs/{id}/complete`` / ``fail`` worker     the finished job; 409 stale grant
 ``POST /v1/workers/{id}/heartbeat``        worker     the jobs it holds
 ``GET /v1/status``                         any        counts, role and leader
-``GET /metrics``                           none       Prometheus text
+``GET /metrics``                           observer   Prometheus text (``metrics_public``: none)
 =========================================  =========  =========================================
 
 Errors are JSON ``{"error": message, "field": name}``. A standby answers 503 with
@@ -23,10 +24,19 @@ Errors are JSON ``{"error": message, "field": name}``. A standby answers 503 wit
 The idle reasons of a 204 are in ``X-Prioqueue-Idle`` (``model=3, slots_full=1``).
 A group is its member's own: ``?member=`` names another member's group, for a key with
 ``observer = true`` (read) or ``admin = true`` (read and cancel); else 403.
+
+A worker key acts only as the worker ids its ``workers``/``workers_prefix`` allow: a pop,
+heartbeat, complete or fail naming another id is 403 (the message quotes the rule). A job's
+explanation names other members' jobs only to an observer or admin key; to anyone else they
+keep their priority and score but read ``(hidden)`` and ``(another member)``.
+
+A request's body must arrive within ``connections.body_timeout`` (else 408) and be at most
+``max_body_bytes`` (else 413); the header limits are the server's (``broker.cli``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import sys
@@ -71,7 +81,7 @@ _MEMBER = Annotated[
     ),
 ]
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (401, 403, 404, 409, 413, 422, 429, 503)
+    code: {"model": ErrorBody} for code in (401, 403, 404, 408, 409, 413, 422, 429, 503)
 }
 
 
@@ -92,11 +102,16 @@ def _error(status: int, message: str, field: str | None = None, **headers: str) 
 
 
 class _BodyLimit:
-    """ASGI middleware: a request body over ``limit`` bytes is answered 413 unread."""
+    """ASGI middleware: bodies over ``limit`` bytes (413) or later than ``timeout`` (408).
 
-    def __init__(self, app: Any, limit: int) -> None:
+    A request body over ``limit`` bytes is answered 413 unread, and one that does not arrive
+    within ``timeout`` seconds 408.
+    """
+
+    def __init__(self, app: Any, limit: int, timeout: float = 60.0) -> None:
         self.app = app
         self.limit = limit
+        self.timeout = timeout
 
     async def __call__(
         self,
@@ -113,11 +128,18 @@ class _BodyLimit:
                     scope, receive, send
                 )
                 return
-        # No (trusted) length: read the body here, up to the limit, then replay it.
+        # Read the body here, up to the limit and within the timeout, then replay it.
         chunks: list[bytes] = []
         seen = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except (TimeoutError, asyncio.TimeoutError):
+                late = f"the request body did not arrive within body_timeout={self.timeout:g} s"
+                await _error(408, late, "body", Connection="close")(scope, receive, send)
+                return
             if message["type"] != "http.request":
                 break
             chunks.append(message.get("body", b""))
@@ -166,9 +188,26 @@ def _any_key(request: Request, authorization: Annotated[str | None, Header()] = 
     return _key(request, authorization, "any")
 
 
+def _acts_as(key: BrokerKey, worker: str) -> None:
+    """Refuse a worker key naming a worker id its rule does not allow (403)."""
+    if not key.may_act_as(worker):
+        raise Rejected(
+            403,
+            f"this worker key may act only as {key.worker_rule()}; not as worker {worker!r}",
+            field="worker",
+        )
+
+
+def _acting_worker(worker: _ID, key: Annotated[BrokerKey, Depends(_worker_key)]) -> str:
+    _acts_as(key, worker)
+    return worker
+
+
 Submitter = Annotated[BrokerKey, Depends(_submitter_key)]
 WorkerKey = Annotated[BrokerKey, Depends(_worker_key)]
 AnyKey = Annotated[BrokerKey, Depends(_any_key)]
+ActingWorker = Annotated[str, Depends(_acting_worker)]
+"""The ``{worker}`` of the path, once the worker key may act as it (else 403)."""
 
 
 def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> FastAPI:
@@ -299,7 +338,7 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         """A job's state, place in line, explanation and result."""
         engine = await broker.read()
         record = engine.owned(job_id, key.member)
-        return view(record, *engine.position(record))
+        return view(record, *engine.position(record, key.may_read))
 
     @app.delete("/v1/jobs/{job_id}", response_model=JobView, tags=["submitters"])
     async def cancel(job_id: _ID, key: Submitter) -> JobView:
@@ -359,7 +398,7 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         responses={204: {"description": "Nothing fits; X-Prioqueue-Idle says why."}},
         tags=["workers"],
     )
-    async def pop(worker: _ID, body: PopRequest, _key: WorkerKey) -> Any:
+    async def pop(worker: ActingWorker, body: PopRequest) -> Any:
         """Take the next job this worker should run, with its lease."""
         result = await broker.run("pop", {"worker": worker, **body.model_dump()})
         record = result.record
@@ -371,24 +410,25 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
             attempt=record.attempt, lease_seconds=record.lease_seconds, deadline=record.deadline,
         )  # fmt: skip
 
-    async def finish(op: str, job_id: str, body: FinishRequest) -> JobView:
+    async def finish(op: str, job_id: str, body: FinishRequest, key: BrokerKey) -> JobView:
+        _acts_as(key, body.worker)
         args = {"job_id": job_id, "worker": body.worker, "attempt": body.attempt}
         record = await broker.run(op, {**args, "result": body.result})
         return view(record, None, None)
 
     @app.post("/v1/jobs/{job_id}/complete", response_model=JobView, tags=["workers"])
-    async def complete(job_id: _ID, body: FinishRequest, _key: WorkerKey) -> JobView:
+    async def complete(job_id: _ID, body: FinishRequest, key: WorkerKey) -> JobView:
         """Report the job done (only its current holder: worker and attempt must match)."""
-        return await finish("complete", job_id, body)
+        return await finish("complete", job_id, body, key)
 
     @app.post("/v1/jobs/{job_id}/fail", response_model=JobView, tags=["workers"])
-    async def fail(job_id: _ID, body: FinishRequest, _key: WorkerKey) -> JobView:
+    async def fail(job_id: _ID, body: FinishRequest, key: WorkerKey) -> JobView:
         """Report the job failed for good (only its current holder)."""
-        return await finish("fail", job_id, body)
+        return await finish("fail", job_id, body, key)
 
     @app.post("/v1/workers/{worker}/heartbeat", response_model=HeartbeatReply, tags=["workers"])
     async def heartbeat(
-        worker: _ID, _key: WorkerKey, body: HeartbeatRequest | None = None
+        worker: ActingWorker, body: HeartbeatRequest | None = None
     ) -> HeartbeatReply:
         """Say the worker is alive (and which model it has loaded)."""
         resident = None if body is None else body.resident
@@ -402,12 +442,29 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         return StatusView(role="leader", leader=broker.leader, **engine.status())
 
     @app.get("/metrics", tags=["operators"], response_class=Response)
-    async def metrics() -> Response:
-        """Prometheus metrics (needs the ``prometheus`` extra)."""
+    async def metrics(
+        request: Request, authorization: Annotated[str | None, Header()] = None
+    ) -> Response:
+        """Prometheus metrics (needs the ``prometheus`` extra).
+
+        It needs an observer or admin key unless ``metrics_public = true`` (its labels name
+        members).
+        """
         from prioqueue.broker._metrics import render
+
+        if not config.metrics_public:
+            key = _key(request, authorization, "any")
+            if not (key.observer or key.admin):
+                raise _Forbidden(
+                    403,
+                    "/metrics names members: it needs a key with observer = true or "
+                    "admin = true (or metrics_public = true in the configuration)",
+                )
 
         body, content_type = render(broker)
         return Response(body, media_type=content_type)
 
-    app.add_middleware(_BodyLimit, limit=config.max_body_bytes)
+    app.add_middleware(
+        _BodyLimit, limit=config.max_body_bytes, timeout=config.connections.body_timeout
+    )
     return app
