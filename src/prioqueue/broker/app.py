@@ -225,9 +225,10 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
     broker = Broker(config, journal)
 
     @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
-            await broker.start()
+            if not app.state.broker_started:  # `prioqueue broker` starts it before uvicorn
+                await broker.start()
         except Exception as exc:  # a corrupt or locked store, a newer schema: say so plainly
             print(f"prioqueue broker: cannot start: {exc}", file=sys.stderr, flush=True)
             raise
@@ -245,6 +246,7 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
     )
     app.state.broker = broker
     app.state.config = config
+    app.state.broker_started = False
     retry = str(math.ceil(config.retry_after_seconds))
 
     @app.exception_handler(Rejected)
