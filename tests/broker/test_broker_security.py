@@ -203,3 +203,51 @@ def test_idle_workers_are_forgotten_after_a_bound() -> None:
             assert (await a.pop("w1")).status_code == 200  # a forgotten worker joins again
 
     run(scenario())
+
+
+def test_the_app_keeps_header_and_request_limits_under_any_server() -> None:
+    """Item 3, "whichever server runs it": the ASGI app itself refuses oversized or too many
+    headers (431) and the request past max_connections in flight (503), not only
+    ``prioqueue broker``'s HTTP protocol."""
+    import asyncio
+
+    limits = {"max_header_count": 20, "max_header_bytes": 100, "max_connections": 1}
+
+    async def scenario() -> None:
+        async with api(connections=limits) as a:
+            c = a.client
+            many = {f"x-h{i}": "1" for i in range(30)}
+            r = await c.get("/v1/status", headers={**WORKER, **many})
+            assert r.status_code == 431
+            assert "max_header_count=20" in r.json()["error"]
+            r = await c.get("/v1/status", headers={**WORKER, "x-big": "a" * 200})
+            assert r.status_code == 431
+            assert "max_header_bytes=100" in r.json()["error"]
+            assert (await c.get("/v1/status", headers=WORKER)).status_code == 200
+            gate = asyncio.Event()
+
+            async def slow_body():  # type: ignore[no-untyped-def]
+                yield b"{"
+                await gate.wait()
+                yield b"}"
+
+            held = asyncio.ensure_future(
+                c.post(
+                    "/v1/jobs",
+                    content=slow_body(),
+                    headers={**SUBMITTER, "Content-Type": "application/json"},
+                )
+            )
+            for _ in range(100):  # until the slow request is in flight
+                await asyncio.sleep(0.01)
+                r = await c.get("/v1/status", headers=WORKER)
+                if r.status_code == 503:
+                    break
+            assert r.status_code == 503
+            assert "max_connections=1" in r.json()["error"]
+            assert r.headers["retry-after"] == "2"
+            gate.set()
+            assert (await held).status_code == 201
+            assert (await c.get("/v1/status", headers=WORKER)).status_code == 200
+
+    run(scenario())

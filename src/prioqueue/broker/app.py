@@ -48,6 +48,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from prioqueue._connection_limits import ConnectionLimits
 from prioqueue._core import LEVEL_LIMIT
 from prioqueue.broker.config import BrokerConfig, BrokerKey
 from prioqueue.broker.engine import JobRecord, Rejected
@@ -81,7 +82,7 @@ _MEMBER = Annotated[
     ),
 ]
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (401, 403, 404, 408, 409, 413, 422, 429, 503)
+    code: {"model": ErrorBody} for code in (401, 403, 404, 408, 409, 413, 422, 429, 431, 503)
 }
 
 
@@ -102,16 +103,45 @@ def _error(status: int, message: str, field: str | None = None, **headers: str) 
 
 
 class _BodyLimit:
-    """ASGI middleware: bodies over ``limit`` bytes (413) or later than ``timeout`` (408).
+    """ASGI middleware: the request limits that hold whichever server runs the app.
 
     A request body over ``limit`` bytes is answered 413 unread, and one that does not arrive
-    within ``timeout`` seconds 408.
+    within ``timeout`` seconds 408. With ``connections`` given, headers over its size or count
+    limits are 431 and a request past ``max_connections`` requests in flight is 503 with
+    ``Retry-After`` (``prioqueue broker`` refuses those earlier, in its HTTP protocol; under
+    another server these still apply, though the header timeouts are that server's).
     """
 
-    def __init__(self, app: Any, limit: int, timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        app: Any,
+        limit: int,
+        timeout: float = 60.0,
+        connections: ConnectionLimits | None = None,
+        retry_after: float = 2.0,
+    ) -> None:
         self.app = app
         self.limit = limit
         self.timeout = timeout
+        self.connections = connections
+        self.retry_after = str(max(1, math.ceil(retry_after)))
+        self.in_flight = 0
+
+    def _header_problem(self, headers: list[tuple[bytes, bytes]]) -> str | None:
+        limits = self.connections
+        if limits is None:
+            return None
+        if len(headers) > limits.max_header_count:
+            return f"{len(headers)} headers, over max_header_count={limits.max_header_count}"
+        total = 0
+        for name, value in headers:
+            size = len(name) + len(value)
+            total += size
+            if size > limits.max_header_bytes:
+                return f"a header of {size} bytes, over max_header_bytes={limits.max_header_bytes}"
+        if total > limits.max_headers_bytes:
+            return f"{total} bytes of headers, over max_headers_bytes={limits.max_headers_bytes}"
+        return None
 
     async def __call__(
         self,
@@ -122,6 +152,32 @@ class _BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        problem = self._header_problem(scope["headers"])
+        if problem is not None:
+            await _error(431, f"request header fields too large: {problem}", "headers")(
+                scope, receive, send
+            )
+            return
+        cap = None if self.connections is None else self.connections.max_connections
+        if cap is not None and self.in_flight >= cap:
+            message = f"over max_connections={cap} requests in flight; retry later"
+            await _error(503, message, None, **{"Retry-After": self.retry_after})(
+                scope, receive, send
+            )
+            return
+        self.in_flight += 1
+        try:
+            await self._limited(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+    async def _limited(
+        self,
+        scope: MutableMapping[str, Any],
+        receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
+        send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
+    ) -> None:
+
         for name, value in scope["headers"]:
             if name == b"content-length" and (not value.isdigit() or int(value) > self.limit):
                 await _error(413, f"the body is over max_body_bytes={self.limit}", "body")(
@@ -467,6 +523,10 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         return Response(body, media_type=content_type)
 
     app.add_middleware(
-        _BodyLimit, limit=config.max_body_bytes, timeout=config.connections.body_timeout
+        _BodyLimit,
+        limit=config.max_body_bytes,
+        timeout=config.connections.body_timeout,
+        connections=config.connections,
+        retry_after=config.retry_after_seconds,
     )
     return app
