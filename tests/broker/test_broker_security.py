@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from prioqueue.broker.app import WorkerKey
+
 from .broker_helpers import BOB, KEYS, OPS, SUBMITTER, WORKER, api, run
 
 LOW = {"Authorization": "Bearer sk-low"}
@@ -249,5 +251,26 @@ def test_the_app_keeps_header_and_request_limits_under_any_server() -> None:
             gate.set()
             assert (await held).status_code == 201
             assert (await c.get("/v1/status", headers=WORKER)).status_code == 200
+
+    run(scenario())
+
+
+def test_any_route_with_a_worker_in_its_path_checks_the_worker_id() -> None:
+    """Item 4: the check lives in the worker-key dependency, so a route added later (leave,
+    a long-poll pop) that names ``{worker}`` in its path gets it without saying so."""
+
+    async def scenario() -> None:
+        async with api(keys=SCOPED) as a:
+            app = a.client._transport.app  # type: ignore[attr-defined]
+
+            @app.post("/v1/workers/{worker}/leave-test")
+            async def leave(worker: str, _key: WorkerKey) -> dict[str, str]:
+                return {"left": worker}
+
+            r = await a.client.post("/v1/workers/gpu-a/leave-test", headers=WK2)
+            assert r.status_code == 403
+            assert 'workers = ["gpu-b"]' in r.json()["error"]
+            r = await a.client.post("/v1/workers/gpu-b/leave-test", headers=WK2)
+            assert r.json() == {"left": "gpu-b"}
 
     run(scenario())

@@ -237,7 +237,11 @@ def _submitter_key(
 def _worker_key(
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> BrokerKey:
-    return _key(request, authorization, "worker")
+    key = _key(request, authorization, "worker")
+    worker = request.path_params.get("worker")
+    if worker is not None:  # every /v1/workers/{worker}/... route: pop, heartbeat, leave...
+        _acts_as(key, worker)
+    return key
 
 
 def _any_key(request: Request, authorization: Annotated[str | None, Header()] = None) -> BrokerKey:
@@ -255,15 +259,15 @@ def _acts_as(key: BrokerKey, worker: str) -> None:
 
 
 def _acting_worker(worker: _ID, key: Annotated[BrokerKey, Depends(_worker_key)]) -> str:
-    _acts_as(key, worker)
-    return worker
+    return worker  # _worker_key checked it
 
 
 Submitter = Annotated[BrokerKey, Depends(_submitter_key)]
 WorkerKey = Annotated[BrokerKey, Depends(_worker_key)]
 AnyKey = Annotated[BrokerKey, Depends(_any_key)]
 ActingWorker = Annotated[str, Depends(_acting_worker)]
-"""The ``{worker}`` of the path, once the worker key may act as it (else 403)."""
+"""The ``{worker}`` of the path, once the worker key may act as it (else 403). Any route with
+``{worker}`` in its path and a ``WorkerKey`` gets the same check."""
 
 
 def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> FastAPI:
