@@ -23,9 +23,10 @@ Complexity: O(1) per connection and per header.
 from __future__ import annotations
 
 import math
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
-from prioqueue._connection_limits import ConnectionLimits
+if TYPE_CHECKING:
+    from prioqueue.broker.config import Connections
 
 __all__ = ["FD_RESERVE", "capped_protocol", "connection_cap", "uvicorn_config"]
 
@@ -33,7 +34,7 @@ FD_RESERVE: Final = 64
 """File descriptors kept free of client connections (store, journal, logs, listening socket)."""
 
 
-def connection_cap(limits: ConnectionLimits) -> int:
+def connection_cap(limits: Connections) -> int:
     """The most connections at once: ``max_connections``, else from the open-file limit.
 
     Without ``max_connections`` the soft ``RLIMIT_NOFILE`` is first raised to the hard limit
@@ -63,7 +64,7 @@ def connection_cap(limits: ConnectionLimits) -> int:
     return max(16, limit - FD_RESERVE)
 
 
-def capped_protocol(limits: ConnectionLimits, cap: int, retry_after: float) -> type[Any] | None:
+def capped_protocol(limits: Connections, cap: int, retry_after: float) -> type[Any] | None:
     """The gateway's hardened httptools protocol, refusing the connection past ``cap``.
 
     Args:
@@ -77,7 +78,7 @@ def capped_protocol(limits: ConnectionLimits, cap: int, retry_after: float) -> t
     """
     from prioqueue.gateway._server import hardened_protocol
 
-    base = hardened_protocol(limits)
+    base = hardened_protocol(cast(Any, limits))  # the same attribute names as Limits
     if base is None:  # pragma: no cover - httptools comes with uvicorn[standard]
         return None
     body = f"over max_connections={cap} connections; retry later".encode()
@@ -101,7 +102,7 @@ def capped_protocol(limits: ConnectionLimits, cap: int, retry_after: float) -> t
     return CappedProtocol
 
 
-def uvicorn_config(app: Any, limits: ConnectionLimits, retry_after: float, **options: Any) -> Any:
+def uvicorn_config(app: Any, limits: Connections, retry_after: float, **options: Any) -> Any:
     """A ``uvicorn.Config`` serving the broker with its connection limits.
 
     Args:
@@ -123,4 +124,4 @@ def uvicorn_config(app: Any, limits: ConnectionLimits, retry_after: float, **opt
     else:
         settings["http"] = protocol
     settings.update(options)
-    return hardened_config(app, limits, **settings)
+    return hardened_config(app, cast(Any, limits), **settings)

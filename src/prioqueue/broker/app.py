@@ -48,9 +48,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from prioqueue._connection_limits import ConnectionLimits
 from prioqueue._core import LEVEL_LIMIT
-from prioqueue.broker.config import BrokerConfig, BrokerKey
+from prioqueue.broker.config import BrokerConfig, BrokerKey, Connections
 from prioqueue.broker.engine import JobRecord, Rejected
 from prioqueue.broker.journal import MemoryJournal
 from prioqueue.broker.models import (
@@ -117,7 +116,7 @@ class _BodyLimit:
         app: Any,
         limit: int,
         timeout: float = 60.0,
-        connections: ConnectionLimits | None = None,
+        connections: Connections | None = None,
         retry_after: float = 2.0,
     ) -> None:
         self.app = app

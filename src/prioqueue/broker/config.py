@@ -40,7 +40,6 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from prioqueue._connection_limits import ConnectionLimits
 from prioqueue._errors import ConfigError
 from prioqueue._service_config import (
     _policy,
@@ -62,6 +61,7 @@ __all__ = [
     "DEFAULT_STORE",
     "BrokerConfig",
     "BrokerKey",
+    "Connections",
     "load_config",
     "parse_config",
 ]
@@ -81,6 +81,33 @@ _LEASE_KEYS: Final = (
     "lora_bandwidth_mbps",
     "extra_slow_multiplier",
 )
+
+
+@attrs.frozen
+class Connections:
+    """The broker's connection limits: the ``[connections]`` table (the gateway's names).
+
+    Attributes:
+        header_timeout: Seconds a connection may take to send a request's headers (and an
+            idle new connection may wait before sending anything); closed after it.
+        idle_timeout: Seconds an idle keep-alive connection stays open between requests.
+        body_timeout: Seconds a client may take to send a request's whole body (408).
+        max_header_bytes: Largest single header line, name and value (431 beyond).
+        max_headers_bytes: Largest request line plus all headers together (431 beyond).
+        max_header_count: Most headers in one request (431 beyond).
+        max_connections: Most connections open at once (503 and closed beyond), or None:
+            the open-file limit at start (raised to its hard limit) less a reserve of 64.
+        shutdown_grace_seconds: How long requests in flight may finish at shutdown.
+    """
+
+    header_timeout: float = 10.0
+    idle_timeout: float = 5.0
+    body_timeout: float = 60.0
+    max_header_bytes: int = 8192
+    max_headers_bytes: int = 32768
+    max_header_count: int = 100
+    max_connections: int | None = None
+    shutdown_grace_seconds: float = 30.0
 
 
 @attrs.frozen
@@ -208,7 +235,7 @@ class BrokerConfig:
     snapshot_every: int = 10_000
     sqlite_synchronous: str = "full"
     metrics_public: bool = False
-    connections: ConnectionLimits = attrs.field(factory=ConnectionLimits)
+    connections: Connections = attrs.field(factory=Connections)
     forget_workers_seconds: float = 3600.0
 
     @property
@@ -288,9 +315,9 @@ def _worker_ids(entry: _Table) -> tuple[frozenset[str] | None, str | None]:
     return workers, prefix
 
 
-def _connections(root: _Table) -> ConnectionLimits:
+def _connections(root: _Table) -> Connections:
     table = root.table("connections")
-    defaults = ConnectionLimits()
+    defaults = Connections()
     kwargs: dict[str, Any] = {}
     for name in ("header_timeout", "idle_timeout", "body_timeout", "shutdown_grace_seconds"):
         kwargs[name] = table.number(name, getattr(defaults, name))
@@ -298,7 +325,7 @@ def _connections(root: _Table) -> ConnectionLimits:
         kwargs[name] = table.integer(name, getattr(defaults, name), minimum=1)
     kwargs["max_connections"] = table.integer("max_connections", None, minimum=1)
     table.finish()
-    return ConnectionLimits(**kwargs)
+    return Connections(**kwargs)
 
 
 def _lease(root: _Table) -> LeaseCalculator:

@@ -28,8 +28,8 @@ import math
 import socket
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the gateway's Limits or the broker's ConnectionLimits (structural)
-    from prioqueue._connection_limits import ServerLimits as Limits
+if TYPE_CHECKING:
+    from prioqueue.gateway.settings import Limits
 
 __all__ = ["BindError", "bind", "hardened_protocol", "uvicorn_config"]
 
