@@ -84,12 +84,21 @@ PICTURES = (
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """Redraw the simulator's pictures, run every code sample in the docs, build the site."""
+    """Redraw the simulator's and the dashboard's pictures, run the docs' samples, build."""
     session.install(ALL_EXTRAS, *_groups("docs", "test"))
     for args in PICTURES:
         session.run("prioqueue", "simulate", *args, "--plain", "--no-progress", silent=True)
     session.run(
         "pytest", "tests/test_docs.py", "tests/sim/test_sim_docs.py", "-p", "no:cacheprovider"
+    )
+    # The dashboard's screenshots (docs/images/ui/) are taken by its browser tests; they skip,
+    # saying why, where Chromium is missing (CI installs it).
+    session.run(
+        "pytest",
+        "tests/ui/test_ui_browser.py",
+        "-p",
+        "no:cacheprovider",
+        env={"PRIOQUEUE_UI_SCREENSHOTS": str(ROOT / "docs" / "images" / "ui")},
     )
     session.run(
         "mkdocs",

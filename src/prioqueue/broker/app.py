@@ -525,6 +525,7 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         body, content_type = render(broker)
         return Response(body, media_type=content_type)
 
+    app.include_router(_dashboard_router())  # GET /ui and /v1/dashboard (issue 19)
     app.add_middleware(
         _BodyLimit,
         limit=config.max_body_bytes,
@@ -533,3 +534,9 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         retry_after=config.retry_after_seconds,
     )
     return app
+
+
+def _dashboard_router() -> Any:
+    from prioqueue.broker._dashboard import router
+
+    return router

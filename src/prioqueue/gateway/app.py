@@ -61,7 +61,7 @@ from prioqueue._errors import QueueFull
 from prioqueue.asyncio import AsyncDispatcher, DispatcherClosed, JobCancelled, QueueTimeout
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.fleet import FleetDispatcher
-from prioqueue.gateway import _observe, _upstreams
+from prioqueue.gateway import _dashboard, _observe, _upstreams
 from prioqueue.gateway._body import (
     BadRequest,
     BodyTimeout,
@@ -316,6 +316,9 @@ class Gateway(Routes):
         stats = self.http_stats
         if path == "/metrics" and self._metrics_key is not None and self._metrics_token(headers):
             stats.answered("observe", await _observe.serve_metrics(self, scope, send))
+            return
+        if path == _dashboard.PAGE or path.startswith(_dashboard.PAGE + "/"):  # no key needed
+            stats.answered("observe", await _dashboard.serve_page(send, path))
             return
         identity = self.identify(headers)
         if identity is None:
