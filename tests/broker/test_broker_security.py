@@ -274,3 +274,21 @@ def test_any_route_with_a_worker_in_its_path_checks_the_worker_id() -> None:
             assert r.json() == {"left": "gpu-b"}
 
     run(scenario())
+
+
+def test_the_dashboard_shows_a_worker_key_only_its_own_workers_jobs() -> None:
+    """Item 4: /v1/dashboard does not tell wk-2 the job and attempt gpu-a holds."""
+
+    async def scenario() -> None:
+        async with api(keys=SCOPED) as a:
+            job = await a.submit()
+            assert (await a.client.post("/v1/workers/gpu-a/pop", json={}, headers=WKA)).is_success
+            rows = {}
+            for headers in (WK2, WKA):
+                view = (await a.client.get("/v1/dashboard", headers=headers)).json()
+                rows[headers["Authorization"]] = {r["name"]: r for r in view["workers"]}
+            assert rows[WK2["Authorization"]]["gpu-a"]["running"] == {"hidden": True}
+            assert job not in str(rows[WK2["Authorization"]])
+            assert rows[WKA["Authorization"]]["gpu-a"]["running"]["id"] == job
+
+    run(scenario())
