@@ -31,7 +31,9 @@ explanation names other members' jobs only to an observer or admin key; to anyon
 keep their priority and score but read ``(hidden)`` and ``(another member)``.
 
 A request's body must arrive within ``connections.body_timeout`` (else 408) and be at most
-``max_body_bytes`` (else 413); the header limits are the server's (``broker.cli``).
+``max_body_bytes`` (else 413); headers over the ``[connections]`` size or count limits are 431
+and the request past ``max_connections`` in flight 503, under any ASGI server (``prioqueue
+broker`` refuses those earlier, in its HTTP protocol, and adds the header timeouts).
 """
 
 from __future__ import annotations
@@ -176,7 +178,6 @@ class _BodyLimit:
         receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
         send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
     ) -> None:
-
         for name, value in scope["headers"]:
             if name == b"content-length" and (not value.isdigit() or int(value) > self.limit):
                 await _error(413, f"the body is over max_body_bytes={self.limit}", "body")(
