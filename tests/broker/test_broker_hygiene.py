@@ -1,9 +1,9 @@
 """Issue 21 item 3 and the broker's start-up lows, against `prioqueue broker` as a process.
 
 Connection hygiene: an idle and a slow-header connection are closed after the header
-timeout, oversized or too many headers are a 431, a late body a 408, the connection past
-``max_connections`` a 503; "listening" is printed once the broker accepts; a broker that
-cannot start says so in one line; no configuration, no start.
+timeout, oversized or too many headers are a 431, a late body a 408 (in process), the
+connection past ``max_connections`` a 503; "listening" is printed once the broker
+accepts; a broker that cannot start says so in one line; no configuration, no start.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ listen = "127.0.0.1:{port}"
 store = "{store}"
 [connections]
 header_timeout = 0.5
-body_timeout = 0.5
+body_timeout = 30.0
 max_connections = 6
 [keys."wk"]
 role = "worker"
@@ -104,23 +104,46 @@ def test_oversized_or_too_many_headers_are_431(broker: int) -> None:
             assert _answer(sock).startswith(b"HTTP/1.1 431")
 
 
-def test_a_late_body_is_408(broker: int) -> None:
-    with _connect(broker) as sock:
-        sock.sendall(
-            b"POST /v1/jobs HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 100\r\n\r\n{"
-        )
-        answer = _answer(sock)
-    assert answer.startswith(b"HTTP/1.1 408"), answer
-    assert b"body_timeout=0.5" in answer
+def test_a_late_body_is_408() -> None:
+    import asyncio
+
+    import httpx
+
+    from .broker_helpers import SUBMITTER, api, run
+
+    async def scenario() -> None:
+        async with api(connections={"body_timeout": 0.2}) as a:
+            never = asyncio.Event()
+
+            async def stalled():  # type: ignore[no-untyped-def]
+                yield b"{"
+                await never.wait()
+
+            r = await a.client.post(
+                "/v1/jobs",
+                content=stalled(),
+                headers={**SUBMITTER, "Content-Type": "application/json"},
+                timeout=httpx.Timeout(30),
+            )
+            assert r.status_code == 408
+            assert "body_timeout=0.2" in r.json()["error"]
+
+    run(scenario())
+
+
+_BUSY = (
+    b"POST /v1/jobs HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 100\r\n\r\n{"
+)
 
 
 def test_the_connection_past_max_connections_is_503_and_closed(broker: int) -> None:
     import contextlib
 
     with contextlib.ExitStack() as stack:
-        for _ in range(6):  # the cap: these wait, unanswered, for their header timeout
-            stack.enter_context(_connect(broker))
+        for _ in range(6):  # the cap, every one busy: its request waits for its body
+            sock = stack.enter_context(_connect(broker))
+            sock.sendall(_BUSY)
         with _connect(broker) as extra:
             answer = _answer(extra)
     assert answer.startswith(b"HTTP/1.1 503"), answer
