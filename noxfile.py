@@ -79,6 +79,10 @@ def slow(session: nox.Session) -> None:
 PICTURES = (
     ("--scenario", "overload", "--plot", "docs/images/overload"),
     ("--sweep", "divisor=30,60,120,240", "--seeds", "5", "--plot", "docs/images/sweep"),
+    (
+        *("--scenario", "fleet-night", "--sweep", "warm_hold=0,15,30,60,90,120", "--seeds", "5"),
+        *("--plot", "docs/images/warm_hold"),
+    ),
 )
 
 

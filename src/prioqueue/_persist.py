@@ -60,6 +60,7 @@ def dump(d: _Engine, t: float) -> dict[str, Any]:
             record["swap"] = grant.swap
             record["charged"] = entry.charged
             record["capacity"] = entry.capacity
+            record["expected_end"] = entry.expected_end
             held.append(record)
     state: dict[str, Any] = {
         "taken_at": t,
@@ -340,6 +341,12 @@ def _restore_held(
     entry.worker = worker
     entry.capacity = capacity
     entry.charged = charged if d._fair_share else 0.0
+    end = record.get("expected_end")  # absent in older snapshots: from the recent runtimes
+    entry.expected_end = (
+        granted_at + d._expected_runtime(job)
+        if end is None
+        else finite("expected_end", finite("expected_end", end) + shift)
+    )
     lease = None if seconds is None else Lease(granted_at=granted_at, seconds=seconds)
     entry.grant = Grant(
         job=job,
