@@ -95,8 +95,11 @@ class Connections:
         max_header_bytes: Largest single header line, name and value (431 beyond).
         max_headers_bytes: Largest request line plus all headers together (431 beyond).
         max_header_count: Most headers in one request (431 beyond).
-        max_connections: Most connections open at once (503 and closed beyond), or None:
-            the open-file limit at start (raised to its hard limit) less a reserve of 64.
+        max_connections: Most connections open at once, or None: the open-file limit at
+            start (raised to its hard limit) less a reserve. One more closes the oldest idle
+            connection, or is answered 503 and closed when none is idle.
+        max_idle_connections: Most idle connections (no complete request yet); one more
+            closes the oldest idle one. None: half of ``max_connections``.
         shutdown_grace_seconds: How long requests in flight may finish at shutdown.
     """
 
@@ -107,6 +110,7 @@ class Connections:
     max_headers_bytes: int = 32768
     max_header_count: int = 100
     max_connections: int | None = None
+    max_idle_connections: int | None = None
     shutdown_grace_seconds: float = 30.0
 
 
@@ -324,6 +328,7 @@ def _connections(root: _Table) -> Connections:
     for name in ("max_header_bytes", "max_headers_bytes", "max_header_count"):
         kwargs[name] = table.integer(name, getattr(defaults, name), minimum=1)
     kwargs["max_connections"] = table.integer("max_connections", None, minimum=1)
+    kwargs["max_idle_connections"] = table.integer("max_idle_connections", None, minimum=1)
     table.finish()
     return Connections(**kwargs)
 
