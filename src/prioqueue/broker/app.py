@@ -52,10 +52,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from prioqueue._core import LEVEL_LIMIT
 from prioqueue.broker.config import BrokerConfig, BrokerKey, Connections
-from prioqueue.broker.engine import JobRecord, Rejected
+from prioqueue.broker.engine import BrokerEngine, JobRecord, Rejected
 from prioqueue.broker.journal import MemoryJournal
 from prioqueue.broker.models import (
     ErrorBody,
+    FailRequest,
     FinishRequest,
     Granted,
     GroupCancelled,
@@ -270,6 +271,15 @@ ActingWorker = Annotated[str, Depends(_acting_worker)]
 ``{worker}`` in its path and a ``WorkerKey`` gets the same check."""
 
 
+def _lifecycle_args(body: SubmitRequest) -> dict[str, Any]:
+    """The submit's lifecycle fields that are set (unset ones stay out of the journal)."""
+    args: dict[str, Any] = {
+        "ttl": body.ttl, "not_before": body.not_before, "max_attempts": body.max_attempts,
+        "backoff": None if body.backoff is None else body.backoff.model_dump(),
+    }  # fmt: skip
+    return {key: value for key, value in args.items() if value is not None}
+
+
 def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> FastAPI:
     """Build the broker's ASGI application.
 
@@ -311,7 +321,11 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
 
     @app.exception_handler(Rejected)
     async def rejected(_request: Request, exc: Rejected) -> JSONResponse:
-        headers = {"Retry-After": str(math.ceil(exc.retry_after))} if exc.status == 429 else {}
+        headers = (
+            {"Retry-After": str(math.ceil(exc.retry_after))}
+            if exc.status in (429, 503) and exc.retry_after > 0
+            else {}
+        )
         return _error(exc.status, str(exc), exc.field, **headers)
 
     @app.exception_handler(_Forbidden)
@@ -381,18 +395,25 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
                 "member": key.member, "tier": key.tier, "priority": priority,
                 "model": body.model, "estimate": body.estimate, "group": body.group,
                 "image": image, "payload": body.payload, "idempotency_key": idempotency_key,
+                **_lifecycle_args(body),
             },
         )  # fmt: skip
         if not created:
             response.status_code = 200
         return JobCreated(id=record.id)
 
-    def view(record: JobRecord, position: int | None, explanation: str | None) -> JobView:
+    def view(
+        record: JobRecord,
+        position: int | None,
+        explanation: str | None,
+        engine_now: BrokerEngine | None = None,
+    ) -> JobView:
         return JobView(
             id=record.id, state=record.state, position=position, explanation=explanation,
             result=record.result, priority=record.priority, model=record.model,
             group=record.group, attempt=record.attempt, submitted_at=record.submitted_at,
-            finished_at=record.finished_at,
+            finished_at=record.finished_at, expires_at=record.expires_at,
+            not_before=None if engine_now is None else engine_now.not_before(record),
         )  # fmt: skip
 
     @app.get("/v1/jobs/{job_id}", response_model=JobView, tags=["submitters"])
@@ -400,7 +421,7 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         """A job's state, place in line, explanation and result."""
         engine = await broker.read()
         record = engine.owned(job_id, key.member)
-        return view(record, *engine.position(record, key.may_read))
+        return view(record, *engine.position(record, key.may_read), engine)
 
     @app.delete("/v1/jobs/{job_id}", response_model=JobView, tags=["submitters"])
     async def cancel(job_id: _ID, key: Submitter) -> JobView:
@@ -475,8 +496,10 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
     async def finish(op: str, job_id: str, body: FinishRequest, key: BrokerKey) -> JobView:
         _acts_as(key, body.worker)
         args = {"job_id": job_id, "worker": body.worker, "attempt": body.attempt}
+        if isinstance(body, FailRequest) and body.retry:
+            args["retry"] = True  # journaled only when set: older journals replay as they were
         record = await broker.run(op, {**args, "result": body.result})
-        return view(record, None, None)
+        return view(record, None, None, await broker.read())
 
     @app.post("/v1/jobs/{job_id}/complete", response_model=JobView, tags=["workers"])
     async def complete(job_id: _ID, body: FinishRequest, key: WorkerKey) -> JobView:
@@ -484,8 +507,8 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         return await finish("complete", job_id, body, key)
 
     @app.post("/v1/jobs/{job_id}/fail", response_model=JobView, tags=["workers"])
-    async def fail(job_id: _ID, body: FinishRequest, key: WorkerKey) -> JobView:
-        """Report the job failed for good (only its current holder)."""
+    async def fail(job_id: _ID, body: FailRequest, key: WorkerKey) -> JobView:
+        """Report the job failed (only its current holder); ``retry``: queue it again."""
         return await finish("fail", job_id, body, key)
 
     @app.post("/v1/workers/{worker}/heartbeat", response_model=HeartbeatReply, tags=["workers"])

@@ -41,6 +41,7 @@ from typing import Any, Final, Literal
 import attrs
 
 from prioqueue._errors import ConfigError
+from prioqueue._lifecycle_config import backoff_setting, budgets_setting
 from prioqueue._service_config import (
     _policy,
     _scoring,
@@ -53,6 +54,7 @@ from prioqueue._service_config import (
     read_toml,
 )
 from prioqueue.lease import LeaseCalculator
+from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.scoring import ScoringConfig
 
@@ -184,7 +186,8 @@ class BrokerConfig:
         scoring: The score's weights (tier bonuses included).
         lease: The image lease calculator (``[lease]`` overrides its constants).
         default_lease_seconds: The lease of a job without ``image`` lease inputs.
-        max_attempts: Grants a job gets before an expired lease fails it for good.
+        max_attempts: Grants a job gets (expired leases and retried failures alike), for jobs
+            that do not name their own ``max_attempts``.
         worker_timeout_seconds: A worker silent this long loses its jobs (None: never).
         max_queued: Most jobs waiting at once (429 beyond), or None.
         max_queued_per_member: Most jobs one member may have waiting, or None.
@@ -209,6 +212,10 @@ class BrokerConfig:
             connections at once (the ``[connections]`` table; the gateway's limits).
         forget_workers_seconds: A worker that holds no job and has not been seen for this
             long is forgotten (its id no longer counted, its spec dropped).
+        budgets: Overload protection per level (``[budgets.<level>]``: ``max_queued`` 429,
+            ``max_wait`` 503, ``ttl``); none by default (docs/design/lifecycle.md).
+        backoff: The retry delays of ``fail`` with ``"retry": true`` for jobs without their own
+            (``[backoff]``; None: retry at once).
     """
 
     host: str = "127.0.0.1"
@@ -241,6 +248,8 @@ class BrokerConfig:
     metrics_public: bool = False
     connections: Connections = attrs.field(factory=Connections)
     forget_workers_seconds: float = 3600.0
+    budgets: Mapping[int, LevelBudget] = attrs.field(factory=dict)
+    backoff: Backoff | None = None
 
     @property
     def listen(self) -> str:
@@ -437,6 +446,8 @@ def parse_config(
         metrics_public=root.boolean("metrics_public", False),
         connections=_connections(root),
         forget_workers_seconds=root.number("forget_workers_seconds", 3600.0),  # type: ignore[arg-type]
+        budgets=MappingProxyType(budgets_setting(root, policy)),
+        backoff=backoff_setting(root),
     )
     root.finish()
     return config

@@ -19,10 +19,14 @@ The rules this file keeps:
    and the groups of their last kept jobs) happen only in the ``tick`` operation, which the
    driver journals whenever :meth:`due` says so, before the client's operation. Reads never
    change state.
-3. A job is in exactly one state: queued, running, done, failed or cancelled. A running job has
-   exactly one ``(worker, attempt)``; ``complete`` and ``fail`` must name both (else 409 and
-   nothing changes), and a lease that ran out makes the job queued again (or failed after
-   ``max_attempts``) at the next tick.
+3. A job is in exactly one state: queued, running, done, failed, cancelled or expired. A
+   running job has exactly one ``(worker, attempt)``; ``complete`` and ``fail`` must name both
+   (else 409 and nothing changes), and a lease that ran out makes the job queued again (or
+   failed after ``max_attempts``) at the next tick. ``fail`` with ``retry`` makes it queued
+   again after its backoff while attempts remain; a queued job whose ``ttl`` ran out is
+   ``expired`` at the next tick (docs/design/lifecycle.md). A delayed job (``not_before``,
+   or a retry waiting out its backoff) is ``queued``; the fleet's timers make ``due`` true at
+   its release, so the tick that releases it is journaled like any other.
 4. The same ``(member, Idempotency-Key)`` names one job for as long as its record is kept.
 
 Complexity: ``submit``, ``pop``, ``complete``, ``fail``, ``cancel`` and ``heartbeat`` cost the
@@ -42,11 +46,19 @@ from typing import Any, Final, Literal, TypeVar
 
 import attrs
 
-from prioqueue._errors import DuplicateJob, InvalidState, QueueFull, UnknownJob
+from prioqueue._errors import (
+    ConfigError,
+    DuplicateJob,
+    InvalidState,
+    Overloaded,
+    QueueFull,
+    UnknownJob,
+)
 from prioqueue.broker import _budget, _groups
 from prioqueue.broker._fleet import group_key, make_fleet, restore_fleet
 from prioqueue.broker.config import BrokerConfig
 from prioqueue.lease import ImageRequest
+from prioqueue.lifecycle import Backoff
 from prioqueue.records import Job
 
 __all__ = ["SNAPSHOT_FORMAT", "BrokerEngine", "JobRecord", "PopResult", "Rejected"]
@@ -54,8 +66,8 @@ __all__ = ["SNAPSHOT_FORMAT", "BrokerEngine", "JobRecord", "PopResult", "Rejecte
 SNAPSHOT_FORMAT: Final = "prioqueue.broker/1"
 AHEAD_LIMIT: Final = 1000
 """How far ahead ``GET /v1/jobs/{id}`` forecasts a job's position."""
-JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
-FINISHED: Final = frozenset(("done", "failed", "cancelled"))
+JobStatus = Literal["queued", "running", "done", "failed", "cancelled", "expired"]
+FINISHED: Final = frozenset(("done", "failed", "cancelled", "expired"))
 MAX_IMAGE_LEASE: Final = 1e9
 """The longest lease (seconds, on a slow worker) a job's ``image`` inputs may give: past it
 the inputs are absurd, and past a float's range every pop would fail on the job."""
@@ -65,9 +77,9 @@ class Rejected(Exception):
     """An operation the engine refused before changing anything.
 
     Attributes:
-        status: The HTTP status that says why (404, 409, 413, 422, 429).
+        status: The HTTP status that says why (404, 409, 413, 422, 429, 503).
         field: The request field at fault, when one is.
-        retry_after: Seconds to wait before retrying (429 only).
+        retry_after: Seconds to wait before retrying (429 and 503 only).
     """
 
     def __init__(
@@ -101,6 +113,10 @@ class JobRecord:
     result: Any = None
     finished_at: float | None = None
     idempotency_key: str | None = None
+    expires_at: float | None = None
+    """When the job expires if still queued (its ttl), or None."""
+    max_attempts: int | None = None
+    """The job's own grant budget (None: the configuration's ``max_attempts``)."""
 
 
 @attrs.frozen
@@ -148,7 +164,10 @@ class BrokerEngine:
         self.idempotency: dict[tuple[str, str], tuple[str, str]] = {}
         self.counter = 0
         self.now = -math.inf
-        self.counts = {"submitted": 0, "done": 0, "failed": 0, "cancelled": 0, "expired": 0}
+        self.counts = {
+            "submitted": 0, "done": 0, "failed": 0, "cancelled": 0, "expired": 0,
+            "ttl_expired": 0, "retried": 0,
+        }  # fmt: skip
         self.workers: dict[str, dict[str, Any]] = {}
         self.group_kept: dict[str, int] = {}
         """Kept records per dispatcher group (``group_key``); derived, not snapshotted."""
@@ -287,21 +306,39 @@ class BrokerEngine:
         image: dict[str, Any] | None = None,
         payload: Any = None,
         idempotency_key: str | None = None,
+        ttl: float | None = None,
+        not_before: float | None = None,
+        max_attempts: int | None = None,
+        backoff: dict[str, Any] | None = None,
     ) -> tuple[JobRecord, bool]:
         """Queue a job; with an idempotency key already used by this member, return its job.
+
+        ``ttl``, ``not_before``, ``max_attempts`` and ``backoff`` are the job lifecycle
+        (docs/design/lifecycle.md): ``not_before`` is a time on the broker's clock (Unix
+        seconds).
 
         Returns:
             ``(record, created)``.
 
         Raises:
-            Rejected: 422 the key was used with a different request; 429 the queue is full
-                or a queued-bytes budget would be passed; 413 the payload alone is over one.
+            Rejected: 422 the key was used with a different request, or a bad ``backoff``;
+                429 the queue (or the level's ``max_queued``) is full, or a queued-bytes
+                budget would be passed; 413 the payload alone is over one; 503 the forecast
+                wait is over the level's ``max_wait``.
         """
         digest = ""
         if idempotency_key is not None:
-            digest = fingerprint(
-                {"p": priority, "m": model, "e": estimate, "g": group, "i": image, "b": payload}
-            )
+            fields = {
+                "p": priority,
+                "m": model,
+                "e": estimate,
+                "g": group,
+                "i": image,
+                "b": payload,
+            }
+            lifecycle = {"t": ttl, "n": not_before, "a": max_attempts, "k": backoff}
+            fields.update({k: v for k, v in lifecycle.items() if v is not None})
+            digest = fingerprint(fields)
             known = self.idempotency.get((member, idempotency_key))
             if known is not None:
                 job_id, previous = known
@@ -316,7 +353,11 @@ class BrokerEngine:
         _budget.admit(self, member, size)
         job_id = f"job-{self.counter + 1}"
         try:
-            self.fleet.submit(
+            retry = None if backoff is None else Backoff.from_mapping(backoff)
+        except ConfigError as exc:
+            raise Rejected(422, str(exc), field="backoff") from None
+        try:
+            ticket = self.fleet.submit(
                 job_id,
                 member=member,
                 priority=priority,
@@ -327,9 +368,16 @@ class BrokerEngine:
                 group=None if group is None else group_key(member, group),
                 ceiling=priority,  # resolved under the key's ceiling: kept below the minimum
                 now=now,
+                ttl=ttl,
+                not_before=not_before,
+                max_attempts=max_attempts,
+                backoff=retry,
             )
+        except Overloaded as exc:
+            raise Rejected(503, str(exc), field="max_wait", retry_after=exc.retry_after) from None
         except QueueFull as exc:
-            raise Rejected(429, str(exc), retry_after=exc.retry_after) from None
+            field = "max_queued" if exc.scope == "level" else None
+            raise Rejected(429, str(exc), field=field, retry_after=exc.retry_after) from None
         except DuplicateJob as exc:  # pragma: no cover - ids are never reused
             raise AssertionError(str(exc)) from None
         self.counter += 1
@@ -337,7 +385,8 @@ class BrokerEngine:
         record = JobRecord(
             id=job_id, member=member, priority=priority, model=model, estimate=estimate,
             group=group, image=image, payload=payload, submitted_at=now,
-            idempotency_key=idempotency_key,
+            idempotency_key=idempotency_key, expires_at=ticket.job.deadline,
+            max_attempts=max_attempts,
         )  # fmt: skip
         self.jobs[job_id] = record
         _groups.kept(self, record)
@@ -473,17 +522,35 @@ class BrokerEngine:
 
     @_operation
     def fail(
-        self, now: float, *, job_id: str, worker: str, attempt: int, result: Any = None
+        self,
+        now: float,
+        *,
+        job_id: str,
+        worker: str,
+        attempt: int,
+        result: Any = None,
+        retry: bool = False,
     ) -> JobRecord:
-        """The holder gave up on the job: it is failed for good, with the worker's report.
+        """The holder gave up on the job: failed for good, or (``retry``) queued again.
+
+        With ``retry`` and attempts left (the job's ``max_attempts``, else the
+        configuration's), the job is queued again after its backoff (delayed until then) and
+        the worker's report is kept as its ``result`` until an attempt finishes it.
 
         Raises:
             Rejected: 404 unknown; 409 not this worker's current grant; 413 result too large.
         """
         record = self._held(job_id, worker, attempt)
         self._check_result(result)
-        self.fleet.fail(job_id, now=now, worker=worker)  # its group counts it as failed
+        self.fleet.fail(job_id, now=now, worker=worker, retry=retry)  # its group counts it
         self._touch(worker, now)
+        if job_id in self.fleet:  # requeued: still unfinished, its bytes stay counted
+            self.counts["retried"] += 1
+            record.state = "queued"
+            record.worker = None
+            record.deadline = None
+            record.result = result
+            return attrs.evolve(record)
         self._finish(record, "failed", result, now)
         return attrs.evolve(record)
 
@@ -524,6 +591,9 @@ class BrokerEngine:
         taken: list[str] = []
         for expired in self.fleet.expire(now):
             record = self.jobs[expired.job.id]
+            if expired.cause == "ttl":  # still queued at its deadline
+                self._finish(record, "expired", None, now)
+                continue
             self.counts["expired"] += 1
             taken.append(record.id)
             if expired.requeued:
@@ -561,7 +631,8 @@ class BrokerEngine:
         record.result = result
         record.finished_at = now
         record.deadline = None
-        self.counts[state] += 1
+        # "expired" in the counts is leases that ran out (kept as it was); ttl expiries apart.
+        self.counts["ttl_expired" if state == "expired" else state] += 1
         _budget.released(self, record)
         heapq.heappush(self._retention, (now + self.config.result_ttl_seconds, record.id))
 
@@ -592,13 +663,25 @@ class BrokerEngine:
             return None, None
         if sees is not None:
             explanation = _redacted(explanation, sees)
+        if explanation.not_before is not None:  # delayed: no place in line yet
+            return None, str(explanation)
         if not explanation.ahead_complete:
             return None, f"more than {AHEAD_LIMIT} jobs ahead\n{explanation}"
         return explanation.position, str(explanation)
 
+    def not_before(self, record: JobRecord) -> float | None:
+        """Until when a queued job is delayed (``not_before``, a retry's backoff), or None. O(1)."""
+        if record.state != "queued":
+            return None
+        try:
+            value: float | None = self.fleet.not_before(record.id)
+        except UnknownJob:  # pragma: no cover - records mirror the fleet
+            return None
+        return value
+
     def status(self) -> dict[str, Any]:
         """Counts by state, workers and totals (for ``GET /v1/status``). O(jobs)."""
-        states = dict.fromkeys(("queued", "running", "done", "failed", "cancelled"), 0)
+        states = dict.fromkeys(("queued", "running", "done", "failed", "cancelled", "expired"), 0)
         for record in self.jobs.values():
             states[record.state] += 1
         return {"jobs": states, "workers": len(self.workers), "totals": dict(self.counts)}
