@@ -292,3 +292,31 @@ def test_the_dashboard_shows_a_worker_key_only_its_own_workers_jobs() -> None:
             assert rows[WKA["Authorization"]]["gpu-a"]["running"]["id"] == job
 
     run(scenario())
+
+
+def test_queued_bytes_follow_the_lifecycle() -> None:
+    """Item 6 with issue 17's lifecycle: a retried job keeps its bytes, an expired one frees
+    them."""
+    blob = "x" * 3000  # 3002 bytes as JSON
+
+    async def scenario() -> None:
+        async with api(max_queued_bytes=10_000) as a:
+            engine = a.broker.engine
+            assert engine is not None
+            job = await a.submit(payload=blob)
+            grant = (await a.pop()).json()
+            r = await a.client.post(
+                f"/v1/jobs/{job}/fail",
+                json={"worker": "gpu-1", "attempt": grant["attempt"], "retry": True},
+                headers=WORKER,
+            )
+            assert r.json()["state"] == "queued", r.text
+            assert engine.total_bytes == 3002
+            await a.submit(payload=blob, ttl=5)
+            assert engine.total_bytes == 6004
+            a.clock.advance(6)
+            await a.submit()  # the tick before it expires the ttl job
+            assert engine.total_bytes == 3002
+            assert engine.member_bytes == {"alice": 3002}
+
+    run(scenario())
