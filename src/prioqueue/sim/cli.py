@@ -121,6 +121,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=V1,V2,...",
         help="run prioqueue (or the one --policy given) once per value of a scoring or "
         "dispatcher parameter (divisor, spacing, affinity, charge, fair_share, warm_hold, "
+        "crossing_share, "
         "tier.NAME, affinity.MODEL) over --seeds seeds",
     )
     policy.add_argument(

@@ -33,6 +33,7 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
+from prioqueue._core import DEFAULT_CROSSING_SHARE
 from prioqueue._errors import ConfigError, InvalidState, UnknownJob
 from prioqueue.scoring import DEFAULT_TIER_BONUSES, Scorer, ScoringConfig
 
@@ -375,6 +376,8 @@ class PolicyParams:
             expected to start it within that time) before a cold one may take it
             (``FleetDispatcher(warm_hold=...)``; only a fleet uses it, 0 turns it off; 120 s
             from the ``fleet-night`` sweep in docs/simulator.md).
+        crossing_share: The share of GPU time crossings may take from a higher level
+            (``SizeOneDispatcher(crossing_share=...)``; 1 never defers a crossing).
     """
 
     band_spacing: float = 100
@@ -387,6 +390,7 @@ class PolicyParams:
     charge: Charge = "runtime"
     fair_share: bool = True
     warm_hold: float = 120.0
+    crossing_share: float = DEFAULT_CROSSING_SHARE
 
     def scoring_config(self) -> ScoringConfig:
         """Return the :class:`ScoringConfig` of these parameters.
@@ -413,6 +417,7 @@ class PolicyParams:
             "charge": self.charge,
             "fair_share": self.fair_share,
             "warm_hold": self.warm_hold,
+            "crossing_share": self.crossing_share,
         }
 
 
@@ -428,6 +433,8 @@ _KEY_ALIASES = {
     "fair_share": "fair_share",
     "warm_hold": "warm_hold",
     "hold": "warm_hold",
+    "crossing_share": "crossing_share",
+    "share": "crossing_share",
 }
 
 
@@ -498,7 +505,7 @@ def parse_spec(spec: str, base: PolicyParams | None = None) -> PolicySpec:
 
     Keys: ``aging_divisor`` (``divisor``, ``d``), ``band_spacing`` (``spacing``),
     ``max_affinity`` (``affinity``), ``charge``, ``fair_share``, ``warm_hold`` (``hold``,
-    fleets only), ``tier.NAME`` (one tier's
+    fleets only), ``crossing_share`` (``share``), ``tier.NAME`` (one tier's
     bonus) and ``affinity.MODEL`` (one model's affinity). The ablation's change is
     applied after the overrides (``no-aging:divisor=30`` still does not age).
 
@@ -527,6 +534,10 @@ def parse_spec(spec: str, base: PolicyParams | None = None) -> PolicySpec:
         params.scoring_config()  # check the band-spacing invariant now, with a clear message
         _check_charge(params.charge, spec)
         _check_hold(params.warm_hold, spec)
+        if not 0 < params.crossing_share <= 1:
+            raise ConfigError(
+                f"policy {spec!r}: crossing_share must lie in (0, 1], got {params.crossing_share!r}"
+            )
     return PolicySpec(label=spec.strip(), kind=kind, params=params)
 
 
@@ -571,6 +582,7 @@ def build_queue(spec: PolicySpec, lease_for: Callable[[Any], float] | None = Non
         charge=params.charge,
         lease_for=lease_for,
         fair_share=params.fair_share,
+        crossing_share=params.crossing_share,
         max_attempts=_MAX_ATTEMPTS,
     )
 

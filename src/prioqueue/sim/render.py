@@ -156,7 +156,7 @@ def tables(report: Mapping[str, Any]) -> list[Table]:
         )
         for name, s in policies.items()
     )
-    causes = ("aging", "affinity", "tier", "fair_share")
+    causes = ("aging", "affinity", "tier", "fair_share", "deferred_crossings")
     reorders = tuple(
         (name, *(str(s["reorders"].get(c, 0)) if s["params"] is not None else "-" for c in causes))
         for name, s in policies.items()
@@ -179,7 +179,7 @@ def tables(report: Mapping[str, Any]) -> list[Table]:
     )
     hidden = len(members) - len(shown)
     fleet = any("workers" in section for section in policies.values())
-    bound = "N*(T + A)*d + 2*K*C (N workers, K slots)" if fleet else "2*C + (T + A)*d"
+    bound = "2*N*(T + A)*d + 10*K*C (N workers, K slots)" if fleet else "2*(T + A)*d + 10*C"
     found = [
         Table(
             "Waits by level (arrival to start)",

@@ -18,10 +18,12 @@ Definitions (documented in ``docs/simulator.md``):
 * **GPU seconds** of a member: every second the GPU held one of its jobs, cold loads and hung
   attempts included.
 * **service gap**, **share of the max-min fair share** and **Jain's index**: see
-  :mod:`prioqueue.sim.fairness`. The gap's analytic bound is ``2 * C + (T + A) * d`` (``C`` the
-  largest charge at the level) on one GPU, and ``N * (T + A) * d + 2 * K * C`` on a fleet of
-  ``N`` workers holding ``K`` jobs at once in all (their slots; ``docs/design/fleet.md``); the
-  baselines are measured against the default policy's.
+  :mod:`prioqueue.sim.fairness`. The gap's analytic bound is ``2 * (T + A) * d + 10 * C``
+  (``C`` the largest charge at the level) on one GPU, and ``2 * N * (T + A) * d + 10 * K * C``
+  on a fleet of ``N`` workers holding ``K`` jobs at once in all (their slots;
+  ``docs/design/fleet.md``, Theorem 2: the gap is measured from the moment both members are
+  backlogged, when their virtual starts may differ); the baselines are measured against the
+  default policy's.
 * **workers** (a fleet only): per worker, the runs it started, its swaps, load seconds, busy
   seconds and **utilisation** (busy seconds over the run's clock).
 * **groups** (when jobs carry a group, e.g. a film): its jobs, when its first job was
@@ -188,7 +190,9 @@ def summarize(
         bonuses = [tiers.get(t, 0.0) for t in level_tiers[level]]
         spread = max(bonuses) - min(bonuses) if bonuses else 0.0
         offsets = (spread + params.max_affinity) * params.aging_divisor
-        bound = 2 * held_k * largest_charge[level] + fleet_n * offsets
+        # The pairwise bound measured from when both members are backlogged (issue 17 item 3;
+        # docs/design/fleet.md, "Fairness bound for N workers", Theorem 2).
+        bound = 2 * fleet_n * offsets + 10 * held_k * largest_charge[level]
         aging_bound = (top - level) * params.aging_divisor + offsets
         shares = fair_shares(backlog[level], runs[level])
         levels[str(level)] = {
