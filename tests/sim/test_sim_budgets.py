@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -181,3 +183,39 @@ def test_cli_bad_budget_is_a_usage_error(
     code = main(["simulate", "--scenario", "overload", "--no-progress", "--budget", flag])
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+_BUDGETS_QUOTE = re.compile(
+    r"<!--\s*budgets-of:\s*(?P<command>[^>]*?)\s*-->\s*\n```text\n(?P<body>.*?)^```",
+    re.MULTILINE | re.DOTALL,
+)
+
+
+def test_the_simulator_page_quotes_a_current_budget_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "simulator.md"
+    match = _BUDGETS_QUOTE.search(page.read_text(encoding="utf-8"))
+    assert match is not None
+    words = shlex.split(match["command"])
+    assert words[:2] == ["prioqueue", "simulate"]
+    assert main([*words[1:], "--plain", "--no-progress"]) == 0
+    assert match["body"] in capsys.readouterr().out, "docs/simulator.md quotes an outdated run"
+
+
+def test_config_file_budgets_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "sim.toml"
+    config.write_text(
+        'scenario = "overload"\npolicies = ["prioqueue"]\nparams = {hours = 1}\n'
+        "[policy.budgets.100]\nmax_wait = 30\n[policy.budgets.batch]\nmax_queued = 2\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "r.json"
+    assert main(["simulate", "--config", str(config), "--no-progress", "--json", str(out)]) == 0
+    capsys.readouterr()
+    data = json.loads(out.read_text())
+    assert data["policies"]["prioqueue"]["params"]["budgets"] == {
+        "-100": {"max_queued": 2},
+        "100": {"max_wait": 30.0},
+    }
+    assert data["policies"]["prioqueue"]["levels"]["100"]["refused"] > 0
