@@ -9,6 +9,8 @@ import shlex
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from prioqueue._errors import ConfigError
 from prioqueue.cli import main
@@ -219,3 +221,62 @@ def test_config_file_budgets_table(tmp_path: Path, capsys: pytest.CaptureFixture
         "100": {"max_wait": 30.0},
     }
     assert data["policies"]["prioqueue"]["levels"]["100"]["refused"] > 0
+
+
+@st.composite
+def _budgeted_runs(draw: st.DrawFn) -> tuple[Workload, str, int | None]:
+    jobs = draw(
+        st.lists(
+            st.builds(
+                Arrival,
+                st.integers(0, 200).map(float),
+                st.sampled_from(["a", "b", "c"]),
+                st.sampled_from([-100, 0, 100]),
+                model=st.sampled_from([None, "x", "y"]),
+                duration=st.integers(1, 60).map(float),
+                hangs=st.integers(0, 1),
+                cancel_after=st.none() | st.integers(1, 100).map(float),
+            ),
+            max_size=25,
+        )
+    )
+    jobs.sort(key=lambda a: a.arrival)
+    keys = draw(
+        st.lists(
+            st.sampled_from(
+                ["max_queued.0=2", "max_queued.100=1", "max_wait.100=60", "ttl.0=30", "ttl.-100=5"]
+            ),
+            min_size=1,
+            unique=True,
+        )
+    )
+    return _workload(*jobs), "prioqueue:" + ",".join(keys), draw(st.sampled_from([None, 2]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_budgeted_runs())
+def test_every_job_leaves_once_and_refused_or_expired_jobs_never_finish_a_run(
+    run: tuple[Workload, str, int | None],
+) -> None:
+    workload, spec, workers = run
+    result = engine.simulate(workload, parse_spec(spec), lease_factor=2, workers=workers)
+    final = {engine.DONE, engine.CANCELLED, engine.FAILED, engine.EXPIRED, engine.REFUSED}
+    assert set(result.status) <= final  # no horizon: every job left
+    retried = {j for j, *_ in result.retries}
+    for i, st_ in enumerate(result.status):
+        if st_ in (engine.REFUSED, engine.EXPIRED):
+            assert math.isnan(result.start[i])  # never granted (an expired job: not again)
+        if st_ == engine.REFUSED:
+            assert result.end[i] == result.submitted[i]
+            assert i not in retried
+    summary = report.summarize(result, PolicyParams())
+    assert summary["refused"] == result.status.count(engine.REFUSED)
+    assert summary["ttl_expired"] == result.status.count(engine.EXPIRED)
+    for row in summary["levels"].values():
+        assert row["jobs"] == (
+            row["completed"]
+            + row["cancelled"]
+            + row["failed"]
+            + row["refused"]
+            + row["ttl_expired"]
+        )
