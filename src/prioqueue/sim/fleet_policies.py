@@ -345,6 +345,7 @@ def build_fleet_queue(
         max_attempts=_MAX_ATTEMPTS,
         warm_hold=params.warm_hold,
         load_seconds=load_seconds,
+        budgets=params.budgets or None,
     )
     for worker in workers:
         fleet.join(
