@@ -37,7 +37,7 @@ PICTURE = {"width": 512, "height": 512, "steps": 20, "sampler": "k_euler_a"}
 KEYS: dict[str, dict[str, Any]] = {
     "sk-studio": {"role": "submitter", "member": "studio", "tier": "pro", "max_priority": 0},
     "sk-alice": {"role": "submitter", "member": "alice", "tier": "free", "max_priority": 100},
-    "wk-fleet": {"role": "worker"},
+    "wk-fleet": {"role": "worker", "workers_prefix": "gpu-"},
 }
 MAIN = "import sys; from prioqueue.cli import main; sys.exit(main(sys.argv[1:]))"
 
