@@ -29,8 +29,13 @@ def say(line: str) -> None:
 
 
 async def main(url: str, schema: str, name: str, lease: float) -> int:
-    timings = {} if lease == 0 else {"lease": lease, "renew_interval": lease / 4}
-    elector = Elector(url, schema=schema, name=name, address=f"http://{name}", **timings)
+    address = f"http://{name}"
+    if lease == 0:
+        elector = Elector(url, schema=schema, name=name, address=address)
+    else:
+        elector = Elector(
+            url, schema=schema, name=name, address=address, lease=lease, renew_interval=lease / 4
+        )
     await elector.start()
     epoch = await elector.wait_leader()
     say(f"LEADER {epoch}")

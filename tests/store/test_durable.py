@@ -331,7 +331,7 @@ def test_time_never_goes_backwards_across_restarts(make_store: MakeStore) -> Non
 
 
 def test_wall_clock_clamps() -> None:
-    values = iter([5.0, 3.0, 7.0])
+    values = iter([5.0, 3.0, 7.0, 8.0])  # raise_floor reads the clock once (the gap check)
     clock = WallClock(4.0, source=lambda: next(values))
     assert clock.floor == 4.0
     assert [clock(), clock(), clock()] == [5.0, 5.0, 7.0]

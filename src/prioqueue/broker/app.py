@@ -229,13 +229,13 @@ def _key(request: Request, authorization: str | None, role: str) -> BrokerKey:
     return key
 
 
-def _submitter_key(
+async def _submitter_key(
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> BrokerKey:
     return _key(request, authorization, "submitter")
 
 
-def _worker_key(
+async def _worker_key(
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> BrokerKey:
     key = _key(request, authorization, "worker")
@@ -245,7 +245,9 @@ def _worker_key(
     return key
 
 
-def _any_key(request: Request, authorization: Annotated[str | None, Header()] = None) -> BrokerKey:
+async def _any_key(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> BrokerKey:
     return _key(request, authorization, "any")
 
 
@@ -280,19 +282,22 @@ def _lifecycle_args(body: SubmitRequest) -> dict[str, Any]:
     return {key: value for key, value in args.items() if value is not None}
 
 
-def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> FastAPI:
+def create_app(
+    config: BrokerConfig, journal: MemoryJournal | None = None, *, clock: Any = None
+) -> FastAPI:
     """Build the broker's ASGI application.
 
     Args:
         config: The configuration.
         journal: Keep the state in memory with this journal, whatever ``config.store``
             says (tests, demos).
+        clock: A store's :class:`prioqueue.store.WallClock` (tests; see ``Broker``).
 
     Returns:
         The FastAPI app; ``app.state.broker`` is its :class:`Broker`. The broker starts
         (recovers, or waits as a standby) in the app's lifespan.
     """
-    broker = Broker(config, journal)
+    broker = Broker(config, journal, clock=clock)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -387,8 +392,9 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
                 "applies when one is configured)",
                 field="priority",
             )
-        engine = await broker.read()
-        image = None if body.image is None else engine.check_image(body.image)
+        # The lease inputs' check reads only the configuration: no wait for the store here
+        # (issue 21: a read barrier per submit collapsed the durable broker under load).
+        image = None if body.image is None else broker.serving_engine().check_image(body.image)
         record, created = await broker.run(
             "submit",
             {
@@ -419,9 +425,12 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
     @app.get("/v1/jobs/{job_id}", response_model=JobView, tags=["submitters"])
     async def get_job(job_id: _ID, key: Submitter) -> JobView:
         """A job's state, place in line, explanation and result."""
-        engine = await broker.read()
-        record = engine.owned(job_id, key.member)
-        return view(record, *engine.position(record, key.may_read), engine)
+
+        def read(engine: BrokerEngine) -> JobView:
+            record = engine.owned(job_id, key.member)
+            return view(record, *engine.position(record, key.may_read), engine)
+
+        return await broker.query(read)
 
     @app.delete("/v1/jobs/{job_id}", response_model=JobView, tags=["submitters"])
     async def cancel(job_id: _ID, key: Submitter) -> JobView:
@@ -450,8 +459,7 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         from prioqueue.broker._groups import group_status
 
         owner = whose(key, member, cancel=False)
-        engine = await broker.read()
-        status = group_status(engine, group, owner)
+        status = await broker.query(lambda engine: group_status(engine, group, owner))
         now = broker.now()
         finish = status.forecast_finish
         left = None if finish is None else max(0.0, finish - now)
@@ -499,7 +507,7 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         if isinstance(body, FailRequest) and body.retry:
             args["retry"] = True  # journaled only when set: older journals replay as they were
         record = await broker.run(op, {**args, "result": body.result})
-        return view(record, None, None, await broker.read())
+        return await broker.query(lambda engine: view(record, None, None, engine))
 
     @app.post("/v1/jobs/{job_id}/complete", response_model=JobView, tags=["workers"])
     async def complete(job_id: _ID, body: FinishRequest, key: WorkerKey) -> JobView:
@@ -523,8 +531,8 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
     @app.get("/v1/status", response_model=StatusView, tags=["operators"])
     async def status(_key: AnyKey) -> StatusView:
         """Counts by state, workers, totals, and who leads."""
-        engine = await broker.read()
-        return StatusView(role="leader", leader=broker.leader, **engine.status())
+        counts = await broker.query(lambda engine: engine.status())
+        return StatusView(role="leader", leader=broker.leader, **counts)
 
     @app.get("/metrics", tags=["operators"], response_class=Response)
     async def metrics(

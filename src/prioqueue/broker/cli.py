@@ -25,7 +25,7 @@ from typing import Any
 from prioqueue._errors import ConfigError
 from prioqueue._service_cli import add_server_options, missing_modules, shutdown_signals
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "run", "store_problem"]
 
 _MISSING = missing_modules(("fastapi", "uvicorn"))
 if _MISSING:  # the extra: `prioqueue --help` says when it is missing
@@ -48,6 +48,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--openapi", action="store_true", help="print the OpenAPI description (JSON) and exit"
     )
+
+
+def store_problem(store: str) -> str | None:
+    """Why the broker could not open ``store``, found without opening it; None when it can.
+
+    An SQLite file's directory must exist; a PostgreSQL store needs psycopg (the
+    ``postgres`` extra). The store itself is not touched (``--check`` changes nothing).
+
+    Args:
+        store: The store URL (already validated by the configuration).
+
+    Returns:
+        A message naming the problem and its fix, or None.
+    """
+    import os
+
+    if store.startswith("sqlite:"):
+        from prioqueue.store import sqlite_path
+
+        path = os.path.abspath(sqlite_path(store))
+        directory = os.path.dirname(path)
+        if not os.path.isdir(directory):
+            return (
+                f"store {store}: the directory {directory} does not exist (create it, or fix "
+                "the path: sqlite:///relative.db is relative, sqlite:////absolute.db absolute)"
+            )
+        return None
+    if store.startswith(("postgresql:", "postgres:")) and missing_modules(("psycopg",)):
+        return (
+            f"store {store}: PostgreSQL needs psycopg, which is not installed "
+            "(install the 'postgres' extra, from a checkout: pip install '.[postgres]')"
+        )
+    return None
 
 
 NO_CONFIG = (
@@ -115,6 +148,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"prioqueue broker: {exc}", file=sys.stderr)
         return 2
     if args.check:
+        problem = store_problem(config.store)
+        if problem is not None:
+            print(f"prioqueue broker: {problem}", file=sys.stderr)
+            return 2
         print(f"configuration OK: listen {config.listen}, store {config.store}")
         return 0
     from prioqueue.broker.app import create_app

@@ -176,7 +176,8 @@ class BrokerConfig:
         host: The address to listen on.
         port: The port to listen on (0: any free port).
         advertise: This replica's address as standbys report it (``http://host:port``).
-        store: The store URL: ``sqlite:relative/path.db``, ``sqlite:///absolute/path.db``,
+        store: The store URL: ``sqlite:///relative/path.db`` (or ``sqlite:relative/path.db``),
+            ``sqlite:////absolute/path.db`` (four slashes, SQLAlchemy's convention),
             ``postgresql://...`` or ``memory://``
             (nothing survives a restart; for tests and demos).
         store_schema: The PostgreSQL schema holding the broker's tables (None: the store's
@@ -261,17 +262,19 @@ class BrokerConfig:
 def _check_store(value: str, where: str) -> str:
     if value == "memory://":
         return value
-    if value.startswith("sqlite:") and value.strip("/") not in ("sqlite:", ""):
-        if value.startswith("sqlite://") and not value.startswith("sqlite:///"):
-            raise ConfigError(
-                f"{where}: a sqlite URL has no host: use sqlite:///PATH, got {value!r}"
-            )
+    if value.startswith("sqlite:"):
+        from prioqueue.store import sqlite_path
+
+        try:
+            sqlite_path(value)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
         return value
     if value.startswith(("postgresql://", "postgres://")):
         return value
     raise ConfigError(
-        f"{where}: expected 'sqlite:PATH', 'sqlite:///ABSOLUTE/PATH', 'postgresql://...' or "
-        f"'memory://', got {value!r}"
+        f"{where}: expected 'sqlite:PATH' (sqlite:///relative.db, sqlite:////absolute.db), "
+        f"'postgresql://...' or 'memory://', got {value!r}"
     )
 
 

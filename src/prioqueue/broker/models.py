@@ -166,7 +166,7 @@ class JobView(BaseModel):
     state: JobState
     position: int | None = Field(
         description="1-based place in the predicted order; 0 running; null when finished or "
-        "more than 1000 jobs are ahead."
+        "more than 100 jobs are ahead."
     )
     explanation: str | None = Field(description="Why the job waits (score terms, jobs ahead).")
     result: Any = Field(description="The worker's result (done or failed), else null.")

@@ -13,7 +13,9 @@ Theory of operation
 Every state change goes through :meth:`Broker.run`: when a lease or a retention has run out
 it first runs a ``tick`` (itself journaled), then the operation. An operation the engine
 refuses (:class:`~prioqueue.broker.engine.Rejected`) changed nothing and is not journaled.
-Reads (:meth:`Broker.read`) see only committed state. Anything else that escapes the engine
+Reads (:meth:`Broker.query`) see only committed state: the answer is computed at once and
+released after the commit of every operation applied before it, with no barrier that holds
+other callers back. Anything else that escapes the engine
 is a bug that may have left memory ahead of the journal: the process stops (crash-only) and
 the next start recovers what was acknowledged. So does a failed commit.
 
@@ -32,8 +34,8 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from prioqueue.broker.config import BrokerConfig
 from prioqueue.broker.engine import BrokerEngine, Rejected
@@ -42,6 +44,7 @@ from prioqueue.broker.journal import MemoryJournal
 __all__ = ["BROKER_OPS", "Broker", "Standby"]
 
 _log = logging.getLogger("prioqueue.broker")
+T = TypeVar("T")
 
 BROKER_OPS = frozenset(
     ("submit", "cancel", "pop", "complete", "fail", "heartbeat", "tick", "cancel_group")
@@ -77,6 +80,9 @@ class _Memory:
     async def read(self) -> BrokerEngine:
         return self.engine
 
+    async def query(self, fn: Callable[[BrokerEngine], T]) -> T:
+        return fn(self.engine)
+
     async def close(self) -> None:
         return None
 
@@ -101,8 +107,12 @@ class _Durable:
         return await self.durable.call(op, **args)
 
     async def read(self) -> BrokerEngine:
-        engine: BrokerEngine = await self.durable.read(lambda engine: engine)
+        engine: BrokerEngine = await self.durable.read_settled(lambda engine: engine)
         return engine
+
+    async def query(self, fn: Callable[[BrokerEngine], T]) -> T:
+        result: T = await self.durable.read(fn)
+        return result
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -116,11 +126,16 @@ class Broker:
     Args:
         config: The configuration.
         journal: Use this in-memory journal whatever ``config.store`` says (tests).
+        clock: The store backend's :class:`prioqueue.store.WallClock` (tests inject one with
+            manual sources); default: one whose horizon is the longest default lease.
     """
 
-    def __init__(self, config: BrokerConfig, journal: MemoryJournal | None = None) -> None:
+    def __init__(
+        self, config: BrokerConfig, journal: MemoryJournal | None = None, *, clock: Any = None
+    ) -> None:
         self.config = config
         self._journal = journal
+        self._clock = clock
         self._backend: _Memory | _Durable | None = None
         self._elector: Any = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -189,11 +204,19 @@ class Broker:
             )
         else:
             store = await asyncio.to_thread(open_store, config.store, schema=config.store_schema)
+        if self._clock is None:
+            from prioqueue.store import WallClock
+
+            # A gap between the store's time and the wall clock longer than any lease is
+            # not waited out (docs/durability.md, "Time").
+            lease = config.default_lease_seconds * float(config.lease.extra_slow_multiplier)
+            self._clock = WallClock(horizon=max(60.0, lease))
         try:
             durable = await DurableDispatcher.open(
                 store,
                 self._factory,
                 epoch=epoch,
+                clock=self._clock,
                 snapshot_every=config.snapshot_every,
                 ops=BROKER_OPS,
                 skip_when_empty=frozenset(),
@@ -342,7 +365,10 @@ class Broker:
         return self._serving().now()
 
     async def read(self) -> BrokerEngine:
-        """The engine, once everything applied so far is durable.
+        """The engine, at a moment when everything applied so far is durable.
+
+        Costly under load: while it waits, new operations wait too (see
+        ``DurableDispatcher.read_settled``). Prefer :meth:`query`.
 
         Raises:
             Standby: This replica does not serve.
@@ -352,6 +378,38 @@ class Broker:
             return await backend.read()
         except Exception:
             raise Standby(self.leader) from None
+
+    async def query(self, fn: Callable[[BrokerEngine], T]) -> T:
+        """``fn(engine)`` computed now, returned once every operation it could see is durable.
+
+        No barrier: ``fn`` runs at once and operations keep flowing; its result waits for the
+        commit of what was applied before it (at most two group commits), so a client never
+        sees a change the store lacks. ``fn`` must return data (copies or views built from
+        the engine), never the engine or a live record.
+
+        Raises:
+            Standby: This replica does not serve.
+            Rejected: ``fn`` refused (a 404, say); nothing changed.
+        """
+        backend = self._serving()
+        try:
+            return await backend.query(fn)
+        except Rejected:
+            raise
+        except Exception as exc:
+            from prioqueue.store import StoreFatal
+
+            if isinstance(exc, StoreFatal):
+                raise Standby(self.leader) from None
+            raise
+
+    def serving_engine(self) -> BrokerEngine:
+        """The engine (possibly ahead of the store) for checks that read no state.
+
+        Raises:
+            Standby: This replica does not serve.
+        """
+        return self._serving().engine
 
 
 def _fatal(reason: str) -> None:

@@ -5,8 +5,9 @@ dispatcher is made durable by journaling every state-changing call before answer
 snapshotting now and then, and recovering by restoring the latest snapshot and replaying the
 journal after it (the LMAX and slurmctld design). See docs/durability.md for the contract.
 
-* :func:`open_store` makes a :class:`Store` from a URL: ``sqlite:///path/to/file.db`` (the
-  default backend; a plain path works too) or ``postgresql://user@host/db`` (the ``postgres``
+* :func:`open_store` makes a :class:`Store` from a URL: ``sqlite:///relative.db`` or
+  ``sqlite:////absolute/path.db`` (SQLAlchemy's convention; the default backend; a plain path
+  works too) or ``postgresql://user@host/db`` (the ``postgres``
   extra).
 * :class:`DurableDispatcher` wraps a dispatcher: group commit on asyncio, crash-only failure.
 * :class:`Elector` elects one leader among several brokers on one PostgreSQL database.
@@ -60,7 +61,38 @@ __all__ = [
     "dispatcher_factory",
     "open_store",
     "replay",
+    "sqlite_path",
 ]
+
+
+def sqlite_path(url: str) -> str:
+    """The file a ``sqlite:`` URL names, by SQLAlchemy's convention.
+
+    ``sqlite:///relative.db`` and ``sqlite:relative.db`` are relative to the working
+    directory, ``sqlite:////abs/path.db`` (four slashes) is absolute. O(len(url)).
+
+    Args:
+        url: A URL starting with ``sqlite:``.
+
+    Returns:
+        The path (percent-escapes decoded).
+
+    Raises:
+        ValueError: Not a sqlite URL, a URL with a host (``sqlite://host/x``), or no path.
+    """
+    if not url.lower().startswith("sqlite:"):
+        raise ValueError(f"not a sqlite URL: {url!r}")
+    rest = unquote(url[len("sqlite:") :])
+    if rest.startswith("//"):
+        if not rest.startswith("///"):
+            raise ValueError(
+                f"a sqlite URL has no host: use sqlite:///relative.db or "
+                f"sqlite:////absolute/path.db, got {url!r}"
+            )
+        rest = rest[3:]  # sqlite:///rel -> rel; sqlite:////abs -> /abs
+    if not rest:
+        raise ValueError(f"a sqlite URL must name a file, got {url!r}")
+    return rest
 
 
 def open_store(
@@ -72,7 +104,8 @@ def open_store(
     """Open (creating if needed) the store a URL names.
 
     Args:
-        url: ``sqlite:///abs/path.db``, ``sqlite:relative.db``, a plain file path, or
+        url: ``sqlite:////abs/path.db`` (four slashes: absolute), ``sqlite:///relative.db``
+            or ``sqlite:relative.db`` (relative to the working directory), a plain file path, or
             ``postgresql://user@host:port/db`` (also ``postgres://``). None means
             ``prioqueue.db`` in the working directory.
         schema: PostgreSQL only: the schema holding the tables (created if missing).
@@ -101,14 +134,10 @@ def open_store(
     if schema is not None:
         raise ValueError("schema applies to PostgreSQL stores only")
     if scheme == "sqlite":
-        path = unquote(url[len("sqlite:") :])
-        if path.startswith("///"):
-            path = path[2:]  # sqlite:///abs -> /abs
-        elif path.startswith("//"):
-            raise ValueError(f"a sqlite URL has no host: use sqlite:///path, got {url!r}")
-        return SQLiteStore(path, synchronous=synchronous)
+        return SQLiteStore(sqlite_path(url), synchronous=synchronous)
     if scheme:
         raise ValueError(
-            f"unknown store scheme {scheme!r} in {url!r}; use sqlite:///path or postgresql://..."
+            f"unknown store scheme {scheme!r} in {url!r}; use sqlite:///relative.db, "
+            "sqlite:////absolute/path.db or postgresql://..."
         )
     return SQLiteStore(url, synchronous=synchronous)

@@ -35,6 +35,7 @@ import math
 import os
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prioqueue.store._errors import StoreError
@@ -57,6 +58,8 @@ class Elector:
         lease: Seconds a leader's term lasts without renewal (default 10).
         renew_interval: Seconds between renewals (default 2; < lease / 2).
         poll_interval: Seconds between a standby's checks (default 0.5).
+        clock: The monotonic clock that times this broker's own lease (``time.monotonic``;
+            tests inject a manual one). The waits between checks stay real.
 
     Defaults give a takeover within about 1 s of a leader's SIGKILL and within the lease plus
     about 1 s of a hang, before recovery.
@@ -75,6 +78,7 @@ class Elector:
         lease: float = 10.0,
         renew_interval: float = 2.0,
         poll_interval: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not isinstance(url, str) or not url:
             raise ValueError(f"url must be a non-empty PostgreSQL URL, got {url!r}")
@@ -89,6 +93,9 @@ class Elector:
             raise ValueError(
                 f"renew_interval ({renew_interval}) must be at most half the lease ({lease})"
             )
+        if not callable(clock):
+            raise TypeError(f"clock must be a callable returning seconds, got {clock!r}")
+        self._clock = clock
         self._url = url
         self._schema = schema
         self.address = address
@@ -112,7 +119,7 @@ class Elector:
     @property
     def is_leader(self) -> bool:
         """Whether this broker leads now (its lease, by its own clock, has not run out)."""
-        return self._epoch is not None and time.monotonic() - self._renewed < self._lease
+        return self._epoch is not None and self._clock() - self._renewed < self._lease
 
     @property
     def epoch(self) -> int | None:
@@ -212,7 +219,7 @@ class Elector:
                     term, self._handover = self._handover, None
                     await asyncio.to_thread(self._end_term, term)
                 if self._epoch is None:
-                    started = time.monotonic()  # before the lease row is written
+                    started = self._clock()  # before the lease row is written
                     epoch = await asyncio.to_thread(self._campaign)
                     if epoch is not None:
                         self._epoch = epoch
@@ -221,7 +228,7 @@ class Elector:
                         continue
                     await asyncio.sleep(self._poll)
                 else:
-                    started = time.monotonic()
+                    started = self._clock()
                     kept = await asyncio.to_thread(self._renew_lease, self._epoch)
                     if kept and self._epoch is not None:
                         self._renewed = started

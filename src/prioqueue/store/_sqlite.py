@@ -21,6 +21,10 @@ from prioqueue.store._errors import CorruptStore, StoreError, StoreLocked
 
 __all__ = ["SQLiteStore"]
 
+# Bound parameters per statement: SQLite's historical default limit (999 before 3.32), so a
+# multi-row INSERT fits whatever library Python was built with.
+_MAX_VARIABLES = 999
+
 
 class SQLiteStore(Store):
     """A store in one SQLite file (the default backend).
@@ -34,10 +38,12 @@ class SQLiteStore(Store):
             system crash or power loss may lose the last ones. Much faster on slow disks.
 
     Raises:
-        CorruptStore: The file is not a SQLite database, or fails its integrity check.
+        CorruptStore: The file is not a SQLite database, fails its integrity check, or is
+            empty (0 bytes) without having been created by this open.
         SchemaVersionError: The file was written by a newer prioqueue.
         StoreLocked: Another process holds the file.
-        StoreError: The file cannot be opened (a missing directory, no permission).
+        StoreError: The file cannot be opened (its directory does not exist, no
+            permission).
     """
 
     kind = "sqlite"
@@ -53,6 +59,26 @@ class SQLiteStore(Store):
         self.synchronous = synchronous
         super().__init__(f"sqlite:///{os.path.abspath(path)}")
         self.path = path
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise StoreError(
+                f"{self.url}: the directory {directory} does not exist (create it, or fix the "
+                "path: sqlite:///relative.db is relative, sqlite:////absolute.db absolute)"
+            )
+        try:
+            empty = os.path.getsize(path) == 0
+        except OSError:  # missing: this open creates it
+            empty = False
+        if empty:
+            # SQLite reads a 0-byte file as a new, empty database: the broker would start
+            # with no jobs and hand out job-1 again to a new job, while clients hold the old
+            # job-1 (issue 21). A store this class created is never left empty (the first
+            # open writes the header), so an empty file was truncated or replaced.
+            raise CorruptStore(
+                f"{self.url}: the file is empty (0 bytes): a store is never empty once opened, "
+                "so it was truncated or replaced; restore it from a backup, or delete it to "
+                "start a new store on purpose (job ids restart at job-1)"
+            )
         try:
             self._conn = sqlite3.connect(
                 path, timeout=timeout, isolation_level=None, check_same_thread=False
@@ -103,8 +129,20 @@ class SQLiteStore(Store):
             raise CorruptStore(f"{self.url}: {exc}") from exc
 
     def _executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        # One multi-row INSERT per chunk, not one statement per row: sqlite3 releases the GIL
+        # around every step, and a writer thread that must win the GIL back from a busy event
+        # loop once per row waits a switch interval (5 ms) each time. A batch of 2,000 events
+        # took seconds that way (issue 21); as one statement it is one hand-off.
+        head, sep, values = sql.replace("%s", "?").rpartition(" VALUES ")
         try:
-            self._conn.executemany(sql.replace("%s", "?"), rows)
+            if not sep or not rows:
+                self._conn.executemany(sql.replace("%s", "?"), rows)
+                return
+            per = max(1, _MAX_VARIABLES // len(rows[0]))
+            for start in range(0, len(rows), per):
+                chunk = rows[start : start + per]
+                statement = head + sep + ",".join([values] * len(chunk))
+                self._conn.execute(statement, [v for row in chunk for v in row])
         except sqlite3.Error as exc:
             raise StoreError(f"{self.url}: {exc}") from exc
 
