@@ -140,59 +140,65 @@ async def dashboard(
     """Everything the dashboard page shows, cut to what this key may read; poll every 2 s."""
     state = request.app.state
     broker = state.broker
-    engine = await broker.read()
-    wall = max(broker.now(), engine.now)
     recent = _state(state, "dashboard_recent", _model.Recent)
-    scope = _scope(key)
-    member = key.member
+    forecasts = _state(state, "dashboard_forecast", _model.ForecastCache)
 
-    def visible(who: str) -> bool:
-        return scope == "all" or (scope == "member" and who == member)
+    def build(engine: Any) -> dict[str, Any]:
+        # Runs inside the broker's query: it sees applied state and writers never wait for it
+        # (the answer is released once what it saw is committed).
+        wall = max(broker.now(), engine.now)
+        scope = _scope(key)
+        member = key.member
 
-    fleet = engine.fleet
-    # Read at the engine's time (the fleet has seen it); before the first operation the
-    # fleet is empty and any time will do.
-    at = engine.now if math.isfinite(engine.now) else wall
-    stats = fleet.stats(now=at)
-    history = _model.history(fleet, wall)
-    workers = _model.workers(fleet, wall, visible, history)
-    for row in workers:
-        if scope != "all":
-            row.update(resident=None, models=None, swaps=[])
-    if scope == "worker":
-        _worker_jobs(engine, fleet, workers, wall, key)
-    lanes = [] if scope == "worker" else _model.lanes(fleet, wall, visible, history)
-    groups = (
-        []
-        if scope == "worker"
-        else _model.groups(
-            fleet, at, wall, visible,
-            known=engine.group_kept.__contains__,
-            may_cancel=lambda m: m == member or key.admin,
-            cache=_state(state, "dashboard_forecast", _model.ForecastCache),
-        )
-    )  # fmt: skip
-    data = {
-        "service": "broker",
-        "role": key.role,
-        "member": member,
-        "scope": scope,
-        "admin": key.admin,
-        "now": wall,
-        "queued": stats.queued,
-        "running": len(stats.held),
-        "totals": dict(engine.counts),
-        "levels": recent.levels(stats, wall),
-        "lanes": lanes,
-        "workers": workers,
-        "groups": groups,
-        "job": None if job is None else _job_panel(engine, job, key, wall),
-        "limits": {
-            "window_seconds": _model.WINDOW, "lane_heads": _model.LANE_HEADS,
-            "groups": _model.GROUP_LIMIT, "forecast_jobs": _model.FORECAST_LIMIT,
-            "poll_seconds": 2.0,
-        },
-    }  # fmt: skip
+        def visible(who: str) -> bool:
+            return scope == "all" or (scope == "member" and who == member)
+
+        fleet = engine.fleet
+        # Read at the engine's time (the fleet has seen it); before the first operation the
+        # fleet is empty and any time will do.
+        at = engine.now if math.isfinite(engine.now) else wall
+        stats = fleet.stats(now=at)
+        history = _model.history(fleet, wall)
+        workers = _model.workers(fleet, wall, visible, history)
+        for row in workers:
+            if scope != "all":
+                row.update(resident=None, models=None, swaps=[])
+        if scope == "worker":
+            _worker_jobs(engine, fleet, workers, wall, key)
+        lanes = [] if scope == "worker" else _model.lanes(fleet, wall, visible, history)
+        groups = (
+            []
+            if scope == "worker"
+            else _model.groups(
+                fleet, at, wall, visible,
+                known=engine.group_kept.__contains__,
+                may_cancel=lambda m: m == member or key.admin,
+                cache=forecasts,
+            )
+        )  # fmt: skip
+        return {
+            "service": "broker",
+            "role": key.role,
+            "member": member,
+            "scope": scope,
+            "admin": key.admin,
+            "now": wall,
+            "queued": stats.queued,
+            "running": len(stats.held),
+            "totals": dict(engine.counts),
+            "levels": recent.levels(stats, wall),
+            "lanes": lanes,
+            "workers": workers,
+            "groups": groups,
+            "job": None if job is None else _job_panel(engine, job, key, wall),
+            "limits": {
+                "window_seconds": _model.WINDOW, "lane_heads": _model.LANE_HEADS,
+                "groups": _model.GROUP_LIMIT, "forecast_jobs": _model.FORECAST_LIMIT,
+                "poll_seconds": 2.0,
+            },
+        }  # fmt: skip
+
+    data = await broker.query(build)
     # The model documents the answer (OpenAPI); the dict goes out as it is (no validation
     # pass over a few hundred rows per poll).
     return JSONResponse(data)
