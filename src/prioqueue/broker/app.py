@@ -39,6 +39,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from prioqueue._core import LEVEL_LIMIT
+from prioqueue.broker._waiters import MAX_WAIT, long_pop, wait_job
 from prioqueue.broker.config import BrokerConfig, BrokerKey
 from prioqueue.broker.engine import JobRecord, Rejected
 from prioqueue.broker.journal import MemoryJournal
@@ -68,6 +69,14 @@ _MEMBER = Annotated[
         max_length=200,
         description="Another member's group (a key with observer = true reads it, one with "
         "admin = true also cancels it); default: the key's own member.",
+    ),
+]
+_WAIT = Annotated[
+    float,
+    Query(
+        ge=0,
+        le=MAX_WAIT,
+        description="Long-poll: seconds (0..60) to wait for a change before answering.",
     ),
 ]
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -295,10 +304,9 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         )  # fmt: skip
 
     @app.get("/v1/jobs/{job_id}", response_model=JobView, tags=["submitters"])
-    async def get_job(job_id: _ID, key: Submitter) -> JobView:
-        """A job's state, place in line, explanation and result."""
-        engine = await broker.read()
-        record = engine.owned(job_id, key.member)
+    async def get_job(job_id: _ID, key: Submitter, wait: _WAIT = 0.0) -> JobView:
+        """A job's state, place in line, explanation and result (``?wait=S``: long-poll)."""
+        engine, record = await wait_job(broker, job_id, key.member, wait)
         return view(record, *engine.position(record))
 
     @app.delete("/v1/jobs/{job_id}", response_model=JobView, tags=["submitters"])
@@ -359,13 +367,13 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         responses={204: {"description": "Nothing fits; X-Prioqueue-Idle says why."}},
         tags=["workers"],
     )
-    async def pop(worker: _ID, body: PopRequest, _key: WorkerKey) -> Any:
-        """Take the next job this worker should run, with its lease."""
-        result = await broker.run("pop", {"worker": worker, **body.model_dump()})
-        record = result.record
+    async def pop(worker: _ID, body: PopRequest, _key: WorkerKey, wait: _WAIT = 0.0) -> Any:
+        """Take the next job this worker should run, with its lease (``?wait=S``: long-poll)."""
+        record, idle_reasons = await long_pop(broker, worker, body.model_dump(), wait)
         if record is None:
-            idle = ", ".join(f"{k}={v}" for k, v in sorted(result.idle.items())) or "empty"
+            idle = ", ".join(f"{k}={v}" for k, v in sorted(idle_reasons.items())) or "empty"
             return Response(status_code=204, headers={"X-Prioqueue-Idle": idle})
+        assert record.lease_seconds is not None and record.deadline is not None  # granted
         return Granted(
             id=record.id, payload=record.payload, image=record.image, model=record.model,
             attempt=record.attempt, lease_seconds=record.lease_seconds, deadline=record.deadline,
@@ -409,5 +417,11 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         body, content_type = render(broker)
         return Response(body, media_type=content_type)
 
+    from prioqueue.broker._client_routes import client_router
+
+    app.include_router(client_router(broker, config, view))
+    from prioqueue.broker._content import JsonBodies
+
+    app.add_middleware(JsonBodies)
     app.add_middleware(_BodyLimit, limit=config.max_body_bytes)
     return app

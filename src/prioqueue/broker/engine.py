@@ -162,6 +162,9 @@ class BrokerEngine:
             "heartbeat": self.heartbeat,
             "tick": self.tick,
             "cancel_group": self.cancel_group,
+            "try_pop": self.try_pop,
+            "leave": self.leave,
+            "submit_many": self.submit_many,
         }
 
     # ------------------------------------------------------------------ leases
@@ -391,6 +394,10 @@ class BrokerEngine:
         if grant is None:
             reasons = self.fleet.idle_reasons(worker, now=now)
             return PopResult(None, {str(k): int(v) for k, v in reasons.items() if v})
+        return PopResult(self._granted(worker, grant, now), {})
+
+    def _granted(self, worker: str, grant: Any, now: float) -> JobRecord:
+        """Record the fleet's grant on the job's record; returns a copy of the record."""
         record = self.jobs[grant.job.id]
         record.state = "running"
         record.attempt = grant.attempt
@@ -399,7 +406,7 @@ class BrokerEngine:
         record.lease_seconds = lease.seconds
         record.deadline = lease.deadline
         record.granted_at = now
-        return PopResult(attrs.evolve(record), {})
+        return attrs.evolve(record)
 
     def _held(self, job_id: str, worker: str, attempt: int) -> JobRecord:
         record = self.jobs.get(job_id)
@@ -480,6 +487,175 @@ class BrokerEngine:
         held = [r for r in self.jobs.values() if r.worker == worker and r.state == "running"]
         held.sort(key=lambda r: int(r.id.rpartition("-")[2]))
         return [{"id": r.id, "attempt": r.attempt, "deadline": r.deadline} for r in held]
+
+    # ------------------------------------------------------------------ clients (long-poll)
+
+    def try_pop(
+        self,
+        now: float,
+        *,
+        worker: str,
+        models: list[str] | None = None,
+        resident: str | None = None,
+        slots: int = 1,
+        slow: bool = False,
+    ) -> PopResult | None:
+        """:meth:`pop`, except that a pop that would change nothing returns None.
+
+        A known worker whose settings are unchanged, that has not timed out and whose last
+        journaled word is under ``worker_timeout / 2`` old, and that is granted nothing,
+        leaves the state exactly as it was (its liveness is not refreshed): the driver answers
+        such a call without journaling it (``skip_when_empty``), so waiting and empty pops
+        write nothing. Any other case is :meth:`pop` (journaled): a join, a change of
+        settings, a refresh of liveness at most once per ``worker_timeout / 2``, or a grant.
+
+        Returns:
+            The :class:`PopResult` of a journaled pop, or None (nothing changed).
+
+        Raises:
+            Rejected: 409 time went backwards.
+
+        Complexity: :meth:`pop`'s; O(1) when the worker's slots are full or nothing is queued.
+        """
+        if not now >= self.now:
+            raise Rejected(409, f"time went backwards: {now!r} after {self.now!r}")
+        spec = {"models": models, "resident": resident, "slots": slots, "slow": slow}
+        state = self._fresh_worker(worker, spec, now)
+        if state is None:
+            return self.pop(now, **{"worker": worker, **spec})  # type: ignore[arg-type]
+        if len(state.held) >= state.slots or len(self.fleet) == 0:
+            return None
+        seen = state.last_seen
+        grant = self.fleet.pop(worker, now=now)
+        if grant is None:
+            state.last_seen = seen  # nothing else changed: as if the pop never happened
+            return None
+        self.now = now
+        return PopResult(self._granted(worker, grant, now), {})
+
+    def _fresh_worker(self, worker: str, spec: Mapping[str, Any], now: float) -> Any:
+        """The fleet's worker when a pop need not refresh or update it, else None. O(1)."""
+        if self.workers.get(worker) != spec:
+            return None
+        state = self.fleet._workers.get(worker)  # the core's worker record (last_seen, held)
+        timeout = self.config.worker_timeout_seconds
+        if state is None or state.timed_out:
+            return None
+        if timeout is not None and now - state.last_seen >= timeout / 2:
+            return None
+        return state
+
+    def liveness_due(self, worker: str) -> float | None:
+        """When a waiting ``worker``'s liveness must next be journaled (None: never). O(1)."""
+        timeout = self.config.worker_timeout_seconds
+        state = self.fleet._workers.get(worker)
+        if timeout is None or state is None:
+            return None
+        return float(state.last_seen) + timeout / 2
+
+    @_operation
+    def leave(self, now: float, *, worker: str) -> list[str]:
+        """A worker leaves: the jobs it holds go back to the heads of their lanes.
+
+        Leaving is not the jobs' fault: they are requeued whatever their attempt count.
+
+        Returns:
+            The ids of the jobs requeued, in submission order.
+
+        Raises:
+            Rejected: 404 the worker never popped (or already left).
+
+        Complexity: O(slots log n).
+        """
+        if worker not in self.workers:
+            raise Rejected(404, f"no worker {worker!r} (pop once to join)", field="worker")
+        requeued = [job.id for job in self.fleet.leave(worker, now=now)]
+        for job_id in requeued:
+            record = self.jobs[job_id]
+            record.state = "queued"
+            record.worker = None
+            record.deadline = None
+        del self.workers[worker]
+        return requeued
+
+    @_operation
+    def submit_many(
+        self, now: float, *, jobs: list[dict[str, Any]]
+    ) -> list[tuple[JobRecord, bool]]:
+        """Submit every job of a batch, or none: one journaled operation.
+
+        Each item holds :meth:`submit`'s keyword arguments. The refusals :meth:`submit` can
+        make (a reused idempotency key with a different body, ``max_queued``,
+        ``max_queued_per_member``) are checked for the whole batch first, so a refused batch
+        changes nothing. A refusal that still happened half way would be a bug: it escapes
+        as ``RuntimeError`` and the driver stops (crash-only), so the batch is never half
+        applied.
+
+        Returns:
+            ``(record, created)`` per job, in order.
+
+        Raises:
+            Rejected: 422 an empty batch or a reused key; 429 the batch does not fit.
+
+        Complexity: O(b (log n + M)) for b jobs.
+        """
+        if not jobs:
+            raise Rejected(422, "jobs: a batch holds at least one job", field="jobs")
+        fresh: dict[str, int] = {}
+        for args in jobs:
+            key = args.get("idempotency_key")
+            member = args["member"]
+            if key is not None and (member, key) in self.idempotency:
+                digest = fingerprint(
+                    {
+                        "p": args["priority"], "m": args.get("model"),
+                        "e": args.get("estimate"), "g": args.get("group"),
+                        "i": args.get("image"), "b": args.get("payload"),
+                    }
+                )  # fmt: skip
+                if self.idempotency[(member, key)][1] != digest:
+                    raise Rejected(
+                        422,
+                        "Idempotency-Key was already used with a different request body",
+                        field="Idempotency-Key",
+                    )
+                continue
+            fresh[member] = fresh.get(member, 0) + 1
+        self._check_room(fresh)
+        results: list[tuple[JobRecord, bool]] = []
+        for index, args in enumerate(jobs):
+            try:
+                results.append(self.submit(now, **args))
+            except Rejected as exc:
+                if index == 0:
+                    raise
+                raise RuntimeError(f"a batch was refused half way (a bug): {exc}") from exc
+        return results
+
+    def _check_room(self, fresh: Mapping[str, int]) -> None:
+        """Refuse (429) a batch that ``max_queued`` or ``max_queued_per_member`` cannot hold."""
+        total = sum(fresh.values())
+        limit = self.config.max_queued
+        if limit is not None and len(self.fleet) + total > limit:
+            raise Rejected(
+                429,
+                f"the batch of {total} new jobs does not fit: the queue holds "
+                f"{len(self.fleet)} jobs, its limit max_queued={limit}",
+                retry_after=self.config.retry_after_seconds,
+            )
+        per_member = self.config.max_queued_per_member
+        if per_member is None:
+            return
+        for member, count in fresh.items():
+            stats = self.fleet._members.get(member)  # the core's per-member counts
+            queued = 0 if stats is None else int(stats.queued)
+            if queued + count > per_member:
+                raise Rejected(
+                    429,
+                    f"the batch of {count} new jobs of member {member!r} does not fit: it has "
+                    f"{queued} queued, its limit max_queued_per_member={per_member}",
+                    retry_after=self.config.retry_after_seconds,
+                )
 
     @_operation
     def tick(self, now: float) -> list[str]:

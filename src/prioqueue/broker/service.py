@@ -35,18 +35,21 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from prioqueue.broker._waiters import Changes
 from prioqueue.broker.config import BrokerConfig
 from prioqueue.broker.engine import BrokerEngine, Rejected
 from prioqueue.broker.journal import MemoryJournal
 
-__all__ = ["BROKER_OPS", "Broker", "Standby"]
+__all__ = ["BROKER_OPS", "Broker", "Standby", "Stopping"]
 
 _log = logging.getLogger("prioqueue.broker")
 
 BROKER_OPS = frozenset(
     ("submit", "cancel", "pop", "complete", "fail", "heartbeat", "tick", "cancel_group")
-)
+) | frozenset(("try_pop", "leave", "submit_many"))
 """The engine's journaled operations."""
+SKIPPED_OPS = frozenset(("try_pop",))
+"""Operations whose None result changed nothing: answered without a journal entry."""
 
 
 class Standby(Exception):
@@ -56,6 +59,14 @@ class Standby(Exception):
         where = f"; the leader is {leader}" if leader else ""
         super().__init__(f"this broker is a standby{where}")
         self.leader = leader
+
+
+class Stopping(Standby):
+    """This broker is stopping (SIGTERM): a waiting request answers 503 at once."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.args = ("this broker is stopping; retry (another replica, or this one restarted)",)
 
 
 class _Memory:
@@ -71,7 +82,8 @@ class _Memory:
     async def call(self, op: str, args: Mapping[str, Any]) -> Any:
         now = self.journal.clock()
         result = self.engine.apply(op, args, now)
-        self.journal.append(op, args, now)
+        if result is not None or op not in SKIPPED_OPS:
+            self.journal.append(op, args, now)
         return result
 
     async def read(self) -> BrokerEngine:
@@ -128,6 +140,8 @@ class Broker:
         self._fenced: asyncio.Event | None = None
         self._stopped = False
         self.recovered_entries = 0
+        self.changes = Changes()
+        """Fired after every applied operation and on a change of role (long-poll waiters)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -196,7 +210,7 @@ class Broker:
                 epoch=epoch,
                 snapshot_every=config.snapshot_every,
                 ops=BROKER_OPS,
-                skip_when_empty=frozenset(),
+                skip_when_empty=SKIPPED_OPS,
                 on_fatal=self._on_fatal,
             )
         except BaseException:
@@ -248,6 +262,7 @@ class Broker:
                 lost.cancel()
                 fenced.cancel()
             self._backend = None
+            self.changes.fire()  # waiting requests answer 503 with the new leader
             elector.step_down()
             _log.warning("stepped down; the leader is now %s", elector.leader_address)
             await backend.close()
@@ -255,6 +270,7 @@ class Broker:
     async def stop(self) -> None:
         """Stop the background tasks, commit what is pending and close the store."""
         self._stopped = True
+        self.changes.drain()
         if self._wake is not None:
             self._wake.set()
         for task in self._tasks:
@@ -314,6 +330,8 @@ class Broker:
         result = await self._call(backend, op, args)
         if self._wake is not None:
             self._wake.set()
+        if result is not None or op not in SKIPPED_OPS:
+            self.changes.fire()
         return result
 
     async def _call(self, backend: _Memory | _Durable, op: str, args: Mapping[str, Any]) -> Any:

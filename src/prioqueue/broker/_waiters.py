@@ -1,0 +1,175 @@
+"""Long-poll for the broker: a pop or a job read that waits for a change, not a timer.
+
+Theory of operation (the invariants are in docs/design/long-poll.md):
+
+* :class:`Changes` is one future, fired (and replaced) after every operation the broker
+  applied and journaled (submit, complete, fail, cancel, a tick that took a lease back, a
+  worker leaving, a grant) and on a change of role (stepping down, stopping). A waiter takes
+  the current future *before* it looks at the state, so a change between its look and its
+  wait still wakes it: no change is missed and no timer loop runs.
+* :func:`long_pop` tries the engine's ``try_pop``, which is journaled only when it grants a
+  job, joins or updates a worker, or refreshes a worker's liveness (at most once per
+  ``worker_timeout / 2``); a pop that finds nothing writes nothing. While it waits, the only
+  timer is that liveness deadline. A grant happens inside the journaled operation, so a
+  crash between grant and answer is covered by the worker's next heartbeat.
+* :func:`wait_job` re-reads the job (committed state only) at each change until it is
+  finished or the time runs out.
+* A replica that stops serving wakes its waiters: they answer 503 with the leader's
+  address (:class:`~prioqueue.broker.service.Standby`); a stopping broker answers waiting
+  pops 503 at once, and waiting job reads with the job as it stands, so a SIGTERM never
+  waits for long polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prioqueue.broker.engine import BrokerEngine, JobRecord
+    from prioqueue.broker.service import Broker
+
+__all__ = ["MAX_WAIT", "Changes", "long_pop", "wait_job"]
+
+MAX_WAIT = 60.0
+"""The longest ``?wait=`` in seconds."""
+
+
+class Changes:
+    """A broadcast of "the broker's state or role changed", for waiting requests.
+
+    ``token()`` returns the future the next :meth:`fire` resolves; each waiter awaits it
+    with its own timeout. All methods are O(1) and run on the broker's event loop.
+    """
+
+    def __init__(self) -> None:
+        self._future: asyncio.Future[None] | None = None
+        self.draining = False
+        """True once the broker is stopping: waiters answer at once."""
+        self.fired = 0
+        """How many times :meth:`fire` ran (diagnostics, tests)."""
+
+    def token(self) -> asyncio.Future[None]:
+        """The future the next change resolves (take it before reading the state)."""
+        future = self._future
+        if future is None:
+            future = self._future = asyncio.get_running_loop().create_future()
+        return future
+
+    def fire(self) -> None:
+        """Wake every waiter (a change happened)."""
+        self.fired += 1
+        future, self._future = self._future, None
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    def drain(self) -> None:
+        """The broker is stopping: wake every waiter and let none wait again."""
+        self.draining = True
+        self.fire()
+
+
+async def _sleep_on(token: asyncio.Future[None], timeout: float) -> None:
+    if timeout > 0 and not token.done():
+        await asyncio.wait([token], timeout=timeout)
+
+
+async def long_pop(
+    broker: Broker, worker: str, spec: Mapping[str, Any], wait: float
+) -> tuple[JobRecord | None, Mapping[str, int]]:
+    """Pop for ``worker``, waiting up to ``wait`` seconds for a job it may take.
+
+    Args:
+        broker: The broker.
+        worker: The worker's name.
+        spec: Its settings (``models``, ``resident``, ``slots``, ``slow``).
+        wait: Seconds to wait (0: answer at once).
+
+    Returns:
+        ``(record, {})`` for a grant, or ``(None, idle reasons)`` when the time ran out.
+
+    Raises:
+        Standby: The replica does not serve (or stopped serving while waiting), or it is
+            stopping (``Stopping``).
+        Rejected: The engine refused the settings.
+
+    Complexity: one ``try_pop`` per change while it waits (O(1) when nothing is queued).
+    """
+    from prioqueue.broker.service import Stopping
+
+    loop = asyncio.get_running_loop()
+    end = loop.time() + wait
+    args = {"worker": worker, **spec}
+    changes = broker.changes
+    while True:
+        token = changes.token()
+        result = await broker.run("try_pop", args)
+        if result is not None and result.record is not None:
+            return result.record, {}
+        while True:
+            left = end - loop.time()
+            if left <= 0:
+                return None, await _idle(broker, worker, result)
+            if changes.draining:
+                raise Stopping()
+            engine = broker.engine
+            if engine is None:
+                break  # stepped down: try_pop raises Standby with the leader
+            due = engine.liveness_due(worker)
+            now = broker.now()
+            if due is not None and now >= due:
+                break  # journal the worker's liveness (try_pop refreshes it)
+            timeout = left if due is None else min(left, due - now + 0.001)
+            await _sleep_on(token, timeout)
+            result = None  # its idle reasons are stale now
+            token = changes.token()
+            engine = broker.engine
+            if engine is None or changes.draining or len(engine.fleet) > 0:
+                break  # something may be eligible: try again
+
+
+async def _idle(broker: Broker, worker: str, result: Any) -> Mapping[str, int]:
+    if result is not None:
+        idle: Mapping[str, int] = result.idle
+        return idle
+    engine = await broker.read()
+    try:
+        reasons = engine.fleet.idle_reasons(worker, now=broker.now())
+    except Exception:  # the worker left meanwhile: nothing to say
+        return {}
+    return {str(k): int(v) for k, v in reasons.items() if v}
+
+
+async def wait_job(
+    broker: Broker, job_id: str, member: str | None, wait: float
+) -> tuple[BrokerEngine, JobRecord]:
+    """Read a job, waiting up to ``wait`` seconds for it to finish.
+
+    Args:
+        broker: The broker.
+        job_id: The job.
+        member: Whose job it must be (None: anyone's).
+        wait: Seconds to wait (0: answer at once).
+
+    Returns:
+        The engine (committed state) and the job's record, finished or as it stands when
+        the time ran out or the broker began to stop.
+
+    Raises:
+        Standby: The replica does not serve (or stopped serving while waiting).
+        Rejected: 404 no such job of this member.
+    """
+    from prioqueue.broker.engine import FINISHED
+
+    loop = asyncio.get_running_loop()
+    end = loop.time() + wait
+    changes = broker.changes
+    while True:
+        token = changes.token()
+        engine = await broker.read()
+        record = engine.owned(job_id, member)
+        left = end - loop.time()
+        if record.state in FINISHED or left <= 0 or changes.draining:
+            return engine, record
+        await _sleep_on(token, left)
