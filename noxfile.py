@@ -13,7 +13,7 @@ import nox
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 # Every optional extra: the tests and the type checker see the adapters too.
-ALL_EXTRAS = ".[sim,plot,gateway,prometheus,postgres,broker]"
+ALL_EXTRAS = ".[sim,plot,gateway,prometheus,postgres,broker,client]"
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"

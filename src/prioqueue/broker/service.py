@@ -140,6 +140,7 @@ class Broker:
         self._fenced: asyncio.Event | None = None
         self._stopped = False
         self.recovered_entries = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.changes = Changes()
         """Fired after every applied operation and on a change of role (long-poll waiters)."""
 
@@ -170,6 +171,7 @@ class Broker:
             StoreError: The store cannot be opened or recovered (corrupt, newer schema,
                 locked by another broker).
         """
+        self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._fenced = asyncio.Event()
         config = self.config
@@ -266,6 +268,12 @@ class Broker:
             elector.step_down()
             _log.warning("stepped down; the leader is now %s", elector.leader_address)
             await backend.close()
+
+    def begin_stop(self) -> None:
+        """Answer every waiting request now (a SIGTERM): safe from a signal handler. O(1)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.changes.drain)
 
     async def stop(self) -> None:
         """Stop the background tasks, commit what is pending and close the store."""
