@@ -373,7 +373,8 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         if record is None:
             idle = ", ".join(f"{k}={v}" for k, v in sorted(idle_reasons.items())) or "empty"
             return Response(status_code=204, headers={"X-Prioqueue-Idle": idle})
-        assert record.lease_seconds is not None and record.deadline is not None  # granted
+        assert record.lease_seconds is not None  # a grant has its lease
+        assert record.deadline is not None
         return Granted(
             id=record.id, payload=record.payload, image=record.image, model=record.model,
             attempt=record.attempt, lease_seconds=record.lease_seconds, deadline=record.deadline,
