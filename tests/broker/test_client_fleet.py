@@ -144,25 +144,25 @@ def test_500_jobs_5_kills(tmp_path: Path, store: str) -> None:
 
 
 def test_a_job_taken_back_raises_job_lost_and_its_handler_stops(tmp_path: Path) -> None:
-    with _broker(tmp_path, "sqlite") as proc:
-        with (
-            Broker(proc.url, "sk-alice") as broker,
-            Worker(
-                proc.url, "wk-1", "gpu-1", wait=5, heartbeat_interval=0.1, handle_signals=False
-            ) as worker,
-        ):
-            job_id = broker.submit({"n": 1})
-            job = worker.pop()
-            assert job is not None
-            assert job.id == job_id
-            broker.cancel(job_id)
-            for _ in range(100):  # the heartbeats notice
-                if job.lost:
-                    break
-                time.sleep(0.05)
-            assert job.lost
-            with pytest.raises(Exception, match="taken back"):
-                job.check()
+    with (
+        _broker(tmp_path, "sqlite") as proc,
+        Broker(proc.url, "sk-alice") as broker,
+        Worker(
+            proc.url, "wk-1", "gpu-1", wait=5, heartbeat_interval=0.1, handle_signals=False
+        ) as worker,
+    ):
+        job_id = broker.submit({"n": 1})
+        job = worker.pop()
+        assert job is not None
+        assert job.id == job_id
+        broker.cancel(job_id)
+        for _ in range(100):  # the heartbeats notice
+            if job.lost:
+                break
+            time.sleep(0.05)
+        assert job.lost
+        with pytest.raises(Exception, match="taken back"):
+            job.check()
 
 
 def _cli(*args: str, env: dict[str, str] | None = None, **kwargs: Any) -> Any:
@@ -263,20 +263,22 @@ def _submit_one(env: dict[str, str]) -> str:
 
 
 def test_a_worker_waiting_in_a_long_poll_gets_a_job_submitted_meanwhile(tmp_path: Path) -> None:
-    with _broker(tmp_path, "sqlite") as proc:
-        with Worker(proc.url, "wk-1", "gpu-1", handle_signals=False) as worker:
-            assert worker.pop(wait=0) is None  # joins
-            got: list[Job | None] = []
-            thread = threading.Thread(target=lambda: got.append(worker.pop(wait=30)))
-            thread.start()
-            time.sleep(1.0)
-            assert thread.is_alive()  # waiting, not polling
-            with Broker(proc.url, "sk-alice") as broker:
-                job_id = broker.submit({"n": 1})
-            thread.join(30)
-            assert got
-            assert got[0] is not None
-            assert got[0].id == job_id
+    with (
+        _broker(tmp_path, "sqlite") as proc,
+        Worker(proc.url, "wk-1", "gpu-1", handle_signals=False) as worker,
+    ):
+        assert worker.pop(wait=0) is None  # joins
+        got: list[Job | None] = []
+        thread = threading.Thread(target=lambda: got.append(worker.pop(wait=30)))
+        thread.start()
+        time.sleep(1.0)
+        assert thread.is_alive()  # waiting, not polling
+        with Broker(proc.url, "sk-alice") as broker:
+            job_id = broker.submit({"n": 1})
+        thread.join(30)
+        assert got
+        assert got[0] is not None
+        assert got[0].id == job_id
 
 
 def test_100_waiting_pops_and_a_sigterm_end_cleanly(tmp_path: Path) -> None:
@@ -288,14 +290,13 @@ def test_100_waiting_pops_and_a_sigterm_end_cleanly(tmp_path: Path) -> None:
 
                 async def pop(i: int) -> Any:
                     try:
-                        return (
-                            await client.post(
-                                f"{proc.url}/v1/workers/gpu-{i}/pop",
-                                params={"wait": 60},
-                                json={},
-                                headers=WORKER,
-                            )  # fmt: skip
-                        ).status_code
+                        response = await client.post(
+                            f"{proc.url}/v1/workers/gpu-{i}/pop",
+                            params={"wait": 60},
+                            json={},
+                            headers=WORKER,
+                        )
+                        return response.status_code
                     except httpx.HTTPError as exc:
                         return type(exc).__name__
 
