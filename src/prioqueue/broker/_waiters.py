@@ -2,9 +2,11 @@
 
 Theory of operation (the invariants are in docs/design/long-poll.md):
 
-* :class:`Changes` is one future, fired (and replaced) after every operation the broker
-  applied and journaled (submit, complete, fail, cancel, a tick that took a lease back, a
-  worker leaving, a grant) and on a change of role (stepping down, stopping). A waiter takes
+* :class:`Changes` is one future, fired (and replaced) by the engine as soon as it applied an
+  operation (submit, complete, fail, cancel, a tick that took a lease back, a worker
+  leaving), and on a change of role (stepping down, stopping). Firing at apply time, not at
+  commit, lets a waiting worker's grant join the submit's group commit; the grant is still
+  answered only once it is durable (after the submit, which precedes it in the journal). A waiter takes
   the current future *before* it looks at the state, so a change between its look and its
   wait still wakes it: no change is missed and no timer loop runs.
 * :func:`long_pop` tries the engine's ``try_pop``, which is journaled only when it grants a

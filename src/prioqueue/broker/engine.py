@@ -129,6 +129,8 @@ def _operation(method: _Op) -> _Op:
             raise Rejected(409, f"time went backwards: {now!r} after {self.now!r}")
         result = method(self, now, **kwargs)
         self.now = now
+        if self.on_change is not None:
+            self.on_change()
         return result
 
     return run  # type: ignore[return-value]
@@ -153,6 +155,8 @@ class BrokerEngine:
         self.group_kept: dict[str, int] = {}
         """Kept records per dispatcher group (``group_key``); derived, not snapshotted."""
         self._retention: list[tuple[float, str]] = []
+        self.on_change: Callable[[], None] | None = None
+        """Called after each applied operation (the driver wakes long polls); not state."""
         self._ops: dict[str, Callable[..., Any]] = {
             "submit": self.submit,
             "cancel": self.cancel,

@@ -177,6 +177,7 @@ class Broker:
         config = self.config
         if self._journal is not None or config.store == "memory://":
             self._backend = _Memory(config, self._journal or MemoryJournal())
+            self._backend.engine.on_change = self.changes.fire
         elif config.store.startswith(("postgresql:", "postgres:")):
             from prioqueue.store import Elector
 
@@ -219,6 +220,7 @@ class Broker:
             await asyncio.to_thread(store.close)
             raise
         backend = _Durable(durable, store)
+        backend.engine.on_change = self.changes.fire  # wakes long polls as soon as applied
         self.recovered_entries = durable.committed_seq
         _log.info("serving from %s at epoch %s", config.store, durable.epoch)
         return backend
@@ -338,8 +340,6 @@ class Broker:
         result = await self._call(backend, op, args)
         if self._wake is not None:
             self._wake.set()
-        if result is not None or op not in SKIPPED_OPS:
-            self.changes.fire()
         return result
 
     async def _call(self, backend: _Memory | _Durable, op: str, args: Mapping[str, Any]) -> Any:
