@@ -327,3 +327,29 @@ def test_skipped_try_pops_leave_a_state_the_journal_replays_exactly(ops: list[An
     for op, args, at in journal:
         replayed.apply(op, args, at)
     assert replayed.snapshot() == live.snapshot()
+
+
+def test_a_waiting_fleet_journals_its_liveness_in_one_event_per_half_timeout() -> None:
+    async def scenario() -> None:
+        async with api(worker_timeout_seconds=60) as a:
+            for i in range(5):
+                await _pop(a, f"gpu-{i}")  # joins: one event each
+            joined = len(a.journal.entries)
+            waiting = [asyncio.create_task(_pop(a, f"gpu-{i}", wait=60)) for i in range(5)]
+            await _until_waiting(a)
+            assert len(a.journal.entries) == joined
+            a.clock.advance(31)  # past worker_timeout / 2: liveness is due
+            a.broker.changes.fire()  # the waiters re-check now (their own timer is real time)
+            await _until_waiting(a)
+            refreshes = a.journal.entries[joined:]
+            assert [e.op for e in refreshes] == ["refresh"]
+            assert refreshes[0].args["workers"] == [f"gpu-{i}" for i in range(5)]
+            a.clock.advance(31)
+            a.broker.changes.fire()
+            await _until_waiting(a)
+            assert [e.op for e in a.journal.entries[joined:]] == ["refresh", "refresh"]
+            a.broker.begin_stop()
+            await asyncio.gather(*waiting)
+            assert _replays(a)
+
+    run(scenario())

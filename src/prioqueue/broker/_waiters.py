@@ -12,7 +12,9 @@ Theory of operation (the invariants are in docs/design/long-poll.md):
 * :func:`long_pop` tries the engine's ``try_pop``, which is journaled only when it grants a
   job, joins or updates a worker, or refreshes a worker's liveness (at most once per
   ``worker_timeout / 2``); a pop that finds nothing writes nothing. While it waits, the only
-  timer is that liveness deadline. A grant happens inside the journaled operation, so a
+  timer is that liveness deadline, and the first waiter to reach it journals one
+  ``refresh`` for every waiting worker, so a waiting fleet writes one event per
+  ``worker_timeout / 2`` whatever its size. A grant happens inside the journaled operation, so a
   crash between grant and answer is covered by the worker's next heartbeat.
 * :func:`wait_job` re-reads the job (committed state only) at each change until it is
   finished or the time runs out.
@@ -51,6 +53,10 @@ class Changes:
         """True once the broker is stopping: waiters answer at once."""
         self.fired = 0
         """How many times :meth:`fire` ran (diagnostics, tests)."""
+        self.waiting: dict[str, int] = {}
+        """Workers in a long poll now (name -> open pops)."""
+        self.refreshing: asyncio.Future[None] | None = None
+        """The liveness refresh in flight, if any (one at a time for the whole fleet)."""
 
     def token(self) -> asyncio.Future[None]:
         """The future the next change resolves (take it before reading the state)."""
@@ -98,11 +104,44 @@ async def long_pop(
 
     Complexity: one ``try_pop`` per change while it waits (O(1) when nothing is queued).
     """
-    from prioqueue.broker.service import Stopping
-
     loop = asyncio.get_running_loop()
     end = loop.time() + wait
     args = {"worker": worker, **spec}
+    changes = broker.changes
+    changes.waiting[worker] = changes.waiting.get(worker, 0) + 1
+    try:
+        return await _long_pop(broker, worker, args, loop, end)
+    finally:
+        left = changes.waiting[worker] - 1
+        if left:
+            changes.waiting[worker] = left
+        else:
+            del changes.waiting[worker]
+
+
+async def _refresh(broker: Broker, worker: str) -> None:
+    """Journal the liveness of every waiting worker in one event (one refresh at a time)."""
+    changes = broker.changes
+    if changes.refreshing is not None:
+        await asyncio.wait([changes.refreshing])
+        return
+    done = changes.refreshing = asyncio.get_running_loop().create_future()
+    try:
+        await broker.run("refresh", {"workers": sorted({*changes.waiting, worker})})
+    finally:
+        changes.refreshing = None
+        done.set_result(None)
+
+
+async def _long_pop(
+    broker: Broker,
+    worker: str,
+    args: Mapping[str, Any],
+    loop: asyncio.AbstractEventLoop,
+    end: float,
+) -> tuple[JobRecord | None, Mapping[str, int]]:
+    from prioqueue.broker.service import Stopping
+
     changes = broker.changes
     while True:
         token = changes.token()
@@ -121,7 +160,8 @@ async def long_pop(
             due = engine.liveness_due(worker)
             now = broker.now()
             if due is not None and now >= due:
-                break  # journal the worker's liveness (try_pop refreshes it)
+                await _refresh(broker, worker)
+                continue
             timeout = left if due is None else min(left, due - now + 0.001)
             await _sleep_on(token, timeout)
             result = None  # its idle reasons are stale now

@@ -169,6 +169,7 @@ class BrokerEngine:
             "try_pop": self.try_pop,
             "leave": self.leave,
             "submit_many": self.submit_many,
+            "refresh": self.refresh,
         }
 
     # ------------------------------------------------------------------ leases
@@ -556,6 +557,24 @@ class BrokerEngine:
         if timeout is None or state is None:
             return None
         return float(state.last_seen) + timeout / 2
+
+    @_operation
+    def refresh(self, now: float, *, workers: list[str]) -> int:
+        """Waiting workers are alive: one journaled event for every long poll of the fleet.
+
+        Names of workers that are not known (they left meanwhile) are skipped.
+
+        Returns:
+            How many workers were marked alive.
+
+        Complexity: O(len(workers)).
+        """
+        count = 0
+        for name in workers:
+            if name in self.workers:
+                self.fleet.heartbeat(name, now=now)
+                count += 1
+        return count
 
     @_operation
     def leave(self, now: float, *, worker: str) -> list[str]:

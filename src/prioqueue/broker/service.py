@@ -46,7 +46,7 @@ _log = logging.getLogger("prioqueue.broker")
 
 BROKER_OPS = frozenset(
     ("submit", "cancel", "pop", "complete", "fail", "heartbeat", "tick", "cancel_group")
-) | frozenset(("try_pop", "leave", "submit_many"))
+) | frozenset(("try_pop", "leave", "submit_many", "refresh"))
 """The engine's journaled operations."""
 SKIPPED_OPS = frozenset(("try_pop",))
 """Operations whose None result changed nothing: answered without a journal entry."""
