@@ -6,9 +6,9 @@ Theory of operation (the invariants are in docs/design/long-poll.md):
   operation (submit, complete, fail, cancel, a tick that took a lease back, a worker
   leaving), and on a change of role (stepping down, stopping). Firing at apply time, not at
   commit, lets a waiting worker's grant join the submit's group commit; the grant is still
-  answered only once it is durable (after the submit, which precedes it in the journal). A waiter takes
-  the current future *before* it looks at the state, so a change between its look and its
-  wait still wakes it: no change is missed and no timer loop runs.
+  answered only once it is durable (after the submit, which precedes it in the journal).
+  A waiter takes the current future *before* it looks at the state, so a change between
+  its look and its wait still wakes it: no change is missed and no timer loop runs.
 * :func:`long_pop` tries the engine's ``try_pop``, which is journaled only when it grants a
   job, joins or updates a worker, or refreshes a worker's liveness (at most once per
   ``worker_timeout / 2``); a pop that finds nothing writes nothing. While it waits, the only
