@@ -311,3 +311,53 @@ def test_100_waiting_pops_and_a_sigterm_end_cleanly(tmp_path: Path) -> None:
         assert proc.proc.wait(timeout=30) == 0
         assert set(answers) <= {503, "RemoteProtocolError", "ReadError", "ConnectError"}
         assert 503 in answers
+
+
+def test_workers_follow_the_new_leader_after_a_sigkill(tmp_path: Path) -> None:
+    with postgres_schema() as schema:
+        procs = []
+        for name in ("a", "b"):
+            port = free_port()
+            config = write_config(
+                tmp_path / f"{name}.toml", port, POSTGRES_URL, schema,
+                advertise=f"http://127.0.0.1:{port}", leader_lease_seconds=2,
+            )  # fmt: skip
+            procs.append(BrokerProcess(config, port, tmp_path / f"{name}.log"))
+        a, b = procs
+        urls = f"{a.url},{b.url}"
+        try:
+            a.start()
+            _serve(a)
+            b.start()
+            done: collections.Counter[int] = collections.Counter()
+            lock = threading.Lock()
+
+            def handler(job: Job) -> int:
+                with lock:
+                    done[int(job.payload)] += 1
+                return int(job.payload)
+
+            workers = [
+                Worker(urls, "wk-1", f"gpu-{i}", wait=2, handle_signals=False, retry_timeout=60)
+                for i in range(3)
+            ]
+            threads = [threading.Thread(target=w.run, args=(handler,)) for w in workers]
+            for thread in threads:
+                thread.start()
+            with Broker(urls, "sk-alice", retry_timeout=60) as broker:
+                first = broker.submit_many([{"payload": n} for n in range(10)])
+                assert [broker.wait(j, timeout=60) for j in first] == list(range(10))
+                a.kill()  # the leader dies; b takes over; every client moves to b
+                second = broker.submit_many([{"payload": n} for n in range(10, 20)])
+                assert [broker.wait(j, timeout=60) for j in second] == list(range(10, 20))
+                assert broker.status()["leader"] == b.url
+            for w in workers:
+                w.stop()
+            for thread in threads:
+                thread.join(30)
+            for w in workers:
+                w.close()
+            assert done == collections.Counter(range(20))
+        finally:
+            a.kill()
+            b.kill()
