@@ -165,14 +165,16 @@ def test_a_job_taken_back_raises_job_lost_and_its_handler_stops(tmp_path: Path) 
             job.check()
 
 
-def _cli(*args: str, env: dict[str, str] | None = None, **kwargs: Any) -> Any:
-    return subprocess.Popen(
-        [sys.executable, "-c", _MAIN, *args],
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        **kwargs,
-    )
+def _cli(*args: str, env: dict[str, str] | None = None, log: Path | None = None) -> Any:
+    """``prioqueue ARGS`` as a subprocess: output piped, or into ``log`` (a long-lived one)."""
+    command = [sys.executable, "-c", _MAIN, *args]
+    environ = {**os.environ, **(env or {})}
+    if log is None:
+        return subprocess.Popen(
+            command, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+    with log.open("ab") as out:
+        return subprocess.Popen(command, env=environ, stdout=out, stderr=subprocess.STDOUT)
 
 
 SCRIPT = r"""
@@ -189,7 +191,11 @@ echo '{"ok": true}'
 def test_the_worker_cli_runs_a_command_per_job(tmp_path: Path, store: str) -> None:
     with _broker(tmp_path, store, default_lease_seconds=3, max_attempts=1) as proc:
         env = {"DIR": str(tmp_path), "PRIOQUEUE_BROKER_URL": proc.url, "PRIOQUEUE_KEY": "wk-1"}
-        cli = _cli("worker", "--name", "gpu-cli", "--wait", "2", "--", "sh", "-c", SCRIPT, env=env)
+        log = tmp_path / "worker.log"
+        cli = _cli(
+            "worker", "--name", "gpu-cli", "--wait", "2", "--", "sh", "-c", SCRIPT,
+            env=env, log=log,
+        )  # fmt: skip
         try:
             with Broker(proc.url, "sk-alice") as broker:
                 first = broker.submit({"prompt": "a cat"})
@@ -216,7 +222,7 @@ def test_the_worker_cli_runs_a_command_per_job(tmp_path: Path, store: str) -> No
                     raise AssertionError("the command outlived its lease")
                 assert not (tmp_path / "slept").exists()
             cli.send_signal(signal.SIGTERM)
-            assert cli.wait(timeout=30) == 0, cli.stderr.read().decode()
+            assert cli.wait(timeout=30) == 0, log.read_text()
         finally:
             if cli.poll() is None:
                 cli.kill()
@@ -361,3 +367,51 @@ def test_workers_follow_the_new_leader_after_a_sigkill(tmp_path: Path) -> None:
         finally:
             a.kill()
             b.kill()
+
+
+SLOW = r"""
+cat > /dev/null
+touch "$DIR/$PRIOQUEUE_JOB_ID.started"
+sleep 2
+echo '{"ok": 1}'
+"""
+
+
+def _started(path: Path) -> None:
+    for _ in range(400):
+        if path.exists():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")
+
+
+def test_sigterm_lets_the_job_in_hand_finish_and_a_second_one_hands_it_back(
+    tmp_path: Path,
+) -> None:
+    with _broker(tmp_path, "sqlite") as proc, Broker(proc.url, "sk-alice") as broker:
+        env = {"DIR": str(tmp_path), "PRIOQUEUE_BROKER_URL": proc.url, "PRIOQUEUE_KEY": "wk-1"}
+        command = ["worker", "--name", "gpu-t", "--wait", "5", "--", "sh", "-c", SLOW]
+        log = tmp_path / "worker.log"
+        cli = _cli(*command, env=env, log=log)
+        try:
+            first = broker.submit({"n": 1})
+            _started(tmp_path / f"{first}.started")
+            cli.send_signal(signal.SIGTERM)  # stop popping, finish this job, leave
+            assert cli.wait(timeout=60) == 0, log.read_text()
+            assert broker.get(first)["state"] == "done"
+            assert broker.get(first)["result"] == {"ok": 1}
+            assert broker.status()["workers"] == 0  # it left
+            cli = _cli(*command, env=env, log=log)
+            second = broker.submit({"n": 2})
+            _started(tmp_path / f"{second}.started")
+            cli.send_signal(signal.SIGTERM)
+            time.sleep(0.2)
+            cli.send_signal(signal.SIGTERM)  # again: kill the command, hand the job back
+            assert cli.wait(timeout=60) == 0, log.read_text()
+            job = broker.get(second)
+            assert job["state"] == "queued"
+            assert job["attempt"] == 1
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+                cli.wait()

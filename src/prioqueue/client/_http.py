@@ -147,6 +147,7 @@ class SyncTransport:
         headers: Mapping[str, str] | None = None,
         wait: float = 0.0,
         retried: list[bool] | None = None,
+        budget: float | None = None,
     ) -> httpx.Response:
         """One call, retried; returns the final answer (any status below 500 but 429).
 
@@ -159,6 +160,7 @@ class SyncTransport:
             wait: A long poll's wait, added to the request's timeout.
             retried: When given, gets True appended on each retry (a caller may need to
                 know its first try may have landed).
+            budget: Seconds of retries for this call (default ``retry_timeout``).
 
         Raises:
             BrokerUnavailable: No answer but 503/429/transport errors within the budget.
@@ -167,7 +169,10 @@ class SyncTransport:
         timeout = self.timeout + wait
         try:
             for attempt in stamina.retry_context(
-                on=_backoff, attempts=None, timeout=self.retry_timeout, wait_max=2.0
+                on=_backoff,
+                attempts=None,
+                timeout=self.retry_timeout if budget is None else budget,
+                wait_max=2.0,
             ):
                 with attempt:
                     if attempt.num > 1 and retried is not None:
@@ -224,13 +229,17 @@ class AsyncTransport:
         headers: Mapping[str, str] | None = None,
         wait: float = 0.0,
         retried: list[bool] | None = None,
+        budget: float | None = None,
     ) -> httpx.Response:
         """See :meth:`SyncTransport.request`."""
         all_headers = _headers(self.key, headers)
         timeout = self.timeout + wait
         try:
             async for attempt in stamina.retry_context(
-                on=_backoff, attempts=None, timeout=self.retry_timeout, wait_max=2.0
+                on=_backoff,
+                attempts=None,
+                timeout=self.retry_timeout if budget is None else budget,
+                wait_max=2.0,
             ):
                 with attempt:
                     if attempt.num > 1 and retried is not None:

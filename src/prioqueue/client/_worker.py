@@ -27,7 +27,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 from typing import Any
@@ -40,6 +40,9 @@ from prioqueue.client._http import SyncTransport, raise_for
 __all__ = ["Job", "Worker"]
 
 _log = logging.getLogger("prioqueue.client")
+
+LEAVE_BUDGET = 10.0
+"""Seconds ``leave`` retries an unreachable broker (a stopping worker must not hang)."""
 
 
 class _Interrupted(BaseException):
@@ -250,7 +253,7 @@ class Worker:
         self._start_heartbeats()
         return job
 
-    def jobs(self) -> Iterator[Job]:
+    def jobs(self) -> Generator[Job, None, None]:
         """Yield jobs as they are granted until :meth:`stop` or a signal; then leave.
 
         Complete (or fail) each job before asking for the next: one left unreported is
@@ -288,8 +291,14 @@ class Worker:
             BrokerUnavailable: No broker answered within ``retry_timeout``.
         """
         if self.slots == 1:
-            for job in self.jobs():
-                self._handle(handler, job)
+            jobs = self.jobs()
+            try:
+                for job in jobs:
+                    self._handle(handler, job)
+            except _Interrupted:  # a second signal: the job in hand is handed back
+                pass
+            finally:
+                jobs.close()
             return
         free = threading.Semaphore(self.slots)
         with self._signal_handlers(), ThreadPoolExecutor(self.slots) as pool:
@@ -321,7 +330,9 @@ class Worker:
             The ids of the jobs handed back.
         """
         try:
-            response = self._http.request("POST", f"/v1/workers/{self.name}/leave")
+            response = self._http.request(
+                "POST", f"/v1/workers/{self.name}/leave", budget=LEAVE_BUDGET
+            )
         except BrokerUnavailable:
             _log.warning("worker %s: could not leave (no broker); leases will expire", self.name)
             return []
@@ -378,8 +389,8 @@ class Worker:
             job._lost.set()
 
     def _unreported(self, job: Job) -> None:
-        if job.finished or job.lost:
-            return
+        if job.finished or job.lost or self._signals > 1:
+            return  # reported, lost, or interrupted: leave() hands it back
         with contextlib.suppress(JobLost, BrokerError):
             job.fail("the worker moved on without reporting the job")
 
