@@ -11,7 +11,9 @@ route                                      role       answer
 ``DELETE /v1/jobs/{id}``                   submitter  the cancelled job
 ``GET /v1/groups/{id}``                    submitter  the group's counts, GPU time, forecast
 ``DELETE /v1/groups/{id}``                 submitter  cancels its queued (running) jobs
+``POST /v1/jobs/batch``                    submitter  201 ``{"ids"}``: all or none (one operation)
 ``POST /v1/workers/{id}/pop``              worker     200 the job and its lease; 204 idle
+``POST /v1/workers/{id}/leave``            worker     ``{"requeued"}``: its jobs, queued again
 ``POST /v1/jobs/{id}/complete`` / ``fail`` worker     the finished job; 409 stale grant
 ``POST /v1/workers/{id}/heartbeat``        worker     the jobs it holds
 ``GET /v1/status``                         any        counts, role and leader
@@ -21,6 +23,9 @@ route                                      role       answer
 Errors are JSON ``{"error": message, "field": name}``. A standby answers 503 with
 ``Retry-After`` and the leader's address (``X-Prioqueue-Leader`` and the body's ``leader``).
 The idle reasons of a 204 are in ``X-Prioqueue-Idle`` (``model=3, slots_full=1``).
+``?wait=S`` (0..60) on the pop and on ``GET /v1/jobs/{id}`` long-polls (see
+:mod:`prioqueue.broker._waiters`). Bodies are JSON whatever their ``Content-Type`` says
+(:mod:`prioqueue.broker._content`).
 A group is its member's own: ``?member=`` names another member's group, for a key with
 ``observer = true`` (read) or ``admin = true`` (read and cancel); else 403.
 """

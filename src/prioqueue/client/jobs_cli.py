@@ -93,7 +93,11 @@ def _print(value: Any) -> None:
 
 def _submit(broker: Broker, args: argparse.Namespace) -> int:
     if args.batch is not None:
-        text = sys.stdin.read() if args.batch == "-" else open(args.batch).read()  # noqa: SIM115
+        if args.batch == "-":
+            text = sys.stdin.read()
+        else:
+            with open(args.batch, encoding="utf-8") as file:
+                text = file.read()
         jobs = json.loads(text)
         if not isinstance(jobs, list):
             print("prioqueue jobs: --batch must hold a JSON list of jobs", file=sys.stderr)
