@@ -44,20 +44,33 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", *session.posargs)
 
 
-@nox.session
-def tests(session: nox.Session) -> None:
-    """Pytest with branch coverage (Hypothesis included); fails under 95 %."""
-    session.install("-e", ALL_EXTRAS, *_groups("test"))
-    args = session.posargs or [
-        "--cov=prioqueue",
-        "--cov-report=term-missing:skip-covered",
-        "--cov-fail-under=95",
-    ]
+def _pytest(session: nox.Session, *args: str) -> None:
     # Exit code 5 means "no tests collected": allowed through here but said out loud, so an
     # empty selection (``nox -s tests -- -k nothing``) is not mistaken for a pass.
     code = session.run("pytest", *args, success_codes=[0, 5])
     if code == 5:
         session.warn("pytest collected no tests")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Pytest with branch coverage (Hypothesis included), slow tests left out; fails under 95 %."""
+    session.install("-e", ALL_EXTRAS, *_groups("test"))
+    args = session.posargs or [
+        "-m",
+        "not slow",
+        "--cov=prioqueue",
+        "--cov-report=term-missing:skip-covered",
+        "--cov-fail-under=95",
+    ]
+    _pytest(session, *args)
+
+
+@nox.session
+def slow(session: nox.Session) -> None:
+    """The long runs: full crash loops and property hunts (``-m slow``); CI runs them too."""
+    session.install("-e", ALL_EXTRAS, *_groups("test"))
+    _pytest(session, "-m", "slow", *session.posargs)
 
 
 # The simulator's pictures that README.md and docs/simulator.md show, with the commands that
@@ -66,17 +79,30 @@ def tests(session: nox.Session) -> None:
 PICTURES = (
     ("--scenario", "overload", "--plot", "docs/images/overload"),
     ("--sweep", "divisor=30,60,120,240", "--seeds", "5", "--plot", "docs/images/sweep"),
+    (
+        *("--scenario", "fleet-night", "--sweep", "warm_hold=0,15,30,60,90,120", "--seeds", "5"),
+        *("--plot", "docs/images/warm_hold"),
+    ),
 )
 
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """Redraw the simulator's pictures, run every code sample in the docs, build the site."""
+    """Redraw the simulator's and the dashboard's pictures, run the docs' samples, build."""
     session.install(ALL_EXTRAS, *_groups("docs", "test"))
     for args in PICTURES:
         session.run("prioqueue", "simulate", *args, "--plain", "--no-progress", silent=True)
     session.run(
         "pytest", "tests/test_docs.py", "tests/sim/test_sim_docs.py", "-p", "no:cacheprovider"
+    )
+    # The dashboard's screenshots (docs/images/ui/) are taken by its browser tests; they skip,
+    # saying why, where Chromium is missing (CI installs it).
+    session.run(
+        "pytest",
+        "tests/ui/test_ui_browser.py",
+        "-p",
+        "no:cacheprovider",
+        env={"PRIOQUEUE_UI_SCREENSHOTS": str(ROOT / "docs" / "images" / "ui")},
     )
     session.run(
         "mkdocs",

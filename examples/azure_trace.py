@@ -1,8 +1,9 @@
 """Convert an Azure LLM inference trace (2023) into a prioqueue trace (JSON Lines).
 
-Usage::
+Usage, with the conversation trace of the Azure Public Dataset
+(``AzureLLMInferenceTrace_conv.csv``, downloaded by you from the dataset's page)::
 
-    python examples/azure_trace.py ../shared/traces/azure-llm-2023-conv.csv conv.jsonl --seed 1
+    python examples/azure_trace.py AzureLLMInferenceTrace_conv.csv conv.jsonl --seed 1
     prioqueue simulate --trace conv.jsonl
 
 (or replay the CSV directly: ``prioqueue simulate --trace FILE.csv``, which recognises it).
@@ -34,13 +35,21 @@ def main(argv: list[str] | None = None) -> int:
         help=f"converter parameter; defaults: {AZURE_DEFAULTS}",
     )
     args = parser.parse_args(argv)
+    bad = [item for item in args.param if "=" not in item]
+    if bad:
+        parser.error(f"--param takes KEY=VALUE, got {bad[0]!r}")
     params = dict(item.split("=", 1) for item in args.param)
-    workload = convert_azure(args.source, seed=args.seed, params=params)
-    if args.target == "-":
-        rows = write_trace(workload, sys.stdout)
-    else:
-        with open(args.target, "w", encoding="utf-8") as handle:
-            rows = write_trace(workload, handle)
+    try:
+        workload = convert_azure(args.source, seed=args.seed, params=params)
+        if args.target == "-":
+            rows = write_trace(workload, sys.stdout)
+        else:
+            with open(args.target, "w", encoding="utf-8") as handle:
+                rows = write_trace(workload, handle)
+    except OSError as exc:  # a missing or unreadable file: one line, not a traceback
+        parser.exit(1, f"{parser.prog}: {exc.filename or args.source}: {exc.strerror}\n")
+    except ValueError as exc:  # not an Azure trace, or a bad parameter value
+        parser.exit(1, f"{parser.prog}: {exc}\n")
     print(f"{rows} jobs, time scale {workload.params['time_scale']:.3f}", file=sys.stderr)
     print(f"trace data: {AZURE_ATTRIBUTION}", file=sys.stderr)
     return 0

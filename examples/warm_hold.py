@@ -22,7 +22,7 @@ import statistics
 from prioqueue.sim import build, build_report, parse_spec, simulate
 from prioqueue.sim.workers import WorkerSpec
 
-HOLDS = (0, 5, 15, 30)
+HOLDS = (0, 15, 30, 120)
 SEEDS = range(1, 6)
 
 

@@ -272,6 +272,55 @@ def test_cancel_stops_the_chain() -> None:
         chain.cancel(now=6.0, running="all")  # type: ignore[arg-type]
 
 
+def test_cancel_returns_a_step_holding_the_cancelled_jobs() -> None:
+    # Documented as "the cancelled jobs" while it returned a ChainStep: the step is the answer.
+    _d, chain = _started("stop", depth=2)
+    step = chain.cancel(now=1.0)
+    assert isinstance(step, ChainStep)
+    assert step.submitted == ()
+    assert sorted(job.id for job in step.cancelled) == ["s1", "s2"]
+    assert "holds the jobs cancelled" in (Chain.cancel.__doc__ or "")
+
+
+def test_a_cancel_group_on_the_dispatcher_stops_the_chain_at_its_next_call() -> None:
+    # After d.cancel_group(...) the chain still said "running" and went on submitting.
+    d = SizeOneDispatcher()
+    chain = Chain(d, shots(5), depth=2, group="film")
+    chain.start(now=0.0)
+    grant = d.dispatch(0.0)
+    assert grant is not None
+    assert grant.job.id == "s1"
+    assert [job.id for job in d.cancel_group("film", now=5.0, running="keep")] == ["s2"]
+    assert chain.status(now=6.0).cancelled == 1
+    assert chain.progress.state == "cancelled"
+    assert chain.progress.pending == 0
+    d.complete("s1", now=10.0)
+    assert chain.completed("s1", now=10.0).submitted == ()  # nothing more is submitted
+    assert len(d) == 0
+
+
+def test_the_outside_cancel_is_noticed_by_completed_too() -> None:
+    d = SizeOneDispatcher()
+    chain = Chain(d, shots(4), depth=2, group="film")
+    chain.start(now=0.0)
+    d.dispatch(0.0)
+    d.cancel_group("film", now=1.0, running="keep")
+    d.complete("s1", now=2.0)
+    assert chain.completed("s1", now=2.0).submitted == ()
+    assert chain.progress.state == "cancelled"
+    assert chain.progress.done == 1
+
+
+def test_a_chain_own_stop_is_not_mistaken_for_an_outside_cancel() -> None:
+    d = SizeOneDispatcher()
+    chain = Chain(d, shots(4), depth=2, group="film", on_failure="skip")
+    chain.start(now=0.0)
+    d.dispatch(0.0)
+    chain.failed("s1", now=1.0)  # skipped: s3 goes in; nothing was cancelled
+    assert chain.progress.state == "running"
+    assert chain.progress.in_flight == ("s2", "s3")
+
+
 # ---------------------------------------------------------------------------- full queue
 
 

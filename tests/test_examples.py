@@ -9,6 +9,7 @@ A docs page quotes an example's output in a ```` ```text ```` block preceded by
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -28,7 +29,9 @@ _QUOTE = re.compile(
 )
 
 
+@functools.cache
 def _run(script: Path) -> subprocess.CompletedProcess[str]:
+    """Run a script once per test session (the quote checks reuse the run of the script)."""
     env = {**os.environ, "PYTHONHASHSEED": "0", "NO_COLOR": "1", "COLUMNS": "100"}
     return subprocess.run(
         [sys.executable, str(script), *ARGUMENTS.get(script.name, [])],
@@ -66,3 +69,45 @@ def test_quoted_output_is_current(page: str, script: str, quoted: str) -> None:
     result = _run(ROOT / script)
     assert result.returncode == 0, result.stderr
     assert result.stdout == quoted, f"{page} quotes an outdated output of {script}"
+
+
+def test_azure_trace_names_a_missing_file_in_one_line(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "azure_trace.py"),
+            str(tmp_path / "nope.csv"),
+            "-",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "nope.csv: No such file or directory" in result.stderr
+
+
+def test_azure_trace_refuses_a_param_without_a_value(tmp_path: Path) -> None:
+    source = tmp_path / "trace.csv"
+    source.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n", encoding="utf-8")
+    script = str(ROOT / "examples" / "azure_trace.py")
+    result = subprocess.run(
+        [sys.executable, script, str(source), "-", "--param", "seed"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "--param takes KEY=VALUE, got 'seed'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_example_usage_names_no_path_of_this_workplace() -> None:
+    # The usage once named ../shared/traces, a folder only the developers' machines have.
+    for script in EXAMPLES:
+        assert "shared/traces" not in script.read_text(encoding="utf-8"), script.name

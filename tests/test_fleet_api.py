@@ -70,6 +70,10 @@ def lane_s(f: FleetDispatcher, member: str, level: int = 0) -> float:
         ({"worker_timeout": math.nan}, "worker_timeout must be a finite number"),
         ({"warm_hold": -1}, "warm_hold must be a number of seconds >= 0"),
         ({"warm_hold": math.inf}, "warm_hold must be a finite number"),
+        ({"load_seconds": 30}, "load_seconds must be a mapping of model name to seconds"),
+        ({"load_seconds": {"m": -1}}, r"load_seconds\['m'\] must be seconds >= 0"),
+        ({"load_seconds": {"m": math.nan}}, r"load_seconds\['m'\] must be a finite number"),
+        ({"load_seconds": {"": 1}}, "load_seconds model must be a non-empty str"),
         ({"max_running_per_member": 0}, "max_running_per_member must be a positive int"),
         ({"max_running_per_member": True}, "max_running_per_member must be a positive int"),
         ({"history_bytes": -1}, "history_bytes must be an int >= 0"),
@@ -176,6 +180,28 @@ def test_leave_requeues_held_jobs_at_their_lane_heads_and_refunds_them() -> None
     with pytest.raises(UnknownWorker):
         f.pop("a", now=1)
     assert popped(f, "b", 1) == "x0"
+    f._check()
+
+
+def test_requeue_gives_one_held_job_back_and_the_worker_keeps_the_others() -> None:
+    f = fleet("a", "b")
+    f.join("a", slots=2, now=0)
+    for i in range(3):
+        f.submit(f"x{i}", member="x", now=0)
+    s0 = lane_s(f, "x")
+    assert popped(f, "a", 0) == "x0"
+    assert popped(f, "a", 0) == "x1"
+    job = f.requeue("x0", now=1)
+    assert job.id == "x0"
+    assert f.state("x0") == "queued"
+    assert list(f.worker("a").held) == ["x1"]
+    assert next(a.job_id for a in f.forecast(now=1)) == "x0"  # at the head of its lane
+    assert popped(f, "b", 1) == "x0"
+    f.complete("x1", now=2, runtime=2, worker="a")
+    f.complete("x0", now=2, runtime=1, worker="b")
+    assert lane_s(f, "x") > s0
+    with pytest.raises(InvalidState, match="queued, not held"):
+        f.requeue("x2", now=2)
     f._check()
 
 
@@ -614,3 +640,28 @@ def test_a_restored_fleet_replays_exactly() -> None:
     restored = FleetDispatcher.restore(state, worker_timeout=45, warm_hold=30)
     assert script(restored, 0) == script(live, 0)
     assert restored.snapshot(now=100) == live.snapshot(now=100)
+
+
+def test_a_restored_fleet_keeps_the_warm_hold_of_a_busy_worker() -> None:
+    # The expected end of a held job survives the snapshot (shifted with the clock): the
+    # restored fleet keeps the job for the busy warm worker exactly as the original does.
+    live = fleet("cold", "warm", warm_hold=30)
+    live.heartbeat("cold", resident="flux", now=0)
+    live.heartbeat("warm", resident="sdxl", now=0)
+    live.submit("first", member="a", model="sdxl", estimate=40.0, now=0)
+    assert popped(live, "warm", 0) == "first"
+    live.submit("second", member="b", model="sdxl", now=0)
+    state = json.loads(json.dumps(live.snapshot(now=5)))
+    assert state["held"][0]["expected_end"] == 40.0
+    same = FleetDispatcher.restore(state, warm_hold=30)
+    later = FleetDispatcher.restore(state, now=105, warm_hold=30)  # 100 s later
+    assert same.next_hold_end() == live.next_hold_end() == 70.0
+    assert later.next_hold_end() == 170.0
+    assert live.pop("cold", now=10) is None
+    assert same.pop("cold", now=10) is None
+    assert later.pop("cold", now=110) is None
+    assert later.idle_reasons("cold", now=110) == {"warm_hold": 1}
+    # A snapshot without the field (an older one) estimates it from the recent runtimes.
+    del state["held"][0]["expected_end"]
+    older = FleetDispatcher.restore(state, warm_hold=30)
+    assert older.next_hold_end() == 40.0 + 30  # the estimate is known: 40 s

@@ -296,6 +296,123 @@ def test_the_warm_hold_lasts_warm_hold_seconds_or_until_the_warm_worker_is_busy(
     assert second.job.id != first.job.id
 
 
+def _busy_warm_fleet(make: Factory, estimate: float) -> Fleet:
+    """The warm worker runs a job expected to take ``estimate`` seconds from time 0."""
+    fleet = make(warm_hold=30.0)
+    fleet.join("cold", resident="flux", now=0.0)
+    fleet.join("warm", resident="sdxl", now=0.0)
+    fleet.submit("first", member="ann", model="sdxl", estimate=estimate, now=0.0)
+    assert fleet.pop("warm", now=0.0) is not None
+    fleet.submit("second", member="bob", model="sdxl", now=0.0)
+    return fleet
+
+
+@IMPLEMENTATIONS
+def test_a_job_waits_for_a_warm_worker_expected_free_within_the_hold(make: Factory) -> None:
+    """Issue 17 item 2: the warm worker is busy, but expected to free its slot within
+    ``warm_hold`` of now (either way): the cold worker is refused the job until then plus the
+    hold, whatever the job's age."""
+    fleet = _busy_warm_fleet(make, estimate=40.0)  # expected free at 40
+    grant = fleet.pop("cold", now=9.0)  # 40 > 9 + 30: too far ahead, the cold worker takes it
+    assert grant is not None
+    assert (grant.job.id, grant.swap) == ("second", True)
+    fleet = _busy_warm_fleet(make, estimate=40.0)
+    assert fleet.pop("cold", now=10.0) is None  # 40 <= 10 + 30: kept for the warm worker
+    assert fleet.idle_reasons("cold", now=10.0) == {"warm_hold": 1}
+    assert fleet.next_hold_end() == 70.0  # 40 + 30, if the warm worker is still busy then
+    assert fleet.pop("cold", now=69.5) is None  # overdue by less than the hold: still kept
+    late = fleet.pop("cold", now=70.0)  # overdue by the hold: any worker may take it
+    assert late is not None
+    assert late.job.id == "second"
+    # The warm worker frees in time: it takes the job, no swap.
+    fleet = _busy_warm_fleet(make, estimate=40.0)
+    assert fleet.pop("cold", now=20.0) is None
+    fleet.complete("first", now=45.0)
+    grant = fleet.pop("warm", now=45.0)  # the driver pulls for the worker that freed
+    assert grant is not None
+    assert (grant.job.id, grant.swap) == ("second", False)
+    # Without a hold, nothing waits.
+    fleet = make(warm_hold=0.0)
+    fleet.join("cold", resident="flux", now=0.0)
+    fleet.join("warm", resident="sdxl", now=0.0)
+    fleet.submit("first", member="ann", model="sdxl", estimate=40.0, now=0.0)
+    assert fleet.pop("warm", now=0.0) is not None
+    fleet.submit("second", member="bob", model="sdxl", now=0.0)
+    assert fleet.next_hold_end() is None
+    assert fleet.pop("cold", now=10.0) is not None
+
+
+@IMPLEMENTATIONS
+def test_a_busy_warm_worker_keeps_only_the_jobs_it_can_start_within_the_hold(
+    make: Factory,
+) -> None:
+    """The warm worker is expected free at 40 and each job is expected to take 40 s: of the
+    jobs queued for its model it keeps those it would start within the hold (the oldest by
+    seq), so a burst does not pile up behind one worker while others idle."""
+    fleet = _busy_warm_fleet(make, estimate=40.0)  # "second" (seq 1) is queued, no estimate
+    for k in range(3):
+        fleet.submit(f"more{k}", member=f"m{k}", model="sdxl", estimate=40.0, now=0.0)
+    # At 10 with warm_hold 30: "second" starts at 40 <= 40 (kept); "more0" at 40 + 60
+    # (no recent runtime yet: the default expected runtime) > 40: the cold worker may take it.
+    assert fleet.idle_reasons("cold", now=10.0) == {"warm_hold": 1}
+    grant = fleet.pop("cold", now=10.0)
+    assert grant is not None
+    assert grant.job.id == "more0"
+
+
+@IMPLEMENTATIONS
+def test_a_worker_with_nothing_else_to_run_waits_no_longer_than_the_load(make: Factory) -> None:
+    """With ``load_seconds``, the longer hold applies only while the cold worker has another
+    job to run; with nothing else it is refused a job only for a warm worker expected to start
+    it within the model's load time (a cold start would not start its work earlier)."""
+
+    def busy(load: float) -> Fleet:
+        fleet = make(warm_hold=60.0, load_seconds={"sdxl": load})
+        fleet.join("cold", resident="flux", now=0.0)
+        fleet.join("warm", resident="sdxl", now=0.0)
+        fleet.submit("first", member="ann", model="sdxl", estimate=40.0, now=0.0)
+        assert fleet.pop("warm", now=0.0) is not None
+        fleet.submit("second", member="bob", model="sdxl", now=0.0)
+        return fleet
+
+    fleet = busy(load=30.0)  # the warm worker starts it at 40, 30 s from now: within the load
+    assert fleet.pop("cold", now=10.0) is None
+    assert fleet.idle_reasons("cold", now=10.0) == {"warm_hold": 1}
+    fleet = busy(load=20.0)  # 30 s away, the load is 20 s: the idle cold worker takes it
+    assert fleet.idle_reasons("cold", now=10.0) == {}
+    grant = fleet.pop("cold", now=10.0)
+    assert grant is not None
+    assert (grant.job.id, grant.swap) == ("second", True)
+    fleet = busy(load=20.0)  # with another job to run, the hold is warm_hold (60 s)
+    fleet.submit("plain", member="cid", now=0.0)
+    assert fleet.idle_reasons("cold", now=10.0) == {"warm_hold": 1}
+    grant = fleet.pop("cold", now=10.0)
+    assert grant is not None
+    assert grant.job.id == "plain"
+
+
+@IMPLEMENTATIONS
+def test_placement_never_holds_a_job_aging_has_carried_past_every_band(make: Factory) -> None:
+    """A job that waited its level's aging bound, ``(top - level) * d + (T + A) * d``, goes to
+    any worker: starvation prevention outranks swap savings. Default scorer: d = 60, T = 2,
+    A = 10; a batch (-100) job behind an interactive (100) one: (200 + 12) * 60 = 12,720 s."""
+
+    def fleet_at(arrival: float) -> Fleet:
+        fleet = make(warm_hold=30.0)
+        fleet.join("cold", resident="flux", now=0.0)
+        fleet.join("warm", resident="sdxl", now=0.0)
+        fleet.submit("long", member="cid", model="sdxl", estimate=12_760.0, now=0.0)
+        assert fleet.pop("warm", now=0.0) is not None  # expected free at 12,760
+        fleet.submit("old", member="ann", model="sdxl", priority="batch", now=arrival)
+        fleet.submit("top", member="bob", model="flux", priority="interactive", now=12_740.0)
+        return fleet
+
+    young = fleet_at(21.0)  # waited 12,719 s at 12,740: kept for the warm worker
+    assert young.idle_reasons("cold", now=12_740.0) == {"warm_hold": 1}
+    old = fleet_at(20.0)  # waited 12,720 s: any worker may take it
+    assert old.idle_reasons("cold", now=12_740.0) == {}
+
+
 @IMPLEMENTATIONS
 def test_warm_routing_saves_swaps_on_a_stream(make: Factory) -> None:
     """Two workers, each warm for one model, polling in a fixed order (the cold one first):

@@ -182,8 +182,26 @@ def test_tables_are_read_only_and_disjoint() -> None:
 
 def test_unknown_sampler_counts_one_unit_and_names_are_case_sensitive() -> None:
     assert sampler_work("my_new_sampler", 25) == 25
-    assert sampler_work("K_HEUN", 10) == 10  # not "k_heun": case-sensitive
     assert lease_seconds(width=1024, height=1024, steps=50, sampler="nope") == 430
+    # A known name in another case is a typo, not a new one-unit sampler: it used to count
+    # "K_HEUN" (2 units a step) as 1 unit a step without a word.
+    with pytest.raises(ValueError, match=r"'K_HEUN' is not known; .* did you mean 'k_heun'\?"):
+        sampler_work("K_HEUN", 10)
+    with pytest.raises(ValueError, match=r"did you mean 'k_euler'\?"):
+        lease_seconds(width=512, height=512, sampler="K_EULER")
+    with pytest.raises(ValueError, match=r"did you mean 'k_dpm_adaptive'\?"):
+        LeaseCalculator()({"width": 64, "height": 64, "sampler": "K_DPM_ADAPTIVE"})
+    # Both spellings AI Horde knows ("DDIM", "ddim") stay exact matches.
+    assert sampler_work("DDIM", 10) == sampler_work("ddim", 10) == 10
+
+
+def test_lease_seconds_names_itself_in_errors() -> None:
+    # It was the default calculator's bound method, so a wrong keyword named
+    # "LeaseCalculator.seconds()", which the caller never called.
+    with pytest.raises(
+        TypeError, match=r"^lease_seconds\(\) got an unexpected keyword .*'control_type'"
+    ):
+        lease_seconds(width=512, height=512, control_type="canny")  # type: ignore[call-arg]
 
 
 def test_strict_mode_rejects_unknown_samplers() -> None:

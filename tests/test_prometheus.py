@@ -15,6 +15,7 @@ from prometheus_client.samples import Sample
 
 from prioqueue.asyncio import AsyncDispatcher
 from prioqueue.dispatcher import SizeOneDispatcher
+from prioqueue.fleet import FleetDispatcher
 from prioqueue.prometheus import (
     CONTENT_TYPE,
     METRIC_NAMES,
@@ -186,6 +187,22 @@ def test_register_twice_reuses_the_collector_and_rebinds_it() -> None:
     registry.register(PrioqueueCollector(first, clock=clock))
     with pytest.raises(ValueError, match="Duplicated"):
         register(first, registry=registry, clock=clock)
+
+
+def test_register_a_fleet_dispatcher() -> None:
+    # A FleetDispatcher is read like a SizeOneDispatcher: stats(now=clock()) at each scrape.
+    clock = Clock()
+    fleet = FleetDispatcher(lease_for=lambda job, worker: 50.0)
+    fleet.join("gpu-a", models=["m1"], now=clock())
+    fleet.submit("x", member="m", priority=100, model="m1", now=clock())
+    fleet.submit("y", member="m", priority=-100, model="m1", now=clock())
+    assert fleet.pop("gpu-a", now=clock()) is not None
+    registry = CollectorRegistry()
+    register(fleet, registry=registry, clock=clock)
+    families = parse(render(registry).decode())
+    assert value(families["prioqueue_queue_depth"], "prioqueue_queue_depth", level="-100") == 1
+    assert value(families["prioqueue_busy"], "prioqueue_busy") == 1
+    unregister(registry)
 
 
 def test_bad_source() -> None:

@@ -18,9 +18,10 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from heapq import heappop as _heappop
 from heapq import heappush as _heappush
+from types import MappingProxyType
 from typing import Literal, NamedTuple
 
 from prioqueue._core import _RECENT_PER_KEY, _Level
@@ -66,6 +67,9 @@ _new_record = tuple.__new__  # builds a DispatchRecord without its Python-level 
 class _Engine(_Reporting, GroupMethods):
     """Grants, completions and take-backs over the workers in ``_workers`` (private)."""
 
+    #: Cold-load seconds per model (``FleetDispatcher(load_seconds=...)``): caps the warm hold.
+    _load_seconds: Mapping[str, float] = MappingProxyType({})
+
     # ------------------------------------------------------------------ workers
 
     def _worker_of(self, name: object) -> _Worker:
@@ -83,21 +87,57 @@ class _Engine(_Reporting, GroupMethods):
             if worker.resident is not None:
                 self._residents[worker.resident] = self._residents.get(worker.resident, 0) + 1
 
-    def _warm(self, worker: _Worker) -> frozenset[str]:
-        """Models resident on another live worker that has a free slot and serves them."""
-        return frozenset(
-            other.resident
-            for other in self._workers.values()
-            if other is not worker
-            and other.resident is not None
-            and not other.timed_out
-            and len(other.held) < other.slots
-            and other.serves(other.resident)
-        )
+    def _aging_exemption(self) -> float:
+        """``(T + A) * d``: the offsets' spread in seconds (the aging bound's constant)."""
+        config = self._scorer.config
+        bonuses = list(config.tier_bonuses.values())
+        spread = max(bonuses) - min(bonuses) if bonuses else 0.0
+        return (spread + config.max_affinity) * self._divisor
 
     def _search(self, worker: _Worker, t: float) -> Search:
-        warm = self._warm(worker) if self._warm_hold > 0 else frozenset()
-        return Search(worker, self._max_running, warm, self._warm_hold, t)
+        """The pop's eligibility view, with the warm hold's workers (the design note's rule).
+
+        With ``warm_hold = h > 0``, each other live worker that has a model resident and
+        serves it is *warm* for it: free now (a free slot), or busy (``slots`` jobs held) and
+        expected to free a slot at ``e`` with ``t - h < e <= t + h`` (``free_at`` lists the
+        busy ones' ``e`` per model). O(workers x slots).
+        """
+        hold = self._warm_hold
+        if not hold > 0:
+            return Search(worker, self._max_running)
+        low = t - hold
+        high = t + hold
+        free: set[str] = set()
+        free_at: dict[str, list[float]] = {}
+        for other in self._workers.values():
+            resident = other.resident
+            if other is worker or resident is None or other.timed_out or not other.serves(resident):
+                continue
+            if len(other.held) < other.slots:
+                free.add(resident)
+                continue
+            at = other.expected_free()
+            if not low < at <= high:
+                continue
+            times = free_at.get(resident)
+            if times is None:
+                free_at[resident] = [at]
+            else:
+                times.append(at)
+        return Search(
+            worker,
+            self._max_running,
+            frozenset(free),
+            free_at,
+            self._lanes.values(),
+            self._expected_runtime,
+            self._load_seconds,
+            hold,
+            t,
+            max((level for level, counts in self._levels.items() if counts.queued), default=0),
+            self._aging_exemption(),
+            self._divisor,
+        )
 
     # ------------------------------------------------------------------ pop
 
@@ -123,6 +163,11 @@ class _Engine(_Reporting, GroupMethods):
             if search is None:
                 search = self._search(worker, t)
             best = best_for(self._ranking, search, self._window)
+            if best is None:
+                # The longer hold applies only while the worker has something else to run.
+                relaxed = search.relaxed()
+                if relaxed is not None:
+                    best = best_for(self._ranking, relaxed, self._window)
         if best is None:
             return None
         lane, entry, aff = best
@@ -130,8 +175,8 @@ class _Engine(_Reporting, GroupMethods):
         lease = None if self._lease_for is None else self._lease(job, worker, t)
         charged = 0.0
         capacity = self._live or 1
+        expected = runtime = self._expected_runtime(job)
         if self._fair_share:
-            expected = self._expected_runtime(job)
             if not self._plain_charge:
                 expected = self._checked_charge(job, expected, "expected charge")
             charged = expected / capacity
@@ -172,6 +217,7 @@ class _Engine(_Reporting, GroupMethods):
         entry.granted_at = t
         entry.worker = worker
         entry.charged = charged
+        entry.expected_end = t + runtime
         entry.capacity = capacity
         entry.grant = grant
         self._dequeue(entry)

@@ -77,6 +77,8 @@ class _Entry:
         mark: The dispatch counter when it was queued (``explain`` reads the history after).
         worker: The worker holding it; set at the grant (read it only once granted).
         charged: The up-front charge added to its lane's ``s`` at the grant (same).
+        expected_end: ``granted_at`` plus its expected runtime: when its worker is expected
+            to free the slot (same; the warm hold reads it).
         capacity: The fleet's capacity at the grant (same).
         grant: Its grant (same).
     """
@@ -85,6 +87,7 @@ class _Entry:
         "attempt",
         "capacity",
         "charged",
+        "expected_end",
         "grant",
         "granted_at",
         "job",
@@ -98,6 +101,7 @@ class _Entry:
 
     worker: Any
     charged: float
+    expected_end: float
     capacity: int
     grant: Any
 

@@ -60,6 +60,7 @@ def dump(d: _Engine, t: float) -> dict[str, Any]:
             record["swap"] = grant.swap
             record["charged"] = entry.charged
             record["capacity"] = entry.capacity
+            record["expected_end"] = entry.expected_end
             held.append(record)
     state: dict[str, Any] = {
         "taken_at": t,
@@ -146,7 +147,12 @@ def load(
         _load_recent(d, state.get("recent"))
         if fleet:
             _load_workers(d, state["workers"], shift)
-        for record in state["queued"]:
+        held = [r for r in (state["held"] if fleet else [state["running"]]) if r is not None]
+        held_ids = {id(record) for record in held}
+        for record in _in_lane_order(d, state["queued"], held):
+            if id(record) in held_ids:
+                _restore_held(d, record, shift, seqs, top_seq, require_lease)
+                continue
             job = _job_from_record(d, record, shift, seqs, top_seq)
             if snapshot_fair and d._fair_share and (job.member, job.priority) not in d._lanes:
                 raise ValueError(f"job {job.id!r} has no lane record")
@@ -162,10 +168,6 @@ def load(
             queued_at = record.get("queued_at")
             if queued_at is not None:  # a requeued job's warm hold counts from its requeue
                 entry.queued_at = finite("queued_at", finite("queued_at", queued_at) + shift)
-        held = state["held"] if fleet else [state["running"]]
-        for record in held:
-            if record is not None:
-                _restore_held(d, record, shift, seqs, top_seq, require_lease)
         if not fleet:
             resident = state["resident_model"]
             one = next(iter(d._workers.values()))
@@ -273,6 +275,23 @@ def _job_from_record(
     )
 
 
+def _in_lane_order(
+    d: _Engine, queued: list[dict[str, Any]], held: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The queued and held records in the order their lanes must be made again.
+
+    With fair share the lanes come from the snapshot's ``lanes`` list (made before any job), so
+    queued jobs go first and held ones after. Without it every job has a lane of its own, made
+    when it was submitted: the live lanes are in submission order, so the records go in ``seq``
+    order (a held job's lane made after every queued one would change the lane order, and the
+    order of ``snapshot()["queued"]``, once that job is requeued).
+    """
+    records = [*queued, *held]
+    if d._fair_share:
+        return records
+    return sorted(records, key=lambda record: _int("seq", record["seq"], 0))
+
+
 def _restore_held(
     d: _Engine,
     record: Mapping[str, Any],
@@ -322,6 +341,12 @@ def _restore_held(
     entry.worker = worker
     entry.capacity = capacity
     entry.charged = charged if d._fair_share else 0.0
+    end = record.get("expected_end")  # absent in older snapshots: from the recent runtimes
+    entry.expected_end = (
+        granted_at + d._expected_runtime(job)
+        if end is None
+        else finite("expected_end", finite("expected_end", end) + shift)
+    )
     lease = None if seconds is None else Lease(granted_at=granted_at, seconds=seconds)
     entry.grant = Grant(
         job=job,

@@ -86,7 +86,8 @@ class ReferenceFleet(_Rules):
         max_running_per_member: The most jobs of one member that workers hold, or None.
         max_attempts: Grants a job gets before an expired lease fails it.
         worker_timeout: Seconds of silence after which ``expire`` takes a worker's jobs back.
-        warm_hold: Seconds a job stays reserved for a free warm worker (0: off).
+        warm_hold: Placement: seconds a job stays reserved for a warm worker (0: off).
+        load_seconds: Cold-load seconds per model (caps the wait for a busy warm worker).
         fair_share: False makes every job its own lane with ``s = arrival`` and no charge.
         track_reorders: False leaves the reorder counts at zero.
         wait_buckets: Upper bounds of the grant-wait histogram (``inf`` is appended).
@@ -105,6 +106,7 @@ class ReferenceFleet(_Rules):
         max_attempts: int = 3,
         worker_timeout: float | None = None,
         warm_hold: float = 0.0,
+        load_seconds: Mapping[str, float] | None = None,
         fair_share: bool = True,
         track_reorders: bool = True,
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
@@ -121,6 +123,7 @@ class ReferenceFleet(_Rules):
         self._max_attempts = max_attempts
         self._worker_timeout = worker_timeout
         self._warm_hold = float(warm_hold)
+        self._load_seconds = dict(load_seconds or {})
         self._fair_share = fair_share
         self._track_reorders = track_reorders
         bounds = tuple(float(bound) for bound in wait_buckets)
@@ -252,6 +255,26 @@ class ReferenceFleet(_Rules):
         """Set a worker's resident model without a heartbeat (``set_resident_model``)."""
         self._worker(name).resident = model
 
+    def next_hold_end(self) -> float | None:
+        """When a warm hold kept for a busy worker lapses (None: none, or no warm hold).
+
+        The earliest ``expected free + warm_hold`` after the latest ``now`` over the live
+        workers that hold ``slots`` jobs and serve their resident model.
+        """
+        if not self._warm_hold > 0:
+            return None
+        ends = [
+            min(h.grant.granted_at + h.expected_runtime for h in worker.held) + self._warm_hold
+            for worker in self._workers.values()
+            if not worker.timed_out
+            and worker.resident is not None
+            and worker.serves(worker.resident)
+            and worker.held
+            and len(worker.held) >= worker.slots
+        ]
+        later = [end for end in ends if end > self._latest]
+        return min(later) if later else None
+
     def idle_reasons(self, name: str, *, now: float) -> Mapping[str, int]:
         """Why ``pop(name)`` finds nothing: queued jobs per first cause of ineligibility.
 
@@ -269,8 +292,11 @@ class ReferenceFleet(_Rules):
         now = self._time(now)
         worker = self._worker(name)
         counts: dict[str, int] = {}
-        for entry in self._queued():
-            cause = self._ineligible(worker, entry, now)
+        queued = self._queued()
+        causes = [self._ineligible(worker, entry, now) for entry in queued]
+        if all(cause is not None for cause in causes):  # as pop: capped holds
+            causes = [self._ineligible(worker, entry, now, True) for entry in queued]
+        for cause in causes:
             if cause is not None:
                 counts[cause] = counts.get(cause, 0) + 1
         return {cause: counts[cause] for cause in IDLE_CAUSES if cause in counts}
@@ -383,6 +409,8 @@ class ReferenceFleet(_Rules):
         if len(worker.held) >= worker.slots:
             return None
         offers = self._offers(worker, lambda e: self._ineligible(worker, e, now) is None)
+        if not offers:  # nothing else to run: holds for busy warm workers capped at loads
+            offers = self._offers(worker, lambda e: self._ineligible(worker, e, now, True) is None)
         if not offers:
             return None
         win = min(offers, key=lambda o: (-self._key(o), o.s, o.tie))
@@ -390,7 +418,8 @@ class ReferenceFleet(_Rules):
         job = entry.job
         info = self._info(worker)
         lease = None if self._lease_for is None else self._lease(job, info, now)
-        expected = self._charge_of(job, self._expected_runtime(job))
+        runtime = self._expected_runtime(job)
+        expected = self._charge_of(job, runtime)
         n = self.capacity
         c = expected / n if self._fair_share else 0.0
         resident = worker.resident
@@ -409,7 +438,7 @@ class ReferenceFleet(_Rules):
             worker=worker.name,
         )
         level = self._levels[job.priority]
-        if self._track_reorders and self._fast_path(worker):
+        if self._track_reorders and self._fast_path(worker, now):
             # The counterfactual rankings know nothing of eligibility: every queued job counts.
             everything = self._offers(worker, lambda entry: True)
             for cause, other in self._counterfactuals(everything, worker).items():
@@ -418,7 +447,7 @@ class ReferenceFleet(_Rules):
         self._lane_of(job).jobs.remove(entry)
         if self._fair_share:
             self._lane_of(job).hold(c)
-        worker.held.append(_Held(grant, worker.name, entry.grants + 1, c, n))
+        worker.held.append(_Held(grant, worker.name, entry.grants + 1, c, n, runtime))
         if job.model is not None:
             worker.resident = job.model
         level.dispatched += 1

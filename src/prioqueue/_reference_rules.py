@@ -32,8 +32,14 @@ __all__: list[str] = []  # private module
 class _Rules(_Book):
     """The note's rules over the state (see the module docstring)."""
 
-    def _ineligible(self, worker: _Worker, entry: _Entry, now: float) -> str | None:
-        """The first cause that keeps ``entry`` from ``worker`` (None: it is eligible)."""
+    def _ineligible(
+        self, worker: _Worker, entry: _Entry, now: float, capped: bool = False
+    ) -> str | None:
+        """The first cause that keeps ``entry`` from ``worker`` (None: it is eligible).
+
+        ``capped``: the hold for a busy warm worker is capped at the model's load time (the
+        note: only when nothing else is eligible for ``worker``).
+        """
         job = entry.job
         if len(worker.held) >= worker.slots:
             return "slots_full"
@@ -49,35 +55,77 @@ class _Rules(_Book):
             self._warm_hold > 0
             and job.model is not None
             and job.model != worker.resident
-            and now < entry.queued_at + self._warm_hold
-            and any(
-                other is not worker
-                and not other.timed_out
-                and other.resident == job.model
-                and len(other.held) < other.slots
-                and other.serves(job.model)
-                for other in self._workers.values()
-            )
+            and not self._starving(job, now)
         ):
-            return "warm_hold"
+            others = [other for other in self._workers.values() if other is not worker]
+            if (
+                any(other.free_warm_for(job.model) for other in others)
+                and now < entry.queued_at + self._warm_hold
+            ):
+                return "warm_hold"
+            if self._kept_for_busy_warm(job, others, now, capped):
+                return "warm_hold"
         return None
 
-    def _fast_path(self, worker: _Worker) -> bool:
+    def _starving(self, job: Job, now: float) -> bool:
+        """Whether ``job`` waited its level's aging bound (placement never holds such a job).
+
+        The bound is ``(top - level) * d + (T + A) * d`` with ``top`` the highest queued level.
+        """
+        config = self._scorer.config
+        tiers = list(config.tier_bonuses.values())
+        offsets = ((max(tiers) - min(tiers) if tiers else 0.0) + config.max_affinity) * (
+            self._divisor
+        )
+        top = max(entry.job.priority for entry in self._queued())
+        return now - job.arrival >= (top - job.priority) * self._divisor + offsets
+
+    def _kept_for_busy_warm(
+        self, job: Job, others: list[_Worker], now: float, capped: bool
+    ) -> bool:
+        """The note's case 2: the warm workers are expected to start ``job`` in time.
+
+        Taking the model's queued jobs by seq, each on the first worker expected free, they
+        start ``job`` within ``min(h, load)`` of ``now``.
+        """
+        h = self._warm_hold
+        free: list[float] = []  # the busy warm workers' expected free times
+        for other in others:
+            if other.busy_warm_for(job.model, now, h):
+                free.append(min(x.grant.granted_at + x.expected_runtime for x in other.held))
+        if not free:
+            return False
+        load = self._load_seconds.get(job.model or "") if capped else None
+        deadline = now + (h if load is None or load > h else load)
+        older = sorted(
+            (e.job for e in self._queued() if e.job.model == job.model and e.job.seq < job.seq),
+            key=lambda j: j.seq,
+        )
+        for ahead in older:
+            start = min(free)
+            if start > deadline:
+                return False
+            free.remove(start)
+            free.append(max(start, now) + self._expected_runtime(ahead))
+        return min(free) <= deadline
+
+    def _fast_path(self, worker: _Worker, now: float) -> bool:
         """Whether a grant to ``worker`` counts reorders (the note's fast path).
 
         The worker serves every model with no ``accepts``; with ``warm_hold``, no other live
-        worker with a free slot has a model it serves loaded; with a member cap, the winner
-        among *all* queued jobs belongs to a member under the cap. Then the winner is the one
-        the counterfactual rankings (which know nothing of eligibility) compete with.
+        worker is free-warm or busy-warm for the model it has loaded (whether or not a queued
+        job would be held); with a member cap, the winner among *all* queued jobs belongs to a
+        member under the cap. Then the winner is the one the counterfactual rankings (which
+        know nothing of eligibility) compete with.
         """
         if worker.models is not None or worker.accepts is not None:
             return False
         if self._warm_hold > 0 and any(
             other is not worker
-            and other.resident is not None
-            and not other.timed_out
-            and len(other.held) < other.slots
-            and other.serves(other.resident)
+            and (
+                other.free_warm_for(other.resident)
+                or other.busy_warm_for(other.resident, now, self._warm_hold)
+            )
             for other in self._workers.values()
         ):
             return False

@@ -74,13 +74,18 @@ class _Lane:
 
 @attrs.define(eq=False)
 class _Held:
-    """A job a worker holds: its grant, the up-front charge ``c`` and the capacity ``n``."""
+    """A job a worker holds: its grant, the up-front charge ``c``, the capacity ``n``...
+
+    ... and its expected runtime at the grant (the warm hold reads when its worker should be
+    free).
+    """
 
     grant: Grant
     worker: str
     grants: int
     c: float
     n: int
+    expected_runtime: float = 0.0
 
 
 @attrs.define(eq=False)
@@ -97,6 +102,29 @@ class _Worker:
 
     def serves(self, model: str | None) -> bool:
         return model is None or self.models is None or model in self.models
+
+    def free_warm_for(self, model: str | None) -> bool:
+        """Live, ``model`` loaded and served, and a free slot (the note's case 1)."""
+        return self._warm(model) and len(self.held) < self.slots
+
+    def busy_warm_for(self, model: str | None, now: float, hold: float) -> bool:
+        """Live, ``model`` loaded and served, all slots held, and expected free in time.
+
+        The first of its jobs expected to end does so within ``hold`` of ``now``, either way
+        (the note's case 2).
+        """
+        if not self._warm(model) or len(self.held) < self.slots:
+            return False
+        ends = [h.grant.granted_at + h.expected_runtime for h in self.held]
+        return now - hold < min(ends) <= now + hold
+
+    def _warm(self, model: str | None) -> bool:
+        return (
+            not self.timed_out
+            and model is not None
+            and self.resident == model
+            and self.serves(model)
+        )
 
 
 @attrs.frozen
@@ -180,6 +208,7 @@ class _Book:
     _max_attempts: int
     _worker_timeout: float | None
     _warm_hold: float
+    _load_seconds: dict[str, float]
     _fair_share: bool
     _track_reorders: bool
     _buckets: tuple[float, ...]

@@ -58,6 +58,13 @@ def _work(
             f"sampler {sampler!r} is not a known sampler (strict mode; names are "
             f"case-sensitive); known: {', '.join(sorted([*units, *flat]))}"
         )
+    folded = sampler.casefold()
+    spelled = sorted(name for name in (*units, *flat) if name.casefold() == folded)
+    if spelled:  # "K_EULER": a typo of a known sampler, not a new one worth 1 unit a step
+        raise ValueError(
+            f"sampler {sampler!r} is not known; names are case-sensitive: did you mean "
+            f"{' or '.join(map(repr, spelled))}?"
+        )
     return steps
 
 
@@ -71,11 +78,13 @@ def sampler_work(sampler: str, steps: int, *, strict: bool = False) -> int:
 
     Returns:
         ``units * steps``, 40 for ``k_dpm_adaptive`` whatever the steps, or ``steps`` for an
-        unknown sampler.
+        unknown sampler (O(known samplers) for an unknown name, checked against known names
+        ignoring case).
 
     Raises:
         TypeError: Wrong argument types.
-        ValueError: ``steps`` < 1, or an unknown sampler when ``strict``.
+        ValueError: ``steps`` < 1, an unknown sampler when ``strict``, or (always) a name
+            that differs from a known one only by case (``"K_EULER"``).
     """
     _check_sampler(sampler)
     _check_positive_int("steps", steps)

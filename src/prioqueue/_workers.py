@@ -21,9 +21,10 @@ serves every model but filters) and a the ``accepts`` calls.
 
 from __future__ import annotations
 
+import copy
 import inspect
-from collections.abc import Callable
-from heapq import heappop, heappush
+from collections.abc import Callable, Iterable, Mapping
+from heapq import heapify, heappop, heappush, heapreplace
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -71,6 +72,14 @@ class _Worker:
         self.held: list[_Entry] = []
         self.last_seen = now
         self.timed_out = False
+
+    def expected_free(self) -> float:
+        """When a worker holding ``slots`` jobs is expected to free one. O(slots).
+
+        The earliest expected end of the jobs it holds (each its grant time plus its expected
+        runtime).
+        """
+        return min(entry.expected_end for entry in self.held)
 
     def serves(self, model: str | None) -> bool:
         """Whether the worker runs jobs for ``model`` (a job without a model runs anywhere)."""
@@ -138,44 +147,141 @@ class Search:
     Args:
         worker: The popping worker.
         cap: ``max_running_per_member``, or None.
-        warm: The models resident on *other* live workers with a free slot that serve them
-            (empty when ``warm_hold`` is 0).
+        free_warm: The models resident on *other* live workers that serve them and have a
+            free slot (the warm hold keeps a job for them until ``queued_at + hold``).
+        warm_free_at: Per model, when the *other* live workers that have it resident, serve
+            it and hold ``slots`` jobs are expected to free a slot, for those expected within
+            ``hold`` of now, either way (an overdue one counts as free now). The warm hold
+            keeps the oldest queued jobs for the model that these workers are expected to
+            start within ``hold`` of now.
+        lanes: Every lane (read to find a model's queued jobs, once per model).
+        expected: ``job -> expected runtime`` (the dispatcher's).
+        loads: Cold-load seconds per model: once ``relaxed()`` (the worker would otherwise
+            idle), a job is kept only for a warm worker expected to start it within
+            ``min(hold, load)`` of now (a model not in it: ``hold``).
         hold: ``warm_hold`` seconds.
         now: The pop's time.
+        top: The highest level with queued jobs (for the aging exemption).
+        bound: ``(T + A) * d``: a job that waited ``(top - level) * d + bound`` seconds or more
+            (aging has carried it past every band: the report's aging bound) is never held.
+        divisor: The aging divisor ``d``.
     """
 
-    __slots__ = ("accepts", "cap", "hold", "models", "now", "resident", "warm")
+    __slots__ = (
+        "accepts",
+        "bound",
+        "cap",
+        "capped",
+        "divisor",
+        "expected",
+        "free_warm",
+        "hold",
+        "lanes",
+        "limits",
+        "loads",
+        "models",
+        "now",
+        "resident",
+        "top",
+        "warm",
+        "warm_free_at",
+    )
 
     def __init__(
         self,
         worker: _Worker,
         cap: int | None,
-        warm: frozenset[str],
-        hold: float,
-        now: float,
+        free_warm: frozenset[str] = frozenset(),
+        warm_free_at: dict[str, list[float]] | None = None,
+        lanes: Iterable[_Lane] = (),
+        expected: Callable[[Job], float] | None = None,
+        loads: Mapping[str, float] | None = None,
+        hold: float = 0.0,
+        now: float = 0.0,
+        top: int = 0,
+        bound: float = 0.0,
+        divisor: float = 1.0,
     ) -> None:
         self.models = worker.models
         self.accepts = worker.accepts
         self.resident = worker.resident
         self.cap = cap
-        self.warm = warm
+        self.free_warm = free_warm
+        self.warm_free_at = {} if warm_free_at is None else warm_free_at
+        self.warm = bool(free_warm or self.warm_free_at)  # whether any hold may apply
+        self.lanes = lanes
+        self.expected = expected
+        self.loads = {} if loads is None else loads
+        self.capped = False
+        self.limits: dict[str, int] = {}
         self.hold = hold
         self.now = now
+        self.top = top
+        self.bound = bound
+        self.divisor = divisor
 
-    def capped(self, lane: _Lane) -> bool:
+    def relaxed(self) -> Search | None:
+        """The view for a worker that nothing is eligible for: holds capped at load times.
+
+        None when that changes nothing (no hold applies, or no load is known).
+        """
+        if not self.warm or self.capped or not self.loads:
+            return None
+        if not any(model in self.loads for model in self.warm_free_at):
+            return None
+        other = copy.copy(self)
+        other.capped = True
+        other.limits = {}
+        return other
+
+    def at_cap(self, lane: _Lane) -> bool:
         """Whether the lane's member is at its running cap."""
         cap = self.cap
         return cap is not None and lane.owner.running >= cap
 
     def held_back(self, entry: _Entry) -> bool:
         """Whether the warm hold keeps the entry for another worker."""
-        model = entry.job.model
-        return (
-            model is not None
-            and model != self.resident
-            and model in self.warm
-            and self.now < entry.queued_at + self.hold
-        )
+        job = entry.job
+        model = job.model
+        if model is None or model == self.resident:
+            return False
+        if self.now - job.arrival >= (self.top - job.priority) * self.divisor + self.bound:
+            return False  # starving: aging outranks placement
+        if model in self.free_warm and self.now < entry.queued_at + self.hold:
+            return True
+        if model not in self.warm_free_at:
+            return False
+        limit = self.limits.get(model)
+        if limit is None:
+            limit = self.limits[model] = self._limit(model)
+        return entry.job.seq <= limit
+
+    def _limit(self, model: str) -> int:
+        """The largest seq of the queued jobs for ``model`` kept for its warm workers.
+
+        Those the warm workers are expected to start within ``min(hold, load)`` of now, taking
+        the jobs by seq, each on the first worker expected free (-1: none). O(lanes + k log k)
+        for k such jobs.
+        """
+        assert self.expected is not None
+        jobs = sorted(
+            (entry.job for lane in self.lanes for entry in lane.by_model.get(model, ())
+             if entry.state == QUEUED),
+            key=lambda job: job.seq,
+        )  # fmt: skip
+        free = list(self.warm_free_at[model])
+        heapify(free)
+        now = self.now
+        load = self.loads.get(model) if self.capped else None
+        deadline = now + (self.hold if load is None or load > self.hold else load)
+        limit = -1
+        for job in jobs:
+            start = free[0]
+            if start > deadline:
+                break
+            limit = job.seq
+            heapreplace(free, (start if start > now else now) + self.expected(job))
+        return limit
 
     def ok(self, entry: _Entry) -> bool:
         """Whether an entry of a served model may go to the worker (accepts, warm hold)."""
@@ -258,7 +364,7 @@ def best_for(
                 if best is not None and item[:3] > best[0]:
                     break
                 scratch.append(heappop(heap))
-                if search.capped(lane):
+                if search.at_cap(lane):
                     continue
                 if bonus:
                     assert resident is not None
@@ -283,7 +389,7 @@ def idle_reasons(entries: list[_Entry], worker: _Worker, search: Search) -> dict
     for entry in entries:
         if full:
             cause = "slots_full"
-        elif search.capped(entry.lane):
+        elif search.at_cap(entry.lane):
             cause = "member_cap"
         elif not worker.serves(entry.job.model):
             cause = "model"

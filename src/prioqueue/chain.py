@@ -306,7 +306,12 @@ class Chain:
 
     @property
     def progress(self) -> ChainProgress:
-        """The chain's counts and state. O(in flight)."""
+        """The chain's counts and state, as of its last call. O(in flight).
+
+        A ``cancel_group`` made on the dispatcher directly is seen at the chain's next call
+        that takes ``now`` (``status``, ``top_up``, ``completed``, ``failed``); to stop a
+        chain at once, call :meth:`cancel` on it.
+        """
         return ChainProgress(
             state=self._state,
             total=len(self._specs),
@@ -322,13 +327,16 @@ class Chain:
         """Return the group's status (``dispatcher.group_status(chain.group, now=now)``).
 
         Its forecast covers the submitted jobs only; :meth:`forecast_finish` adds the
-        pending ones.
+        pending ones. Like every call with ``now``, it notices a ``cancel_group`` made on the
+        dispatcher directly: the chain is then ``"cancelled"`` (see :meth:`cancel`).
 
         Raises:
             UnknownGroup: The chain has not submitted anything yet.
             ValueError: ``now`` is out of range.
         """
-        return self._d.group_status(self._group, now=now)
+        status = self._d.group_status(self._group, now=now)
+        self._notice_outside_cancel(status)
+        return status
 
     def forecast_finish(self, *, now: float) -> float | None:
         """Predict when the chain's last job finishes.
@@ -478,7 +486,7 @@ class Chain:
                 ``"cancel"`` stops it too.
 
         Returns:
-            The cancelled jobs.
+            A step whose ``cancelled`` holds the jobs cancelled (``submitted`` is empty).
 
         Raises:
             ValueError: ``running`` is not ``"keep"`` or ``"cancel"``, or ``now`` is out of
@@ -509,8 +517,29 @@ class Chain:
         self._cancelled += len(cancelled)
         return tuple(cancelled)
 
+    def _notice_outside_cancel(self, status: GroupStatus | None = None, now: float = 0.0) -> None:
+        """Stop submitting when the group lost queued jobs the chain did not cancel itself.
+
+        ``cancel_group`` on the dispatcher (a service's "cancel film" button) removes the
+        chain's queued jobs behind its back; the group's ``cancelled`` count then exceeds the
+        chain's own. O(in flight) when no in-flight job is missing from the dispatcher (no
+        dispatcher call), else one ``group_status``.
+        """
+        if self._state != "running":
+            return
+        if status is None:
+            if all(job_id in self._d for job_id in self._flight):
+                return
+            try:
+                status = self._d.group_status(self._group, now=now)
+            except UnknownGroup:  # pragma: no cover - a chain in flight has submitted
+                return
+        if status.cancelled > self._cancelled:
+            self._state = "cancelled"
+
     def _fill(self, now: float) -> ChainStep:
         t = finite("now", now)
+        self._notice_outside_cancel(now=t)
         tickets = []
         retry_after = None
         while self._state == "running" and self._pending and len(self._flight) < self._depth:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -44,6 +45,7 @@ _EXTRAS = {
     "worker": "client",
     "jobs": "client",
 }
+_EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,7 +72,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit status.
 
-    Exit status: 0 on success, 1 when the command failed, 2 on bad usage.
+    Exit status: 0 on success, 1 when the command failed, 2 on bad usage, 141 (128 +
+    SIGPIPE, as a shell reports it) when the reader of standard output went away
+    (``prioqueue simulate --list-scenarios | head``): no traceback is printed then.
     """
     parser = _parser()
     args = parser.parse_args(argv)
@@ -92,7 +96,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     module = importlib.import_module(args._module)
-    code: int = module.run(args)
+    try:
+        code: int = module.run(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader closed the pipe (``| head``). Point stdout at devnull so the interpreter's
+        # own flush at exit does not raise again, and exit as a SIGPIPE'd process would.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return _EXIT_BROKEN_PIPE
     return code
 
 

@@ -28,9 +28,9 @@ from typing import Any, TypeVar
 
 from prioqueue._core import DEFAULT_HISTORY_BYTES, DEFAULT_WAIT_BUCKETS, ChargeModel
 from prioqueue._engine import _Engine
-from prioqueue._errors import ConfigError
+from prioqueue._errors import ConfigError, InvalidState
 from prioqueue._lanes import QUEUED
-from prioqueue._validate import checked_name
+from prioqueue._validate import checked_name, finite
 from prioqueue._workers import _Worker, idle_reasons
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Grant, Job, WorkerInfo
@@ -40,6 +40,27 @@ __all__ = ["FleetDispatcher"]
 
 _F = TypeVar("_F", bound="FleetDispatcher")
 _UNSET: Any = object()
+
+
+def _load_seconds(value: object) -> Mapping[str, float]:
+    """Check ``load_seconds``: None, or a mapping of model names to finite seconds >= 0."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"load_seconds must be a mapping of model name to seconds (or None), got {value!r}"
+        )
+    loads: dict[str, float] = {}
+    for model, seconds in value.items():
+        try:
+            name = checked_name("load_seconds model", model)
+            number = finite(f"load_seconds[{model!r}]", seconds)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if number < 0:
+            raise ConfigError(f"load_seconds[{model!r}] must be seconds >= 0, got {seconds!r}")
+        loads[name] = number
+    return loads
 
 
 class FleetDispatcher(_Engine):
@@ -64,8 +85,14 @@ class FleetDispatcher(_Engine):
         max_attempts: Grants a job gets before a lease expiry or a worker timeout fails it.
         worker_timeout: Seconds without a pop, heartbeat or completion after which ``expire``
             takes a worker's jobs back; None never.
-        warm_hold: Seconds a job stays reserved for a warm worker (its model resident, a slot
-            free) before a cold worker may take it; 0 turns warm routing off.
+        warm_hold: Placement (docs/design/fleet.md, "Placement: the warm hold"): a cold
+            worker is refused a job while another worker with the job's model loaded is free
+            (for ``warm_hold`` seconds after the job was queued) or is busy and expected to
+            start it within ``warm_hold`` seconds (and ``load_seconds``); 0 turns it off.
+        load_seconds: Cold-load seconds per model name (a swap's cost): a job is kept for a
+            busy warm worker only while that worker is expected to start it no later than a
+            cold worker would finish loading the model. None (or a model not in it): only
+            ``warm_hold`` bounds the wait.
         fair_share: False turns every job into its own lane aging from its arrival.
         track_reorders: Keep the counterfactual rankings behind ``Stats`` reorder counts.
         history: Grants remembered for ``explain``'s overtakes.
@@ -95,6 +122,7 @@ class FleetDispatcher(_Engine):
         max_attempts: int = 3,
         worker_timeout: float | None = None,
         warm_hold: float = 0.0,
+        load_seconds: Mapping[str, float] | None = None,
         fair_share: bool = True,
         track_reorders: bool = True,
         history: int = 10_000,
@@ -118,6 +146,7 @@ class FleetDispatcher(_Engine):
             history_bytes=history_bytes,
             wait_buckets=wait_buckets,
         )
+        self._load_seconds = _load_seconds(load_seconds)
 
     # ------------------------------------------------------------------ workers
 
@@ -242,6 +271,34 @@ class FleetDispatcher(_Engine):
         del self._workers[worker.name]
         return [entry.job for entry, _ in taken]
 
+    def requeue(self, job_id: str, *, now: float) -> Job:
+        """Give one held job back to the head of its lane, as ``leave`` does for each of its.
+
+        For a job whose run never reached its worker (a connection that failed): not the
+        job's fault, so it is requeued whatever its attempt count and its lane is refunded
+        its up-front charge. The worker keeps its other jobs.
+
+        Args:
+            job_id: A held job.
+            now: The current monotonic time.
+
+        Returns:
+            The requeued job.
+
+        Raises:
+            UnknownJob: The id is not queued or held.
+            InvalidState: The job is queued, not held.
+            ValueError: ``now`` is out of range.
+
+        Complexity: O(log n + slots).
+        """
+        entry = self._entry(job_id)
+        if entry.state == QUEUED:
+            raise InvalidState(f"job {job_id!r} is queued, not held: nothing to requeue")
+        t = self._tick(now)
+        self._take_back([entry], t, always=True)
+        return entry.job
+
     def pop(self, name: str, *, now: float) -> Grant | None:
         """Pull the best job this worker may run now (see the class docstring).
 
@@ -299,7 +356,48 @@ class FleetDispatcher(_Engine):
         worker = self._worker_of(name)
         t = self._tick(now)
         entries = [e for e in self._entries.values() if e.state == QUEUED]
-        return idle_reasons(entries, worker, self._search(worker, t))
+        search = self._search(worker, t)
+        counts = idle_reasons(entries, worker, search)
+        relaxed = search.relaxed()
+        if relaxed is not None and sum(counts.values()) == len(entries):
+            counts = idle_reasons(entries, worker, relaxed)  # nothing eligible: capped holds
+        return counts
+
+    def next_hold_end(self) -> float | None:
+        """When a warm hold kept for a busy worker lapses, with nothing else happening.
+
+        The warm hold keeps a job from a cold worker while another live worker that has the
+        job's model loaded is free (for ``warm_hold`` seconds after the job was queued), or is
+        expected to free a slot within ``warm_hold`` seconds of now, either way (see
+        docs/design/fleet.md). The second kind lapses at that worker's expected free time plus
+        ``warm_hold`` if it is still busy then. A driver that pulls only when something happens
+        (a submit, a completion, ``queued_at + warm_hold`` of a job it holds back) should also
+        pull at this time.
+
+        Returns:
+            The earliest such time after the latest ``now`` seen, or None (``warm_hold`` is 0,
+            or no busy live worker serves its resident model).
+
+        Complexity: O(workers x slots).
+        """
+        hold = self._warm_hold
+        if not hold > 0:
+            return None
+        t = self._now
+        best: float | None = None
+        for worker in self._workers.values():
+            resident = worker.resident
+            if (
+                resident is None
+                or worker.timed_out
+                or len(worker.held) < worker.slots
+                or not worker.serves(resident)
+            ):
+                continue
+            end = worker.expected_free() + hold
+            if end > t and (best is None or end < best):
+                best = end
+        return best
 
     def workers(self) -> list[WorkerInfo]:
         """Every known worker (timed-out ones included), by name. O(workers x slots)."""

@@ -497,10 +497,52 @@ _EXACT_SOURCES = (ImageRequest, dict)
 DEFAULT_CALCULATOR = LeaseCalculator()
 """The calculator with the ADR's constants, used by the module functions."""
 
-# The module functions are the default calculator's bound methods: same signature, same
-# docstring, and no extra call layer on the hot path.
-lease_seconds = DEFAULT_CALCULATOR.seconds
-"""The lease in whole seconds under the ADR's defaults (see :meth:`LeaseCalculator.seconds`)."""
+
+def lease_seconds(
+    *,
+    width: int,
+    height: int,
+    steps: int = 30,
+    sampler: str = "k_euler_a",
+    controlnet: bool = False,
+    baseline: str | None = None,
+    loras: int = 0,
+    extra_slow_worker: bool = False,
+) -> int:
+    """The lease in whole seconds under the ADR's defaults. O(1).
+
+    The default calculator's :meth:`LeaseCalculator.seconds`, as a function of its own, so an
+    error names ``lease_seconds()`` (an AI Horde ``control_type`` is ``controlnet=True`` here).
+
+    Args:
+        width: Image width in pixels, a positive int.
+        height: Image height in pixels, a positive int.
+        steps: Trajectory steps, a positive int.
+        sampler: Sampler name (case-sensitive).
+        controlnet: Whether ControlNet is used.
+        baseline: The selected model's baseline, or None.
+        loras: Number of LoRAs, ``0 <= loras <= 5``.
+        extra_slow_worker: Whether the worker is marked extra slow.
+
+    Returns:
+        A positive int, at least 150.
+
+    Raises:
+        TypeError: An argument has the wrong type, or a keyword this function does not take.
+        ValueError: An argument is out of range, or a sampler name that differs from a known
+            one only by case.
+    """
+    return DEFAULT_CALCULATOR.seconds(
+        width=width,
+        height=height,
+        steps=steps,
+        sampler=sampler,
+        controlnet=controlnet,
+        baseline=baseline,
+        loras=loras,
+        extra_slow_worker=extra_slow_worker,
+    )
+
 
 explain = DEFAULT_CALCULATOR.explain
 """Every step of a lease under the ADR's defaults (see :meth:`LeaseCalculator.explain`)."""

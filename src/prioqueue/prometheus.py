@@ -1,8 +1,9 @@
 """Prometheus metrics for a dispatcher, read from ``stats()`` at scrape time.
 
-Install the extra: ``pip install 'prioqueue-lanes[prometheus]'``. The core never imports this
-module; nothing here runs on the dispatch path. Each scrape calls ``stats()`` once (O(levels +
-members)) and turns the picture into metric families:
+Install the extra from a clone: ``pip install '.[prometheus]'`` (once released,
+``prioqueue-lanes[prometheus]``). The core never imports this module; nothing here runs on
+the dispatch path. Each scrape calls ``stats()`` once (O(levels + members)) and turns the
+picture into metric families:
 
 =====================================  =======  ===============  ===========================
 name                                   type     labels           from
@@ -60,11 +61,13 @@ try:
     from prometheus_client.registry import Collector
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "prioqueue.prometheus needs prometheus-client: pip install 'prioqueue-lanes[prometheus]'"
+        "prioqueue.prometheus needs prometheus-client: pip install '.[prometheus]' from a clone "
+        "(prioqueue-lanes[prometheus] once released)"
     ) from exc
 
 from prioqueue.asyncio import AsyncDispatcher
 from prioqueue.dispatcher import SizeOneDispatcher
+from prioqueue.fleet import FleetDispatcher
 from prioqueue.records import REORDER_CAUSES, Stats
 
 __all__ = [
@@ -102,10 +105,11 @@ METRIC_NAMES: tuple[str, ...] = (
     "prioqueue_failed",
 )
 
-StatsSource: TypeAlias = Callable[[], Stats] | AsyncDispatcher | SizeOneDispatcher
+StatsSource: TypeAlias = Callable[[], Stats] | AsyncDispatcher | SizeOneDispatcher | FleetDispatcher
 """What a collector reads: a zero-argument callable returning ``Stats``, an
 :class:`~prioqueue.asyncio.AsyncDispatcher` (its ``stats()``), or a
-:class:`~prioqueue.dispatcher.SizeOneDispatcher` (``stats(now=clock())``)."""
+:class:`~prioqueue.dispatcher.SizeOneDispatcher` or :class:`~prioqueue.fleet.FleetDispatcher`
+(``stats(now=clock())``)."""
 
 
 def _le(bound: float) -> str:
@@ -116,14 +120,14 @@ def _le(bound: float) -> str:
 def _reader(source: StatsSource, clock: Callable[[], float]) -> Callable[[], Stats]:
     if isinstance(source, AsyncDispatcher):
         return source.stats
-    if isinstance(source, SizeOneDispatcher):
+    if isinstance(source, (SizeOneDispatcher, FleetDispatcher)):
         dispatcher = source
         return lambda: dispatcher.stats(now=clock())
     if callable(source):
         return source
     raise TypeError(
-        "source must be a callable returning Stats, an AsyncDispatcher or a "
-        f"SizeOneDispatcher, got {type(source).__name__}"
+        "source must be a callable returning Stats, an AsyncDispatcher, a "
+        f"SizeOneDispatcher or a FleetDispatcher, got {type(source).__name__}"
     )
 
 
@@ -132,7 +136,8 @@ class PrioqueueCollector(Collector):
 
     Args:
         source: Where the statistics come from (see :data:`StatsSource`).
-        clock: The clock for a bare ``SizeOneDispatcher`` source (ignored otherwise).
+        clock: The clock for a bare ``SizeOneDispatcher`` or ``FleetDispatcher`` source
+                (ignored otherwise).
 
     Raises:
         TypeError: ``source`` is none of the accepted kinds.
@@ -276,7 +281,7 @@ def register(
     Args:
         source: Where the statistics come from (see :data:`StatsSource`).
         registry: The registry (the process-wide default one when omitted).
-        clock: The clock for a bare ``SizeOneDispatcher`` source.
+        clock: The clock for a bare ``SizeOneDispatcher`` or ``FleetDispatcher`` source.
 
     Returns:
         The registered collector.

@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 import httpx
+import pytest
 
 from store.pg import POSTGRES_URL
 
@@ -30,7 +31,8 @@ from .broker_helpers import (
     write_config,
 )
 
-KILLS = 20
+KILLS = 20  # the full run (`nox -s slow`); the default suite kills the broker QUICK_KILLS times
+QUICK_KILLS = 4
 JOBS = 120
 WORKERS = 6
 LEASE = 2.0  # seconds: grants lost in a crash come back quickly
@@ -128,7 +130,9 @@ async def _worker(
             ledger.errors.append(f"{op} {job_id}: {r.status_code} {r.text}")
 
 
-async def _crash_loop(store: str, tmp_path: Path, schema: str | None, seed: int) -> None:
+async def _crash_loop(
+    store: str, tmp_path: Path, schema: str | None, seed: int, kills: int
+) -> None:
     rng = random.Random(seed)
     port = free_port()
     config = write_config(
@@ -159,7 +163,7 @@ async def _crash_loop(store: str, tmp_path: Path, schema: str | None, seed: int)
                 )
                 for w in range(WORKERS)
             ]
-            for _ in range(KILLS):
+            for _ in range(kills):
                 await asyncio.sleep(rng.uniform(0.05, 0.4))
                 broker.kill()
                 broker.start()
@@ -203,10 +207,19 @@ async def _crash_loop(store: str, tmp_path: Path, schema: str | None, seed: int)
     assert sum(ledger.completed.values()) > JOBS // 3  # the loop did real work
 
 
-def test_crash_loop_sqlite(tmp_path: Path) -> None:
-    run(_crash_loop(f"sqlite:///{tmp_path / 'broker.db'}", tmp_path, None, seed=10), timeout=150)
+KILL_COUNTS = [
+    pytest.param(QUICK_KILLS, id="quick"),
+    pytest.param(KILLS, id="full", marks=pytest.mark.slow),
+]
 
 
-def test_crash_loop_postgresql(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kills", KILL_COUNTS)
+def test_crash_loop_sqlite(tmp_path: Path, kills: int) -> None:
+    url = f"sqlite:///{tmp_path / 'broker.db'}"
+    run(_crash_loop(url, tmp_path, None, seed=10, kills=kills), timeout=150)
+
+
+@pytest.mark.parametrize("kills", KILL_COUNTS)
+def test_crash_loop_postgresql(tmp_path: Path, kills: int) -> None:
     with postgres_schema() as schema:
-        run(_crash_loop(POSTGRES_URL, tmp_path, schema, seed=20), timeout=150)
+        run(_crash_loop(POSTGRES_URL, tmp_path, schema, seed=20, kills=kills), timeout=150)

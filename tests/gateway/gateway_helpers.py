@@ -41,8 +41,9 @@ def make_stack() -> Iterator[StackFactory]:
         upstream: str | None = None,
         load_seconds: float = 0.0,
         token_seconds: float = 0.0,
+        aborts: bool = False,
     ) -> Stack:
-        fake = FakeLlamaSwap(load_seconds=load_seconds, token_seconds=token_seconds)
+        fake = FakeLlamaSwap(load_seconds=load_seconds, token_seconds=token_seconds, aborts=aborts)
         up = ServerThread(fake).start()
         servers.append(up)
         data = {"allow_anonymous": True, "anonymous_observer": True, **(config or {})}

@@ -280,3 +280,43 @@ def test_upstream_option_and_several_upstreams_exclude_each_other(
     assert "upstreams gpu0=http://10.0.0.5:8080" in capsys.readouterr().out
     assert main(["gateway", "--config", str(path), "--upstream", "http://x:1", "--check"]) == 2
     assert "[[upstreams]] lists the upstreams" in capsys.readouterr().err
+
+
+def test_the_keys_in_the_guides_requests_are_keys_of_the_example_configuration() -> None:
+    # docs/gateway.md starts the gateway with examples/gateway.toml; a request it shows with
+    # another key would be a 401 for anyone who follows it (issue 21).
+    import re
+    from pathlib import Path
+
+    from prioqueue._service_config import _load_toml
+
+    root = Path(__file__).parents[2]
+    example = _load_toml((root / "examples" / "gateway.toml").read_text())
+    guide = (root / "docs" / "gateway.md").read_text()
+    used = set(re.findall(r'Bearer (sk-[\w-]+)|api_key="(sk-[\w-]+)"', guide))
+    keys = {a or b for a, b in used}
+    assert keys, "the guide shows no request with a key"
+    assert keys <= set(example["keys"]), keys - set(example["keys"])
+
+
+def test_busy_settings_at_the_top_and_per_upstream() -> None:
+    top = parse_config({"aborts": True, "busy_timeout": 30, "idle_path": "/queue"})
+    assert (top.aborts, top.busy_timeout, top.idle_path) == (True, 30.0, "/queue")
+    fleet = parse_config(
+        {
+            "busy_timeout": 30,
+            "upstreams": [
+                {"url": "http://a:1", "name": "a"},
+                {"url": "http://b:1", "name": "b", "aborts": True, "idle_path": "http://b:2/q"},
+            ],
+        }
+    )
+    a, b = fleet.upstreams
+    assert (a.aborts, a.busy_timeout, a.idle_path) == (False, 30.0, None)
+    assert (b.aborts, b.busy_timeout, b.idle_path) == (True, 30.0, "http://b:2/q")
+    with pytest.raises(ConfigError, match="idle_path: must be a path starting with '/'"):
+        parse_config({"idle_path": "queue"})
+    with pytest.raises(ConfigError, match="busy_timeout"):
+        parse_config({"upstreams": [{"url": "http://a:1", "busy_timeout": 0}]})
+    with pytest.raises(ConfigError, match="max_idle_connections"):
+        parse_config({"limits": {"max_idle_connections": 0}})

@@ -123,7 +123,8 @@ def test_disconnect_while_queued_removes_the_job(make_stack: StackFactory) -> No
 def test_disconnect_while_streaming_cancels_upstream_and_frees_gpu(
     make_stack: StackFactory,
 ) -> None:
-    stack = make_stack(token_seconds=0.05)
+    # llama-server behind llama-swap stops a request whose connection closes: `aborts`.
+    stack = make_stack({"aborts": True}, token_seconds=0.05, aborts=True)
     port = int(stack.url.rsplit(":", 1)[1])
 
     async def go() -> None:
@@ -179,7 +180,7 @@ def test_upstream_5xx_is_502_and_frees_gpu(make_stack: StackFactory) -> None:
 
 
 def test_running_past_the_lease_is_504_and_frees_gpu(make_stack: StackFactory) -> None:
-    stack = make_stack({"limits": {"lease_seconds": 0.3}})
+    stack = make_stack({"aborts": True, "limits": {"lease_seconds": 0.3}}, aborts=True)
 
     async def go() -> None:
         async with httpx.AsyncClient(base_url=stack.url, timeout=10) as client:

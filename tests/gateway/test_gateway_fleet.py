@@ -7,6 +7,7 @@ order (``served``); the gateway drives one fleet worker per fake.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,11 +29,28 @@ class Fleet:
     url: str
 
     def kill(self, name: str) -> None:
-        """Stop an upstream as a crash does: its open connections are reset, then it exits."""
+        """Stop an upstream as a crash does: at one instant it stops listening and every
+        open connection is reset, then it exits.
+
+        One callback on the upstream's loop does both, so no health poll can be answered
+        after the first failure (the upstream would otherwise come back for a moment, and
+        its outage be counted twice).
+        """
         server = self.servers[name]
-        for connection in list(server.server.server_state.connections):
-            connection.loop.call_soon_threadsafe(connection.transport.abort)
-        server.server.force_exit = True
+        uvicorn_server = server.server
+        crashed = threading.Event()
+
+        def crash() -> None:
+            for listener in uvicorn_server.servers:
+                listener.close()
+            for connection in list(uvicorn_server.server_state.connections):
+                connection.transport.abort()
+            crashed.set()
+
+        assert server.loop is not None
+        server.loop.call_soon_threadsafe(crash)
+        assert crashed.wait(10)
+        uvicorn_server.force_exit = True
         server.stop()
 
 

@@ -222,7 +222,10 @@ def test_a_stream_cut_by_its_lease_says_so(
 def test_an_upstream_that_never_answers_is_504_and_frees_the_gpu(
     make_stack: StackFactory,
 ) -> None:
-    stack = make_stack({"limits": {"first_byte_timeout": 0.5, "lease_seconds": 60}})
+    # An upstream that stops what it was asked when the gateway hangs up (`aborts`); one
+    # that goes on keeps the GPU busy until it says it is idle (test_gateway_busy.py).
+    config = {"aborts": True, "limits": {"first_byte_timeout": 0.5, "lease_seconds": 60}}
+    stack = make_stack(config, aborts=True)
     with httpx.Client(base_url=stack.url, timeout=10) as client:
         start = time.monotonic()
         silent = client.post(CHAT, json=chat(hold="never"))

@@ -299,7 +299,7 @@ def test_plot_without_matplotlib_fails_before_simulating(
     assert main(["simulate", *SMALL, "--plot", str(tmp_path / "charts")]) == 1
     err = capsys.readouterr().err
     assert "--plot needs the optional extra 'plot'" in err
-    assert "pip install 'prioqueue-lanes[plot]'" in err
+    assert "pip install '.[plot]' from a clone" in err
     assert calls == []  # failed before any simulation
     assert not (tmp_path / "charts").exists()
 

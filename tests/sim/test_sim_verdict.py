@@ -10,6 +10,7 @@ import pytest
 from prioqueue._errors import ConfigError
 from prioqueue.cli import main
 from prioqueue.sim import build, build_report, engine, parse_spec, render, sweep
+from prioqueue.sim import summary as verdict
 from prioqueue.sim.render import duration
 
 
@@ -106,9 +107,97 @@ def test_sweep_is_deterministic_per_seed() -> None:
 
 
 def test_frontier() -> None:
-    points = [("a", 1.0, 9.0), ("b", 2.0, 5.0), ("c", 3.0, 6.0), ("d", 4.0, 1.0), ("e", None, 1.0)]
+    points = [("a", 1.0, 9.0), ("b", 2.0, 5.0), ("c", 3.0, 6.0), ("d", 4.0, 1.0)]
     assert sweep.frontier(points) == ["a", "b", "d"]
-    assert sweep.frontier([("x", 1.0, 1.0), ("y", 1.0, 1.0)]) == ["x", "y"]  # ties stay
+    # A column unknown for one point is left out for all: on the second alone, d and e tie.
+    assert sweep.frontier([*points, ("e", None, 1.0)]) == ["d"]
+    assert sweep.ties([*points, ("e", None, 1.0)]) == {"e": "d"}
+
+
+def test_frontier_breaks_ties_visibly_and_uses_every_column() -> None:
+    """Issue 17 item 5: equal values are one candidate, not all; every column counts."""
+    # Equal medians on every column: the first stands for the others, which name it.
+    tied = [("x", 1.0, 1.0, 0.3, 500.0), ("y", 1.0, 1.0, 0.3, 500.0), ("z", 1.0, 1.0, 0.3, 500.0)]
+    assert sweep.frontier(tied) == ["x"]
+    assert sweep.ties(tied) == {"y": "x", "z": "x"}
+    # Equal on the two waits but fewer swaps: the value with more swaps is dominated.
+    swaps = [("0", 4.6, 5.1, 0.26, 595.0), ("5", 4.6, 5.1, 0.26, 538.0)]
+    assert sweep.frontier(swaps) == ["5"]
+    assert sweep.ties(swaps) == {}
+    # A trade-off on any column keeps both.
+    trade = [("a", 1.0, 2.0, 0.5, 10.0), ("b", 1.0, 2.0, 0.4, 20.0)]
+    assert sweep.frontier(trade) == ["a", "b"]
+
+
+def test_sweep_table_marks_the_frontier_and_the_ties() -> None:
+    def make(seed: int) -> Any:
+        return build("overload", seed=seed, hours=1.0, horizon=1.0)
+
+    # warm_hold does nothing on one GPU: every value ties, one candidate stands.
+    result = sweep.run_sweep(make, "prioqueue", "warm_hold", ["0", "15", "30"], [1])
+    assert result["frontier"] == ["0"]
+    assert result["ties"] == {"15": "0", "30": "0"}
+    text = render.render_sweep({**result, "scenario": "overload"})
+    rows = {line.split()[0]: line for line in text.splitlines() if line.startswith("warm_hold=")}
+    assert rows["warm_hold=0"].rstrip().endswith("*")
+    assert rows["warm_hold=15"].rstrip().endswith("= warm_hold=0")
+    assert rows["warm_hold=30"].rstrip().endswith("= warm_hold=0")
+
+
+def _row(kind: str, p99: float, *, censored: bool = False, swaps: int = 0) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "interactive_p99": p99,
+        "interactive_censored": censored,
+        "batch_worst": None,
+        "batch_censored": False,
+        "batch_unfinished": 0,
+        "batch_starved": 0,
+        "unfinished": 0,
+        "fairness": {"level": None, "gap": None, "bound": None, "within": None,
+                     "worst_share": None},
+        "swaps": swaps,
+    }  # fmt: skip
+
+
+def test_verdict_states_each_comparison_in_both_directions() -> None:
+    """Issue 17 item 5: today's text said "within 0.0s of strict's" when strict's was 8.3 h."""
+    faster = verdict.trade_off(
+        {"strict": _row("strict", 8.3 * 3600), "prioqueue": _row("prioqueue", 21.8 * 60)}
+    )
+    assert "prioqueue is 7.9h faster than strict at interactive p99 (21.8m against 8.3h)" in (
+        faster
+    )
+    assert "within" not in faster
+    slower = verdict.trade_off(
+        {"strict": _row("strict", 3.5 * 60), "prioqueue": _row("prioqueue", 63.9 * 60)}
+    )
+    assert "strict is 60.4m faster than prioqueue at interactive p99 (3.5m against 63.9m)" in (
+        slower
+    )
+    close = verdict.trade_off({"strict": _row("strict", 100.0), "prioqueue": _row("p", 100.5)})
+    assert "prioqueue's interactive p99 (1.7m) is within 0.5s of strict's (1.7m)" in close
+
+
+def test_verdict_reads_censored_figures_as_lower_bounds() -> None:
+    assert verdict.versus("interactive p99", ("p", 60.0, False), ("s", 600.0, True)) == (
+        "p is at least 9.0m faster than s at interactive p99 (60.0s against >= 10.0m)"
+    )
+    assert verdict.versus("interactive p99", ("p", 60.0, True), ("s", 600.0, False)) == (
+        "p's interactive p99 is >= 60.0s so far, s's 10.0m (jobs still queued at the horizon)"
+    )
+
+
+def test_verdict_counts_swaps_against_warm_first_both_ways() -> None:
+    rows = {
+        "warm-first": _row("warm-first", 9000.0, swaps=311),
+        "prioqueue": _row("prioqueue", 300.0, swaps=305),
+    }
+    assert "prioqueue swaps 305 times, 6 fewer than warm-first (311)" in verdict.trade_off(rows)
+    rows["prioqueue"] = _row("prioqueue", 300.0, swaps=602)
+    assert "prioqueue swaps 602 times, 291 more than warm-first (311)" in verdict.trade_off(rows)
+    rows["prioqueue"] = _row("prioqueue", 300.0, swaps=311)
+    assert "prioqueue swaps 311 times, as many as warm-first" in verdict.trade_off(rows)
 
 
 def test_sweep_cli_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,7 +24,7 @@ def postgres_unavailable() -> str:
         try:
             import psycopg
         except ImportError:
-            _reachable = "psycopg is not installed (pip install 'prioqueue-lanes[postgres]')"
+            _reachable = "psycopg is not installed (pip install '.[postgres]' from a clone)"
         else:
             try:
                 psycopg.connect(POSTGRES_URL, connect_timeout=3).close()

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prioqueue import SizeOneDispatcher
+from prioqueue import FleetDispatcher, SizeOneDispatcher
 from prioqueue.records import Job
 from strategies import (
     dispatcher_job_specs,
@@ -25,8 +25,6 @@ from strategies import (
     dispatcher_scorers,
     time_steps,
 )
-
-from .core_quirks import LANE_ORDER_KEPT, lane_order_scenario
 
 JOB_IDS = [f"j{i}" for i in range(8)]
 
@@ -56,8 +54,7 @@ options = st.fixed_dictionaries(
         "max_queued": st.sampled_from([None, None, 4]),
         "max_queued_per_member": st.sampled_from([None, None, 2]),
         "max_attempts": st.integers(min_value=1, max_value=3),
-        # fair_share=False only once the core keeps lane order across restore (core_quirks).
-        "fair_share": st.booleans() if LANE_ORDER_KEPT else st.just(True),
+        "fair_share": st.booleans(),
         "charge": st.sampled_from(["runtime", "estimate", 2.0]),
     }
 )
@@ -170,7 +167,7 @@ fleet_options = st.fixed_dictionaries(
         "worker_timeout": st.sampled_from([None, 45.0]),
         "warm_hold": st.sampled_from([0.0, 5.0]),
         "max_running_per_member": st.sampled_from([None, 1]),
-        "fair_share": st.booleans() if LANE_ORDER_KEPT else st.just(True),
+        "fair_share": st.booleans(),
     }
 )
 
@@ -205,10 +202,7 @@ def fleet_apply(d: Any, now: float, call: tuple[Any, ...]) -> tuple[Any, ...]:
 def test_fleet_snapshot_restore_then_replay_is_exact(
     opts: dict[str, Any], steps: list[tuple[float, tuple[Any, ...]]], cut: int
 ) -> None:
-    fleet_module = pytest.importorskip(
-        "prioqueue.fleet", reason="FleetDispatcher is not in this tree yet (issue 9)"
-    )
-    fleet = fleet_module.FleetDispatcher
+    fleet = FleetDispatcher
     cut = min(cut, len(steps))
     a, b = fleet(**opts), fleet(**opts)
     t = 1_000.0
@@ -224,13 +218,38 @@ def test_fleet_snapshot_restore_then_replay_is_exact(
     assert restored.snapshot(now=t) == a.snapshot(now=t)
 
 
-@pytest.mark.xfail(
-    not LANE_ORDER_KEPT,
-    strict=True,
-    reason="core: restore() rebuilds a running job's lane after the queued ones when "
-    "fair_share=False, so lane order (and snapshot order) changes once it is requeued "
-    "(reported on the board for the core's owner)",
-)
-def test_restore_keeps_the_lane_order_of_a_running_job() -> None:
-    live, restored = lane_order_scenario()
-    assert restored == live
+@pytest.mark.parametrize("fair_share", [True, False])
+def test_restore_keeps_the_lane_order_of_a_running_job(fair_share: bool) -> None:
+    # Without fair share, restore() made a running job's lane after every queued one, so the
+    # lane order (and snapshot()["queued"]) changed once that job was requeued.
+    options: dict[str, Any] = {"lease_for": _lease_100, "fair_share": fair_share}
+    d = SizeOneDispatcher(**options)
+    d.submit("j0", member="ann", now=1000.0)
+    d.submit("j1", member="bob", now=1000.0)
+    d.submit("j2", member="cat", now=1000.0)
+    d.dispatch(1000.0)
+    snapshot = json.loads(json.dumps(d.snapshot(now=1000.0)))
+    restored = SizeOneDispatcher.restore(snapshot, **options)
+    d.expire(1200.0)
+    restored.expire(1200.0)
+    assert restored.snapshot(now=1200.0) == d.snapshot(now=1200.0)
+    assert [job["id"] for job in d.snapshot(now=1200.0)["queued"]] == ["j0", "j1", "j2"]
+    grants = [(g.job.id if (g := x.dispatch(1200.0)) else None) for x in (d, restored)]
+    assert grants[0] == grants[1]
+
+
+def test_restore_keeps_the_lane_order_of_running_jobs_in_a_fleet() -> None:
+    # The same with several held jobs between queued ones (each job its own lane).
+    options: dict[str, Any] = {"lease_for": lambda job, worker: 100.0, "fair_share": False}
+    d = FleetDispatcher(**options)
+    for name in ("a", "b"):
+        d.join(name, now=0.0)
+    for i in range(5):
+        d.submit(f"j{i}", member=f"m{i}", now=float(i))
+    d.pop("a", now=5.0)
+    d.pop("b", now=5.0)
+    snapshot = json.loads(json.dumps(d.snapshot(now=5.0)))
+    restored = FleetDispatcher.restore(snapshot, **options)
+    for x in (d, restored):
+        x.expire(200.0)
+    assert restored.snapshot(now=200.0) == d.snapshot(now=200.0)

@@ -23,8 +23,6 @@ from prioqueue.records import Job
 from prioqueue.store import DurableDispatcher, SQLiteStore, dispatcher_factory
 from strategies import dispatcher_job_specs, dispatcher_models, dispatcher_runtimes, time_steps
 
-from .core_quirks import LANE_ORDER_KEPT
-
 JOB_IDS = [f"j{i}" for i in range(6)]
 
 
@@ -84,8 +82,7 @@ class Manual:
 @given(
     steps=st.lists(st.tuples(time_steps(), calls), min_size=1, max_size=40),
     snapshot_every=st.integers(min_value=1, max_value=6),
-    # fair_share=False only once the core keeps lane order across restore (core_quirks).
-    fair_share=st.booleans() if LANE_ORDER_KEPT else st.just(True),
+    fair_share=st.booleans(),
 )
 def test_recovered_state_equals_the_uninterrupted_one(
     steps: list[tuple[float, tuple[Any, ...]]], snapshot_every: int, fair_share: bool

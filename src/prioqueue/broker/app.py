@@ -423,11 +423,18 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         body, content_type = render(broker)
         return Response(body, media_type=content_type)
 
+    app.include_router(_dashboard_router())  # GET /ui and /v1/dashboard (issue 19)
     from prioqueue.broker._client_routes import client_router
 
-    app.include_router(client_router(broker, config, view))
+    app.include_router(client_router(broker, config, view))  # batch, leave (issue 18)
     from prioqueue.broker._content import JsonBodies
 
     app.add_middleware(JsonBodies)
     app.add_middleware(_BodyLimit, limit=config.max_body_bytes)
     return app
+
+
+def _dashboard_router() -> Any:
+    from prioqueue.broker._dashboard import router
+
+    return router

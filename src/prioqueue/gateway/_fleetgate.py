@@ -17,13 +17,19 @@ keeps the adapter's rules (see ``docs/design/gateway.md``, "Several upstreams") 
    free upstream was refused a queued job (a warm hold, see ``warm_hold``), one re-pump
    timer a quarter of the hold later (at most 1 s), so a held job reaches a cold upstream
    at most that long after its hold ends.
-4. **A failed upstream gives its jobs back.** :meth:`FleetGate.take_out` makes the worker
-   leave: the jobs it held go back to the heads of their lanes with their waiters kept; a
-   holder whose request had not begun calls :meth:`FleetTurn.regrant` and waits for the
-   next grant (on a live upstream). :meth:`FleetGate.put_back` rejoins the worker.
+4. **A job counts on its upstream until its request really ends.** :meth:`FleetGate.take_out`
+   stops an upstream from pulling, but the jobs it holds stay held (their requests are in
+   flight there, or linger: see ``_idle.py``) and keep counting against its slots, out of
+   the fleet and after :meth:`FleetGate.put_back`, until each ends; the worker leaves the
+   fleet once it holds nothing. A request that could not reach its upstream is given back
+   with :meth:`FleetGate.requeue` (the head of its lane) and its holder waits on
+   :meth:`FleetTurn.regrant` for a grant on a live upstream.
 5. **Leaving frees the slot.** A block that exits normally completes the job with the time it
    held the slot; one that raises cancels it (its lane charged for the time it ran). A lease
    expiry removes the job (one attempt per turn) and sets :attr:`FleetTurn.revoked`.
+6. **Its own report counts too.** :meth:`FleetGate.set_reported` records work an upstream
+   reports beyond the gateway's own requests there (a job the gateway no longer knows of):
+   it pulls only while its held jobs plus that work leave a slot free.
 
 ``routing`` chooses how blind the gate is, for comparisons: ``"warm"`` (the fleet sees each
 upstream's resident model, affinity and warm hold apply), ``"round-robin"`` and
@@ -217,6 +223,10 @@ class FleetGate:
         self._hold = warm_hold
         self._waiters: dict[str, FleetTurn] = {}
         self._live: list[str] = []
+        self._out: set[str] = set()
+        self._extra: dict[str, int] = {}
+        self._goes_on: set[str] = set()
+        self._bumped: dict[str, float] = {}
         self._next = 0
         self.busy_seconds: dict[str, float] = {}
         self.grants: dict[str, int] = {}
@@ -305,6 +315,37 @@ class FleetGate:
             kwargs["group"] = group
         return FleetTurn(self, job_id, kwargs, timeout)
 
+    def holding(self, name: str) -> int:
+        """Jobs an upstream holds now (in flight or lingering), 0 when it is not joined. O(1)."""
+        try:
+            return len(self._d.worker(name).held)
+        except UnknownWorker:
+            return 0
+
+    def set_reported(self, name: str, extra: int, *, since: float | None = None) -> None:
+        """Record the work an upstream reports beyond the gateway's own jobs there.
+
+        Args:
+            name: The upstream.
+            extra: Jobs it runs that the gateway does not hold (>= 0); they count against
+                its slots until the next report.
+            since: When the report was asked for (the gate's clock); a report asked before
+                a lease cut a job there cannot lower the count (it may not know of it).
+        """
+        before = self._extra.get(name, 0)
+        bumped = self._bumped.get(name)
+        if bumped is not None:
+            if since is not None and since < bumped:
+                extra = max(extra, before)
+            else:
+                del self._bumped[name]
+        if extra > 0:
+            self._extra[name] = extra
+        else:
+            self._extra.pop(name, None)
+        if extra < before:
+            self._pump(self.now())
+
     def put_back(
         self,
         name: str,
@@ -313,6 +354,7 @@ class FleetGate:
         slots: int,
         slow: bool,
         resident: str | None,
+        aborts: bool = True,
     ) -> None:
         """Add an upstream to the fleet (or update a live one), then let it pull.
 
@@ -322,15 +364,25 @@ class FleetGate:
             slots: Requests it may run at once.
             slow: Whether its leases are three times as long.
             resident: The model it has loaded (ignored unless routing is ``"warm"``).
+            aborts: Whether it stops a request when its connection closes. When not, a job
+                whose lease runs out keeps counting against its slots until its next
+                report (:meth:`set_reported`) says what it still runs.
 
         Raises:
             ValueError: A bad argument (see ``FleetDispatcher.join``).
         """
         now = self.now()
         warm = resident if self.routing == "warm" else None
+        # A worker taken out while holding jobs is still joined: join updates it and its
+        # held jobs keep counting against its slots.
         self._d.join(name, models=models, slots=slots, slow=slow, resident=warm, now=now)
-        if warm is None and self.routing == "warm" and name in self._live:
+        if warm is None and self.routing == "warm" and (name in self._live or name in self._out):
             self._d.heartbeat(name, now=now, resident=None)
+        self._out.discard(name)
+        if aborts:
+            self._goes_on.discard(name)
+        else:
+            self._goes_on.add(name)
         if name not in self._live:
             self._live.append(name)
             self._live.sort()
@@ -350,31 +402,55 @@ class FleetGate:
             self._pump(now)
 
     def take_out(self, name: str) -> list[str]:
-        """Remove an upstream from the fleet; the jobs it held are queued again.
+        """Stop an upstream from pulling jobs; the jobs it holds stay counted on it.
 
-        Their waiters stay: a holder whose request had not begun waits on
-        :meth:`FleetTurn.regrant`. Taking out an upstream that is not in the fleet does nothing.
+        Their requests are in flight there (or linger): each keeps its slot until it ends,
+        and the worker leaves the fleet once it holds nothing. A holder whose request could
+        not reach the upstream gives its job back with :meth:`requeue`. Taking out an
+        upstream that is not in the fleet does nothing.
 
         Returns:
-            The ids of the requeued jobs.
+            The ids of the jobs still held on it.
         """
         if name not in self._live:
             return []
         now = self.now()
         self._live.remove(name)
-        jobs = self._d.leave(name, now=now)
-        loop = self._loop
-        for job in jobs:
-            turn = self._waiters.get(job.id)
-            if turn is None or turn._grant is None:
-                continue
-            self._busy(turn._grant, now)
-            turn._grant = None
-            turn._requeued = True
-            turn._revoked = None
-            turn._future = None if loop is None else loop.create_future()
+        held = list(self._d.worker(name).held)
+        if held:
+            self._out.add(name)
+            if self.routing == "warm":
+                self._d.heartbeat(name, now=now, resident=None)  # attracts no warm hold
+        else:
+            self._d.leave(name, now=now)
         self._pump(now)
-        return [job.id for job in jobs]
+        return held
+
+    def requeue(self, turn: FleetTurn) -> bool:
+        """Give back the job of a turn whose request never reached its upstream.
+
+        The job goes to the head of its lane; the turn gets a fresh future and
+        ``requeued = True`` (its holder calls :meth:`FleetTurn.regrant`).
+
+        Returns:
+            False when the turn holds no grant any more (its lease ran out): nothing changed.
+        """
+        grant = turn._grant
+        if self._waiters.get(turn.job_id) is not turn or grant is None:
+            return False
+        now = self.now()
+        try:
+            self._d.requeue(turn.job_id, now=now)
+        except (UnknownJob, InvalidState):
+            return False
+        self._busy(grant, now)
+        turn._grant = None
+        turn._requeued = True
+        turn._revoked = None
+        loop = self._loop
+        turn._future = None if loop is None else loop.create_future()
+        self._pump(now)
+        return True
 
     def cancel_group(self, group: str, *, running: Literal["keep", "cancel"] = "keep") -> list[Job]:
         """Cancel a group's queued jobs (and its running ones when asked); fail their waiters.
@@ -438,13 +514,35 @@ class FleetGate:
         self._next += 1
         return live[start:] + live[:start]
 
+    def _settle(self, now: float) -> None:
+        """Let taken-out workers that hold nothing any more leave the fleet."""
+        for name in sorted(self._out):
+            try:
+                empty = not self._d.worker(name).held
+            except UnknownWorker:
+                self._out.discard(name)
+                continue
+            if empty:
+                self._out.discard(name)
+                self._d.leave(name, now=now)
+
+    def _busy_by_report(self, name: str) -> bool:
+        """Whether an upstream's held jobs plus the work it reports beyond them fill it."""
+        info = self._d.worker(name)
+        return len(info.held) + self._extra.get(name, 0) >= info.slots
+
     def _pump(self, now: float) -> None:
         """Let every live upstream with a free slot pull until it gets nothing."""
         d = self._d
+        if self._out:
+            self._settle(now)
         refused = False
+        extra = self._extra
         for name in self._order():
             while len(d):
                 try:
+                    if extra and self._busy_by_report(name):
+                        break
                     grant = d.pop(name, now=now)
                 except UnknownWorker:
                     break
@@ -515,6 +613,11 @@ class FleetGate:
             job_id = record.job.id
             if record.requeued:
                 self._d.cancel(job_id, now=now)  # one attempt per turn
+            worker = record.worker
+            if worker is not None and worker in self._goes_on:
+                # Cut by its lease, it still runs there until the upstream says otherwise.
+                self._extra[worker] = self._extra.get(worker, 0) + 1
+                self._bumped[worker] = now
             turn = self._waiters.pop(job_id, None)
             if turn is not None:
                 if turn._grant is not None:

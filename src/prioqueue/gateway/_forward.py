@@ -90,12 +90,15 @@ class Flight:
 
     task: asyncio.Task[Any] | None
     done: bool = False
+    sent: bool = False
     disconnected: bool = False
     lease_expired: bool = False
     started: bool = False
     sse: bool = False
     timed_out: bool = False
     first_byte: float | None = None
+    exited: asyncio.Event = attrs.field(factory=asyncio.Event)
+    """Set once the request's handler has left its turn's block (the gateway's own end)."""
 
 
 def error_body(message: str, kind: str) -> bytes:
@@ -271,11 +274,13 @@ async def forward(
     method, url, forwarded, data = request
     started = loop.time()
     timer = _Timer(loop, first_byte_timeout, flight)
+    flight.sent = True  # from here the upstream may be working on it
     try:
         response = await client.request(
             method, url, headers=forwarded, data=data, allow_redirects=False
         )
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        flight.sent = False
         raise UpstreamFailed(f"upstream unreachable: {describe(exc)}") from None
     except asyncio.CancelledError:
         if not timer.fired:

@@ -397,6 +397,10 @@ async def serve(
             message = "/metrics needs an observer or admin key, or the metrics_key"
             return await _json(send, 403, {"error": {"message": message}})
         return await serve_metrics(gateway, scope, send)
+    if path == "/prioqueue/dashboard":  # the dashboard page's one endpoint (issue 19)
+        from prioqueue.gateway._dashboard import serve as dashboard
+
+        return await dashboard(gateway, scope, send, who)
     if path == "/prioqueue/status":
         return await _json(send, 200, status(gateway, who, limit=_limit(scope)))
     if path.startswith("/prioqueue/groups/"):

@@ -10,7 +10,11 @@ priority, model and the runtime estimate, and
 * for a request that ran: the seconds it held the GPU (``runtime``) and whether its grant
   swapped models (``swap``). The gateway cannot tell a cold load from the inference that
   follows it, except for a streamed response, whose time to first byte is mostly the load:
-  then that time is recorded as ``load`` and the rest as ``runtime``;
+  then that time is recorded as ``load`` and the rest as ``runtime``. For any other swap, a
+  load the operator gave (``--record-load MODEL=SECONDS``, also written into the trace's
+  header) is recorded as ``load`` and taken out of ``runtime``; without one the load stays
+  inside ``runtime``, and the header's ``default_load`` (0 unless
+  ``--record-default-load`` says otherwise) keeps a replay from charging it a second time;
 * for a request whose client left or that timed out in the queue: ``cancel_after``, the
   seconds from its arrival to that moment (and what it ran, if it had started).
 
@@ -60,6 +64,7 @@ def record_finished(
     grant: Grant | None,
     first_byte: float | None,
     streamed: bool,
+    known_load: float | None = None,
 ) -> None:
     """Write one finished gated request (see the module's docstring). O(1) plus the write."""
     fields: dict[str, Any] = {
@@ -82,6 +87,9 @@ def record_finished(
         if fields["swap"] and streamed and first_byte is not None and first_byte <= held:
             fields["load"] = first_byte
             held -= first_byte
+        elif fields["swap"] and known_load is not None:
+            fields["load"] = min(known_load, held)
+            held -= fields["load"]
         fields["runtime"] = held
     try:
         recorder.record(**fields)

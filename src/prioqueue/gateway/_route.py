@@ -52,7 +52,10 @@ class Routes:
         return lease * 3 if worker.slow else lease
 
     def take_out(self, upstream: _upstreams.Upstream, why: str) -> None:
-        """Take an upstream out of the fleet: its held jobs are queued again (fleet only).
+        """Take an upstream out of the fleet: it pulls no job until it is back (fleet only).
+
+        The jobs it holds keep counting on it until their requests end (see
+        :meth:`FleetGate.take_out`).
 
         Args:
             upstream: The upstream.
@@ -64,9 +67,7 @@ class Routes:
             upstream.last_error = why
             log.warning("upstream %s is out of the fleet: %s", upstream.name, why)
         if self.fleet_gate is not None:
-            requeued = self.fleet_gate.take_out(upstream.name)
-            if requeued:
-                log.warning("requeued %d job(s) of upstream %s", len(requeued), upstream.name)
+            self.fleet_gate.take_out(upstream.name)
 
     def _busy(self) -> bool:
         return (
@@ -128,8 +129,8 @@ class Routes:
             raise exc
         self.take_out(upstream, f"request failed: {exc}")
         gate = self.fleet_gate
-        if not turn.requeued or gate is None or (turn.grant is None and not gate.live):
-            raise exc
+        if gate is None or not gate.requeue(turn) or not gate.live:
+            raise exc  # a requeued job is cancelled when its holder leaves the block
         log.warning("job %s: %s; trying another upstream", turn.job_id, exc)
         return await turn.regrant()
 

@@ -8,9 +8,13 @@ gateway's :class:`~prioqueue.gateway._fleetgate.FleetGate`. :func:`watch` polls 
 ``models`` are not configured, ``GET {url}/v1/models`` when it comes up and every
 :data:`MODELS_REFRESH` seconds. A poll that fails (connection error, timeout, a status >= 400,
 a body that is not the expected JSON) takes the upstream out of the fleet
-(:meth:`~prioqueue.gateway._fleetgate.FleetGate.take_out`: the jobs it held are queued again);
-so does a connection error while forwarding a request. The next poll that succeeds puts it back.
-While the upstream holds no job, the polled model is fed to the fleet as its resident model.
+(:meth:`~prioqueue.gateway._fleetgate.FleetGate.take_out`: it pulls nothing, and the jobs it
+holds keep counting on it until their requests end); so does a connection error while
+forwarding a request (that request's job is queued again). The next poll that succeeds puts
+it back. Each poll also reads the upstream's activity (:func:`~._idle.busy_count`; its
+``idle_path`` when that is another endpoint): work beyond the gateway's own requests there
+counts against its slots until the next poll. While the upstream holds no job, the polled
+model is fed to the fleet as its resident model.
 
 Swaps are counted by the gateway: a grant whose model differs from the model last known on
 that upstream (polled or last granted) is one swap.
@@ -27,6 +31,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from prioqueue.gateway._idle import busy_count, idle_url
 from prioqueue.gateway.settings import UpstreamConfig
 from prioqueue.records import Grant
 
@@ -92,9 +97,7 @@ class Upstream:
         gate = gateway.fleet_gate
         assert gate is not None
         busy = gate.busy_seconds.get(self.name, 0.0)
-        held = 0
-        if self.up:
-            held = len(gate.dispatcher.worker(self.name).held)
+        held = gate.holding(self.name)
         elapsed = max(1e-9, gate.now() - gateway.started_at)
         return {
             "name": self.name,
@@ -130,12 +133,21 @@ async def _get_json(gateway: Gateway, url: str) -> Any:
 
 
 async def check(gateway: Gateway, upstream: Upstream) -> None:
-    """Poll one upstream once: its health, resident model and (when due) its models."""
+    """Poll one upstream once: its health, activity, resident model and (when due) models."""
     gate = gateway.fleet_gate
     assert gate is not None
     base = upstream.origin + upstream.path
+    name = upstream.name
+    config = gateway.config
+    ours = gate.holding(name)
+    asked = gate.now()
     try:
-        running = (await _get_json(gateway, base + gateway.config.resident_path)).get("running", [])
+        report = await _get_json(gateway, base + config.resident_path)
+        running = report.get("running", []) if isinstance(report, dict) else []
+        idle_path = upstream.config.idle_path
+        if idle_path is not None and idle_path != config.resident_path:
+            report = await _get_json(gateway, idle_url(base, idle_path))
+        busy = busy_count(report)
         models = upstream.models
         now = gate.now()
         if upstream.config.models is None and (
@@ -157,7 +169,10 @@ async def check(gateway: Gateway, upstream: Upstream) -> None:
         if isinstance(entry, dict) and entry.get("state", "ready") == "ready"
     ]
     resident = ready[0] if ready and isinstance(ready[0], str) and ready[0] else None
-    name = upstream.name
+    # Work it reports beyond the gateway's own requests there (held during the poll) counts
+    # against its slots until the next poll: new work only when idle by both counts.
+    ours = max(ours, gate.holding(name))
+    gate.set_reported(name, 0 if busy is None else busy - ours, since=asked)
     if not upstream.up or models != upstream.models:
         upstream.models = models
         upstream.up = True
@@ -168,9 +183,10 @@ async def check(gateway: Gateway, upstream: Upstream) -> None:
             slots=upstream.config.slots,
             slow=upstream.config.slow,
             resident=resident,
+            aborts=upstream.config.aborts,
         )
         log.info("upstream %s is up (models: %s)", name, ", ".join(models or ()) or "any")
-    elif not gate.dispatcher.worker(name).held:
+    elif not gate.holding(name):
         upstream.loaded = resident
         gate.set_resident(name, resident)
 

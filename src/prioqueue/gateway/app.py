@@ -53,15 +53,22 @@ import math
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from prioqueue._errors import QueueFull
-from prioqueue.asyncio import AsyncDispatcher, DispatcherClosed, JobCancelled, QueueTimeout
+from prioqueue.asyncio import (
+    AsyncDispatcher,
+    DispatcherClosed,
+    JobCancelled,
+    QueueTimeout,
+    Turn,
+)
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.fleet import FleetDispatcher
-from prioqueue.gateway import _observe, _upstreams
+from prioqueue.gateway import _dashboard, _observe, _upstreams
 from prioqueue.gateway._body import (
     BadRequest,
     BodyTimeout,
@@ -70,7 +77,7 @@ from prioqueue.gateway._body import (
     model_from_url,
     read_body,
 )
-from prioqueue.gateway._fleetgate import FleetGate
+from prioqueue.gateway._fleetgate import FleetGate, FleetTurn
 from prioqueue.gateway._forward import (
     Flight,
     Request,
@@ -88,6 +95,7 @@ from prioqueue.gateway._forward import (
     watch_lease,
 )
 from prioqueue.gateway._health import Breaker, HttpStats
+from prioqueue.gateway._idle import Lingering, idle_url
 from prioqueue.gateway._record import Recorder, record_finished
 from prioqueue.gateway._route import Routes
 from prioqueue.gateway.proxy import make_client, request_headers
@@ -117,6 +125,45 @@ GRANT_RING = 10_000
 """Recent grants kept for explaining finished jobs (what overtook them)."""
 
 
+class _Held:
+    """``async with`` a turn, whose release may wait for its upstream to be idle.
+
+    It waits when the request was sent and closed before its response ended (see ``_idle``).
+    """
+
+    __slots__ = ("flight", "gateway", "turn", "upstream")
+
+    def __init__(self, gateway: Gateway, turn: Turn | FleetTurn, flight: Flight) -> None:
+        self.gateway = gateway
+        self.turn = turn
+        self.flight = flight
+        self.upstream: _upstreams.Upstream | None = None
+
+    async def __aenter__(self) -> Grant:
+        return await self.turn.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        flight = self.flight
+        flight.exited.set()
+        if exc_type is not None and flight.sent and not flight.done:
+            # Only the type travels on: the turn needs no more, and a traceback kept for
+            # busy_timeout would keep the request's frames (its body) alive.
+            ended = (exc_type, None, None)
+            if flight.lease_expired:
+                # The dispatcher has given the GPU away already; over several upstreams the
+                # fleet gate counts the cut job, with one the next request waits (settled).
+                if self.upstream is None:
+                    self.gateway._linger(None, None, ended)
+            elif self.gateway._linger(self.turn, self.upstream, ended):
+                return
+        await self.turn.__aexit__(exc_type, exc, tb)
+
+
 class Gateway(Routes):
     """The ASGI application: one queue in front of one upstream, or of a fleet of them.
 
@@ -130,6 +177,8 @@ class Gateway(Routes):
         clock: Monotonic seconds for the dispatcher (tests may inject one).
         recorder: Writes every queued request once it leaves, as a replayable trace (see
             :mod:`prioqueue.gateway._record`), or None.
+        record_loads: Known cold-load seconds per model, taken out of the recorded duration
+            of a swap whose load cannot be measured (``--record-load``).
     """
 
     def __init__(
@@ -138,9 +187,11 @@ class Gateway(Routes):
         *,
         clock: Callable[[], float] = time.monotonic,
         recorder: Recorder | None = None,
+        record_loads: Mapping[str, float] | None = None,
     ):
         self.config = config
         self.recorder = recorder
+        self.record_loads: Mapping[str, float] = dict(record_loads or {})
         limits = config.limits
         self.upstreams = {u.name: _upstreams.Upstream.of(u) for u in config.upstreams}
         self.fleet_gate: FleetGate | None = None
@@ -178,6 +229,8 @@ class Gateway(Routes):
         self.queued_body_bytes = 0
         self.metrics: Callable[[], bytes] | None = _observe.metrics_renderer(self)
         self._poller: asyncio.Task[None] | None = None
+        self.lingering = Lingering(self)
+        self._last_flight: Flight | None = None
         self._closing = False
         self._closer: asyncio.Future[None] | None = None
         self._upstream = config.upstream
@@ -230,6 +283,7 @@ class Gateway(Routes):
     async def aclose(self) -> None:
         """Shut down: fail queued requests, stop the poller, close the upstream client."""
         self._closing = True
+        await self.lingering.aclose()
         await self.gate.aclose()
         watchers, self._watchers = self._watchers, []
         for task in watchers:
@@ -316,6 +370,9 @@ class Gateway(Routes):
         stats = self.http_stats
         if path == "/metrics" and self._metrics_key is not None and self._metrics_token(headers):
             stats.answered("observe", await _observe.serve_metrics(self, scope, send))
+            return
+        if path == _dashboard.PAGE or path.startswith(_dashboard.PAGE + "/"):  # no key needed
+            stats.answered("observe", await _dashboard.serve_page(send, path))
             return
         identity = self.identify(headers)
         if identity is None:
@@ -501,8 +558,9 @@ class Gateway(Routes):
         outcome = "queued"
         self.queued_body_bytes += size
         held = size
+        held_turn = _Held(self, turn, flight)
         try:
-            async with turn as first:
+            async with held_turn as first:
                 grant = first
                 self.queued_body_bytes -= held
                 held = 0
@@ -510,11 +568,19 @@ class Gateway(Routes):
                 ours.append((b"x-prioqueue-queue-wait", f"{grant.waited:.3f}".encode()))
                 extra = [(_PRIORITY_HEADER, str(priority).encode()), ours[0]]
                 forwarded = self._request_headers(headers, extra)
+                if not self.upstreams:
+                    # One upstream: the previous request may have been cut by its lease a
+                    # moment ago (the GPU given to this one at its deadline) and still run.
+                    previous, self._last_flight = self._last_flight, flight
+                    if previous is not None:
+                        await previous.exited.wait()
+                    await self.lingering.settled("")
                 while True:
                     if grant.lease is not None:
                         # The adapter owns the one lease timer; it revokes the turn on expiry.
                         lease_watch = loop.create_task(watch_lease(turn, flight))
                     origin, prefix, upstream = self._origin(grant)
+                    held_turn.upstream = upstream
                     if upstream is not None:
                         upstream.granted(grant)
                     url = upstream_url(scope, origin, prefix)
@@ -597,8 +663,50 @@ class Gateway(Routes):
                     grant=turn.grant,
                     first_byte=flight.first_byte,
                     streamed=flight.sse,
+                    known_load=None if model is None else self.record_loads.get(model),
                 )
         return status
+
+    def _held_by(self, upstream: _upstreams.Upstream | None) -> int:
+        """How many of the gateway's requests an upstream holds now (lingering ones too)."""
+        if upstream is None:
+            running = isinstance(self.dispatcher, SizeOneDispatcher) and self.dispatcher.running
+            return 1 if running else 0
+        gate = self.fleet_gate
+        assert gate is not None
+        return gate.holding(upstream.name)
+
+    def _linger(
+        self,
+        turn: Turn | FleetTurn | None,
+        upstream: _upstreams.Upstream | None,
+        exc_info: tuple[type[BaseException] | None, BaseException | None, TracebackType | None],
+    ) -> bool:
+        """Keep a turn closed early until its upstream is idle; False when it aborts.
+
+        With ``turn`` None (a request cut by its lease) nothing is held: the upstream only
+        counts as busy for the next request on it (``Lingering.settled``).
+        """
+        config = self.config
+        if upstream is None:
+            aborts, timeout, path = config.aborts, config.busy_timeout, config.idle_path
+            base, name = self._upstream, ""
+        else:
+            own = upstream.config
+            aborts, timeout, path = own.aborts, own.busy_timeout, own.idle_path
+            base, name = upstream.origin + upstream.path, upstream.name
+        if aborts:
+            return False
+        self.lingering.hold(
+            None if turn is None else turn.__aexit__,
+            exc_info,
+            upstream=name,
+            url=idle_url(base, path or config.resident_path),
+            timeout=timeout,
+            ours=lambda: 0 if turn is None else self._held_by(upstream),
+            job_id="(cut by its lease)" if turn is None else turn.job_id,
+        )
+        return True
 
     def explain(self, job_id: str, who: Identity | None = None) -> dict[str, Any]:
         """Return what is known of a job: the dispatcher's explanation, or its history record.

@@ -69,6 +69,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "`prioqueue simulate --trace FILE` replays (JSON Lines)",
     )
     parser.add_argument(
+        "--record-load",
+        metavar="MODEL=SECONDS",
+        action="append",
+        default=[],
+        help="a model's known cold-load time, written into the trace and taken out of the "
+        "duration of a swap whose load the gateway cannot measure (repeatable)",
+    )
+    parser.add_argument(
+        "--record-default-load",
+        metavar="SECONDS",
+        type=float,
+        default=0.0,
+        help="the trace's cold-load time of models with no known or measured load (default 0: "
+        "their loads stay inside the recorded durations, so a replay charges them once)",
+    )
+    parser.add_argument(
         "--check", action="store_true", help="validate the configuration and the extras, exit"
     )
 
@@ -103,8 +119,33 @@ def _server_class() -> Any:
     return GatewayServer
 
 
-def _open_recorder(path: str) -> Any:
-    """Open the simulator's trace recorder on ``path`` (the file is appended to)."""
+def _record_loads(values: list[str]) -> dict[str, float]:
+    """Parse ``--record-load MODEL=SECONDS`` values.
+
+    Raises:
+        ValueError: A value is not ``MODEL=SECONDS`` with SECONDS a number >= 0.
+    """
+    loads: dict[str, float] = {}
+    for value in values:
+        model, sep, seconds = value.rpartition("=")
+        try:
+            number = float(seconds)
+        except ValueError:
+            number = -1.0
+        if not sep or not model or not number >= 0 or number == float("inf"):
+            raise ValueError(f"--record-load wants MODEL=SECONDS (seconds >= 0), got {value!r}")
+        loads[model] = number
+    return loads
+
+
+def _open_recorder(
+    path: str, *, load_seconds: dict[str, float] | None = None, default_load: float = 0.0
+) -> Any:
+    """Open the simulator's trace recorder on ``path`` (the file is appended to).
+
+    The header says ``default_load`` (0 unless given): a swap whose load the gateway could
+    not measure keeps that load inside its duration, so a replay must not add another.
+    """
     try:
         from prioqueue.sim.recorder import (  # type: ignore[import-not-found, unused-ignore]
             TraceRecorder,
@@ -114,7 +155,7 @@ def _open_recorder(path: str) -> Any:
             "recording needs prioqueue.sim.recorder (the simulator's trace recorder), which "
             "this installation lacks"
         ) from None
-    return TraceRecorder(path)
+    return TraceRecorder(path, load_seconds=load_seconds, default_load=default_load)
 
 
 GC_THRESHOLDS = (50_000, 20, 100)
@@ -187,15 +228,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"prioqueue gateway: {exc}", file=sys.stderr)
         return 1
     recorder = None
+    loads: dict[str, float] = {}
     if args.record:
         try:
-            recorder = _open_recorder(args.record)
+            loads = _record_loads(args.record_load)
+            recorder = _open_recorder(
+                args.record, load_seconds=loads, default_load=args.record_default_load
+            )
         except (ImportError, OSError, ValueError) as exc:
             sock.close()
             print(f"prioqueue gateway: --record {args.record}: {exc}", file=sys.stderr)
             return 1
     _raise_file_limit()
-    gateway = Gateway(config, recorder=recorder)
+    gateway = Gateway(config, recorder=recorder, record_loads=loads)
     thresholds = gc.get_threshold()
     _tune_gc()
     uv_config = uvicorn_config(

@@ -89,8 +89,33 @@ def _check_upstream(value: str, where: str) -> str:
     return value.rstrip("/")
 
 
-def _upstreams(root: _Table) -> tuple[UpstreamConfig, ...]:
-    """Read ``[[upstreams]]``: tables of ``url``, ``name``, ``models``, ``slots``, ``slow``."""
+@attrs.frozen
+class _Busy:
+    """What happens after a request the gateway closed early: top level or per upstream."""
+
+    aborts: bool
+    busy_timeout: float
+    idle_path: str | None
+
+
+def _busy(table: _Table, default: _Busy) -> _Busy:
+    idle_path = table.optional_string("idle_path")
+    if idle_path is not None and not idle_path.startswith(("/", "http://", "https://")):
+        raise table.fail(
+            "idle_path", f"must be a path starting with '/' or a URL, got {idle_path!r}"
+        )
+    return _Busy(
+        aborts=table.boolean("aborts", default.aborts),
+        busy_timeout=table.number("busy_timeout", default.busy_timeout),  # type: ignore[arg-type]
+        idle_path=idle_path if idle_path is not None else default.idle_path,
+    )
+
+
+def _upstreams(root: _Table, busy: _Busy) -> tuple[UpstreamConfig, ...]:
+    """Read ``[[upstreams]]``: ``url``, ``name``, ``models``, ``slots``, ``slow`` and more.
+
+    ``aborts``, ``busy_timeout`` and ``idle_path`` default to the top level's.
+    """
     value = root.get("upstreams")
     if value is None:
         return ()
@@ -125,8 +150,20 @@ def _upstreams(root: _Table) -> tuple[UpstreamConfig, ...]:
             models = tuple(models_raw)
         slots = table.integer("slots", 1, minimum=1)
         slow = table.boolean("slow", False)
+        own = _busy(table, busy)
         table.finish()
-        result.append(UpstreamConfig(url, name, models, slots or 1, slow))
+        result.append(
+            UpstreamConfig(
+                url,
+                name,
+                models,
+                slots or 1,
+                slow,
+                aborts=own.aborts,
+                busy_timeout=own.busy_timeout,
+                idle_path=own.idle_path,
+            )
+        )
     return tuple(result)
 
 
@@ -214,6 +251,8 @@ def _limits(root: _Table, policy: PriorityPolicy) -> Limits:
         kwargs[key] = table.number(key, getattr(defaults, key), positive=positive)
     limits = Limits(
         max_queued=table.integer("max_queued", None, minimum=1),
+        max_connections=table.integer("max_connections", None, minimum=1),
+        max_idle_connections=table.integer("max_idle_connections", None, minimum=1),
         max_queued_per_member=table.integer("max_queued_per_member", None, minimum=1),
         lease_seconds_by_path=MappingProxyType(lease_by_path),
         max_wait_seconds=wait_default,
@@ -297,7 +336,8 @@ def parse_config(
     resident_path = resident.string("path", "/running")
     resident.finish()
     estimate = root.number("estimate_seconds", None)
-    upstreams = _upstreams(root)
+    busy = _busy(root, _Busy(aborts=False, busy_timeout=300.0, idle_path=None))
+    upstreams = _upstreams(root, busy)
     if upstreams and upstream is None and "upstream" in data:
         raise root.fail("upstream", "give either upstream or [[upstreams]], not both")
     if upstreams and upstream is not None:
@@ -334,6 +374,9 @@ def parse_config(
         max_attempts=root.integer("max_attempts", 2, minimum=1),  # type: ignore[arg-type]
         health_seconds=root.number("health_seconds", 1.0),  # type: ignore[arg-type]
         routing=_routing(root),
+        aborts=busy.aborts,
+        busy_timeout=busy.busy_timeout,
+        idle_path=busy.idle_path,
     )
     root.finish()
     return config

@@ -3,8 +3,16 @@
 It speaks enough of the OpenAI API (chat completions, completions, embeddings, images, audio;
 streaming chat as server-sent events) and of llama-swap's (``GET /running``, ``POST /unload``)
 for the gateway and the official ``openai`` client. It does *not* serialise requests itself:
-it counts the inferences in progress and records the most it ever saw (``max_active``), so a
-test can assert that the gateway never let two through at once.
+it counts the inferences in progress and records the most it ever saw (``max_active``, also
+answered by ``GET /fake/stats``), so a test can assert that the gateway never let two through
+at once.
+
+Like an image server (A1111, ComfyUI), it keeps running an inference whose client went away
+(``aborts=False``, the default): the work goes on to its end and counts in ``active`` until
+then; ``GET /running`` reports it (``"inflight"``, and ``"state": "starting"`` while loading).
+With ``aborts=True`` it stops at the disconnect, as llama-server behind llama-swap does.
+``running_status`` and ``running_delay`` make ``/running`` fail or answer late (a flapping or
+slow health endpoint).
 
 A request can steer its own handling with an extra ``"fake"`` object in its JSON body (the
 gateway forwards bodies untouched; with the ``openai`` client use ``extra_body``)::
@@ -84,6 +92,14 @@ class FakeLlamaSwap:
         load_seconds: Cold-load time when the model changes.
         token_seconds: Delay between streamed tokens.
         models: The models ``GET /v1/models`` lists.
+        aborts: Stop an inference when its client disconnects (default: finish it anyway).
+
+    Attributes:
+        active: Inferences in progress (GPU work, including those whose client left).
+        max_active: The most inferences ever in progress at once.
+        running_status: The status ``GET /running`` answers (200; set 500 to fail polls).
+        running_delay: Seconds ``GET /running`` waits before answering.
+        running_polls: ``GET /running`` requests seen.
     """
 
     def __init__(
@@ -92,7 +108,13 @@ class FakeLlamaSwap:
         load_seconds: float = 0.0,
         token_seconds: float = 0.0,
         models: tuple[str, ...] = ("model-a", "model-b"),
+        aborts: bool = False,
     ) -> None:
+        self.aborts = aborts
+        self.running_status = 200
+        self.running_delay = 0.0
+        self.running_polls = 0
+        self.loading: str | None = None
         self.load_seconds = load_seconds
         self.token_seconds = token_seconds
         self.models = models
@@ -112,6 +134,16 @@ class FakeLlamaSwap:
     def _gate(self, name: str) -> threading.Event:
         with self._lock:
             return self._gates.setdefault(name, threading.Event())
+
+    def report(self) -> list[dict[str, Any]]:
+        """What ``GET /running`` lists: the loaded (or loading) model and the work in progress."""
+        with self._lock:
+            active = self.active
+        if self.loading is not None:
+            return [{"model": self.loading, "state": "starting", "inflight": active}]
+        if self.loaded is None and not active:
+            return []
+        return [{"model": self.loaded, "state": "ready", "inflight": active}]
 
     def order(self) -> list[str | None]:
         """Return the tags of the inferences in the order they started."""
@@ -145,8 +177,17 @@ class FakeLlamaSwap:
             data = [{"id": model, "object": "model", "owned_by": "fake"} for model in self.models]
             await _json(send, 200, {"object": "list", "data": data})
         elif path == "/running":
-            running = [] if self.loaded is None else [{"model": self.loaded, "state": "ready"}]
-            await _json(send, 200, {"running": running})
+            self.running_polls += 1
+            if self.running_delay:
+                await asyncio.sleep(self.running_delay)
+            if self.running_status != 200:
+                await _json(send, self.running_status, {"error": "fake /running failure"})
+            else:
+                await _json(send, 200, {"running": self.report()})
+        elif path == "/fake/stats":
+            stats = {"active": self.active, "max_active": self.max_active}
+            stats.update(requests=self.requests, loads=self.loads)
+            await _json(send, 200, stats)
         elif path == "/unload":
             self.loaded = None
             await _json(send, 200, {"unloaded": True})
@@ -194,13 +235,29 @@ class FakeLlamaSwap:
         with self._lock:
             self.active += 1
             self.max_active = max(self.max_active, self.active)
+        working = [True]
+
+        def done() -> None:
+            # The GPU work is over (before the last bytes go out, as a real server's is).
+            if working[0]:
+                working[0] = False
+                entry.finished = time.monotonic()
+                with self._lock:
+                    self.active -= 1
+
+        aborts = self.aborts
         try:
             if model != self.loaded:
                 entry.cold_load = True
                 self.loads += 1
-                if self.load_seconds and await _wait(disconnected, self.load_seconds):
-                    entry.cancelled = True
-                    return
+                if self.load_seconds:
+                    self.loading = model
+                    try:
+                        if await _work(disconnected, self.load_seconds, aborts):
+                            entry.cancelled = True
+                            return
+                    finally:
+                        self.loading = None
                 self.loaded = model
             entry.started = time.monotonic()
             with self._lock:
@@ -209,35 +266,46 @@ class FakeLlamaSwap:
             if hold is not None:
                 gate = self._gate(str(hold))
                 while not gate.is_set():
-                    if await _wait(disconnected, 0.002):
+                    if await _work(disconnected, 0.002, aborts):
                         entry.cancelled = True
                         return
             seconds = float(fake.get("seconds", 0.0))
-            if seconds and await _wait(disconnected, seconds):
+            if seconds and await _work(disconnected, seconds, aborts):
                 entry.cancelled = True
                 return
             status = int(fake.get("status", 200))
             size = int(fake.get("bytes", 0))
-            if size > 0:
+            if disconnected.is_set():
+                entry.cancelled = True  # the client left; the work was done all the same
+            elif size > 0:
+                done()
                 entry.cancelled = await _big(send, size, disconnected)
             elif status != 200:
+                done()
                 await _json(send, status, {"error": {"message": f"fake error {status}"}})
             elif request.get("stream"):
                 entry.cancelled = await self._stream(
-                    send, model, int(fake.get("tokens", 3)), disconnected
+                    send, model, int(fake.get("tokens", 3)), disconnected, done
                 )
             else:
+                done()
                 await _json(send, 200, _completion(scope["path"], model), extra=[(b"x-fake", b"1")])
         finally:
-            entry.finished = time.monotonic()
-            with self._lock:
-                self.active -= 1
+            done()
             watcher.cancel()
 
     async def _stream(
-        self, send: Send, model: str | None, tokens: int, disconnected: asyncio.Event
+        self,
+        send: Send,
+        model: str | None,
+        tokens: int,
+        disconnected: asyncio.Event,
+        done: Callable[[], None],
     ) -> bool:
-        """Stream ``tokens`` chat chunks as SSE; return True when the client went away."""
+        """Stream ``tokens`` chat chunks as SSE; return True when the client went away.
+
+        Without ``aborts`` the tokens are still generated after the client left (not sent).
+        """
         await send(
             {
                 "type": "http.response.start",
@@ -246,10 +314,12 @@ class FakeLlamaSwap:
             }
         )
         for index in range(tokens):
-            if self.token_seconds and await _wait(disconnected, self.token_seconds):
+            if self.token_seconds and await _work(disconnected, self.token_seconds, self.aborts):
                 return True
             if disconnected.is_set():
-                return True
+                if self.aborts:
+                    return True
+                continue
             chunk = {
                 "id": "chatcmpl-fake",
                 "object": "chat.completion.chunk",
@@ -261,14 +331,17 @@ class FakeLlamaSwap:
             }
             data = b"data: " + json.dumps(chunk).encode() + b"\n\n"
             await send({"type": "http.response.body", "body": data, "more_body": True})
-        done = {
+        finish = {
             "id": "chatcmpl-fake",
             "object": "chat.completion.chunk",
             "created": 0,
             "model": model or "fake",
             "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
         }
-        tail = b"data: " + json.dumps(done).encode() + b"\n\ndata: [DONE]\n\n"
+        tail = b"data: " + json.dumps(finish).encode() + b"\n\ndata: [DONE]\n\n"
+        done()
+        if disconnected.is_set():
+            return True
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         return False
 
@@ -286,6 +359,14 @@ async def _big(send: Send, size: int, disconnected: asyncio.Event) -> bool:
         size -= len(part)
         await send({"type": "http.response.body", "body": part, "more_body": size > 0})
     return False
+
+
+async def _work(event: asyncio.Event, seconds: float, aborts: bool) -> bool:
+    """Work ``seconds``; return True when the client left and the work stops (``aborts``)."""
+    if not aborts:
+        await asyncio.sleep(seconds)
+        return False
+    return await _wait(event, seconds)
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> bool:
@@ -349,7 +430,8 @@ def bind_loopback(port: int = 0, host: str = "127.0.0.1") -> socket.socket:
 class ServerThread:
     """Run an ASGI app under uvicorn in a background thread, on a loopback port.
 
-    Use as a context manager; :attr:`url` is the base URL once it has started.
+    Use as a context manager; :attr:`url` is the base URL once it has started, and
+    :attr:`loop` the server's event loop (for ``call_soon_threadsafe``).
 
     Args:
         app: The ASGI application.
@@ -376,10 +458,15 @@ class ServerThread:
                 app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=2, backlog=2048
             )
         self.server = uvicorn.Server(config)
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.thread = threading.Thread(target=self._run, name=f"uvicorn:{self.port}", daemon=True)
 
     def _run(self) -> None:
-        asyncio.run(self.server.serve(sockets=[self.sock]))
+        async def serve() -> None:
+            self.loop = asyncio.get_running_loop()
+            await self.server.serve(sockets=[self.sock])
+
+        asyncio.run(serve())
 
     def start(self, timeout: float = 10.0) -> ServerThread:
         """Start the server and wait until it accepts connections."""
@@ -417,7 +504,8 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - run as a s
         epilog="A request may steer its own handling with a 'fake' object in its JSON body, "
         'e.g. {"model": "m", "messages": [], "fake": {"seconds": 0.5, "tokens": 5, '
         '"status": 500, "bytes": 1048576}}: inference time, streamed tokens, an error status, '
-        "a response body of that many bytes.",
+        "a response body of that many bytes. GET /fake/stats answers the most inferences it ever "
+        "ran at once (max_active).",
     )
     parser.add_argument(
         "--listen", default="127.0.0.1:8080", metavar="HOST:PORT", help="default 127.0.0.1:8080"
@@ -428,10 +516,18 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - run as a s
     parser.add_argument(
         "--token-seconds", type=float, default=0.0, metavar="S", help="delay between tokens"
     )
+    parser.add_argument(
+        "--aborts",
+        action="store_true",
+        help="stop an inference when its client disconnects (default: finish it, as image "
+        "servers do)",
+    )
     parser.add_argument("--quiet", action="store_true", help="log warnings only, no access log")
     args = parser.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
-    app = FakeLlamaSwap(load_seconds=args.load_seconds, token_seconds=args.token_seconds)
+    app = FakeLlamaSwap(
+        load_seconds=args.load_seconds, token_seconds=args.token_seconds, aborts=args.aborts
+    )
     uvicorn.run(
         app,
         host=host or "127.0.0.1",

@@ -55,6 +55,9 @@ KEEPALIVE_SECONDS = 4.0
 the client gives a connection up before a server with that default closes it)."""
 
 _SKIP_REQUEST: frozenset[bytes] = HOP_BY_HOP | {b"host"}
+_SKIP_RESPONSE: frozenset[bytes] = HOP_BY_HOP | {b"date", b"server"}
+"""Response headers never copied from the upstream: hop-by-hop ones, and ``date`` and
+``server``, which the gateway's HTTP server sends itself (a client would get both twice)."""
 _NO_AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 
 
@@ -116,7 +119,8 @@ def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, by
         raw: The upstream's headers as received (any case).
 
     Returns:
-        The headers without hop-by-hop ones.
+        The headers without hop-by-hop ones, ``date`` and ``server`` (the gateway's own
+        HTTP server sends those).
 
     Complexity: O(number of headers).
     """
@@ -126,7 +130,7 @@ def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, by
         lower = name.lower()
         if lower == b"connection":
             tokens = tokens | _connection_tokens(((lower, value),))
-        elif lower not in HOP_BY_HOP:
+        elif lower not in _SKIP_RESPONSE:
             out.append((lower, value))
     if tokens:
         out = [(name, value) for name, value in out if name not in tokens]

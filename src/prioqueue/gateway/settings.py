@@ -26,6 +26,7 @@ from typing import Final, Literal
 
 import attrs
 
+from prioqueue._serving import ConnectionLimits
 from prioqueue.priority import PriorityPolicy
 from prioqueue.scoring import ScoringConfig
 
@@ -179,6 +180,12 @@ class Limits:
         breaker_failures: Consecutive upstream failures (unreachable, no first byte) that
             open the circuit breaker.
         breaker_cooldown_seconds: How long an open breaker answers 503 at once.
+        max_connections: Most open client connections: a new one beyond closes the oldest
+            idle connection, or is answered 503 when none is idle. None: the open-file limit
+            minus 128 (see :mod:`prioqueue._serving`).
+        max_idle_connections: Most connections that have not sent a complete request head
+            (new or kept alive); a new connection beyond closes the oldest idle one. None:
+            half of ``max_connections``.
     """
 
     max_queued: int | None = None
@@ -201,6 +208,20 @@ class Limits:
     max_header_count: int = 100
     breaker_failures: int = 5
     breaker_cooldown_seconds: float = 10.0
+    max_connections: int | None = None
+    max_idle_connections: int | None = None
+
+    def connection_limits(self) -> ConnectionLimits:
+        """The connection limits the HTTP server enforces (see :mod:`prioqueue._serving`)."""
+        return ConnectionLimits(
+            header_timeout=self.header_timeout,
+            max_header_bytes=self.max_header_bytes,
+            max_headers_bytes=self.max_headers_bytes,
+            max_header_count=self.max_header_count,
+            max_connections=self.max_connections,
+            max_idle_connections=self.max_idle_connections,
+            retry_after_seconds=self.retry_after_seconds,
+        )
 
     def lease_for(self, path: str) -> float:
         """Return the lease (seconds) of a request to a normalised ``path``.
@@ -233,6 +254,14 @@ class UpstreamConfig:
             whenever it comes back, and every ``models_refresh_seconds``).
         slots: Requests it may run at once (1: one at a time).
         slow: Whether it is slow (its leases are three times as long).
+        aborts: Whether it stops a request when the gateway closes its connection (llama-server
+            behind llama-swap does). False (the default): a request the gateway closed early
+            (client gone, slow reader, time-out) still counts against its slots until its
+            idle report says it is idle, or ``busy_timeout`` passes.
+        busy_timeout: Longest that such a request counts (seconds).
+        idle_path: Where it reports its activity (a path under its URL, or a URL); None: the
+            gateway's ``resident_path`` (llama-swap's ``/running``). See
+            :func:`prioqueue.gateway._idle.busy_count` for the reports understood.
     """
 
     url: str
@@ -240,6 +269,9 @@ class UpstreamConfig:
     models: tuple[str, ...] | None = None
     slots: int = 1
     slow: bool = False
+    aborts: bool = False
+    busy_timeout: float = 300.0
+    idle_path: str | None = None
 
 
 @attrs.frozen
@@ -284,6 +316,11 @@ class GatewayConfig:
         health_seconds: Seconds between two health polls of each upstream (fleet only).
         routing: ``"warm"`` (resident models and ``warm_hold`` steer requests), or the blind
             ``"round-robin"`` and ``"least-busy"`` (for comparison; fleet only).
+        aborts: Whether the (single) upstream stops a request when the gateway closes its
+            connection; the default of each ``[[upstreams]]`` entry (see
+            :class:`UpstreamConfig`).
+        busy_timeout: Longest a request closed early keeps the upstream busy (seconds).
+        idle_path: Where the upstream reports its activity; None: ``resident_path``.
     """
 
     upstream: str = DEFAULT_UPSTREAM
@@ -317,6 +354,9 @@ class GatewayConfig:
     max_attempts: int = 2
     health_seconds: float = 1.0
     routing: Literal["warm", "round-robin", "least-busy"] = "warm"
+    aborts: bool = False
+    busy_timeout: float = 300.0
+    idle_path: str | None = None
     _gated: PathSet = attrs.field(init=False, repr=False, eq=False)
     _passthrough: PathSet = attrs.field(init=False, repr=False, eq=False)
     _admin: PathSet = attrs.field(init=False, repr=False, eq=False)

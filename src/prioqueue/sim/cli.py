@@ -475,7 +475,7 @@ def _plot_module() -> Any:
     try:
         from prioqueue.sim import plot
     except ImportError as exc:
-        hint = "pip install 'prioqueue-lanes[plot]'"
+        hint = "pip install '.[plot]' from a clone (prioqueue-lanes[plot] once released)"
         raise _Failure(f"--plot needs the optional extra 'plot': {hint} ({exc})") from None
     return plot
 

@@ -20,7 +20,10 @@ Events, in the order they are handled at one instant:
 5. every worker with a free slot pulls, the longest-idle first, until a whole round grants
    nothing (a grant can free a job for another worker: a warm hold ends when the warm worker
    is busy). A job that the dispatcher keeps for a warm worker becomes free for the others
-   ``warm_hold`` seconds after it was queued, so the engine also wakes up then.
+   ``warm_hold`` seconds after it was queued (a free warm worker), or when a busy warm worker
+   is ``warm_hold`` past its expected free time (``FleetDispatcher.next_hold_end()``), so the
+   engine also wakes up then. The dispatcher gets the workload's cold-load times as
+   ``load_seconds`` (docs/design/fleet.md, "Placement: the warm hold").
 
 **Polling.** With ``poll = 0`` (the default) a free worker pulls at every instant, as a
 gateway that pops for its free upstreams whenever something changes. With ``poll = p > 0``
@@ -178,10 +181,16 @@ def simulate_fleet(
         return seconds
 
     factor = 1.0 if lease_factor is None else float(lease_factor)
+    models = sorted({a.model for a in arrivals if a.model is not None})
     queue: FleetQueue = build_fleet_queue(
-        spec, workers, None if lease_factor is None else lease_for
+        spec,
+        workers,
+        None if lease_factor is None else lease_for,
+        {model: workload.load_time(model) for model in models},
     )
     hold = 0.0 if spec.is_baseline else float(spec.params.warm_hold)
+    hold_end: Callable[[], float | None] | None = getattr(queue, "next_hold_end", None)
+    hold_end = hold_end if hold > 0 else None
     by_runtime = not spec.is_baseline and spec.params.charge == "runtime"
     status = [PENDING] * n
     start = [nan] * n
@@ -363,6 +372,11 @@ def simulate_fleet(
                     w.held.append(j)
                     if w.running < 0:
                         begin(w, now)
+        if hold_end is not None and len(queue) and any(len(w.held) < w.slots for w in fleet):
+            # A warm hold may be keeping a job from a free worker: pull again when it lapses.
+            lapse = hold_end()
+            if lapse is not None:
+                heapq.heappush(wakes, lapse)
         for w in fleet:
             w.awake = False
         next_deadline = queue.next_deadline() if hung else None

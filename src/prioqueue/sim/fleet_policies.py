@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import abc
 import heapq
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from prioqueue._errors import ConfigError, InvalidState, UnknownJob
@@ -305,7 +305,10 @@ def build_pull_baseline(
 
 
 def build_fleet_queue(
-    spec: PolicySpec, workers: Sequence[WorkerSpec], lease_for: LeaseRule | None = None
+    spec: PolicySpec,
+    workers: Sequence[WorkerSpec],
+    lease_for: LeaseRule | None = None,
+    load_seconds: Mapping[str, float] | None = None,
 ) -> FleetQueue:
     """Make a fresh fleet queue for ``spec``, every worker joined at time 0.
 
@@ -313,6 +316,7 @@ def build_fleet_queue(
         spec: The policy.
         workers: The fleet.
         lease_for: ``(job, worker name) -> seconds``, or None for no leases.
+        load_seconds: The models' cold-load seconds (the dispatcher's ``load_seconds``).
 
     Returns:
         A pull baseline, or a ``FleetDispatcher`` configured from ``spec.params``.
@@ -339,6 +343,7 @@ def build_fleet_queue(
         fair_share=params.fair_share,
         max_attempts=_MAX_ATTEMPTS,
         warm_hold=params.warm_hold,
+        load_seconds=load_seconds,
     )
     for worker in workers:
         fleet.join(

@@ -202,6 +202,9 @@ def write_charts(
 def write_frontier(sweep: Mapping[str, Any], directory: Path) -> Path:
     """Draw a sweep's frontier: interactive p99 against batch worst wait, one point per value.
 
+    Each point is labelled with its value and its median swaps (the frontier is over all the
+    sweep's columns, swaps and the gap included); a value tied with another names it.
+
     Args:
         sweep: What :func:`prioqueue.sim.sweep.run_sweep` returned (plus ``scenario``).
         directory: Where to write ``frontier.png``; created when missing.
@@ -216,7 +219,7 @@ def write_frontier(sweep: Mapping[str, Any], directory: Path) -> Path:
     fig = Figure(figsize=(5.5, 4), layout="constrained")
     ax = fig.subplots()
     front = []
-    for row in sweep["values"]:
+    for k, row in enumerate(sweep["values"]):
         x, y = row["figures"]["interactive_p99"], row["figures"]["batch_worst"]
         if x["median"] is None or y["median"] is None:
             continue
@@ -230,11 +233,15 @@ def write_frontier(sweep: Mapping[str, Any], directory: Path) -> Path:
             capsize=3,
             color="tab:red" if row["value"] in sweep["frontier"] else "tab:gray",
         )
+        swaps = row["figures"]["swaps"]["median"]
+        twin = sweep.get("ties", {}).get(row["value"])
         ax.annotate(
-            f"{sweep['key']}={row['value']}",
+            f"{sweep['key']}={row['value']}"
+            + ("" if swaps is None else f", {swaps:g} swaps")
+            + ("" if twin is None else f" (= {twin})"),
             (xm, ym),
             fontsize="small",
-            xytext=(4, 4),
+            xytext=(4, 4 - 10 * (k % 3)),  # staggered: close points keep readable labels
             textcoords="offset points",
         )
         if row["value"] in sweep["frontier"]:

@@ -371,8 +371,10 @@ class PolicyParams:
         affinity_by_model: Per-model affinity (each at most ``max_affinity``).
         charge: ``"runtime"``, ``"estimate"`` or a number of seconds per job.
         fair_share: Per-member fair share inside a level.
-        warm_hold: Seconds a job is kept for a warm worker before a cold one may take it
-            (``FleetDispatcher(warm_hold=...)``; only a fleet uses it, 0 turns it off).
+        warm_hold: Placement: seconds a job may be kept for a warm worker (free, or busy and
+            expected to start it within that time) before a cold one may take it
+            (``FleetDispatcher(warm_hold=...)``; only a fleet uses it, 0 turns it off; 120 s
+            from the ``fleet-night`` sweep in docs/simulator.md).
     """
 
     band_spacing: float = 100
@@ -384,7 +386,7 @@ class PolicyParams:
     affinity_by_model: Mapping[str, float] = attrs.field(factory=dict, converter=_freeze, eq=False)
     charge: Charge = "runtime"
     fair_share: bool = True
-    warm_hold: float = 0.0
+    warm_hold: float = 120.0
 
     def scoring_config(self) -> ScoringConfig:
         """Return the :class:`ScoringConfig` of these parameters.

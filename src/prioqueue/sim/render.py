@@ -519,6 +519,7 @@ def sweep_table(sweep: Mapping[str, Any]) -> Table:
         One row per value; the note names the frontier.
     """
     front = set(sweep["frontier"])
+    twins = sweep.get("ties", {})
     rows = tuple(
         (
             f"{sweep['key']}={row['value']}",
@@ -526,7 +527,9 @@ def sweep_table(sweep: Mapping[str, Any]) -> Table:
             _spread_cell(row["figures"]["batch_worst"], "duration"),
             _spread_cell(row["figures"]["gap_over_bound"], "ratio"),
             _spread_cell(row["figures"]["swaps"], "count"),
-            "*" if row["value"] in front else "",
+            "*"
+            if row["value"] in front
+            else (f"= {sweep['key']}={twins[row['value']]}" if row["value"] in twins else ""),
         )
         for row in sweep["values"]
     )
@@ -536,8 +539,9 @@ def sweep_table(sweep: Mapping[str, Any]) -> Table:
         "median (min-max)",
         ("value", "interactive p99", "batch worst wait", "gap / bound", "swaps", "frontier"),
         rows,
-        "frontier (*): no other value has both a lower interactive p99 and a lower batch worst "
-        "wait (medians); pick among these by what your batch users can accept",
+        "frontier (*): no other value is as good on every column and better on one (medians); "
+        "'= X': the same medians as X, which stands for both; pick among the * by what your "
+        "batch users can accept",
     )
 
 

@@ -17,7 +17,7 @@ from prioqueue.priority import BATCH, INTERACTIVE
 from prioqueue.sim.policies import BASELINES
 from prioqueue.sim.render import duration as _dur
 
-__all__ = ["summarize_report", "trade_off"]
+__all__ = ["summarize_report", "trade_off", "versus"]
 
 _TOP, _BOTTOM = str(INTERACTIVE), str(BATCH)
 
@@ -95,6 +95,49 @@ def _batch(label: str, row: Mapping[str, Any]) -> str:
     return f"{label} ran every batch job, worst wait {_dur(row['batch_worst'])}"
 
 
+Side = tuple[str, float, bool]
+"""``(label, seconds, censored)``: one policy's figure; censored: a lower bound (``>=``)."""
+
+
+def versus(what: str, mine: Side, other: Side) -> str:
+    """Compare two policies' waits in words, whichever is lower (issue 17 item 5).
+
+    Within ``max(1 s, 1 %)`` of the larger figure the two are *within* each other; otherwise
+    the lower one is named *faster than* the other, by the difference. A censored figure is
+    a lower bound: a censored *faster* side makes the comparison open ("so far"), a censored
+    *slower* side makes the difference a lower bound ("at least"). O(1).
+
+    Args:
+        what: The figure's name (``"interactive p99"``).
+        mine: The policy the sentence is about.
+        other: The one it is compared with.
+
+    Returns:
+        A clause without a final full stop.
+    """
+    label, value, censored = mine
+    o_label, o_value, o_censored = other
+    diff = abs(value - o_value)
+    mark = ">= " if censored else ""
+    o_mark = ">= " if o_censored else ""
+    if diff <= max(1.0, 0.01 * max(value, o_value)):
+        return (
+            f"{label}'s {what} ({mark}{_dur(value)}) is within {_dur(diff)} of {o_label}'s "
+            f"({o_mark}{_dur(o_value)})"
+        )
+    fast, slow = (mine, other) if value < o_value else (other, mine)
+    if fast[2]:  # the lower figure is only a lower bound: nothing is settled
+        return (
+            f"{fast[0]}'s {what} is >= {_dur(fast[1])} so far, {slow[0]}'s "
+            f"{'>= ' if slow[2] else ''}{_dur(slow[1])} (jobs still queued at the horizon)"
+        )
+    least = "at least " if slow[2] else ""
+    return (
+        f"{fast[0]} is {least}{_dur(diff)} faster than {slow[0]} at {what} "
+        f"({_dur(fast[1])} against {'>= ' if slow[2] else ''}{_dur(slow[1])})"
+    )
+
+
 def trade_off(policies: Mapping[str, Mapping[str, Any]]) -> str:
     """Name the trade-off between ``prioqueue`` and the baselines in one sentence.
 
@@ -112,13 +155,13 @@ def trade_off(policies: Mapping[str, Mapping[str, Any]]) -> str:
     strict = _find(policies, "strict")
     if strict is not None and mine["interactive_p99"] is not None:
         s_label, s_row = strict
-        diff = mine["interactive_p99"] - s_row["interactive_p99"]
-        if diff > max(30.0, 0.1 * s_row["interactive_p99"]):
-            parts.append(f"{s_label} is {_dur(diff)} faster at interactive p99")
-        else:
+        if s_row["interactive_p99"] is not None:
             parts.append(
-                f"{name}'s interactive p99 ({_dur(mine['interactive_p99'])}) is within "
-                f"{_dur(max(diff, 0.0))} of {s_label}'s"
+                versus(
+                    "interactive p99",
+                    (name, mine["interactive_p99"], mine["interactive_censored"]),
+                    (s_label, s_row["interactive_p99"], s_row["interactive_censored"]),
+                )
             )
     if strict is not None and mine["batch_worst"] is not None:
         s_label, s_row = strict
@@ -154,7 +197,16 @@ def trade_off(policies: Mapping[str, Mapping[str, Any]]) -> str:
         )
     warm = _find(policies, "warm-first")
     if warm is not None:
-        parts.append(f"{name} swaps {mine['swaps']} times, {warm[0]} {warm[1]['swaps']}")
+        w_label, w_row = warm
+        ours_, theirs = mine["swaps"], w_row["swaps"]
+        if ours_ == theirs:
+            parts.append(f"{name} swaps {ours_} times, as many as {w_label}")
+        else:
+            fewer = "fewer" if ours_ < theirs else "more"
+            parts.append(
+                f"{name} swaps {ours_} times, {abs(ours_ - theirs)} {fewer} than {w_label} "
+                f"({theirs})"
+            )
     fifo = _find(policies, "fifo")
     if fifo is not None and fifo[1]["interactive_p99"] is not None:
         parts.append(f"fifo makes interactive p99 wait {_dur(fifo[1]['interactive_p99'])}")

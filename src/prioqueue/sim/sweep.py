@@ -4,9 +4,11 @@
 runs the policy once per value on each seed's arrivals, and reports for each value the median
 and the spread (min and max over the seeds) of: interactive p99 wait, batch worst wait
 (censored waits included), the worst service gap over its bound, and swaps. The **frontier**
-is the set of values that no other value beats on both interactive p99 and batch worst wait
-(medians): the candidates an operator chooses between. Everything but the timings is
-deterministic for given seeds.
+is the set of values that no other value **dominates** on the medians of all four columns (at
+least as good on every column, better on one; lower is better): the candidates an operator
+chooses between. Values with the same medians on every column are **ties**: the first listed
+stands for them on the frontier and the others name it (``ties``), so a sweep whose values all
+tie shows one candidate, not all. Everything but the timings is deterministic for given seeds.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from prioqueue.sim.report import build_report
 from prioqueue.sim.workers import WorkerSpec
 from prioqueue.sim.workload import Workload
 
-__all__ = ["METRICS", "frontier", "parse_sweep", "run_sweep"]
+__all__ = ["METRICS", "frontier", "parse_sweep", "run_sweep", "ties"]
 
 METRICS = ("interactive_p99", "batch_worst", "gap_over_bound", "swaps")
 """The figures a sweep reports for each value."""
@@ -71,26 +73,62 @@ def _spread(values: Sequence[float | None]) -> dict[str, float | None]:
     }
 
 
-def frontier(points: Sequence[tuple[str, float | None, float | None]]) -> list[str]:
-    """Return the labels of the points no other point beats on both figures (lower is better).
+Point = tuple[Any, ...]
+"""``(label, figure, figure, ...)``: one value's medians, lower is better (None: unknown)."""
 
-    O(n^2) for ``n`` points; points with a missing figure are left out.
+
+def _columns(points: Sequence[Point]) -> list[int]:
+    """The figure columns known for every point (a column with a None anywhere is dropped)."""
+    width = min((len(p) - 1 for p in points), default=0)
+    return [c for c in range(1, width + 1) if all(p[c] is not None for p in points)]
+
+
+def ties(points: Sequence[Point]) -> dict[str, str]:
+    """Map each point that ties an earlier one on every known column to the first of them.
+
+    O(n^2 c) for ``n`` points and ``c`` columns.
 
     Args:
-        points: ``(label, interactive p99, batch worst wait)``.
+        points: ``(label, figure, ...)``, in the order the values were given.
+
+    Returns:
+        ``{label: the label that stands for it}``; points with no earlier twin are absent.
+    """
+    columns = _columns(points)
+    found: dict[str, str] = {}
+    for k, point in enumerate(points):
+        for first in points[:k]:
+            if first[0] not in found and all(first[c] == point[c] for c in columns):
+                found[str(point[0])] = str(first[0])
+                break
+    return found
+
+
+def frontier(points: Sequence[Point]) -> list[str]:
+    """Return the labels of the points that no other point dominates (lower is better).
+
+    ``a`` dominates ``b`` when it is at least as good on every column known for all points
+    and better on one. Of points tied on every column only the first stands (see
+    :func:`ties`). O(n^2 c) for ``n`` points and ``c`` columns.
+
+    Args:
+        points: ``(label, figure, ...)`` (e.g. interactive p99, batch worst wait,
+            gap / bound, swaps), in the order the values were given.
 
     Returns:
         The labels on the frontier, in the order given.
     """
-    known = [(label, x, y) for label, x, y in points if x is not None and y is not None]
+    columns = _columns(points)
+    twins = ties(points)
+
+    def dominates(a: Point, b: Point) -> bool:
+        return all(a[c] <= b[c] for c in columns) and any(a[c] < b[c] for c in columns)
+
     return [
-        label
-        for label, x, y in known
-        if not any(
-            (ox <= x and oy <= y) and (ox < x or oy < y)
-            for other, ox, oy in known
-            if other != label
-        )
+        str(point[0])
+        for point in points
+        if str(point[0]) not in twins
+        and not any(dominates(other, point) for other in points if other is not point)
     ]
 
 
@@ -123,7 +161,8 @@ def run_sweep(
 
     Returns:
         ``{"policy", "key", "seeds", "values": [{"value", "label", "figures": {metric:
-        {"median", "min", "max"}}, "per_seed": [...]}], "frontier": [value, ...]}``.
+        {"median", "min", "max"}}, "per_seed": [...]}], "frontier": [value, ...], "ties":
+        {value: the value that stands for it}}``.
 
     Raises:
         ConfigError: A baseline policy, no seeds, or a bad parameter or value.
@@ -161,18 +200,12 @@ def run_sweep(
                 "per_seed": runs,
             }
         )
-    points = [
-        (
-            row["value"],
-            row["figures"]["interactive_p99"]["median"],
-            row["figures"]["batch_worst"]["median"],
-        )
-        for row in rows
-    ]
+    points = [(row["value"], *(row["figures"][m]["median"] for m in METRICS)) for row in rows]
     return {
         "policy": policy,
         "key": key,
         "seeds": list(seeds),
         "values": rows,
         "frontier": frontier(points),
+        "ties": ties(points),
     }

@@ -51,7 +51,8 @@ def connect(
         import psycopg
     except ImportError as exc:  # pragma: no cover - the extra is installed in CI
         raise StoreError(
-            "PostgreSQL stores need psycopg 3: pip install 'prioqueue-lanes[postgres]'"
+            "PostgreSQL stores need psycopg 3: pip install '.[postgres]' from a clone "
+            "(prioqueue-lanes[postgres] once released)"
         ) from exc
     try:
         conn = psycopg.connect(url, autocommit=True, connect_timeout=5)

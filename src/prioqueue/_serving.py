@@ -1,0 +1,355 @@
+"""Connection hygiene for the HTTP services (gateway, broker) under uvicorn: one reusable place.
+
+Theory of operation
+-------------------
+uvicorn's HTTP/1.1 protocol (httptools) waits for a request's headers for as long as the
+client likes, accepts any number of them, of any size, and any number of connections.
+:class:`ConnectionLimits` holds the bounds, :func:`hardened_protocol` returns a subclass of
+uvicorn's protocol that enforces them per server, and :func:`uvicorn_config` builds a
+``uvicorn.Config`` that uses it. A service only maps its own settings onto a
+:class:`ConnectionLimits` (the gateway's ``[limits]`` do, see ``Limits.connection_limits``).
+
+Per connection:
+
+* **Header deadline.** A timer (``header_timeout``) is armed when the connection opens and
+  when a request begins; the request's headers must be complete before it fires, or the
+  connection is closed (an idle or slow-header client, "slowloris", cannot hold a socket).
+* **Header size, counted as the bytes arrive.** While a request's headers are incomplete,
+  every received byte up to the end of the headers is counted *before* it is given to the
+  parser; past :meth:`ConnectionLimits.raw_header_cap` the connection is answered ``431`` and
+  closed at once, so a 64 MiB header costs the bytes of one read, not seconds of parsing.
+  The parser's callbacks then check the exact limits (``max_header_bytes`` for one header,
+  ``max_headers_bytes`` in all, ``max_header_count``): ``431`` too.
+
+Per server (all connections of one ``uvicorn.Server``):
+
+* **Idle connections.** A connection is idle while it has not sent a complete request head
+  (a new connection, or a kept-alive one between requests). When a new connection would make
+  more than ``max_idle_connections`` idle ones, the oldest idle one is closed first, so
+  thousands of silent sockets cannot keep legitimate clients out for ``header_timeout``.
+* **All connections.** A new connection beyond ``max_connections`` closes the oldest idle one
+  if there is one; otherwise it is answered ``503`` (``Retry-After``) and closed at once.
+  Both defaults follow the process's open-file limit (``RLIMIT_NOFILE``), read when the
+  protocol is built: ``max_connections`` = the soft limit minus a reserve of 128 (upstream
+  connections, files), at least 64; ``max_idle_connections`` = half of that.
+
+The bookkeeping is O(1) per connection event (an ordered dict of idle connections and a
+count). Idle keep-alive connections are also closed by uvicorn itself (``timeout_keep_alive``,
+which :func:`uvicorn_config` sets to at most ``header_timeout``).
+
+Use from a service::
+
+    from prioqueue._serving import ConnectionLimits, uvicorn_config
+    config = uvicorn_config(app, ConnectionLimits(header_timeout=5.0), log_level="info")
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "FILE_RESERVE",
+    "ConnectionLimits",
+    "default_max_connections",
+    "hardened_protocol",
+    "uvicorn_config",
+]
+
+FILE_RESERVE = 128
+"""File descriptors kept free for everything but client connections (upstreams, files, logs)."""
+
+
+def _positive(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{attribute.name} must be a number > 0, got {value!r}")
+
+
+def _count(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is None and attribute.name in ("max_connections", "max_idle_connections"):
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{attribute.name} must be an int >= 1, got {value!r}")
+
+
+@attrs.frozen
+class ConnectionLimits:
+    """What one client connection may cost a server, and how many connections it keeps.
+
+    Attributes:
+        header_timeout: Seconds a connection may take to send a request's headers (and a new
+            or kept-alive connection may stay silent); closed after it.
+        max_header_bytes: Largest single header, name and value (431 beyond).
+        max_headers_bytes: Largest request line plus all headers together (431 beyond).
+        max_header_count: Most headers in one request (431 beyond).
+        max_connections: Most open client connections; a new one beyond closes the oldest
+            idle one, or is answered 503 when none is idle. None: from the open-file limit
+            (see :func:`default_max_connections`).
+        max_idle_connections: Most idle connections (no complete request head yet); a new
+            connection beyond closes the oldest idle one. None: half of ``max_connections``.
+        retry_after_seconds: The ``Retry-After`` of a 503 for a connection over the limit.
+
+    Raises:
+        ValueError: A value is out of range (names the field and what is allowed).
+    """
+
+    header_timeout: float = attrs.field(default=10.0, validator=_positive)
+    max_header_bytes: int = attrs.field(default=8192, validator=_count)
+    max_headers_bytes: int = attrs.field(default=32768, validator=_count)
+    max_header_count: int = attrs.field(default=100, validator=_count)
+    max_connections: int | None = attrs.field(default=None, validator=_count)
+    max_idle_connections: int | None = attrs.field(default=None, validator=_count)
+    retry_after_seconds: float = attrs.field(default=5.0, validator=_positive)
+
+    def raw_header_cap(self) -> int:
+        """Bytes a request head may take on the wire before it is refused (431). O(1).
+
+        The exact limits count the request target and header names and values; on the wire
+        a head also has the method, the version, ``": "`` and CRLF per header and the blank
+        line. This cap allows all of those plus 1 KiB of slack, so no request within the
+        exact limits is refused by it.
+        """
+        return self.max_headers_bytes + 4 * self.max_header_count + 1024
+
+    def connection_caps(self) -> tuple[int, int]:
+        """``(max_connections, max_idle_connections)`` with the defaults resolved now. O(1)."""
+        total = self.max_connections
+        if total is None:
+            total = default_max_connections()
+        idle = self.max_idle_connections
+        if idle is None:
+            idle = max(1, total // 2)
+        return total, idle
+
+
+def default_max_connections() -> int:
+    """The open-file soft limit minus :data:`FILE_RESERVE`, at least 64 (65,536 if unlimited)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Windows
+        return 65536
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 65536
+    return max(64, soft - FILE_RESERVE)
+
+
+def _head_end(data: bytes) -> int:
+    """Index just past the blank line ending a request head in ``data``, or -1."""
+    crlf = data.find(b"\r\n\r\n")
+    lf = data.find(b"\n\n")
+    if crlf < 0 and lf < 0:
+        return -1
+    if lf < 0 or 0 <= crlf < lf:
+        return crlf + 4
+    return lf + 2
+
+
+def hardened_protocol(limits: ConnectionLimits) -> type[Any] | None:
+    """Return uvicorn's httptools protocol enforcing ``limits`` (one class per server).
+
+    Args:
+        limits: The connection limits (defaults resolved now, see :class:`ConnectionLimits`).
+
+    Returns:
+        The protocol class, or None when httptools is not installed (uvicorn then uses h11,
+        whose own limit on incomplete headers applies; the connection caps do not).
+    """
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:  # pragma: no cover - httptools comes with uvicorn[standard]
+        return None
+
+    header_timeout = limits.header_timeout
+    one = limits.max_header_bytes
+    total = limits.max_headers_bytes
+    count = limits.max_header_count
+    raw_cap = limits.raw_header_cap()
+    max_open, max_idle = limits.connection_caps()
+    retry_after = str(math.ceil(limits.retry_after_seconds)).encode()
+    idle: OrderedDict[Any, None] = OrderedDict()
+    state = {"open": 0}
+
+    class HardenedHttpToolsProtocol(HttpToolsProtocol):
+        """HttpToolsProtocol with header limits and deadline, and connection caps."""
+
+        _header_timer: Any = None
+        _header_bytes = 0
+        _header_count = 0
+        _raw_bytes = 0
+        _raw_tail = b""
+        _reading_head = True
+        _too_large = False
+        _counted = False
+
+        # -- connection caps ---------------------------------------------------------
+
+        def _idle(self) -> None:
+            idle[self] = None
+            idle.move_to_end(self)
+
+        def _busy(self) -> None:
+            idle.pop(self, None)
+
+        @staticmethod
+        def _close_oldest_idle() -> bool:
+            while idle:
+                oldest, _ = idle.popitem(last=False)
+                if not oldest.transport.is_closing():
+                    oldest.transport.close()
+                    return True
+            return False
+
+        def _refuse(self) -> None:
+            body = b"too many connections; retry later"
+            self.transport.write(
+                b"HTTP/1.1 503 Service Unavailable\r\n"
+                b"content-type: text/plain; charset=utf-8\r\n"
+                b"retry-after: " + retry_after + b"\r\n"
+                b"content-length: " + str(len(body)).encode() + b"\r\n"
+                b"connection: close\r\n\r\n" + body
+            )
+            self.transport.close()
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._counted = True
+            state["open"] += 1
+            if len(idle) >= max_idle:
+                self._close_oldest_idle()
+            if state["open"] > max_open and not self._close_oldest_idle():
+                self._refuse()
+                return
+            self._idle()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            self._busy()
+            if self._counted:
+                self._counted = False
+                state["open"] -= 1
+            super().connection_lost(exc)
+
+        # -- header deadline ---------------------------------------------------------
+
+        def _arm(self) -> None:
+            if self._header_timer is None:
+                self._header_timer = self.loop.call_later(header_timeout, self._headers_late)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_late(self) -> None:
+            self._header_timer = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+        def on_response_complete(self) -> None:
+            pipelined = bool(self.pipeline)  # a request already read starts now: not idle
+            super().on_response_complete()
+            if not pipelined and not self.transport.is_closing():
+                self._reading_head = True
+                self._raw_bytes = 0
+                self._raw_tail = b""
+                self._idle()
+
+        # -- header size -------------------------------------------------------------
+
+        def data_received(self, data: bytes) -> None:
+            if self._reading_head and not self._too_large:
+                # Count the head's bytes before the parser sees them: the parser would
+                # buffer a header of any size before its callback could refuse it.
+                window = self._raw_tail + data
+                end = _head_end(window)
+                if end < 0:
+                    self._raw_bytes += len(data)
+                    self._raw_tail = window[-3:]
+                else:
+                    self._raw_bytes += end - len(self._raw_tail)
+                    self._reading_head = False
+                if self._raw_bytes > raw_cap:
+                    self._too_large = True
+                    self.send_400_response("request header fields too large")
+                    return
+            super().data_received(data)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._header_bytes = 0
+            self._header_count = 0
+            self._arm()
+
+        def on_url(self, url: bytes) -> None:
+            self._header_bytes += len(url)
+            if self._header_bytes > total:
+                self._reject()
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            size = len(name) + len(value)
+            self._header_bytes += size
+            self._header_count += 1
+            if size > one or self._header_bytes > total or self._header_count > count:
+                self._reject()
+            super().on_header(name, value)
+
+        def _reject(self) -> None:
+            self._too_large = True
+            raise ValueError("request header fields too large")  # the parser stops here
+
+        def on_headers_complete(self) -> None:
+            self._disarm()
+            self._busy()
+            self._reading_head = False
+            super().on_headers_complete()
+
+        def send_400_response(self, msg: str) -> None:
+            if not self._too_large:
+                super().send_400_response(msg)
+                return
+            body = b"request header fields too large"
+            self.transport.write(
+                b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                b"content-type: text/plain; charset=utf-8\r\n"
+                b"content-length: " + str(len(body)).encode() + b"\r\n"
+                b"connection: close\r\n\r\n" + body
+            )
+            self.transport.close()
+
+    return HardenedHttpToolsProtocol
+
+
+def uvicorn_config(
+    app: Any, limits: ConnectionLimits, *, shutdown_grace_seconds: float = 30.0, **options: Any
+) -> Any:
+    """Return a ``uvicorn.Config`` serving ``app`` with ``limits``.
+
+    Args:
+        app: The ASGI application.
+        limits: The connection limits.
+        shutdown_grace_seconds: How long running requests may finish at shutdown.
+        **options: More ``uvicorn.Config`` options (log level, access log...); they win.
+
+    Returns:
+        The configuration (``lifespan="on"``, the hardened protocol when available).
+    """
+    import uvicorn
+
+    protocol = hardened_protocol(limits)
+    settings: dict[str, Any] = {
+        "lifespan": "on",
+        "timeout_graceful_shutdown": math.ceil(shutdown_grace_seconds),
+        "timeout_keep_alive": max(1, min(5, math.ceil(limits.header_timeout))),
+        "h11_max_incomplete_event_size": limits.max_headers_bytes,
+        "backlog": 4096,
+    }
+    if protocol is not None:
+        settings["http"] = protocol
+    settings.update(options)
+    return uvicorn.Config(app, **settings)
