@@ -353,3 +353,20 @@ def test_a_waiting_fleet_journals_its_liveness_in_one_event_per_half_timeout() -
             assert _replays(a)
 
     run(scenario())
+
+
+def test_reads_after_a_skipped_pop_at_a_later_time_still_answer() -> None:
+    async def scenario() -> None:
+        async with api() as a:
+            job = await a.submit(model="flux")
+            assert (await _pop(a, models=["sdxl"])).status_code == 204  # joins: journaled
+            entries = len(a.journal.entries)
+            a.clock.advance(1)
+            assert (await _pop(a, models=["sdxl"])).status_code == 204  # skipped
+            assert len(a.journal.entries) == entries
+            response = await a.job(job)  # the engine's time is behind that skipped pop's
+            assert response.status_code == 200, response.text
+            assert response.json()["position"] == 1
+            assert _replays(a)
+
+    run(scenario())

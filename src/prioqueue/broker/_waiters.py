@@ -177,7 +177,9 @@ async def _idle(broker: Broker, worker: str, result: Any) -> Mapping[str, int]:
         return idle
     engine = await broker.read()
     try:
-        reasons = engine.fleet.idle_reasons(worker, now=broker.now())
+        # At the engine's time: a read must not move the fleet's clock past the engine's
+        # (later reads, explain() for one, pass the engine's time).
+        reasons = engine.fleet.idle_reasons(worker, now=engine.now)
     except Exception:  # the worker left meanwhile: nothing to say
         return {}
     return {str(k): int(v) for k, v in reasons.items() if v}

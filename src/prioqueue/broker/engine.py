@@ -530,10 +530,13 @@ class BrokerEngine:
             return self.pop(now, **{"worker": worker, **spec})  # type: ignore[arg-type]
         if len(state.held) >= state.slots or len(self.fleet) == 0:
             return None
-        seen = state.last_seen
+        seen, clock = state.last_seen, self.fleet._now
         grant = self.fleet.pop(worker, now=now)
         if grant is None:
-            state.last_seen = seen  # nothing else changed: as if the pop never happened
+            # As if the pop never happened: the worker's last word and the fleet's clock
+            # (reads pass the engine's time, which a skipped pop does not advance).
+            state.last_seen = seen
+            self.fleet._now = clock
             return None
         self.now = now
         return PopResult(self._granted(worker, grant, now), {})
