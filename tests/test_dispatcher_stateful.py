@@ -33,6 +33,7 @@ from hypothesis.stateful import (
 )
 
 from prioqueue.dispatcher import ChargeModel, SizeOneDispatcher
+from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.records import Completed, Expired, Grant, Job, Stats, Ticket
 from prioqueue.scoring import Scorer
 from prioqueue.testing import ManualClock, ReferenceDispatcher
@@ -54,7 +55,14 @@ SETTINGS = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 
-TERMINAL = ("done", "cancelled", "failed")
+TERMINAL = ("done", "cancelled", "failed", "expired")
+
+BACKOFFS = (None, Backoff(), Backoff(kind="exponential", base=16.0, max=64.0, jitter=True))
+BUDGETS = (
+    None,
+    {0: LevelBudget(max_queued=2)},
+    {0: LevelBudget(ttl=600.0), 100: LevelBudget(max_wait=60.0, ttl=120.0)},
+)
 
 
 def _lease_for(job: Job) -> float:
@@ -88,6 +96,7 @@ class _Submission:
     status: str = "queued"
     level: int | None = None
     attempts: int = 0
+    deadline: float | None = None  # its ttl: past it, a queued job is "lapsed" until reported
 
 
 class DispatcherComparison(RuleBasedStateMachine):
@@ -107,7 +116,11 @@ class DispatcherComparison(RuleBasedStateMachine):
         self.next_id = 0
         self.latest = -math.inf  # the largest now of a call that succeeded
         self.grants: list[Grant] = []
-        self.counts = {"completed": 0, "cancelled": 0, "expired": 0, "failed": 0}
+        self.counts = {
+            "completed": 0, "cancelled": 0, "expired": 0, "failed": 0, "ttl_expired": 0,
+            "retried": 0,
+        }  # fmt: skip
+        self.fired = -math.inf  # the latest now at which both dispatchers fired their timers
         self.ready = False
         self.window = 0.0
 
@@ -118,9 +131,17 @@ class DispatcherComparison(RuleBasedStateMachine):
         max_attempts=st.integers(1, 3),
         leases=st.booleans(),
         specs=st.lists(dispatcher_job_specs(), max_size=8),
+        backoff=st.sampled_from(BACKOFFS),
+        budgets=st.sampled_from(BUDGETS),
     )
     def build(
-        self, scorer: Scorer, max_attempts: int, leases: bool, specs: list[dict[str, Any]]
+        self,
+        scorer: Scorer,
+        max_attempts: int,
+        leases: bool,
+        specs: list[dict[str, Any]],
+        backoff: Backoff | None,
+        budgets: dict[int, LevelBudget] | None,
     ) -> None:
         options: dict[str, Any] = {
             "charge": self.charge_model(),
@@ -129,6 +150,8 @@ class DispatcherComparison(RuleBasedStateMachine):
             "max_queued_per_member": self.max_queued_per_member,
             "max_attempts": max_attempts,
             "fair_share": self.fair_share,
+            "backoff": backoff,
+            "budgets": budgets,
         }
         self.window = scorer.config.max_affinity * scorer.config.aging_divisor
         self.real = SizeOneDispatcher(scorer, **options)
@@ -143,6 +166,9 @@ class DispatcherComparison(RuleBasedStateMachine):
 
     def both(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, BaseException | None]:
         """Call ``name`` on both dispatchers; check they agree; return the reference's answer."""
+        now = kwargs.get("now", args[0] if name in ("dispatch", "expire") and args else None)
+        if isinstance(now, float) and now >= self.fired:
+            self._mark(now)  # both fire their timers first thing
         answers: list[tuple[Any, BaseException | None]] = []
         for target in (self.real, self.ref):
             try:
@@ -162,8 +188,24 @@ class DispatcherComparison(RuleBasedStateMachine):
             self.latest = max(self.latest, args[0])
         return ref, ref_error
 
+    def _mark(self, now: float) -> None:
+        """Timers due at ``now`` fired: a queued job past its deadline is gone, unreported."""
+        self.fired = max(self.fired, now)
+        for sub in self.live.values():
+            if sub.status == "queued" and sub.deadline is not None and sub.deadline <= now:
+                sub.status = "lapsed"
+                self.counts["ttl_expired"] += 1  # counted when it leaves, reported later
+
+    def _known(self) -> list[str]:
+        """The ids the dispatchers know (queued, delayed or running; not lapsed)."""
+        return sorted(job_id for job_id, sub in self.live.items() if sub.status != "lapsed")
+
     def _status(self, status: str) -> list[_Submission]:
         return [sub for sub in self.live.values() if sub.status == status]
+
+    def _eligible(self) -> list[_Submission]:
+        """The queued jobs in a lane (not delayed)."""
+        return [s for s in self._status("queued") if self.real.not_before(s.job_id) is None]
 
     def _end(self, sub: _Submission, status: str) -> None:
         sub.status = status
@@ -183,7 +225,8 @@ class DispatcherComparison(RuleBasedStateMachine):
         payload = {"n": self.next_id}
         ticket, error = self.both("submit", job_id, payload=payload, now=self.clock(), **spec)
         if error is None:
-            sub = _Submission(job_id, spec["member"], level=ticket.job.priority)
+            job = ticket.job
+            sub = _Submission(job_id, spec["member"], level=job.priority, deadline=job.deadline)
             self.subs.append(sub)
             self.live[job_id] = sub
 
@@ -207,7 +250,10 @@ class DispatcherComparison(RuleBasedStateMachine):
         subs = sorted(self._status("queued"), key=lambda s: s.job_id)
         sub = data.draw(st.sampled_from(subs))
         assert sub.level is not None
-        head = self.ref.lane_jobs(sub.member, sub.level)[0]
+        lane = self.ref.lane_jobs(sub.member, sub.level)
+        if not lane:  # a delayed job: in no lane yet
+            return
+        head = lane[0]
         edge = head.arrival + self.window + (0.25 if past_the_edge else 0.0)
         if edge < self.clock():
             return
@@ -215,10 +261,49 @@ class DispatcherComparison(RuleBasedStateMachine):
         spec = {"member": head.member, "priority": head.priority, "tier": head.tier}
         self.submit_one({**spec, "model": model or self.ref.resident_model, "estimate": None})
 
+    @precondition(lambda self: self.ready)
+    @rule(
+        spec=dispatcher_job_specs(),
+        ttl=st.sampled_from([None, 0.5, 60.0, 600.0]),
+        delay=st.sampled_from([None, 0.0, 30.0, 900.0]),
+        max_attempts=st.sampled_from([None, 1, 3]),
+        backoff=st.sampled_from(BACKOFFS),
+    )
+    def submit_with_a_lifecycle(
+        self,
+        spec: dict[str, Any],
+        ttl: float | None,
+        delay: float | None,
+        max_attempts: int | None,
+        backoff: Backoff | None,
+    ) -> None:
+        not_before = None if delay is None else self.clock() + delay
+        extra = {"ttl": ttl, "not_before": not_before, "max_attempts": max_attempts}
+        self.submit_one({**spec, **extra, "backoff": backoff})
+
     @precondition(lambda self: self.ready and self.live)
+    @rule(data=st.data(), retry=st.booleans())
+    def fail(self, data: st.DataObject, retry: bool) -> None:
+        """The running job failed (retried while attempts remain), or a queued one is failed."""
+        sub = data.draw(st.sampled_from(sorted(self.live.values(), key=lambda s: s.job_id)))
+        was = sub.status
+        _, error = self.both("fail", sub.job_id, now=self.clock(), retry=retry)
+        if error is not None:
+            return
+        if sub.job_id in self.real:
+            assert retry
+            assert was == "running"
+            assert self.real.not_before(sub.job_id) == self.ref.not_before(sub.job_id)
+            self.counts["retried"] += 1
+            sub.status = "queued"
+        else:
+            self.counts["failed"] += 1
+            self._end(sub, "failed")
+
+    @precondition(lambda self: self.ready and self._known())
     @rule(data=st.data())
     def submit_duplicate(self, data: st.DataObject) -> None:
-        job_id = data.draw(st.sampled_from(sorted(self.live)))
+        job_id = data.draw(st.sampled_from(self._known()))
         _, error = self.both("submit", job_id, member="ann", now=self.clock())
         assert error is not None
 
@@ -248,7 +333,7 @@ class DispatcherComparison(RuleBasedStateMachine):
         """Dispatch on both and check the grant against the recorded history."""
         grant, _ = self.both("dispatch", self.clock())
         if grant is None:
-            assert self._status("running") or not self._status("queued"), "idle but no grant"
+            assert self._status("running") or not self._eligible(), "idle but no grant"
             return
         sub = self.live[grant.job.id]
         assert sub.status == "queued", f"granted a {sub.status} job"
@@ -304,10 +389,19 @@ class DispatcherComparison(RuleBasedStateMachine):
     @precondition(lambda self: self.ready)
     @rule()
     def expire(self) -> None:
-        expired, _ = self.both("expire", self.clock())
-        assert len(expired) <= 1
+        now = self.clock()
+        expired, _ = self.both("expire", now)
+        assert len([e for e in expired if e.cause != "ttl"]) <= 1
         for record in expired:
             sub = self.live[record.job.id]
+            if record.cause == "ttl":
+                assert sub.status in ("queued", "lapsed")  # queued: requeued in this call
+                assert record.deadline == sub.deadline
+                assert record.deadline <= now
+                assert record.attempt == sub.attempts + 1
+                self.counts["ttl_expired"] += sub.status == "queued"
+                self._end(sub, "expired")
+                continue
             assert sub.status == "running"
             assert record.attempt == sub.attempts
             self.counts["expired"] += 1
@@ -355,6 +449,10 @@ class DispatcherComparison(RuleBasedStateMachine):
         assert self.real.resident_model == self.ref.resident_model
         assert self.real.next_deadline() == self.ref.next_deadline()
         for job_id, sub in self.live.items():  # nothing lost: every live job is where we think
+            if sub.status == "lapsed":  # gone at its deadline, until expire reports it
+                assert job_id not in self.real
+                assert job_id not in self.ref
+                continue
             assert job_id in self.real
             assert self.real.state(job_id) == self.ref.state(job_id) == sub.status
         for sub in self.subs:
@@ -362,7 +460,8 @@ class DispatcherComparison(RuleBasedStateMachine):
                 assert sub.job_id not in self.real
                 assert sub.status in TERMINAL
         statuses = [sub.status for sub in self.subs]
-        assert len(statuses) == sum(statuses.count(s) for s in ("queued", "running", *TERMINAL))
+        kinds = ("queued", "running", "lapsed", *TERMINAL)
+        assert len(statuses) == sum(statuses.count(s) for s in kinds)
 
     @invariant()
     def same_stats(self) -> None:
@@ -370,6 +469,7 @@ class DispatcherComparison(RuleBasedStateMachine):
             return
         now = self.clock()
         real, ref = self.real.stats(now=now), self.ref.stats(now=now)
+        self._mark(now)
         _compare_stats(real, ref)
         # ... and both agree with the history this test recorded.
         assert ref.dispatched == len(self.grants)
@@ -380,15 +480,18 @@ class DispatcherComparison(RuleBasedStateMachine):
         assert (ref.running is None) == (not self._status("running"))
         for level, stats in ref.levels.items():
             assert stats.dispatched == sum(g.job.priority == level for g in self.grants)
-            assert stats.queued == sum(s.level == level for s in self._status("queued"))
+            assert stats.queued == sum(s.level == level for s in self._eligible())
         for member, member_stats in ref.members.items():
             assert member_stats.dispatched == sum(g.job.member == member for g in self.grants)
-            queued = self._status("queued")
+            queued = self._eligible()
             assert member_stats.queued == sum(s.member == member for s in queued)
 
 
 def _compare_stats(real: Stats, ref: Stats) -> None:
-    exact = ("now", "queued", "dispatched", "completed", "cancelled", "expired", "failed", "swaps")
+    exact = (
+        "now", "queued", "dispatched", "completed", "cancelled", "expired", "failed", "swaps",
+        "ttl_expired", "refused", "retried", "delayed",
+    )  # fmt: skip
     for name in exact:
         assert getattr(real, name) == getattr(ref, name), name
     assert real.resident_model == ref.resident_model
@@ -397,6 +500,7 @@ def _compare_stats(real: Stats, ref: Stats) -> None:
     for level, a in real.levels.items():
         b = ref.levels[level]
         assert (a.level, a.queued, a.dispatched) == (b.level, b.queued, b.dispatched), level
+        assert (a.ttl_expired, a.refused, a.delayed) == (b.ttl_expired, b.refused, b.delayed)
         assert a.reorders == b.reorders, (level, a.reorders, b.reorders)
         assert a.wait_buckets == b.wait_buckets, level
         for name in ("oldest_wait", "mean_wait", "total_wait"):

@@ -13,6 +13,10 @@ fleet's promises against the history it recorded itself:
 * a worker never holds more than its slots (a re-join may lower them; it then pops nothing
   until it is under them), and a member never holds more than ``max_running_per_member``;
 * a late ``complete`` from a worker that lost its job raises and changes nothing;
+* the job lifecycle (docs/design/lifecycle.md): jobs with a ttl, delayed jobs (``not_before``),
+  ``fail`` with and without ``retry`` (per-job ``max_attempts`` and ``backoff``, jitter
+  included) and level budgets; a queued job past its deadline is never granted, leaves at
+  the first call at or after it and is reported once by ``expire`` (``cause="ttl"``);
 * and the real dispatcher's own ``_check()``.
 
 Times, runtimes and estimates are dyadic (see ``strategies``), so sums and differences are exact
@@ -42,6 +46,7 @@ from hypothesis.stateful import (
 
 from prioqueue.dispatcher import ChargeModel
 from prioqueue.fleet import FleetDispatcher
+from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.records import Completed, Expired, Grant, Job, Stats, Ticket, WorkerInfo
 from prioqueue.scoring import Scorer
 from prioqueue.testing import ManualClock, ReferenceFleet
@@ -63,7 +68,20 @@ SETTINGS = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 
-TERMINAL = ("done", "cancelled", "failed")
+TERMINAL = ("done", "cancelled", "failed", "expired")
+
+BACKOFFS = (
+    None,
+    Backoff(),
+    Backoff(kind="linear", base=30.0, max=120.0),
+    Backoff(kind="exponential", base=16.0, jitter=True),
+)
+BUDGETS = (
+    None,
+    {0: LevelBudget(max_queued=3)},
+    {0: LevelBudget(ttl=600.0), 100: LevelBudget(max_wait=120.0, ttl=300.0)},
+    {-100: LevelBudget(ttl=1800.0, max_queued=4)},
+)
 
 NAMES = ("gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e")
 MAX_WORKERS = 4
@@ -133,6 +151,7 @@ class _Submission:
     attempts: int = 0
     holder: str | None = None
     lost_by: list[str] = attrs.field(factory=list)  # workers that held it and lost it
+    deadline: float | None = None  # its ttl: past it, a queued job is "lapsed" until reported
 
 
 class FleetComparison(RuleBasedStateMachine):
@@ -154,7 +173,11 @@ class FleetComparison(RuleBasedStateMachine):
         self.next_id = 0
         self.latest = -math.inf
         self.grants: list[Grant] = []
-        self.counts = {"completed": 0, "cancelled": 0, "expired": 0, "failed": 0}
+        self.counts = {
+            "completed": 0, "cancelled": 0, "expired": 0, "failed": 0, "ttl_expired": 0,
+            "retried": 0,
+        }  # fmt: skip
+        self.fired = -math.inf  # the latest now at which both dispatchers fired their timers
         self.cap: int | None = None
         self.warm_hold = 0.0
         self.ready = False
@@ -170,6 +193,8 @@ class FleetComparison(RuleBasedStateMachine):
         warm_hold=st.sampled_from([0.0, 0.0, 30.0, 600.0]),
         workers=st.lists(worker_specs(), min_size=1, max_size=MAX_WORKERS),
         specs=st.lists(dispatcher_job_specs(), max_size=8),
+        backoff=st.sampled_from(BACKOFFS),
+        budgets=st.sampled_from(BUDGETS),
     )
     def build(
         self,
@@ -181,6 +206,8 @@ class FleetComparison(RuleBasedStateMachine):
         warm_hold: float,
         workers: list[dict[str, Any]],
         specs: list[dict[str, Any]],
+        backoff: Backoff | None,
+        budgets: dict[int, LevelBudget] | None,
     ) -> None:
         lease_for = _lease_for_job if self.one_argument_lease else _lease_for
         options: dict[str, Any] = {
@@ -193,6 +220,8 @@ class FleetComparison(RuleBasedStateMachine):
             "worker_timeout": worker_timeout,
             "warm_hold": warm_hold,
             "fair_share": self.fair_share,
+            "backoff": backoff,
+            "budgets": budgets,
         }
         self.cap = cap
         self.warm_hold = warm_hold
@@ -210,6 +239,9 @@ class FleetComparison(RuleBasedStateMachine):
 
     def both(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, BaseException | None]:
         """Call ``name`` on both dispatchers; check they agree; return the reference's answer."""
+        now = kwargs.get("now", args[0] if name == "expire" and args else None)
+        if isinstance(now, float) and now >= self.fired:
+            self._mark(now)  # both fire their timers first thing
         answers: list[tuple[Any, BaseException | None]] = []
         for target in (self.real, self.ref):
             try:
@@ -228,6 +260,18 @@ class FleetComparison(RuleBasedStateMachine):
         if ref_error is None and args and name == "expire":
             self.latest = max(self.latest, args[0])
         return ref, ref_error
+
+    def _mark(self, now: float) -> None:
+        """Timers due at ``now`` fired: a queued job past its deadline is gone, unreported."""
+        self.fired = max(self.fired, now)
+        for sub in self.live.values():
+            if sub.status == "queued" and sub.deadline is not None and sub.deadline <= now:
+                sub.status = "lapsed"
+                self.counts["ttl_expired"] += 1  # counted when it leaves, reported later
+
+    def _known(self) -> list[str]:
+        """The ids the dispatchers know (queued, delayed or held; not lapsed)."""
+        return sorted(job_id for job_id, sub in self.live.items() if sub.status != "lapsed")
 
     def _status(self, status: str) -> list[_Submission]:
         return sorted(
@@ -256,7 +300,11 @@ class FleetComparison(RuleBasedStateMachine):
         return (
             len(self.real),
             _norm(self.real.stats(now=now)),
-            {sub.job_id: self.real.state(sub.job_id) for sub in self.live.values()},
+            {
+                s.job_id: self.real.state(s.job_id)
+                for s in self.live.values()
+                if s.status != "lapsed"
+            },
             self.real.next_deadline(),
         )
 
@@ -333,7 +381,8 @@ class FleetComparison(RuleBasedStateMachine):
             self.next_id += 1
         ticket, error = self.both("submit", job_id, now=self.clock(), **spec)
         if error is None:
-            sub = _Submission(job_id, spec["member"], level=ticket.job.priority)
+            level, deadline = ticket.job.priority, ticket.job.deadline
+            sub = _Submission(job_id, spec["member"], level=level, deadline=deadline)
             self.subs.append(sub)
             self.live[job_id] = sub
 
@@ -348,10 +397,53 @@ class FleetComparison(RuleBasedStateMachine):
         for spec in specs:
             self.submit_one(spec)
 
+    @precondition(lambda self: self.ready)
+    @rule(
+        spec=dispatcher_job_specs(),
+        ttl=st.sampled_from([None, 0.5, 60.0, 600.0]),
+        delay=st.sampled_from([None, 0.0, 30.0, 900.0]),
+        max_attempts=st.sampled_from([None, 1, 2, 4]),
+        backoff=st.sampled_from(BACKOFFS),
+    )
+    def submit_with_a_lifecycle(
+        self,
+        spec: dict[str, Any],
+        ttl: float | None,
+        delay: float | None,
+        max_attempts: int | None,
+        backoff: Backoff | None,
+    ) -> None:
+        not_before = None if delay is None else self.clock() + delay
+        extra = {"ttl": ttl, "not_before": not_before, "max_attempts": max_attempts}
+        self.submit_one({**spec, **extra, "backoff": backoff})
+
     @precondition(lambda self: self.ready and self.live)
+    @rule(data=st.data(), retry=st.booleans(), named=st.booleans())
+    def fail(self, data: st.DataObject, retry: bool, named: bool) -> None:
+        """A worker reports a failed run (retried while attempts remain), or a client fails a
+        queued job."""
+        sub = data.draw(st.sampled_from(sorted(self.live.values(), key=lambda s: s.job_id)))
+        kwargs = {"worker": sub.holder} if named and sub.holder is not None else {}
+        holder = sub.holder
+        _, error = self.both("fail", sub.job_id, now=self.clock(), retry=retry, **kwargs)
+        if error is not None:
+            return
+        if sub.job_id in self.real:
+            assert retry
+            assert holder is not None
+            assert self.real.not_before(sub.job_id) == self.ref.not_before(sub.job_id)
+            self.counts["retried"] += 1
+            sub.lost_by.append(holder)
+            sub.holder = None
+            sub.status = "queued"
+        else:
+            self.counts["failed"] += 1
+            self._end(sub, "failed")
+
+    @precondition(lambda self: self.ready and self._known())
     @rule(data=st.data())
     def submit_duplicate(self, data: st.DataObject) -> None:
-        job_id = data.draw(st.sampled_from(sorted(self.live)))
+        job_id = data.draw(st.sampled_from(self._known()))
         _, error = self.both("submit", job_id, member="ann", now=self.clock())
         assert error is not None
 
@@ -475,10 +567,20 @@ class FleetComparison(RuleBasedStateMachine):
     @precondition(lambda self: self.ready)
     @rule()
     def expire(self) -> None:
-        expired, _ = self.both("expire", self.clock())
-        assert [e.job.seq for e in expired] == sorted(e.job.seq for e in expired)
+        now = self.clock()
+        expired, _ = self.both("expire", now)
+        taken = [e for e in expired if e.cause != "ttl"]
+        assert [e.job.seq for e in taken] == sorted(e.job.seq for e in taken)
         for record in expired:
             sub = self.live[record.job.id]
+            if record.cause == "ttl":
+                assert sub.status in ("queued", "lapsed")  # queued: requeued in this call
+                assert record.deadline == sub.deadline
+                assert record.deadline <= now
+                assert (record.attempt, record.worker) == (sub.attempts + 1, None)
+                self.counts["ttl_expired"] += sub.status == "queued"
+                self._end(sub, "expired")
+                continue
             assert sub.status == "running"
             assert record.worker == sub.holder
             assert record.attempt == sub.attempts
@@ -555,6 +657,10 @@ class FleetComparison(RuleBasedStateMachine):
             assert info == self.ref.worker(name)
             assert sorted(info.held) == sorted(s.job_id for s in self._held_by(name))
         for job_id, sub in self.live.items():
+            if sub.status == "lapsed":  # gone at its deadline, until expire reports it
+                assert job_id not in self.real
+                assert job_id not in self.ref
+                continue
             assert job_id in self.real
             assert self.real.state(job_id) == self.ref.state(job_id) == sub.status
             assert self.real.holder(job_id) == self.ref.holder(job_id) == sub.holder
@@ -569,7 +675,11 @@ class FleetComparison(RuleBasedStateMachine):
         if not self.ready or not self.fair_share:
             return
         now = self.latest = self.clock()
+        self.ref.stats(now=now)  # both fire their timers at now (explain does on the real)
+        self._mark(now)
         for sub in self._status("queued"):
+            if self.real.not_before(sub.job_id) is not None:
+                continue  # delayed: in no lane yet
             assert sub.level is not None
             explained = self.real.explain(sub.job_id, now=now, ahead_limit=0, overtakes_limit=0)
             assert explained.lane_start == self.ref.lane_start(sub.member, sub.level), sub
@@ -593,6 +703,7 @@ class FleetComparison(RuleBasedStateMachine):
             return
         now = self.latest = self.clock()
         real, ref = self.real.stats(now=now), self.ref.stats(now=now)
+        self._mark(now)
         _compare_stats(real, ref)
         assert ref.dispatched == len(self.grants)
         assert ref.swaps == sum(grant.swap for grant in self.grants)
@@ -613,7 +724,10 @@ class FleetComparison(RuleBasedStateMachine):
 
 
 def _compare_stats(real: Stats, ref: Stats) -> None:
-    exact = ("now", "queued", "dispatched", "completed", "cancelled", "expired", "failed", "swaps")
+    exact = (
+        "now", "queued", "dispatched", "completed", "cancelled", "expired", "failed", "swaps",
+        "ttl_expired", "refused", "retried", "delayed",
+    )  # fmt: skip
     for name in exact:
         assert getattr(real, name) == getattr(ref, name), name
     assert _norm(real.running) == _norm(ref.running)
@@ -623,6 +737,7 @@ def _compare_stats(real: Stats, ref: Stats) -> None:
     for level, a in real.levels.items():
         b = ref.levels[level]
         assert (a.level, a.queued, a.dispatched) == (b.level, b.queued, b.dispatched), level
+        assert (a.ttl_expired, a.refused, a.delayed) == (b.ttl_expired, b.refused, b.delayed)
         assert a.reorders == b.reorders, (level, a.reorders, b.reorders)
         assert a.wait_buckets == b.wait_buckets, level
         for name in ("oldest_wait", "mean_wait", "total_wait"):

@@ -31,6 +31,7 @@ from prioqueue._errors import (
     InvalidState,
     LeaseError,
     LeaseExpired,
+    Overloaded,
     PrioqueueError,
     QueueFull,
     UnknownGroup,
@@ -59,6 +60,7 @@ from prioqueue.lease import (
     sampler_work,
 )
 from prioqueue.lease import explain as explain_lease
+from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import (
     BATCH,
     DEFAULT_ALIASES,
@@ -105,6 +107,7 @@ __all__ = [
     "SAMPLER_UNITS",
     "SLOW_BASELINE_MULTIPLIERS",
     "AheadJob",
+    "Backoff",
     "CancelRunning",
     "Chain",
     "ChainProgress",
@@ -131,8 +134,10 @@ __all__ = [
     "LeaseError",
     "LeaseExpired",
     "LeaseExplanation",
+    "LevelBudget",
     "LevelStats",
     "MemberStats",
+    "Overloaded",
     "Overtake",
     "OvertakeCause",
     "PrioqueueError",

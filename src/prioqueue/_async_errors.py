@@ -6,7 +6,12 @@ They live apart from the adapter so that the adapter module stays one concept; t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prioqueue._errors import PrioqueueError
+
+if TYPE_CHECKING:
+    from prioqueue.records import Expired
 
 __all__ = ["DispatcherClosed", "JobCancelled", "QueueTimeout"]
 
@@ -23,6 +28,17 @@ class QueueTimeout(PrioqueueError, TimeoutError):
         super().__init__(message)
         self.job_id = job_id
         self.timeout = timeout
+
+
+def ttl_timeout(record: Expired) -> QueueTimeout:
+    """The error of a waiter whose job's ttl ran out in the queue (``cause="ttl"``)."""
+    job = record.job
+    ttl = record.deadline - job.arrival
+    return QueueTimeout(
+        f"job {job.id!r} was still queued at its deadline (ttl {ttl:g} s); it expired",
+        job_id=job.id,
+        timeout=ttl,
+    )
 
 
 class DispatcherClosed(PrioqueueError, RuntimeError):

@@ -16,14 +16,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from heapq import heapify as _heapify
 from heapq import heappop as _heappop
 from heapq import heappush as _heappush
 from heapq import heapreplace as _heapreplace
 from typing import Any, Literal
 
-from prioqueue import _lanes
+from prioqueue import _lanes, _lifecycle
 from prioqueue._errors import ChargeError, ConfigError, DuplicateJob, QueueFull, UnknownJob
 from prioqueue._groups import GroupBook, checked_group
 from prioqueue._lanes import QUEUED, RUNNING, _BonusCache, _Entry, _Lane, _Ranking
@@ -36,8 +36,9 @@ from prioqueue._validate import (
     positive_or_none,
 )
 from prioqueue._workers import LeaseFunction, _Worker, lease_function
+from prioqueue.lifecycle import NO_BACKOFF, Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
-from prioqueue.records import Job, JobState, Ticket
+from prioqueue.records import Expired, Job, JobState, Ticket
 from prioqueue.scoring import Scorer
 
 __all__: list[str] = []  # private module
@@ -130,6 +131,8 @@ class _Core:
         history: int = 10_000,
         history_bytes: int = DEFAULT_HISTORY_BYTES,
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
+        budgets: Mapping[int, LevelBudget] | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         scorer = Scorer() if scorer is None else scorer
         if not isinstance(scorer, Scorer):
@@ -224,6 +227,18 @@ class _Core:
         self._totals = {"dispatched": 0, "completed": 0, "cancelled": 0, "expired": 0, "failed": 0}
         self._swaps = 0
         self._groups = GroupBook()
+        # The job lifecycle (docs/design/lifecycle.md; the timers are ``_lifecycle``).
+        self._budgets = _checked_budgets(budgets)
+        if backoff is not None and not isinstance(backoff, Backoff):
+            raise ConfigError(f"backoff must be a Backoff or None, got {backoff!r}")
+        self._backoff = NO_BACKOFF if backoff is None else backoff
+        self._timers: list[tuple[float, int, int, int, _Entry]] = []
+        self._timer_count = 0
+        self._next_timer = math.inf  # the earliest timer (maybe stale): _tick's one comparison
+        self._parked: dict[int, int] = {}  # level -> delayed jobs
+        self._lapsed: list[Expired] = []  # Expired(cause="ttl") not yet reported by expire()
+        self._level_life: dict[int, list[int]] = {}  # level -> [ttl expired, refused]
+        self._totals.update(ttl_expired=0, refused=0, retried=0)
 
     _name_in_grants = True  # SizeOneDispatcher's grants (and snapshots) carry no worker
 
@@ -282,6 +297,34 @@ class _Core:
             )
         self._now = t
         return t
+
+    def _fire(self, now: object) -> None:
+        """Fire the lifecycle's timers due at ``now`` (docs/design/lifecycle.md).
+
+        The first thing every call taking ``now`` does, before any check but ``now``'s own (a
+        bad ``now`` fires nothing): where a timer fires never depends on what the call then
+        does. O(1) when nothing is due.
+        """
+        if (
+            (now.__class__ is float or now.__class__ is int)
+            and self._next_timer <= now <= TIME_LIMIT  # type: ignore[operator,unused-ignore]
+            and now >= self._now  # type: ignore[operator,unused-ignore]
+        ):
+            _lifecycle.fire(self, float(now))  # type: ignore[arg-type,unused-ignore]
+
+    def not_before(self, job_id: str) -> float | None:
+        """When a delayed job becomes eligible, or None for a job that is eligible or held.
+
+        A delayed job is one submitted with a future ``not_before``, or a retry waiting out
+        its backoff (``fail(retry=True)``); ``state`` says ``"queued"`` for it.
+
+        Raises:
+            UnknownJob: The id is not queued, delayed or running.
+
+        Complexity: O(1).
+        """
+        entry = self._entry(job_id)
+        return entry.queued_at if entry.state == _lifecycle.PARKED else None
 
     def _entry(self, job_id: object) -> _Entry:
         entry = self._entries.get(job_id) if isinstance(job_id, str) else None
@@ -396,6 +439,9 @@ class _Core:
         """Make a lane (the caller files it under its key) with its member's statistics."""
         self._idents += 1
         lane = _Lane(member, level, s, self._idents)
+        # Versions unique across lanes: a job's lane dropped and made again (a retry without
+        # fair share) has heap items equal to the old lane's but for the version.
+        lane.version = self._idents << 32
         lane.owner = self._member(member)
         self._level(level)
         return lane
@@ -423,6 +469,10 @@ class _Core:
         payload: Any = None,
         group: str | None = None,
         now: float,
+        ttl: float | None = None,
+        not_before: float | None = None,
+        max_attempts: int | None = None,
+        backoff: Backoff | Mapping[str, Any] | None = None,
     ) -> Ticket:
         """Queue a job.
 
@@ -440,21 +490,34 @@ class _Core:
             group: A label shared by jobs that belong together (a film's shots), for
                 ``group_status`` and ``cancel_group``; it changes no score and no lane.
             now: The current monotonic time.
+            ttl: Seconds (> 0) the job may stay queued once eligible; past it the job leaves
+                as expired (``expire`` reports it with ``cause="ttl"``). None: the level's
+                ``LevelBudget.ttl``, else no limit.
+            not_before: A time (same clock as ``now``) before which the job is not eligible:
+                it is delayed, in no lane, and enters its lane at that time as a submit then
+                would. None or a time not after ``now``: eligible now.
+            max_attempts: Grants the job may get (an int >= 1; None: the dispatcher's), used by
+                lease expiries and by ``fail(retry=True)`` alike.
+            backoff: The job's retry delays, a ``Backoff`` or its JSON form (``as_dict()``;
+                a journal keeps calls as JSON); None: the dispatcher's ``backoff``.
 
         Returns:
             The ticket: the job as stored and the queue depth after it.
 
         Raises:
             DuplicateJob: A job with this id is queued or running.
-            QueueFull: ``max_queued`` or ``max_queued_per_member`` is reached; the exception's
-                ``retry_after`` estimates when a retry may succeed from the recent service
-                rate.
+            QueueFull: ``max_queued``, ``max_queued_per_member`` or the level's
+                ``LevelBudget.max_queued`` is reached; the exception's ``retry_after``
+                estimates when a retry may succeed from the recent service rate.
+            Overloaded: The forecast wait is over the level's ``LevelBudget.max_wait`` (a
+                ``QueueFull`` with ``scope="wait"``).
             ValueError: An argument is out of range (unknown tier, non-finite time, a priority
                 beyond ``+-10**9``, ...).
             TypeError: ``priority`` has a type no header could have.
 
         Complexity: amortised O(log n + M).
         """
+        self._fire(now)
         if not isinstance(job_id, str) or not job_id:
             raise ValueError(f"job_id must be a non-empty str, got {job_id!r}")
         member = checked_name("member", member)
@@ -471,6 +534,17 @@ class _Core:
         estimate = positive_or_none("estimate", estimate)
         if group is not None:
             group = checked_group(group)
+        ttl = positive_or_none("ttl", ttl)
+        if not_before is not None:
+            not_before = finite("not_before", not_before)
+        if max_attempts is not None and (
+            not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1
+        ):
+            raise ValueError(f"max_attempts must be an int >= 1 or None, got {max_attempts!r}")
+        if isinstance(backoff, Mapping):  # JSON data (a journal keeps calls as JSON)
+            backoff = Backoff.from_mapping(backoff)
+        elif backoff is not None and not isinstance(backoff, Backoff):
+            raise TypeError(f"backoff must be a Backoff or None, got {type(backoff).__name__}")
         t = self._tick(now)
         if job_id in self._entries:
             raise DuplicateJob(f"job {job_id!r} is already {self.state(job_id)}")
@@ -482,6 +556,13 @@ class _Core:
                 limit=self._max_queued,
                 scope="queue",
             )
+        delayed = not_before is not None and not_before > t
+        if self._budgets:
+            budget = self._budgets.get(level)
+            if budget is not None:
+                _lifecycle.check_budget(self, level, delayed)
+                if ttl is None:
+                    ttl = budget.ttl
         member_stats = self._member(member)
         if self._max_member is not None and member_stats.queued >= self._max_member:
             raise QueueFull(
@@ -491,6 +572,7 @@ class _Core:
                 limit=self._max_member,
                 scope="member",
             )
+        eligible = not_before if delayed and not_before is not None else t
         self._seq += 1
         job = Job(
             id=job_id,
@@ -500,11 +582,18 @@ class _Core:
             tier_bonus=tier_bonus,
             model=model,
             estimate=estimate,
-            arrival=t,
+            arrival=eligible,
             seq=self._seq,
             payload=payload,
+            deadline=None if ttl is None else eligible + ttl,
+            not_before=not_before if delayed else None,
+            max_attempts=max_attempts,
+            backoff=backoff,
         )
-        self._enqueue(job, attempt=1, now=t, requeue=False)
+        if delayed:
+            _lifecycle.park(self, job, 1, eligible)
+        else:
+            self._enqueue(job, attempt=1, now=t, requeue=False)
         if group is not None:
             self._groups.add(job_id, group, member)
         return Ticket(job=job, queued=queued + 1)
@@ -522,6 +611,8 @@ class _Core:
             lane = self._lanes[key] = self._new_lane(job.member, job.priority, start)
         entry = _Entry(job, lane, attempt, now if requeue else job.arrival, self._dispatches)
         self._entries[job.id] = entry
+        if job.deadline is not None:
+            _lifecycle.push(self, job.deadline, _lifecycle.LAPSE, entry)
         was_backlogged = lane.live > 0
         if not was_backlogged and self._fair_share and not requeue and lift:
             lane.settled = max(lane.settled, min(now, self._lift_floor(level, job)))
@@ -598,3 +689,20 @@ class _Core:
                 job_id=job.id,
             )
         return float(charge)
+
+
+def _checked_budgets(budgets: object) -> dict[int, LevelBudget]:
+    """The per-level budgets as a dict; ``ConfigError`` naming the level that is wrong."""
+    if budgets is None:
+        return {}
+    if not isinstance(budgets, Mapping):
+        raise ConfigError(f"budgets must be a mapping level -> LevelBudget, got {budgets!r}")
+    checked: dict[int, LevelBudget] = {}
+    for level, budget in budgets.items():
+        if not isinstance(level, int) or isinstance(level, bool):
+            raise ConfigError(f"budgets: a level must be an int, got {level!r}")
+        if not isinstance(budget, LevelBudget):
+            raise ConfigError(f"budgets[{level}] must be a LevelBudget, got {budget!r}")
+        if not budget.empty:
+            checked[level] = budget
+    return checked

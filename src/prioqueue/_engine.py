@@ -24,6 +24,7 @@ from heapq import heappush as _heappush
 from types import MappingProxyType
 from typing import Literal, NamedTuple
 
+from prioqueue import _lifecycle
 from prioqueue._core import _RECENT_PER_KEY, _Level
 from prioqueue._errors import InvalidState, LeaseError, LeaseExpired, UnknownWorker
 from prioqueue._groups import GroupMethods
@@ -352,7 +353,7 @@ class _Engine(_Reporting, GroupMethods):
                     lane.log_s(now)
                     self._note_s(lane)
                     self._touch(lane)
-            requeued = always or entry.attempt < self._max_attempts
+            requeued = always or entry.attempt < (job.max_attempts or self._max_attempts)
             held = max(0.0, now - entry.granted_at)
             if requeued:
                 self._enqueue(job, attempt=entry.attempt + 1, now=now, requeue=True)
@@ -411,6 +412,7 @@ class _Engine(_Reporting, GroupMethods):
 
         Complexity: amortised O(log n + M + slots).
         """
+        self._fire(now)
         t = finite("now", now)
         entry = (
             self._entry(job_id) if worker is None else self._held_entry(job_id, worker, "complete")
@@ -478,6 +480,7 @@ class _Engine(_Reporting, GroupMethods):
 
         Complexity: amortised O(log n + M + slots).
         """
+        self._fire(now)
         job = self._remove(job_id, now, worker, charge, "cancelled")
         self._totals["cancelled"] += 1
         return job
@@ -489,33 +492,48 @@ class _Engine(_Reporting, GroupMethods):
         now: float,
         worker: str | None = None,
         charge: float | None = None,
+        retry: bool = False,
     ) -> Job:
-        """Remove a job whose work failed: ``cancel``, but counted as failed.
+        """Remove a job whose work failed: ``cancel``, but counted as failed; or retry it.
 
         A worker that reports a failed run calls this instead of ``complete``: a held job is
         charged for the time it was held, as by ``cancel``; ``Stats.failed`` and the job's
         group count it as failed, not cancelled (a ``Chain`` applies its failure policy).
+
+        With ``retry=True`` a held job whose attempts are not used up (its ``max_attempts``,
+        else the dispatcher's) is not failed: it is charged the same way, then delayed by its
+        backoff (``Backoff.delay(job id, attempt)``, deterministic) and queued again as its
+        next attempt (``state`` says ``"queued"``, ``not_before`` until when); with no delay
+        it is queued at once. ``Stats.retried`` counts it. Without attempts left, or for a
+        queued job, ``retry`` changes nothing: the job fails.
 
         Args:
             job_id: A queued or held job.
             now: The current monotonic time.
             worker: For a held job, the worker reporting, when known (see ``complete``).
             charge: For a held job, overrides the charge model (seconds >= 0).
+            retry: Requeue a held job after its backoff while attempts remain (see above).
 
         Returns:
-            The removed job.
+            The removed (or retried) job.
 
         Raises:
             UnknownJob: The id is not queued or held.
             InvalidState: ``worker`` is given and does not hold the job.
-            ValueError: ``now`` or ``charge`` is out of range.
+            ValueError: ``now`` or ``charge`` is out of range, or ``retry`` is not a bool.
             ChargeError: The charge model returned no finite number >= 0 for a held job
                 (a ``ValueError``; nothing changes).
 
         Complexity: amortised O(log n + M + slots).
         """
-        job = self._remove(job_id, now, worker, charge, "failed")
-        self._totals["failed"] += 1
+        self._fire(now)
+        if not isinstance(retry, bool):
+            raise ValueError(f"retry must be a bool, got {retry!r}")
+        job = self._remove(job_id, now, worker, charge, "failed", retry=retry)
+        if job.id in self._entries:
+            self._totals["retried"] += 1
+        else:
+            self._totals["failed"] += 1
         return job
 
     def _remove(
@@ -525,8 +543,12 @@ class _Engine(_Reporting, GroupMethods):
         worker: str | None,
         charge: float | None,
         outcome: Literal["cancelled", "failed"],
+        retry: bool = False,
     ) -> Job:
-        """The body of ``cancel`` and ``fail``: nothing changes on any error."""
+        """The body of ``cancel`` and ``fail``: nothing changes on any error.
+
+        (The caller fired the timers due at ``now``: a job whose ttl ran out is gone.)
+        """
         t = finite("now", now)
         entry = self._held_entry(job_id, worker, "cancel" if outcome == "cancelled" else "fail")
         if t < self._now:
@@ -538,7 +560,22 @@ class _Engine(_Reporting, GroupMethods):
             if worker is not None:
                 entry.worker.last_seen = t  # the worker spoke (a client's cancel does not)
             self._finish(entry, runtime, t, final)
-            self._groups.move(job_id, outcome, used=runtime)
+            job = entry.job
+            if retry and entry.attempt < (job.max_attempts or self._max_attempts):
+                self._groups.move(job_id, "queued", used=runtime)
+                backoff = job.backoff or self._backoff
+                delay = backoff.delay(job.id, entry.attempt)
+                if delay > 0:
+                    _lifecycle.park(self, job, entry.attempt + 1, t + delay)
+                else:
+                    again = self._enqueue(job, attempt=entry.attempt + 1, now=t, requeue=False)
+                    again.queued_at = t
+            else:
+                self._groups.move(job_id, outcome, used=runtime)
+        elif entry.state == _lifecycle.PARKED:
+            self._tick(t)
+            _lifecycle.unpark(self, entry)
+            self._groups.move(job_id, outcome)
         else:
             self._tick(t)
             entry.state = GONE
@@ -558,18 +595,25 @@ class _Engine(_Reporting, GroupMethods):
         it. Each job taken back gets its up-front charge refunded and goes back to the head of
         its lane, or, after ``max_attempts`` grants, is reported as failed and forgotten.
 
+        It also fires the lifecycle's timers (docs/design/lifecycle.md): delayed jobs whose
+        time has come enter their lanes, and every queued or delayed job whose ttl ran out
+        leaves, reported here with ``cause="ttl"`` and ``requeued=False`` (after the take-backs).
+
         Args:
             now: The current monotonic time.
 
         Returns:
-            One ``Expired`` per job taken back, by submission order.
+            One ``Expired`` per job taken back, by submission order, then one per job whose
+            ttl ran out, by deadline.
 
         Raises:
             ValueError: ``now`` is out of range.
 
-        Complexity: O(workers + k log n) for k jobs taken back (amortised).
+        Complexity: O(workers + k log n) for k jobs taken back or expired (amortised).
         """
+        self._fire(now)
         t = self._tick(now)
+        lapsed = self._drain_lapsed(t)
         taken: dict[int, tuple[_Entry, float, str]] = {}
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= t:
@@ -589,7 +633,7 @@ class _Engine(_Reporting, GroupMethods):
                             due = worker.last_seen + timeout if lease is None else lease.deadline
                             taken[id(entry)] = (entry, due, "worker_timeout")
         if not taken:
-            return []
+            return lapsed
         details = {id(entry): (due, cause) for entry, due, cause in taken.values()}
         self._totals["expired"] += len(taken)
         result = []
@@ -608,12 +652,28 @@ class _Engine(_Reporting, GroupMethods):
                     cause=cause,  # type: ignore[arg-type]
                 )
             )
+        result.extend(lapsed)
+        result.extend(self._drain_lapsed(t))  # jobs requeued past their deadline
         return result
 
-    def next_deadline(self) -> float | None:
-        """When ``expire`` next has work: the earliest held lease deadline or worker timeout.
+    def _drain_lapsed(self, t: float) -> list[Expired]:
+        """Fire the due timers and hand over the buffered ``cause="ttl"`` reports."""
+        if t >= self._next_timer:
+            _lifecycle.fire(self, t)
+        lapsed = self._lapsed
+        if not lapsed:
+            return []
+        self._lapsed = []
+        return lapsed
 
-        Returns None when no job holds a lease and there is no ``worker_timeout``.
+    def next_deadline(self) -> float | None:
+        """When ``expire`` next has work: a lease deadline, worker timeout or lifecycle timer.
+
+        The lifecycle's timers are a delayed job's release and a queued job's ttl deadline
+        (docs/design/lifecycle.md): a driver that sleeps until this time and then calls
+        ``expire`` (and grants) wakes for them too.
+
+        Returns None when no job holds a lease, there is no ``worker_timeout`` and no timer.
 
         Complexity: O(workers) amortised.
         """
@@ -621,6 +681,9 @@ class _Engine(_Reporting, GroupMethods):
         while deadlines and deadlines[0][3].state != RUNNING:
             _heappop(deadlines)
         best = deadlines[0][0] if deadlines else None
+        timer = _lifecycle.next_timer(self)
+        if timer is not None and (best is None or timer < best):
+            best = timer
         timeout = self._worker_timeout
         if timeout is not None:
             for worker in self._workers.values():

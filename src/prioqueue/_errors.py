@@ -15,6 +15,7 @@ __all__ = [
     "InvalidState",
     "LeaseError",
     "LeaseExpired",
+    "Overloaded",
     "PrioqueueError",
     "QueueFull",
     "UnknownGroup",
@@ -92,7 +93,9 @@ class QueueFull(PrioqueueError):
         retry_after: Seconds after which a retry is likely to be admitted, estimated from the
             recent service rate. Always a finite number >= 1.
         limit: The limit that was hit.
-        scope: ``"queue"`` for the global limit, ``"member"`` for the per-member limit.
+        scope: ``"queue"`` for the global limit, ``"member"`` for the per-member limit,
+            ``"level"`` for a level's ``LevelBudget.max_queued``, ``"wait"`` for its
+            ``max_wait`` (then the exception is an :class:`Overloaded`).
     """
 
     def __init__(self, message: str, *, retry_after: float, limit: int, scope: str) -> None:
@@ -100,6 +103,29 @@ class QueueFull(PrioqueueError):
         self.retry_after = retry_after
         self.limit = limit
         self.scope = scope
+
+
+class Overloaded(QueueFull):
+    """A submit's forecast wait is over its level's ``LevelBudget.max_wait`` (HTTP 503).
+
+    The job was not queued: it could not have left the queue in time. ``scope`` is ``"wait"``,
+    ``limit`` the level's ``max_wait`` rounded up to whole seconds.
+
+    Attributes:
+        forecast_wait: The forecast wait in seconds that was over the budget.
+        max_wait: The level's ``max_wait`` in seconds.
+        level: The job's priority level.
+    """
+
+    def __init__(
+        self, message: str, *, retry_after: float, forecast_wait: float, max_wait: float, level: int
+    ) -> None:
+        super().__init__(
+            message, retry_after=retry_after, limit=int(-(-max_wait // 1)), scope="wait"
+        )
+        self.forecast_wait = forecast_wait
+        self.max_wait = max_wait
+        self.level = level
 
 
 class UnknownGroup(PrioqueueError, LookupError):

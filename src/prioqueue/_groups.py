@@ -388,6 +388,8 @@ class GroupMethods:
 
         def _tick(self, now: object) -> float: ...
 
+        def _fire(self, now: object) -> None: ...
+
         def _entry(self, job_id: object) -> _Entry: ...
 
         def cancel(
@@ -431,6 +433,7 @@ class GroupMethods:
         Complexity: O(1) when nothing of the group is queued or running, else that of
         ``forecast()``.
         """
+        self._fire(now)
         group = checked_group(group)
         live = self._groups.live(group)
         t = self._tick(now)
@@ -461,6 +464,7 @@ class GroupMethods:
 
         Complexity: O(k (log n + M)) for the k cancelled jobs.
         """
+        self._fire(now)
         group = checked_group(group)
         mode = checked_running(running)
         live = self._groups.live(group)

@@ -21,13 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from prioqueue import _lifecycle
 from prioqueue._core import _RECENT_PER_KEY, LEVEL_LIMIT
 from prioqueue._errors import DuplicateJob
 from prioqueue._lanes import RUNNING, _Entry
 from prioqueue._validate import checked_name, finite, positive_or_none
 from prioqueue._workers import _Worker
 from prioqueue.lease import Lease
-from prioqueue.records import Grant, Job
+from prioqueue.lifecycle import Backoff
+from prioqueue.records import Expired, Grant, Job
 from prioqueue.scoring import ScoreBreakdown
 
 if TYPE_CHECKING:
@@ -75,6 +77,19 @@ def dump(d: _Engine, t: float) -> dict[str, Any]:
             "levels": {str(level): list(r) for level, r in d._recent_level.items()},
         },
     }
+    # The job lifecycle (docs/design/lifecycle.md): delayed jobs with their release times,
+    # and the ttl expiries no ``expire`` has reported yet. Absent when there are none.
+    parked = [
+        {**_job_record(e), "release_at": e.queued_at}
+        for e in d._entries.values()
+        if e.state == _lifecycle.PARKED
+    ]
+    if parked:
+        state["delayed"] = parked
+    if d._lapsed:
+        state["lapsed"] = [
+            {"job": _job_record_of(x.job, x.attempt), "deadline": x.deadline} for x in d._lapsed
+        ]
     if d._name_in_grants:
         state["format"] = FLEET_FORMAT
         state["held"] = held
@@ -168,6 +183,22 @@ def load(
             queued_at = record.get("queued_at")
             if queued_at is not None:  # a requeued job's warm hold counts from its requeue
                 entry.queued_at = finite("queued_at", finite("queued_at", queued_at) + shift)
+        for record in state.get("delayed", ()):
+            job = _job_from_record(d, record, shift, seqs, top_seq)
+            release_at = finite("release_at", finite("release_at", record["release_at"]) + shift)
+            _lifecycle.park(d, job, _int("attempt", record["attempt"], 1), release_at)
+        for record in state.get("lapsed", ()):
+            # An expired job is gone: its id may be queued again (not "twice").
+            job = _job_from_record(d, record["job"], shift, set(), top_seq, known=False)
+            d._lapsed.append(
+                Expired(
+                    job=job,
+                    attempt=_int("attempt", record["job"]["attempt"], 1),
+                    deadline=finite("deadline", finite("deadline", record["deadline"]) + shift),
+                    requeued=False,
+                    cause="ttl",
+                )
+            )
         if not fleet:
             resident = state["resident_model"]
             one = next(iter(d._workers.values()))
@@ -246,13 +277,19 @@ def _load_workers(d: _Engine, records: Any, shift: float) -> None:
 
 
 def _job_from_record(
-    d: _Engine, record: Mapping[str, Any], shift: float, seqs: set[int], top_seq: int
+    d: _Engine,
+    record: Mapping[str, Any],
+    shift: float,
+    seqs: set[int],
+    top_seq: int,
+    *,
+    known: bool = True,
 ) -> Job:
     tier = str(record["tier"])
     model = record["model"]
     estimate = record["estimate"]
     job_id = checked_name("job id", record["id"])
-    if job_id in d._entries:
+    if known and job_id in d._entries:
         raise DuplicateJob(f"job {job_id!r} appears twice")
     seq = _int("seq", record["seq"], 1)
     if seq in seqs:
@@ -261,6 +298,10 @@ def _job_from_record(
         raise ValueError(f"job {job_id!r} has seq {seq}, above the snapshot's seq {top_seq}")
     seqs.add(seq)
     arrival = finite("arrival", record["arrival"])
+    deadline = record.get("deadline")
+    not_before = record.get("not_before")
+    max_attempts = record.get("max_attempts")
+    backoff = record.get("backoff")
     return Job(
         id=job_id,
         member=checked_name("member", record["member"]),
@@ -272,6 +313,12 @@ def _job_from_record(
         arrival=finite("arrival", arrival + shift),
         seq=seq,
         payload=record.get("payload"),
+        deadline=None if deadline is None else finite("deadline", finite("d", deadline) + shift),
+        not_before=(
+            None if not_before is None else finite("not_before", finite("n", not_before) + shift)
+        ),
+        max_attempts=None if max_attempts is None else _int("max_attempts", max_attempts, 1),
+        backoff=None if backoff is None else Backoff.from_mapping(backoff),
     )
 
 
@@ -374,7 +421,12 @@ def _restore_held(
 
 
 def _job_record(entry: _Entry) -> dict[str, Any]:
-    job = entry.job
+    record = _job_record_of(entry.job, entry.attempt)
+    record["queued_at"] = entry.queued_at
+    return record
+
+
+def _job_record_of(job: Job, attempt: int) -> dict[str, Any]:
     payload = job.payload
     if payload is not None and not isinstance(payload, (str, int, float, bool)):
         try:
@@ -393,6 +445,10 @@ def _job_record(entry: _Entry) -> dict[str, Any]:
         "arrival": job.arrival,
         "seq": job.seq,
         "payload": payload,
-        "attempt": entry.attempt,
-        "queued_at": entry.queued_at,
+        "attempt": attempt,
+        # The lifecycle (None for a job without one; older snapshots lack the keys).
+        "deadline": job.deadline,
+        "not_before": job.not_before,
+        "max_attempts": job.max_attempts,
+        "backoff": None if job.backoff is None else job.backoff.as_dict(),
     }

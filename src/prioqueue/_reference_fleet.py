@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from prioqueue._errors import DuplicateJob, LeaseExpired, QueueFull, UnknownJob
+from prioqueue._reference_lifecycle import _Delayed, _ReferenceLifecycle
 from prioqueue._reference_rules import _Rules
 from prioqueue._reference_state import (
     DEFAULT_EXPECTED_RUNTIME,
@@ -62,8 +63,9 @@ from prioqueue._reference_state import (
     _Worker,
 )
 from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
+from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
-from prioqueue.records import Completed, Expired, Grant, Job, Ticket, WorkerInfo
+from prioqueue.records import Completed, Expired, Grant, Job, Stats, Ticket, WorkerInfo
 from prioqueue.scoring import ScoreBreakdown, Scorer
 
 __all__ = ["DEFAULT_EXPECTED_RUNTIME", "RECENT_RUNTIMES", "ReferenceFleet"]
@@ -71,7 +73,7 @@ __all__ = ["DEFAULT_EXPECTED_RUNTIME", "RECENT_RUNTIMES", "ReferenceFleet"]
 _UNCHANGED: Any = object()
 
 
-class ReferenceFleet(_Rules):
+class ReferenceFleet(_ReferenceLifecycle, _Rules):
     """A brute-force model of ``FleetDispatcher`` for tests: same calls, same answers.
 
     Args:
@@ -91,6 +93,8 @@ class ReferenceFleet(_Rules):
         fair_share: False makes every job its own lane with ``s = arrival`` and no charge.
         track_reorders: False leaves the reorder counts at zero.
         wait_buckets: Upper bounds of the grant-wait histogram (``inf`` is appended).
+        budgets: ``{level: LevelBudget}`` (docs/design/lifecycle.md; ``_reference_lifecycle``).
+        backoff: The retry delays of ``fail(retry=True)`` for jobs without their own.
     """
 
     def __init__(
@@ -110,6 +114,8 @@ class ReferenceFleet(_Rules):
         fair_share: bool = True,
         track_reorders: bool = True,
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
+        budgets: Mapping[int, LevelBudget] | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self._scorer = Scorer() if scorer is None else scorer
         self._policy = PriorityPolicy() if policy is None else policy
@@ -138,6 +144,7 @@ class ReferenceFleet(_Rules):
         self._recent_by_model: dict[str, list[float]] = {}
         self._recent_by_level: dict[int, list[float]] = {}
         self._counts = {"completed": 0, "cancelled": 0, "expired": 0, "failed": 0, "swaps": 0}
+        self._lifecycle_init(budgets, backoff)
 
     # -- workers -----------------------------------------------------------------------------
 
@@ -314,8 +321,16 @@ class ReferenceFleet(_Rules):
         estimate: float | None = None,
         payload: Any = None,
         now: float,
+        ttl: float | None = None,
+        not_before: float | None = None,
+        max_attempts: int | None = None,
+        backoff: Backoff | None = None,
     ) -> Ticket:
         """Queue a job at the tail of its lane, lifting the lane if it was not backlogged.
+
+        With a ``not_before`` after ``now`` the job is delayed instead (its arrival is then
+        ``not_before``); ``ttl`` gives it a deadline ``ttl`` after its arrival (the level's
+        budget's ``ttl`` when not given).
 
         Args:
             job_id: A unique id among the queued and held jobs.
@@ -326,6 +341,10 @@ class ReferenceFleet(_Rules):
             estimate: A runtime estimate in seconds (> 0), or None.
             payload: An opaque value.
             now: The current time.
+            ttl: Seconds it may stay queued once eligible, or None.
+            not_before: When it becomes eligible, or None.
+            max_attempts: Its own grant budget, or None.
+            backoff: Its own retry delays, or None.
 
         Returns:
             The ticket.
@@ -348,13 +367,15 @@ class ReferenceFleet(_Rules):
             if self._find(job_id) is not None:
                 raise DuplicateJob(f"job {job_id!r} is already queued or held")
             queued = self._queued()
-            if self._max_queued is not None and len(queued) >= self._max_queued:
+            if self._max_queued is not None and len(self) >= self._max_queued:
                 raise QueueFull(
-                    f"{len(queued)} jobs queued, the limit",
+                    f"{len(self)} jobs queued, the limit",
                     retry_after=self._retry_after(),
                     limit=self._max_queued,
                     scope="queue",
                 )
+            delayed = not_before is not None and not_before > now
+            budget = self._check_budget(level, delayed)
             mine = sum(1 for entry in queued if entry.job.member == member)
             if self._max_per_member is not None and mine >= self._max_per_member:
                 raise QueueFull(
@@ -363,6 +384,9 @@ class ReferenceFleet(_Rules):
                     limit=self._max_per_member,
                     scope="member",
                 )
+            if ttl is None and budget is not None:
+                ttl = budget.ttl
+            arrival = float(not_before) if delayed and not_before is not None else now
             job = Job(
                 id=job_id,
                 member=member,
@@ -371,18 +395,25 @@ class ReferenceFleet(_Rules):
                 tier_bonus=bonus,
                 model=model,
                 estimate=None if estimate is None else float(estimate),
-                arrival=now,
+                arrival=arrival,
                 seq=self._seq,
                 payload=payload,
+                deadline=None if ttl is None else arrival + ttl,
+                not_before=arrival if delayed else None,
+                max_attempts=max_attempts,
+                backoff=backoff,
             )
             self._seq += 1
+            self._levels.setdefault(level, _LevelCounters())
+            self._members.setdefault(member, _MemberCounters())
+            if delayed:
+                self._delayed.append(_Delayed(job, 0, arrival))
+                return Ticket(job=job, queued=len(self))
             lane = self._lanes.setdefault((member, level), _Lane(member, level))
             if self._fair_share and not lane.jobs:  # the lift, of the settled part
                 lane.settled = max(lane.settled, min(now, self._lift_floor(job)))
             lane.jobs.append(_Entry(job, now))
-            self._levels.setdefault(level, _LevelCounters())
-            self._members.setdefault(member, _MemberCounters())
-            return Ticket(job=job, queued=len(queued) + 1)
+            return Ticket(job=job, queued=len(self))
 
     def pop(self, name: str, *, now: float) -> Grant | None:
         """Grant the worker its best-scoring eligible job (it is marked seen first).
@@ -528,8 +559,7 @@ class ReferenceFleet(_Rules):
                 if worker is None:  # a client's cancel is no word from the worker
                     self._workers[held.worker].last_seen = seen
             else:
-                lane = self._lane_of(job)
-                lane.jobs = [entry for entry in lane.jobs if entry.job is not job]
+                self._drop_queued(job)
             self._counts["cancelled"] += 1
             return job
 
@@ -565,7 +595,11 @@ class ReferenceFleet(_Rules):
                             lease = held.grant.lease
                             deadline = silent_since if lease is None else lease.deadline
                             due.append((held, deadline, "worker_timeout"))
+            lapsed, self._lapsed = self._lapsed, []
             requeued = self._take_back([held for held, _, _ in due], now, always_requeue=False)
+            self._advance(now)  # a job requeued past its deadline expires now
+            lapsed += self._lapsed
+            self._lapsed = []
             records = [
                 Expired(
                     held.grant.job,
@@ -577,4 +611,16 @@ class ReferenceFleet(_Rules):
                 )
                 for held, deadline, cause in due
             ]
-            return sorted(records, key=lambda record: record.job.seq)
+            return sorted(records, key=lambda record: record.job.seq) + lapsed
+
+    def next_deadline(self) -> float | None:
+        """The earliest lease deadline, live worker's timeout, or lifecycle timer, or None."""
+        times = self._timer_times()
+        base = super().next_deadline()
+        if base is not None:
+            times.append(base)
+        return min(times, default=None)
+
+    def stats(self, *, now: float) -> Stats:
+        """The statistics (see ``_Rules.stats``) with the lifecycle's counts."""
+        return self._with_lifecycle(super().stats(now=now))

@@ -362,7 +362,7 @@ class _Rules(_Book):
             if self._fair_share:
                 self._lane_of(job).release(held.c)  # the refund: exactly what was charged
             self._counts["expired"] += not always_requeue
-            if always_requeue or held.grants < self._max_attempts:
+            if always_requeue or held.grants < (job.max_attempts or self._max_attempts):
                 self._lane_of(job).jobs.insert(0, _Entry(job, now, held.grants))
                 requeued.add(job.seq)
             else:

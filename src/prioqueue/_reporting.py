@@ -7,17 +7,18 @@ invariant of docs/design/dispatcher.md and docs/design/fleet.md (for tests).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
-from prioqueue import _observe, _persist
+from prioqueue import _lifecycle, _observe, _persist
 from prioqueue._core import _Core
 from prioqueue._groups import restore_groups
 from prioqueue._lanes import QUEUED, RUNNING
 from prioqueue.records import AheadJob, Explanation, Stats
-from prioqueue.scoring import Scorer
+from prioqueue.scoring import ScoreBreakdown, Scorer
 
 __all__: list[str] = []  # private module
 
@@ -46,6 +47,7 @@ class _Reporting(_Core):
 
         Complexity: O(L log L + k log L) for L backlogged lanes and k predicted jobs.
         """
+        self._fire(now)
         return _observe.forecast(self, self._tick(now), limit)
 
     def explain(
@@ -77,13 +79,37 @@ class _Reporting(_Core):
         grants read; with both limits, independent of the history's and the queue's length
         beyond the lanes (O(log h + limit) for the overtakes).
         """
+        self._fire(now)
         entry = self._entry(job_id)
         for name, value in (("ahead_limit", ahead_limit), ("overtakes_limit", overtakes_limit)):
             if value is not None and (
                 not isinstance(value, int) or isinstance(value, bool) or value < 0
             ):
                 raise ValueError(f"{name} must be an int >= 0 or None, got {value!r}")
-        return _observe.explain(self, entry, self._tick(now), ahead_limit, overtakes_limit)
+        t = self._tick(now)
+        job = entry.job
+        limit = job.max_attempts or self._max_attempts
+        if entry.state == _lifecycle.PARKED:
+            return Explanation(
+                job=job,
+                state="queued",
+                now=t,
+                waited=max(0.0, t - job.arrival),
+                score=ScoreBreakdown(job.priority, job.tier_bonus, 0.0, 0.0),
+                lane_start=entry.queued_at,
+                position=0,
+                ahead=(),
+                estimated_start=entry.queued_at,
+                overtaken_by=(),
+                not_before=entry.queued_at,
+                deadline=job.deadline,
+                attempt=entry.attempt,
+                max_attempts=limit,
+            )
+        explanation = _observe.explain(self, entry, t, ahead_limit, overtakes_limit)
+        return attrs.evolve(
+            explanation, deadline=job.deadline, attempt=entry.attempt, max_attempts=limit
+        )
 
     def stats(self, *, now: float) -> Stats:
         """Return a consistent picture of queues, waits, grants and reorders.
@@ -99,7 +125,29 @@ class _Reporting(_Core):
 
         Complexity: O(levels + members + workers + held jobs).
         """
-        return attrs.evolve(_observe.stats(self, self._tick(now)), groups=self._groups.active)
+        self._fire(now)
+        stats = _observe.stats(self, self._tick(now))
+        levels = stats.levels
+        if self._level_life or self._parked:
+            levels = dict(levels)
+            for number, level in levels.items():
+                expired, refused = self._level_life.get(number, (0, 0))
+                levels[number] = attrs.evolve(
+                    level,
+                    ttl_expired=expired,
+                    refused=refused,
+                    delayed=self._parked.get(number, 0),
+                )
+        totals = self._totals
+        return attrs.evolve(
+            stats,
+            levels=levels,
+            groups=self._groups.active,
+            ttl_expired=totals["ttl_expired"],
+            refused=totals["refused"],
+            retried=totals["retried"],
+            delayed=sum(self._parked.values()),
+        )
 
     def snapshot(self, *, now: float) -> dict[str, Any]:
         """Return the state as JSON-serialisable data, for ``restore``.
@@ -121,6 +169,7 @@ class _Reporting(_Core):
 
         Complexity: O(n) in the jobs.
         """
+        self._fire(now)
         state = _persist.dump(self, self._tick(now))
         state["groups"] = self._groups.dump()
         return state
@@ -159,7 +208,19 @@ class _Reporting(_Core):
         for worker in self._workers.values():
             assert all(e.worker is worker for e in worker.held)
         assert self._live == sum(not w.timed_out for w in self._workers.values())
-        assert len(queued) == len(self)
+        parked = [e for e in self._entries.values() if e.state == _lifecycle.PARKED]
+        assert len(queued) + len(parked) == len(self)
+        assert sum(self._parked.values()) == len(parked)
+        assert all(v > 0 for v in self._parked.values())
+        timers = {id(item[4]) for item in self._timers}
+        for entry in parked:
+            assert id(entry) in timers  # every delayed job has its release timer
+            assert entry.job.deadline is None or entry.queued_at < math.inf
+        for entry in queued:
+            if entry.job.deadline is not None:
+                assert id(entry) in timers  # every queued job with a ttl has its lapse timer
+        if self._timers:
+            assert self._next_timer <= min(item[0] for item in self._timers)
         backlogged = 0
         running: dict[str, int] = {}
         for entry in held:

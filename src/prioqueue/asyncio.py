@@ -57,7 +57,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout
+from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout, ttl_timeout
 from prioqueue._asyncio_chain import AsyncChain, ChainResult, GroupGate
 from prioqueue._errors import ChargeError, LeaseError, LeaseExpired
 from prioqueue.dispatcher import SizeOneDispatcher
@@ -539,7 +539,9 @@ class AsyncDispatcher(GroupGate):
                 # per turn, so the requeued job is removed (queued: no charge).
                 self._d.cancel(job_id, now=now)
             turn = self._waiters.pop(job_id, None)
-            if turn is not None:
+            if turn is not None and record.cause == "ttl":  # expired queued: never granted
+                self._drop_waiter(turn, ttl_timeout(record))
+            elif turn is not None:
                 turn._expired = record
                 turn.revoked.set()
             for callback in list(self._callbacks):

@@ -35,6 +35,7 @@ from prioqueue._core import (
 from prioqueue._engine import _Engine
 from prioqueue._validate import checked_name
 from prioqueue._workers import _Worker
+from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Grant, Job
 from prioqueue.scoring import Scorer
@@ -70,6 +71,10 @@ class SizeOneDispatcher(_Engine):
         history: Dispatches remembered for ``explain``'s overtakes.
         history_bytes: The history's byte budget (estimated; payloads are never kept).
         wait_buckets: Upper bounds of the grant-wait histogram, increasing.
+        budgets: Overload protection per priority level: ``{level: LevelBudget(max_queued=,
+            max_wait=, ttl=)}`` (docs/design/lifecycle.md); none by default.
+        backoff: The retry delays of ``fail(retry=True)`` for jobs without their own
+            (default: retry at once).
 
     Raises:
         ConfigError: An option is out of range.
@@ -96,6 +101,8 @@ class SizeOneDispatcher(_Engine):
         history: int = 10_000,
         history_bytes: int = DEFAULT_HISTORY_BYTES,
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
+        budgets: Mapping[int, LevelBudget] | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         super().__init__(
             scorer,
@@ -110,6 +117,8 @@ class SizeOneDispatcher(_Engine):
             history=history,
             history_bytes=history_bytes,
             wait_buckets=wait_buckets,
+            budgets=budgets,
+            backoff=backoff,
         )
         self._one = self._workers[_WORKER] = _Worker(_WORKER, self._now)
         self._live = 1
@@ -154,6 +163,7 @@ class SizeOneDispatcher(_Engine):
 
         Complexity: amortised O(log n + M) (times 4 with ``track_reorders``).
         """
+        self._fire(now)
         t = self._tick(now)
         if self._one.held:
             return None

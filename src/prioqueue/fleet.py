@@ -29,9 +29,10 @@ from typing import Any, TypeVar
 from prioqueue._core import DEFAULT_HISTORY_BYTES, DEFAULT_WAIT_BUCKETS, ChargeModel
 from prioqueue._engine import _Engine
 from prioqueue._errors import ConfigError, InvalidState
-from prioqueue._lanes import QUEUED
+from prioqueue._lanes import QUEUED, RUNNING
 from prioqueue._validate import checked_name, finite
 from prioqueue._workers import _Worker, idle_reasons
+from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Grant, Job, WorkerInfo
 from prioqueue.scoring import Scorer
@@ -98,6 +99,10 @@ class FleetDispatcher(_Engine):
         history: Grants remembered for ``explain``'s overtakes.
         history_bytes: The history's byte budget (estimated; the payload is never kept).
         wait_buckets: Upper bounds of the grant-wait histogram, increasing.
+        budgets: Overload protection per priority level: ``{level: LevelBudget(max_queued=,
+            max_wait=, ttl=)}`` (docs/design/lifecycle.md); none by default.
+        backoff: The retry delays of ``fail(retry=True)`` for jobs without their own
+            (default: retry at once).
 
     Raises:
         ConfigError: An option is out of range.
@@ -128,6 +133,8 @@ class FleetDispatcher(_Engine):
         history: int = 10_000,
         history_bytes: int = DEFAULT_HISTORY_BYTES,
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
+        budgets: Mapping[int, LevelBudget] | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         super().__init__(
             scorer,
@@ -145,6 +152,8 @@ class FleetDispatcher(_Engine):
             history=history,
             history_bytes=history_bytes,
             wait_buckets=wait_buckets,
+            budgets=budgets,
+            backoff=backoff,
         )
         self._load_seconds = _load_seconds(load_seconds)
 
@@ -187,6 +196,7 @@ class FleetDispatcher(_Engine):
 
         Complexity: O(|models|).
         """
+        self._fire(now)
         name = checked_name("worker name", name)
         served = None
         if models is not None:
@@ -234,6 +244,7 @@ class FleetDispatcher(_Engine):
 
         Complexity: O(1).
         """
+        self._fire(now)
         worker = self._worker_of(name)
         if resident is not _UNSET and resident is not None:
             resident = checked_name("resident", resident)
@@ -262,6 +273,7 @@ class FleetDispatcher(_Engine):
 
         Complexity: O(slots log n).
         """
+        self._fire(now)
         worker = self._worker_of(name)
         t = self._tick(now)
         taken = self._take_back(list(worker.held), t, always=True)
@@ -292,8 +304,9 @@ class FleetDispatcher(_Engine):
 
         Complexity: O(log n + slots).
         """
+        self._fire(now)
         entry = self._entry(job_id)
-        if entry.state == QUEUED:
+        if entry.state != RUNNING:  # queued, or delayed (docs/design/lifecycle.md)
             raise InvalidState(f"job {job_id!r} is queued, not held: nothing to requeue")
         t = self._tick(now)
         self._take_back([entry], t, always=True)
@@ -325,6 +338,7 @@ class FleetDispatcher(_Engine):
 
         Complexity: see the class docstring.
         """
+        self._fire(now)
         worker = self._worker_of(name)
         t = self._tick(now)
         self._seen(worker, t)
@@ -353,6 +367,7 @@ class FleetDispatcher(_Engine):
         Complexity: O(n) in the queued jobs (diagnostic), plus one ``accepts`` call per job
         that reaches that check.
         """
+        self._fire(now)
         worker = self._worker_of(name)
         t = self._tick(now)
         entries = [e for e in self._entries.values() if e.state == QUEUED]
@@ -418,7 +433,7 @@ class FleetDispatcher(_Engine):
             UnknownJob: The id is not queued or held.
         """
         entry = self._entry(job_id)
-        return None if entry.state == QUEUED else entry.worker.name
+        return entry.worker.name if entry.state == RUNNING else None
 
     @property
     def capacity(self) -> int:

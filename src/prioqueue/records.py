@@ -13,6 +13,7 @@ import attrs
 
 if TYPE_CHECKING:
     from prioqueue.lease import Lease
+    from prioqueue.lifecycle import Backoff
     from prioqueue.scoring import ScoreBreakdown
 
 __all__ = [
@@ -57,6 +58,12 @@ class Job:
         seq: The dispatcher's submission counter: the final tie-breaker (FIFO).
         payload: An opaque value for the caller (e.g. the image request a lease is sized
             from). It must be JSON-serialisable for ``snapshot()``.
+        deadline: When the job expires if it is still queued (``ttl`` after it became
+            eligible), or None (docs/design/lifecycle.md).
+        not_before: The delay its submit asked for (its ``arrival`` is then this time), or
+            None.
+        max_attempts: Its own grant budget, or None for the dispatcher's.
+        backoff: Its own retry backoff, or None for the dispatcher's.
     """
 
     id: str
@@ -69,6 +76,10 @@ class Job:
     arrival: float
     seq: int
     payload: Any = None
+    deadline: float | None = None
+    not_before: float | None = None
+    max_attempts: int | None = None
+    backoff: Backoff | None = None
 
 
 @attrs.frozen
@@ -125,7 +136,7 @@ class Completed:
 
 @attrs.frozen
 class Expired:
-    """A held job taken back: its lease ran out, or its worker fell silent.
+    """A job taken back (its lease ran out, or its worker fell silent), or one whose ttl ran out.
 
     Attributes:
         job: The job.
@@ -135,7 +146,9 @@ class Expired:
         requeued: True when the job went back to the head of its lane; False when it used its
             last attempt and is reported as failed (it is no longer in the dispatcher).
         worker: The worker that held it (``FleetDispatcher``), or None.
-        cause: ``"lease"`` (its lease ran out) or ``"worker_timeout"`` (its worker was silent).
+        cause: ``"lease"`` (its lease ran out), ``"worker_timeout"`` (its worker was silent)
+            or ``"ttl"`` (it was still queued at its ``Job.deadline``: it left the dispatcher
+            as expired, ``requeued`` is False and ``worker`` None).
     """
 
     job: Job
@@ -143,7 +156,7 @@ class Expired:
     deadline: float
     requeued: bool
     worker: str | None = None
-    cause: Literal["lease", "worker_timeout"] = "lease"
+    cause: Literal["lease", "worker_timeout", "ttl"] = "lease"
 
 
 @attrs.frozen
@@ -197,6 +210,12 @@ class Explanation:
             dispatcher's bounded history; at most ``overtakes_limit`` of them, the latest).
         ahead_complete: False when ``ahead_limit`` cut the forecast before the job: ``ahead``
             then lists only the first jobs and ``position`` is a lower bound.
+        not_before: For a delayed job (a delayed submit, or a retry waiting out its backoff),
+            when it becomes eligible; None otherwise. A delayed job has ``position`` 0 and
+            nothing ahead.
+        deadline: When it expires if still queued (its ttl), or None.
+        attempt: The job's current attempt (1-based; a queued retry counts the next one).
+        max_attempts: The grants it may get (its own, else the dispatcher's).
     """
 
     job: Job
@@ -210,6 +229,10 @@ class Explanation:
     estimated_start: float | None
     overtaken_by: tuple[Overtake, ...]
     ahead_complete: bool = True
+    not_before: float | None = None
+    deadline: float | None = None
+    attempt: int = 1
+    max_attempts: int | None = None
 
     @property
     def estimated_wait(self) -> float | None:
@@ -227,7 +250,11 @@ class Explanation:
             f"waited {self.waited:.1f} s",
             f"  score: {self.score}",
         ]
-        if self.state == "queued":
+        if self.not_before is not None:
+            lines.append(f"  delayed until {self.not_before:.1f} (attempt {self.attempt})")
+        if self.deadline is not None:
+            lines.append(f"  expires at {self.deadline:.1f} if still queued")
+        if self.state == "queued" and self.not_before is None:
             start = (
                 "unknown"
                 if self.estimated_start is None
@@ -278,6 +305,10 @@ class LevelStats:
         reorders: Dispatches at this level whose winner a term of the score changed.
         wait_buckets: Cumulative histogram of grant waits: ``(upper bound, count)`` pairs,
             the last bound is ``inf``.
+        ttl_expired: Jobs of the level that expired queued (their ttl ran out).
+        refused: Submits the level's ``LevelBudget`` refused (``max_queued`` or ``max_wait``).
+        delayed: Jobs of the level delayed now (``not_before`` or a retry's backoff); not in
+            ``queued``.
     """
 
     level: int
@@ -288,6 +319,9 @@ class LevelStats:
     total_wait: float
     reorders: Reorders
     wait_buckets: tuple[tuple[float, int], ...]
+    ttl_expired: int = 0
+    refused: int = 0
+    delayed: int = 0
 
 
 @attrs.frozen
@@ -334,6 +368,11 @@ class Stats:
         held: Every job that workers hold now, in grant order (``running`` is the first).
         workers: The fleet's workers, by name (empty for ``SizeOneDispatcher``).
         groups: Groups with a job queued or running (a film in progress is one).
+        ttl_expired: Jobs that expired queued, their ttl run out (not in ``expired``, which
+            counts leases).
+        refused: Submits refused by a level's budget (``max_queued`` or ``max_wait``).
+        retried: Failed attempts requeued by ``fail(retry=True)``.
+        delayed: Jobs delayed now (counted in ``queued`` too).
     """
 
     now: float
@@ -351,6 +390,10 @@ class Stats:
     held: tuple[Job, ...] = ()
     workers: tuple[WorkerInfo, ...] = ()
     groups: int = 0
+    ttl_expired: int = 0
+    refused: int = 0
+    retried: int = 0
+    delayed: int = 0
 
 
 @attrs.frozen

@@ -29,13 +29,14 @@ exception type as the real dispatchers.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from prioqueue._reference_fleet import ReferenceFleet
 from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
+from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Completed, Expired, Grant, Job, JobState, Stats, Ticket
 from prioqueue.scoring import Scorer
@@ -139,6 +140,8 @@ class ReferenceDispatcher:
         fair_share: False makes every job its own lane with ``s = arrival`` and no charge.
         track_reorders: False leaves the reorder counts at zero.
         wait_buckets: Upper bounds of the grant-wait histogram (``inf`` is appended).
+        budgets: ``{level: LevelBudget}`` (docs/design/lifecycle.md).
+        backoff: The retry delays of ``fail(retry=True)`` for jobs without their own.
     """
 
     _WORKER = "default"
@@ -156,6 +159,8 @@ class ReferenceDispatcher:
         fair_share: bool = True,
         track_reorders: bool = True,
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
+        budgets: Mapping[int, LevelBudget] | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self._fleet = ReferenceFleet(
             scorer,
@@ -168,6 +173,8 @@ class ReferenceDispatcher:
             fair_share=fair_share,
             track_reorders=track_reorders,
             wait_buckets=wait_buckets,
+            budgets=budgets,
+            backoff=backoff,
         )
         self._fleet._add_fixed_worker(self._WORKER)
 
@@ -230,6 +237,10 @@ class ReferenceDispatcher:
         estimate: float | None = None,
         payload: Any = None,
         now: float,
+        ttl: float | None = None,
+        not_before: float | None = None,
+        max_attempts: int | None = None,
+        backoff: Backoff | None = None,
     ) -> Ticket:
         """Queue a job (see :meth:`ReferenceFleet.submit`)."""
         return self._fleet.submit(
@@ -241,7 +252,19 @@ class ReferenceDispatcher:
             estimate=estimate,
             payload=payload,
             now=now,
+            ttl=ttl,
+            not_before=not_before,
+            max_attempts=max_attempts,
+            backoff=backoff,
         )
+
+    def fail(self, job_id: str, *, now: float, retry: bool = False) -> Job:
+        """Fail a job, or retry the running one (see :meth:`ReferenceFleet.fail`)."""
+        return self._fleet.fail(job_id, now=now, retry=retry)
+
+    def not_before(self, job_id: str) -> float | None:
+        """When a delayed job becomes eligible, else None (``UnknownJob`` if unknown)."""
+        return self._fleet.not_before(job_id)
 
     def dispatch(self, now: float) -> Grant | None:
         """Grant the best-scoring queued job when nothing runs: the one worker's pop."""

@@ -199,6 +199,11 @@ def test_the_example_config_is_valid_and_documents_every_key() -> None:
     documented = {"listen", "store", "store_schema"} | {
         line.split("=")[0].strip("# ").strip() for line in text.splitlines() if "=" in line
     }
+    documented |= {  # tables: [budgets.<level>], [backoff]
+        line.strip("# ").split("]")[0].strip("[").split(".")[0]
+        for line in text.splitlines()
+        if line.strip("# ").startswith("[")
+    }
     fields = {f.name for f in attrs.fields(BrokerConfig)} - {"host", "port", "scoring"}
     fields = {"keys" if f == "keys" else f for f in fields} - {"keys", "policy", "lease"}
     assert fields <= documented, fields - documented

@@ -370,3 +370,45 @@ def test_reads_after_a_skipped_pop_at_a_later_time_still_answer() -> None:
             assert _replays(a)
 
     run(scenario())
+
+
+def test_a_batch_over_a_level_budget_is_refused_whole() -> None:
+    async def scenario() -> None:
+        async with api(budgets={"normal": {"max_queued": 3, "max_wait": 150}}) as a:
+            await a.submit()  # ahead: 60 s
+            entries = len(a.journal.entries)
+            three = {"jobs": [{"payload": i} for i in range(3)]}  # the 3rd: over max_queued
+            full = await a.client.post("/v1/jobs/batch", json=three, headers=SUBMITTER)
+            assert full.status_code == 429
+            assert full.json()["field"] == "max_queued"
+            two = {"jobs": [{"payload": i} for i in range(2)]}  # the 2nd waits 120 s: fits
+            fits = await a.client.post("/v1/jobs/batch", json=two, headers=SUBMITTER)
+            assert fits.status_code == 201
+            one = await a.client.post(
+                "/v1/jobs/batch", json={"jobs": [{"payload": 9}]}, headers=SUBMITTER
+            )
+            assert one.status_code == 429  # the level holds 3
+            bad = {"jobs": [{"payload": 1}, {"backoff": {"kind": "nope", "base": 1}}]}
+            refused = await a.client.post("/v1/jobs/batch", json=bad, headers=SUBMITTER)
+            assert refused.status_code == 422
+            ops = [e.op for e in a.journal.entries[entries:]]
+            assert ops == ["submit_many"]  # only the batch that fit
+            status = (await a.client.get("/v1/status", headers=WORKER)).json()
+            assert status["jobs"]["queued"] == 3
+            assert _replays(a)
+
+    run(scenario())
+
+
+def test_a_batch_over_max_wait_is_503_and_changes_nothing() -> None:
+    async def scenario() -> None:
+        async with api(budgets={"normal": {"max_wait": 100}}) as a:
+            await a.submit()  # ahead: 60 s
+            batch = {"jobs": [{"payload": i} for i in range(2)]}  # the 2nd would wait 120 s
+            r = await a.client.post("/v1/jobs/batch", json=batch, headers=SUBMITTER)
+            assert r.status_code == 503
+            assert r.json()["field"] == "max_wait"
+            status = (await a.client.get("/v1/status", headers=WORKER)).json()
+            assert status["jobs"]["queued"] == 1
+
+    run(scenario())

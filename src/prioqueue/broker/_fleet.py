@@ -43,6 +43,8 @@ def _options(config: BrokerConfig, lease_for: LeaseFor) -> dict[str, Any]:
         "fair_share": config.fair_share,
         "track_reorders": False,
         "history": 1000,
+        "budgets": config.budgets,
+        "backoff": config.backoff,
     }
 
 

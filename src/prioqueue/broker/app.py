@@ -46,10 +46,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from prioqueue._core import LEVEL_LIMIT
 from prioqueue.broker._waiters import MAX_WAIT, long_pop, wait_job
 from prioqueue.broker.config import BrokerConfig, BrokerKey
-from prioqueue.broker.engine import JobRecord, Rejected
+from prioqueue.broker.engine import BrokerEngine, JobRecord, Rejected
 from prioqueue.broker.journal import MemoryJournal
 from prioqueue.broker.models import (
     ErrorBody,
+    FailRequest,
     FinishRequest,
     Granted,
     GroupCancelled,
@@ -185,6 +186,15 @@ WorkerKey = Annotated[BrokerKey, Depends(_worker_key)]
 AnyKey = Annotated[BrokerKey, Depends(_any_key)]
 
 
+def _lifecycle_args(body: SubmitRequest) -> dict[str, Any]:
+    """The submit's lifecycle fields that are set (unset ones stay out of the journal)."""
+    args: dict[str, Any] = {
+        "ttl": body.ttl, "not_before": body.not_before, "max_attempts": body.max_attempts,
+        "backoff": None if body.backoff is None else body.backoff.model_dump(),
+    }  # fmt: skip
+    return {key: value for key, value in args.items() if value is not None}
+
+
 def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> FastAPI:
     """Build the broker's ASGI application.
 
@@ -224,7 +234,11 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
 
     @app.exception_handler(Rejected)
     async def rejected(_request: Request, exc: Rejected) -> JSONResponse:
-        headers = {"Retry-After": str(math.ceil(exc.retry_after))} if exc.status == 429 else {}
+        headers = (
+            {"Retry-After": str(math.ceil(exc.retry_after))}
+            if exc.status in (429, 503) and exc.retry_after > 0
+            else {}
+        )
         return _error(exc.status, str(exc), exc.field, **headers)
 
     @app.exception_handler(_Forbidden)
@@ -294,25 +308,32 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
                 "member": key.member, "tier": key.tier, "priority": priority,
                 "model": body.model, "estimate": body.estimate, "group": body.group,
                 "image": image, "payload": body.payload, "idempotency_key": idempotency_key,
+                **_lifecycle_args(body),
             },
         )  # fmt: skip
         if not created:
             response.status_code = 200
         return JobCreated(id=record.id)
 
-    def view(record: JobRecord, position: int | None, explanation: str | None) -> JobView:
+    def view(
+        record: JobRecord,
+        position: int | None,
+        explanation: str | None,
+        engine_now: BrokerEngine | None = None,
+    ) -> JobView:
         return JobView(
             id=record.id, state=record.state, position=position, explanation=explanation,
             result=record.result, priority=record.priority, model=record.model,
             group=record.group, attempt=record.attempt, submitted_at=record.submitted_at,
-            finished_at=record.finished_at,
+            finished_at=record.finished_at, expires_at=record.expires_at,
+            not_before=None if engine_now is None else engine_now.not_before(record),
         )  # fmt: skip
 
     @app.get("/v1/jobs/{job_id}", response_model=JobView, tags=["submitters"])
     async def get_job(job_id: _ID, key: Submitter, wait: _WAIT = 0.0) -> JobView:
         """A job's state, place in line, explanation and result (``?wait=S``: long-poll)."""
         engine, record = await wait_job(broker, job_id, key.member, wait)
-        return view(record, *engine.position(record))
+        return view(record, *engine.position(record), engine)
 
     @app.delete("/v1/jobs/{job_id}", response_model=JobView, tags=["submitters"])
     async def cancel(job_id: _ID, key: Submitter) -> JobView:
@@ -387,8 +408,10 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
 
     async def finish(op: str, job_id: str, body: FinishRequest) -> JobView:
         args = {"job_id": job_id, "worker": body.worker, "attempt": body.attempt}
+        if isinstance(body, FailRequest) and body.retry:
+            args["retry"] = True  # journaled only when set: older journals replay as they were
         record = await broker.run(op, {**args, "result": body.result})
-        return view(record, None, None)
+        return view(record, None, None, await broker.read())
 
     @app.post("/v1/jobs/{job_id}/complete", response_model=JobView, tags=["workers"])
     async def complete(job_id: _ID, body: FinishRequest, _key: WorkerKey) -> JobView:
@@ -396,8 +419,8 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         return await finish("complete", job_id, body)
 
     @app.post("/v1/jobs/{job_id}/fail", response_model=JobView, tags=["workers"])
-    async def fail(job_id: _ID, body: FinishRequest, _key: WorkerKey) -> JobView:
-        """Report the job failed for good (only its current holder)."""
+    async def fail(job_id: _ID, body: FailRequest, _key: WorkerKey) -> JobView:
+        """Report the job failed (only its current holder); ``retry``: queue it again."""
         return await finish("fail", job_id, body)
 
     @app.post("/v1/workers/{worker}/heartbeat", response_model=HeartbeatReply, tags=["workers"])

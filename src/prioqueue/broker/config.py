@@ -36,6 +36,7 @@ from typing import Any, Final, Literal
 import attrs
 
 from prioqueue._errors import ConfigError
+from prioqueue._lifecycle_config import backoff_setting, budgets_setting
 from prioqueue._service_config import (
     _policy,
     _scoring,
@@ -48,6 +49,7 @@ from prioqueue._service_config import (
     read_toml,
 )
 from prioqueue.lease import LeaseCalculator
+from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.scoring import ScoringConfig
 
@@ -127,7 +129,8 @@ class BrokerConfig:
         scoring: The score's weights (tier bonuses included).
         lease: The image lease calculator (``[lease]`` overrides its constants).
         default_lease_seconds: The lease of a job without ``image`` lease inputs.
-        max_attempts: Grants a job gets before an expired lease fails it for good.
+        max_attempts: Grants a job gets (expired leases and retried failures alike), for jobs
+            that do not name their own ``max_attempts``.
         worker_timeout_seconds: A worker silent this long loses its jobs (None: never).
         max_queued: Most jobs waiting at once (429 beyond), or None.
         max_queued_per_member: Most jobs one member may have waiting, or None.
@@ -143,6 +146,10 @@ class BrokerConfig:
         snapshot_every: Take a snapshot after this many journal entries.
         sqlite_synchronous: ``"full"`` (fsync every commit: survives a power loss) or
             ``"normal"`` (survives a process crash, not a power loss; faster).
+        budgets: Overload protection per level (``[budgets.<level>]``: ``max_queued`` 429,
+            ``max_wait`` 503, ``ttl``); none by default (docs/design/lifecycle.md).
+        backoff: The retry delays of ``fail`` with ``"retry": true`` for jobs without their own
+            (``[backoff]``; None: retry at once).
     """
 
     host: str = "127.0.0.1"
@@ -170,6 +177,8 @@ class BrokerConfig:
     leader_lease_seconds: float = 10.0
     snapshot_every: int = 10_000
     sqlite_synchronous: str = "full"
+    budgets: Mapping[int, LevelBudget] = attrs.field(factory=dict)
+    backoff: Backoff | None = None
 
     @property
     def listen(self) -> str:
@@ -317,6 +326,8 @@ def parse_config(
         leader_lease_seconds=root.number("leader_lease_seconds", 10.0),  # type: ignore[arg-type]
         snapshot_every=root.integer("snapshot_every", 10_000, minimum=1),  # type: ignore[arg-type]
         sqlite_synchronous=_synchronous(root),
+        budgets=MappingProxyType(budgets_setting(root, policy)),
+        backoff=backoff_setting(root),
     )
     root.finish()
     return config

@@ -19,10 +19,14 @@ The rules this file keeps:
    and the groups of their last kept jobs) happen only in the ``tick`` operation, which the
    driver journals whenever :meth:`due` says so, before the client's operation. Reads never
    change state.
-3. A job is in exactly one state: queued, running, done, failed or cancelled. A running job has
-   exactly one ``(worker, attempt)``; ``complete`` and ``fail`` must name both (else 409 and
-   nothing changes), and a lease that ran out makes the job queued again (or failed after
-   ``max_attempts``) at the next tick.
+3. A job is in exactly one state: queued, running, done, failed, cancelled or expired. A
+   running job has exactly one ``(worker, attempt)``; ``complete`` and ``fail`` must name both
+   (else 409 and nothing changes), and a lease that ran out makes the job queued again (or
+   failed after ``max_attempts``) at the next tick. ``fail`` with ``retry`` makes it queued
+   again after its backoff while attempts remain; a queued job whose ``ttl`` ran out is
+   ``expired`` at the next tick (docs/design/lifecycle.md). A delayed job (``not_before``,
+   or a retry waiting out its backoff) is ``queued``; the fleet's timers make ``due`` true at
+   its release, so the tick that releases it is journaled like any other.
 4. The same ``(member, Idempotency-Key)`` names one job for as long as its record is kept.
 
 Complexity: ``submit``, ``pop``, ``complete``, ``fail``, ``cancel`` and ``heartbeat`` cost the
@@ -42,11 +46,19 @@ from typing import Any, Final, Literal, TypeVar
 
 import attrs
 
-from prioqueue._errors import DuplicateJob, InvalidState, QueueFull, UnknownJob
+from prioqueue._errors import (
+    ConfigError,
+    DuplicateJob,
+    InvalidState,
+    Overloaded,
+    QueueFull,
+    UnknownJob,
+)
 from prioqueue.broker import _groups
 from prioqueue.broker._fleet import group_key, make_fleet, restore_fleet
 from prioqueue.broker.config import BrokerConfig
 from prioqueue.lease import ImageRequest
+from prioqueue.lifecycle import Backoff
 from prioqueue.records import Job
 
 __all__ = ["SNAPSHOT_FORMAT", "BrokerEngine", "JobRecord", "PopResult", "Rejected"]
@@ -54,8 +66,8 @@ __all__ = ["SNAPSHOT_FORMAT", "BrokerEngine", "JobRecord", "PopResult", "Rejecte
 SNAPSHOT_FORMAT: Final = "prioqueue.broker/1"
 AHEAD_LIMIT: Final = 1000
 """How far ahead ``GET /v1/jobs/{id}`` forecasts a job's position."""
-JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
-FINISHED: Final = frozenset(("done", "failed", "cancelled"))
+JobStatus = Literal["queued", "running", "done", "failed", "cancelled", "expired"]
+FINISHED: Final = frozenset(("done", "failed", "cancelled", "expired"))
 MAX_IMAGE_LEASE: Final = 1e9
 """The longest lease (seconds, on a slow worker) a job's ``image`` inputs may give: past it
 the inputs are absurd, and past a float's range every pop would fail on the job."""
@@ -65,9 +77,9 @@ class Rejected(Exception):
     """An operation the engine refused before changing anything.
 
     Attributes:
-        status: The HTTP status that says why (404, 409, 413, 422, 429).
+        status: The HTTP status that says why (404, 409, 413, 422, 429, 503).
         field: The request field at fault, when one is.
-        retry_after: Seconds to wait before retrying (429 only).
+        retry_after: Seconds to wait before retrying (429 and 503 only).
     """
 
     def __init__(
@@ -101,6 +113,10 @@ class JobRecord:
     result: Any = None
     finished_at: float | None = None
     idempotency_key: str | None = None
+    expires_at: float | None = None
+    """When the job expires if still queued (its ttl), or None."""
+    max_attempts: int | None = None
+    """The job's own grant budget (None: the configuration's ``max_attempts``)."""
 
 
 @attrs.frozen
@@ -115,6 +131,20 @@ def fingerprint(args: Mapping[str, Any]) -> str:
     """A stable digest of a submit's arguments, to tell a retry from a different request."""
     body = json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(body.encode()).hexdigest()
+
+
+def submit_digest(args: Mapping[str, Any]) -> str:
+    """The fingerprint of a submit's arguments (``submit``'s keywords) for its idempotency key."""
+    fields = {
+        "p": args["priority"], "m": args.get("model"), "e": args.get("estimate"),
+        "g": args.get("group"), "i": args.get("image"), "b": args.get("payload"),
+    }  # fmt: skip
+    lifecycle = {
+        "t": args.get("ttl"), "n": args.get("not_before"), "a": args.get("max_attempts"),
+        "k": args.get("backoff"),
+    }  # fmt: skip
+    fields.update({k: v for k, v in lifecycle.items() if v is not None})
+    return fingerprint(fields)
 
 
 _Op = TypeVar("_Op", bound=Callable[..., Any])
@@ -150,7 +180,10 @@ class BrokerEngine:
         self.idempotency: dict[tuple[str, str], tuple[str, str]] = {}
         self.counter = 0
         self.now = -math.inf
-        self.counts = {"submitted": 0, "done": 0, "failed": 0, "cancelled": 0, "expired": 0}
+        self.counts = {
+            "submitted": 0, "done": 0, "failed": 0, "cancelled": 0, "expired": 0,
+            "ttl_expired": 0, "retried": 0,
+        }  # fmt: skip
         self.workers: dict[str, dict[str, Any]] = {}
         self.group_kept: dict[str, int] = {}
         """Kept records per dispatcher group (``group_key``); derived, not snapshotted."""
@@ -275,20 +308,32 @@ class BrokerEngine:
         image: dict[str, Any] | None = None,
         payload: Any = None,
         idempotency_key: str | None = None,
+        ttl: float | None = None,
+        not_before: float | None = None,
+        max_attempts: int | None = None,
+        backoff: dict[str, Any] | None = None,
     ) -> tuple[JobRecord, bool]:
         """Queue a job; with an idempotency key already used by this member, return its job.
+
+        ``ttl``, ``not_before``, ``max_attempts`` and ``backoff`` are the job lifecycle
+        (docs/design/lifecycle.md): ``not_before`` is a time on the broker's clock (Unix
+        seconds).
 
         Returns:
             ``(record, created)``.
 
         Raises:
-            Rejected: 422 the key was used with a different request; 429 the queue is full.
+            Rejected: 422 the key was used with a different request, or a bad ``backoff``;
+                429 the queue (or the level's ``max_queued``) is full; 503 the forecast wait
+                is over the level's ``max_wait``.
         """
         digest = ""
         if idempotency_key is not None:
-            digest = fingerprint(
-                {"p": priority, "m": model, "e": estimate, "g": group, "i": image, "b": payload}
-            )
+            digest = submit_digest(
+                {"priority": priority, "model": model, "estimate": estimate, "group": group,
+                 "image": image, "payload": payload, "ttl": ttl, "not_before": not_before,
+                 "max_attempts": max_attempts, "backoff": backoff}
+            )  # fmt: skip
             known = self.idempotency.get((member, idempotency_key))
             if known is not None:
                 job_id, previous = known
@@ -301,7 +346,11 @@ class BrokerEngine:
                 return attrs.evolve(self.jobs[job_id]), False
         job_id = f"job-{self.counter + 1}"
         try:
-            self.fleet.submit(
+            retry = None if backoff is None else Backoff.from_mapping(backoff)
+        except ConfigError as exc:
+            raise Rejected(422, str(exc), field="backoff") from None
+        try:
+            ticket = self.fleet.submit(
                 job_id,
                 member=member,
                 priority=priority,
@@ -311,9 +360,16 @@ class BrokerEngine:
                 payload={"image": image},
                 group=None if group is None else group_key(member, group),
                 now=now,
+                ttl=ttl,
+                not_before=not_before,
+                max_attempts=max_attempts,
+                backoff=retry,
             )
+        except Overloaded as exc:
+            raise Rejected(503, str(exc), field="max_wait", retry_after=exc.retry_after) from None
         except QueueFull as exc:
-            raise Rejected(429, str(exc), retry_after=exc.retry_after) from None
+            field = "max_queued" if exc.scope == "level" else None
+            raise Rejected(429, str(exc), field=field, retry_after=exc.retry_after) from None
         except DuplicateJob as exc:  # pragma: no cover - ids are never reused
             raise AssertionError(str(exc)) from None
         self.counter += 1
@@ -321,7 +377,8 @@ class BrokerEngine:
         record = JobRecord(
             id=job_id, member=member, priority=priority, model=model, estimate=estimate,
             group=group, image=image, payload=payload, submitted_at=now,
-            idempotency_key=idempotency_key,
+            idempotency_key=idempotency_key, expires_at=ticket.job.deadline,
+            max_attempts=max_attempts,
         )  # fmt: skip
         self.jobs[job_id] = record
         _groups.kept(self, record)
@@ -458,16 +515,34 @@ class BrokerEngine:
 
     @_operation
     def fail(
-        self, now: float, *, job_id: str, worker: str, attempt: int, result: Any = None
+        self,
+        now: float,
+        *,
+        job_id: str,
+        worker: str,
+        attempt: int,
+        result: Any = None,
+        retry: bool = False,
     ) -> JobRecord:
-        """The holder gave up on the job: it is failed for good, with the worker's report.
+        """The holder gave up on the job: failed for good, or (``retry``) queued again.
+
+        With ``retry`` and attempts left (the job's ``max_attempts``, else the
+        configuration's), the job is queued again after its backoff (delayed until then) and
+        the worker's report is kept as its ``result`` until an attempt finishes it.
 
         Raises:
             Rejected: 404 unknown; 409 not this worker's current grant; 413 result too large.
         """
         record = self._held(job_id, worker, attempt)
         self._check_result(result)
-        self.fleet.fail(job_id, now=now, worker=worker)  # its group counts it as failed
+        self.fleet.fail(job_id, now=now, worker=worker, retry=retry)  # its group counts it
+        if job_id in self.fleet:
+            self.counts["retried"] += 1
+            record.state = "queued"
+            record.worker = None
+            record.deadline = None
+            record.result = result
+            return attrs.evolve(record)
         self._finish(record, "failed", result, now)
         return attrs.evolve(record)
 
@@ -628,18 +703,12 @@ class BrokerEngine:
         if not jobs:
             raise Rejected(422, "jobs: a batch holds at least one job", field="jobs")
         fresh: dict[str, int] = {}
+        new: list[dict[str, Any]] = []
         for args in jobs:
             key = args.get("idempotency_key")
             member = args["member"]
             if key is not None and (member, key) in self.idempotency:
-                digest = fingerprint(
-                    {
-                        "p": args["priority"], "m": args.get("model"),
-                        "e": args.get("estimate"), "g": args.get("group"),
-                        "i": args.get("image"), "b": args.get("payload"),
-                    }
-                )  # fmt: skip
-                if self.idempotency[(member, key)][1] != digest:
+                if self.idempotency[(member, key)][1] != submit_digest(args):
                     raise Rejected(
                         422,
                         "Idempotency-Key was already used with a different request body",
@@ -647,7 +716,14 @@ class BrokerEngine:
                     )
                 continue
             fresh[member] = fresh.get(member, 0) + 1
+            if args.get("backoff") is not None:
+                try:
+                    Backoff.from_mapping(args["backoff"])
+                except ConfigError as exc:
+                    raise Rejected(422, str(exc), field="backoff") from None
+            new.append(args)
         self._check_room(fresh)
+        self._check_budgets(new, now)
         results: list[tuple[JobRecord, bool]] = []
         for index, args in enumerate(jobs):
             try:
@@ -657,6 +733,63 @@ class BrokerEngine:
                     raise
                 raise RuntimeError(f"a batch was refused half way (a bug): {exc}") from exc
         return results
+
+    def _check_budgets(self, jobs: list[dict[str, Any]], now: float) -> None:
+        """Refuse a batch that a level's budget would refuse half way.
+
+        The core's checks (``max_queued``, ``max_wait``), run over the batch in order without
+        changing anything.
+
+        Raises:
+            Rejected: 429 a level's ``max_queued``; 503 a level's forecast wait over
+                ``max_wait``.
+
+        Complexity: O(b x levels) for b new jobs.
+        """
+        from prioqueue._core import DEFAULT_EXPECTED_RUNTIME
+        from prioqueue._lifecycle import forecast_wait
+
+        core = self.fleet
+        budgets = core._budgets
+        if not budgets:
+            return
+        added: dict[int, int] = {}  # queued (not delayed) jobs of the batch so far, per level
+        held: dict[int, int] = {}  # queued or delayed, per level
+        for args in jobs:
+            level = int(core.policy.parse(args["priority"]))
+            budget = budgets.get(level)
+            not_before = args.get("not_before")
+            delayed = not_before is not None and not_before > now
+            if budget is not None and budget.max_queued is not None:
+                stats = core._levels.get(level)
+                queued = (0 if stats is None else stats.queued) + core._parked.get(level, 0)
+                if queued + held.get(level, 0) >= budget.max_queued:
+                    raise Rejected(
+                        429,
+                        f"the batch does not fit level {level}: it holds {queued} queued or "
+                        f"delayed jobs, its limit max_queued={budget.max_queued}",
+                        field="max_queued",
+                        retry_after=core._retry_after(),
+                    )
+            if budget is not None and budget.max_wait is not None and not delayed:
+                extra = 0.0
+                for number, count in added.items():
+                    if number >= level:
+                        recent = core._recent_level.get(number)
+                        mean = sum(recent) / len(recent) if recent else DEFAULT_EXPECTED_RUNTIME
+                        extra += count * mean
+                wait = forecast_wait(core, level) + extra / max(1, core._live)
+                if wait > budget.max_wait:
+                    raise Rejected(
+                        503,
+                        f"the batch does not fit level {level}: the forecast wait would be "
+                        f"{wait:.0f} s, over its budget (max_wait={budget.max_wait:g} s)",
+                        field="max_wait",
+                        retry_after=float(max(1, math.ceil(wait - budget.max_wait))),
+                    )
+            held[level] = held.get(level, 0) + 1
+            if not delayed:
+                added[level] = added.get(level, 0) + 1
 
     def _check_room(self, fresh: Mapping[str, int]) -> None:
         """Refuse (429) a batch that ``max_queued`` or ``max_queued_per_member`` cannot hold."""
@@ -693,6 +826,9 @@ class BrokerEngine:
         taken: list[str] = []
         for expired in self.fleet.expire(now):
             record = self.jobs[expired.job.id]
+            if expired.cause == "ttl":  # still queued at its deadline
+                self._finish(record, "expired", None, now)
+                continue
             self.counts["expired"] += 1
             taken.append(record.id)
             if expired.requeued:
@@ -715,7 +851,8 @@ class BrokerEngine:
         record.result = result
         record.finished_at = now
         record.deadline = None
-        self.counts[state] += 1
+        # "expired" in the counts is leases that ran out (kept as it was); ttl expiries apart.
+        self.counts["ttl_expired" if state == "expired" else state] += 1
         heapq.heappush(self._retention, (now + self.config.result_ttl_seconds, record.id))
 
     # ------------------------------------------------------------------ reads
@@ -735,13 +872,25 @@ class BrokerEngine:
             )
         except (UnknownJob, InvalidState):  # pragma: no cover - records mirror the fleet
             return None, None
+        if explanation.not_before is not None:  # delayed: no place in line yet
+            return None, str(explanation)
         if not explanation.ahead_complete:
             return None, f"more than {AHEAD_LIMIT} jobs ahead\n{explanation}"
         return explanation.position, str(explanation)
 
+    def not_before(self, record: JobRecord) -> float | None:
+        """Until when a queued job is delayed (``not_before``, a retry's backoff), or None. O(1)."""
+        if record.state != "queued":
+            return None
+        try:
+            value: float | None = self.fleet.not_before(record.id)
+        except UnknownJob:  # pragma: no cover - records mirror the fleet
+            return None
+        return value
+
     def status(self) -> dict[str, Any]:
         """Counts by state, workers and totals (for ``GET /v1/status``). O(jobs)."""
-        states = dict.fromkeys(("queued", "running", "done", "failed", "cancelled"), 0)
+        states = dict.fromkeys(("queued", "running", "done", "failed", "cancelled", "expired"), 0)
         for record in self.jobs.values():
             states[record.state] += 1
         return {"jobs": states, "workers": len(self.workers), "totals": dict(self.counts)}

@@ -17,7 +17,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, St
 
 __all__ = [
     "MAX_JSON_DEPTH",
+    "BackoffBody",
     "ErrorBody",
+    "FailRequest",
     "FinishRequest",
     "Granted",
     "GroupCancelled",
@@ -33,7 +35,7 @@ __all__ = [
 ]
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")]
-JobState = Literal["queued", "running", "done", "failed", "cancelled"]
+JobState = Literal["queued", "running", "done", "failed", "cancelled", "expired"]
 
 MAX_JSON_DEPTH = 64
 """How deep ``payload`` and ``result`` may nest (arrays and objects). The broker answers them
@@ -82,6 +84,21 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class BackoffBody(_Request):
+    """A job's retry delays (docs/design/lifecycle.md)."""
+
+    kind: Literal["constant", "linear", "exponential"] = Field(
+        default="constant", description="constant: base; linear: base * n; exponential: "
+        "base * 2**(n-1), after failed attempt n."
+    )  # fmt: skip
+    base: float = Field(default=0.0, ge=0, le=1e9, strict=True, description="Seconds.")
+    max: float = Field(default=3600.0, ge=0, le=1e9, strict=True, description="Cap, seconds.")
+    jitter: bool = Field(
+        default=False, strict=True,
+        description="Spread delays by x0.5..1, derived from the job id and attempt.",
+    )  # fmt: skip
+
+
 class SubmitRequest(_Request):
     """``POST /v1/jobs``: one job."""
 
@@ -102,6 +119,24 @@ class SubmitRequest(_Request):
     )
     payload: OpaqueJson = Field(
         default=None, description="Opaque JSON handed to the worker (at most 64 levels deep)."
+    )
+    ttl: float | None = Field(
+        default=None, gt=0, le=1e9, strict=True,
+        description="Seconds the job may stay queued once eligible; then it is 'expired'. "
+        "Absent: the level's budget ttl, else none.",
+    )  # fmt: skip
+    not_before: float | None = Field(
+        default=None, ge=0, le=1e12, strict=True,
+        description="Unix time (the broker's clock) before which the job is not eligible: "
+        "it is 'queued' with not_before until then.",
+    )  # fmt: skip
+    max_attempts: int | None = Field(
+        default=None, ge=1, le=1000, strict=True,
+        description="Grants the job may get (expired leases and retried failures). Absent: "
+        "the broker's max_attempts.",
+    )  # fmt: skip
+    backoff: BackoffBody | None = Field(
+        default=None, description="Retry delays of fail with retry=true (absent: the broker's)."
     )
 
 
@@ -128,6 +163,14 @@ class JobView(BaseModel):
     attempt: int
     submitted_at: float
     finished_at: float | None
+    not_before: float | None = Field(
+        default=None,
+        description="A queued job that is delayed (not_before, or a retry's backoff): the Unix "
+        "time it becomes eligible; else null.",
+    )
+    expires_at: float | None = Field(
+        default=None, description="Unix time at which the job expires if still queued (ttl)."
+    )
 
 
 class PopRequest(_Request):
@@ -160,6 +203,17 @@ class FinishRequest(_Request):
     attempt: int = Field(ge=1, strict=True)
     result: OpaqueJson = Field(
         default=None, description="The job's result, opaque JSON (at most 64 levels deep)."
+    )
+
+
+class FailRequest(FinishRequest):
+    """``POST /v1/jobs/{id}/fail``."""
+
+    retry: bool = Field(
+        default=False,
+        strict=True,
+        description="Queue the job again after its backoff while attempts remain (else: "
+        "failed for good).",
     )
 
 

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Literal
 
-from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout
+from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout, ttl_timeout
 from prioqueue._errors import (
     ChargeError,
     InvalidState,
@@ -619,7 +619,9 @@ class FleetGate:
                 self._extra[worker] = self._extra.get(worker, 0) + 1
                 self._bumped[worker] = now
             turn = self._waiters.pop(job_id, None)
-            if turn is not None:
+            if turn is not None and record.cause == "ttl":  # expired queued: never granted
+                self._drop(turn, ttl_timeout(record))
+            elif turn is not None:
                 if turn._grant is not None:
                     self._busy(turn._grant, now)
                 turn._expired = record

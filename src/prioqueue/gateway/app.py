@@ -58,7 +58,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from prioqueue._errors import QueueFull
+from prioqueue._errors import Overloaded, QueueFull
 from prioqueue.asyncio import (
     AsyncDispatcher,
     DispatcherClosed,
@@ -204,6 +204,7 @@ class Gateway(Routes):
             "max_queued_per_member": limits.max_queued_per_member,
             "max_attempts": 1,
             "fair_share": config.fair_share,
+            "budgets": config.budgets,
         }
         if self.upstreams:
             hold = config.warm_hold if config.routing == "warm" else 0.0
@@ -595,6 +596,10 @@ class Gateway(Routes):
                             lease_watch = None
                         grant = await self._requeue(turn, upstream, exc, flight)
                 outcome = "done"
+        except Overloaded as exc:  # the forecast wait is over the level's max_wait
+            status, outcome = 503, "rejected: overloaded"
+            retry = [(b"retry-after", str(math.ceil(exc.retry_after)).encode())]
+            await respond(send, 503, error_body(str(exc), "overloaded"), ours + retry)
         except QueueFull as exc:
             status, outcome = 429, "rejected: queue full"
             retry = [(b"retry-after", str(math.ceil(exc.retry_after)).encode())]

@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 import attrs
 
 from prioqueue._errors import ConfigError
+from prioqueue._lifecycle_config import budgets_setting
 from prioqueue._service_config import (
     _level,
     _number,
@@ -373,6 +374,7 @@ def parse_config(
         warm_hold=root.number("warm_hold", 15.0, positive=False),  # type: ignore[arg-type]
         max_attempts=root.integer("max_attempts", 2, minimum=1),  # type: ignore[arg-type]
         health_seconds=root.number("health_seconds", 1.0),  # type: ignore[arg-type]
+        budgets=MappingProxyType(budgets_setting(root, policy)),
         routing=_routing(root),
         aborts=busy.aborts,
         busy_timeout=busy.busy_timeout,

@@ -27,6 +27,7 @@ from typing import Final, Literal
 import attrs
 
 from prioqueue._serving import ConnectionLimits
+from prioqueue.lifecycle import LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.scoring import ScoringConfig
 
@@ -321,6 +322,10 @@ class GatewayConfig:
             :class:`UpstreamConfig`).
         busy_timeout: Longest a request closed early keeps the upstream busy (seconds).
         idle_path: Where the upstream reports its activity; None: ``resident_path``.
+        budgets: Overload protection per level (``[budgets.<level>]``): ``max_queued`` (429),
+            ``max_wait`` (a forecast wait over it: 503 with ``Retry-After``) and ``ttl`` (a
+            request still queued that long is answered 503); none by default
+            (docs/design/lifecycle.md).
     """
 
     upstream: str = DEFAULT_UPSTREAM
@@ -357,6 +362,7 @@ class GatewayConfig:
     aborts: bool = False
     busy_timeout: float = 300.0
     idle_path: str | None = None
+    budgets: Mapping[int, LevelBudget] = attrs.field(factory=dict)
     _gated: PathSet = attrs.field(init=False, repr=False, eq=False)
     _passthrough: PathSet = attrs.field(init=False, repr=False, eq=False)
     _admin: PathSet = attrs.field(init=False, repr=False, eq=False)
