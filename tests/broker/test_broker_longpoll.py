@@ -412,3 +412,21 @@ def test_a_batch_over_max_wait_is_503_and_changes_nothing() -> None:
             assert status["jobs"]["queued"] == 1
 
     run(scenario())
+
+
+def test_a_waiting_pop_gets_a_delayed_job_when_it_becomes_eligible() -> None:
+    async def scenario() -> None:
+        async with api() as a:
+            await _pop(a)  # join
+            job = await a.submit(not_before=a.clock.t + 5)
+            waiting = asyncio.create_task(_pop(a, wait=30))
+            await _until_waiting(a)
+            assert not waiting.done()  # not eligible yet
+            a.clock.advance(6)
+            a.broker._wake.set()  # type: ignore[union-attr]  # the tick loop looks now
+            response = await asyncio.wait_for(waiting, 10)
+            assert response.status_code == 200
+            assert response.json()["id"] == job
+            assert _replays(a)
+
+    run(scenario())
