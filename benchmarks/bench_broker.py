@@ -51,7 +51,7 @@ WORKERS = 100
 BACKLOG = 200
 KEYS: dict[str, dict[str, Any]] = {
     "sk": {"role": "submitter", "member": "bench", "max_priority": 100},
-    "wk": {"role": "worker"},
+    "wk": {"role": "worker", "workers_prefix": ""},
 }
 SUB = {"Authorization": "Bearer sk"}
 WRK = {"Authorization": "Bearer wk"}

@@ -43,7 +43,7 @@ MODELS = ("sdxl", "flux", "wan", "sd15")
 KEYS: dict[str, dict[str, Any]] = {
     "sk-ops": {"role": "submitter", "member": "ops", "observer": True},
     "sk-m1": {"role": "submitter", "member": "m1"},
-    "wk": {"role": "worker"},
+    "wk": {"role": "worker", "workers_prefix": "gpu-"},
 }
 OPS = {"Authorization": "Bearer sk-ops"}
 M1 = {"Authorization": "Bearer sk-m1"}

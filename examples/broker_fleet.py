@@ -43,6 +43,7 @@ member = "alice"
 max_priority = 100
 [keys."wk-fleet"]
 role = "worker"
+workers_prefix = "gpu-"
 """
 MAIN = "import sys; from prioqueue.cli import main; sys.exit(main(sys.argv[1:]))"
 

@@ -414,3 +414,27 @@ def test_parse_is_clamp_of_the_unbounded_parse(
 ) -> None:
     unbounded = PriorityPolicy(aliases=policy.aliases, default=policy.default)
     assert policy.parse(text, ceiling) == policy.clamp(unbounded.parse(text), ceiling)
+
+
+@given(
+    value=st.one_of(st.none(), st.integers(-1000, 1000), st.sampled_from(["batch", "normal"])),
+    ceiling=st.one_of(st.none(), st.integers(-1000, 1000)),
+)
+def test_a_dispatcher_submit_keeps_the_ceiling_even_below_the_minimum(
+    value: int | str | None, ceiling: int | None
+) -> None:
+    """Issue 21 item 8: the core's submit bounds a level exactly as ``parse`` does, so an
+    operator's ceiling below the policy's minimum is kept, not raised back to the minimum."""
+    from prioqueue import FleetDispatcher, SizeOneDispatcher
+    from prioqueue._reference_fleet import ReferenceFleet
+
+    policy = PriorityPolicy(minimum=-100, maximum=100)
+    expected = policy.parse(value, ceiling)
+    for dispatcher in (
+        SizeOneDispatcher(policy=policy),
+        FleetDispatcher(policy=policy),
+        ReferenceFleet(policy=policy),
+    ):
+        ticket = dispatcher.submit("j", member="m", priority=value, ceiling=ceiling, now=0.0)
+        assert ticket.job.priority == expected, type(dispatcher).__name__
+    assert PriorityPolicy(minimum=-100).parse("batch", -150) == -150

@@ -468,6 +468,7 @@ class _Core:
         estimate: float | None = None,
         payload: Any = None,
         group: str | None = None,
+        ceiling: int | None = None,
         now: float,
         ttl: float | None = None,
         not_before: float | None = None,
@@ -489,6 +490,10 @@ class _Core:
                 JSON-serialisable for ``snapshot``.
             group: A label shared by jobs that belong together (a film's shots), for
                 ``group_status`` and ``cancel_group``; it changes no score and no lane.
+            ceiling: The caller's priority ceiling (an operator's cap on this identity), or
+                None. Applied after the policy's range, as in ``PriorityPolicy.parse``: a
+                ceiling below the policy's ``minimum`` is kept (the minimum bounds what a
+                caller asks for, not what an operator imposes).
             now: The current monotonic time.
             ttl: Seconds (> 0) the job may stay queued once eligible; past it the job leaves
                 as expired (``expire`` reports it with ``cause="ttl"``). None: the level's
@@ -513,7 +518,8 @@ class _Core:
                 ``QueueFull`` with ``scope="wait"``).
             ValueError: An argument is out of range (unknown tier, non-finite time, a priority
                 beyond ``+-10**9``, ...).
-            TypeError: ``priority`` has a type no header could have.
+            TypeError: ``priority`` has a type no header could have, or ``ceiling`` is not
+                an int (bools are refused).
 
         Complexity: amortised O(log n + M).
         """
@@ -521,7 +527,7 @@ class _Core:
         if not isinstance(job_id, str) or not job_id:
             raise ValueError(f"job_id must be a non-empty str, got {job_id!r}")
         member = checked_name("member", member)
-        level = self._policy.parse(priority)
+        level = self._policy.parse(priority, ceiling)
         if not -LEVEL_LIMIT <= level <= LEVEL_LIMIT:
             shown = str(level) if len(str(level)) <= 30 else f"{str(level)[:27]}..."
             raise ValueError(

@@ -320,6 +320,7 @@ class ReferenceFleet(_ReferenceLifecycle, _Rules):
         model: str | None = None,
         estimate: float | None = None,
         payload: Any = None,
+        ceiling: int | None = None,
         now: float,
         ttl: float | None = None,
         not_before: float | None = None,
@@ -340,6 +341,7 @@ class ReferenceFleet(_ReferenceLifecycle, _Rules):
             model: The model the job needs, or None.
             estimate: A runtime estimate in seconds (> 0), or None.
             payload: An opaque value.
+            ceiling: The caller's ceiling, kept even below the policy's minimum.
             now: The current time.
             ttl: Seconds it may stay queued once eligible, or None.
             not_before: When it becomes eligible, or None.
@@ -362,7 +364,7 @@ class ReferenceFleet(_ReferenceLifecycle, _Rules):
                 raise ValueError(f"member must be a non-empty str, got {member!r}")
             if estimate is not None and not (_finite("estimate", estimate) > 0):
                 raise ValueError(f"estimate must be > 0 or None, got {estimate!r}")
-            level = self._policy.parse(priority)
+            level = self._policy.parse(priority, ceiling)
             bonus = self._scorer.tier_bonus(tier)
             if self._find(job_id) is not None:
                 raise DuplicateJob(f"job {job_id!r} is already queued or held")

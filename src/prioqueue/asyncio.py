@@ -320,6 +320,7 @@ class AsyncDispatcher(GroupGate):
         payload: Any = None,
         timeout: float | None = None,
         group: str | None = None,
+        ceiling: int | None = None,
     ) -> Turn:
         """Make the async context manager of one job's turn at the resource.
 
@@ -342,6 +343,8 @@ class AsyncDispatcher(GroupGate):
                 :class:`QueueTimeout`. It does not bound the time the block holds the
                 resource; the lease does.
             group: The job's group label (see ``SizeOneDispatcher.submit``), or None.
+            ceiling: The caller's priority ceiling (see ``SizeOneDispatcher.submit``), kept
+                even below the policy's minimum, or None.
 
         Returns:
             The :class:`Turn`.
@@ -363,6 +366,8 @@ class AsyncDispatcher(GroupGate):
         }
         if group is not None:
             kwargs["group"] = group
+        if ceiling is not None:
+            kwargs["ceiling"] = ceiling
         return Turn(self, job_id, kwargs, timeout)
 
     def cancel(self, job_id: str) -> None:

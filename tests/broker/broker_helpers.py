@@ -25,10 +25,12 @@ from store.pg import drop_schema, need_postgres
 SUBMITTER = {"Authorization": "Bearer sk-alice"}
 BOB = {"Authorization": "Bearer sk-bob"}
 WORKER = {"Authorization": "Bearer wk-1"}
+OPS = {"Authorization": "Bearer sk-ops"}
 KEYS: dict[str, Any] = {
     "sk-alice": {"role": "submitter", "member": "alice", "tier": "pro", "max_priority": 100},
     "sk-bob": {"role": "submitter", "member": "bob", "max_priority": 0},
-    "wk-1": {"role": "worker"},
+    "wk-1": {"role": "worker", "workers_prefix": ""},  # any worker id (most tests use many)
+    "sk-ops": {"role": "submitter", "member": "ops", "observer": True},  # reads /metrics
 }
 IMAGE = {"width": 1024, "height": 1024, "steps": 50, "sampler": "k_euler"}  # lease 430 s
 

@@ -405,12 +405,12 @@ def test_a_full_queue_is_429_with_retry_after() -> None:
 
 def test_status_metrics_and_openapi() -> None:
     async def scenario() -> None:
-        async with api() as a:
+        async with api(metrics_public=True) as a:
             await a.submit()
             status = (await a.client.get("/v1/status", headers=WORKER)).json()
             assert status["role"] == "leader"
             assert status["jobs"]["queued"] == 1
-            metrics = await a.client.get("/metrics")
+            metrics = await a.client.get("/metrics")  # metrics_public: no key needed
             assert metrics.status_code == 200
             assert 'prioqueue_broker_jobs{state="queued"} 1.0' in metrics.text
             assert "prioqueue_broker_leader 1.0" in metrics.text
@@ -500,7 +500,8 @@ def test_a_label_that_looks_namespaced_never_reaches_another_members_group() -> 
             # The core's key is f"{len(member)}:{member}/{label}": "5:alice/x" for alice's
             # "x"; bob's label "x" with a crafted prefix must stay bob's.
             await a.submit(group="x")
-            await a.submit(BOB, group="5:alice/x")
+            crafted = await a.client.post("/v1/jobs", json={"group": "5:alice/x"}, headers=BOB)
+            assert crafted.status_code == 422  # no '/' in a label (issue 21)
             await a.submit(BOB, group="x")
             mine = (await a.client.get("/v1/groups/x", headers=SUBMITTER)).json()
             assert mine["queued"] == 1

@@ -59,7 +59,7 @@ def test_every_key() -> None:
                     "tier": "max",
                     "max_priority": 100,
                 },
-                "wk": {"role": "worker"},
+                "wk": {"role": "worker", "workers": ["gpu-a"], "workers_prefix": "gpu-b"},
             },
         }
     )
@@ -72,6 +72,10 @@ def test_every_key() -> None:
     assert config.keys["sk-a"].member == "alice"
     assert config.keys["sk-a"].max_priority == 100
     assert config.keys["wk"].role == "worker"
+    assert config.keys["wk"].workers == frozenset({"gpu-a"})
+    assert [config.keys["wk"].may_act_as(w) for w in ("gpu-a", "gpu-b2", "gpu-c")] == [
+        True, True, False,
+    ]  # fmt: skip
     assert config.charge == "estimate"
 
 
@@ -114,7 +118,23 @@ def test_observer_and_admin_flags() -> None:
             {"keys": {"k": {"role": "submitter", "member": "m", "tier": "gold"}}},
             "keys.k.tier: unknown tier 'gold'",
         ),
-        ({"keys": {"k": {"role": "worker", "member": "m"}}}, "keys.k.member: unknown key"),
+        (
+            {"keys": {"k": {"role": "worker", "workers_prefix": "", "member": "m"}}},
+            "keys.k.member: unknown key",
+        ),
+        ({"keys": {"k": {"role": "worker"}}}, "keys.k.workers: a worker key names the worker"),
+        ({"keys": {"k": {"role": "worker", "workers": []}}}, "keys.k.workers: must be a non"),
+        ({"keys": {"k": {"role": "worker", "workers": "g"}}}, "keys.k.workers: must be a non"),
+        ({"keys": {"k": {"role": "worker", "workers_prefix": 1}}}, "keys.k.workers_prefix"),
+        (
+            {"keys": {"k": {"role": "submitter", "member": "m", "workers": ["g"]}}},
+            "keys.k.workers: only a worker key",
+        ),
+        ({"metrics_public": "yes"}, "metrics_public: must be true or false"),
+        ({"max_queued_bytes": -1}, "max_queued_bytes: must be >= 0"),
+        ({"connections": {"header_timeout": 0}}, "connections.header_timeout: must be > 0"),
+        ({"connections": {"max_connections": 0}}, "connections.max_connections: must be >= 1"),
+        ({"connections": {"idle": 1}}, "connections.idle: unknown key"),
         ({"keys": {"a b": {"role": "worker"}}}, 'keys."a b": an API key must'),
         (
             {"keys": {"k": {"role": "submitter", "member": "m", "observer": "yes"}}},
@@ -142,7 +162,9 @@ def test_errors_name_the_key(data: dict[str, Any], message: str) -> None:
 
 def test_load_config_file_errors_and_overrides(tmp_path: Path) -> None:
     path = tmp_path / "broker.toml"
-    path.write_text('listen = "127.0.0.1:1"\n[keys."w"]\nrole = "worker"\n', encoding="utf-8")
+    path.write_text(
+        'listen = "127.0.0.1:1"\n[keys."w"]\nrole = "worker"\nworkers = ["g"]\n', encoding="utf-8"
+    )
     config = load_config(path, listen="127.0.0.1:2", store="memory://")
     assert (config.port, config.store) == (2, "memory://")
     with pytest.raises(ConfigError, match="cannot read"):

@@ -19,7 +19,7 @@ from prioqueue.broker import create_app, parse_config
 from prioqueue.store import StoreLocked
 from store.pg import POSTGRES_URL
 
-from .broker_helpers import KEYS, SUBMITTER, WORKER, postgres_schema, run
+from .broker_helpers import KEYS, OPS, SUBMITTER, WORKER, postgres_schema, run
 
 
 @contextlib.asynccontextmanager
@@ -78,7 +78,7 @@ def test_sqlite_restart_recovers_every_acknowledged_change(tmp_path: Path) -> No
             assert (again.status_code, again.json()["id"]) == (200, ids[0])
             retry = await c.post("/v1/workers/g2/pop", json={}, headers=WORKER)
             assert retry.json()["attempt"] == 2
-            metrics = (await c.get("/metrics")).text
+            metrics = (await c.get("/metrics", headers=OPS)).text
             assert "prioqueue_broker_leader 1.0" in metrics
 
     run(scenario())
@@ -122,7 +122,9 @@ def test_postgresql_standby_answers_503_then_takes_over(tmp_path: Path) -> None:
                     await asyncio.sleep(0.05)
                 assert r.headers["x-prioqueue-leader"] == "http://leader:1"
                 assert b2.leader == "http://leader:1"
-                assert (await c2.get("/metrics")).text.count("prioqueue_broker_leader 0.0") == 1
+                assert (await c2.get("/metrics", headers=OPS)).text.count(
+                    "prioqueue_broker_leader 0.0"
+                ) == 1
                 await leader_cm.__aexit__(None, None, None)  # a clean stop hands over at once
                 await _until_serving(b2)
                 view = (await c2.get(f"/v1/jobs/{job}", headers=SUBMITTER)).json()

@@ -249,3 +249,51 @@ def test_the_example_configuration_refuses_anonymous_callers() -> None:
     config = load_config(ROOT / "examples" / "gateway.toml")
     assert not config.allow_anonymous
     assert any(key.admin for key in config.keys.values())
+
+
+def test_a_ceiling_below_the_policy_minimum_orders_the_queue(make_stack: StackFactory) -> None:
+    """Issue 21 item 8: the dispatcher keeps the ceiling; a -150 key waits behind a -100 batch."""
+    import asyncio
+
+    from gateway_helpers import run, status, wait_for
+
+    config = {
+        "policy": {"minimum": -100, "maximum": 100},
+        "allow_anonymous": False,
+        "anonymous_observer": False,
+        "keys": {
+            "sk-low": {"member": "low", "max_priority": -150},
+            "sk-bob": {"member": "bob", "max_priority": 0, "observer": True},
+        },
+    }
+    stack = make_stack(config)
+    low = {"Authorization": "Bearer sk-low"}
+
+    async def go() -> list[str | None]:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=10) as client:
+            client.headers.update(BOB)
+
+            async def queued(n: int) -> bool:
+                return int((await status(client))["queued"]) == n
+
+            async def running() -> bool:
+                return (await status(client))["running"] is not None
+
+            holder = asyncio.ensure_future(client.post(CHAT, json=chat(hold="gpu", tag="hold")))
+            await wait_for(running)
+            first = asyncio.ensure_future(
+                client.post(CHAT, json=chat(tag="low"), headers=low)  # asks for normal
+            )
+            await wait_for(lambda: queued(1))
+            second = asyncio.ensure_future(
+                client.post(CHAT, json=chat(tag="batch"), headers={"X-LlamaSwap-Priority": "batch"})
+            )
+            await wait_for(lambda: queued(2))
+            levels = (await status(client))["levels"]
+            assert [level for level, v in levels.items() if v["queued"]] == ["-100", "-150"]
+            stack.fake.release("gpu")
+            answers = [await holder, await first, await second]
+            assert [a.status_code for a in answers] == [200, 200, 200]
+            return [served.tag for served in stack.fake.served]
+
+    assert run(go()) == ["hold", "batch", "low"]

@@ -34,7 +34,7 @@ KEYS: dict[str, dict[str, Any]] = {
     "sk-bob": {"role": "submitter", "member": "bob", "max_priority": 0},
     "sk-evil": {"role": "submitter", "member": EVIL, "max_priority": 0},
     "sk-ops": {"role": "submitter", "member": "ops", "observer": True, "admin": True},
-    "wk-1": {"role": "worker"},
+    "wk-1": {"role": "worker", "workers_prefix": "gpu-"},
 }
 
 

@@ -12,8 +12,9 @@ through the rest of the API:
 * **plain submitter** keys: the per-level aggregates (as ``/v1/status`` counts), their own
   member's lanes, jobs and groups; the workers' rows without resident model, models or swaps
   (they tell what others run) and with others' jobs as ``{"hidden": true}``.
-* **worker** keys: the per-level aggregates and the workers' rows with the jobs workers hold
-  (id, attempt, lease: what ``heartbeat`` tells any worker key), no member, lane or group.
+* **worker** keys: the per-level aggregates and the workers' rows with the jobs held by the
+  worker ids the key may act as (id, attempt, lease: what ``heartbeat`` tells it); other
+  workers' jobs are ``{"hidden": true}``; no member, lane or group.
 
 ``?job=ID`` adds the job panel: the job's record and ``explain()`` (score terms, jobs ahead,
 overtakes, forecast start), for a submitter key that may read it (its own member's job, any
@@ -159,7 +160,7 @@ async def dashboard(
         if scope != "all":
             row.update(resident=None, models=None, swaps=[])
     if scope == "worker":
-        _worker_jobs(engine, fleet, workers, wall)
+        _worker_jobs(engine, fleet, workers, wall, key)
     lanes = [] if scope == "worker" else _model.lanes(fleet, wall, visible, history)
     groups = (
         []
@@ -206,12 +207,17 @@ def _state(state: Any, name: str, make: Callable[[], _T]) -> _T:
     return found
 
 
-def _worker_jobs(engine: Any, fleet: Any, workers: list[dict[str, Any]], now: float) -> None:
-    """A worker key sees the jobs workers hold as ``heartbeat`` tells them: no member."""
+def _worker_jobs(
+    engine: Any, fleet: Any, workers: list[dict[str, Any]], now: float, key: BrokerKey
+) -> None:
+    """A worker key sees its own workers' jobs as ``heartbeat`` tells them: no member."""
     for row in workers:
-        shown = []
+        shown: list[dict[str, Any]] = []
         for entry in fleet._workers[row["name"]].held:
             record = engine.jobs.get(entry.job.id)
+            if not key.may_act_as(row["name"]):  # another key's worker (issue 21 item 4)
+                shown.append({"hidden": True})
+                continue
             shown.append(
                 {
                     "id": entry.job.id,

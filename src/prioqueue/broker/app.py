@@ -1,7 +1,8 @@
 """The broker's HTTP/JSON API: FastAPI routes over :class:`~prioqueue.broker.service.Broker`.
 
-Routes (every one but ``/metrics`` and the OpenAPI pages needs ``Authorization: Bearer KEY``;
-no or an unknown key is 401, a key of the wrong role 403):
+Routes (every one but the OpenAPI pages needs ``Authorization: Bearer KEY``, and so does
+``/metrics`` unless ``metrics_public = true``; no or an unknown key is 401, a key of the
+wrong role 403):
 
 =========================================  =========  =========================================
 route                                      role       answer
@@ -17,7 +18,7 @@ route                                      role       answer
 ``POST /v1/jobs/{id}/complete`` / ``fail`` worker     the finished job; 409 stale grant
 ``POST /v1/workers/{id}/heartbeat``        worker     the jobs it holds
 ``GET /v1/status``                         any        counts, role and leader
-``GET /metrics``                           none       Prometheus text
+``GET /metrics``                           observer   Prometheus text (``metrics_public``: none)
 =========================================  =========  =========================================
 
 Errors are JSON ``{"error": message, "field": name}``. A standby answers 503 with
@@ -28,10 +29,21 @@ The idle reasons of a 204 are in ``X-Prioqueue-Idle`` (``model=3, slots_full=1``
 (:mod:`prioqueue.broker._content`).
 A group is its member's own: ``?member=`` names another member's group, for a key with
 ``observer = true`` (read) or ``admin = true`` (read and cancel); else 403.
+
+A worker key acts only as the worker ids its ``workers``/``workers_prefix`` allow: a pop,
+heartbeat, complete or fail naming another id is 403 (the message quotes the rule). A job's
+explanation names other members' jobs only to an observer or admin key; to anyone else they
+keep their priority and score but read ``(hidden)`` and ``(another member)``.
+
+A request's body must arrive within ``connections.body_timeout`` (else 408) and be at most
+``max_body_bytes`` (else 413); headers over the ``[connections]`` size or count limits are 431
+and the request past ``max_connections`` in flight 503, under any ASGI server (``prioqueue
+broker`` refuses those earlier, in its HTTP protocol, and adds the header timeouts).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import sys
@@ -45,7 +57,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from prioqueue._core import LEVEL_LIMIT
 from prioqueue.broker._waiters import MAX_WAIT, long_pop, wait_job
-from prioqueue.broker.config import BrokerConfig, BrokerKey
+from prioqueue.broker.config import BrokerConfig, BrokerKey, Connections
 from prioqueue.broker.engine import BrokerEngine, JobRecord, Rejected
 from prioqueue.broker.journal import MemoryJournal
 from prioqueue.broker.models import (
@@ -86,7 +98,7 @@ _WAIT = Annotated[
     ),
 ]
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (401, 403, 404, 409, 413, 422, 429, 503)
+    code: {"model": ErrorBody} for code in (401, 403, 404, 408, 409, 413, 422, 429, 431, 503)
 }
 
 
@@ -107,11 +119,45 @@ def _error(status: int, message: str, field: str | None = None, **headers: str) 
 
 
 class _BodyLimit:
-    """ASGI middleware: a request body over ``limit`` bytes is answered 413 unread."""
+    """ASGI middleware: the request limits that hold whichever server runs the app.
 
-    def __init__(self, app: Any, limit: int) -> None:
+    A request body over ``limit`` bytes is answered 413 unread, and one that does not arrive
+    within ``timeout`` seconds 408. With ``connections`` given, headers over its size or count
+    limits are 431 and a request past ``max_connections`` requests in flight is 503 with
+    ``Retry-After`` (``prioqueue broker`` refuses those earlier, in its HTTP protocol; under
+    another server these still apply, though the header timeouts are that server's).
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        limit: int,
+        timeout: float = 60.0,
+        connections: Connections | None = None,
+        retry_after: float = 2.0,
+    ) -> None:
         self.app = app
         self.limit = limit
+        self.timeout = timeout
+        self.connections = connections
+        self.retry_after = str(max(1, math.ceil(retry_after)))
+        self.in_flight = 0
+
+    def _header_problem(self, headers: list[tuple[bytes, bytes]]) -> str | None:
+        limits = self.connections
+        if limits is None:
+            return None
+        if len(headers) > limits.max_header_count:
+            return f"{len(headers)} headers, over max_header_count={limits.max_header_count}"
+        total = 0
+        for name, value in headers:
+            size = len(name) + len(value)
+            total += size
+            if size > limits.max_header_bytes:
+                return f"a header of {size} bytes, over max_header_bytes={limits.max_header_bytes}"
+        if total > limits.max_headers_bytes:
+            return f"{total} bytes of headers, over max_headers_bytes={limits.max_headers_bytes}"
+        return None
 
     async def __call__(
         self,
@@ -122,17 +168,49 @@ class _BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        problem = self._header_problem(scope["headers"])
+        if problem is not None:
+            await _error(431, f"request header fields too large: {problem}", "headers")(
+                scope, receive, send
+            )
+            return
+        cap = None if self.connections is None else self.connections.max_connections
+        if cap is not None and self.in_flight >= cap:
+            message = f"over max_connections={cap} requests in flight; retry later"
+            await _error(503, message, None, **{"Retry-After": self.retry_after})(
+                scope, receive, send
+            )
+            return
+        self.in_flight += 1
+        try:
+            await self._limited(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+    async def _limited(
+        self,
+        scope: MutableMapping[str, Any],
+        receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
+        send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
+    ) -> None:
         for name, value in scope["headers"]:
             if name == b"content-length" and (not value.isdigit() or int(value) > self.limit):
                 await _error(413, f"the body is over max_body_bytes={self.limit}", "body")(
                     scope, receive, send
                 )
                 return
-        # No (trusted) length: read the body here, up to the limit, then replay it.
+        # Read the body here, up to the limit and within the timeout, then replay it.
         chunks: list[bytes] = []
         seen = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except (TimeoutError, asyncio.TimeoutError):
+                late = f"the request body did not arrive within body_timeout={self.timeout:g} s"
+                await _error(408, late, "body", Connection="close")(scope, receive, send)
+                return
             if message["type"] != "http.request":
                 break
             chunks.append(message.get("body", b""))
@@ -174,16 +252,37 @@ def _submitter_key(
 def _worker_key(
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> BrokerKey:
-    return _key(request, authorization, "worker")
+    key = _key(request, authorization, "worker")
+    worker = request.path_params.get("worker")
+    if worker is not None:  # every /v1/workers/{worker}/... route: pop, heartbeat, leave...
+        _acts_as(key, worker)
+    return key
 
 
 def _any_key(request: Request, authorization: Annotated[str | None, Header()] = None) -> BrokerKey:
     return _key(request, authorization, "any")
 
 
+def _acts_as(key: BrokerKey, worker: str) -> None:
+    """Refuse a worker key naming a worker id its rule does not allow (403)."""
+    if not key.may_act_as(worker):
+        raise Rejected(
+            403,
+            f"this worker key may act only as {key.worker_rule()}; not as worker {worker!r}",
+            field="worker",
+        )
+
+
+def _acting_worker(worker: _ID, key: Annotated[BrokerKey, Depends(_worker_key)]) -> str:
+    return worker  # _worker_key checked it
+
+
 Submitter = Annotated[BrokerKey, Depends(_submitter_key)]
 WorkerKey = Annotated[BrokerKey, Depends(_worker_key)]
 AnyKey = Annotated[BrokerKey, Depends(_any_key)]
+ActingWorker = Annotated[str, Depends(_acting_worker)]
+"""The ``{worker}`` of the path, once the worker key may act as it (else 403). Any route with
+``{worker}`` in its path and a ``WorkerKey`` gets the same check."""
 
 
 def _lifecycle_args(body: SubmitRequest) -> dict[str, Any]:
@@ -210,9 +309,10 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
     broker = Broker(config, journal)
 
     @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
-            await broker.start()
+            if not app.state.broker_started:  # `prioqueue broker` starts it before uvicorn
+                await broker.start()
         except Exception as exc:  # a corrupt or locked store, a newer schema: say so plainly
             print(f"prioqueue broker: cannot start: {exc}", file=sys.stderr, flush=True)
             raise
@@ -230,6 +330,7 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
     )
     app.state.broker = broker
     app.state.config = config
+    app.state.broker_started = False
     retry = str(math.ceil(config.retry_after_seconds))
 
     @app.exception_handler(Rejected)
@@ -333,7 +434,7 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
     async def get_job(job_id: _ID, key: Submitter, wait: _WAIT = 0.0) -> JobView:
         """A job's state, place in line, explanation and result (``?wait=S``: long-poll)."""
         engine, record = await wait_job(broker, job_id, key.member, wait)
-        return view(record, *engine.position(record), engine)
+        return view(record, *engine.position(record, key.may_read), engine)
 
     @app.delete("/v1/jobs/{job_id}", response_model=JobView, tags=["submitters"])
     async def cancel(job_id: _ID, key: Submitter) -> JobView:
@@ -393,7 +494,7 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         responses={204: {"description": "Nothing fits; X-Prioqueue-Idle says why."}},
         tags=["workers"],
     )
-    async def pop(worker: _ID, body: PopRequest, _key: WorkerKey, wait: _WAIT = 0.0) -> Any:
+    async def pop(worker: ActingWorker, body: PopRequest, wait: _WAIT = 0.0) -> Any:
         """Take the next job this worker should run, with its lease (``?wait=S``: long-poll)."""
         record, idle_reasons = await long_pop(broker, worker, body.model_dump(), wait)
         if record is None:
@@ -406,7 +507,8 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
             attempt=record.attempt, lease_seconds=record.lease_seconds, deadline=record.deadline,
         )  # fmt: skip
 
-    async def finish(op: str, job_id: str, body: FinishRequest) -> JobView:
+    async def finish(op: str, job_id: str, body: FinishRequest, key: BrokerKey) -> JobView:
+        _acts_as(key, body.worker)
         args = {"job_id": job_id, "worker": body.worker, "attempt": body.attempt}
         if isinstance(body, FailRequest) and body.retry:
             args["retry"] = True  # journaled only when set: older journals replay as they were
@@ -414,18 +516,18 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         return view(record, None, None, await broker.read())
 
     @app.post("/v1/jobs/{job_id}/complete", response_model=JobView, tags=["workers"])
-    async def complete(job_id: _ID, body: FinishRequest, _key: WorkerKey) -> JobView:
+    async def complete(job_id: _ID, body: FinishRequest, key: WorkerKey) -> JobView:
         """Report the job done (only its current holder: worker and attempt must match)."""
-        return await finish("complete", job_id, body)
+        return await finish("complete", job_id, body, key)
 
     @app.post("/v1/jobs/{job_id}/fail", response_model=JobView, tags=["workers"])
-    async def fail(job_id: _ID, body: FailRequest, _key: WorkerKey) -> JobView:
+    async def fail(job_id: _ID, body: FailRequest, key: WorkerKey) -> JobView:
         """Report the job failed (only its current holder); ``retry``: queue it again."""
-        return await finish("fail", job_id, body)
+        return await finish("fail", job_id, body, key)
 
     @app.post("/v1/workers/{worker}/heartbeat", response_model=HeartbeatReply, tags=["workers"])
     async def heartbeat(
-        worker: _ID, _key: WorkerKey, body: HeartbeatRequest | None = None
+        worker: ActingWorker, body: HeartbeatRequest | None = None
     ) -> HeartbeatReply:
         """Say the worker is alive (and which model it has loaded)."""
         resident = None if body is None else body.resident
@@ -439,9 +541,24 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
         return StatusView(role="leader", leader=broker.leader, **engine.status())
 
     @app.get("/metrics", tags=["operators"], response_class=Response)
-    async def metrics() -> Response:
-        """Prometheus metrics (needs the ``prometheus`` extra)."""
+    async def metrics(
+        request: Request, authorization: Annotated[str | None, Header()] = None
+    ) -> Response:
+        """Prometheus metrics (needs the ``prometheus`` extra).
+
+        It needs an observer or admin key unless ``metrics_public = true`` (its labels name
+        members).
+        """
         from prioqueue.broker._metrics import render
+
+        if not config.metrics_public:
+            key = _key(request, authorization, "any")
+            if not (key.observer or key.admin):
+                raise _Forbidden(
+                    403,
+                    "/metrics names members: it needs a key with observer = true or "
+                    "admin = true (or metrics_public = true in the configuration)",
+                )
 
         body, content_type = render(broker)
         return Response(body, media_type=content_type)
@@ -453,7 +570,13 @@ def create_app(config: BrokerConfig, journal: MemoryJournal | None = None) -> Fa
     from prioqueue.broker._content import JsonBodies
 
     app.add_middleware(JsonBodies)
-    app.add_middleware(_BodyLimit, limit=config.max_body_bytes)
+    app.add_middleware(
+        _BodyLimit,
+        limit=config.max_body_bytes,
+        timeout=config.connections.body_timeout,
+        connections=config.connections,
+        retry_after=config.retry_after_seconds,
+    )
     return app
 
 

@@ -1,5 +1,12 @@
 """``prioqueue broker``: run the broker under uvicorn until SIGTERM or SIGINT.
 
+It needs ``--config FILE`` (without one it would have no API keys, so every request would be
+a 401, and would write ``prioqueue-broker.db`` wherever it was started): it refuses to start
+without one (exit 2). It binds its socket first (a port in use is one line, exit 1), then
+recovers from the store, and only once it accepts requests prints "listening"; a store it
+cannot open is one "cannot start" line (exit 1), no traceback. Connections get the
+gateway's limits (``broker._server``).
+
 On SIGTERM or SIGINT it stops accepting connections, finishes the requests in flight, commits
 what is pending, writes a snapshot, closes the store (a leader hands over at once) and exits 0.
 
@@ -43,11 +50,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+NO_CONFIG = (
+    "prioqueue broker: no configuration: pass --config FILE (examples/broker.toml documents "
+    "every key). Without one the broker would have no API keys (every request a 401) and "
+    "would write prioqueue-broker.db in the current directory; for a throwaway demo use "
+    "--config examples/broker.toml --store memory://"
+)
+
+
 def _server_class() -> Any:
     import uvicorn
 
     class Server(uvicorn.Server):
-        """uvicorn's server, exiting 0 after a graceful SIGTERM/SIGINT (no re-raised signal)."""
+        """uvicorn's server: starts the broker first, says "listening" once it serves.
+
+        A broker that cannot start (a corrupt or locked store) is one line on stderr and
+        no uvicorn traceback; it exits 0 after a graceful SIGTERM/SIGINT (no re-raised
+        signal).
+        """
 
         def capture_signals(self) -> Any:  # no re-raising the signal after shutdown: exit 0
             return shutdown_signals(self.handle_exit)
@@ -58,6 +78,26 @@ def _server_class() -> Any:
             if broker is not None:
                 broker.begin_stop()
             super().handle_exit(sig, frame)
+
+        async def startup(self, sockets: Any = None) -> None:
+            app: Any = self.config.app
+            try:
+                await app.state.broker.start()
+            except Exception as exc:  # one line, then exit 1 (started stays False)
+                print(f"prioqueue broker: cannot start: {exc}", file=sys.stderr, flush=True)
+                self.should_exit = True
+                return
+            app.state.broker_started = True  # the lifespan only stops it
+            await super().startup(sockets=sockets)
+            if self.started and sockets:
+                host, port = sockets[0].getsockname()[:2]
+                shown = f"[{host}]" if ":" in host else host
+                print(
+                    f"prioqueue broker: listening on http://{shown}:{port}, "
+                    f"store {app.state.config.store}",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     return Server
 
@@ -73,6 +113,9 @@ def run(args: argparse.Namespace) -> int:
     """
     from prioqueue.broker.config import load_config
 
+    if args.config is None and not args.openapi:
+        print(NO_CONFIG, file=sys.stderr)
+        return 2
     try:
         config = load_config(args.config, listen=args.listen, store=args.store)
     except ConfigError as exc:
@@ -95,23 +138,25 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"prioqueue broker: {exc}", file=sys.stderr)
         return 2
-    import uvicorn
+    from prioqueue.broker._server import uvicorn_config
+    from prioqueue.gateway._server import BindError, bind
 
+    try:
+        sock = bind(config.host, config.port)
+    except BindError as exc:
+        print(f"prioqueue broker: {exc}", file=sys.stderr)
+        return 1
     server = _server_class()(
-        uvicorn.Config(
+        uvicorn_config(
             app,
-            host=config.host,
-            port=config.port,
-            lifespan="on",
+            config.connections,
+            config.retry_after_seconds,
             log_level=args.log_level,
             access_log=not args.no_access_log,
-            backlog=2048,
         )
     )
-    print(
-        f"prioqueue broker: listening on http://{config.listen}, store {config.store}",
-        file=sys.stderr,
-        flush=True,
-    )
-    server.run()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
     return 0 if server.started else 1

@@ -22,6 +22,11 @@ A minimal file::
 
     [keys."sk-gpu"]
     role = "worker"
+    workers_prefix = "gpu-"
+
+A worker key must say which worker ids it may act as (``workers``, ``workers_prefix``, or
+both; ``workers_prefix = ""`` allows any id): a key without either is a configuration error,
+so an upgraded configuration never lets one worker act as another silently.
 
 ``examples/broker.toml`` documents every key.
 """
@@ -58,6 +63,7 @@ __all__ = [
     "DEFAULT_STORE",
     "BrokerConfig",
     "BrokerKey",
+    "Connections",
     "load_config",
     "parse_config",
 ]
@@ -80,12 +86,46 @@ _LEASE_KEYS: Final = (
 
 
 @attrs.frozen
+class Connections:
+    """The broker's connection limits: the ``[connections]`` table (the gateway's names).
+
+    Attributes:
+        header_timeout: Seconds a connection may take to send a request's headers (and an
+            idle new connection may wait before sending anything); closed after it.
+        idle_timeout: Seconds an idle keep-alive connection stays open between requests.
+        body_timeout: Seconds a client may take to send a request's whole body (408).
+        max_header_bytes: Largest single header line, name and value (431 beyond).
+        max_headers_bytes: Largest request line plus all headers together (431 beyond).
+        max_header_count: Most headers in one request (431 beyond).
+        max_connections: Most connections open at once, or None: the open-file limit at
+            start (raised to its hard limit) less a reserve. One more closes the oldest idle
+            connection, or is answered 503 and closed when none is idle.
+        max_idle_connections: Most idle connections (no complete request yet); one more
+            closes the oldest idle one. None: half of ``max_connections``.
+        shutdown_grace_seconds: How long requests in flight may finish at shutdown.
+    """
+
+    header_timeout: float = 10.0
+    idle_timeout: float = 5.0
+    body_timeout: float = 60.0
+    max_header_bytes: int = 8192
+    max_headers_bytes: int = 32768
+    max_header_count: int = 100
+    max_connections: int | None = None
+    max_idle_connections: int | None = None
+    shutdown_grace_seconds: float = 30.0
+
+
+@attrs.frozen
 class BrokerKey:
     """Who an API key belongs to and what it may do.
 
     Attributes:
         role: ``"submitter"`` (submits, watches and cancels its member's jobs) or
             ``"worker"`` (pops, completes, fails and heartbeats).
+        workers: The worker ids a worker key may act as (exact names), or None.
+        workers_prefix: A worker key may also act as every id starting with this (``""``:
+            any id), or None.
         member: The member a submitter's jobs are charged to (None for a worker).
         tier: The member's tier (None for a worker).
         max_priority: The highest priority a submitter may ask for; higher values are capped.
@@ -101,6 +141,23 @@ class BrokerKey:
     max_priority: int = 0
     observer: bool = False
     admin: bool = False
+    workers: frozenset[str] | None = None
+    workers_prefix: str | None = None
+
+    def may_act_as(self, worker: str) -> bool:
+        """Whether this (worker) key may use worker id ``worker``. O(1) + O(len(prefix))."""
+        if self.workers is not None and worker in self.workers:
+            return True
+        return self.workers_prefix is not None and worker.startswith(self.workers_prefix)
+
+    def worker_rule(self) -> str:
+        """The key's worker-id rule in words, for a 403 (names ids, never the key)."""
+        rules = []
+        if self.workers is not None:
+            rules.append("workers = [" + ", ".join(f'"{w}"' for w in sorted(self.workers)) + "]")
+        if self.workers_prefix is not None:
+            rules.append(f'workers_prefix = "{self.workers_prefix}"')
+        return " or ".join(rules) or "no worker ids"
 
     def may_read(self, member: str) -> bool:
         """Whether this key may read ``member``'s groups. O(1)."""
@@ -135,6 +192,9 @@ class BrokerConfig:
         max_queued: Most jobs waiting at once (429 beyond), or None.
         max_queued_per_member: Most jobs one member may have waiting, or None.
         max_running_per_member: Most jobs one member may have running, or None.
+        max_queued_bytes: Most payload bytes (JSON-encoded ``payload`` plus ``image``) held
+            by queued jobs together (429 beyond; a single job over it is a 413), or None.
+        max_queued_bytes_per_member: The same, for one member's queued jobs, or None.
         warm_hold_seconds: How long a job is held for a worker with its model loaded.
         fair_share: Whether fair share inside a level is on.
         charge: Fair-share charge model: ``"runtime"``, ``"estimate"`` or seconds per job.
@@ -146,6 +206,12 @@ class BrokerConfig:
         snapshot_every: Take a snapshot after this many journal entries.
         sqlite_synchronous: ``"full"`` (fsync every commit: survives a power loss) or
             ``"normal"`` (survives a process crash, not a power loss; faster).
+        metrics_public: Whether ``GET /metrics`` is served without a key (else it needs an
+            ``observer`` or ``admin`` key: its labels name members).
+        connections: Header size, count and time limits, the body timeout and the most
+            connections at once (the ``[connections]`` table; the gateway's limits).
+        forget_workers_seconds: A worker that holds no job and has not been seen for this
+            long is forgotten (its id no longer counted, its spec dropped).
         budgets: Overload protection per level (``[budgets.<level>]``: ``max_queued`` 429,
             ``max_wait`` 503, ``ttl``); none by default (docs/design/lifecycle.md).
         backoff: The retry delays of ``fail`` with ``"retry": true`` for jobs without their own
@@ -167,6 +233,8 @@ class BrokerConfig:
     max_queued: int | None = None
     max_queued_per_member: int | None = None
     max_running_per_member: int | None = None
+    max_queued_bytes: int | None = 256 * 1024 * 1024
+    max_queued_bytes_per_member: int | None = None
     warm_hold_seconds: float = 0.0
     fair_share: bool = True
     charge: str | float = "runtime"
@@ -177,6 +245,9 @@ class BrokerConfig:
     leader_lease_seconds: float = 10.0
     snapshot_every: int = 10_000
     sqlite_synchronous: str = "full"
+    metrics_public: bool = False
+    connections: Connections = attrs.field(factory=Connections)
+    forget_workers_seconds: float = 3600.0
     budgets: Mapping[int, LevelBudget] = attrs.field(factory=dict)
     backoff: Backoff | None = None
 
@@ -214,8 +285,12 @@ def _keys(root: _Table, tiers: Mapping[str, float]) -> dict[str, BrokerKey]:
                     raise entry.fail(
                         flag, "only a submitter key may have it (it is about members' groups)"
                     )
-            keys[key] = BrokerKey(role="worker")
+            workers, prefix = _worker_ids(entry)
+            keys[key] = BrokerKey(role="worker", workers=workers, workers_prefix=prefix)
         elif role == "submitter":
+            for name in ("workers", "workers_prefix"):
+                if entry.get(name) is not None:
+                    raise entry.fail(name, "only a worker key may have it")
             member = entry.string("member", "")
             if not member:
                 raise entry.fail("member", "is required for a submitter")
@@ -231,6 +306,40 @@ def _keys(root: _Table, tiers: Mapping[str, float]) -> dict[str, BrokerKey]:
             raise entry.fail("role", f'must be "submitter" or "worker", got {role or None!r}')
         entry.finish()
     return keys
+
+
+def _worker_ids(entry: _Table) -> tuple[frozenset[str] | None, str | None]:
+    raw = entry.get("workers")
+    prefix = entry.get("workers_prefix")
+    workers: frozenset[str] | None = None
+    if raw is not None:
+        if not isinstance(raw, list) or not raw or not all(isinstance(w, str) and w for w in raw):
+            raise entry.fail("workers", f"must be a non-empty list of worker ids, got {raw!r}")
+        workers = frozenset(raw)
+    if prefix is not None and not isinstance(prefix, str):
+        raise entry.fail("workers_prefix", f"must be a string, got {prefix!r}")
+    if workers is None and prefix is None:
+        raise entry.fail(
+            "workers",
+            'a worker key names the worker ids it may act as: workers = ["gpu-a", "gpu-b"] '
+            'and/or workers_prefix = "gpu-" (workers_prefix = "" allows any id: only for '
+            "workers that all trust each other)",
+        )
+    return workers, prefix
+
+
+def _connections(root: _Table) -> Connections:
+    table = root.table("connections")
+    defaults = Connections()
+    kwargs: dict[str, Any] = {}
+    for name in ("header_timeout", "idle_timeout", "body_timeout", "shutdown_grace_seconds"):
+        kwargs[name] = table.number(name, getattr(defaults, name))
+    for name in ("max_header_bytes", "max_headers_bytes", "max_header_count"):
+        kwargs[name] = table.integer(name, getattr(defaults, name), minimum=1)
+    kwargs["max_connections"] = table.integer("max_connections", None, minimum=1)
+    kwargs["max_idle_connections"] = table.integer("max_idle_connections", None, minimum=1)
+    table.finish()
+    return Connections(**kwargs)
 
 
 def _lease(root: _Table) -> LeaseCalculator:
@@ -262,6 +371,12 @@ def _synchronous(root: _Table) -> str:
 
 def _optional_int(root: _Table, key: str) -> int | None:
     return root.integer(key, None, minimum=1)
+
+
+def _bytes_limit(root: _Table, key: str, default: int | None) -> int | None:
+    """A byte budget: a positive integer, or 0 for none."""
+    value = root.integer(key, default, minimum=0)
+    return value or None
 
 
 def parse_config(
@@ -316,6 +431,8 @@ def parse_config(
         max_queued=_optional_int(root, "max_queued"),
         max_queued_per_member=_optional_int(root, "max_queued_per_member"),
         max_running_per_member=_optional_int(root, "max_running_per_member"),
+        max_queued_bytes=_bytes_limit(root, "max_queued_bytes", 256 * 1024 * 1024),
+        max_queued_bytes_per_member=_bytes_limit(root, "max_queued_bytes_per_member", None),
         warm_hold_seconds=root.number("warm_hold_seconds", 0.0, positive=False),  # type: ignore[arg-type]
         fair_share=root.boolean("fair_share", True),
         charge=charge,
@@ -326,6 +443,9 @@ def parse_config(
         leader_lease_seconds=root.number("leader_lease_seconds", 10.0),  # type: ignore[arg-type]
         snapshot_every=root.integer("snapshot_every", 10_000, minimum=1),  # type: ignore[arg-type]
         sqlite_synchronous=_synchronous(root),
+        metrics_public=root.boolean("metrics_public", False),
+        connections=_connections(root),
+        forget_workers_seconds=root.number("forget_workers_seconds", 3600.0),  # type: ignore[arg-type]
         budgets=MappingProxyType(budgets_setting(root, policy)),
         backoff=backoff_setting(root),
     )

@@ -54,7 +54,7 @@ from prioqueue._errors import (
     QueueFull,
     UnknownJob,
 )
-from prioqueue.broker import _groups
+from prioqueue.broker import _budget, _groups
 from prioqueue.broker._fleet import group_key, make_fleet, restore_fleet
 from prioqueue.broker.config import BrokerConfig
 from prioqueue.lease import ImageRequest
@@ -187,6 +187,12 @@ class BrokerEngine:
         self.workers: dict[str, dict[str, Any]] = {}
         self.group_kept: dict[str, int] = {}
         """Kept records per dispatcher group (``group_key``); derived, not snapshotted."""
+        self.job_bytes: dict[str, int] = {}
+        self.member_bytes: dict[str, int] = {}
+        self.total_bytes = 0
+        """Payload bytes of unfinished jobs (see ``_budget``); derived, not snapshotted."""
+        self.seen: dict[str, float] = {}
+        """Worker -> when a pop, heartbeat, complete or fail last named it, oldest first."""
         self._retention: list[tuple[float, str]] = []
         self.on_change: Callable[[], None] | None = None
         """Called after each applied operation (the driver wakes long polls); not state."""
@@ -282,11 +288,25 @@ class BrokerEngine:
         deadline = self.fleet.next_deadline()
         if deadline is not None and deadline <= now:
             return True
+        forget = self._forget_due()
+        if forget is not None and forget <= now:
+            return True
         return bool(self._retention) and self._retention[0][0] <= now
+
+    def _forget_due(self) -> float | None:
+        """When the least recently seen worker may be forgotten, or None. O(1)."""
+        for seen in self.seen.values():
+            return seen + self.config.forget_workers_seconds
+        return None
+
+    def _touch(self, worker: str, now: float) -> None:
+        """The worker spoke: it becomes the most recently seen. O(1)."""
+        self.seen.pop(worker, None)
+        self.seen[worker] = now
 
     def next_due(self) -> float | None:
         """The earliest time at which :meth:`due` becomes true, or None. O(1)."""
-        times = [self.fleet.next_deadline()]
+        times = [self.fleet.next_deadline(), self._forget_due()]
         if self._retention:
             times.append(self._retention[0][0])
         known = [t for t in times if t is not None]
@@ -324,8 +344,9 @@ class BrokerEngine:
 
         Raises:
             Rejected: 422 the key was used with a different request, or a bad ``backoff``;
-                429 the queue (or the level's ``max_queued``) is full; 503 the forecast wait
-                is over the level's ``max_wait``.
+                429 the queue (or the level's ``max_queued``) is full, or a queued-bytes
+                budget would be passed; 413 the payload alone is over one; 503 the forecast
+                wait is over the level's ``max_wait``.
         """
         digest = ""
         if idempotency_key is not None:
@@ -344,6 +365,8 @@ class BrokerEngine:
                         field="Idempotency-Key",
                     )
                 return attrs.evolve(self.jobs[job_id]), False
+        size = _budget.size_of(payload, image)
+        _budget.admit(self, member, size)
         job_id = f"job-{self.counter + 1}"
         try:
             retry = None if backoff is None else Backoff.from_mapping(backoff)
@@ -359,6 +382,7 @@ class BrokerEngine:
                 estimate=estimate,
                 payload={"image": image},
                 group=None if group is None else group_key(member, group),
+                ceiling=priority,  # resolved under the key's ceiling: kept below the minimum
                 now=now,
                 ttl=ttl,
                 not_before=not_before,
@@ -382,6 +406,7 @@ class BrokerEngine:
         )  # fmt: skip
         self.jobs[job_id] = record
         _groups.kept(self, record)
+        _budget.held(self, record, size)
         if idempotency_key is not None:
             self.idempotency[(member, idempotency_key)] = (job_id, digest)
         return attrs.evolve(record), True
@@ -452,6 +477,7 @@ class BrokerEngine:
         """Grant the worker its next job, or say why there is none."""
         spec = {"models": models, "resident": resident, "slots": slots, "slow": slow}
         self._join(now, worker, spec)
+        self._touch(worker, now)
         grant = self.fleet.pop(worker, now=now)
         if grant is None:
             reasons = self.fleet.idle_reasons(worker, now=now)
@@ -510,6 +536,7 @@ class BrokerEngine:
         record = self._held(job_id, worker, attempt)
         self._check_result(result)
         self.fleet.complete(job_id, now=now, worker=worker)
+        self._touch(worker, now)
         self._finish(record, "done", result, now)
         return attrs.evolve(record)
 
@@ -536,7 +563,8 @@ class BrokerEngine:
         record = self._held(job_id, worker, attempt)
         self._check_result(result)
         self.fleet.fail(job_id, now=now, worker=worker, retry=retry)  # its group counts it
-        if job_id in self.fleet:
+        self._touch(worker, now)
+        if job_id in self.fleet:  # requeued: still unfinished, its bytes stay counted
             self.counts["retried"] += 1
             record.state = "queued"
             record.worker = None
@@ -564,6 +592,7 @@ class BrokerEngine:
             self._join(now, worker, {**spec, "resident": resident})
         else:
             self.fleet.heartbeat(worker, now=now)
+        self._touch(worker, now)
         held = [r for r in self.jobs.values() if r.worker == worker and r.state == "running"]
         held.sort(key=lambda r: int(r.id.rpartition("-")[2]))
         return [{"id": r.id, "attempt": r.attempt, "deadline": r.deadline} for r in held]
@@ -818,7 +847,11 @@ class BrokerEngine:
 
     @_operation
     def tick(self, now: float) -> list[str]:
-        """Take back leases that ran out and forget records past their retention.
+        """Take back expired leases; forget old records and silent workers.
+
+        Records past their retention are dropped, and so are workers silent for
+        ``forget_workers_seconds`` (one that still holds a job is kept, and looked at again
+        that much later).
 
         Returns:
             The ids of the jobs whose lease ran out.
@@ -844,7 +877,22 @@ class BrokerEngine:
                 if gone.idempotency_key is not None:
                     self.idempotency.pop((gone.member, gone.idempotency_key), None)
                 _groups.released(self, gone)
+        self._forget_workers(now)
         return taken
+
+    def _forget_workers(self, now: float) -> None:
+        """O(f log n) for f workers forgotten or looked at."""
+        horizon = now - self.config.forget_workers_seconds
+        while self.seen:
+            worker, seen = next(iter(self.seen.items()))
+            if seen > horizon:
+                return
+            if worker in self.workers and self.fleet.worker(worker).held:
+                self._touch(worker, now)
+                continue
+            del self.seen[worker]
+            if self.workers.pop(worker, None) is not None:
+                self.fleet.leave(worker, now=now)
 
     def _finish(self, record: JobRecord, state: JobStatus, result: Any, now: float) -> None:
         record.state = state
@@ -853,16 +901,25 @@ class BrokerEngine:
         record.deadline = None
         # "expired" in the counts is leases that ran out (kept as it was); ttl expiries apart.
         self.counts["ttl_expired" if state == "expired" else state] += 1
+        _budget.released(self, record)
         heapq.heappush(self._retention, (now + self.config.result_ttl_seconds, record.id))
 
     # ------------------------------------------------------------------ reads
 
-    def position(self, record: JobRecord) -> tuple[int | None, str | None]:
+    def position(
+        self, record: JobRecord, sees: Callable[[str], bool] | None = None
+    ) -> tuple[int | None, str | None]:
         """A queued or running job's 1-based position (0: running) and explanation.
 
         The forecast behind it stops after :data:`AHEAD_LIMIT` jobs ahead, so a read costs
         O(L log L + AHEAD_LIMIT log L) for L lanes however long the queue; further back, the
         position is None and the explanation says how many are ahead at least.
+
+        Args:
+            record: The job.
+            sees: Whether the reader may see a member's jobs (None: it sees every member).
+                The jobs ahead and the overtakes of members it may not see keep their
+                priority and score but lose their id and member (the gateway's redaction).
         """
         if record.state in FINISHED:
             return None, None
@@ -872,6 +929,8 @@ class BrokerEngine:
             )
         except (UnknownJob, InvalidState):  # pragma: no cover - records mirror the fleet
             return None, None
+        if sees is not None:
+            explanation = _redacted(explanation, sees)
         if explanation.not_before is not None:  # delayed: no place in line yet
             return None, str(explanation)
         if not explanation.ahead_complete:
@@ -917,6 +976,7 @@ class BrokerEngine:
             "jobs": [attrs.asdict(r) for r in self.jobs.values()],
             "idempotency": [[m, k, j, d] for (m, k), (j, d) in self.idempotency.items()],
             "retention": [list(entry) for entry in self._retention],
+            "seen": [[worker, seen] for worker, seen in self.seen.items()],
         }
 
     @classmethod
@@ -948,11 +1008,37 @@ class BrokerEngine:
             record = JobRecord(**data)
             engine.jobs[record.id] = record
             _groups.kept(engine, record)
+            if record.state not in FINISHED:
+                _budget.held(engine, record)
+        if "seen" in state:
+            engine.seen = {str(w): float(t) for w, t in state["seen"]}
+        else:  # a snapshot from before workers were forgotten: as the fleet last saw them
+            infos = sorted(engine.fleet.workers(), key=lambda info: (info.last_seen, info.name))
+            engine.seen = {info.name: float(info.last_seen) for info in infos}
         for member, key, job_id, digest in state["idempotency"]:
             engine.idempotency[(member, key)] = (job_id, digest)
         engine._retention = [(float(t), str(i)) for t, i in state["retention"]]
         heapq.heapify(engine._retention)
         return engine
+
+
+_HIDDEN_JOB: Final = "(hidden)"
+_HIDDEN_MEMBER: Final = "(another member)"
+
+
+def _redacted(explanation: Any, sees: Callable[[str], bool]) -> Any:
+    """``explanation`` with other members' jobs anonymised (ids and members). O(ahead)."""
+
+    def hide(entry: Any) -> Any:
+        if sees(entry.member):
+            return entry
+        return attrs.evolve(entry, job_id=_HIDDEN_JOB, member=_HIDDEN_MEMBER)
+
+    return attrs.evolve(
+        explanation,
+        ahead=tuple(hide(entry) for entry in explanation.ahead),
+        overtaken_by=tuple(hide(entry) for entry in explanation.overtaken_by),
+    )
 
 
 def now_past(now: float, deadline: float) -> bool:

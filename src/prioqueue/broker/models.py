@@ -35,6 +35,17 @@ __all__ = [
 ]
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")]
+
+
+def _path_segment(value: str) -> str:
+    if "/" in value:
+        raise ValueError(
+            "a group label may not contain '/' (it is one path segment of /v1/groups/{id})"
+        )
+    return value
+
+
+Label = Annotated[Name, AfterValidator(_path_segment)]
 JobState = Literal["queued", "running", "done", "failed", "cancelled", "expired"]
 
 MAX_JSON_DEPTH = 64
@@ -111,7 +122,9 @@ class SubmitRequest(_Request):
     estimate: float | None = Field(
         default=None, gt=0, le=1e9, strict=True, description="Expected runtime in seconds."
     )
-    group: Name | None = Field(default=None, description="A label grouping jobs (a film).")
+    group: Label | None = Field(
+        default=None, description="A label grouping jobs (a film); no '/' (it is a path segment)."
+    )
     image: Annotated[dict[str, Any], AfterValidator(_sendable)] | None = Field(
         default=None,
         description="Lease inputs (width, height, steps, sampler, controlnet, baseline, "

@@ -295,6 +295,7 @@ class FleetGate:
         payload: Any = None,
         timeout: float | None = None,
         group: str | None = None,
+        ceiling: int | None = None,
     ) -> FleetTurn:
         """Make one request's turn (see ``AsyncDispatcher.turn``; same arguments).
 
@@ -313,6 +314,8 @@ class FleetGate:
         }
         if group is not None:
             kwargs["group"] = group
+        if ceiling is not None:
+            kwargs["ceiling"] = ceiling
         return FleetTurn(self, job_id, kwargs, timeout)
 
     def holding(self, name: str) -> int:

@@ -546,6 +546,7 @@ class Gateway(Routes):
             payload=path,
             timeout=limits.max_wait_for(priority),
             group=group,
+            ceiling=who.ceiling,  # kept even below the policy's minimum (issue 21)
         )
         ours = [
             (b"x-prioqueue-job", job_id.encode()),
