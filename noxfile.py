@@ -83,6 +83,16 @@ PICTURES = (
         *("--scenario", "fleet-night", "--sweep", "warm_hold=0,15,30,60,90,120", "--seeds", "5"),
         *("--plot", "docs/images/warm_hold"),
     ),
+    (
+        "--scenario",
+        "overload",
+        "--sweep",
+        "crossing_share=0.02,0.05,0.1,0.2,1",
+        "--seeds",
+        "5",
+        "--plot",
+        "docs/images/crossing",
+    ),
 )
 
 

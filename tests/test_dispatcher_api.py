@@ -1700,7 +1700,13 @@ def test_reorders_accumulate_and_as_dict() -> None:
     # p1 won by tier (tie otherwise, a1 older); p2 won by tier too (s 0 + 10 = 10 vs a's 0:
     # key p = 1 - 10/60 > a = 0); a1, a2 alone.
     assert reorders == Reorders(tier=2)
-    assert reorders.as_dict() == {"aging": 0, "affinity": 0, "tier": 2, "fair_share": 0}
+    assert reorders.as_dict() == {
+        "aging": 0,
+        "affinity": 0,
+        "tier": 2,
+        "fair_share": 0,
+        "deferred_crossings": 0,
+    }
 
 
 def test_a_lone_job_is_never_a_reorder() -> None:

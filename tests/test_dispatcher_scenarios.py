@@ -124,8 +124,12 @@ def _film_run(
     one_at_a_time: bool,
     image_every: float,
     image_runtime: float,
+    crossing_share: float | None = None,
 ) -> Run:
-    """174 batch shots (all at once, or one per completion) and images arriving all along."""
+    """174 batch shots (all at once, or one per completion) and images arriving all along.
+
+    ``crossing_share=1.0`` turns off bounded crossings (the policy before issue 17).
+    """
     film = {"member": "steve", "priority": "batch", "tier": "max"}
     arrivals = [Arrival(0.0, "shot0", film)]
     if not one_at_a_time:
@@ -143,7 +147,8 @@ def _film_run(
             return [] if k is None else [Arrival(t, f"shot{k}", film)]
         return []
 
-    dispatcher = make(fair_share=fair_share)
+    options: dict[str, Any] = {} if crossing_share is None else {"crossing_share": crossing_share}
+    dispatcher = make(fair_share=fair_share, **options)
     return simulate(
         dispatcher,
         arrivals,
@@ -157,11 +162,24 @@ def test_film_shots_delay_an_interactive_image_by_at_most_one_shot(make: Factory
     run = _film_run(make, fair_share=True, one_at_a_time=False, image_every=420, image_runtime=30)
     assert len(run.waits("shot")) == FILM
     assert max(run.waits("img")) <= SHOT
-    # Baseline: per-job aging. After ~3.3 hours the whole remaining film outranks fresh images.
+    # Baseline: per-job aging without bounded crossings (before issue 17). After ~3.3 hours
+    # the whole remaining film outranks fresh images.
     baseline = _film_run(
-        make, fair_share=False, one_at_a_time=False, image_every=420, image_runtime=30
+        make,
+        fair_share=False,
+        one_at_a_time=False,
+        image_every=420,
+        image_runtime=30,
+        crossing_share=1.0,
     )
     assert max(baseline.waits("img")) > 10 * SHOT
+    # Issue 17: bounded crossings alone keep per-job aging from handing the film the GPU.
+    # An image waits for the shot that runs, and at most one crossing shot more.
+    bounded = _film_run(
+        make, fair_share=False, one_at_a_time=False, image_every=420, image_runtime=30
+    )
+    assert len(bounded.waits("shot")) == FILM
+    assert max(bounded.waits("img")) <= 2 * SHOT
 
 
 # --- 2. 200 shots from one member against one job from another ---------------------------
@@ -451,9 +469,12 @@ def test_bulk_submission_does_not_outrank_interactive_sooner_than_one_at_a_time(
     trickle = _film_run(make, fair_share=True, one_at_a_time=True, **kwargs)
     assert max(bulk.waits("img")) <= max(trickle.waits("img"))
     assert bulk.waits("img") == trickle.waits("img")
-    # Baseline: per-job aging lets the bulk backlog outrank images once it is 3.3 hours old.
-    bulk_off = _film_run(make, fair_share=False, one_at_a_time=False, **kwargs)
-    trickle_off = _film_run(make, fair_share=False, one_at_a_time=True, **kwargs)
+    # Baseline: per-job aging (without bounded crossings, as before issue 17) lets the bulk
+    # backlog outrank images once it is 3.3 hours old.
+    bulk_off = _film_run(make, fair_share=False, one_at_a_time=False, crossing_share=1.0, **kwargs)
+    trickle_off = _film_run(
+        make, fair_share=False, one_at_a_time=True, crossing_share=1.0, **kwargs
+    )
     assert max(bulk_off.waits("img")) > 10 * max(trickle_off.waits("img"))
 
 

@@ -13,6 +13,7 @@ Theory of operation (the model is docs/design/dispatcher.md and docs/design/flee
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections import deque
@@ -60,6 +61,14 @@ DEFAULT_HISTORY_BYTES = 4 * 1024 * 1024
 #: The largest magnitude of a priority level (after the policy's clamp).
 LEVEL_LIMIT = 10**9
 
+#: The default share of GPU time that crossings (grants that aging carries across a band)
+#: may take from a higher level while it has work waiting (chosen by the simulator's sweep;
+#: see docs/design/dispatcher.md, "Bounded crossings").
+DEFAULT_CROSSING_SHARE = 0.05
+
+#: The index of the deferred-crossing count in a level's ``reorders`` list.
+DEFERRED = 4
+
 #: How a finished job advances its lane's virtual start.
 ChargeModel = Literal["runtime", "estimate"] | float | Callable[[Job, float], float]
 
@@ -88,7 +97,9 @@ class _Level:
         self.sum_arrival = 0.0
         self.dispatched = 0
         self.total_wait = 0.0
-        self.reorders = [0, 0, 0, 0]  # aging, affinity, tier, fair share
+        # aging, affinity, tier, fair share, and crossings deferred (counted at the level of
+        # the job that would have crossed)
+        self.reorders = [0, 0, 0, 0, 0]
         self.buckets = [0] * (buckets + 1)
         # Heaps with lazy deletion: (arrival, seq, attempt, entry) of queued entries, and
         # (s, ident, lane) of backlogged lanes (for the lift's minimum).
@@ -128,6 +139,7 @@ class _Core:
         warm_hold: float = 0.0,
         fair_share: bool = True,
         track_reorders: bool = True,
+        crossing_share: float = DEFAULT_CROSSING_SHARE,
         history: int = 10_000,
         history_bytes: int = DEFAULT_HISTORY_BYTES,
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
@@ -166,6 +178,16 @@ class _Core:
             raise ConfigError(str(exc)) from None
         if hold < 0:
             raise ConfigError(f"warm_hold must be a number of seconds >= 0, got {warm_hold!r}")
+        share = (
+            crossing_share
+            if isinstance(crossing_share, (int, float)) and not isinstance(crossing_share, bool)
+            else math.nan
+        )
+        if not 0 < share <= 1:
+            raise ConfigError(
+                f"crossing_share must be a number in (0, 1] (1: crossings are never deferred), "
+                f"got {crossing_share!r}"
+            )
         self._scorer = scorer
         self._policy = policy
         self._charge = charge_function(charge)
@@ -180,6 +202,13 @@ class _Core:
         self._warm_hold = hold
         self._fair_share = bool(fair_share)
         self._track = bool(track_reorders)
+        # Bounded crossings: the share, and the credit (GPU-seconds) that deferred crossings
+        # earn at ``share`` and granted crossings spend at ``1 - share``.
+        self._share = float(share)
+        self._credit = 0.0
+        # Held entries whose grant moved the credit: (weight, expected runtime). A dict, not a
+        # slot on every entry: most grants cross nothing.
+        self._crossings: dict[_Entry, tuple[float, float]] = {}
         self._buckets = bounds
         config = scorer.config
         d = config.aging_divisor
@@ -206,6 +235,7 @@ class _Core:
         self._lanes: dict[tuple[str, int] | str, _Lane] = {}
         self._entries: dict[str, _Entry] = {}
         self._levels: dict[int, _Level] = {}
+        self._level_order: list[int] = []  # every level ever used, highest first
         self._members: dict[str, _Member] = {}
         self._backlogged = 0
         self._held = 0  # entries held by workers
@@ -336,7 +366,17 @@ class _Core:
         stats = self._levels.get(level)
         if stats is None:
             stats = self._levels[level] = _Level(len(self._buckets))
+            order = self._level_order
+            order.insert(bisect.bisect_left(order, -level, key=lambda x: -x), level)
         return stats
+
+    def _top_level(self) -> int | None:
+        """The highest level with a backlogged lane, or None. O(levels above it)."""
+        levels = self._levels
+        for number in self._level_order:
+            if levels[number].lanes:
+                return number
+        return None
 
     def _member(self, member: str) -> _Member:
         stats = self._members.get(member)

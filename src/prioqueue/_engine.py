@@ -21,14 +21,15 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from heapq import heappop as _heappop
 from heapq import heappush as _heappush
+from heapq import heapreplace as _heapreplace
 from types import MappingProxyType
 from typing import Literal, NamedTuple
 
 from prioqueue import _lifecycle
-from prioqueue._core import _RECENT_PER_KEY, _Level
+from prioqueue._core import _RECENT_PER_KEY, DEFERRED, _Level
 from prioqueue._errors import InvalidState, LeaseError, LeaseExpired, UnknownWorker
 from prioqueue._groups import GroupMethods
-from prioqueue._lanes import GONE, RUNNING, _Entry, _Lane
+from prioqueue._lanes import GONE, QUEUED, RUNNING, _Entry, _Lane
 from prioqueue._reporting import _Reporting
 from prioqueue._validate import checked_name, finite
 from prioqueue._workers import Search, _Worker, best_for
@@ -45,6 +46,11 @@ __all__: list[str] = []  # private module
 
 _RECORD_BYTES = 200  # the fixed part of a history record's estimated size
 
+#: How many of a level's least-served lanes a crossing or a deferral chooses among (by the
+#: ranking's order): enough to find the worker's resident model among them, few enough to keep
+#: a grant O(log n).
+LEAST_SERVED = 8
+
 
 class DispatchRecord(NamedTuple):
     """One remembered grant (private; compact: never the payload)."""
@@ -59,6 +65,7 @@ class DispatchRecord(NamedTuple):
     score: ScoreBreakdown
     resident: str | None
     worker: str | None
+    deferred: bool  # the grant deferred a crossing (a lower level's job had the best score)
     size: int  # estimated bytes, for the history's byte budget
 
 
@@ -172,6 +179,37 @@ class _Engine(_Reporting, GroupMethods):
         if best is None:
             return None
         lane, entry, aff = best
+        winner = entry.job  # the score's winner (the reorder counts compare against it)
+        # Bounded crossings (docs/design/dispatcher.md): a winner below the top eligible level
+        # crosses it; it is granted while the credit is not negative, else deferred.
+        deferred: _Entry | None = None
+        weight = 0.0
+        share = self._share
+        if share < 1.0:
+            top = self._top_level()
+            if top is not None and lane.level < top:
+                if search is None:
+                    search = self._search(worker, t)
+                every = fast and cap is None  # every queued job is eligible: B is top
+                higher = None if every else self._above(search, lane.level, top, every)
+                if every or higher is not None:
+                    if self._credit >= 0.0:
+                        # The crossing goes to the level whose oldest job has waited
+                        # longest for its band, to that level's least-served choice.
+                        weight = share - 1.0
+                        b = top if higher is None else higher[0].level
+                        starving = self._oldest_below(b).job.priority
+                        if starving != lane.level:
+                            offer = self._least_served(starving, search, every)
+                            if offer is not None:
+                                lane, entry, aff = offer
+                    else:
+                        if higher is None:
+                            higher = self._above(search, lane.level, top, every)
+                        assert higher is not None
+                        deferred = entry
+                        lane, entry, aff = higher
+                        weight = share
         job = entry.job
         lease = None if self._lease_for is None else self._lease(job, worker, t)
         charged = 0.0
@@ -189,7 +227,9 @@ class _Engine(_Reporting, GroupMethods):
         score = ScoreBreakdown(job.priority, lane.head().job.tier_bonus, aff, aging)
         level = self._levels[job.priority]
         if self._track and fast:
-            self._count_reorders(level, job, lane, resident)
+            self._count_reorders(
+                level if winner is job else self._levels[winner.priority], winner, resident
+            )
         swap = job.model is not None and job.model != resident
         name = worker.name if self._name_in_grants else None
         # Positional: job, score, lease, granted_at, attempt, waited, swap, worker.
@@ -206,7 +246,7 @@ class _Engine(_Reporting, GroupMethods):
                 _new_record(
                     DispatchRecord,
                     (t, self._dispatches, job.id, job.member, job.priority, job.seq, model,
-                     score, resident, name, size),
+                     score, resident, name, deferred is not None, size),
                 )
             )  # fmt: skip
             total = self._history_size + size
@@ -221,6 +261,11 @@ class _Engine(_Reporting, GroupMethods):
         entry.expected_end = t + runtime
         entry.capacity = capacity
         entry.grant = grant
+        if weight:
+            self._crossings[entry] = (weight, runtime)
+            self._credit += weight * runtime
+            if deferred is not None:
+                self._levels[deferred.job.priority].reorders[DEFERRED] += 1
         self._dequeue(entry)
         self._held += 1
         worker.held.append(entry)
@@ -255,6 +300,182 @@ class _Engine(_Reporting, GroupMethods):
         self._groups.move(job.id, "running")
         return grant
 
+    def _oldest_below(self, top: int) -> _Entry:
+        """The queued job below level ``top`` that waited longest for its band.
+
+        That is the highest ``level - arrival / d`` (band plus the aging of its own wait);
+        ties by arrival, then seq. There is one: the caller found a backlogged lane below
+        ``top``. O(levels).
+        """
+        best: tuple[tuple[float, float, int], _Entry] | None = None
+        d = self._divisor
+        levels = self._levels
+        for number in self._level_order:
+            if number >= top:
+                continue
+            level = levels[number]
+            if not level.queued:
+                continue
+            arrivals = level.arrivals
+            while arrivals[0][3].state != QUEUED:
+                _heappop(arrivals)
+            arrival, seq, _, entry = arrivals[0]
+            key = (-(number - arrival / d), arrival, seq)
+            if best is None or key < best[0]:
+                best = (key, entry)
+        assert best is not None
+        return best[1]
+
+    def _above(
+        self, search: Search, level: int, top: int, every: bool
+    ) -> tuple[_Lane, _Entry, float] | None:
+        """The least-served lane's offer at the highest level above ``level`` with one.
+
+        None when the worker has no eligible job above ``level``; ``top`` is the highest
+        backlogged level. With ``every`` (the fast path, no member cap) every job is
+        eligible, so that level is ``top``: amortised O(log n). Otherwise the levels are
+        tried from ``top`` down (see ``_least_served``).
+        """
+        if every:
+            return self._least_served(top, search, True)
+        for number in self._level_order:
+            if number <= level:
+                break
+            if number > top or not self._levels[number].lanes:
+                continue
+            offer = self._least_served(number, search, False)
+            if offer is not None:
+                return offer
+        return None
+
+    def _least_served(
+        self, number: int, search: Search, every: bool
+    ) -> tuple[_Lane, _Entry, float] | None:
+        """The offer a crossing or a deferral takes at level ``number``, or None.
+
+        Of the ``LEAST_SERVED`` lanes with the smallest ``s`` (ties: the lane created first;
+        without fair share each job is its own lane: by arrival, then seq) that offer the
+        search's worker a job, the one whose offer the ranking puts first (its key, then
+        ``s``, then its tie seq). A lane offers as in the ranking: its affinity job for the
+        worker's resident model (with the bonus) when it has an eligible one within the
+        window, else its first eligible job. Amortised O(K log n) for K = ``LEAST_SERVED``
+        plus the lanes skipped (that offer the worker nothing).
+        """
+        level = self._levels[number]
+        resident = search.resident
+        bonus = self._affinity(resident) if resident is not None else 0.0
+        d = self._divisor
+        if every:
+            return self._least_served_fast(level, resident, bonus)
+        found: list[tuple[tuple[float, float, int], _Lane, _Entry, float]] = []
+
+        def offer(lane: _Lane) -> None:
+            if search.at_cap(lane):
+                return
+            if bonus > 0.0:
+                assert resident is not None
+                chosen = search.affinity_job(lane, resident, self._window)
+                if chosen is not None:
+                    first = lane.first_for(resident)
+                    assert first is not None
+                    key = lane.level + lane.head().job.tier_bonus + bonus - lane.s / d
+                    found.append(((-key, lane.s, first.job.seq), lane, chosen, bonus))
+                    return
+            chosen = search.first(lane)
+            if chosen is not None:
+                head = lane.head()
+                key = lane.level + head.job.tier_bonus + 0.0 - lane.s / d
+                found.append(((-key, lane.s, head.job.seq), lane, chosen, 0.0))
+
+        if self._fair_share:
+            backlog = level.backlog
+            scratch: list[tuple[float, int, _Lane]] = []
+            seen: set[int] = set()
+            while backlog and len(found) < LEAST_SERVED:
+                s, ident, lane = backlog[0]
+                if not lane.live or s > lane.s:
+                    _heappop(backlog)  # gone, or a duplicate of a re-filed item
+                    continue
+                if s < lane.s:
+                    _heapreplace(backlog, (lane.s, ident, lane))  # a grant raised s
+                    continue
+                scratch.append(_heappop(backlog))
+                if ident not in seen:
+                    seen.add(ident)
+                    offer(lane)
+            for filed in scratch:
+                _heappush(backlog, filed)
+        else:
+            arrivals = level.arrivals
+            taken: list[tuple[float, int, int, _Entry]] = []
+            while arrivals and len(found) < LEAST_SERVED:
+                queued = _heappop(arrivals)
+                if queued[3].state != QUEUED:
+                    continue
+                taken.append(queued)
+                offer(queued[3].lane)
+            for kept in taken:
+                _heappush(arrivals, kept)
+        if not found:
+            return None
+        _, lane, entry, aff = min(found, key=lambda row: row[0])
+        return lane, entry, aff
+
+    def _least_served_fast(
+        self, level: _Level, resident: str | None, bonus: float
+    ) -> tuple[_Lane, _Entry, float] | None:
+        """``_least_served`` for a worker that may take every job (the fast path)."""
+        lanes: list[_Lane] = []
+        if self._fair_share:
+            backlog = level.backlog
+            want = LEAST_SERVED if level.lanes > LEAST_SERVED else level.lanes
+            scratch: list[tuple[float, int, _Lane]] = []
+            while backlog and len(lanes) < want:
+                s, ident, lane = backlog[0]
+                if not lane.live or s > lane.s:
+                    _heappop(backlog)  # gone, or a duplicate of a re-filed item
+                    continue
+                if s < lane.s:
+                    _heapreplace(backlog, (lane.s, ident, lane))  # a grant raised s
+                    continue
+                scratch.append(_heappop(backlog))
+                if lane not in lanes:
+                    lanes.append(lane)
+            for filed in scratch:
+                _heappush(backlog, filed)
+        else:
+            arrivals = level.arrivals
+            taken: list[tuple[float, int, int, _Entry]] = []
+            while arrivals and len(lanes) < LEAST_SERVED:
+                queued = _heappop(arrivals)
+                if queued[3].state == QUEUED:
+                    taken.append(queued)
+                    lanes.append(queued[3].lane)
+            for kept in taken:
+                _heappush(arrivals, kept)
+        d = self._divisor
+        ranking = self._ranking
+        best: tuple[float, float, int] | None = None
+        won: tuple[_Lane, _Entry, float] | None = None
+        for lane in lanes:
+            head = lane.head()
+            s = lane.s
+            chosen = None
+            if bonus > 0.0:
+                assert resident is not None
+                chosen = ranking.candidate(lane, resident)
+            if chosen is not None:
+                key = lane.level + head.job.tier_bonus + bonus - s / d
+                order = (-key, s, chosen.job.seq)
+                offer = (lane, chosen, bonus)
+            else:
+                key = lane.level + head.job.tier_bonus + 0.0 - s / d
+                order = (-key, s, head.job.seq)
+                offer = (lane, head, 0.0)
+            if best is None or order < best:
+                best, won = order, offer
+        return won
+
     def _lease(self, job: Job, worker: _Worker, t: float) -> Lease:
         """Size the winner's lease; any failure becomes a ``LeaseError`` naming the job."""
         assert self._lease_for is not None
@@ -277,7 +498,7 @@ class _Engine(_Reporting, GroupMethods):
             )
         return Lease(granted_at=t, seconds=seconds)
 
-    def _count_reorders(self, level: _Level, job: Job, lane: _Lane, resident: str | None) -> None:
+    def _count_reorders(self, level: _Level, job: Job, resident: str | None) -> None:
         counts = level.reorders
         # Without affinity: the real ranking's main heap, each lane offering its head.
         if resident is not None:
@@ -308,6 +529,9 @@ class _Engine(_Reporting, GroupMethods):
         job = entry.job
         lane = entry.lane
         self._release(entry)
+        moved = self._crossings.pop(entry, None)
+        if moved is not None:  # the crossing credit moves by the measured, not expected, time
+            self._credit += moved[0] * (runtime - moved[1])
         lane.owner.gpu_seconds += final
         if self._fair_share:
             settled = lane.settled + final / entry.capacity
@@ -347,6 +571,9 @@ class _Engine(_Reporting, GroupMethods):
             job = entry.job
             lane = entry.lane
             self._release(entry)
+            moved = self._crossings.pop(entry, None)
+            if moved is not None:  # a take-back refunds the crossing credit exactly
+                self._credit -= moved[0] * moved[1]
             if self._fair_share:
                 lane.set_s()
                 if lane.live:

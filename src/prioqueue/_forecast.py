@@ -245,9 +245,13 @@ def overtakes(
             (score.aging - mine_aging, "fair share"),
         ]
         lead, cause = max(leads, key=lambda item: item[0])
-        if lead <= 0:
-            cause = "fair share"  # an exact tie, broken by the older virtual start
         margin = sum(value for value, _ in leads)
+        if getattr(record, "deferred", False) and margin < 0 and job.priority < score.band:
+            # The job outscored the winner, but its grant would have crossed the winner's
+            # level after crossings had used their share: the grant deferred it.
+            cause = "crossing deferred"
+        elif lead <= 0:
+            cause = "fair share"  # an exact tie, broken by the older virtual start
         result.append(
             Overtake(
                 job_id=record.job_id,

@@ -62,6 +62,9 @@ def dump(d: _Engine, t: float) -> dict[str, Any]:
             record["swap"] = grant.swap
             record["charged"] = entry.charged
             record["capacity"] = entry.capacity
+            moved = d._crossings.get(entry)
+            if moved is not None:
+                record["crossing"] = {"weight": moved[0], "basis": moved[1]}
             record["expected_end"] = entry.expected_end
             held.append(record)
     state: dict[str, Any] = {
@@ -70,6 +73,10 @@ def dump(d: _Engine, t: float) -> dict[str, Any]:
         "fair_share": d._fair_share,
         "lanes": lanes,
         "queued": queued,
+        # The crossing credit (bounded crossings): restoring it makes the next deferrals the
+        # same as without the restart.
+        "crossing_credit": d._credit,
+        "crossing_share": d._share,
         # The runtimes behind the expected charge: restoring them makes the next grants the
         # same as without the restart.
         "recent": {
@@ -159,6 +166,7 @@ def load(
                     raise ValueError(f"lane ({member!r}, {level}) appears twice")
                 d._lanes[(member, level)] = d._new_lane(member, level, s + shift)
         seqs: set[int] = set()
+        d._credit = finite("crossing_credit", state.get("crossing_credit", 0.0))
         _load_recent(d, state.get("recent"))
         if fleet:
             _load_workers(d, state["workers"], shift)
@@ -388,6 +396,17 @@ def _restore_held(
     entry.worker = worker
     entry.capacity = capacity
     entry.charged = charged if d._fair_share else 0.0
+    crossing = record.get("crossing")
+    if crossing is not None:
+        weight = finite("crossing weight", crossing["weight"])
+        basis = finite("crossing basis", crossing["basis"])
+        if not -1 <= weight <= 1 or basis < 0:
+            raise ValueError(
+                f"held job {job.id!r}: crossing weight must lie within [-1, 1] and its basis "
+                f"be >= 0, got {crossing!r}"
+            )
+        if weight:
+            d._crossings[entry] = (weight, basis)
     end = record.get("expected_end")  # absent in older snapshots: from the recent runtimes
     entry.expected_end = (
         granted_at + d._expected_runtime(job)

@@ -30,6 +30,16 @@ The rules it keeps (the note's words, in code order):
   that is the note's ``s += F / N - c; s = min(s, now + held)``. A take-back (lease expiry,
   worker timeout, leave) refunds ``c`` exactly and requeues the job at its lane's head (or
   fails it after ``max_attempts`` grants; ``leave`` always requeues).
+* Bounded crossings: when the winner's level is below the highest level at which the worker
+  has an eligible job, the grant is a crossing. With the credit ``>= 0`` it goes ahead and the
+  credit drops by ``(1 - share) * x``; the grant then goes to the best offer (by key) of the
+  8 least-served lanes (smallest ``s``, ties: made first) at the level of the queued job below
+  that level with the highest ``level - arrival / d`` (ties by arrival, then seq), or to the
+  winner when that level offers the worker nothing or is the winner's. Otherwise the same
+  choice at that highest level is granted instead, the credit rises by ``share * x`` and the
+  deferred job's level counts a deferred crossing (``x`` the granted job's expected runtime).
+  The completion moves the credit by ``weight * (runtime - x)``, a take-back by
+  ``-weight * x``.
 * The lift on submit is the size-1 note's, applied to the settled part (``settled =
   max(settled, min(now, floor))``, so a lane's held charges stay on top of it), with affinity
   offsets taken over the models resident on live workers.
@@ -45,6 +55,8 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from prioqueue._core import DEFAULT_CROSSING_SHARE
+from prioqueue._engine import LEAST_SERVED
 from prioqueue._errors import DuplicateJob, LeaseExpired, QueueFull, UnknownJob
 from prioqueue._reference_lifecycle import _Delayed, _ReferenceLifecycle
 from prioqueue._reference_rules import _Rules
@@ -59,6 +71,7 @@ from prioqueue._reference_state import (
     _Lane,
     _LevelCounters,
     _MemberCounters,
+    _Offer,
     _takes_worker,
     _Worker,
 )
@@ -92,6 +105,7 @@ class ReferenceFleet(_ReferenceLifecycle, _Rules):
         load_seconds: Cold-load seconds per model (caps the wait for a busy warm worker).
         fair_share: False makes every job its own lane with ``s = arrival`` and no charge.
         track_reorders: False leaves the reorder counts at zero.
+        crossing_share: The share of GPU time crossings may take (1: never deferred).
         wait_buckets: Upper bounds of the grant-wait histogram (``inf`` is appended).
         budgets: ``{level: LevelBudget}`` (docs/design/lifecycle.md; ``_reference_lifecycle``).
         backoff: The retry delays of ``fail(retry=True)`` for jobs without their own.
@@ -113,6 +127,7 @@ class ReferenceFleet(_ReferenceLifecycle, _Rules):
         load_seconds: Mapping[str, float] | None = None,
         fair_share: bool = True,
         track_reorders: bool = True,
+        crossing_share: float = DEFAULT_CROSSING_SHARE,
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
         budgets: Mapping[int, LevelBudget] | None = None,
         backoff: Backoff | None = None,
@@ -132,6 +147,8 @@ class ReferenceFleet(_ReferenceLifecycle, _Rules):
         self._load_seconds = dict(load_seconds or {})
         self._fair_share = fair_share
         self._track_reorders = track_reorders
+        self._share = float(crossing_share)
+        self._credit = 0.0
         bounds = tuple(float(bound) for bound in wait_buckets)
         self._buckets = bounds if bounds and bounds[-1] == math.inf else (*bounds, math.inf)
         self._lanes: dict[tuple[str, int], _Lane] = {}
@@ -447,6 +464,23 @@ class ReferenceFleet(_ReferenceLifecycle, _Rules):
         if not offers:
             return None
         win = min(offers, key=lambda o: (-self._key(o), o.s, o.tie))
+        scored = win
+        # Bounded crossings: a winner below the highest level with an eligible job crosses it.
+        top = max(o.level for o in offers)
+        weight = 0.0
+        deferred: _Offer | None = None
+        if self._share < 1 and win.level < top:
+            if self._credit >= 0:
+                weight = -(1 - self._share)
+                starving = self._starving_level(top)
+                if starving != win.level:
+                    win = self._least_served(offers, starving) or win
+            else:
+                deferred = win
+                weight = self._share
+                served = self._least_served(offers, top)
+                assert served is not None
+                win = served
         entry = win.entry
         job = entry.job
         info = self._info(worker)
@@ -473,14 +507,19 @@ class ReferenceFleet(_ReferenceLifecycle, _Rules):
         level = self._levels[job.priority]
         if self._track_reorders and self._fast_path(worker, now):
             # The counterfactual rankings know nothing of eligibility: every queued job counts.
+            # They are compared with the score's winner (before a crossing changes the grant),
+            # at its level.
             everything = self._offers(worker, lambda entry: True)
             for cause, other in self._counterfactuals(everything, worker).items():
-                if other.seq != job.seq:
-                    level.reorders[cause] += 1
+                if other.seq != scored.entry.job.seq:
+                    self._levels[scored.level].reorders[cause] += 1
         self._lane_of(job).jobs.remove(entry)
         if self._fair_share:
             self._lane_of(job).hold(c)
-        worker.held.append(_Held(grant, worker.name, entry.grants + 1, c, n, runtime))
+        self._credit += weight * runtime
+        if deferred is not None:
+            self._levels[deferred.level].reorders["deferred_crossings"] += 1
+        worker.held.append(_Held(grant, worker.name, entry.grants + 1, c, n, runtime, weight))
         if job.model is not None:
             worker.resident = job.model
         level.dispatched += 1
@@ -489,6 +528,34 @@ class ReferenceFleet(_ReferenceLifecycle, _Rules):
         self._members[job.member].dispatched += 1
         self._counts["swaps"] += swap
         return grant
+
+    def _least_served(self, offers: list[_Offer], level: int) -> _Offer | None:
+        """The offer a crossing or a deferral takes at ``level``, or None.
+
+        Of the ``LEAST_SERVED`` offers at the level with the smallest ``s`` (ties: the lane made
+        first; without fair share each job is a lane: by arrival, then seq), the one with the
+        highest key (ties by ``s``, then the tie seq).
+        """
+        there = [o for o in offers if o.level == level]  # offers come in lane creation order
+        if self._fair_share:
+            there.sort(key=lambda o: o.s)  # stable: the lane made first stays first
+        else:
+            there.sort(key=lambda o: (o.s, o.entry.job.seq))
+        if not there:
+            return None
+        return min(there[:LEAST_SERVED], key=lambda o: (-self._key(o), o.s, o.tie))
+
+    def _starving_level(self, top: int) -> int:
+        """The level a crossing serves: that of the queued job below ``top`` that waited longest.
+
+        That is the highest ``level - arrival / d``; ties by arrival, then seq.
+        """
+        d = self._scorer.config.aging_divisor
+        jobs = [entry.job for entry in self._queued() if entry.job.priority < top]
+        oldest = min(
+            jobs, key=lambda job: (-(job.priority - job.arrival / d), job.arrival, job.seq)
+        )
+        return oldest.priority
 
     def complete(
         self,

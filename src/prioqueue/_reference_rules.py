@@ -332,6 +332,7 @@ class _Rules(_Book):
         """Free a held job and correct its lane (complete, or cancel); return the charge."""
         job = held.grant.job
         charge = self._charge_of(job, runtime)
+        self._credit += held.weight * (runtime - held.expected_runtime)
         self._workers[held.worker].held.remove(held)
         self._workers[held.worker].last_seen = now
         self._runtimes.append(runtime)
@@ -359,6 +360,7 @@ class _Rules(_Book):
         for held in sorted(taken, key=lambda h: h.grant.job.seq, reverse=True):
             job = held.grant.job
             self._workers[held.worker].held.remove(held)
+            self._credit -= held.weight * held.expected_runtime  # the crossing credit, refunded
             if self._fair_share:
                 self._lane_of(job).release(held.c)  # the refund: exactly what was charged
             self._counts["expired"] += not always_requeue

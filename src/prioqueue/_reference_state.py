@@ -76,8 +76,10 @@ class _Lane:
 class _Held:
     """A job a worker holds: its grant, the up-front charge ``c``, the capacity ``n``...
 
-    ... and its expected runtime at the grant (the warm hold reads when its worker should be
-    free).
+    ... its expected runtime at the grant (the warm hold reads when its worker should be
+    free), and ``weight``: how its grant moved the crossing credit (by ``weight *
+    expected_runtime``: ``-(1 - share)`` for a crossing, ``share`` for a grant that deferred
+    one, else 0).
     """
 
     grant: Grant
@@ -86,6 +88,7 @@ class _Held:
     c: float
     n: int
     expected_runtime: float = 0.0
+    weight: float = 0.0
 
 
 @attrs.define(eq=False)
@@ -151,7 +154,13 @@ class _LevelCounters:
     total_wait: float = 0.0
     waits: list[float] = attrs.field(factory=list)
     reorders: dict[str, int] = attrs.field(
-        factory=lambda: {"aging": 0, "affinity": 0, "tier": 0, "fair_share": 0}
+        factory=lambda: {
+            "aging": 0,
+            "affinity": 0,
+            "tier": 0,
+            "fair_share": 0,
+            "deferred_crossings": 0,
+        }
     )
 
 
@@ -211,6 +220,8 @@ class _Book:
     _load_seconds: dict[str, float]
     _fair_share: bool
     _track_reorders: bool
+    _share: float
+    _credit: float
     _buckets: tuple[float, ...]
     _lanes: dict[tuple[str, int], _Lane]
     _workers: dict[str, _Worker]

@@ -187,6 +187,8 @@ class _Reporting(_Core):
             raise ValueError(f"invalid snapshot: expected a mapping, got {type(state).__name__}")
         try:
             options.setdefault("fair_share", bool(state["fair_share"]))
+            if "crossing_share" in state:
+                options.setdefault("crossing_share", state["crossing_share"])
         except KeyError as exc:
             raise ValueError(f"invalid snapshot: missing {exc}") from None
         # The constructor's own errors (ConfigError, TypeError) are not the snapshot's fault.
@@ -243,6 +245,7 @@ class _Reporting(_Core):
                 if not lane.holding:
                     assert lane.s == lane.settled
         assert backlogged == self._backlogged
+        assert all(e.state == RUNNING and e in held for e in self._crossings)
         assert sum(level.queued for level in self._levels.values()) == len(queued)
         assert sum(m.queued for m in self._members.values()) == len(queued)
         for entry in queued:

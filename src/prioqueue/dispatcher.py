@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from prioqueue._core import (
+    DEFAULT_CROSSING_SHARE,
     DEFAULT_HISTORY_BYTES,
     DEFAULT_RETRY_AFTER,
     DEFAULT_WAIT_BUCKETS,
@@ -68,6 +69,12 @@ class SizeOneDispatcher(_Engine):
             design's plain per-job aging), for comparison.
         track_reorders: Keep the counterfactual rankings behind ``Stats`` reorder counts
             (a constant factor in cost; the counts stay 0 when off).
+        crossing_share: The share of GPU time that *crossings* (grants to a job below the
+            highest level with eligible work, which only aging can carry there) may take
+            from the higher levels while they have work waiting; beyond it a crossing is
+            deferred and the higher level's best job is granted instead (see
+            ``docs/design/dispatcher.md``, "Bounded crossings"). In ``(0, 1]``; 1 never
+            defers (the policy before issue 17). Default 0.05.
         history: Dispatches remembered for ``explain``'s overtakes.
         history_bytes: The history's byte budget (estimated; payloads are never kept).
         wait_buckets: Upper bounds of the grant-wait histogram, increasing.
@@ -98,6 +105,7 @@ class SizeOneDispatcher(_Engine):
         max_attempts: int = 3,
         fair_share: bool = True,
         track_reorders: bool = True,
+        crossing_share: float = DEFAULT_CROSSING_SHARE,
         history: int = 10_000,
         history_bytes: int = DEFAULT_HISTORY_BYTES,
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
@@ -114,6 +122,7 @@ class SizeOneDispatcher(_Engine):
             max_attempts=max_attempts,
             fair_share=fair_share,
             track_reorders=track_reorders,
+            crossing_share=crossing_share,
             history=history,
             history_bytes=history_bytes,
             wait_buckets=wait_buckets,

@@ -26,7 +26,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from prioqueue._core import DEFAULT_HISTORY_BYTES, DEFAULT_WAIT_BUCKETS, ChargeModel
+from prioqueue._core import (
+    DEFAULT_CROSSING_SHARE,
+    DEFAULT_HISTORY_BYTES,
+    DEFAULT_WAIT_BUCKETS,
+    ChargeModel,
+)
 from prioqueue._engine import _Engine
 from prioqueue._errors import ConfigError, InvalidState
 from prioqueue._lanes import QUEUED, RUNNING
@@ -96,6 +101,12 @@ class FleetDispatcher(_Engine):
             ``warm_hold`` bounds the wait.
         fair_share: False turns every job into its own lane aging from its arrival.
         track_reorders: Keep the counterfactual rankings behind ``Stats`` reorder counts.
+        crossing_share: The share of GPU time that *crossings* (grants to a job below the
+            highest level with eligible work, which only aging can carry there) may take
+            from the higher levels while they have work waiting; beyond it a crossing is
+            deferred and the higher level's best job is granted instead (see
+            ``docs/design/dispatcher.md``, "Bounded crossings"). In ``(0, 1]``; 1 never
+            defers (the policy before issue 17). Default 0.05.
         history: Grants remembered for ``explain``'s overtakes.
         history_bytes: The history's byte budget (estimated; the payload is never kept).
         wait_buckets: Upper bounds of the grant-wait histogram, increasing.
@@ -130,6 +141,7 @@ class FleetDispatcher(_Engine):
         load_seconds: Mapping[str, float] | None = None,
         fair_share: bool = True,
         track_reorders: bool = True,
+        crossing_share: float = DEFAULT_CROSSING_SHARE,
         history: int = 10_000,
         history_bytes: int = DEFAULT_HISTORY_BYTES,
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
@@ -149,6 +161,7 @@ class FleetDispatcher(_Engine):
             warm_hold=warm_hold,
             fair_share=fair_share,
             track_reorders=track_reorders,
+            crossing_share=crossing_share,
             history=history,
             history_bytes=history_bytes,
             wait_buckets=wait_buckets,

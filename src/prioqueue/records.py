@@ -36,10 +36,17 @@ __all__ = [
 ]
 
 JobState = Literal["queued", "running"]
-OvertakeCause = Literal["priority", "tier", "affinity", "fair share"]
+OvertakeCause = Literal["priority", "tier", "affinity", "fair share", "crossing deferred"]
 
-#: The terms whose effect on the dispatch order `Stats` counts, in report order.
-REORDER_CAUSES: tuple[str, ...] = ("aging", "affinity", "tier", "fair_share")
+#: The terms whose effect on the dispatch order `Stats` counts, in report order, and the
+#: crossings deferred by the crossing share (``deferred_crossings``).
+REORDER_CAUSES: tuple[str, ...] = (
+    "aging",
+    "affinity",
+    "tier",
+    "fair_share",
+    "deferred_crossings",
+)
 
 
 @attrs.frozen
@@ -179,8 +186,12 @@ class Overtake:
         member: Its member.
         priority: Its priority level.
         at: When it was dispatched.
-        cause: The term that contributed most to its lead over the explained job at that moment.
-        margin: Its score minus the explained job's score at that moment (>= 0).
+        cause: The term that contributed most to its lead over the explained job at that
+            moment; ``"crossing deferred"`` when the explained job had the higher score but
+            would have crossed a higher level whose share crossings had used up (the grant
+            deferred the crossing; see ``crossing_share``).
+        margin: Its score minus the explained job's score at that moment (>= 0; 0 for a
+            deferred crossing).
     """
 
     job_id: str
@@ -279,12 +290,23 @@ class Explanation:
 
 @attrs.frozen
 class Reorders:
-    """Dispatches whose winner would have been another job without one term of the score."""
+    """Dispatches whose winner would have been another job without one term of the score.
+
+    Attributes:
+        aging: Grants at this level that aging changed.
+        affinity: Grants at this level that swap affinity changed.
+        tier: Grants at this level that the tier bonus changed.
+        fair_share: Grants at this level that fair share (lane virtual starts) changed.
+        deferred_crossings: Grants that a job of this level would have won by crossing a
+            higher level, deferred because crossings had used their share of GPU time
+            (``crossing_share``); counted on every grant, even with ``track_reorders`` off.
+    """
 
     aging: int = 0
     affinity: int = 0
     tier: int = 0
     fair_share: int = 0
+    deferred_crossings: int = 0
 
     def as_dict(self) -> dict[str, int]:
         """Return the counts keyed by cause name (see ``REORDER_CAUSES``)."""

@@ -34,6 +34,7 @@ from typing import Any
 
 import attrs
 
+from prioqueue._core import DEFAULT_CROSSING_SHARE
 from prioqueue._reference_fleet import ReferenceFleet
 from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
 from prioqueue.lifecycle import Backoff, LevelBudget
@@ -139,6 +140,7 @@ class ReferenceDispatcher:
         max_attempts: Grants a job gets before an expired lease fails it.
         fair_share: False makes every job its own lane with ``s = arrival`` and no charge.
         track_reorders: False leaves the reorder counts at zero.
+        crossing_share: The share of GPU time crossings may take (1: never deferred).
         wait_buckets: Upper bounds of the grant-wait histogram (``inf`` is appended).
         budgets: ``{level: LevelBudget}`` (docs/design/lifecycle.md).
         backoff: The retry delays of ``fail(retry=True)`` for jobs without their own.
@@ -158,6 +160,7 @@ class ReferenceDispatcher:
         max_attempts: int = 3,
         fair_share: bool = True,
         track_reorders: bool = True,
+        crossing_share: float = DEFAULT_CROSSING_SHARE,
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
         budgets: Mapping[int, LevelBudget] | None = None,
         backoff: Backoff | None = None,
@@ -172,6 +175,7 @@ class ReferenceDispatcher:
             max_attempts=max_attempts,
             fair_share=fair_share,
             track_reorders=track_reorders,
+            crossing_share=crossing_share,
             wait_buckets=wait_buckets,
             budgets=budgets,
             backoff=backoff,

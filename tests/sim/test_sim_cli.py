@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +34,17 @@ def test_default_run_opens_with_the_verdict(capsys: pytest.CaptureFixture[str]) 
         assert scenario in verdict
     for policy in ("fifo", "strict", "prioqueue"):
         assert policy in verdict
-    # The case, in the first 15 lines: strict starves batch work in overload, prioqueue does
-    # not; fifo and strict break the fairness bound in two-films, prioqueue stays within.
-    overload = [line for line in head if "overload" in line or line.startswith(" ")]
-    assert any("strict" in line and "starved:" in line for line in head)
-    assert not any("prioqueue" in line and "starved:" in line for line in head), overload
+
+    # The case, in the first 15 lines: strict starves batch work in overload, prioqueue
+    # starves fewer (issue 17: bounded crossings keep interactive waits near strict's, so
+    # under endless overload batch gets the crossing share, not the GPU); fifo and strict
+    # break the fairness bound in two-films, prioqueue stays within.
+    def starved(policy: str) -> int:
+        found = re.search(rf"{policy} .*starved: (\d+) never ran", "\n".join(head))
+        return 0 if found is None else int(found[1])
+
+    assert starved("strict") > 0
+    assert starved("prioqueue") < starved("strict"), head
     assert any("two-films" in line and "OVER" in line for line in head)
     assert sum("ok" in line for line in head if "prioqueue" in line) == 3
     assert "no-aging" not in out  # ablations only with --ablations
@@ -78,7 +85,13 @@ def test_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert section["members"]["ana"]["gpu_seconds"] > 0
     for key in ("swaps", "load_seconds", "idle_waiting_seconds", "reorders", "makespan"):
         assert key in section
-    assert set(section["reorders"]) == {"aging", "affinity", "tier", "fair_share"}
+    assert set(section["reorders"]) == {
+        "aging",
+        "affinity",
+        "tier",
+        "fair_share",
+        "deferred_crossings",
+    }
 
 
 def test_policies_side_by_side_and_determinism(capsys: pytest.CaptureFixture[str]) -> None:

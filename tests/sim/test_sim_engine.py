@@ -152,4 +152,5 @@ def test_charge_models_in_report() -> None:
         summary = report.summarize(engine.simulate(workload, spec), PolicyParams())
         bound = summary["levels"]["-100"]["gap_bound"]
         if expected is not None:
-            assert bound == 2 * expected + (0 + 10) * 60
+            # Theorem 2 of docs/design/fleet.md (issue 17): 2 (T + A) d + 10 C on one GPU.
+            assert bound == 2 * (0 + 10) * 60 + 10 * expected

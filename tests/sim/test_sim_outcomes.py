@@ -15,13 +15,18 @@ def _report(name: str, policies: tuple[str, ...], **params: Any) -> dict[str, An
 
 
 def test_film_night_interactive_waits() -> None:
-    report = _report("film-night", ("fifo", "prioqueue", "no-fair-share"))
+    report = _report(
+        "film-night", ("fifo", "prioqueue", "no-fair-share:crossing_share=1", "no-fair-share")
+    )
     longest_job = 960 + 60  # the longest interactive video, cold
     interactive = {name: p["levels"]["100"] for name, p in report["policies"].items()}
     assert interactive["prioqueue"]["wait_p99"] <= 1.25 * longest_job
     assert interactive["fifo"]["wait_p99"] >= 3 * 3600  # hours behind the film
-    # Without fair share, each film shot ages from its own arrival and overtakes everyone.
-    assert interactive["no-fair-share"]["wait_p99"] >= 3600
+    # Without fair share (and without bounded crossings, as before issue 17), each film shot
+    # ages from its own arrival and overtakes everyone.
+    assert interactive["no-fair-share:crossing_share=1"]["wait_p99"] >= 3600
+    # Bounded crossings alone keep that to about one job (issue 17).
+    assert interactive["no-fair-share"]["wait_p99"] <= 1.25 * longest_job
     film = report["policies"]["prioqueue"]["members"]["director"]
     batch = report["policies"]["prioqueue"]["levels"]["-100"]
     assert film["jobs"] == 174
@@ -48,12 +53,21 @@ def test_swap_storm_affinity_saves_loads() -> None:
 
 
 def test_overload_aging_bounds_batch_waits() -> None:
-    report = _report("overload", ("strict", "prioqueue", "no-aging"))
+    unbounded = "prioqueue:crossing_share=1"  # the policy before issue 17
+    report = _report("overload", ("strict", "prioqueue", unbounded, "no-aging"))
     batch = {name: p["levels"]["-100"]["wait_max"] for name, p in report["policies"].items()}
-    assert batch["prioqueue"] < batch["strict"]
-    assert batch["prioqueue"] < batch["no-aging"]
-    assert report["policies"]["prioqueue"]["reorders"]["aging"] > 0
-    assert report["policies"]["prioqueue"]["expired"] > 0
+    assert batch[unbounded] < batch["strict"]
+    assert batch[unbounded] < batch["no-aging"]
+    assert report["policies"][unbounded]["reorders"]["aging"] > 0
+    assert report["policies"][unbounded]["expired"] > 0
+    # Issue 17: with bounded crossings, batch gets the crossing share, not the GPU: fewer
+    # batch jobs starve than under strict, and interactive keeps strict's p99 plus one job.
+    levels = {name: p["levels"] for name, p in report["policies"].items()}
+    ours, theirs = levels["prioqueue"]["-100"]["starved"], levels["strict"]["-100"]["starved"]
+    assert ours < theirs or ours == theirs == 0
+    longest = 360.0 + 60.0  # the longest video and its cold load
+    assert levels["prioqueue"]["100"]["wait_p99"] <= levels["strict"]["100"]["wait_p99"] + longest
+    assert report["policies"]["prioqueue"]["reorders"]["deferred_crossings"] > 0
 
 
 def test_same_seed_same_report() -> None:

@@ -121,6 +121,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=V1,V2,...",
         help="run prioqueue (or the one --policy given) once per value of a scoring or "
         "dispatcher parameter (divisor, spacing, affinity, charge, fair_share, warm_hold, "
+        "crossing_share, "
         "tier.NAME, affinity.MODEL) over --seeds seeds",
     )
     policy.add_argument(
@@ -145,6 +146,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="per-model affinity bonus; repeatable",
     )
     policy.add_argument("--charge", help="fair-share charge: runtime, estimate or SECONDS")
+    policy.add_argument(
+        "--budget",
+        action="append",
+        default=[],
+        metavar="LEVEL:KEY=VALUE,...",
+        help="queue budget of one level for the dispatcher's policies (max_wait=SECONDS, "
+        "max_queued=N, ttl=SECONDS), e.g. --budget interactive:max_wait=300 (LEVEL: a number "
+        "or interactive, normal, batch); repeatable; off by default",
+    )
     output = parser.add_argument_group("output")
     output.add_argument("--json", metavar="FILE", help="write the report as JSON ('-': stdout)")
     output.add_argument(
@@ -170,6 +180,7 @@ _EXAMPLES = {
     "--load-seconds": "image=30",
     "--tier-bonus": "pro=1",
     "--affinity": "video=10",
+    "--budget": "interactive:max_wait=300",
 }
 
 
@@ -228,6 +239,42 @@ def _load_toml(path: str) -> dict[str, Any]:
     return data
 
 
+def _budget_tables(items: Sequence[str], budgets: dict[Any, Any]) -> dict[Any, Any]:
+    """Parse ``--budget LEVEL:max_wait=S,max_queued=N,ttl=S`` into TOML-like tables."""
+    from prioqueue.sim.policies import BUDGET_KEYS, budget_level
+
+    example = "--budget interactive:max_wait=300,ttl=600"
+    budgets = {budget_level(k, "[policy] budgets"): v for k, v in budgets.items()}
+    for item in items:
+        name, sep, rest = item.partition(":")
+        if not sep:
+            raise _UsageError(
+                f"--budget expects LEVEL:KEY=VALUE,... (e.g. {example}), got {item!r}"
+            )
+        level = budget_level(name, f"--budget {item!r}")
+        table: dict[str, Any] = {}
+        for written, value in _pairs([p for p in rest.split(",") if p.strip()], "--budget").items():
+            key = written.lower().replace("-", "_")
+            if key not in BUDGET_KEYS:
+                raise _UsageError(
+                    f"--budget {item!r}: unknown key {key!r}; known: {', '.join(BUDGET_KEYS)}"
+                )
+            number = _numbers({key: value}, "--budget")[key]
+            if key == "max_queued":
+                if not number.is_integer():
+                    raise _UsageError(f"--budget {item!r}: max_queued must be an integer")
+                table[key] = int(number)
+            else:
+                table[key] = number
+        if not table:
+            raise _UsageError(f"--budget {item!r}: give at least one of {', '.join(BUDGET_KEYS)}")
+        old = budgets.get(level, {})
+        if not isinstance(old, Mapping):  # pragma: no cover - TOML gives tables
+            raise _UsageError(f"[policy] budgets.{level} must be a table")
+        budgets[level] = {**old, **table}
+    return budgets
+
+
 def _base_params(args: argparse.Namespace, config: Mapping[str, Any]) -> PolicyParams:
     import attrs
 
@@ -246,6 +293,8 @@ def _base_params(args: argparse.Namespace, config: Mapping[str, Any]) -> PolicyP
         table["tier_bonuses"] = _numbers(_pairs(args.tier_bonus, "--tier-bonus"), "tier")
     if args.affinity:
         table["affinity_by_model"] = _numbers(_pairs(args.affinity, "--affinity"), "model")
+    if args.budget:
+        table["budgets"] = _budget_tables(args.budget, dict(table.get("budgets", {})))
     if args.charge is not None:
         charge: Any = args.charge
         if charge not in ("runtime", "estimate"):

@@ -12,9 +12,13 @@ virtual: the clock jumps from one event to the next and nothing ever sleeps.
 Events, in the order they are handled at one instant:
 
 1. the running job completes (its grant time + cold load + duration);
-2. the running job's lease expires (only a job that *hangs* runs past its lease);
+2. the running job's lease expires (only a job that *hangs* runs past its lease), and, with
+   a level's ``ttl`` (``PolicyParams.budgets``), queued jobs past their deadline leave as
+   ``EXPIRED`` (``expire`` reports both; the lease deadline comes from the grant, since
+   ``next_deadline()`` also holds the ttl timers);
 3. callers cancel jobs (``cancel_after`` seconds after arrival, queued or running);
-4. jobs arrive (all the arrivals of the instant are submitted before anything is granted,
+4. jobs arrive (a submit that a level's ``max_queued`` or ``max_wait`` refuses leaves at
+   once as ``REFUSED``; all the arrivals of the instant are submitted before anything is granted,
    so a film submitted at once competes as a whole); a chained group's jobs are submitted as
    its chain releases them (:mod:`prioqueue.sim.groups`): on arrival while fewer than its
    depth are in flight, else when an earlier one leaves;
@@ -44,7 +48,7 @@ from typing import Any
 
 import attrs
 
-from prioqueue._errors import ConfigError
+from prioqueue._errors import ConfigError, QueueFull
 from prioqueue.sim.groups import ChainFeed, ForecastLog
 from prioqueue.sim.policies import PolicySpec, SimQueue, build_queue, reorder_counts
 from prioqueue.sim.workers import WorkerSpec, fleet_of
@@ -53,16 +57,20 @@ from prioqueue.sim.workload import Workload
 __all__ = [
     "CANCELLED",
     "DONE",
+    "EXPIRED",
     "FAILED",
     "PENDING",
     "QUEUED",
+    "REFUSED",
     "RUNNING",
     "RunResult",
     "WorkerStats",
     "simulate",
 ]
 
-PENDING, QUEUED, RUNNING, DONE, CANCELLED, FAILED = range(6)
+PENDING, QUEUED, RUNNING, DONE, CANCELLED, FAILED, EXPIRED, REFUSED = range(8)
+"""Job states; ``EXPIRED`` (its ttl ran out while queued) and ``REFUSED`` (a level's queue
+budget turned its submit away) happen only with ``PolicyParams.budgets``."""
 
 _PROGRESS_EVERY = 4096
 
@@ -103,9 +111,9 @@ class RunResult:
     Attributes:
         spec: The policy.
         workload: The workload.
-        status: Final state of each job (``DONE``, ``CANCELLED`` or ``FAILED``; with a
-            horizon also ``QUEUED`` or ``RUNNING`` for unfinished work and ``PENDING`` for a
-            job that arrives after it).
+        status: Final state of each job (``DONE``, ``CANCELLED`` or ``FAILED``; with queue
+            budgets also ``EXPIRED`` and ``REFUSED``; with a horizon also ``QUEUED`` or
+            ``RUNNING`` for unfinished work and ``PENDING`` for a job that arrives after it).
         start: Grant time of each job's last attempt, NaN when it never ran (or only hung).
         end: Time each job left: completed, cancelled or failed (NaN while unfinished).
         load: Cold-load seconds paid by each job's last attempt.
@@ -263,16 +271,23 @@ class Feeder:
         a = self._arrivals[j]
         grouped = self._grouped
         extra = {"group": a.group} if grouped and a.group is not None else {}
-        self._queue.submit(
-            str(j),
-            member=a.member,
-            priority=a.priority,
-            tier=a.tier,
-            model=a.model,
-            estimate=a.estimate,
-            now=t,
-            **extra,
-        )
+        try:
+            self._queue.submit(
+                str(j),
+                member=a.member,
+                priority=a.priority,
+                tier=a.tier,
+                model=a.model,
+                estimate=a.estimate,
+                now=t,
+                **extra,
+            )
+        except QueueFull:  # a level's budget refused it (only with PolicyParams.budgets)
+            self.events += 1
+            self._status[j] = REFUSED
+            self.submitted[j] = t
+            self.left(j, t, forecast=False)
+            return
         self.events += 1
         self._status[j] = QUEUED
         self.submitted[j] = t
@@ -283,8 +298,11 @@ class Feeder:
         if grouped and a.group is not None:
             self.forecasts.started(a.group)
 
-    def left(self, j: int, t: float) -> None:
-        """Job ``j`` left for good at ``t``: count it, feed its chain, log its group."""
+    def left(self, j: int, t: float, *, forecast: bool = True) -> None:
+        """Job ``j`` left for good at ``t``: count it, feed its chain, log its group.
+
+        ``forecast=False`` (a refused job, never queued) skips the group's forecast log.
+        """
         self._end[j] = t
         self.finished += 1
         group = self._arrivals[j].group
@@ -293,7 +311,7 @@ class Feeder:
         if self._chained and self._feed.chained(j):
             for k in self._feed.left(j):
                 self.submit(k, t)
-        if self._grouped:
+        if self._grouped and forecast:
             self.forecasts.finished(group, t)
 
     def close(self, result: RunResult, *, now: float, events: int, horizon: float | None) -> None:
@@ -426,6 +444,8 @@ def simulate(
     started = 0.0
     run_end = inf
     deadline = inf
+    timer = inf  # the dispatcher's next ttl lapse, when a level has a ttl
+    lapses = not spec.is_baseline and any(b.ttl is not None for b in spec.params.budgets.values())
     loaded: str | None = None
     idle_from = 0.0
     idle = 0.0
@@ -449,6 +469,7 @@ def simulate(
         t = arrivals[i].arrival if i < n else inf
         t = min(t, run_end)
         t = min(t, deadline)
+        t = min(t, timer)
         if cancels and cancels[0][0] < t:
             t = cancels[0][0]
         if t == inf:
@@ -469,10 +490,14 @@ def simulate(
             running = -1
             run_end = deadline = inf
             idle_from = now
-        if deadline <= now:  # 2. a hanging job's lease ran out
+        if deadline <= now or timer <= now:  # 2. a hanging job's lease ran out; ttl lapses
             for expired in queue.expire(now):
                 events += 1
                 j = int(expired.job.id)
+                if getattr(expired, "cause", "lease") == "ttl":  # queued past its deadline
+                    status[j] = EXPIRED
+                    left(j, now)
+                    continue
                 retries.append((j, start[j], now, load[j]))
                 lost += now - start[j]
                 start[j] = nan
@@ -481,9 +506,9 @@ def simulate(
                 else:
                     status[j] = FAILED
                     left(j, now)
-            running = -1
-            run_end = deadline = inf
-            idle_from = now
+                running = -1
+                run_end = deadline = inf
+                idle_from = now
         while cancels and cancels[0][0] <= now:  # 3. cancellations
             j = heapq.heappop(cancels)[1]
             if status[j] == QUEUED or status[j] == RUNNING:
@@ -521,11 +546,16 @@ def simulate(
                 load[j] = cold
                 if leases and grant.attempt <= a.hangs:
                     run_end = inf
-                    next_deadline = queue.next_deadline()
+                    # The grant's own lease (next_deadline also holds ttl timers).
+                    lease = getattr(grant, "lease", None)
+                    next_deadline = queue.next_deadline() if lease is None else lease.deadline
                     deadline = inf if next_deadline is None else next_deadline
                 else:
                     run_end = now + cold + a.duration
                     deadline = inf
+        if lapses:  # the next ttl lapse (or lease deadline: both are handled at step 2)
+            next_timer = queue.next_deadline()
+            timer = inf if next_timer is None else next_timer
         loops += 1
         if progress is not None and not loops % _PROGRESS_EVERY:
             progress(feeder.finished)

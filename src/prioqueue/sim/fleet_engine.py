@@ -14,9 +14,11 @@ Events, in the order they are handled at one instant:
 1. running jobs complete (every worker whose run ends now), and each worker starts its next
    prefetched job;
 2. leases run out (only a job that *hangs* runs past its lease): ``expire`` takes the jobs
-   back, and their workers go on with their next job;
+   back, and their workers go on with their next job; with a level's ``ttl`` queued jobs past
+   their deadline leave as ``EXPIRED`` (``expire`` reports both, told apart by ``cause``);
 3. callers cancel jobs (queued, prefetched or running);
-4. jobs arrive (a chained group's jobs as its chain releases them);
+4. jobs arrive (a chained group's jobs as its chain releases them; a submit that a level's
+   budget refuses leaves at once as ``REFUSED``);
 5. every worker with a free slot pulls, the longest-idle first, until a whole round grants
    nothing (a grant can free a job for another worker: a warm hold ends when the warm worker
    is busy). A job that the dispatcher keeps for a warm worker becomes free for the others
@@ -56,6 +58,7 @@ from prioqueue._errors import ConfigError
 from prioqueue.sim.engine import (
     CANCELLED,
     DONE,
+    EXPIRED,
     FAILED,
     PENDING,
     QUEUED,
@@ -218,6 +221,7 @@ def simulate_fleet(
     )
     left = feeder.left
     hung = 0  # hung attempts held now: only they can reach a lease deadline
+    lapses = not spec.is_baseline and any(b.ttl is not None for b in spec.params.budgets.values())
     deadline = inf
     idle_waiting = 0.0
     events = 0
@@ -313,6 +317,10 @@ def simulate_fleet(
             for expired in queue.expire(now):
                 events += 1
                 j = int(expired.job.id)
+                if getattr(expired, "cause", "lease") == "ttl":  # queued past its deadline
+                    status[j] = EXPIRED
+                    left(j, now)
+                    continue
                 w = holder[j]
                 ran = w.running == j
                 granted = start[j] if ran else now
@@ -379,7 +387,9 @@ def simulate_fleet(
                 heapq.heappush(wakes, lapse)
         for w in fleet:
             w.awake = False
-        next_deadline = queue.next_deadline() if hung else None
+        # Leases (of hung jobs) and ttl lapses both come from next_deadline; step 2 tells
+        # them apart by the Expired's cause.
+        next_deadline = queue.next_deadline() if hung or lapses else None
         deadline = inf if next_deadline is None else next_deadline
         loops += 1
         if progress is not None and not loops % _PROGRESS_EVERY:

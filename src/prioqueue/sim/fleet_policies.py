@@ -341,9 +341,11 @@ def build_fleet_queue(
         charge=params.charge,
         lease_for=rule,
         fair_share=params.fair_share,
+        crossing_share=params.crossing_share,
         max_attempts=_MAX_ATTEMPTS,
         warm_hold=params.warm_hold,
         load_seconds=load_seconds,
+        budgets=params.budgets or None,
     )
     for worker in workers:
         fleet.join(

@@ -33,7 +33,10 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
+from prioqueue._core import DEFAULT_CROSSING_SHARE
 from prioqueue._errors import ConfigError, InvalidState, UnknownJob
+from prioqueue.lifecycle import LevelBudget
+from prioqueue.priority import DEFAULT_ALIASES
 from prioqueue.scoring import DEFAULT_TIER_BONUSES, Scorer, ScoringConfig
 
 __all__ = [
@@ -359,6 +362,43 @@ def _freeze(value: Mapping[str, float]) -> Mapping[str, float]:
     return MappingProxyType(dict(value))
 
 
+def budget_level(key: object, where: str) -> int:
+    """Return the level a budget names: an integer or ``interactive``/``normal``/``batch``.
+
+    Raises:
+        ConfigError: Neither (the message names ``where``).
+    """
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key
+    text = str(key).strip().lower()
+    if text in DEFAULT_ALIASES:
+        return DEFAULT_ALIASES[text]
+    try:
+        return int(text)
+    except ValueError:
+        names = ", ".join(DEFAULT_ALIASES)
+        raise ConfigError(f"{where}: level must be an integer or {names}, got {key!r}") from None
+
+
+def _budgets(value: Mapping[Any, Any]) -> Mapping[int, LevelBudget]:
+    """Queue budgets by level: ``LevelBudget`` values or their TOML tables (keys may be text).
+
+    Raises:
+        ConfigError: A level is not an integer, or a budget is malformed (names the key).
+    """
+    out: dict[int, LevelBudget] = {}
+    for key, given in dict(value).items():
+        level = budget_level(key, "budgets")
+        budget = (
+            given
+            if isinstance(given, LevelBudget)
+            else LevelBudget.from_mapping(given, where=f"budgets.{level}")
+        )
+        if not budget.empty:
+            out[level] = budget
+    return MappingProxyType(out)
+
+
 @attrs.frozen
 class PolicyParams:
     """The dispatcher parameters a policy runs with (see ``ScoringConfig``).
@@ -375,6 +415,11 @@ class PolicyParams:
             expected to start it within that time) before a cold one may take it
             (``FleetDispatcher(warm_hold=...)``; only a fleet uses it, 0 turns it off; 120 s
             from the ``fleet-night`` sweep in docs/simulator.md).
+        crossing_share: The share of GPU time crossings may take from a higher level
+            (``SizeOneDispatcher(crossing_share=...)``; 1 never defers a crossing).
+        budgets: Overload protection per level (``LevelBudget(max_queued=, max_wait=,
+            ttl=)``, docs/design/lifecycle.md); none by default. Only the dispatcher's
+            policies apply them (the baselines run unprotected).
     """
 
     band_spacing: float = 100
@@ -387,6 +432,8 @@ class PolicyParams:
     charge: Charge = "runtime"
     fair_share: bool = True
     warm_hold: float = 120.0
+    crossing_share: float = DEFAULT_CROSSING_SHARE
+    budgets: Mapping[int, LevelBudget] = attrs.field(factory=dict, converter=_budgets, eq=False)
 
     def scoring_config(self) -> ScoringConfig:
         """Return the :class:`ScoringConfig` of these parameters.
@@ -403,8 +450,8 @@ class PolicyParams:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the parameters as JSON-serialisable values."""
-        return {
+        """Return the parameters as JSON-serialisable values (``budgets`` only when set)."""
+        out: dict[str, Any] = {
             "band_spacing": self.band_spacing,
             "tier_bonuses": dict(self.tier_bonuses),
             "max_affinity": self.max_affinity,
@@ -413,7 +460,14 @@ class PolicyParams:
             "charge": self.charge,
             "fair_share": self.fair_share,
             "warm_hold": self.warm_hold,
+            "crossing_share": self.crossing_share,
         }
+        if self.budgets:
+            out["budgets"] = {
+                str(level): {k: v for k, v in attrs.asdict(b).items() if v is not None}
+                for level, b in sorted(self.budgets.items())
+            }
+        return out
 
 
 _KEY_ALIASES = {
@@ -428,6 +482,8 @@ _KEY_ALIASES = {
     "fair_share": "fair_share",
     "warm_hold": "warm_hold",
     "hold": "warm_hold",
+    "crossing_share": "crossing_share",
+    "share": "crossing_share",
 }
 
 
@@ -461,8 +517,33 @@ def _ablate(kind: str, params: PolicyParams) -> PolicyParams:
     return params
 
 
+BUDGET_KEYS = ("max_queued", "max_wait", "ttl")
+"""The fields of a level's queue budget (``max_wait.LEVEL=`` in a spec, ``--budget``)."""
+
+
+def _budget_override(
+    params: PolicyParams, field: str, level_text: str, text: str, spec: str
+) -> PolicyParams:
+    """Set one field of one level's budget (``max_wait.2=60``)."""
+    level = budget_level(level_text, f"policy {spec!r}: {field}.LEVEL")
+    try:
+        value: float | int = int(text) if field == "max_queued" else float(text)
+    except ValueError:
+        kind = "an integer" if field == "max_queued" else "a number of seconds"
+        raise ConfigError(f"policy {spec!r}: {field} must be {kind}, got {text!r}") from None
+    old = params.budgets.get(level, LevelBudget())
+    fields: dict[str, Any] = {field: value}
+    try:
+        budget = attrs.evolve(old, **fields)
+    except ConfigError as exc:
+        raise ConfigError(f"policy {spec!r}: level {level}: {exc}") from None
+    return attrs.evolve(params, budgets={**params.budgets, level: budget})
+
+
 def _override(params: PolicyParams, key: str, text: str, spec: str) -> PolicyParams:
     prefix, dot, name = key.strip().partition(".")
+    if dot and prefix.replace("-", "_") in BUDGET_KEYS:
+        return _budget_override(params, prefix.replace("-", "_"), name.strip(), text.strip(), spec)
     if dot and prefix in ("tier", "affinity") and name.strip():
         try:
             number = float(text)
@@ -475,7 +556,10 @@ def _override(params: PolicyParams, key: str, text: str, spec: str) -> PolicyPar
         )
     field = _KEY_ALIASES.get(key.strip().lower().replace("-", "_"))
     if field is None:
-        known = ", ".join([*sorted(_KEY_ALIASES), "tier.NAME", "affinity.MODEL"])
+        known = ", ".join(
+            [*sorted(_KEY_ALIASES), "tier.NAME", "affinity.MODEL"]
+            + [f"{k}.LEVEL" for k in BUDGET_KEYS]
+        )
         raise ConfigError(f"policy {spec!r}: unknown parameter {key!r}; known: {known}")
     value: Any
     text = text.strip()
@@ -498,8 +582,9 @@ def parse_spec(spec: str, base: PolicyParams | None = None) -> PolicySpec:
 
     Keys: ``aging_divisor`` (``divisor``, ``d``), ``band_spacing`` (``spacing``),
     ``max_affinity`` (``affinity``), ``charge``, ``fair_share``, ``warm_hold`` (``hold``,
-    fleets only), ``tier.NAME`` (one tier's
-    bonus) and ``affinity.MODEL`` (one model's affinity). The ablation's change is
+    fleets only), ``crossing_share`` (``share``), ``tier.NAME`` (one tier's bonus),
+    ``affinity.MODEL`` (one model's affinity) and ``max_wait.LEVEL``, ``max_queued.LEVEL``,
+    ``ttl.LEVEL`` (that level's queue budget). The ablation's change is
     applied after the overrides (``no-aging:divisor=30`` still does not age).
 
     Args:
@@ -527,6 +612,10 @@ def parse_spec(spec: str, base: PolicyParams | None = None) -> PolicySpec:
         params.scoring_config()  # check the band-spacing invariant now, with a clear message
         _check_charge(params.charge, spec)
         _check_hold(params.warm_hold, spec)
+        if not 0 < params.crossing_share <= 1:
+            raise ConfigError(
+                f"policy {spec!r}: crossing_share must lie in (0, 1], got {params.crossing_share!r}"
+            )
     return PolicySpec(label=spec.strip(), kind=kind, params=params)
 
 
@@ -571,7 +660,9 @@ def build_queue(spec: PolicySpec, lease_for: Callable[[Any], float] | None = Non
         charge=params.charge,
         lease_for=lease_for,
         fair_share=params.fair_share,
+        crossing_share=params.crossing_share,
         max_attempts=_MAX_ATTEMPTS,
+        budgets=params.budgets or None,
     )
 
 

@@ -156,7 +156,7 @@ def tables(report: Mapping[str, Any]) -> list[Table]:
         )
         for name, s in policies.items()
     )
-    causes = ("aging", "affinity", "tier", "fair_share")
+    causes = ("aging", "affinity", "tier", "fair_share", "deferred_crossings")
     reorders = tuple(
         (name, *(str(s["reorders"].get(c, 0)) if s["params"] is not None else "-" for c in causes))
         for name, s in policies.items()
@@ -179,7 +179,7 @@ def tables(report: Mapping[str, Any]) -> list[Table]:
     )
     hidden = len(members) - len(shown)
     fleet = any("workers" in section for section in policies.values())
-    bound = "N*(T + A)*d + 2*K*C (N workers, K slots)" if fleet else "2*C + (T + A)*d"
+    bound = "2*N*(T + A)*d + 10*K*C (N workers, K slots)" if fleet else "2*(T + A)*d + 10*C"
     found = [
         Table(
             "Waits by level (arrival to start)",
@@ -232,11 +232,46 @@ def tables(report: Mapping[str, Any]) -> list[Table]:
             f"{hidden} more members not shown" if hidden > 0 else "",
         ),
     ]
+    if any("refused" in section for section in policies.values()):
+        found.insert(1, _budgets_table(policies, levels))
     if fleet:
         found.append(_workers_table(policies))
     if any("groups" in section for section in policies.values()):
         found.append(_groups_table(policies))
     return found
+
+
+def _budgets_table(policies: Mapping[str, Any], levels: list[str]) -> Table:
+    """Refused and ttl-expired jobs by level (only when a policy ran with queue budgets)."""
+    rows: list[tuple[str, ...] | None] = []
+    for level in levels:
+        if rows:
+            rows.append(None)
+        for name, section in policies.items():
+            row = section["levels"].get(level)
+            if row is None:
+                continue
+            budget = (section["params"] or {}).get("budgets", {}).get(level)
+            rows.append(
+                (
+                    _level(level),
+                    name,
+                    ", ".join(f"{k}={v:g}" for k, v in budget.items()) if budget else "-",
+                    str(row["jobs"]),
+                    str(row.get("refused", 0)),
+                    str(row.get("ttl_expired", 0)),
+                    str(row["completed"]),
+                )
+            )
+    return Table(
+        "Queue budgets by level",
+        ("level", "policy", "budget", "jobs", "refused", "ttl expired", "done"),
+        tuple(rows),
+        "refused: submits a level's max_queued or max_wait turned away; ttl expired: left the "
+        "queue at their deadline, never granted; neither has a wait (baselines run "
+        "unprotected)",
+        left=3,
+    )
 
 
 def _workers_table(policies: Mapping[str, Any]) -> Table:

@@ -13,15 +13,21 @@ Definitions (documented in ``docs/simulator.md``):
   job's, ``T`` the tier spread, ``A`` the largest affinity, ``d`` the divisor): past it, aging
   ranks a job above any fresh job, so a policy that ages never leaves one waiting that long
   behind fresh work.
+* **refused** and **ttl_expired** (only with queue budgets, ``PolicyParams.budgets``): jobs
+  whose submit a level's ``max_queued`` or ``max_wait`` turned away, and jobs that left the
+  queue at their ``ttl`` deadline without ever being granted. Neither has a wait (like a job
+  cancelled while queued), so they are reported beside the waits, never hidden in them.
 * **slowdown**: response time (arrival to completion) over the job's warm duration (at least
   one second), averaged over the completed jobs.
 * **GPU seconds** of a member: every second the GPU held one of its jobs, cold loads and hung
   attempts included.
 * **service gap**, **share of the max-min fair share** and **Jain's index**: see
-  :mod:`prioqueue.sim.fairness`. The gap's analytic bound is ``2 * C + (T + A) * d`` (``C`` the
-  largest charge at the level) on one GPU, and ``N * (T + A) * d + 2 * K * C`` on a fleet of
-  ``N`` workers holding ``K`` jobs at once in all (their slots; ``docs/design/fleet.md``); the
-  baselines are measured against the default policy's.
+  :mod:`prioqueue.sim.fairness`. The gap's analytic bound is ``2 * (T + A) * d + 10 * C``
+  (``C`` the largest charge at the level) on one GPU, and ``2 * N * (T + A) * d + 10 * K * C``
+  on a fleet of ``N`` workers holding ``K`` jobs at once in all (their slots;
+  ``docs/design/fleet.md``, Theorem 2: the gap is measured from the moment both members are
+  backlogged, when their virtual starts may differ); the baselines are measured against the
+  default policy's.
 * **workers** (a fleet only): per worker, the runs it started, its swaps, load seconds, busy
   seconds and **utilisation** (busy seconds over the run's clock).
 * **groups** (when jobs carry a group, e.g. a film): its jobs, when its first job was
@@ -36,7 +42,16 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prioqueue.sim.engine import CANCELLED, DONE, FAILED, PENDING, QUEUED, RunResult
+from prioqueue.sim.engine import (
+    CANCELLED,
+    DONE,
+    EXPIRED,
+    FAILED,
+    PENDING,
+    QUEUED,
+    REFUSED,
+    RunResult,
+)
 from prioqueue.sim.fairness import OFF as _OFF
 from prioqueue.sim.fairness import ON as _ON
 from prioqueue.sim.fairness import SERVICE as _SERVICE
@@ -107,7 +122,8 @@ def summarize(
     waits: dict[int, list[float]] = defaultdict(list)
     censored: dict[int, list[float]] = defaultdict(list)
     slowdown: dict[int, list[float]] = defaultdict(list)
-    counts: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # jobs, done, cancel, fail
+    # jobs, done, cancelled, failed, ttl expired, refused
+    counts: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
     level_events: dict[int, list[tuple[float, int, str, float]]] = defaultdict(list)
     backlog: dict[int, list[tuple[float, float, str]]] = defaultdict(list)
     runs: dict[int, list[tuple[float, float, str]]] = defaultdict(list)
@@ -133,6 +149,9 @@ def summarize(
         row[0] += 1
         member_jobs[member][0] += 1
         level_tiers[level].add(job.tier)
+        if status[i] == REFUSED:  # never queued: no wait, no backlog
+            row[5] += 1
+            continue
         events = level_events[level]
         queued_from = came
         for granted, expired in requeued_from.get(i, ()):
@@ -172,13 +191,18 @@ def summarize(
             member_jobs[member][2] += start[i] - came
         elif st == CANCELLED:
             row[2] += 1
+        elif st == EXPIRED:
+            row[4] += 1
 
     top = max(counts, default=0)
     fleet_n = max(1, len(result.workers))
     held_k = max(1, sum(w.slots for w in result.workers))
+    budgeted = (not spec.is_baseline and bool(spec.params.budgets)) or any(
+        c[4] or c[5] for c in counts.values()
+    )
     levels: dict[str, Any] = {}
     for level in sorted(counts, reverse=True):
-        jobs, done, cancelled, failed = counts[level]
+        jobs, done, cancelled, failed, ttl_expired, refused = counts[level]
         unfinished = sorted(censored[level])
         ws = sorted(waits[level] + unfinished)
         timeline = None
@@ -188,7 +212,9 @@ def summarize(
         bonuses = [tiers.get(t, 0.0) for t in level_tiers[level]]
         spread = max(bonuses) - min(bonuses) if bonuses else 0.0
         offsets = (spread + params.max_affinity) * params.aging_divisor
-        bound = 2 * held_k * largest_charge[level] + fleet_n * offsets
+        # The pairwise bound measured from when both members are backlogged (issue 17 item 3;
+        # docs/design/fleet.md, "Fairness bound for N workers", Theorem 2).
+        bound = 2 * fleet_n * offsets + 10 * held_k * largest_charge[level]
         aging_bound = (top - level) * params.aging_divisor + offsets
         shares = fair_shares(backlog[level], runs[level])
         levels[str(level)] = {
@@ -215,6 +241,8 @@ def summarize(
             "jain": _round(jain_index(contended.values()), 4),
             "reorders": result.reorders.get(level, {}),
         }
+        if budgeted:  # only with queue budgets: every other report stays as it was
+            levels[str(level)].update(refused=refused, ttl_expired=ttl_expired)
 
     busy = math.fsum(gpu.values())
     members = {
@@ -238,6 +266,9 @@ def summarize(
     groups = _groups(result)
     if groups:
         extra["groups"] = groups
+    if budgeted:
+        extra["refused"] = sum(c[5] for c in counts.values())
+        extra["ttl_expired"] = sum(c[4] for c in counts.values())
     return {
         "kind": spec.kind,
         "params": None if spec.is_baseline else spec.params.as_dict(),

@@ -1,0 +1,223 @@
+"""Bounded crossings (issue 17 item 1): aging may carry a job across a band only within a share.
+
+The rule is in docs/design/dispatcher.md, "Bounded crossings". Each behaviour is checked on the
+real dispatcher and on the brute-force reference (which implements the rule on its own), and a
+Hypothesis property checks the bound the note proves: over any interval in which a higher level
+has work waiting, crossings take at most ``q * |I| + 2C`` of the GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prioqueue._errors import ConfigError
+from prioqueue.dispatcher import SizeOneDispatcher
+from prioqueue.fleet import FleetDispatcher
+from prioqueue.records import REORDER_CAUSES
+from prioqueue.scoring import Scorer, ScoringConfig
+from prioqueue.testing import ReferenceDispatcher
+
+FAST = Scorer(ScoringConfig(aging_divisor=1.0))  # a point of aging per second
+IMPLEMENTATIONS = pytest.mark.parametrize(
+    "make", [SizeOneDispatcher, ReferenceDispatcher], ids=["real", "reference"]
+)
+Factory = Callable[..., Any]
+
+
+def _film_and_images(make: Factory, share: float) -> tuple[Any, list[str]]:
+    """Two films (batch, 3 shots each, at 0) against three images (interactive, at 300 s).
+
+    With one point of aging per second, at 300 s the films' lanes (s = 0, key -100) outrank the
+    images' (s = 300, key -200): every grant the films would win is a crossing. Every job runs
+    100 s. Returns the dispatcher and the grant order.
+    """
+    d = make(FAST, crossing_share=share)
+    for k in range(3):
+        for film in ("f1", "f2"):
+            d.submit(f"{film}.{k}", member=film, priority="batch", estimate=100.0, now=0.0)
+    t = 300.0
+    for k in range(3):
+        d.submit(f"img{k}", member="u", priority="interactive", estimate=100.0, now=t)
+    order = []
+    while True:
+        grant = d.dispatch(now=t)
+        if grant is None:
+            break
+        order.append(grant.job.id)
+        t += 100.0
+        d.complete(grant.job.id, now=t)
+    return d, order
+
+
+def _granted(d: SizeOneDispatcher, now: float) -> str:
+    grant = d.dispatch(now=now)
+    assert grant is not None
+    return grant.job.id
+
+
+@IMPLEMENTATIONS
+def test_without_a_limit_aged_films_take_the_gpu(make: Factory) -> None:
+    _, order = _film_and_images(make, 1.0)
+    assert order[:3] == ["f1.0", "f2.0", "f1.1"]  # the images wait behind a run of shots
+
+
+@IMPLEMENTATIONS
+def test_a_half_share_alternates_crossings_and_deferrals(make: Factory) -> None:
+    d, order = _film_and_images(make, 0.5)
+    # The first crossing goes ahead (credit 0 -> -50); the next is deferred for an image
+    # (credit -50 -> 0); and so on while the images wait.
+    assert order[:6] == ["f1.0", "img0", "f2.0", "img1", "f1.1", "img2"]
+    stats = d.stats(now=10_000.0)
+    assert stats.levels[-100].reorders.deferred_crossings == 3
+    assert stats.levels[100].reorders.deferred_crossings == 0
+    assert "deferred_crossings" in REORDER_CAUSES
+    assert stats.levels[-100].reorders.as_dict()["deferred_crossings"] == 3
+
+
+@IMPLEMENTATIONS
+def test_a_small_share_serves_the_higher_level_first(make: Factory) -> None:
+    _, order = _film_and_images(make, 0.05)
+    # One crossing (f1.0) spends the credit; 5 % of 100 s per image cannot refill it.
+    assert order[:4] == ["f1.0", "img0", "img1", "img2"]
+    assert sorted(order) == sorted(
+        [f"{f}.{k}" for f in ("f1", "f2") for k in range(3)] + [f"img{k}" for k in range(3)]
+    )  # every job still runs
+
+
+def test_explain_names_the_deferred_crossing() -> None:
+    d = SizeOneDispatcher(FAST, crossing_share=0.5)
+    for film in ("f1", "f2"):
+        d.submit(f"{film}.0", member=film, priority="batch", estimate=100.0, now=0.0)
+    d.submit("img0", member="u", priority="interactive", estimate=100.0, now=300.0)
+    assert _granted(d, 300.0) == "f1.0"  # the crossing
+    d.complete("f1.0", now=400.0)
+    assert _granted(d, 400.0) == "img0"  # f2's crossing, deferred
+    why = d.explain("f2.0", now=450.0)
+    assert [(o.job_id, o.cause) for o in why.overtaken_by] == [("img0", "crossing deferred")]
+    assert "crossing deferred" in str(why)
+
+
+def test_track_reorders_off_still_counts_deferrals() -> None:
+    d = SizeOneDispatcher(FAST, crossing_share=0.5, track_reorders=False)
+    for film in ("f1", "f2"):
+        d.submit(f"{film}.0", member=film, priority="batch", estimate=100.0, now=0.0)
+    d.submit("img0", member="u", priority="interactive", estimate=100.0, now=300.0)
+    d.complete(_granted(d, 300.0), now=400.0)
+    assert _granted(d, 400.0) == "img0"
+    assert d.stats(now=400.0).levels[-100].reorders.deferred_crossings == 1
+
+
+@pytest.mark.parametrize("bad", [0, 0.0, -0.1, 1.5, float("nan"), True, "0.5", None])
+def test_crossing_share_is_checked(bad: object) -> None:
+    for cls in (SizeOneDispatcher, FleetDispatcher):
+        with pytest.raises(ConfigError, match=r"crossing_share must be a number in \(0, 1\]"):
+            cls(crossing_share=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("cut", range(1, 9))
+def test_restore_defers_the_same_crossings(cut: int) -> None:
+    """A snapshot mid-run (credit negative, a crossing held) grants exactly what the original
+    grants (the store replays calls and restores snapshots: same inputs, same grants)."""
+
+    def run(d: SizeOneDispatcher, t: float, steps: int) -> tuple[list[str], float]:
+        order = []
+        for _ in range(steps):
+            grant = d.running or d.dispatch(now=t)
+            if grant is None:
+                break
+            order.append(grant.job.id)
+            t += 70.0  # shorter than the 100 s estimate: the completion corrects the credit
+            d.complete(grant.job.id, now=t)
+        return order, t
+
+    def fresh() -> SizeOneDispatcher:
+        d = SizeOneDispatcher(FAST, crossing_share=0.3)
+        for k in range(4):
+            for film in ("f1", "f2"):
+                d.submit(f"{film}.{k}", member=film, priority="batch", estimate=100.0, now=0.0)
+        for k in range(4):
+            d.submit(f"img{k}", member="u", priority="interactive", estimate=100.0, now=300.0)
+        return d
+
+    whole, _ = run(fresh(), 300.0, 100)
+    first = fresh()
+    head, t = run(first, 300.0, cut)
+    held = first.dispatch(now=t)  # take the snapshot with a job held
+    state = json.loads(json.dumps(first.snapshot(now=t)))
+    assert "crossing_credit" in state
+    assert state["crossing_share"] == 0.3
+    again = SizeOneDispatcher.restore(state, scorer=FAST)
+    assert again.running is not None
+    assert held is not None
+    assert again.running.job.id == held.job.id
+    tail, _ = run(again, t, 100)
+    assert head + tail == whole
+
+
+# --- the bound: a higher level loses at most q * |I| + 2C -------------------------------------
+
+jobs = st.lists(
+    st.tuples(
+        st.floats(0.0, 3000.0),  # arrival
+        st.sampled_from([-100, 0, 100]),  # level
+        st.integers(0, 3),  # member
+        st.floats(1.0, 200.0),  # runtime (also the estimate)
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(jobs=jobs, share=st.sampled_from([0.05, 0.2, 0.5]))
+def test_crossings_take_at_most_the_share_plus_two_jobs(
+    jobs: list[tuple[float, int, int, float]], share: float
+) -> None:
+    d = SizeOneDispatcher(FAST, crossing_share=share)
+    pending = sorted(enumerate(jobs), key=lambda item: item[1][0])
+    runtime = {f"j{i}": job[3] for i, job in pending}
+    level_of = {f"j{i}": job[1] for i, job in pending}
+    longest = max(runtime.values())
+    t = 0.0
+    runs: list[tuple[float, float, str]] = []  # (start, end, job)
+    waiting: dict[int, list[tuple[float, float]]] = {}  # level -> (from, to) of each job's wait
+    arrived: dict[str, float] = {}
+    nxt = 0
+    while nxt < len(pending) or len(d):
+        while nxt < len(pending) and pending[nxt][1][0] <= t:
+            i, (at, level, member, run) = pending[nxt]
+            d.submit(f"j{i}", member=f"m{member}", priority=level, estimate=run, now=max(t, at))
+            arrived[f"j{i}"] = max(t, at)
+            nxt += 1
+        grant = d.dispatch(now=t)
+        if grant is None:
+            t = pending[nxt][1][0]
+            continue
+        job = grant.job.id
+        waiting.setdefault(level_of[job], []).append((arrived[job], t))
+        runs.append((t, t + runtime[job], job))
+        t += runtime[job]
+        d.complete(job, now=t)
+    # For each level L and each maximal interval in which a job of L was waiting, the GPU time
+    # of lower-level jobs granted in it is at most share * |I| + 2 * longest.
+    for level, spans in waiting.items():
+        spans.sort()
+        merged: list[list[float]] = []
+        for start, end in spans:
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        for start, end in merged:
+            lower = sum(
+                runtime[job]
+                for began, _, job in runs
+                if start <= began < end and level_of[job] < level
+            )
+            assert lower <= share * (end - start) + 2 * longest + 1e-6, (level, start, end)
