@@ -1,4 +1,4 @@
-"""The broker over HTTP: acknowledged operations per second, and failover time.
+"""The broker over HTTP: acknowledged operations per second, failover time, and clients.
 
 Run: ``python benchmarks/bench_broker.py [--seconds S]``. PostgreSQL figures need
 ``PRIOQUEUE_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``) and are
@@ -16,6 +16,10 @@ skipped, saying why, when it is unreachable.
   journal), then a broker started on it: the time until it serves (a) replaying the journal,
   (b) after a clean stop wrote a snapshot; the baseline is a cold start on an empty store.
   Goal (issue 10): under 5 s.
+* **Clients** (issue 18, ``_broker_clients.py``): submit -> a long-polling worker holds the
+  job (p50/p99), the idle cost of 100 waiting workers (transactions/s, journal rows/s),
+  batched and concurrent single submits, each beside PgQueuer on the same PostgreSQL in the
+  same run (``_pgqueuer_side.py``; the column is skipped, saying why, without pgqueuer).
 * **Failover.** Two brokers on one PostgreSQL schema; SIGKILL the leader and time until the
   standby answers 200 (target: 5 s), beside the time a fresh broker takes to start and serve
   (the baseline).
@@ -258,6 +262,88 @@ async def _failover(directory: Path) -> tuple[float, float]:
     return takeover, cold
 
 
+async def _serve(broker: _Broker) -> None:
+    async with httpx.AsyncClient() as client:
+        await broker.serving(client)
+
+
+def _client_figures(directory: Path, reason: str | None, seconds: float) -> None:
+    """Issue 18: long-poll latency, idle cost, batched and concurrent submits (and PgQueuer)."""
+    import _broker_clients as bc
+
+    pgq: dict[str, Any] | None = None
+    why = reason or ""
+    if reason is None:
+        pgq, why = bc.pgqueuer(POSTGRES_URL)
+    if pgq is None:
+        print(f"PgQueuer column skipped: {why}")
+    section(f"submit -> a waiting worker holds the job, over HTTP ({bc.WAITING} long-polling)")
+    stores: list[tuple[str, str, dict[str, Any]]] = [
+        ("SQLite", f"sqlite:///{directory / 'latency.db'}", {})
+    ]
+    schema = f"pq_bench_{uuid.uuid4().hex[:10]}"
+    if reason is None:
+        stores.append(("PostgreSQL", POSTGRES_URL, {"store_schema": schema}))
+    for label, store, extra in stores:
+        broker = _Broker(directory, f"lat-{label}", store, **extra)
+        broker.start()
+        try:
+            asyncio.run(_serve(broker))
+            values = asyncio.run(bc.latency(broker.url))
+        finally:
+            broker.kill()
+        base = pgq["latency"] if pgq is not None and label == "PostgreSQL" else None
+        bc.report_latency(f"broker on {label}", values, base)
+    if reason is not None:
+        print(f"PostgreSQL figures skipped: {reason}")
+        return
+    _drop(schema)
+    section(f"idle cost: {bc.IDLE_WORKERS} workers waiting in long polls (PostgreSQL)")
+    dsn = bc.create_database(POSTGRES_URL)
+    try:
+        figures = []
+        for workers in (0, bc.IDLE_WORKERS):
+            schema = f"pq_idle_{uuid.uuid4().hex[:8]}"
+            broker = _Broker(directory, f"idle-{workers}", dsn, store_schema=schema)
+            broker.start()
+            try:
+                asyncio.run(_serve(broker))
+                figures.append(asyncio.run(bc.idle_cost(broker.url, dsn, schema, workers)))
+            finally:
+                broker.kill()
+        (base_x, base_r), (xacts, rows) = figures
+        print(
+            f"{'no worker (leader lease renewals), baseline':<44} {base_x:>6.2f} txn/s "
+            f"{base_r:>6.2f} journal rows/s"
+        )
+        print(
+            f"{f'{bc.IDLE_WORKERS} waiting workers':<44} {xacts:>6.2f} txn/s "
+            f"{rows:>6.2f} journal rows/s   over the baseline {xacts - base_x:+.2f} txn/s"
+        )
+    finally:
+        bc.drop_database(POSTGRES_URL, dsn)
+    section("submits over HTTP (PostgreSQL), jobs/s")
+    schema = f"pq_bench_{uuid.uuid4().hex[:10]}"
+    broker = _Broker(directory, "submits", POSTGRES_URL, store_schema=schema)
+    broker.start()
+    try:
+        asyncio.run(_serve(broker))
+        batch = asyncio.run(bc.batched(broker.url, seconds))
+        single = asyncio.run(bc.concurrent(broker.url, seconds))
+    finally:
+        broker.kill()
+        _drop(schema)
+    for label, rate, key in (
+        (f"batched ({bc.BATCH_CLIENTS} clients x {bc.BATCH} jobs)", batch, "batch"),
+        (f"single, {bc.PRODUCERS} concurrent producers", single, "concurrent"),
+    ):
+        line = f"{label:<44} {rate:>8.0f} jobs/s"
+        if pgq is not None:
+            line += f"   PgQueuer {pgq[key]:>8.0f} jobs/s   ratio {rate / pgq[key]:>5.2f}x"
+        print(line)
+    print(f"({bc.environment_note()})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds per store")
@@ -301,6 +387,7 @@ def main() -> None:
             )
         else:
             print(f"PostgreSQL figures skipped: {reason}")
+        _client_figures(directory, reason, args.seconds)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The ``prioqueue`` command: ``prioqueue simulate`` and ``prioqueue gateway``.
+"""The ``prioqueue`` command: ``simulate``, ``gateway``, ``broker``, ``worker`` and ``jobs``.
 
 Each subcommand lives in its adapter's package and is imported only when it runs, so the core
 never imports an adapter and ``prioqueue --help`` works without the optional extras.
@@ -28,9 +28,23 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "prioqueue.broker.cli",
         "run the job broker for a fleet of GPU workers (HTTP/JSON, journaled)",
     ),
+    "worker": (
+        "prioqueue.client.worker_cli",
+        "run a command once per broker job (payload on stdin, result on stdout)",
+    ),
+    "jobs": (
+        "prioqueue.client.jobs_cli",
+        "submit, read, wait for and cancel broker jobs",
+    ),
 }
 
-_EXTRAS = {"simulate": "sim", "gateway": "gateway", "broker": "broker"}
+_EXTRAS = {
+    "simulate": "sim",
+    "gateway": "gateway",
+    "broker": "broker",
+    "worker": "client",
+    "jobs": "client",
+}
 _EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 

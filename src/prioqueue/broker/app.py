@@ -12,7 +12,9 @@ route                                      role       answer
 ``DELETE /v1/jobs/{id}``                   submitter  the cancelled job
 ``GET /v1/groups/{id}``                    submitter  the group's counts, GPU time, forecast
 ``DELETE /v1/groups/{id}``                 submitter  cancels its queued (running) jobs
+``POST /v1/jobs/batch``                    submitter  201 ``{"ids"}``: all or none (one operation)
 ``POST /v1/workers/{id}/pop``              worker     200 the job and its lease; 204 idle
+``POST /v1/workers/{id}/leave``            worker     ``{"requeued"}``: its jobs, queued again
 ``POST /v1/jobs/{id}/complete`` / ``fail`` worker     the finished job; 409 stale grant
 ``POST /v1/workers/{id}/heartbeat``        worker     the jobs it holds
 ``GET /v1/status``                         any        counts, role and leader
@@ -22,6 +24,9 @@ route                                      role       answer
 Errors are JSON ``{"error": message, "field": name}``. A standby answers 503 with
 ``Retry-After`` and the leader's address (``X-Prioqueue-Leader`` and the body's ``leader``).
 The idle reasons of a 204 are in ``X-Prioqueue-Idle`` (``model=3, slots_full=1``).
+``?wait=S`` (0..60) on the pop and on ``GET /v1/jobs/{id}`` long-polls (see
+:mod:`prioqueue.broker._waiters`). Bodies are JSON whatever their ``Content-Type`` says
+(:mod:`prioqueue.broker._content`).
 A group is its member's own: ``?member=`` names another member's group, for a key with
 ``observer = true`` (read) or ``admin = true`` (read and cancel); else 403.
 
@@ -51,6 +56,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from prioqueue._core import LEVEL_LIMIT
+from prioqueue.broker._waiters import MAX_WAIT, long_pop, wait_job
 from prioqueue.broker.config import BrokerConfig, BrokerKey, Connections
 from prioqueue.broker.engine import BrokerEngine, JobRecord, Rejected
 from prioqueue.broker.journal import MemoryJournal
@@ -81,6 +87,14 @@ _MEMBER = Annotated[
         max_length=200,
         description="Another member's group (a key with observer = true reads it, one with "
         "admin = true also cancels it); default: the key's own member.",
+    ),
+]
+_WAIT = Annotated[
+    float,
+    Query(
+        ge=0,
+        le=MAX_WAIT,
+        description="Long-poll: seconds (0..60) to wait for a change before answering.",
     ),
 ]
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -423,14 +437,13 @@ def create_app(
         )  # fmt: skip
 
     @app.get("/v1/jobs/{job_id}", response_model=JobView, tags=["submitters"])
-    async def get_job(job_id: _ID, key: Submitter) -> JobView:
-        """A job's state, place in line, explanation and result."""
+    async def get_job(job_id: _ID, key: Submitter, wait: _WAIT = 0.0) -> JobView:
+        """A job's state, place in line, explanation and result (``?wait=S``: long-poll)."""
 
-        def read(engine: BrokerEngine) -> JobView:
-            record = engine.owned(job_id, key.member)
+        def render(engine: BrokerEngine, record: JobRecord) -> JobView:
             return view(record, *engine.position(record, key.may_read), engine)
 
-        return await broker.query(read)
+        return await wait_job(broker, job_id, key.member, wait, render)
 
     @app.delete("/v1/jobs/{job_id}", response_model=JobView, tags=["submitters"])
     async def cancel(job_id: _ID, key: Submitter) -> JobView:
@@ -489,13 +502,14 @@ def create_app(
         responses={204: {"description": "Nothing fits; X-Prioqueue-Idle says why."}},
         tags=["workers"],
     )
-    async def pop(worker: ActingWorker, body: PopRequest) -> Any:
-        """Take the next job this worker should run, with its lease."""
-        result = await broker.run("pop", {"worker": worker, **body.model_dump()})
-        record = result.record
+    async def pop(worker: ActingWorker, body: PopRequest, wait: _WAIT = 0.0) -> Any:
+        """Take the next job this worker should run, with its lease (``?wait=S``: long-poll)."""
+        record, idle_reasons = await long_pop(broker, worker, body.model_dump(), wait)
         if record is None:
-            idle = ", ".join(f"{k}={v}" for k, v in sorted(result.idle.items())) or "empty"
+            idle = ", ".join(f"{k}={v}" for k, v in sorted(idle_reasons.items())) or "empty"
             return Response(status_code=204, headers={"X-Prioqueue-Idle": idle})
+        assert record.lease_seconds is not None  # a grant has its lease
+        assert record.deadline is not None
         return Granted(
             id=record.id, payload=record.payload, image=record.image, model=record.model,
             attempt=record.attempt, lease_seconds=record.lease_seconds, deadline=record.deadline,
@@ -558,6 +572,12 @@ def create_app(
         return Response(body, media_type=content_type)
 
     app.include_router(_dashboard_router())  # GET /ui and /v1/dashboard (issue 19)
+    from prioqueue.broker._client_routes import client_router
+
+    app.include_router(client_router(broker, config, view))  # batch, leave (issue 18)
+    from prioqueue.broker._content import JsonBodies
+
+    app.add_middleware(JsonBodies)
     app.add_middleware(
         _BodyLimit,
         limit=config.max_body_bytes,

@@ -105,6 +105,13 @@ def _server_class() -> Any:
         def capture_signals(self) -> Any:  # no re-raising the signal after shutdown: exit 0
             return shutdown_signals(self.handle_exit)
 
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # Answer the long polls now, or the graceful shutdown would wait for them.
+            broker = getattr(getattr(self.config.app, "state", None), "broker", None)
+            if broker is not None:
+                broker.begin_stop()
+            super().handle_exit(sig, frame)
+
         async def startup(self, sockets: Any = None) -> None:
             app: Any = self.config.app
             try:

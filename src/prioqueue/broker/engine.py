@@ -136,6 +136,20 @@ def fingerprint(args: Mapping[str, Any]) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+def submit_digest(args: Mapping[str, Any]) -> str:
+    """The fingerprint of a submit's arguments (``submit``'s keywords) for its idempotency key."""
+    fields = {
+        "p": args["priority"], "m": args.get("model"), "e": args.get("estimate"),
+        "g": args.get("group"), "i": args.get("image"), "b": args.get("payload"),
+    }  # fmt: skip
+    lifecycle = {
+        "t": args.get("ttl"), "n": args.get("not_before"), "a": args.get("max_attempts"),
+        "k": args.get("backoff"),
+    }  # fmt: skip
+    fields.update({k: v for k, v in lifecycle.items() if v is not None})
+    return fingerprint(fields)
+
+
 _Op = TypeVar("_Op", bound=Callable[..., Any])
 
 
@@ -149,6 +163,8 @@ def _operation(method: _Op) -> _Op:
         self.version += 1  # before: an operation that raises half way changed state too
         result = method(self, now, **kwargs)
         self.now = now
+        if self.on_change is not None:
+            self.on_change()
         return result
 
     return run  # type: ignore[return-value]
@@ -185,6 +201,8 @@ class BrokerEngine:
         self.version = 0
         """Counts the operations run (refused ones included); keys the read caches."""
         self._status: tuple[int, dict[str, Any]] | None = None
+        self.on_change: Callable[[], None] | None = None
+        """Called after each applied operation (the driver wakes long polls); not state."""
         self._ops: dict[str, Callable[..., Any]] = {
             "submit": self.submit,
             "cancel": self.cancel,
@@ -194,6 +212,10 @@ class BrokerEngine:
             "heartbeat": self.heartbeat,
             "tick": self.tick,
             "cancel_group": self.cancel_group,
+            "try_pop": self.try_pop,
+            "leave": self.leave,
+            "submit_many": self.submit_many,
+            "refresh": self.refresh,
         }
 
     # ------------------------------------------------------------------ leases
@@ -342,17 +364,11 @@ class BrokerEngine:
         )  # fmt: skip
         digest = ""
         if idempotency_key is not None:
-            fields = {
-                "p": priority,
-                "m": model,
-                "e": estimate,
-                "g": group,
-                "i": image,
-                "b": payload,
-            }
-            lifecycle = {"t": ttl, "n": not_before, "a": max_attempts, "k": backoff}
-            fields.update({k: v for k, v in lifecycle.items() if v is not None})
-            digest = fingerprint(fields)
+            digest = submit_digest(
+                {"priority": priority, "model": model, "estimate": estimate, "group": group,
+                 "image": image, "payload": payload, "ttl": ttl, "not_before": not_before,
+                 "max_attempts": max_attempts, "backoff": backoff}
+            )  # fmt: skip
             known = self.idempotency.get((member, idempotency_key))
             if known is not None:
                 job_id, previous = known
@@ -484,6 +500,10 @@ class BrokerEngine:
         if grant is None:
             reasons = self.fleet.idle_reasons(worker, now=now)
             return PopResult(None, {str(k): int(v) for k, v in reasons.items() if v})
+        return PopResult(self._granted(worker, grant, now), {})
+
+    def _granted(self, worker: str, grant: Any, now: float) -> JobRecord:
+        """Record the fleet's grant on the job's record; returns a copy of the record."""
         record = self.jobs[grant.job.id]
         record.state = "running"
         record.attempt = grant.attempt
@@ -492,7 +512,7 @@ class BrokerEngine:
         record.lease_seconds = lease.seconds
         record.deadline = lease.deadline
         record.granted_at = now
-        return PopResult(attrs.evolve(record), {})
+        return attrs.evolve(record)
 
     def _held(self, job_id: str, worker: str, attempt: int) -> JobRecord:
         record = self.jobs.get(job_id)
@@ -596,6 +616,254 @@ class BrokerEngine:
         held = [r for r in self.jobs.values() if r.worker == worker and r.state == "running"]
         held.sort(key=lambda r: int(r.id.rpartition("-")[2]))
         return [{"id": r.id, "attempt": r.attempt, "deadline": r.deadline} for r in held]
+
+    # ------------------------------------------------------------------ clients (long-poll)
+
+    def try_pop(
+        self,
+        now: float,
+        *,
+        worker: str,
+        models: list[str] | None = None,
+        resident: str | None = None,
+        slots: int = 1,
+        slow: bool = False,
+    ) -> PopResult | None:
+        """:meth:`pop`, except that a pop that would change nothing returns None.
+
+        A known worker whose settings are unchanged, that has not timed out and whose last
+        journaled word is under ``worker_timeout / 2`` old, and that is granted nothing,
+        leaves the state exactly as it was (its liveness is not refreshed): the driver answers
+        such a call without journaling it (``skip_when_empty``), so waiting and empty pops
+        write nothing. Any other case is :meth:`pop` (journaled): a join, a change of
+        settings, a refresh of liveness at most once per ``worker_timeout / 2``, or a grant.
+
+        Returns:
+            The :class:`PopResult` of a journaled pop, or None (nothing changed).
+
+        Raises:
+            Rejected: 409 time went backwards.
+
+        Complexity: :meth:`pop`'s; O(1) when the worker's slots are full or nothing is queued.
+        """
+        if not now >= self.now:
+            raise Rejected(409, f"time went backwards: {now!r} after {self.now!r}")
+        spec = {"models": models, "resident": resident, "slots": slots, "slow": slow}
+        state = self._fresh_worker(worker, spec, now)
+        if state is None:
+            return self.pop(now, **{"worker": worker, **spec})  # type: ignore[arg-type]
+        if len(state.held) >= state.slots or len(self.fleet) == 0:
+            return None
+        seen, clock = state.last_seen, self.fleet._now
+        grant = self.fleet.pop(worker, now=now)
+        if grant is None:
+            # As if the pop never happened: the worker's last word and the fleet's clock
+            # (reads pass the engine's time, which a skipped pop does not advance).
+            state.last_seen = seen
+            self.fleet._now = clock
+            return None
+        self.now = now
+        return PopResult(self._granted(worker, grant, now), {})
+
+    def _fresh_worker(self, worker: str, spec: Mapping[str, Any], now: float) -> Any:
+        """The fleet's worker when a pop need not refresh or update it, else None. O(1)."""
+        if self.workers.get(worker) != spec:
+            return None
+        state = self.fleet._workers.get(worker)  # the core's worker record (last_seen, held)
+        timeout = self.config.worker_timeout_seconds
+        if state is None or state.timed_out:
+            return None
+        if timeout is not None and now - state.last_seen >= timeout / 2:
+            return None
+        return state
+
+    def liveness_due(self, worker: str) -> float | None:
+        """When a waiting ``worker``'s liveness must next be journaled (None: never). O(1)."""
+        timeout = self.config.worker_timeout_seconds
+        state = self.fleet._workers.get(worker)
+        if timeout is None or state is None:
+            return None
+        return float(state.last_seen) + timeout / 2
+
+    @_operation
+    def refresh(self, now: float, *, workers: list[str]) -> int:
+        """Waiting workers are alive: one journaled event for every long poll of the fleet.
+
+        Names of workers that are not known (they left meanwhile) are skipped.
+
+        Returns:
+            How many workers were marked alive.
+
+        Complexity: O(len(workers)).
+        """
+        count = 0
+        for name in workers:
+            if name in self.workers:
+                self.fleet.heartbeat(name, now=now)
+                count += 1
+        return count
+
+    @_operation
+    def leave(self, now: float, *, worker: str) -> list[str]:
+        """A worker leaves: the jobs it holds go back to the heads of their lanes.
+
+        Leaving is not the jobs' fault: they are requeued whatever their attempt count.
+
+        Returns:
+            The ids of the jobs requeued, in submission order.
+
+        Raises:
+            Rejected: 404 the worker never popped (or already left).
+
+        Complexity: O(slots log n).
+        """
+        if worker not in self.workers:
+            raise Rejected(404, f"no worker {worker!r} (pop once to join)", field="worker")
+        requeued = [job.id for job in self.fleet.leave(worker, now=now)]
+        for job_id in requeued:
+            record = self.jobs[job_id]
+            record.state = "queued"
+            record.worker = None
+            record.deadline = None
+        del self.workers[worker]
+        return requeued
+
+    @_operation
+    def submit_many(
+        self, now: float, *, jobs: list[dict[str, Any]]
+    ) -> list[tuple[JobRecord, bool]]:
+        """Submit every job of a batch, or none: one journaled operation.
+
+        Each item holds :meth:`submit`'s keyword arguments. The refusals :meth:`submit` can
+        make (a reused idempotency key with a different body, ``max_queued``,
+        ``max_queued_per_member``) are checked for the whole batch first, so a refused batch
+        changes nothing. A refusal that still happened half way would be a bug: it escapes
+        as ``RuntimeError`` and the driver stops (crash-only), so the batch is never half
+        applied.
+
+        Returns:
+            ``(record, created)`` per job, in order.
+
+        Raises:
+            Rejected: 422 an empty batch or a reused key; 429 the batch does not fit.
+
+        Complexity: O(b (log n + M)) for b jobs.
+        """
+        if not jobs:
+            raise Rejected(422, "jobs: a batch holds at least one job", field="jobs")
+        fresh: dict[str, int] = {}
+        new: list[dict[str, Any]] = []
+        for args in jobs:
+            key = args.get("idempotency_key")
+            member = args["member"]
+            if key is not None and (member, key) in self.idempotency:
+                if self.idempotency[(member, key)][1] != submit_digest(args):
+                    raise Rejected(
+                        422,
+                        "Idempotency-Key was already used with a different request body",
+                        field="Idempotency-Key",
+                    )
+                continue
+            fresh[member] = fresh.get(member, 0) + 1
+            if args.get("backoff") is not None:
+                try:
+                    Backoff.from_mapping(args["backoff"])
+                except ConfigError as exc:
+                    raise Rejected(422, str(exc), field="backoff") from None
+            new.append(args)
+        self._check_room(fresh)
+        self._check_budgets(new, now)
+        results: list[tuple[JobRecord, bool]] = []
+        for index, args in enumerate(jobs):
+            try:
+                results.append(self.submit(now, **args))
+            except Rejected as exc:
+                if index == 0:
+                    raise
+                raise RuntimeError(f"a batch was refused half way (a bug): {exc}") from exc
+        return results
+
+    def _check_budgets(self, jobs: list[dict[str, Any]], now: float) -> None:
+        """Refuse a batch that a level's budget would refuse half way.
+
+        The core's checks (``max_queued``, ``max_wait``), run over the batch in order without
+        changing anything.
+
+        Raises:
+            Rejected: 429 a level's ``max_queued``; 503 a level's forecast wait over
+                ``max_wait``.
+
+        Complexity: O(b x levels) for b new jobs.
+        """
+        from prioqueue._core import DEFAULT_EXPECTED_RUNTIME
+        from prioqueue._lifecycle import forecast_wait
+
+        core = self.fleet
+        budgets = core._budgets
+        if not budgets:
+            return
+        added: dict[int, int] = {}  # queued (not delayed) jobs of the batch so far, per level
+        held: dict[int, int] = {}  # queued or delayed, per level
+        for args in jobs:
+            level = int(core.policy.parse(args["priority"]))
+            budget = budgets.get(level)
+            not_before = args.get("not_before")
+            delayed = not_before is not None and not_before > now
+            if budget is not None and budget.max_queued is not None:
+                stats = core._levels.get(level)
+                queued = (0 if stats is None else stats.queued) + core._parked.get(level, 0)
+                if queued + held.get(level, 0) >= budget.max_queued:
+                    raise Rejected(
+                        429,
+                        f"the batch does not fit level {level}: it holds {queued} queued or "
+                        f"delayed jobs, its limit max_queued={budget.max_queued}",
+                        field="max_queued",
+                        retry_after=core._retry_after(),
+                    )
+            if budget is not None and budget.max_wait is not None and not delayed:
+                extra = 0.0
+                for number, count in added.items():
+                    if number >= level:
+                        recent = core._recent_level.get(number)
+                        mean = sum(recent) / len(recent) if recent else DEFAULT_EXPECTED_RUNTIME
+                        extra += count * mean
+                wait = forecast_wait(core, level) + extra / max(1, core._live)
+                if wait > budget.max_wait:
+                    raise Rejected(
+                        503,
+                        f"the batch does not fit level {level}: the forecast wait would be "
+                        f"{wait:.0f} s, over its budget (max_wait={budget.max_wait:g} s)",
+                        field="max_wait",
+                        retry_after=float(max(1, math.ceil(wait - budget.max_wait))),
+                    )
+            held[level] = held.get(level, 0) + 1
+            if not delayed:
+                added[level] = added.get(level, 0) + 1
+
+    def _check_room(self, fresh: Mapping[str, int]) -> None:
+        """Refuse (429) a batch that ``max_queued`` or ``max_queued_per_member`` cannot hold."""
+        total = sum(fresh.values())
+        limit = self.config.max_queued
+        if limit is not None and len(self.fleet) + total > limit:
+            raise Rejected(
+                429,
+                f"the batch of {total} new jobs does not fit: the queue holds "
+                f"{len(self.fleet)} jobs, its limit max_queued={limit}",
+                retry_after=self.config.retry_after_seconds,
+            )
+        per_member = self.config.max_queued_per_member
+        if per_member is None:
+            return
+        for member, count in fresh.items():
+            stats = self.fleet._members.get(member)  # the core's per-member counts
+            queued = 0 if stats is None else int(stats.queued)
+            if queued + count > per_member:
+                raise Rejected(
+                    429,
+                    f"the batch of {count} new jobs of member {member!r} does not fit: it has "
+                    f"{queued} queued, its limit max_queued_per_member={per_member}",
+                    retry_after=self.config.retry_after_seconds,
+                )
 
     @_operation
     def tick(self, now: float) -> list[str]:

@@ -37,19 +37,22 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from prioqueue.broker._waiters import Changes
 from prioqueue.broker.config import BrokerConfig
 from prioqueue.broker.engine import BrokerEngine, Rejected
 from prioqueue.broker.journal import MemoryJournal
 
-__all__ = ["BROKER_OPS", "Broker", "Standby"]
+__all__ = ["BROKER_OPS", "Broker", "Standby", "Stopping"]
 
 _log = logging.getLogger("prioqueue.broker")
 T = TypeVar("T")
 
 BROKER_OPS = frozenset(
     ("submit", "cancel", "pop", "complete", "fail", "heartbeat", "tick", "cancel_group")
-)
+) | frozenset(("try_pop", "leave", "submit_many", "refresh"))
 """The engine's journaled operations."""
+SKIPPED_OPS = frozenset(("try_pop",))
+"""Operations whose None result changed nothing: answered without a journal entry."""
 
 
 class Standby(Exception):
@@ -59,6 +62,14 @@ class Standby(Exception):
         where = f"; the leader is {leader}" if leader else ""
         super().__init__(f"this broker is a standby{where}")
         self.leader = leader
+
+
+class Stopping(Standby):
+    """This broker is stopping (SIGTERM): a waiting request answers 503 at once."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.args = ("this broker is stopping; retry (another replica, or this one restarted)",)
 
 
 class _Memory:
@@ -74,7 +85,8 @@ class _Memory:
     async def call(self, op: str, args: Mapping[str, Any]) -> Any:
         now = self.journal.clock()
         result = self.engine.apply(op, args, now)
-        self.journal.append(op, args, now)
+        if result is not None or op not in SKIPPED_OPS:
+            self.journal.append(op, args, now)
         return result
 
     async def read(self) -> BrokerEngine:
@@ -143,6 +155,9 @@ class Broker:
         self._fenced: asyncio.Event | None = None
         self._stopped = False
         self.recovered_entries = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.changes = Changes()
+        """Fired after every applied operation and on a change of role (long-poll waiters)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -171,11 +186,13 @@ class Broker:
             StoreError: The store cannot be opened or recovered (corrupt, newer schema,
                 locked by another broker).
         """
+        self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._fenced = asyncio.Event()
         config = self.config
         if self._journal is not None or config.store == "memory://":
             self._backend = _Memory(config, self._journal or MemoryJournal())
+            self._backend.engine.on_change = self.changes.fire
         elif config.store.startswith(("postgresql:", "postgres:")):
             from prioqueue.store import Elector
 
@@ -219,13 +236,14 @@ class Broker:
                 clock=self._clock,
                 snapshot_every=config.snapshot_every,
                 ops=BROKER_OPS,
-                skip_when_empty=frozenset(),
+                skip_when_empty=SKIPPED_OPS,
                 on_fatal=self._on_fatal,
             )
         except BaseException:
             await asyncio.to_thread(store.close)
             raise
         backend = _Durable(durable, store)
+        backend.engine.on_change = self.changes.fire  # wakes long polls as soon as applied
         self.recovered_entries = durable.committed_seq
         _log.info("serving from %s at epoch %s", config.store, durable.epoch)
         return backend
@@ -271,13 +289,21 @@ class Broker:
                 lost.cancel()
                 fenced.cancel()
             self._backend = None
+            self.changes.fire()  # waiting requests answer 503 with the new leader
             elector.step_down()
             _log.warning("stepped down; the leader is now %s", elector.leader_address)
             await backend.close()
 
+    def begin_stop(self) -> None:
+        """Answer every waiting request now (a SIGTERM): safe from a signal handler. O(1)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.changes.drain)
+
     async def stop(self) -> None:
         """Stop the background tasks, commit what is pending and close the store."""
         self._stopped = True
+        self.changes.drain()
         if self._wake is not None:
             self._wake.set()
         for task in self._tasks:

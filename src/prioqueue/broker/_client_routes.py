@@ -1,0 +1,142 @@
+"""The broker routes the clients added (issue 18): batch submit and a worker leaving.
+
+=========================================  =========  =========================================
+route                                      role       answer
+=========================================  =========  =========================================
+``POST /v1/jobs/batch``                    submitter  201 ``{"ids"}`` (200: idempotent replay)
+``POST /v1/workers/{id}/leave``            worker     ``{"requeued"}``: the jobs it handed back
+=========================================  =========  =========================================
+
+A batch is one journaled operation (``submit_many``): every job is queued or none is. Its
+``Idempotency-Key`` covers the whole batch: job ``i`` is kept under ``KEY#i``, so a retried
+batch answers the same ids (200) and a batch reusing the key with other jobs is a 422.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Response
+from pydantic import BaseModel, Field
+
+from prioqueue._core import LEVEL_LIMIT
+from prioqueue.broker.app import _ID, Submitter, WorkerKey
+from prioqueue.broker.config import BrokerConfig
+from prioqueue.broker.engine import Rejected
+from prioqueue.broker.models import SubmitRequest
+from prioqueue.broker.service import Broker
+
+__all__ = ["BatchCreated", "BatchRequest", "Left", "client_router"]
+
+MAX_BATCH = 10_000
+"""The most jobs in one batch."""
+
+
+class BatchRequest(BaseModel):
+    """``POST /v1/jobs/batch``: jobs submitted all together, or none."""
+
+    model_config = {"extra": "forbid"}
+
+    jobs: list[SubmitRequest] = Field(
+        min_length=1, max_length=MAX_BATCH, description="Each a POST /v1/jobs body."
+    )
+
+
+class BatchCreated(BaseModel):
+    """``201``/``200`` of a batch: the ids, in the order of the request's jobs."""
+
+    ids: list[str]
+
+
+class Left(BaseModel):
+    """``POST /v1/workers/{id}/leave``: the jobs the worker held, now queued again."""
+
+    requeued: list[str]
+
+
+def submit_args(
+    body: SubmitRequest,
+    key: Any,
+    config: BrokerConfig,
+    header_priority: str | None,
+    idempotency_key: str | None,
+) -> dict[str, Any]:
+    """The ``submit`` operation's arguments for one job body (every other field passes on).
+
+    Raises:
+        Rejected: 422 a priority outside the dispatcher's range.
+    """
+    raw = body.priority if body.priority is not None else header_priority
+    priority = config.policy.parse(raw, ceiling=key.max_priority)
+    if not -LEVEL_LIMIT <= priority <= LEVEL_LIMIT:
+        raise Rejected(
+            422,
+            f"priority must resolve to a level within +-{LEVEL_LIMIT} (the policy's minimum "
+            "applies when one is configured)",
+            field="priority",
+        )
+    fields = body.model_dump(exclude={"priority"})
+    return {
+        **fields,
+        "member": key.member,
+        "tier": key.tier,
+        "priority": priority,
+        "idempotency_key": idempotency_key,
+    }
+
+
+def client_router(broker: Broker, config: BrokerConfig, _view: Callable[..., Any]) -> APIRouter:
+    """The routes of this module, bound to ``broker``.
+
+    Args:
+        broker: The broker.
+        config: Its configuration.
+        _view: The app's job view builder (unused; kept for routes that answer jobs).
+
+    Returns:
+        The router to include in the app.
+    """
+    router = APIRouter()
+
+    @router.post(
+        "/v1/jobs/batch", status_code=201, response_model=BatchCreated, tags=["submitters"]
+    )
+    async def submit_batch(
+        body: BatchRequest,
+        key: Submitter,
+        response: Response,
+        x_llamaswap_priority: Annotated[str | None, Header(max_length=64)] = None,
+        idempotency_key: Annotated[str | None, Header(min_length=1, max_length=180)] = None,
+    ) -> BatchCreated:
+        """Queue every job of the batch as one journaled operation, or none of them."""
+        engine = broker.serving_engine()  # the image check reads its config, not its state
+        jobs = []
+        for index, job in enumerate(body.jobs):
+            try:
+                args = submit_args(
+                    job,
+                    key,
+                    config,
+                    x_llamaswap_priority,
+                    None if idempotency_key is None else f"{idempotency_key}#{index}",
+                )
+                if job.image is not None:
+                    args["image"] = engine.check_image(job.image)
+            except Rejected as exc:
+                raise Rejected(
+                    exc.status, f"jobs[{index}]: {exc}", field=f"jobs.{index}.{exc.field}"
+                ) from None
+            jobs.append(args)
+        results = await broker.run("submit_many", {"jobs": jobs})
+        if not any(created for _, created in results):
+            response.status_code = 200
+        return BatchCreated(ids=[record.id for record, _ in results])
+
+    @router.post("/v1/workers/{worker}/leave", response_model=Left, tags=["workers"])
+    async def leave(worker: _ID, _key: WorkerKey) -> Left:
+        """The worker leaves the fleet; the jobs it holds are queued again at once."""
+        requeued = await broker.run("leave", {"worker": worker})
+        return Left(requeued=requeued)
+
+    return router

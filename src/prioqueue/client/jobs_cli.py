@@ -1,0 +1,187 @@
+"""``prioqueue jobs submit|get|wait|cancel|group``: the submitter's command line.
+
+The broker's URL and key come from ``--broker``/``--key`` or ``PRIOQUEUE_BROKER_URL`` and
+``PRIOQUEUE_KEY``. Each command prints JSON on stdout.
+
+Exit status:
+
+====  ==================================================================================
+0     success (``wait``: the job is ``done``)
+1     the broker refused the request (its error on stderr) or could not be reached
+2     bad usage
+3     ``wait``: the job ``failed``
+4     ``wait``: the job was ``cancelled``
+5     ``wait``: the job ``expired``
+6     ``wait``: ``--timeout`` ran out first (the job is printed as it stands)
+====  ==================================================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from prioqueue.client._broker import FINAL_STATES, LONG_POLL, Broker
+from prioqueue.client._errors import BrokerError
+
+__all__ = ["EXIT_CODES", "add_arguments", "run"]
+
+EXIT_CODES = {"done": 0, "failed": 3, "cancelled": 4, "expired": 5, "timeout": 6}
+"""``jobs wait``'s exit status per outcome."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``jobs`` subcommands to its parser.
+
+    Args:
+        parser: The ``jobs`` subparser.
+    """
+    env = os.environ
+    parser.add_argument(
+        "--broker",
+        default=env.get("PRIOQUEUE_BROKER_URL"),
+        metavar="URL",
+        help="the broker's URL (env PRIOQUEUE_BROKER_URL)",
+    )
+    parser.add_argument(
+        "--key", default=env.get("PRIOQUEUE_KEY"), help="a submitter API key (env PRIOQUEUE_KEY)"
+    )
+    parser.add_argument(
+        "--retry-timeout", type=float, default=30.0, help="seconds to retry an unreachable broker"
+    )
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    submit = sub.add_parser("submit", help="queue a job (or a batch) and print its id")
+    submit.add_argument("--payload", help="the payload, JSON ('-': read it from stdin)")
+    submit.add_argument("--priority", help="a number or an alias (interactive, batch...)")
+    submit.add_argument("--model", help="the model the job needs")
+    submit.add_argument("--estimate", type=float, help="expected runtime in seconds")
+    submit.add_argument("--group", help="a group label (a film)")
+    submit.add_argument(
+        "--field",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="another body field (ttl, not_before, max_attempts...), repeatable",
+    )
+    submit.add_argument(
+        "--batch", metavar="FILE", help="a JSON list of submit bodies ('-': stdin): all or none"
+    )
+    submit.add_argument("--idempotency-key", help="reuse to make a retried submit safe")
+    get = sub.add_parser("get", help="print a job")
+    get.add_argument("id")
+    wait = sub.add_parser("wait", help="wait for a job to end; print it (exit status: outcome)")
+    wait.add_argument("id")
+    wait.add_argument("--timeout", type=float, help="seconds to wait at most (default: forever)")
+    cancel = sub.add_parser("cancel", help="cancel a job and print it")
+    cancel.add_argument("id")
+    group = sub.add_parser("group", help="print a group's counts and forecast (or cancel it)")
+    group.add_argument("id")
+    group.add_argument("--member", help="another member's group (observer/admin keys)")
+    group.add_argument("--cancel", action="store_true", help="cancel its queued jobs")
+    group.add_argument(
+        "--running", choices=("keep", "cancel"), default="keep", help="with --cancel"
+    )
+
+
+def _print(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True))
+
+
+def _submit(broker: Broker, args: argparse.Namespace) -> int:
+    if args.batch is not None:
+        if args.batch == "-":
+            text = sys.stdin.read()
+        else:
+            with open(args.batch, encoding="utf-8") as file:
+                text = file.read()
+        jobs = json.loads(text)
+        if not isinstance(jobs, list):
+            print("prioqueue jobs: --batch must hold a JSON list of jobs", file=sys.stderr)
+            return 2
+        _print({"ids": broker.submit_many(jobs, idempotency_key=args.idempotency_key)})
+        return 0
+    fields: dict[str, Any] = {}
+    for item in args.field:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            print(f"prioqueue jobs: --field {item!r}: expected NAME=JSON", file=sys.stderr)
+            return 2
+        try:
+            fields[name] = json.loads(value)
+        except ValueError:
+            fields[name] = value  # a bare word is a string
+    payload = None
+    if args.payload is not None:
+        text = sys.stdin.read() if args.payload == "-" else args.payload
+        try:
+            payload = json.loads(text)
+        except ValueError as exc:
+            print(f"prioqueue jobs: --payload is not JSON: {exc}", file=sys.stderr)
+            return 2
+    text_priority: str | None = args.priority
+    priority: int | str | None = text_priority
+    if text_priority is not None and text_priority.lstrip("-").isdigit():
+        priority = int(text_priority)
+    job_id = broker.submit(
+        payload, priority=priority, model=args.model, estimate=args.estimate,
+        group=args.group, idempotency_key=args.idempotency_key, **fields,
+    )  # fmt: skip
+    _print({"id": job_id})
+    return 0
+
+
+def _wait(broker: Broker, job_id: str, timeout: float | None) -> int:
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = LONG_POLL if end is None else max(0.0, min(LONG_POLL, end - time.monotonic()))
+        job = broker.get(job_id, wait=left)
+        state = str(job.get("state"))
+        if state in FINAL_STATES:
+            _print(job)
+            return EXIT_CODES.get(state, 1)
+        if end is not None and time.monotonic() >= end:
+            _print(job)
+            return EXIT_CODES["timeout"]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one ``jobs`` action; returns the exit status (see the module docstring).
+
+    Args:
+        args: The parsed options of :func:`add_arguments`.
+
+    Returns:
+        The exit status.
+    """
+    if not args.broker or not args.key:
+        print(
+            "prioqueue jobs: --broker URL and --key KEY (or PRIOQUEUE_BROKER_URL and "
+            "PRIOQUEUE_KEY) are required",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        with Broker(args.broker, args.key, retry_timeout=args.retry_timeout) as broker:
+            if args.action == "submit":
+                return _submit(broker, args)
+            if args.action == "get":
+                _print(broker.get(args.id))
+            elif args.action == "wait":
+                return _wait(broker, args.id, args.timeout)
+            elif args.action == "cancel":
+                _print(broker.cancel(args.id))
+            elif args.cancel:
+                _print(broker.cancel_group(args.id, running=args.running, member=args.member))
+            else:
+                _print(broker.group(args.id, member=args.member))
+    except BrokerError as exc:
+        print(f"prioqueue jobs: {exc}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        print(f"prioqueue jobs: {exc}", file=sys.stderr)
+        return 2
+    return 0

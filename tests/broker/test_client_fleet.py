@@ -1,0 +1,417 @@
+"""The clients against a real broker subprocess (SQLite and PostgreSQL), issue 18.
+
+* A fleet of :class:`prioqueue.client.Worker` threads runs jobs while the broker is SIGKILLed
+  and restarted: every job ends done, its handler's side effect happened exactly once, and
+  every submit made exactly one job (idempotency keys reused across retries).
+* ``prioqueue worker -- CMD`` runs a shell command per job: the payload reaches it, a failure
+  on purpose is reported with its stderr, a command past its lease is killed.
+* ``prioqueue jobs wait`` returns when the job ends, with the documented exit status.
+* A worker waiting in a long poll gets a job submitted while it waits; 100 waiting pops and
+  a SIGTERM end cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from prioqueue.client import Broker, Job, JobFailed, Worker
+from store.pg import POSTGRES_URL
+
+from .broker_helpers import WORKER, BrokerProcess, free_port, postgres_schema, write_config
+
+_MAIN = "import sys; from prioqueue.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def _serve(proc: BrokerProcess) -> None:
+    async def wait() -> None:
+        async with httpx.AsyncClient() as client:
+            await proc.wait_serving(client)
+
+    asyncio.run(wait())
+
+
+@contextlib.contextmanager
+def _broker(tmp_path: Path, store: str, **config: Any) -> Iterator[BrokerProcess]:
+    port = free_port()
+    if store == "sqlite":
+        path = write_config(
+            tmp_path / "broker.toml", port, f"sqlite:///{tmp_path / 'b.db'}", **config
+        )
+        proc = BrokerProcess(path, port, tmp_path / "broker.log").start()
+        try:
+            _serve(proc)
+            yield proc
+        finally:
+            proc.kill()
+        return
+    with postgres_schema() as schema:
+        path = write_config(tmp_path / "broker.toml", port, POSTGRES_URL, schema, **config)
+        proc = BrokerProcess(path, port, tmp_path / "broker.log").start()
+        try:
+            _serve(proc)
+            yield proc
+        finally:
+            proc.kill()
+
+
+def _fleet_under_kills(proc: BrokerProcess, jobs: int, kills: int, seed: int) -> None:
+    rng = random.Random(seed)
+    effects: collections.Counter[int] = collections.Counter()
+    after_lost: list[str] = []
+    lock = threading.Lock()
+
+    def handler(job: Job) -> int:
+        time.sleep(rng.random() * 0.02)
+        if job.lost:  # taken back: no side effect
+            after_lost.append(job.id)
+            return -1
+        with lock:
+            effects[int(job.payload)] += 1
+        return int(job.payload)
+
+    workers = [
+        Worker(proc.url, "wk-1", f"gpu-{i}", wait=2, handle_signals=False, retry_timeout=120)
+        for i in range(4)
+    ]
+    threads = [threading.Thread(target=w.run, args=(handler,), daemon=True) for w in workers]
+    for thread in threads:
+        thread.start()
+    ids: list[str] = []
+    with Broker(proc.url, "sk-alice", retry_timeout=120) as broker:
+        half = jobs // 2
+        ids.extend(broker.submit_many([{"payload": n} for n in range(half)]))
+        submitter_done = threading.Event()
+
+        def submit_rest() -> None:
+            with Broker(proc.url, "sk-alice", retry_timeout=120) as b:
+                for n in range(half, jobs):
+                    ids.append(b.submit(n))
+            submitter_done.set()
+
+        submitter = threading.Thread(target=submit_rest, daemon=True)
+        submitter.start()
+        for _ in range(kills):
+            time.sleep(0.3 + rng.random() * 0.7)
+            proc.kill()
+            proc.start()
+            _serve(proc)
+        submitter.join(120)
+        assert submitter_done.is_set()
+        results = {job_id: broker.wait(job_id, timeout=120) for job_id in ids}
+        status = broker.status()
+    for w in workers:
+        w.stop()
+    for thread in threads:
+        thread.join(30)
+    for w in workers:
+        w.close()
+    assert len(ids) == jobs
+    assert sorted(results.values()) == list(range(jobs))  # every job done, with its result
+    assert effects == collections.Counter(range(jobs))  # each side effect exactly once
+    assert status["totals"]["submitted"] == jobs  # no retried submit made a second job
+    assert not after_lost
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_a_fleet_of_workers_runs_every_job_once_while_the_broker_is_killed(
+    tmp_path: Path, store: str
+) -> None:
+    with _broker(tmp_path, store) as proc:
+        _fleet_under_kills(proc, jobs=60, kills=2, seed=7)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_500_jobs_5_kills(tmp_path: Path, store: str) -> None:
+    with _broker(tmp_path, store) as proc:
+        _fleet_under_kills(proc, jobs=500, kills=5, seed=8)
+
+
+def test_a_job_taken_back_raises_job_lost_and_its_handler_stops(tmp_path: Path) -> None:
+    with (
+        _broker(tmp_path, "sqlite") as proc,
+        Broker(proc.url, "sk-alice") as broker,
+        Worker(
+            proc.url, "wk-1", "gpu-1", wait=5, heartbeat_interval=0.1, handle_signals=False
+        ) as worker,
+    ):
+        job_id = broker.submit({"n": 1})
+        job = worker.pop()
+        assert job is not None
+        assert job.id == job_id
+        broker.cancel(job_id)
+        for _ in range(100):  # the heartbeats notice
+            if job.lost:
+                break
+            time.sleep(0.05)
+        assert job.lost
+        with pytest.raises(Exception, match="taken back"):
+            job.check()
+
+
+def _cli(*args: str, env: dict[str, str] | None = None, log: Path | None = None) -> Any:
+    """``prioqueue ARGS`` as a subprocess: output piped, or into ``log`` (a long-lived one)."""
+    command = [sys.executable, "-c", _MAIN, *args]
+    environ = {**os.environ, **(env or {})}
+    if log is None:
+        return subprocess.Popen(
+            command, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+    with log.open("ab") as out:
+        return subprocess.Popen(command, env=environ, stdout=out, stderr=subprocess.STDOUT)
+
+
+SCRIPT = r"""
+in=$(cat)
+printf '%s' "$in" > "$DIR/$PRIOQUEUE_JOB_ID.in"
+echo "$PRIOQUEUE_ATTEMPT $PRIOQUEUE_DEADLINE" > "$DIR/$PRIOQUEUE_JOB_ID.env"
+case "$in" in *sleep*) echo $$ > "$DIR/sleeper.pid"; sleep 30; touch "$DIR/slept";; esac
+if [ ! -e "$DIR/failed-once" ]; then touch "$DIR/failed-once"; echo boom >&2; exit 3; fi
+echo '{"ok": true}'
+"""
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_the_worker_cli_runs_a_command_per_job(tmp_path: Path, store: str) -> None:
+    with _broker(tmp_path, store, default_lease_seconds=3, max_attempts=1) as proc:
+        env = {"DIR": str(tmp_path), "PRIOQUEUE_BROKER_URL": proc.url, "PRIOQUEUE_KEY": "wk-1"}
+        log = tmp_path / "worker.log"
+        cli = _cli(
+            "worker", "--name", "gpu-cli", "--wait", "2", "--", "sh", "-c", SCRIPT,
+            env=env, log=log,
+        )  # fmt: skip
+        try:
+            with Broker(proc.url, "sk-alice") as broker:
+                first = broker.submit({"prompt": "a cat"})
+                with pytest.raises(JobFailed) as failed:
+                    broker.wait(first, timeout=60)
+                report = failed.value.job["result"]
+                assert report["exit_code"] == 3
+                assert "boom" in report["stderr"]
+                second = broker.submit({"prompt": "a dog"})
+                assert broker.wait(second, timeout=60) == {"ok": True}
+                assert json.loads((tmp_path / f"{second}.in").read_text()) == {"prompt": "a dog"}
+                assert (tmp_path / f"{second}.env").read_text().startswith("1 ")
+                sleeper = broker.submit({"sleep": True})
+                with pytest.raises(JobFailed):
+                    broker.wait(sleeper, timeout=60)
+                pid = int((tmp_path / "sleeper.pid").read_text())
+                for _ in range(200):  # killed at its lease (the whole process group)
+                    try:
+                        os.kill(pid, 0)
+                    except ProcessLookupError:
+                        break
+                    time.sleep(0.05)
+                else:
+                    raise AssertionError("the command outlived its lease")
+                assert not (tmp_path / "slept").exists()
+            cli.send_signal(signal.SIGTERM)
+            assert cli.wait(timeout=30) == 0, log.read_text()
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+                cli.wait()
+
+
+def test_jobs_wait_returns_when_the_job_ends_with_its_exit_status(tmp_path: Path) -> None:
+    with _broker(tmp_path, "sqlite") as proc:
+        env = {"PRIOQUEUE_BROKER_URL": proc.url, "PRIOQUEUE_KEY": "sk-alice"}
+        submit = _cli("jobs", "submit", "--payload", '{"n": 1}', env=env)
+        out, err = submit.communicate(timeout=30)
+        assert submit.returncode == 0, err
+        job_id = json.loads(out)["id"]
+        waiting = _cli("jobs", "wait", job_id, env=env)
+        time.sleep(0.5)
+        assert waiting.poll() is None  # still queued: it waits
+        with Worker(proc.url, "wk-1", "gpu-1", wait=5, handle_signals=False) as worker:
+            job = worker.pop()
+            assert job is not None
+            job.complete({"answer": 42})
+            out, err = waiting.communicate(timeout=30)
+            assert waiting.returncode == 0, err
+            assert json.loads(out)["result"] == {"answer": 42}
+            failing = json.loads(_cli("jobs", "submit", env=env).communicate(timeout=30)[0])
+            job = worker.pop()
+            assert job is not None
+            job.fail("no")
+            waited = _cli("jobs", "wait", failing["id"], env=env)
+            waited.communicate(timeout=30)
+            assert waited.returncode == 3
+        timeout = _cli("jobs", "wait", "--timeout", "0.2", _submit_one(env), env=env)
+        timeout.communicate(timeout=30)
+        assert timeout.returncode == 6
+        missing = _cli("jobs", "get", "job-999", env=env)
+        _, err = missing.communicate(timeout=30)
+        assert missing.returncode == 1
+        assert b"404" in err
+
+
+def _submit_one(env: dict[str, str]) -> str:
+    out, _ = _cli("jobs", "submit", env=env).communicate(timeout=30)
+    job_id: str = json.loads(out)["id"]
+    return job_id
+
+
+def test_a_worker_waiting_in_a_long_poll_gets_a_job_submitted_meanwhile(tmp_path: Path) -> None:
+    with (
+        _broker(tmp_path, "sqlite") as proc,
+        Worker(proc.url, "wk-1", "gpu-1", handle_signals=False) as worker,
+    ):
+        assert worker.pop(wait=0) is None  # joins
+        got: list[Job | None] = []
+        thread = threading.Thread(target=lambda: got.append(worker.pop(wait=30)))
+        thread.start()
+        time.sleep(1.0)
+        assert thread.is_alive()  # waiting, not polling
+        with Broker(proc.url, "sk-alice") as broker:
+            job_id = broker.submit({"n": 1})
+        thread.join(30)
+        assert got
+        assert got[0] is not None
+        assert got[0].id == job_id
+
+
+def test_100_waiting_pops_and_a_sigterm_end_cleanly(tmp_path: Path) -> None:
+    with _broker(tmp_path, "sqlite") as proc:
+
+        async def scenario() -> list[Any]:
+            limits = httpx.Limits(max_connections=200)
+            async with httpx.AsyncClient(timeout=90, limits=limits) as client:
+
+                async def pop(i: int) -> Any:
+                    try:
+                        response = await client.post(
+                            f"{proc.url}/v1/workers/gpu-{i}/pop",
+                            params={"wait": 60},
+                            json={},
+                            headers=WORKER,
+                        )
+                        return response.status_code
+                    except httpx.HTTPError as exc:
+                        return type(exc).__name__
+
+                tasks = [asyncio.create_task(pop(i)) for i in range(100)]
+                await asyncio.sleep(2.0)
+                assert not any(t.done() for t in tasks)
+                proc.signal(signal.SIGTERM)
+                return await asyncio.wait_for(asyncio.gather(*tasks), 30)
+
+        answers = asyncio.run(scenario())
+        assert proc.proc is not None
+        assert proc.proc.wait(timeout=30) == 0
+        assert set(answers) <= {503, "RemoteProtocolError", "ReadError", "ConnectError"}
+        assert 503 in answers
+
+
+def test_workers_follow_the_new_leader_after_a_sigkill(tmp_path: Path) -> None:
+    with postgres_schema() as schema:
+        procs = []
+        for name in ("a", "b"):
+            port = free_port()
+            config = write_config(
+                tmp_path / f"{name}.toml", port, POSTGRES_URL, schema,
+                advertise=f"http://127.0.0.1:{port}", leader_lease_seconds=2,
+            )  # fmt: skip
+            procs.append(BrokerProcess(config, port, tmp_path / f"{name}.log"))
+        a, b = procs
+        urls = f"{a.url},{b.url}"
+        try:
+            a.start()
+            _serve(a)
+            b.start()
+            done: collections.Counter[int] = collections.Counter()
+            lock = threading.Lock()
+
+            def handler(job: Job) -> int:
+                with lock:
+                    done[int(job.payload)] += 1
+                return int(job.payload)
+
+            workers = [
+                Worker(urls, "wk-1", f"gpu-{i}", wait=2, handle_signals=False, retry_timeout=60)
+                for i in range(3)
+            ]
+            threads = [threading.Thread(target=w.run, args=(handler,)) for w in workers]
+            for thread in threads:
+                thread.start()
+            with Broker(urls, "sk-alice", retry_timeout=60) as broker:
+                first = broker.submit_many([{"payload": n} for n in range(10)])
+                assert [broker.wait(j, timeout=60) for j in first] == list(range(10))
+                a.kill()  # the leader dies; b takes over; every client moves to b
+                second = broker.submit_many([{"payload": n} for n in range(10, 20)])
+                assert [broker.wait(j, timeout=60) for j in second] == list(range(10, 20))
+                assert broker.status()["leader"] == b.url
+            for w in workers:
+                w.stop()
+            for thread in threads:
+                thread.join(30)
+            for w in workers:
+                w.close()
+            assert done == collections.Counter(range(20))
+        finally:
+            a.kill()
+            b.kill()
+
+
+SLOW = r"""
+cat > /dev/null
+touch "$DIR/$PRIOQUEUE_JOB_ID.started"
+sleep 2
+echo '{"ok": 1}'
+"""
+
+
+def _started(path: Path) -> None:
+    for _ in range(400):
+        if path.exists():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")
+
+
+def test_sigterm_lets_the_job_in_hand_finish_and_a_second_one_hands_it_back(
+    tmp_path: Path,
+) -> None:
+    with _broker(tmp_path, "sqlite") as proc, Broker(proc.url, "sk-alice") as broker:
+        env = {"DIR": str(tmp_path), "PRIOQUEUE_BROKER_URL": proc.url, "PRIOQUEUE_KEY": "wk-1"}
+        command = ["worker", "--name", "gpu-t", "--wait", "5", "--", "sh", "-c", SLOW]
+        log = tmp_path / "worker.log"
+        cli = _cli(*command, env=env, log=log)
+        try:
+            first = broker.submit({"n": 1})
+            _started(tmp_path / f"{first}.started")
+            cli.send_signal(signal.SIGTERM)  # stop popping, finish this job, leave
+            assert cli.wait(timeout=60) == 0, log.read_text()
+            assert broker.get(first)["state"] == "done"
+            assert broker.get(first)["result"] == {"ok": 1}
+            assert broker.status()["workers"] == 0  # it left
+            cli = _cli(*command, env=env, log=log)
+            second = broker.submit({"n": 2})
+            _started(tmp_path / f"{second}.started")
+            cli.send_signal(signal.SIGTERM)
+            time.sleep(0.2)
+            cli.send_signal(signal.SIGTERM)  # again: kill the command, hand the job back
+            assert cli.wait(timeout=60) == 0, log.read_text()
+            job = broker.get(second)
+            assert job["state"] == "queued"
+            assert job["attempt"] == 1
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+                cli.wait()
