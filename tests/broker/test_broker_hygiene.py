@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -115,7 +115,7 @@ def test_a_late_body_is_408() -> None:
         async with api(connections={"body_timeout": 0.2}) as a:
             never = asyncio.Event()
 
-            async def stalled():  # type: ignore[no-untyped-def]
+            async def stalled() -> AsyncIterator[bytes]:
                 yield b"{"
                 await never.wait()
 

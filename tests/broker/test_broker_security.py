@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from prioqueue.broker.app import WorkerKey
@@ -228,7 +229,7 @@ def test_the_app_keeps_header_and_request_limits_under_any_server() -> None:
             assert (await c.get("/v1/status", headers=WORKER)).status_code == 200
             gate = asyncio.Event()
 
-            async def slow_body():  # type: ignore[no-untyped-def]
+            async def slow_body() -> AsyncIterator[bytes]:
                 yield b"{"
                 await gate.wait()
                 yield b"}"
@@ -263,7 +264,7 @@ def test_any_route_with_a_worker_in_its_path_checks_the_worker_id() -> None:
         async with api(keys=SCOPED) as a:
             app = a.client._transport.app  # type: ignore[attr-defined]
 
-            @app.post("/v1/workers/{worker}/leave-test")
+            @app.post("/v1/workers/{worker}/leave-test")  # type: ignore[untyped-decorator]
             async def leave(worker: str, _key: WorkerKey) -> dict[str, str]:
                 return {"left": worker}
 
