@@ -61,7 +61,11 @@ def test_every_quick_start_curl_runs_as_written(tmp_path: Path) -> None:
     assert config is not None
     port = free_port()
     toml = config["body"].replace("127.0.0.1:8091", f"127.0.0.1:{port}")
-    toml = toml.replace('"sqlite:broker.db"', f'"sqlite:{tmp_path / "broker.db"}"')
+    store = re.search(r'^store = "(?P<url>[^"]+)"', toml, re.MULTILINE)
+    assert store is not None, "the quick-start config names no store"
+    # The page's store is relative to the working directory: put it in tmp_path, or every run
+    # after the first would find the last run's job-1 (and litter the checkout).
+    toml = toml.replace(store["url"], f"sqlite:///{tmp_path / 'broker.db'}")
     (tmp_path / "broker.toml").write_text(toml, encoding="utf-8")
     proc = BrokerProcess(tmp_path / "broker.toml", port, tmp_path / "broker.log").start()
     try:
