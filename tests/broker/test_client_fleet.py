@@ -415,3 +415,77 @@ def test_sigterm_lets_the_job_in_hand_finish_and_a_second_one_hands_it_back(
             if cli.poll() is None:
                 cli.kill()
                 cli.wait()
+
+
+def test_a_worker_with_two_slots_runs_completes_and_fails_in_process(tmp_path: Path) -> None:
+    # Worker.run with slots > 1 (a pool of handler threads), a handler that raises (the job
+    # fails with its reason), heartbeats while a handler runs, and stop() ending the loop with
+    # a leave: in this process, so coverage sees the worker's own code.
+    with (
+        _broker(tmp_path, "sqlite") as proc,
+        Broker(proc.url, "sk-alice") as broker,
+        Worker(
+            proc.url, "wk-1", "gpu-1", slots=2, wait=1, heartbeat_interval=0.05,
+            handle_signals=False,
+        ) as worker,
+    ):  # fmt: skip
+        ids = [broker.submit({"n": n, "raise": n % 3 == 0}) for n in range(6)]
+        seen: list[int] = []
+        lock = threading.Lock()
+
+        def handler(job: Job) -> dict[str, int]:
+            time.sleep(0.2)  # long enough for a heartbeat or two
+            with lock:
+                seen.append(job.payload["n"])
+                if len(seen) == len(ids):
+                    worker.stop()
+            if job.payload["raise"]:
+                raise RuntimeError(f"shot {job.payload['n']} broke")
+            return {"n": job.payload["n"]}
+
+        worker.run(handler)
+        assert sorted(seen) == list(range(6))
+        assert worker.held() == []
+        for n, job_id in enumerate(ids):
+            if n % 3 == 0:
+                with pytest.raises(JobFailed, match=f"shot {n} broke"):
+                    broker.wait(job_id, timeout=10)
+            else:
+                assert broker.wait(job_id, timeout=10) == {"n": n}
+
+
+def test_run_with_one_slot_lets_a_handler_see_its_job_taken_back(tmp_path: Path) -> None:
+    # Worker.run with one slot: the broker takes the job back (a cancel) while the handler
+    # runs; the heartbeats mark it lost, job.check() raises JobLost in the handler, run()
+    # reports nothing for it and goes on with the next job.
+    with (
+        _broker(tmp_path, "sqlite") as proc,
+        Broker(proc.url, "sk-alice") as broker,
+        Worker(
+            proc.url, "wk-1", "gpu-1", wait=1, heartbeat_interval=0.05, handle_signals=False
+        ) as worker,
+    ):
+        first = broker.submit({"n": 1})
+        second = broker.submit({"n": 2})
+        outcomes: dict[str, str] = {}
+
+        def handler(job: Job) -> dict[str, int]:
+            if job.id == first:
+                broker.cancel(first)
+                for _ in range(200):
+                    if job.lost:
+                        break
+                    time.sleep(0.02)
+                try:
+                    job.check()
+                except Exception as exc:
+                    outcomes[job.id] = type(exc).__name__
+                    raise
+            outcomes[job.id] = "done"
+            worker.stop()
+            return {"n": job.payload["n"]}
+
+        worker.run(handler)
+        assert outcomes == {first: "JobLost", second: "done"}
+        assert broker.get(first)["state"] == "cancelled"
+        assert broker.wait(second, timeout=10) == {"n": 2}
