@@ -489,3 +489,38 @@ def test_run_with_one_slot_lets_a_handler_see_its_job_taken_back(tmp_path: Path)
         assert outcomes == {first: "JobLost", second: "done"}
         assert broker.get(first)["state"] == "cancelled"
         assert broker.wait(second, timeout=10) == {"n": 2}
+
+
+def test_the_async_broker_submits_waits_cancels_and_reads_groups(tmp_path: Path) -> None:
+    # AsyncBroker against a real broker: the same answers as the sync Broker.
+    from prioqueue.client import AsyncBroker, JobCancelled, WaitTimeout
+
+    with (
+        _broker(tmp_path, "sqlite") as proc,
+        Worker(proc.url, "wk-1", "gpu-1", wait=1, handle_signals=False) as worker,
+    ):
+
+        async def main() -> None:
+            async with AsyncBroker(proc.url, "sk-alice") as broker:
+                one = await broker.submit({"n": 1}, group="film", priority="batch")
+                two, three = await broker.submit_many(
+                    [{"payload": {"n": 2}, "group": "film"}, {"payload": {"n": 3}}]
+                )
+                assert (await broker.get(one))["state"] == "queued"
+                with pytest.raises(WaitTimeout):
+                    await broker.wait(three, timeout=0.2)
+                await broker.cancel(three)
+                with pytest.raises(JobCancelled):
+                    await broker.wait(three, timeout=5)
+                job = await asyncio.to_thread(worker.pop)
+                assert job is not None
+                await asyncio.to_thread(job.complete, {"ok": job.id})
+                assert await broker.wait(job.id, timeout=5) == {"ok": job.id}
+                film = await broker.group("film")
+                assert film["done"] + film["queued"] == 2
+                assert job.id in (one, two)  # three was cancelled before the pop
+                cancelled = await broker.cancel_group("film")
+                assert len(cancelled["cancelled"]) == 1  # the film's job still queued
+                assert (await broker.status())["role"] == "leader"
+
+        asyncio.run(main())

@@ -87,6 +87,9 @@ def test_a_request_whose_client_left_keeps_the_gpu_until_the_upstream_is_idle(
         async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
             response = await client.post(CHAT, json=chat(tag="next"))
             assert response.status_code == 200
+        # The gateway records a request's outcome once its answer has gone out: the client may
+        # hold the 200 a moment before the record exists.
+        await wait_for(lambda: len(stack.gateway.history) == 2)
 
     run(main())
     outcomes = [record["outcome"] for record in stack.gateway.history.values()]
