@@ -27,6 +27,7 @@ from typing import Any, Literal
 from prioqueue import _lanes, _lifecycle
 from prioqueue._errors import ChargeError, ConfigError, DuplicateJob, QueueFull, UnknownJob
 from prioqueue._groups import GroupBook, checked_group
+from prioqueue._journaled import journaled
 from prioqueue._lanes import QUEUED, RUNNING, _BonusCache, _Entry, _Lane, _Ranking
 from prioqueue._validate import (
     TIME_LIMIT,
@@ -497,6 +498,7 @@ class _Core:
 
     # ------------------------------------------------------------------ submit
 
+    @journaled
     def submit(
         self,
         job_id: str,

@@ -29,6 +29,7 @@ from prioqueue import _lifecycle
 from prioqueue._core import _RECENT_PER_KEY, DEFERRED, _Level
 from prioqueue._errors import InvalidState, LeaseError, LeaseExpired, UnknownWorker
 from prioqueue._groups import GroupMethods
+from prioqueue._journaled import journaled
 from prioqueue._lanes import GONE, QUEUED, RUNNING, _Entry, _Lane
 from prioqueue._reporting import _Reporting
 from prioqueue._validate import checked_name, finite
@@ -607,6 +608,7 @@ class _Engine(_Reporting, GroupMethods):
                 )
         return entry
 
+    @journaled
     def complete(
         self,
         job_id: str,
@@ -679,6 +681,7 @@ class _Engine(_Reporting, GroupMethods):
             raise ValueError(f"charge must be >= 0 seconds, got {charge!r}")
         return value
 
+    @journaled
     def cancel(
         self,
         job_id: str,
@@ -712,6 +715,7 @@ class _Engine(_Reporting, GroupMethods):
         self._totals["cancelled"] += 1
         return job
 
+    @journaled
     def fail(
         self,
         job_id: str,
@@ -814,6 +818,7 @@ class _Engine(_Reporting, GroupMethods):
             self._groups.move(job_id, outcome)
         return entry.job
 
+    @journaled
     def expire(self, now: float) -> list[Expired]:
         """Take back every held job past its lease, and every job of a silent worker.
 

@@ -29,6 +29,7 @@ import attrs
 
 from prioqueue import _observe
 from prioqueue._errors import UnknownGroup
+from prioqueue._journaled import journaled
 from prioqueue._lanes import RUNNING
 from prioqueue._validate import checked_name, finite
 
@@ -441,6 +442,7 @@ class GroupMethods:
         finish = forecast_finish(engine, t, [job_id for job_id, _ in live])
         return self._groups.status(group, now=t, finish=finish)
 
+    @journaled
     def cancel_group(self, group: str, *, now: float, running: CancelRunning = "keep") -> list[Job]:
         """Cancel every queued job of a group (and its running ones, if asked).
 
@@ -475,6 +477,7 @@ class GroupMethods:
             if state == "queued" or mode == "cancel"
         ]
 
+    @journaled
     def forget_group(self, group: str) -> None:
         """Drop a finished group's counts (groups are kept until then, like members).
 

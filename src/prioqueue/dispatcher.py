@@ -34,11 +34,12 @@ from prioqueue._core import (
     ChargeModel,
 )
 from prioqueue._engine import _Engine
+from prioqueue._journaled import journaled
 from prioqueue._validate import checked_name
 from prioqueue._workers import _Worker
 from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
-from prioqueue.records import Grant, Job
+from prioqueue.records import Expired, Grant, Job
 from prioqueue.scoring import Scorer
 
 __all__ = ["DEFAULT_RETRY_AFTER", "DEFAULT_WAIT_BUCKETS", "ChargeModel", "SizeOneDispatcher"]
@@ -145,6 +146,7 @@ class SizeOneDispatcher(_Engine):
         held = self._one.held
         return held[0].grant if held else None
 
+    @journaled
     def set_resident_model(self, model: str | None) -> None:
         """Tell the dispatcher which model is loaded (None: nothing, e.g. after an idle unload).
 
@@ -153,6 +155,21 @@ class SizeOneDispatcher(_Engine):
         """
         self._set_resident(self._one, None if model is None else checked_name("model", model))
 
+    @journaled(skip_when_empty=True)
+    def expire(self, now: float) -> list[Expired]:
+        """Take the resource back from a job past its lease (see ``FleetDispatcher.expire``).
+
+        Declared here again only because a size-1 dispatcher's empty ``expire`` changed
+        nothing (it has no worker to time out), so a durable wrapper need not journal it.
+
+        Raises:
+            ValueError: ``now`` is out of range.
+
+        Complexity: O(k log n) for k jobs taken back or expired (amortised).
+        """
+        return super().expire(now)
+
+    @journaled(skip_when_empty=True)
     def dispatch(self, now: float) -> Grant | None:
         """Grant the resource to the best waiting job, when it is free.
 

@@ -34,6 +34,7 @@ from prioqueue._core import (
 )
 from prioqueue._engine import _Engine
 from prioqueue._errors import ConfigError, InvalidState
+from prioqueue._journaled import journaled
 from prioqueue._lanes import QUEUED, RUNNING
 from prioqueue._validate import checked_name, finite
 from prioqueue._workers import _Worker, idle_reasons
@@ -172,6 +173,7 @@ class FleetDispatcher(_Engine):
 
     # ------------------------------------------------------------------ workers
 
+    @journaled
     def join(
         self,
         name: str,
@@ -239,6 +241,7 @@ class FleetDispatcher(_Engine):
             self._set_resident(worker, resident)
         return worker.info()
 
+    @journaled
     def heartbeat(self, name: str, *, now: float, resident: str | None = _UNSET) -> WorkerInfo:
         """Tell the fleet a worker is alive (a timed-out worker is revived).
 
@@ -267,6 +270,7 @@ class FleetDispatcher(_Engine):
             self._set_resident(worker, resident)
         return worker.info()
 
+    @journaled
     def leave(self, name: str, *, now: float) -> list[Job]:
         """Remove a worker; the jobs it holds go back to the heads of their lanes.
 
@@ -325,6 +329,7 @@ class FleetDispatcher(_Engine):
         self._take_back([entry], t, always=True)
         return entry.job
 
+    @journaled
     def pop(self, name: str, *, now: float) -> Grant | None:
         """Pull the best job this worker may run now (see the class docstring).
 

@@ -1,0 +1,187 @@
+"""The shape of ``src/prioqueue``, computed from its code with ``ast``.
+
+Run ``python tests/architecture.py`` to print the import graph and every breach of the layout
+rules; ``tests/test_architecture.py`` asserts them:
+
+* the import graph has no circles (imports under ``TYPE_CHECKING`` and inside functions
+  count: a circle is a circle to a reader even when Python tolerates it);
+* no module imports another package's private module (``a._x`` may be imported from ``a``
+  and below it only);
+* no module over ``MAX_MODULE_LINES`` lines, no function over ``MAX_FUNCTION_LINES`` lines
+  (its docstring not counted; a nested function counts within the one that holds it).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80
+
+
+def _name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    """Every module under ``src``, by dotted name."""
+    return {_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def _targets(
+    mod: str, node: ast.Import | ast.ImportFrom, is_package: bool, known: dict[str, Path]
+) -> Iterator[str]:
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names)
+        return
+    base = node.module or ""
+    if node.level:
+        package = mod.split(".") if is_package else mod.split(".")[:-1]
+        package = package[: len(package) - (node.level - 1)]
+        base = ".".join([*package, base] if base else package)
+    for alias in node.names:
+        sub = f"{base}.{alias.name}"
+        yield sub if sub in known else base
+
+
+def import_graph() -> dict[str, set[str]]:
+    """``module -> modules of this project it imports`` (anywhere in its code)."""
+    known = modules()
+    graph: dict[str, set[str]] = {}
+    for mod, path in known.items():
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            for name in _targets(mod, node, path.name == "__init__.py", known):
+                target = name
+                while target not in known and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                if target in known and target != mod:
+                    deps.add(target)
+        graph[mod] = deps
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return sorted(found)
+
+
+def private_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``importer -> module`` for each import of a private module from outside its package."""
+    known = modules()
+    breaches: list[str] = []
+    for mod, deps in sorted(graph.items()):
+        home = mod if known[mod].name == "__init__.py" else mod.rpartition(".")[0]
+        for dep in sorted(deps):
+            parts = dep.split(".")
+            for i, part in enumerate(parts):
+                if part.startswith("_") and not part.startswith("__"):
+                    owner = ".".join(parts[:i])
+                    if home != owner and not home.startswith(owner + "."):
+                        breaches.append(f"{mod} -> {dep}")
+                    break
+    return breaches
+
+
+def long_modules() -> list[str]:
+    """Modules over ``MAX_MODULE_LINES`` lines."""
+    out = []
+    for mod, path in modules().items():
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > MAX_MODULE_LINES:
+            out.append(f"{mod}: {lines} lines")
+    return out
+
+
+def _docstring_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    first = node.body[0] if node.body else None
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+        and first.end_lineno is not None
+    ):
+        return first.end_lineno - first.lineno + 1
+    return 0
+
+
+def long_functions() -> list[str]:
+    """Functions over ``MAX_FUNCTION_LINES`` lines, docstrings not counted."""
+    out = []
+    for mod, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                end = node.end_lineno or node.lineno
+                start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                lines = end - start + 1 - _docstring_lines(node)
+                if lines > MAX_FUNCTION_LINES:
+                    out.append(f"{mod}:{node.lineno} {node.name}: {lines} lines")
+    return out
+
+
+def main() -> int:
+    """Print the graph and the breaches; exit 1 if there is any."""
+    graph = import_graph()
+    for mod in sorted(graph):
+        print(f"{mod} -> {', '.join(sorted(graph[mod])) or '(nothing)'}")
+    problems = {
+        "circles": [" <-> ".join(c) for c in circles(graph)],
+        "private imports": private_imports(graph),
+        f"modules over {MAX_MODULE_LINES} lines": long_modules(),
+        f"functions over {MAX_FUNCTION_LINES} lines": long_functions(),
+    }
+    for title, items in problems.items():
+        print(f"\n{title}: {len(items)}")
+        for item in items:
+            print(f"  {item}")
+    return 1 if any(problems.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
