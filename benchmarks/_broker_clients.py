@@ -31,7 +31,8 @@ HERE = Path(__file__).parent
 WAITING = 10
 SAMPLES = 100
 IDLE_WORKERS = 100
-IDLE_SECONDS = 10.0
+IDLE_SECONDS = 30.0
+STATS_FLUSH = 11.0
 BATCH = 500
 BATCH_CLIENTS = 4
 PRODUCERS = 20
@@ -96,19 +97,27 @@ async def idle_cost(url: str, dsn: str, schema: str, workers: int) -> tuple[floa
     import psycopg
 
     database = dsn.rsplit("/", 1)[1]
+    # The transaction count is read from another database, so reading it adds nothing to the
+    # broker's; the journal's row count is read in the broker's database by one autocommit
+    # SELECT, inside the window at both ends: exactly 2 of the counted transactions are ours.
+    maintenance = dsn.rsplit("/", 1)[0] + "/postgres"
 
-    def counters() -> tuple[int, int]:
-        with psycopg.connect(dsn, autocommit=True) as conn:
+    def xacts() -> int:
+        with psycopg.connect(maintenance, autocommit=True) as conn:
             conn.execute("SELECT pg_stat_clear_snapshot()")
-            xacts = conn.execute(
+            row = conn.execute(
                 "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (database,)
             ).fetchone()
-            rows = conn.execute(
+        assert row is not None
+        return int(row[0])
+
+    def rows() -> int:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute(
                 f"SELECT coalesce(max(seq), 0) FROM {schema}.prioqueue_journal"
             ).fetchone()
-        assert xacts is not None
-        assert rows is not None
-        return int(xacts[0]), int(rows[0])
+        assert row is not None
+        return int(row[0])
 
     stop = asyncio.Event()
     connector = aiohttp.TCPConnector(limit=0)
@@ -123,19 +132,24 @@ async def idle_cost(url: str, dsn: str, schema: str, workers: int) -> tuple[floa
 
         tasks = [asyncio.create_task(worker(f"idle-{i}")) for i in range(workers)]
         await asyncio.sleep(3.0)  # joins are journaled; then they only wait
-        await asyncio.sleep(1.5)  # the statistics of the joins are flushed
-        x0, r0 = await asyncio.to_thread(counters)
+        await asyncio.sleep(STATS_FLUSH)  # the statistics of the joins are reported
+        x0 = await asyncio.to_thread(xacts)
         start = time.perf_counter()
+        r0 = await asyncio.to_thread(rows)
         await asyncio.sleep(IDLE_SECONDS)
-        await asyncio.sleep(1.5)  # let the backends flush their statistics
-        x1, r1 = await asyncio.to_thread(counters)
-        elapsed = time.perf_counter() - start - 1.5
+        r1 = await asyncio.to_thread(rows)
+        elapsed = time.perf_counter() - start
+        # A backend reports its counts when it goes idle, at most once a second (an idle
+        # one within 10 s): wait that out, still waiting, before the second reading.
+        await asyncio.sleep(STATS_FLUSH)
+        x1 = await asyncio.to_thread(xacts)
         stop.set()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    # One of the counted transactions is this function's own first read.
-    return max(0, x1 - x0 - 1) / elapsed, (r1 - r0) / elapsed
+    # The transactions of the wait for the statistics are counted too, at the same rate: the
+    # rate is over the whole window.
+    return max(0, x1 - x0 - 2) / (elapsed + STATS_FLUSH), (r1 - r0) / elapsed
 
 
 async def batched(url: str, seconds: float) -> float:
