@@ -23,7 +23,7 @@ import sys
 from typing import Any
 
 from prioqueue._errors import ConfigError
-from prioqueue._service_cli import add_server_options, missing_modules, shutdown_signals
+from prioqueue._service.cli import add_server_options, missing_modules, shutdown_signals
 
 __all__ = ["add_arguments", "run", "store_problem"]
 
@@ -175,8 +175,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"prioqueue broker: {exc}", file=sys.stderr)
         return 2
+    from prioqueue._service.server import BindError, bind
     from prioqueue.broker._server import uvicorn_config
-    from prioqueue.gateway._server import BindError, bind
 
     try:
         sock = bind(config.host, config.port)

@@ -41,18 +41,18 @@ from typing import Any, Final, Literal
 import attrs
 
 from prioqueue._errors import ConfigError
-from prioqueue._lifecycle_config import backoff_setting, budgets_setting
-from prioqueue._service_config import (
-    _policy,
-    _scoring,
-    _Table,
-    _tier,
+from prioqueue._service.config import (
+    Table,
     api_key_entries,
     charge_setting,
     default_tier,
     listen_setting,
+    policy_setting,
     read_toml,
+    scoring_setting,
+    tier_setting,
 )
+from prioqueue._service.lifecycle import backoff_setting, budgets_setting
 from prioqueue.lease import LeaseCalculator
 from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
@@ -278,7 +278,7 @@ def _check_store(value: str, where: str) -> str:
     )
 
 
-def _keys(root: _Table, tiers: Mapping[str, float]) -> dict[str, BrokerKey]:
+def _keys(root: Table, tiers: Mapping[str, float]) -> dict[str, BrokerKey]:
     keys: dict[str, BrokerKey] = {}
     for key, entry in api_key_entries(root):
         role = entry.string("role", "")
@@ -300,7 +300,7 @@ def _keys(root: _Table, tiers: Mapping[str, float]) -> dict[str, BrokerKey]:
             keys[key] = BrokerKey(
                 role="submitter",
                 member=member,
-                tier=_tier(entry, "tier", tiers, default_tier(tiers)),
+                tier=tier_setting(entry, "tier", tiers, default_tier(tiers)),
                 max_priority=entry.integer("max_priority", 0),  # type: ignore[arg-type]
                 observer=entry.boolean("observer", False),
                 admin=entry.boolean("admin", False),
@@ -311,7 +311,7 @@ def _keys(root: _Table, tiers: Mapping[str, float]) -> dict[str, BrokerKey]:
     return keys
 
 
-def _worker_ids(entry: _Table) -> tuple[frozenset[str] | None, str | None]:
+def _worker_ids(entry: Table) -> tuple[frozenset[str] | None, str | None]:
     raw = entry.get("workers")
     prefix = entry.get("workers_prefix")
     workers: frozenset[str] | None = None
@@ -331,7 +331,7 @@ def _worker_ids(entry: _Table) -> tuple[frozenset[str] | None, str | None]:
     return workers, prefix
 
 
-def _connections(root: _Table) -> Connections:
+def _connections(root: Table) -> Connections:
     table = root.table("connections")
     defaults = Connections()
     kwargs: dict[str, Any] = {}
@@ -345,7 +345,7 @@ def _connections(root: _Table) -> Connections:
     return Connections(**kwargs)
 
 
-def _lease(root: _Table) -> LeaseCalculator:
+def _lease(root: Table) -> LeaseCalculator:
     table = root.table("lease")
     kwargs: dict[str, Any] = {}
     for key in _LEASE_KEYS:
@@ -365,18 +365,18 @@ def _lease(root: _Table) -> LeaseCalculator:
         raise ConfigError(f"{root.source}lease: {exc}") from None
 
 
-def _synchronous(root: _Table) -> str:
+def _synchronous(root: Table) -> str:
     value = root.string("sqlite_synchronous", "full")
     if value not in ("full", "normal"):
         raise root.fail("sqlite_synchronous", f'must be "full" or "normal", got {value!r}')
     return value
 
 
-def _optional_int(root: _Table, key: str) -> int | None:
+def _optional_int(root: Table, key: str) -> int | None:
     return root.integer(key, None, minimum=1)
 
 
-def _bytes_limit(root: _Table, key: str, default: int | None) -> int | None:
+def _bytes_limit(root: Table, key: str, default: int | None) -> int | None:
     """A byte budget: a positive integer, or 0 for none."""
     value = root.integer(key, default, minimum=0)
     return value or None
@@ -403,9 +403,9 @@ def parse_config(
     Raises:
         ConfigError: A value is invalid or a key is unknown; the message names the key.
     """
-    root = _Table(data, "", source)
-    policy = _policy(root)
-    scoring = _scoring(root)
+    root = Table(data, "", source)
+    policy = policy_setting(root)
+    scoring = scoring_setting(root)
     host, port = listen_setting(root, listen, DEFAULT_LISTEN)
     where = "--store" if store is not None else f"{source}store"
     store_url = _check_store(

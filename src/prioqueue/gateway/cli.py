@@ -22,7 +22,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from prioqueue._errors import ConfigError
-from prioqueue._service_cli import add_server_options, missing_modules, shutdown_signals
+from prioqueue._service.cli import add_server_options, missing_modules, shutdown_signals
 
 if TYPE_CHECKING:
     from prioqueue.gateway.settings import GatewayConfig
@@ -219,7 +219,8 @@ def run(args: argparse.Namespace) -> int:
         if not prometheus:
             print(f"note: /metrics is off without the 'prometheus' extra ({INSTALL})")
         return 0
-    from prioqueue.gateway._server import BindError, bind, uvicorn_config
+    from prioqueue._service.server import BindError, bind
+    from prioqueue.gateway._server import uvicorn_config
     from prioqueue.gateway.app import Gateway
 
     try:

@@ -26,7 +26,7 @@ from typing import Final, Literal
 
 import attrs
 
-from prioqueue._serving import ConnectionLimits
+from prioqueue._service.serving import ConnectionLimits
 from prioqueue.lifecycle import LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.scoring import ScoringConfig
@@ -183,7 +183,7 @@ class Limits:
         breaker_cooldown_seconds: How long an open breaker answers 503 at once.
         max_connections: Most open client connections: a new one beyond closes the oldest
             idle connection, or is answered 503 when none is idle. None: the open-file limit
-            minus 128 (see :mod:`prioqueue._serving`).
+            minus 128 (see :mod:`prioqueue._service.serving`).
         max_idle_connections: Most connections that have not sent a complete request head
             (new or kept alive); a new connection beyond closes the oldest idle one. None:
             half of ``max_connections``.
@@ -213,7 +213,7 @@ class Limits:
     max_idle_connections: int | None = None
 
     def connection_limits(self) -> ConnectionLimits:
-        """The connection limits the HTTP server enforces (see :mod:`prioqueue._serving`)."""
+        """The connection limits the HTTP server enforces (:mod:`prioqueue._service.serving`)."""
         return ConnectionLimits(
             header_timeout=self.header_timeout,
             max_header_bytes=self.max_header_bytes,

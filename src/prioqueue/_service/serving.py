@@ -39,7 +39,7 @@ which :func:`uvicorn_config` sets to at most ``header_timeout``).
 
 Use from a service::
 
-    from prioqueue._serving import ConnectionLimits, uvicorn_config
+    from prioqueue._service.serving import ConnectionLimits, uvicorn_config
     config = uvicorn_config(app, ConnectionLimits(header_timeout=5.0), log_level="info")
 """
 
