@@ -4,10 +4,9 @@ Theory of operation
 -------------------
 The connection limits (header deadline, header size counted as the bytes arrive, header
 count, caps on idle and on all connections) live in :mod:`prioqueue._service.serving`, shared
-with the broker; :func:`hardened_protocol` and :func:`uvicorn_config` map the gateway's
-``[limits]`` onto them (``Limits.connection_limits``). The body's own timeout is the
-application's (``limits.body_timeout``). Binding the socket first is
-:func:`prioqueue._service.server.bind`.
+with the broker; :func:`uvicorn_config` maps the gateway's ``[limits]`` onto them
+(``Limits.connection_limits``). The body's own timeout is the application's
+(``limits.body_timeout``). Binding the socket first is :func:`prioqueue._service.server.bind`.
 """
 
 from __future__ import annotations
@@ -19,21 +18,7 @@ from prioqueue._service import serving as _serving
 if TYPE_CHECKING:
     from prioqueue.gateway.settings import Limits
 
-__all__ = ["hardened_protocol", "uvicorn_config"]
-
-
-def hardened_protocol(limits: Limits) -> type[Any] | None:
-    """Return uvicorn's httptools protocol with the gateway's connection limits.
-
-    See :func:`prioqueue._service.serving.hardened_protocol` (the same for every service).
-
-    Args:
-        limits: The gateway's limits.
-
-    Returns:
-        The protocol class, or None when httptools is not installed.
-    """
-    return _serving.hardened_protocol(limits.connection_limits())
+__all__ = ["uvicorn_config"]
 
 
 def uvicorn_config(app: Any, limits: Limits, **options: Any) -> Any:
