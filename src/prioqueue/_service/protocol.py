@@ -17,16 +17,30 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-if TYPE_CHECKING:
-    from prioqueue._service.serving import ConnectionLimits
-
-__all__ = ["HardenedHttpToolsProtocol", "ServerBook", "head_end", "protocol_for"]
+__all__ = ["HardenedHttpToolsProtocol", "Limits", "ServerBook", "head_end", "protocol_for"]
 
 TOO_LARGE = b"request header fields too large"
+
+
+class Limits(Protocol):
+    """What the protocol reads of :class:`prioqueue._service.serving.ConnectionLimits`."""
+
+    @property
+    def header_timeout(self) -> float: ...
+    @property
+    def max_header_bytes(self) -> int: ...
+    @property
+    def max_headers_bytes(self) -> int: ...
+    @property
+    def max_header_count(self) -> int: ...
+    @property
+    def retry_after_seconds(self) -> float: ...
+    def raw_header_cap(self) -> int: ...
+    def connection_caps(self) -> tuple[int, int]: ...
 
 
 def _close_response(status: bytes, body: bytes, *extra: bytes) -> bytes:
@@ -58,7 +72,7 @@ class ServerBook:
         limits: The connection limits (defaults resolved now).
     """
 
-    def __init__(self, limits: ConnectionLimits) -> None:
+    def __init__(self, limits: Limits) -> None:
         self.header_timeout = limits.header_timeout
         self.max_header_bytes = limits.max_header_bytes
         self.max_headers_bytes = limits.max_headers_bytes
@@ -224,7 +238,7 @@ class HardenedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
-def protocol_for(limits: ConnectionLimits) -> type[HardenedHttpToolsProtocol]:
+def protocol_for(limits: Limits) -> type[HardenedHttpToolsProtocol]:
     """A subclass of :class:`HardenedHttpToolsProtocol` with its own book (one per server).
 
     Args:
