@@ -9,7 +9,7 @@ float as its shortest repr), so the calculator's arithmetic is exact whatever th
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from fractions import Fraction
 from types import MappingProxyType
@@ -87,27 +87,37 @@ def read_only(value: object) -> object:
     return MappingProxyType(dict(value)) if isinstance(value, Mapping) else value
 
 
-def check_units_table(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    """Validate a sampler table: non-empty str names -> ints >= 1."""
+def _check_table(
+    attribute: attrs.Attribute[Any], value: object, what: str, keys: str,
+    check_entry: Callable[[str, object], None],
+) -> None:  # fmt: skip
+    """Validate a mapping of non-empty str names (``keys``) -> values ``check_entry`` accepts."""
     name = f"LeaseCalculator.{attribute.name}"
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{name} must be a mapping of sampler name -> units, got {value!r}")
-    for key, units in value.items():
+        raise ConfigError(f"{name} must be a mapping of {what}, got {value!r}")
+    for key, entry in value.items():
         if not isinstance(key, str) or not key:
-            raise ConfigError(f"{name} keys must be non-empty str sampler names, got {key!r}")
-        if isinstance(units, bool) or not isinstance(units, int) or units < 1:
-            raise ConfigError(f"{name}[{key!r}] must be an int >= 1, got {units!r}")
+            raise ConfigError(f"{name} keys must be non-empty str {keys}, got {key!r}")
+        check_entry(f"{name}[{key!r}]", entry)
+
+
+def _units(name: str, units: object) -> None:
+    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+        raise ConfigError(f"{name} must be an int >= 1, got {units!r}")
+
+
+def _multiplier(name: str, multiplier: object) -> None:
+    _config_value(name, multiplier, 1, True, "a finite number >= 1")
+
+
+def check_units_table(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """Validate a sampler table: non-empty str names -> ints >= 1."""
+    _check_table(attribute, value, "sampler name -> units", "sampler names", _units)
 
 
 def check_multipliers(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """Validate a baseline table: non-empty str names -> finite numbers >= 1."""
-    name = f"LeaseCalculator.{attribute.name}"
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{name} must be a mapping of baseline -> multiplier, got {value!r}")
-    for key, multiplier in value.items():
-        if not isinstance(key, str) or not key:
-            raise ConfigError(f"{name} keys must be non-empty str baselines, got {key!r}")
-        _config_value(f"{name}[{key!r}]", multiplier, 1, True, "a finite number >= 1")
+    _check_table(attribute, value, "baseline -> multiplier", "baselines", _multiplier)
 
 
 def check_strict(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:

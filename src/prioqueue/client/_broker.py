@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypedDict, TypeVar
 
 import httpx
 
@@ -38,6 +38,7 @@ _ENDED: dict[str, type[JobEnded]] = {
     "cancelled": JobCancelled,
     "expired": JobExpired,
 }
+_C = TypeVar("_C", httpx.Client, httpx.AsyncClient)
 _FIELD_ORDER = ("priority", "model", "estimate", "group", "image")
 
 
@@ -153,7 +154,31 @@ class Deadline:
         return False
 
 
-class Broker:
+class _Client(Generic[_C]):
+    """What :class:`Broker` and :class:`AsyncBroker` share: the constructor (their transport).
+
+    The arguments are :class:`Broker`'s; ``client`` is an ``httpx.Client`` for a
+    :class:`Broker`, an ``httpx.AsyncClient`` for an :class:`AsyncBroker`.
+    """
+
+    _transport: ClassVar[type[Any]]  # SyncTransport or AsyncTransport
+    _http: Any
+
+    def __init__(
+        self,
+        url: str | Sequence[str],
+        key: str,
+        *,
+        timeout: float = 10.0,
+        retry_timeout: float = 60.0,
+        client: _C | None = None,
+    ) -> None:
+        self._http = self._transport(
+            url, key, timeout=timeout, retry_timeout=retry_timeout, client=client
+        )
+
+
+class Broker(_Client[httpx.Client]):
     """A blocking client for submitters (a key with role ``submitter``).
 
     Every call retries transport errors, 503 and 429 with exponential backoff and jitter
@@ -174,18 +199,8 @@ class Broker:
         print(broker.wait(broker.submit({"prompt": "a cat"})))``
     """
 
-    def __init__(
-        self,
-        url: str | Sequence[str],
-        key: str,
-        *,
-        timeout: float = 10.0,
-        retry_timeout: float = 60.0,
-        client: httpx.Client | None = None,
-    ) -> None:
-        self._http = SyncTransport(
-            url, key, timeout=timeout, retry_timeout=retry_timeout, client=client
-        )
+    _transport = SyncTransport
+    _http: SyncTransport
 
     def __enter__(self) -> Broker:
         return self
@@ -302,21 +317,11 @@ class Broker:
         return view
 
 
-class AsyncBroker:
+class AsyncBroker(_Client[httpx.AsyncClient]):
     """:class:`Broker` for asyncio: the same methods, awaited; the same arguments."""
 
-    def __init__(
-        self,
-        url: str | Sequence[str],
-        key: str,
-        *,
-        timeout: float = 10.0,
-        retry_timeout: float = 60.0,
-        client: httpx.AsyncClient | None = None,
-    ) -> None:
-        self._http = AsyncTransport(
-            url, key, timeout=timeout, retry_timeout=retry_timeout, client=client
-        )
+    _transport = AsyncTransport
+    _http: AsyncTransport
 
     async def __aenter__(self) -> AsyncBroker:
         return self

@@ -131,9 +131,9 @@ class _Transport(Generic[_C]):
         url: str | Sequence[str],
         key: str,
         *,
-        timeout: float = 10.0,
-        retry_timeout: float = 60.0,
-        client: _C | None = None,
+        timeout: float,
+        retry_timeout: float,
+        client: _C | None,
     ) -> None:
         self.endpoint = Endpoint(url)
         self.key = key

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
 from prioqueue.client._broker import Broker, Deadline
+from prioqueue.client._cli import add_broker_options
 from prioqueue.client._errors import BrokerError, WaitTimeout
 
 __all__ = ["EXIT_CODES", "add_arguments", "run"]
@@ -39,16 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: The ``jobs`` subparser.
     """
-    env = os.environ
-    parser.add_argument(
-        "--broker",
-        default=env.get("PRIOQUEUE_BROKER_URL"),
-        metavar="URL",
-        help="the broker's URL (env PRIOQUEUE_BROKER_URL)",
-    )
-    parser.add_argument(
-        "--key", default=env.get("PRIOQUEUE_KEY"), help="a submitter API key (env PRIOQUEUE_KEY)"
-    )
+    add_broker_options(parser, role="submitter", several=False)
     parser.add_argument(
         "--retry-timeout", type=float, default=30.0, help="seconds to retry an unreachable broker"
     )
