@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from prioqueue._errors import ConfigError
 from prioqueue.priority import DEFAULT_ALIASES, PriorityPolicy
@@ -32,12 +32,17 @@ __all__ = [
     "default_tier",
     "level_key",
     "listen_setting",
+    "load_document",
     "parse_listen",
     "policy_setting",
     "read_toml",
     "scoring_setting",
+    "start_document",
     "tier_setting",
 ]
+
+
+_T = TypeVar("_T")
 
 
 def _quote(name: str) -> str:
@@ -259,6 +264,45 @@ def _load_toml(text: str) -> dict[str, Any]:
         import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
     data: dict[str, Any] = tomllib.loads(text)
     return data
+
+
+def start_document(
+    data: Mapping[str, Any], source: str
+) -> tuple[Table, PriorityPolicy, ScoringConfig]:
+    """Begin reading a service's document: its top table, ``[policy]``, ``[tiers]``/``[scoring]``.
+
+    Args:
+        data: The parsed document.
+        source: Prefix of every error message (``"gateway.toml: "``).
+
+    Returns:
+        ``(root, policy, scoring)``: the caller reads the rest from ``root`` and calls its
+        ``finish()``.
+
+    Raises:
+        ConfigError: A key of those tables is unknown or a value invalid (named).
+    """
+    root = Table(data, "", source)
+    return root, policy_setting(root), scoring_setting(root)
+
+
+def load_document(path: str | Path | None, parse: Callable[..., _T], **overrides: Any) -> _T:
+    """Read the TOML file at ``path`` and build a configuration with ``parse``.
+
+    Args:
+        path: The file, or None for an empty document (the defaults).
+        parse: The service's ``parse_config(data, *, source=..., **overrides)``.
+        **overrides: The command line's overrides (``listen``...), passed to ``parse``.
+
+    Returns:
+        What ``parse`` returns; its errors name the file (``source`` is ``"PATH: "``).
+
+    Raises:
+        ConfigError: The file cannot be read, is not TOML, or ``parse`` refuses it.
+    """
+    if path is None:
+        return parse({}, **overrides)
+    return parse(read_toml(path), source=f"{path}: ", **overrides)
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:

@@ -53,6 +53,7 @@ import attrs
 __all__ = [
     "FILE_RESERVE",
     "ConnectionLimits",
+    "ConnectionSettings",
     "default_max_connections",
     "hardened_protocol",
     "uvicorn_config",
@@ -122,6 +123,56 @@ class ConnectionLimits:
         if idle is None:
             idle = max(1, total // 2)
         return total, idle
+
+
+@attrs.frozen
+class ConnectionSettings:
+    """The connection settings both services' configurations hold (the gateway's names).
+
+    The gateway's ``[limits]`` (``prioqueue.gateway.settings.Limits``) and the broker's
+    ``[connections]`` (``prioqueue.broker.config.Connections``) extend it. Values are checked
+    when the TOML is read, and again by :class:`ConnectionLimits` when a server starts.
+
+    Attributes:
+        header_timeout: Seconds a connection may take to send a request's headers (and an
+            idle new connection may wait before sending anything); closed after it.
+        body_timeout: Seconds a client may take to send a request's whole body (408).
+        max_header_bytes: Largest single header line, name and value (431 beyond).
+        max_headers_bytes: Largest request line plus all headers together (431 beyond).
+        max_header_count: Most headers in one request (431 beyond).
+        max_connections: Most open client connections: a new one beyond closes the oldest
+            idle connection, or is answered 503 when none is idle. None: the open-file limit
+            minus :data:`FILE_RESERVE`.
+        max_idle_connections: Most connections that have not sent a complete request head
+            (new or kept alive); a new connection beyond closes the oldest idle one. None:
+            half of ``max_connections``.
+        shutdown_grace_seconds: How long requests in flight may finish at shutdown.
+    """
+
+    header_timeout: float = 10.0
+    body_timeout: float = 60.0
+    max_header_bytes: int = 8192
+    max_headers_bytes: int = 32768
+    max_header_count: int = 100
+    max_connections: int | None = None
+    max_idle_connections: int | None = None
+    shutdown_grace_seconds: float = 30.0
+
+    def limits_with(self, retry_after_seconds: float) -> ConnectionLimits:
+        """The limits the HTTP server enforces, refusing with ``retry_after_seconds``. O(1).
+
+        Raises:
+            ValueError: A value is out of range (see :class:`ConnectionLimits`).
+        """
+        return ConnectionLimits(
+            header_timeout=self.header_timeout,
+            max_header_bytes=self.max_header_bytes,
+            max_headers_bytes=self.max_headers_bytes,
+            max_header_count=self.max_header_count,
+            max_connections=self.max_connections,
+            max_idle_connections=self.max_idle_connections,
+            retry_after_seconds=retry_after_seconds,
+        )
 
 
 def default_max_connections() -> int:

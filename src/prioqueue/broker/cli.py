@@ -23,10 +23,18 @@ import sys
 from typing import Any
 
 from prioqueue._errors import ConfigError
-from prioqueue._service.cli import add_server_options, missing_modules, shutdown_signals
+from prioqueue._service.cli import (
+    add_server_options,
+    bound,
+    configured,
+    missing_modules,
+    say_listening,
+    shutdown_signals,
+)
 
 __all__ = ["add_arguments", "run", "store_problem"]
 
+_COMMAND = "prioqueue broker"
 _MISSING = missing_modules(("fastapi", "uvicorn"))
 if _MISSING:  # the extra: `prioqueue --help` says when it is missing
     raise ImportError(f"No module named {_MISSING[0]!r}")
@@ -123,14 +131,7 @@ def _server_class() -> Any:
             app.state.broker_started = True  # the lifespan only stops it
             await super().startup(sockets=sockets)
             if self.started and sockets:
-                host, port = sockets[0].getsockname()[:2]
-                shown = f"[{host}]" if ":" in host else host
-                print(
-                    f"prioqueue broker: listening on http://{shown}:{port}, "
-                    f"store {app.state.config.store}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                say_listening(_COMMAND, sockets[0], f"store {app.state.config.store}")
 
     return Server
 
@@ -149,10 +150,8 @@ def run(args: argparse.Namespace) -> int:
     if args.config is None and not args.openapi:
         print(NO_CONFIG, file=sys.stderr)
         return 2
-    try:
-        config = load_config(args.config, listen=args.listen, store=args.store)
-    except ConfigError as exc:
-        print(f"prioqueue broker: {exc}", file=sys.stderr)
+    config = configured(_COMMAND, load_config, args.config, listen=args.listen, store=args.store)
+    if config is None:
         return 2
     if args.check:
         problem = store_problem(config.store)
@@ -175,13 +174,10 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"prioqueue broker: {exc}", file=sys.stderr)
         return 2
-    from prioqueue._service.server import BindError, bind
     from prioqueue.broker._server import uvicorn_config
 
-    try:
-        sock = bind(config.host, config.port)
-    except BindError as exc:
-        print(f"prioqueue broker: {exc}", file=sys.stderr)
+    sock = bound(_COMMAND, config.host, config.port)
+    if sock is None:
         return 1
     server = _server_class()(
         uvicorn_config(

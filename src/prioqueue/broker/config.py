@@ -47,12 +47,12 @@ from prioqueue._service.config import (
     charge_setting,
     default_tier,
     listen_setting,
-    policy_setting,
-    read_toml,
-    scoring_setting,
+    load_document,
+    start_document,
     tier_setting,
 )
 from prioqueue._service.lifecycle import backoff_setting, budgets_setting
+from prioqueue._service.serving import ConnectionSettings
 from prioqueue.lease import LeaseCalculator
 from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
@@ -86,7 +86,7 @@ _LEASE_KEYS: Final = (
 
 
 @attrs.frozen
-class Connections:
+class Connections(ConnectionSettings):
     """The broker's connection limits: the ``[connections]`` table (the gateway's names).
 
     Attributes:
@@ -105,15 +105,7 @@ class Connections:
         shutdown_grace_seconds: How long requests in flight may finish at shutdown.
     """
 
-    header_timeout: float = 10.0
     idle_timeout: float = 5.0
-    body_timeout: float = 60.0
-    max_header_bytes: int = 8192
-    max_headers_bytes: int = 32768
-    max_header_count: int = 100
-    max_connections: int | None = None
-    max_idle_connections: int | None = None
-    shutdown_grace_seconds: float = 30.0
 
 
 @attrs.frozen
@@ -403,9 +395,7 @@ def parse_config(
     Raises:
         ConfigError: A value is invalid or a key is unknown; the message names the key.
     """
-    root = Table(data, "", source)
-    policy = policy_setting(root)
-    scoring = scoring_setting(root)
+    root, policy, scoring = start_document(data, source)
     host, port = listen_setting(root, listen, DEFAULT_LISTEN)
     where = "--store" if store is not None else f"{source}store"
     store_url = _check_store(
@@ -473,7 +463,4 @@ def load_config(
         ConfigError: The file cannot be read, is not TOML, or holds an invalid value (the
             message names the file and the key).
     """
-    if path is None:
-        return parse_config({}, listen=listen, store=store)
-    data = read_toml(path)
-    return parse_config(data, source=f"{path}: ", listen=listen, store=store)
+    return load_document(path, parse_config, listen=listen, store=store)

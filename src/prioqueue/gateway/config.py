@@ -42,10 +42,9 @@ from prioqueue._service.config import (
     default_tier,
     level_key,
     listen_setting,
+    load_document,
     parse_listen,
-    policy_setting,
-    read_toml,
-    scoring_setting,
+    start_document,
     tier_setting,
 )
 from prioqueue._service.lifecycle import budgets_setting
@@ -323,9 +322,7 @@ def parse_config(
     Raises:
         ConfigError: A value is invalid or a key is unknown; the message names the key.
     """
-    root = Table(data, "", source)
-    policy = policy_setting(root)
-    scoring = scoring_setting(root)
+    root, policy, scoring = start_document(data, source)
     tiers = scoring.tier_bonuses
     up = upstream if upstream is not None else root.string("upstream", DEFAULT_UPSTREAM)
     root.used.add("upstream")
@@ -401,8 +398,5 @@ def load_config(
         ConfigError: The file cannot be read, is not TOML, or holds an invalid value (the
             message names the file and the key).
     """
-    if path is None:
-        config = parse_config({}, upstream=upstream, listen=listen)
-        return attrs.evolve(config, allow_anonymous=True)
-    data = read_toml(path)
-    return parse_config(data, source=f"{path}: ", upstream=upstream, listen=listen)
+    config = load_document(path, parse_config, upstream=upstream, listen=listen)
+    return config if path is not None else attrs.evolve(config, allow_anonymous=True)
