@@ -125,6 +125,17 @@ class ConnectionLimits:
         return total, idle
 
 
+_SHARED_LIMITS = (
+    "header_timeout",
+    "max_header_bytes",
+    "max_headers_bytes",
+    "max_header_count",
+    "max_connections",
+    "max_idle_connections",
+)
+"""The :class:`ConnectionLimits` fields a :class:`ConnectionSettings` names the same way."""
+
+
 @attrs.frozen
 class ConnectionSettings:
     """The connection settings both services' configurations hold (the gateway's names).
@@ -164,15 +175,8 @@ class ConnectionSettings:
         Raises:
             ValueError: A value is out of range (see :class:`ConnectionLimits`).
         """
-        return ConnectionLimits(
-            header_timeout=self.header_timeout,
-            max_header_bytes=self.max_header_bytes,
-            max_headers_bytes=self.max_headers_bytes,
-            max_header_count=self.max_header_count,
-            max_connections=self.max_connections,
-            max_idle_connections=self.max_idle_connections,
-            retry_after_seconds=retry_after_seconds,
-        )
+        shared = {name: getattr(self, name) for name in _SHARED_LIMITS}
+        return ConnectionLimits(retry_after_seconds=retry_after_seconds, **shared)
 
 
 def default_max_connections() -> int:

@@ -22,14 +22,7 @@ import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
-from prioqueue._service.cli import (
-    add_server_options,
-    bound,
-    configured,
-    missing_modules,
-    say_listening,
-    shutdown_signals,
-)
+from prioqueue._service import cli as service
 
 if TYPE_CHECKING:
     from prioqueue.gateway.settings import GatewayConfig
@@ -45,7 +38,8 @@ _COMMAND = "prioqueue gateway"
 
 def missing_extras() -> tuple[list[str], bool]:
     """Return the gateway extra's missing modules and whether prometheus-client is there."""
-    return missing_modules(_GATEWAY_MODULES), not missing_modules(("prometheus_client",))
+    prometheus = not service.missing_modules(("prometheus_client",))
+    return service.missing_modules(_GATEWAY_MODULES), prometheus
 
 
 def _upstreams(config: GatewayConfig) -> str:
@@ -69,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--upstream", metavar="URL", help="upstream base URL (overrides the file)")
     parser.add_argument("--listen", metavar="HOST:PORT", help="address to listen on (overrides)")
-    add_server_options(parser)
+    service.add_server_options(parser)
     parser.add_argument(
         "--record",
         metavar="FILE",
@@ -122,7 +116,7 @@ def _server_class() -> Any:
                 self.loop.call_soon_threadsafe(self.gateway.begin_shutdown)
 
         def capture_signals(self) -> Any:  # no re-raising the signal after shutdown: exit 0
-            return shutdown_signals(self.handle_exit)
+            return service.shutdown_signals(self.handle_exit)
 
     return GatewayServer
 
@@ -226,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     """
     from prioqueue.gateway.config import load_config
 
-    config = configured(
+    config = service.configured(
         _COMMAND, load_config, args.config, upstream=args.upstream, listen=args.listen
     )
     if config is None:
@@ -244,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
         if not prometheus:
             print(f"note: /metrics is off without the 'prometheus' extra ({INSTALL})")
         return 0
-    sock = bound(_COMMAND, config.host, config.port)
+    sock = service.bound(_COMMAND, config.host, config.port)
     if sock is None:
         return 1
     try:
@@ -283,7 +277,7 @@ def _serve(
     with contextlib.suppress(ValueError):  # not the main thread: uvicorn's own handling
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, server.handle_exit)
-    say_listening(_COMMAND, sock, _upstreams(config))
+    service.say_listening(_COMMAND, sock, _upstreams(config))
     try:
         server.run(sockets=[sock])
     finally:
