@@ -243,30 +243,3 @@ class LeaseExplanation:
         lines = [f"{'step':<{width}}  value"]
         lines += [f"{label:<{width}}  {_fmt(value)}" for label, value in rows]
         return "\n".join(lines)
-
-
-_MISSING = object()
-
-
-def _request_source(job: object) -> ImageRequest | Mapping[Any, Any]:
-    """Return ``job`` or its ``payload``, whichever is an ImageRequest or a mapping.
-
-    Exact ``ImageRequest`` and ``dict`` are tried first (cheap type checks; an ABC check
-    costs several hundred ns), the job before its payload; then subclasses and other mappings.
-    """
-    if type(job) in _EXACT_SOURCES:
-        return job  # type: ignore[return-value]
-    payload = getattr(job, "payload", _MISSING)
-    if type(payload) in _EXACT_SOURCES:
-        return payload  # type: ignore[return-value]
-    for candidate in (job, payload):
-        if isinstance(candidate, ImageRequest | Mapping):
-            return candidate
-    where = "" if payload is _MISSING else f" (its payload is a {type(payload).__name__})"
-    raise TypeError(
-        "a lease needs an ImageRequest, a mapping of lease arguments, or an object whose "
-        f"payload is one of those; got {type(job).__name__}{where}"
-    )
-
-
-_EXACT_SOURCES = (ImageRequest, dict)

@@ -37,6 +37,7 @@ import math
 from collections.abc import Mapping
 from fractions import Fraction
 from types import MappingProxyType
+from typing import Any
 
 import attrs
 
@@ -64,7 +65,6 @@ from prioqueue._lease_values import (
     _check_positive_int,
     _check_sampler,
     _request_kwargs,
-    _request_source,
 )
 from prioqueue._samplers import FLAT_WORK_SAMPLERS, SAMPLER_UNITS, _work, sampler_work
 
@@ -392,6 +392,33 @@ class LeaseCalculator:
             extra_slow_multiplier=extra, after_extra_slow=after_extra,
             seconds=math.ceil(after_extra),
         )  # fmt: skip
+
+
+_MISSING = object()
+
+
+def _request_source(job: object) -> ImageRequest | Mapping[Any, Any]:
+    """Return ``job`` or its ``payload``, whichever is an ImageRequest or a mapping.
+
+    Exact ``ImageRequest`` and ``dict`` are tried first (cheap type checks; an ABC check
+    costs several hundred ns), the job before its payload; then subclasses and other mappings.
+    """
+    if type(job) in _EXACT_SOURCES:
+        return job  # type: ignore[return-value]
+    payload = getattr(job, "payload", _MISSING)
+    if type(payload) in _EXACT_SOURCES:
+        return payload  # type: ignore[return-value]
+    for candidate in (job, payload):
+        if isinstance(candidate, ImageRequest | Mapping):
+            return candidate
+    where = "" if payload is _MISSING else f" (its payload is a {type(payload).__name__})"
+    raise TypeError(
+        "a lease needs an ImageRequest, a mapping of lease arguments, or an object whose "
+        f"payload is one of those; got {type(job).__name__}{where}"
+    )
+
+
+_EXACT_SOURCES = (ImageRequest, dict)
 
 
 DEFAULT_CALCULATOR = LeaseCalculator()
