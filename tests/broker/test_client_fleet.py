@@ -64,6 +64,16 @@ def _broker(tmp_path: Path, store: str, **config: Any) -> Iterator[BrokerProcess
             proc.kill()
 
 
+def _stop(workers: list[Worker], threads: list[threading.Thread]) -> None:
+    """Stop the workers, wait for their threads (30 s each) and close them."""
+    for w in workers:
+        w.stop()
+    for thread in threads:
+        thread.join(30)
+    for w in workers:
+        w.close()
+
+
 def _fleet_under_kills(proc: BrokerProcess, jobs: int, kills: int, seed: int) -> None:
     rng = random.Random(seed)
     effects: collections.Counter[int] = collections.Counter()
@@ -109,12 +119,7 @@ def _fleet_under_kills(proc: BrokerProcess, jobs: int, kills: int, seed: int) ->
         assert submitter_done.is_set()
         results = {job_id: broker.wait(job_id, timeout=120) for job_id in ids}
         status = broker.status()
-    for w in workers:
-        w.stop()
-    for thread in threads:
-        thread.join(30)
-    for w in workers:
-        w.close()
+    _stop(workers, threads)
     assert len(ids) == jobs
     assert sorted(results.values()) == list(range(jobs))  # every job done, with its result
     assert effects == collections.Counter(range(jobs))  # each side effect exactly once
@@ -358,12 +363,7 @@ def test_workers_follow_the_new_leader_after_a_sigkill(tmp_path: Path) -> None:
                 second = broker.submit_many([{"payload": n} for n in range(10, 20)])
                 assert [broker.wait(j, timeout=60) for j in second] == list(range(10, 20))
                 assert broker.status()["leader"] == b.url
-            for w in workers:
-                w.stop()
-            for thread in threads:
-                thread.join(30)
-            for w in workers:
-                w.close()
+            _stop(workers, threads)
             assert done == collections.Counter(range(20))
         finally:
             a.kill()
