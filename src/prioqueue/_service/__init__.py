@@ -5,9 +5,12 @@
   ``charge``, API key tables).
 * :mod:`~prioqueue._service.lifecycle`: the ``[budgets.<level>]`` and ``[backoff]`` tables.
 * :mod:`~prioqueue._service.cli`: the command line both ``prioqueue gateway`` and
-  ``prioqueue broker`` have (log options, the extras check, signal handling).
-* :mod:`~prioqueue._service.serving`: connection hygiene under uvicorn
-  (:class:`~prioqueue._service.serving.ConnectionLimits` and the hardened protocol).
+  ``prioqueue broker`` have (log options, the extras check, the start's one-line errors,
+  "listening", signal handling).
+* :mod:`~prioqueue._service.serving`: connection hygiene under uvicorn (the settings both
+  configurations hold, :class:`~prioqueue._service.serving.ConnectionLimits`,
+  ``uvicorn_config``); :mod:`~prioqueue._service.protocol` is the hardened protocol itself,
+  imported when a server starts.
 * :mod:`~prioqueue._service.server`: binding the listening socket before "listening" is said.
 
 Only the standard library and prioqueue's core are imported at module level (uvicorn is
