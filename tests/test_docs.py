@@ -147,7 +147,7 @@ CONFIGS = [
 )
 def test_gateway_configs_parse(page: Path, text: str) -> None:
     """A ```toml block marked ``<!-- gateway-config -->`` is a valid gateway configuration."""
-    from prioqueue._service_config import _load_toml
+    from prioqueue._service.config import _load_toml
     from prioqueue.gateway.config import parse_config
 
     parse_config(_load_toml(text), source=f"{page.name}: ")

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from decimal import Decimal
 from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
@@ -43,6 +42,19 @@ from typing import Any
 import attrs
 
 from prioqueue._errors import ConfigError
+from prioqueue._lease_checks import (
+    ABOVE_0,
+    AT_LEAST_0,
+    AT_LEAST_1,
+    Number,
+    check_multipliers,
+    check_strict,
+    check_units_table,
+    config_int,
+    exact,
+    fraction_pair,
+    read_only,
+)
 from prioqueue._lease_values import (
     ImageRequest,
     Lease,
@@ -71,9 +83,6 @@ __all__ = [
     "sampler_work",
 ]
 
-Number = int | float | Fraction | Decimal
-"""A calculator constant: exact types are kept exact; a float is read as its shortest repr."""
-
 _SLOW_BASELINES = ("flux_1", "flux_schnell", "flux_dev", "qwen_image", "z_image_turbo")
 SLOW_BASELINE_MULTIPLIERS: Mapping[str, Number] = MappingProxyType(
     dict.fromkeys((*_SLOW_BASELINES, "krea2_turbo", "anima"), 3)
@@ -81,88 +90,6 @@ SLOW_BASELINE_MULTIPLIERS: Mapping[str, Number] = MappingProxyType(
 """Lease multiplier of each slow model baseline (read-only, case-sensitive)."""
 
 _BOOL: type = bool  # typed loosely, so mypy does not call the fast path's bool check unreachable
-
-
-def _exact(value: Number) -> Fraction:
-    """Return ``value`` as an exact Fraction; a float is read as its shortest decimal repr."""
-    if isinstance(value, float):
-        return Fraction(repr(value))
-    return Fraction(value)
-
-
-def _config_number(minimum: int, *, inclusive: bool = True) -> Any:
-    """Build an attrs validator: a finite real number ``>= minimum`` (or ``> minimum``)."""
-    rule = f"a finite number {'>=' if inclusive else '>'} {minimum}"
-
-    def validate(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-        _config_value(f"LeaseCalculator.{attribute.name}", value, minimum, inclusive, rule)
-
-    return validate
-
-
-def _config_value(name: str, value: object, minimum: int, inclusive: bool, rule: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float | Fraction | Decimal):
-        raise ConfigError(f"{name} must be {rule}, got {value!r} ({type(value).__name__})")
-    if isinstance(value, Decimal):
-        finite = value.is_finite()
-    else:
-        finite = not isinstance(value, float) or math.isfinite(value)
-    if not finite or value < minimum or (not inclusive and value == minimum):
-        raise ConfigError(f"{name} must be {rule}, got {value!r}")
-
-
-_AT_LEAST_0 = _config_number(0)
-_AT_LEAST_1 = _config_number(1)
-_ABOVE_0 = _config_number(0, inclusive=False)
-
-
-def _config_int(minimum: int) -> Any:
-    def validate(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ConfigError(
-                f"LeaseCalculator.{attribute.name} must be an int >= {minimum}, got {value!r}"
-            )
-
-    return validate
-
-
-def _read_only(value: object) -> object:
-    """Convert for attrs: a private read-only copy of a mapping (anything else is validated)."""
-    return MappingProxyType(dict(value)) if isinstance(value, Mapping) else value
-
-
-def _check_units_table(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    name = f"LeaseCalculator.{attribute.name}"
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{name} must be a mapping of sampler name -> units, got {value!r}")
-    for key, units in value.items():
-        if not isinstance(key, str) or not key:
-            raise ConfigError(f"{name} keys must be non-empty str sampler names, got {key!r}")
-        if isinstance(units, bool) or not isinstance(units, int) or units < 1:
-            raise ConfigError(f"{name}[{key!r}] must be an int >= 1, got {units!r}")
-
-
-def _check_multipliers(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    name = f"LeaseCalculator.{attribute.name}"
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{name} must be a mapping of baseline -> multiplier, got {value!r}")
-    for key, multiplier in value.items():
-        if not isinstance(key, str) or not key:
-            raise ConfigError(f"{name} keys must be non-empty str baselines, got {key!r}")
-        _config_value(f"{name}[{key!r}]", multiplier, 1, True, "a finite number >= 1")
-
-
-def _check_strict(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, bool):
-        raise ConfigError(f"LeaseCalculator.{attribute.name} must be a bool, got {value!r}")
-
-
-# --- the calculator ----------------------------------------------------------------------------
-
-
-def _fraction_pair(value: Number) -> tuple[int, int]:
-    exact = _exact(value)
-    return exact.numerator, exact.denominator
 
 
 @attrs.frozen(kw_only=True)
@@ -193,27 +120,27 @@ class LeaseCalculator:
         ConfigError: A constant breaks its rule (the message names the field and the rule).
     """
 
-    fixed_seconds: Number = attrs.field(default=30, validator=_AT_LEAST_0)
-    seconds_per_work_pixel_unit: Number = attrs.field(default=2, validator=_ABOVE_0)
-    reference_side: int = attrs.field(default=512, validator=_config_int(1))
-    controlnet_multiplier: Number = attrs.field(default=2, validator=_AT_LEAST_1)
+    fixed_seconds: Number = attrs.field(default=30, validator=AT_LEAST_0)
+    seconds_per_work_pixel_unit: Number = attrs.field(default=2, validator=ABOVE_0)
+    reference_side: int = attrs.field(default=512, validator=config_int(1))
+    controlnet_multiplier: Number = attrs.field(default=2, validator=AT_LEAST_1)
     slow_baseline_multipliers: Mapping[str, Number] = attrs.field(
-        default=SLOW_BASELINE_MULTIPLIERS, converter=_read_only, validator=_check_multipliers,
+        default=SLOW_BASELINE_MULTIPLIERS, converter=read_only, validator=check_multipliers,
         hash=False,
     )  # fmt: skip
-    minimum_seconds: Number = attrs.field(default=150, validator=_ABOVE_0)
-    lora_file_megabytes: Number = attrs.field(default=400, validator=_AT_LEAST_0)
-    lora_bandwidth_mbps: Number = attrs.field(default=30, validator=_ABOVE_0)
-    max_loras: int = attrs.field(default=5, validator=_config_int(0))
-    extra_slow_multiplier: Number = attrs.field(default=3, validator=_AT_LEAST_1)
-    strict_samplers: bool = attrs.field(default=False, validator=_check_strict)
+    minimum_seconds: Number = attrs.field(default=150, validator=ABOVE_0)
+    lora_file_megabytes: Number = attrs.field(default=400, validator=AT_LEAST_0)
+    lora_bandwidth_mbps: Number = attrs.field(default=30, validator=ABOVE_0)
+    max_loras: int = attrs.field(default=5, validator=config_int(0))
+    extra_slow_multiplier: Number = attrs.field(default=3, validator=AT_LEAST_1)
+    strict_samplers: bool = attrs.field(default=False, validator=check_strict)
     sampler_units: Mapping[str, int] = attrs.field(
-        default=SAMPLER_UNITS, converter=_read_only, validator=_check_units_table, hash=False
+        default=SAMPLER_UNITS, converter=read_only, validator=check_units_table, hash=False
     )
     flat_work_samplers: Mapping[str, int] = attrs.field(
-        default=FLAT_WORK_SAMPLERS, converter=_read_only, validator=_check_units_table, hash=False
+        default=FLAT_WORK_SAMPLERS, converter=read_only, validator=check_units_table, hash=False
     )
-    normal_speed_mps: Number = attrs.field(default=Fraction(1, 2), validator=_ABOVE_0)
+    normal_speed_mps: Number = attrs.field(default=Fraction(1, 2), validator=ABOVE_0)
 
     # Precomputed integer form of the policy (the fast path), set in __attrs_post_init__.
     _units: dict[str, int] = attrs.field(init=False, repr=False, eq=False)
@@ -228,27 +155,27 @@ class LeaseCalculator:
                 f"LeaseCalculator.sampler_units and flat_work_samplers must not share names, "
                 f"both have {both!r}"
             )
-        fn, fd = _fraction_pair(self.fixed_seconds)
-        kn, kd = _fraction_pair(self.seconds_per_work_pixel_unit)
+        fn, fd = fraction_pair(self.fixed_seconds)
+        kn, kd = fraction_pair(self.seconds_per_work_pixel_unit)
         area = self.reference_side**2
         # base = fixed + k * W * pixels / area = (A + B * W * pixels) / D
         plan = (
             fn * kd * area, kn * fd, fd * kd * area,
-            *_fraction_pair(self.controlnet_multiplier),
-            *_fraction_pair(self.minimum_seconds),
-            *_fraction_pair(self.lora_seconds),
-            *_fraction_pair(self.extra_slow_multiplier),
+            *fraction_pair(self.controlnet_multiplier),
+            *fraction_pair(self.minimum_seconds),
+            *fraction_pair(self.lora_seconds),
+            *fraction_pair(self.extra_slow_multiplier),
         )  # fmt: skip
         object.__setattr__(self, "_units", dict(self.sampler_units))
         object.__setattr__(self, "_flat", dict(self.flat_work_samplers))
-        slow = {name: _fraction_pair(m) for name, m in self.slow_baseline_multipliers.items()}
+        slow = {name: fraction_pair(m) for name, m in self.slow_baseline_multipliers.items()}
         object.__setattr__(self, "_slow", slow)
         object.__setattr__(self, "_plan", plan)
 
     @property
     def lora_seconds(self) -> Fraction:
         """The allowance per LoRA: ``megabytes * 8 / Mbps`` (320/3 s by default). O(1)."""
-        return _exact(self.lora_file_megabytes) * 8 / _exact(self.lora_bandwidth_mbps)
+        return exact(self.lora_file_megabytes) * 8 / exact(self.lora_bandwidth_mbps)
 
     @property
     def megapixel_work_per_second(self) -> Fraction:
@@ -256,12 +183,12 @@ class LeaseCalculator:
 
         ``reference_side**2 / 1e6 / seconds_per_work_pixel_unit``: 0.131072 by default.
         """
-        return Fraction(self.reference_side**2, 10**6) / _exact(self.seconds_per_work_pixel_unit)
+        return Fraction(self.reference_side**2, 10**6) / exact(self.seconds_per_work_pixel_unit)
 
     @property
     def isolated_compute_factor(self) -> Fraction:
         """Scalable time over isolated compute time at ``normal_speed_mps`` (~3.81x). O(1)."""
-        return _exact(self.normal_speed_mps) / self.megapixel_work_per_second
+        return exact(self.normal_speed_mps) / self.megapixel_work_per_second
 
     @property
     def prefetch_headroom_factor(self) -> Fraction:
@@ -444,23 +371,23 @@ class LeaseCalculator:
         one = Fraction(1)
         work = self.work(request.sampler, request.steps)
         ratio = Fraction(request.width * request.height, self.reference_side**2)
-        base = _exact(self.fixed_seconds) + _exact(self.seconds_per_work_pixel_unit) * work * ratio
-        cn = _exact(self.controlnet_multiplier) if request.controlnet else one
+        base = exact(self.fixed_seconds) + exact(self.seconds_per_work_pixel_unit) * work * ratio
+        cn = exact(self.controlnet_multiplier) if request.controlnet else one
         slow_table, baseline = self.slow_baseline_multipliers, request.baseline
         slow = (
-            _exact(slow_table[baseline]) if baseline is not None and baseline in slow_table else one
+            exact(slow_table[baseline]) if baseline is not None and baseline in slow_table else one
         )
-        extra = _exact(self.extra_slow_multiplier) if request.extra_slow_worker else one
+        extra = exact(self.extra_slow_multiplier) if request.extra_slow_worker else one
         after_cn = base * cn
         after_slow = after_cn * slow
-        after_min = max(after_slow, _exact(self.minimum_seconds))
+        after_min = max(after_slow, exact(self.minimum_seconds))
         after_loras = after_min + self.lora_seconds * request.loras
         after_extra = after_loras * extra
         return LeaseExplanation(
             request=request, work=work, pixel_ratio=ratio, base=base,
             controlnet_multiplier=cn, after_controlnet=after_cn,
             slow_model_multiplier=slow, after_slow_model=after_slow,
-            minimum_seconds=_exact(self.minimum_seconds), after_minimum=after_min,
+            minimum_seconds=exact(self.minimum_seconds), after_minimum=after_min,
             lora_seconds=self.lora_seconds * request.loras, after_loras=after_loras,
             extra_slow_multiplier=extra, after_extra_slow=after_extra,
             seconds=math.ceil(after_extra),

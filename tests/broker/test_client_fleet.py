@@ -49,25 +49,29 @@ def _serve(proc: BrokerProcess) -> None:
 @contextlib.contextmanager
 def _broker(tmp_path: Path, store: str, **config: Any) -> Iterator[BrokerProcess]:
     port = free_port()
-    if store == "sqlite":
-        path = write_config(
-            tmp_path / "broker.toml", port, f"sqlite:///{tmp_path / 'b.db'}", **config
-        )
+    with contextlib.ExitStack() as stack:
+        if store == "sqlite":
+            url = f"sqlite:///{tmp_path / 'b.db'}"
+            path = write_config(tmp_path / "broker.toml", port, url, **config)
+        else:
+            schema = stack.enter_context(postgres_schema())
+            path = write_config(tmp_path / "broker.toml", port, POSTGRES_URL, schema, **config)
         proc = BrokerProcess(path, port, tmp_path / "broker.log").start()
         try:
             _serve(proc)
             yield proc
         finally:
             proc.kill()
-        return
-    with postgres_schema() as schema:
-        path = write_config(tmp_path / "broker.toml", port, POSTGRES_URL, schema, **config)
-        proc = BrokerProcess(path, port, tmp_path / "broker.log").start()
-        try:
-            _serve(proc)
-            yield proc
-        finally:
-            proc.kill()
+
+
+def _stop(workers: list[Worker], threads: list[threading.Thread]) -> None:
+    """Stop the workers, wait for their threads (30 s each) and close them."""
+    for w in workers:
+        w.stop()
+    for thread in threads:
+        thread.join(30)
+    for w in workers:
+        w.close()
 
 
 def _fleet_under_kills(proc: BrokerProcess, jobs: int, kills: int, seed: int) -> None:
@@ -115,17 +119,28 @@ def _fleet_under_kills(proc: BrokerProcess, jobs: int, kills: int, seed: int) ->
         assert submitter_done.is_set()
         results = {job_id: broker.wait(job_id, timeout=120) for job_id in ids}
         status = broker.status()
-    for w in workers:
-        w.stop()
-    for thread in threads:
-        thread.join(30)
-    for w in workers:
-        w.close()
+    _stop(workers, threads)
     assert len(ids) == jobs
     assert sorted(results.values()) == list(range(jobs))  # every job done, with its result
     assert effects == collections.Counter(range(jobs))  # each side effect exactly once
     assert status["totals"]["submitted"] == jobs  # no retried submit made a second job
     assert not after_lost
+
+
+@contextlib.contextmanager
+def _submitter_and_worker(tmp_path: Path, **worker: Any) -> Iterator[tuple[Broker, Worker]]:
+    """An SQLite broker, a submitter's ``Broker`` and a ``Worker`` (options ``worker``) on it."""
+    with (
+        _broker(tmp_path, "sqlite") as proc,
+        Broker(proc.url, "sk-alice") as broker,
+        Worker(proc.url, "wk-1", "gpu-1", handle_signals=False, **worker) as client,
+    ):
+        yield broker, client
+
+
+def _until_lost(job: Job, timeout: float) -> None:
+    """Wait until the worker's heartbeats mark ``job`` lost (its event: no polling)."""
+    job._lost.wait(timeout)
 
 
 @pytest.mark.parametrize("store", ["sqlite", "postgresql"])
@@ -144,22 +159,13 @@ def test_500_jobs_5_kills(tmp_path: Path, store: str) -> None:
 
 
 def test_a_job_taken_back_raises_job_lost_and_its_handler_stops(tmp_path: Path) -> None:
-    with (
-        _broker(tmp_path, "sqlite") as proc,
-        Broker(proc.url, "sk-alice") as broker,
-        Worker(
-            proc.url, "wk-1", "gpu-1", wait=5, heartbeat_interval=0.1, handle_signals=False
-        ) as worker,
-    ):
+    with _submitter_and_worker(tmp_path, wait=5, heartbeat_interval=0.1) as (broker, worker):
         job_id = broker.submit({"n": 1})
         job = worker.pop()
         assert job is not None
         assert job.id == job_id
         broker.cancel(job_id)
-        for _ in range(100):  # the heartbeats notice
-            if job.lost:
-                break
-            time.sleep(0.05)
+        _until_lost(job, timeout=5)  # the heartbeats notice
         assert job.lost
         with pytest.raises(Exception, match="taken back"):
             job.check()
@@ -357,12 +363,7 @@ def test_workers_follow_the_new_leader_after_a_sigkill(tmp_path: Path) -> None:
                 second = broker.submit_many([{"payload": n} for n in range(10, 20)])
                 assert [broker.wait(j, timeout=60) for j in second] == list(range(10, 20))
                 assert broker.status()["leader"] == b.url
-            for w in workers:
-                w.stop()
-            for thread in threads:
-                thread.join(30)
-            for w in workers:
-                w.close()
+            _stop(workers, threads)
             assert done == collections.Counter(range(20))
         finally:
             a.kill()
@@ -421,14 +422,10 @@ def test_a_worker_with_two_slots_runs_completes_and_fails_in_process(tmp_path: P
     # Worker.run with slots > 1 (a pool of handler threads), a handler that raises (the job
     # fails with its reason), heartbeats while a handler runs, and stop() ending the loop with
     # a leave: in this process, so coverage sees the worker's own code.
-    with (
-        _broker(tmp_path, "sqlite") as proc,
-        Broker(proc.url, "sk-alice") as broker,
-        Worker(
-            proc.url, "wk-1", "gpu-1", slots=2, wait=1, heartbeat_interval=0.05,
-            handle_signals=False,
-        ) as worker,
-    ):  # fmt: skip
+    with _submitter_and_worker(tmp_path, slots=2, wait=1, heartbeat_interval=0.05) as (
+        broker,
+        worker,
+    ):
         ids = [broker.submit({"n": n, "raise": n % 3 == 0}) for n in range(6)]
         seen: list[int] = []
         lock = threading.Lock()
@@ -458,13 +455,7 @@ def test_run_with_one_slot_lets_a_handler_see_its_job_taken_back(tmp_path: Path)
     # Worker.run with one slot: the broker takes the job back (a cancel) while the handler
     # runs; the heartbeats mark it lost, job.check() raises JobLost in the handler, run()
     # reports nothing for it and goes on with the next job.
-    with (
-        _broker(tmp_path, "sqlite") as proc,
-        Broker(proc.url, "sk-alice") as broker,
-        Worker(
-            proc.url, "wk-1", "gpu-1", wait=1, heartbeat_interval=0.05, handle_signals=False
-        ) as worker,
-    ):
+    with _submitter_and_worker(tmp_path, wait=1, heartbeat_interval=0.05) as (broker, worker):
         first = broker.submit({"n": 1})
         second = broker.submit({"n": 2})
         outcomes: dict[str, str] = {}
@@ -472,10 +463,7 @@ def test_run_with_one_slot_lets_a_handler_see_its_job_taken_back(tmp_path: Path)
         def handler(job: Job) -> dict[str, int]:
             if job.id == first:
                 broker.cancel(first)
-                for _ in range(200):
-                    if job.lost:
-                        break
-                    time.sleep(0.02)
+                _until_lost(job, timeout=4)
                 try:
                     job.check()
                 except Exception as exc:

@@ -288,7 +288,7 @@ def test_the_keys_in_the_guides_requests_are_keys_of_the_example_configuration()
     import re
     from pathlib import Path
 
-    from prioqueue._service_config import _load_toml
+    from prioqueue._service.config import _load_toml
 
     root = Path(__file__).parents[2]
     example = _load_toml((root / "examples" / "gateway.toml").read_text())

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from gateway_helpers import CHAT, StackFactory, chat, run, wait_for
 
-from prioqueue._serving import ConnectionLimits
+from prioqueue._service.serving import ConnectionLimits
 from prioqueue.gateway.fake_upstream import FakeLlamaSwap, ServerThread
 
 

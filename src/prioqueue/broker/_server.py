@@ -25,7 +25,7 @@ import contextlib
 import math
 from typing import TYPE_CHECKING, Any
 
-from prioqueue import _serving
+from prioqueue._service import serving as _serving
 
 if TYPE_CHECKING:
     from prioqueue.broker.config import Connections

@@ -23,11 +23,12 @@ import sys
 from typing import Any
 
 from prioqueue._errors import ConfigError
-from prioqueue._service_cli import add_server_options, missing_modules, shutdown_signals
+from prioqueue._service import cli as service
 
 __all__ = ["add_arguments", "run", "store_problem"]
 
-_MISSING = missing_modules(("fastapi", "uvicorn"))
+_COMMAND = "prioqueue broker"
+_MISSING = service.missing_modules(("fastapi", "uvicorn"))
 if _MISSING:  # the extra: `prioqueue --help` says when it is missing
     raise ImportError(f"No module named {_MISSING[0]!r}")
 
@@ -43,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--listen", metavar="HOST:PORT", help="address to listen on (overrides)")
     parser.add_argument("--store", metavar="URL", help="store URL (overrides the file's)")
-    add_server_options(parser)
+    service.add_server_options(parser)
     parser.add_argument("--check", action="store_true", help="validate the configuration and exit")
     parser.add_argument(
         "--openapi", action="store_true", help="print the OpenAPI description (JSON) and exit"
@@ -75,7 +76,7 @@ def store_problem(store: str) -> str | None:
                 "the path: sqlite:///relative.db is relative, sqlite:////absolute.db absolute)"
             )
         return None
-    if store.startswith(("postgresql:", "postgres:")) and missing_modules(("psycopg",)):
+    if store.startswith(("postgresql:", "postgres:")) and service.missing_modules(("psycopg",)):
         return (
             f"store {store}: PostgreSQL needs psycopg, which is not installed "
             "(install the 'postgres' extra, from a checkout: pip install '.[postgres]')"
@@ -103,7 +104,7 @@ def _server_class() -> Any:
         """
 
         def capture_signals(self) -> Any:  # no re-raising the signal after shutdown: exit 0
-            return shutdown_signals(self.handle_exit)
+            return service.shutdown_signals(self.handle_exit)
 
         def handle_exit(self, sig: int, frame: Any) -> None:
             # Answer the long polls now, or the graceful shutdown would wait for them.
@@ -123,14 +124,7 @@ def _server_class() -> Any:
             app.state.broker_started = True  # the lifespan only stops it
             await super().startup(sockets=sockets)
             if self.started and sockets:
-                host, port = sockets[0].getsockname()[:2]
-                shown = f"[{host}]" if ":" in host else host
-                print(
-                    f"prioqueue broker: listening on http://{shown}:{port}, "
-                    f"store {app.state.config.store}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                service.say_listening(_COMMAND, sockets[0], f"store {app.state.config.store}")
 
     return Server
 
@@ -149,10 +143,10 @@ def run(args: argparse.Namespace) -> int:
     if args.config is None and not args.openapi:
         print(NO_CONFIG, file=sys.stderr)
         return 2
-    try:
-        config = load_config(args.config, listen=args.listen, store=args.store)
-    except ConfigError as exc:
-        print(f"prioqueue broker: {exc}", file=sys.stderr)
+    config = service.configured(
+        _COMMAND, load_config, args.config, listen=args.listen, store=args.store
+    )
+    if config is None:
         return 2
     if args.check:
         problem = store_problem(config.store)
@@ -176,12 +170,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"prioqueue broker: {exc}", file=sys.stderr)
         return 2
     from prioqueue.broker._server import uvicorn_config
-    from prioqueue.gateway._server import BindError, bind
 
-    try:
-        sock = bind(config.host, config.port)
-    except BindError as exc:
-        print(f"prioqueue broker: {exc}", file=sys.stderr)
+    sock = service.bound(_COMMAND, config.host, config.port)
+    if sock is None:
         return 1
     server = _server_class()(
         uvicorn_config(

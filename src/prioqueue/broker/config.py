@@ -41,18 +41,18 @@ from typing import Any, Final, Literal
 import attrs
 
 from prioqueue._errors import ConfigError
-from prioqueue._lifecycle_config import backoff_setting, budgets_setting
-from prioqueue._service_config import (
-    _policy,
-    _scoring,
-    _Table,
-    _tier,
+from prioqueue._service.config import (
+    Table,
     api_key_entries,
     charge_setting,
     default_tier,
     listen_setting,
-    read_toml,
+    load_document,
+    start_document,
+    tier_setting,
 )
+from prioqueue._service.lifecycle import backoff_setting, budgets_setting
+from prioqueue._service.serving import ConnectionSettings
 from prioqueue.lease import LeaseCalculator
 from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
@@ -86,7 +86,7 @@ _LEASE_KEYS: Final = (
 
 
 @attrs.frozen
-class Connections:
+class Connections(ConnectionSettings):
     """The broker's connection limits: the ``[connections]`` table (the gateway's names).
 
     Attributes:
@@ -105,15 +105,7 @@ class Connections:
         shutdown_grace_seconds: How long requests in flight may finish at shutdown.
     """
 
-    header_timeout: float = 10.0
     idle_timeout: float = 5.0
-    body_timeout: float = 60.0
-    max_header_bytes: int = 8192
-    max_headers_bytes: int = 32768
-    max_header_count: int = 100
-    max_connections: int | None = None
-    max_idle_connections: int | None = None
-    shutdown_grace_seconds: float = 30.0
 
 
 @attrs.frozen
@@ -278,7 +270,7 @@ def _check_store(value: str, where: str) -> str:
     )
 
 
-def _keys(root: _Table, tiers: Mapping[str, float]) -> dict[str, BrokerKey]:
+def _keys(root: Table, tiers: Mapping[str, float]) -> dict[str, BrokerKey]:
     keys: dict[str, BrokerKey] = {}
     for key, entry in api_key_entries(root):
         role = entry.string("role", "")
@@ -300,7 +292,7 @@ def _keys(root: _Table, tiers: Mapping[str, float]) -> dict[str, BrokerKey]:
             keys[key] = BrokerKey(
                 role="submitter",
                 member=member,
-                tier=_tier(entry, "tier", tiers, default_tier(tiers)),
+                tier=tier_setting(entry, "tier", tiers, default_tier(tiers)),
                 max_priority=entry.integer("max_priority", 0),  # type: ignore[arg-type]
                 observer=entry.boolean("observer", False),
                 admin=entry.boolean("admin", False),
@@ -311,7 +303,7 @@ def _keys(root: _Table, tiers: Mapping[str, float]) -> dict[str, BrokerKey]:
     return keys
 
 
-def _worker_ids(entry: _Table) -> tuple[frozenset[str] | None, str | None]:
+def _worker_ids(entry: Table) -> tuple[frozenset[str] | None, str | None]:
     raw = entry.get("workers")
     prefix = entry.get("workers_prefix")
     workers: frozenset[str] | None = None
@@ -331,7 +323,7 @@ def _worker_ids(entry: _Table) -> tuple[frozenset[str] | None, str | None]:
     return workers, prefix
 
 
-def _connections(root: _Table) -> Connections:
+def _connections(root: Table) -> Connections:
     table = root.table("connections")
     defaults = Connections()
     kwargs: dict[str, Any] = {}
@@ -345,7 +337,7 @@ def _connections(root: _Table) -> Connections:
     return Connections(**kwargs)
 
 
-def _lease(root: _Table) -> LeaseCalculator:
+def _lease(root: Table) -> LeaseCalculator:
     table = root.table("lease")
     kwargs: dict[str, Any] = {}
     for key in _LEASE_KEYS:
@@ -365,18 +357,18 @@ def _lease(root: _Table) -> LeaseCalculator:
         raise ConfigError(f"{root.source}lease: {exc}") from None
 
 
-def _synchronous(root: _Table) -> str:
+def _synchronous(root: Table) -> str:
     value = root.string("sqlite_synchronous", "full")
     if value not in ("full", "normal"):
         raise root.fail("sqlite_synchronous", f'must be "full" or "normal", got {value!r}')
     return value
 
 
-def _optional_int(root: _Table, key: str) -> int | None:
+def _optional_int(root: Table, key: str) -> int | None:
     return root.integer(key, None, minimum=1)
 
 
-def _bytes_limit(root: _Table, key: str, default: int | None) -> int | None:
+def _bytes_limit(root: Table, key: str, default: int | None) -> int | None:
     """A byte budget: a positive integer, or 0 for none."""
     value = root.integer(key, default, minimum=0)
     return value or None
@@ -403,9 +395,7 @@ def parse_config(
     Raises:
         ConfigError: A value is invalid or a key is unknown; the message names the key.
     """
-    root = _Table(data, "", source)
-    policy = _policy(root)
-    scoring = _scoring(root)
+    root, policy, scoring = start_document(data, source)
     host, port = listen_setting(root, listen, DEFAULT_LISTEN)
     where = "--store" if store is not None else f"{source}store"
     store_url = _check_store(
@@ -473,7 +463,4 @@ def load_config(
         ConfigError: The file cannot be read, is not TOML, or holds an invalid value (the
             message names the file and the key).
     """
-    if path is None:
-        return parse_config({}, listen=listen, store=store)
-    data = read_toml(path)
-    return parse_config(data, source=f"{path}: ", listen=listen, store=store)
+    return load_document(path, parse_config, listen=listen, store=store)

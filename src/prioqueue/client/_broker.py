@@ -1,11 +1,16 @@
-"""``Broker`` and ``AsyncBroker``: the submitter's side of the broker's HTTP API."""
+"""``Broker`` and ``AsyncBroker``: the submitter's side of the broker's HTTP API.
+
+Both are the same client: each method builds its request (:class:`_Call`, by a function of
+this module) and reads the answer with :func:`_read`; only the sending differs (blocking or
+awaited), in ``_send``. :class:`Deadline` is the clock of a ``wait`` (also ``jobs wait``'s).
+"""
 
 from __future__ import annotations
 
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypedDict, TypeVar
 
 import httpx
 
@@ -16,9 +21,12 @@ from prioqueue.client._errors import (
     JobFailed,
     WaitTimeout,
 )
-from prioqueue.client._http import AsyncTransport, SyncTransport, raise_for
+from prioqueue.client._http import AsyncTransport, RequestOptions, SyncTransport, raise_for
 
-__all__ = ["AsyncBroker", "Broker"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = ["AsyncBroker", "Broker", "Deadline", "SubmitFields"]
 
 FINAL_STATES = frozenset(("done", "failed", "cancelled", "expired"))
 """The states a job does not leave."""
@@ -30,13 +38,79 @@ _ENDED: dict[str, type[JobEnded]] = {
     "cancelled": JobCancelled,
     "expired": JobExpired,
 }
+_C = TypeVar("_C", httpx.Client, httpx.AsyncClient)
+_FIELD_ORDER = ("priority", "model", "estimate", "group", "image")
 
 
-def _submit_body(payload: Any, fields: Mapping[str, Any]) -> dict[str, Any]:
-    body = {k: v for k, v in fields.items() if v is not None}
+class SubmitFields(TypedDict, total=False):
+    """What a submit's body may hold besides its payload (``POST /v1/jobs``, docs/broker.md).
+
+    None (or absent) leaves a field out of the body: the broker's default applies.
+    """
+
+    priority: int | str | None
+    model: str | None
+    estimate: float | None
+    group: str | None
+    image: Mapping[str, Any] | None
+    ttl: float | None
+    not_before: float | None
+    max_attempts: int | None
+    backoff: Mapping[str, Any] | None
+
+
+class _Call(NamedTuple):
+    """One request of the API and what its answer gives back."""
+
+    method: str
+    path: str
+    options: RequestOptions
+    member: str | None = None  # the answer's JSON member returned; None: the whole body
+
+
+def _read(call: _Call, response: httpx.Response) -> Any:
+    """The answer to ``call``: its JSON (or one member), or :class:`BrokerError` for a 4xx."""
+    raise_for(response)
+    body = response.json()
+    return body if call.member is None else body[call.member]
+
+
+def _key(idempotency_key: str | None) -> str:
+    return idempotency_key or f"pq-{uuid.uuid4().hex}"
+
+
+def _submit(payload: Any, idempotency_key: str | None, fields: Mapping[str, Any]) -> _Call:
+    ordered = {**{name: fields[name] for name in _FIELD_ORDER if name in fields}, **fields}
+    body = {k: v for k, v in ordered.items() if v is not None}
+    if "image" in body:
+        body["image"] = dict(body["image"])
     if payload is not None:
         body["payload"] = payload
-    return body
+    headers = {"Idempotency-Key": _key(idempotency_key)}
+    return _Call("POST", "/v1/jobs", {"json": body, "headers": headers}, "id")
+
+
+def _submit_many(jobs: Iterable[Mapping[str, Any]], idempotency_key: str | None) -> _Call:
+    body = {"jobs": [dict(job) for job in jobs]}
+    headers = {"Idempotency-Key": _key(idempotency_key)}
+    return _Call("POST", "/v1/jobs/batch", {"json": body, "headers": headers}, "ids")
+
+
+def _get(job_id: str, wait: float) -> _Call:
+    params = {"wait": wait} if wait else None
+    return _Call("GET", f"/v1/jobs/{job_id}", {"params": params, "wait": wait})
+
+
+def _group(group: str, member: str | None) -> _Call:
+    params = {"member": member} if member else None
+    return _Call("GET", f"/v1/groups/{group}", {"params": params})
+
+
+def _cancel_group(group: str, running: str, member: str | None) -> _Call:
+    params: dict[str, str] = {"running": running}
+    if member:
+        params["member"] = member
+    return _Call("DELETE", f"/v1/groups/{group}", {"params": params})
 
 
 def _outcome(job: dict[str, Any]) -> Any:
@@ -47,16 +121,64 @@ def _outcome(job: dict[str, Any]) -> Any:
     raise _ENDED.get(str(state), JobEnded)(job)
 
 
-def _json(response: httpx.Response) -> Any:
-    raise_for(response)
-    return response.json()
+class Deadline:
+    """The end of a wait for a job: each long poll's length, and whether time is up.
+
+    Args:
+        timeout: Seconds to wait at most, or None for no end.
+    """
+
+    def __init__(self, timeout: float | None) -> None:
+        self.end = None if timeout is None else time.monotonic() + timeout
+
+    def next_poll(self) -> float:
+        """Seconds the next long poll may wait: :data:`LONG_POLL` at most, never < 0. O(1)."""
+        if self.end is None:
+            return LONG_POLL
+        return max(0.0, min(LONG_POLL, self.end - time.monotonic()))
+
+    def passed(self) -> bool:
+        """Whether the wait's time is up. O(1)."""
+        return self.end is not None and time.monotonic() >= self.end
+
+    def settled(self, job: dict[str, Any]) -> bool:
+        """Whether ``job`` ended (True), or may be waited for again (False).
+
+        Raises:
+            WaitTimeout: It has not ended and the time is up.
+        """
+        if job.get("state") in FINAL_STATES:
+            return True
+        if self.passed():
+            raise WaitTimeout(job)
+        return False
 
 
-def _key(idempotency_key: str | None) -> str:
-    return idempotency_key or f"pq-{uuid.uuid4().hex}"
+class _Client(Generic[_C]):
+    """What :class:`Broker` and :class:`AsyncBroker` share: the constructor (their transport).
+
+    The arguments are :class:`Broker`'s; ``client`` is an ``httpx.Client`` for a
+    :class:`Broker`, an ``httpx.AsyncClient`` for an :class:`AsyncBroker`.
+    """
+
+    _transport: ClassVar[type[Any]]  # SyncTransport or AsyncTransport
+    _http: Any
+
+    def __init__(
+        self,
+        url: str | Sequence[str],
+        key: str,
+        *,
+        timeout: float = 10.0,
+        retry_timeout: float = 60.0,
+        client: _C | None = None,
+    ) -> None:
+        self._http = self._transport(
+            url, key, timeout=timeout, retry_timeout=retry_timeout, client=client
+        )
 
 
-class Broker:
+class Broker(_Client[httpx.Client]):
     """A blocking client for submitters (a key with role ``submitter``).
 
     Every call retries transport errors, 503 and 429 with exponential backoff and jitter
@@ -77,18 +199,8 @@ class Broker:
         print(broker.wait(broker.submit({"prompt": "a cat"})))``
     """
 
-    def __init__(
-        self,
-        url: str | Sequence[str],
-        key: str,
-        *,
-        timeout: float = 10.0,
-        retry_timeout: float = 60.0,
-        client: httpx.Client | None = None,
-    ) -> None:
-        self._http = SyncTransport(
-            url, key, timeout=timeout, retry_timeout=retry_timeout, client=client
-        )
+    _transport = SyncTransport
+    _http: SyncTransport
 
     def __enter__(self) -> Broker:
         return self
@@ -100,36 +212,33 @@ class Broker:
         """Close the connections."""
         self._http.close()
 
+    def _send(self, call: _Call) -> Any:
+        return _read(call, self._http.request(call.method, call.path, **call.options))
+
     def submit(
         self,
         payload: Any = None,
         *,
-        priority: int | str | None = None,
-        model: str | None = None,
-        estimate: float | None = None,
-        group: str | None = None,
-        image: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
-        **fields: Any,
+        **fields: Unpack[SubmitFields],
     ) -> str:
         """Queue one job; returns its id.
 
         An idempotency key is made for the call (unless given) and sent with each retry, so
-        an answer lost on the way never makes two jobs. Other keyword fields (``ttl``,
-        ``not_before``, ``max_attempts``, ``backoff``...) go into the body as they are.
+        an answer lost on the way never makes two jobs.
+
+        Args:
+            payload: Opaque JSON handed to the worker (None: none).
+            idempotency_key: Reuse to make a repeated submit safe (default: made for the call).
+            **fields: ``priority`` (a number or an alias), ``model``, ``estimate`` (seconds),
+                ``group``, ``image`` (lease inputs), ``ttl``, ``not_before``,
+                ``max_attempts``, ``backoff``: the body's fields (see :class:`SubmitFields`).
 
         Raises:
             BrokerError: The broker refused it (422 names the field; 429 after the retries).
             BrokerUnavailable: No broker answered in time.
         """
-        body = _submit_body(
-            payload,
-            {"priority": priority, "model": model, "estimate": estimate, "group": group,
-             "image": None if image is None else dict(image), **fields},
-        )  # fmt: skip
-        headers = {"Idempotency-Key": _key(idempotency_key)}
-        response = self._http.request("POST", "/v1/jobs", json=body, headers=headers)
-        job_id: str = _json(response)["id"]
+        job_id: str = self._send(_submit(payload, idempotency_key, fields))
         return job_id
 
     def submit_many(
@@ -145,10 +254,7 @@ class Broker:
             BrokerError: The broker refused the batch (nothing was queued).
             BrokerUnavailable: No broker answered in time.
         """
-        body = {"jobs": [dict(job) for job in jobs]}
-        headers = {"Idempotency-Key": _key(idempotency_key)}
-        response = self._http.request("POST", "/v1/jobs/batch", json=body, headers=headers)
-        ids: list[str] = _json(response)["ids"]
+        ids: list[str] = self._send(_submit_many(jobs, idempotency_key))
         return ids
 
     def get(self, job_id: str, *, wait: float = 0.0) -> dict[str, Any]:
@@ -157,10 +263,7 @@ class Broker:
         Raises:
             BrokerError: 404 no such job of this key's member.
         """
-        params = {"wait": wait} if wait else None
-        job: dict[str, Any] = _json(
-            self._http.request("GET", f"/v1/jobs/{job_id}", params=params, wait=wait)
-        )
+        job: dict[str, Any] = self._send(_get(job_id, wait))
         return job
 
     def wait(self, job_id: str, timeout: float | None = None) -> Any:
@@ -173,14 +276,11 @@ class Broker:
             WaitTimeout: ``timeout`` seconds passed first (a ``TimeoutError``).
             BrokerError: 404 no such job.
         """
-        end = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = LONG_POLL if end is None else min(LONG_POLL, end - time.monotonic())
-            job = self.get(job_id, wait=max(0.0, left))
-            if job.get("state") in FINAL_STATES:
-                return _outcome(job)
-            if end is not None and time.monotonic() >= end:
-                raise WaitTimeout(job)
+        deadline = Deadline(timeout)
+        job = self.get(job_id, wait=deadline.next_poll())
+        while not deadline.settled(job):
+            job = self.get(job_id, wait=deadline.next_poll())
+        return _outcome(job)
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         """Cancel a queued or running job; returns it.
@@ -188,7 +288,7 @@ class Broker:
         Raises:
             BrokerError: 404 unknown; 409 already finished.
         """
-        job: dict[str, Any] = _json(self._http.request("DELETE", f"/v1/jobs/{job_id}"))
+        job: dict[str, Any] = self._send(_Call("DELETE", f"/v1/jobs/{job_id}", {}))
         return job
 
     def group(self, group: str, *, member: str | None = None) -> dict[str, Any]:
@@ -197,10 +297,7 @@ class Broker:
         Raises:
             BrokerError: 404 no such group; 403 another member's without the right.
         """
-        params = {"member": member} if member else None
-        view: dict[str, Any] = _json(
-            self._http.request("GET", f"/v1/groups/{group}", params=params)
-        )
+        view: dict[str, Any] = self._send(_group(group, member))
         return view
 
     def cancel_group(
@@ -211,35 +308,20 @@ class Broker:
         Raises:
             BrokerError: 404 no such group; 403 another member's without the right.
         """
-        params: dict[str, str] = {"running": running}
-        if member:
-            params["member"] = member
-        view: dict[str, Any] = _json(
-            self._http.request("DELETE", f"/v1/groups/{group}", params=params)
-        )
+        view: dict[str, Any] = self._send(_cancel_group(group, running, member))
         return view
 
     def status(self) -> dict[str, Any]:
         """Counts by state, workers and who leads."""
-        view: dict[str, Any] = _json(self._http.request("GET", "/v1/status"))
+        view: dict[str, Any] = self._send(_Call("GET", "/v1/status", {}))
         return view
 
 
-class AsyncBroker:
+class AsyncBroker(_Client[httpx.AsyncClient]):
     """:class:`Broker` for asyncio: the same methods, awaited; the same arguments."""
 
-    def __init__(
-        self,
-        url: str | Sequence[str],
-        key: str,
-        *,
-        timeout: float = 10.0,
-        retry_timeout: float = 60.0,
-        client: httpx.AsyncClient | None = None,
-    ) -> None:
-        self._http = AsyncTransport(
-            url, key, timeout=timeout, retry_timeout=retry_timeout, client=client
-        )
+    _transport = AsyncTransport
+    _http: AsyncTransport
 
     async def __aenter__(self) -> AsyncBroker:
         return self
@@ -251,81 +333,58 @@ class AsyncBroker:
         """Close the connections."""
         await self._http.aclose()
 
+    async def _send(self, call: _Call) -> Any:
+        return _read(call, await self._http.request(call.method, call.path, **call.options))
+
     async def submit(
         self,
         payload: Any = None,
         *,
-        priority: int | str | None = None,
-        model: str | None = None,
-        estimate: float | None = None,
-        group: str | None = None,
-        image: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
-        **fields: Any,
+        **fields: Unpack[SubmitFields],
     ) -> str:
-        """See :meth:`Broker.submit`."""
-        body = _submit_body(
-            payload,
-            {"priority": priority, "model": model, "estimate": estimate, "group": group,
-             "image": None if image is None else dict(image), **fields},
-        )  # fmt: skip
-        headers = {"Idempotency-Key": _key(idempotency_key)}
-        response = await self._http.request("POST", "/v1/jobs", json=body, headers=headers)
-        job_id: str = _json(response)["id"]
+        """See :meth:`Broker.submit` (``fields`` as there: :class:`SubmitFields`)."""
+        job_id: str = await self._send(_submit(payload, idempotency_key, fields))
         return job_id
 
     async def submit_many(
         self, jobs: Iterable[Mapping[str, Any]], *, idempotency_key: str | None = None
     ) -> list[str]:
         """See :meth:`Broker.submit_many`."""
-        body = {"jobs": [dict(job) for job in jobs]}
-        headers = {"Idempotency-Key": _key(idempotency_key)}
-        response = await self._http.request("POST", "/v1/jobs/batch", json=body, headers=headers)
-        ids: list[str] = _json(response)["ids"]
+        ids: list[str] = await self._send(_submit_many(jobs, idempotency_key))
         return ids
 
     async def get(self, job_id: str, *, wait: float = 0.0) -> dict[str, Any]:
         """See :meth:`Broker.get`."""
-        params = {"wait": wait} if wait else None
-        response = await self._http.request("GET", f"/v1/jobs/{job_id}", params=params, wait=wait)
-        job: dict[str, Any] = _json(response)
+        job: dict[str, Any] = await self._send(_get(job_id, wait))
         return job
 
     async def wait(self, job_id: str, timeout: float | None = None) -> Any:
         """See :meth:`Broker.wait`."""
-        end = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = LONG_POLL if end is None else min(LONG_POLL, end - time.monotonic())
-            job = await self.get(job_id, wait=max(0.0, left))
-            if job.get("state") in FINAL_STATES:
-                return _outcome(job)
-            if end is not None and time.monotonic() >= end:
-                raise WaitTimeout(job)
+        deadline = Deadline(timeout)
+        job = await self.get(job_id, wait=deadline.next_poll())
+        while not deadline.settled(job):
+            job = await self.get(job_id, wait=deadline.next_poll())
+        return _outcome(job)
 
     async def cancel(self, job_id: str) -> dict[str, Any]:
         """See :meth:`Broker.cancel`."""
-        job: dict[str, Any] = _json(await self._http.request("DELETE", f"/v1/jobs/{job_id}"))
+        job: dict[str, Any] = await self._send(_Call("DELETE", f"/v1/jobs/{job_id}", {}))
         return job
 
     async def group(self, group: str, *, member: str | None = None) -> dict[str, Any]:
         """See :meth:`Broker.group`."""
-        params = {"member": member} if member else None
-        response = await self._http.request("GET", f"/v1/groups/{group}", params=params)
-        view: dict[str, Any] = _json(response)
+        view: dict[str, Any] = await self._send(_group(group, member))
         return view
 
     async def cancel_group(
         self, group: str, *, running: str = "keep", member: str | None = None
     ) -> dict[str, Any]:
         """See :meth:`Broker.cancel_group`."""
-        params: dict[str, str] = {"running": running}
-        if member:
-            params["member"] = member
-        response = await self._http.request("DELETE", f"/v1/groups/{group}", params=params)
-        view: dict[str, Any] = _json(response)
+        view: dict[str, Any] = await self._send(_cancel_group(group, running, member))
         return view
 
     async def status(self) -> dict[str, Any]:
         """See :meth:`Broker.status`."""
-        view: dict[str, Any] = _json(await self._http.request("GET", "/v1/status"))
+        view: dict[str, Any] = await self._send(_Call("GET", "/v1/status", {}))
         return view

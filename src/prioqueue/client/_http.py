@@ -14,18 +14,34 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 
 import httpx
 import stamina
 
 from prioqueue.client._errors import BrokerError, BrokerUnavailable
 
-__all__ = ["AsyncTransport", "Endpoint", "SyncTransport", "raise_for"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = ["AsyncTransport", "Endpoint", "RequestOptions", "SyncTransport", "raise_for"]
+
+_C = TypeVar("_C", httpx.Client, httpx.AsyncClient)
 
 RETRY_AFTER_CAP = 5.0
 """The longest wait (seconds) a ``Retry-After`` may ask between two retries."""
+
+
+class RequestOptions(TypedDict, total=False):
+    """The options of one call (see :meth:`SyncTransport.request`)."""
+
+    json: Any
+    params: Mapping[str, Any] | None
+    headers: Mapping[str, str] | None
+    wait: float
+    retried: list[bool] | None
+    budget: float | None
 
 
 class _Retry(Exception):
@@ -103,14 +119,87 @@ def raise_for(response: httpx.Response) -> None:
     raise BrokerError(response.status_code, message, field=field, body=body)
 
 
-def _headers(key: str, extra: Mapping[str, str] | None) -> dict[str, str]:
-    headers = {"Authorization": f"Bearer {key}"}
-    if extra:
-        headers.update(extra)
-    return headers
+class _Transport(Generic[_C]):
+    """What both transports share: the endpoint, the key, the budgets, one attempt's logic.
+
+    A subclass adds only the I/O: its client class and the retry loop that sends (sync or
+    async); every decision about an answer is made here.
+    """
+
+    def __init__(
+        self,
+        url: str | Sequence[str],
+        key: str,
+        *,
+        timeout: float,
+        retry_timeout: float,
+        client: _C | None,
+    ) -> None:
+        self.endpoint = Endpoint(url)
+        self.key = key
+        self.timeout = timeout
+        self.retry_timeout = retry_timeout
+        self.client: _C = client if client is not None else self._new_client(timeout)
+
+    def _new_client(self, timeout: float) -> _C:
+        raise NotImplementedError  # pragma: no cover - each transport names its client
+
+    def _send_options(self, options: RequestOptions) -> dict[str, Any]:
+        """The keyword arguments of the client's ``request`` (but the URL) for ``options``."""
+        headers = {"Authorization": f"Bearer {self.key}"}
+        headers.update(options.get("headers") or {})
+        return {
+            "json": options.get("json"),
+            "params": options.get("params"),
+            "headers": headers,
+            "timeout": self.timeout + options.get("wait", 0.0),
+        }
+
+    def _retries(self, options: RequestOptions) -> Any:
+        """The retry context of one call (``for``/``async for`` over its attempts)."""
+        budget = options.get("budget")
+        return stamina.retry_context(
+            on=_backoff,
+            attempts=None,
+            timeout=self.retry_timeout if budget is None else budget,
+            wait_max=2.0,
+        )
+
+    def _base(self, attempt: Any, options: RequestOptions) -> str:
+        """The URL to try this attempt (noting a retry in ``options["retried"]``)."""
+        retried = options.get("retried")
+        if attempt.num > 1 and retried is not None:
+            retried.append(True)
+        return self.endpoint.current
+
+    def _answer(self, response: httpx.Response) -> httpx.Response:
+        """``response``, or :class:`_Retry` for a 503/429 (following a named leader)."""
+        if response.status_code in (429, 503):
+            self.endpoint.follow(response)
+            raise _Retry(response)
+        return response
+
+    @contextlib.contextmanager
+    def _rotating(self, base: str) -> Iterator[None]:
+        """A transport error while asking ``base`` moves to the next URL (and is retried)."""
+        try:
+            yield
+        except httpx.TransportError:
+            self.endpoint.rotate(base)
+            raise
+
+    @contextlib.contextmanager
+    def _unavailable(self) -> Iterator[None]:
+        """Out of retries: :class:`BrokerUnavailable` with the last status or error."""
+        try:
+            yield
+        except _Retry as exc:
+            raise BrokerUnavailable(exc.response.status_code, str(exc)) from None
+        except httpx.TransportError as exc:
+            raise BrokerUnavailable(0, f"no answer from {self.endpoint.current}: {exc!r}") from exc
 
 
-class SyncTransport:
+class SyncTransport(_Transport[httpx.Client]):
     """Blocking requests with retries (see the module docstring).
 
     Args:
@@ -122,33 +211,10 @@ class SyncTransport:
         client: An ``httpx.Client`` to use (tests); default a new one.
     """
 
-    def __init__(
-        self,
-        url: str | Sequence[str],
-        key: str,
-        *,
-        timeout: float = 10.0,
-        retry_timeout: float = 60.0,
-        client: httpx.Client | None = None,
-    ) -> None:
-        self.endpoint = Endpoint(url)
-        self.key = key
-        self.timeout = timeout
-        self.retry_timeout = retry_timeout
-        self.client = client or httpx.Client(timeout=timeout)
+    def _new_client(self, timeout: float) -> httpx.Client:
+        return httpx.Client(timeout=timeout)
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Any = None,
-        params: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        wait: float = 0.0,
-        retried: list[bool] | None = None,
-        budget: float | None = None,
-    ) -> httpx.Response:
+    def request(self, method: str, path: str, **options: Unpack[RequestOptions]) -> httpx.Response:
         """One call, retried; returns the final answer (any status below 500 but 429).
 
         Args:
@@ -165,35 +231,14 @@ class SyncTransport:
         Raises:
             BrokerUnavailable: No answer but 503/429/transport errors within the budget.
         """
-        all_headers = _headers(self.key, headers)
-        timeout = self.timeout + wait
-        try:
-            for attempt in stamina.retry_context(
-                on=_backoff,
-                attempts=None,
-                timeout=self.retry_timeout if budget is None else budget,
-                wait_max=2.0,
-            ):
+        send = self._send_options(options)
+        with self._unavailable():
+            for attempt in self._retries(options):
                 with attempt:
-                    if attempt.num > 1 and retried is not None:
-                        retried.append(True)
-                    base = self.endpoint.current
-                    try:
-                        response = self.client.request(
-                            method, base + path, json=json, params=params,
-                            headers=all_headers, timeout=timeout,
-                        )  # fmt: skip
-                    except httpx.TransportError:
-                        self.endpoint.rotate(base)
-                        raise
-                    if response.status_code in (429, 503):
-                        self.endpoint.follow(response)
-                        raise _Retry(response)
-                    return response
-        except _Retry as exc:
-            raise BrokerUnavailable(exc.response.status_code, str(exc)) from None
-        except httpx.TransportError as exc:
-            raise BrokerUnavailable(0, f"no answer from {self.endpoint.current}: {exc!r}") from exc
+                    base = self._base(attempt, options)
+                    with self._rotating(base):
+                        response = self.client.request(method, base + path, **send)
+                    return self._answer(response)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:
@@ -201,66 +246,24 @@ class SyncTransport:
         self.client.close()
 
 
-class AsyncTransport:
+class AsyncTransport(_Transport[httpx.AsyncClient]):
     """:class:`SyncTransport` for asyncio (``httpx.AsyncClient``); same arguments."""
 
-    def __init__(
-        self,
-        url: str | Sequence[str],
-        key: str,
-        *,
-        timeout: float = 10.0,
-        retry_timeout: float = 60.0,
-        client: httpx.AsyncClient | None = None,
-    ) -> None:
-        self.endpoint = Endpoint(url)
-        self.key = key
-        self.timeout = timeout
-        self.retry_timeout = retry_timeout
-        self.client = client or httpx.AsyncClient(timeout=timeout)
+    def _new_client(self, timeout: float) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=timeout)
 
     async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Any = None,
-        params: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        wait: float = 0.0,
-        retried: list[bool] | None = None,
-        budget: float | None = None,
+        self, method: str, path: str, **options: Unpack[RequestOptions]
     ) -> httpx.Response:
         """See :meth:`SyncTransport.request`."""
-        all_headers = _headers(self.key, headers)
-        timeout = self.timeout + wait
-        try:
-            async for attempt in stamina.retry_context(
-                on=_backoff,
-                attempts=None,
-                timeout=self.retry_timeout if budget is None else budget,
-                wait_max=2.0,
-            ):
+        send = self._send_options(options)
+        with self._unavailable():
+            async for attempt in self._retries(options):
                 with attempt:
-                    if attempt.num > 1 and retried is not None:
-                        retried.append(True)
-                    base = self.endpoint.current
-                    try:
-                        response = await self.client.request(
-                            method, base + path, json=json, params=params,
-                            headers=all_headers, timeout=timeout,
-                        )  # fmt: skip
-                    except httpx.TransportError:
-                        self.endpoint.rotate(base)
-                        raise
-                    if response.status_code in (429, 503):
-                        self.endpoint.follow(response)
-                        raise _Retry(response)
-                    return response
-        except _Retry as exc:
-            raise BrokerUnavailable(exc.response.status_code, str(exc)) from None
-        except httpx.TransportError as exc:
-            raise BrokerUnavailable(0, f"no answer from {self.endpoint.current}: {exc!r}") from exc
+                    base = self._base(attempt, options)
+                    with self._rotating(base):
+                        response = await self.client.request(method, base + path, **send)
+                    return self._answer(response)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def aclose(self) -> None:

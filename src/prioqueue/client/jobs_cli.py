@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import time
 from typing import Any
 
-from prioqueue.client._broker import FINAL_STATES, LONG_POLL, Broker
-from prioqueue.client._errors import BrokerError
+from prioqueue.client._broker import Broker, Deadline
+from prioqueue.client._cli import add_broker_options
+from prioqueue.client._errors import BrokerError, WaitTimeout
 
 __all__ = ["EXIT_CODES", "add_arguments", "run"]
 
@@ -40,16 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: The ``jobs`` subparser.
     """
-    env = os.environ
-    parser.add_argument(
-        "--broker",
-        default=env.get("PRIOQUEUE_BROKER_URL"),
-        metavar="URL",
-        help="the broker's URL (env PRIOQUEUE_BROKER_URL)",
-    )
-    parser.add_argument(
-        "--key", default=env.get("PRIOQUEUE_KEY"), help="a submitter API key (env PRIOQUEUE_KEY)"
-    )
+    add_broker_options(parser, role="submitter", several=False)
     parser.add_argument(
         "--retry-timeout", type=float, default=30.0, help="seconds to retry an unreachable broker"
     )
@@ -135,17 +125,16 @@ def _submit(broker: Broker, args: argparse.Namespace) -> int:
 
 
 def _wait(broker: Broker, job_id: str, timeout: float | None) -> int:
-    end = None if timeout is None else time.monotonic() + timeout
-    while True:
-        left = LONG_POLL if end is None else max(0.0, min(LONG_POLL, end - time.monotonic()))
-        job = broker.get(job_id, wait=left)
-        state = str(job.get("state"))
-        if state in FINAL_STATES:
-            _print(job)
-            return EXIT_CODES.get(state, 1)
-        if end is not None and time.monotonic() >= end:
-            _print(job)
-            return EXIT_CODES["timeout"]
+    deadline = Deadline(timeout)
+    try:
+        job = broker.get(job_id, wait=deadline.next_poll())
+        while not deadline.settled(job):
+            job = broker.get(job_id, wait=deadline.next_poll())
+    except WaitTimeout as exc:
+        _print(exc.job)
+        return EXIT_CODES["timeout"]
+    _print(job)
+    return EXIT_CODES.get(str(job.get("state")), 1)
 
 
 def run(args: argparse.Namespace) -> int:

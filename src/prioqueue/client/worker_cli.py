@@ -28,6 +28,7 @@ import tempfile
 import time
 from typing import Any
 
+from prioqueue.client._cli import add_broker_options
 from prioqueue.client._errors import BrokerError
 from prioqueue.client._worker import Job, Worker
 
@@ -47,16 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: The ``worker`` subparser.
     """
-    env = os.environ
-    parser.add_argument(
-        "--broker",
-        default=env.get("PRIOQUEUE_BROKER_URL"),
-        metavar="URL",
-        help="the broker's URL, several separated by commas (env PRIOQUEUE_BROKER_URL)",
-    )
-    parser.add_argument(
-        "--key", default=env.get("PRIOQUEUE_KEY"), help="a worker API key (env PRIOQUEUE_KEY)"
-    )
+    add_broker_options(parser, role="worker", several=True)
     parser.add_argument(
         "--name", default=socket.gethostname(), help="this worker's name (default: hostname)"
     )

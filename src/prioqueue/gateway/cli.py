@@ -18,11 +18,11 @@ import asyncio
 import contextlib
 import gc
 import signal
+import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
-from prioqueue._errors import ConfigError
-from prioqueue._service_cli import add_server_options, missing_modules, shutdown_signals
+from prioqueue._service import cli as service
 
 if TYPE_CHECKING:
     from prioqueue.gateway.settings import GatewayConfig
@@ -33,11 +33,13 @@ INSTALL = "pip install '.[gateway,prometheus]'"
 """The install line from a clone (``prioqueue-lanes[gateway,prometheus]`` once released)."""
 
 _GATEWAY_MODULES = ("aiohttp", "uvicorn", "yarl")
+_COMMAND = "prioqueue gateway"
 
 
 def missing_extras() -> tuple[list[str], bool]:
     """Return the gateway extra's missing modules and whether prometheus-client is there."""
-    return missing_modules(_GATEWAY_MODULES), not missing_modules(("prometheus_client",))
+    prometheus = not service.missing_modules(("prometheus_client",))
+    return service.missing_modules(_GATEWAY_MODULES), prometheus
 
 
 def _upstreams(config: GatewayConfig) -> str:
@@ -61,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--upstream", metavar="URL", help="upstream base URL (overrides the file)")
     parser.add_argument("--listen", metavar="HOST:PORT", help="address to listen on (overrides)")
-    add_server_options(parser)
+    service.add_server_options(parser)
     parser.add_argument(
         "--record",
         metavar="FILE",
@@ -114,7 +116,7 @@ def _server_class() -> Any:
                 self.loop.call_soon_threadsafe(self.gateway.begin_shutdown)
 
         def capture_signals(self) -> Any:  # no re-raising the signal after shutdown: exit 0
-            return shutdown_signals(self.handle_exit)
+            return service.shutdown_signals(self.handle_exit)
 
     return GatewayServer
 
@@ -187,6 +189,23 @@ def _raise_file_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
+def _recorder(args: argparse.Namespace) -> tuple[Any, dict[str, float]]:
+    """The trace recorder of ``--record`` (None without it) and the ``--record-load`` times.
+
+    Raises:
+        ImportError: The simulator's recorder is missing.
+        OSError: The file cannot be opened.
+        ValueError: A ``--record-load`` value is not ``MODEL=SECONDS``.
+    """
+    if not args.record:
+        return None, {}
+    loads = _record_loads(args.record_load)
+    recorder = _open_recorder(
+        args.record, load_seconds=loads, default_load=args.record_default_load
+    )
+    return recorder, loads
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the gateway; returns the exit status.
 
@@ -201,10 +220,10 @@ def run(args: argparse.Namespace) -> int:
     """
     from prioqueue.gateway.config import load_config
 
-    try:
-        config = load_config(args.config, upstream=args.upstream, listen=args.listen)
-    except ConfigError as exc:
-        print(f"prioqueue gateway: {exc}", file=sys.stderr)
+    config = service.configured(
+        _COMMAND, load_config, args.config, upstream=args.upstream, listen=args.listen
+    )
+    if config is None:
         return 2
     missing, prometheus = missing_extras()
     if missing:
@@ -219,26 +238,29 @@ def run(args: argparse.Namespace) -> int:
         if not prometheus:
             print(f"note: /metrics is off without the 'prometheus' extra ({INSTALL})")
         return 0
-    from prioqueue.gateway._server import BindError, bind, uvicorn_config
+    sock = service.bound(_COMMAND, config.host, config.port)
+    if sock is None:
+        return 1
+    try:
+        recorder, loads = _recorder(args)
+    except (ImportError, OSError, ValueError) as exc:
+        sock.close()
+        print(f"prioqueue gateway: --record {args.record}: {exc}", file=sys.stderr)
+        return 1
+    return _serve(args, config, sock, recorder, loads)
+
+
+def _serve(
+    args: argparse.Namespace,
+    config: GatewayConfig,
+    sock: socket.socket,
+    recorder: Any,
+    loads: dict[str, float],
+) -> int:
+    """Serve on ``sock`` until a signal; returns the exit status (0, or 1 if it never started)."""
+    from prioqueue.gateway._server import uvicorn_config
     from prioqueue.gateway.app import Gateway
 
-    try:
-        sock = bind(config.host, config.port)
-    except BindError as exc:
-        print(f"prioqueue gateway: {exc}", file=sys.stderr)
-        return 1
-    recorder = None
-    loads: dict[str, float] = {}
-    if args.record:
-        try:
-            loads = _record_loads(args.record_load)
-            recorder = _open_recorder(
-                args.record, load_seconds=loads, default_load=args.record_default_load
-            )
-        except (ImportError, OSError, ValueError) as exc:
-            sock.close()
-            print(f"prioqueue gateway: --record {args.record}: {exc}", file=sys.stderr)
-            return 1
     _raise_file_limit()
     gateway = Gateway(config, recorder=recorder, record_loads=loads)
     thresholds = gc.get_threshold()
@@ -255,13 +277,7 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.suppress(ValueError):  # not the main thread: uvicorn's own handling
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, server.handle_exit)
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
-    print(
-        f"prioqueue gateway: listening on http://{shown}:{port}, {_upstreams(config)}",
-        file=sys.stderr,
-        flush=True,
-    )
+    service.say_listening(_COMMAND, sock, _upstreams(config))
     try:
         server.run(sockets=[sock])
     finally:

@@ -34,21 +34,20 @@ from urllib.parse import urlsplit
 import attrs
 
 from prioqueue._errors import ConfigError
-from prioqueue._lifecycle_config import budgets_setting
-from prioqueue._service_config import (
-    _level,
-    _number,
-    _policy,
-    _scoring,
-    _Table,
-    _tier,
+from prioqueue._service.config import (
+    Table,
     api_key_entries,
     charge_setting,
+    checked_number,
     default_tier,
+    level_key,
     listen_setting,
+    load_document,
     parse_listen,
-    read_toml,
+    start_document,
+    tier_setting,
 )
+from prioqueue._service.lifecycle import budgets_setting
 from prioqueue.gateway.settings import (
     DEFAULT_ADMIN_PATHS,
     DEFAULT_GATED_METHODS,
@@ -99,7 +98,7 @@ class _Busy:
     idle_path: str | None
 
 
-def _busy(table: _Table, default: _Busy) -> _Busy:
+def _busy(table: Table, default: _Busy) -> _Busy:
     idle_path = table.optional_string("idle_path")
     if idle_path is not None and not idle_path.startswith(("/", "http://", "https://")):
         raise table.fail(
@@ -112,7 +111,7 @@ def _busy(table: _Table, default: _Busy) -> _Busy:
     )
 
 
-def _upstreams(root: _Table, busy: _Busy) -> tuple[UpstreamConfig, ...]:
+def _upstreams(root: Table, busy: _Busy) -> tuple[UpstreamConfig, ...]:
     """Read ``[[upstreams]]``: ``url``, ``name``, ``models``, ``slots``, ``slow`` and more.
 
     ``aborts``, ``busy_timeout`` and ``idle_path`` default to the top level's.
@@ -127,7 +126,7 @@ def _upstreams(root: _Table, busy: _Busy) -> tuple[UpstreamConfig, ...]:
     for index, entry in enumerate(value):
         if not isinstance(entry, Mapping):
             raise root.fail("upstreams", f"entry {index} must be a table, got {entry!r}")
-        table = _Table(entry, f"{root.name('upstreams')}[{index}]", root.source)
+        table = Table(entry, f"{root.name('upstreams')}[{index}]", root.source)
         url_value = table.get("url")
         if not isinstance(url_value, str):
             raise table.fail("url", f"is required: an http:// or https:// URL, got {url_value!r}")
@@ -168,7 +167,7 @@ def _upstreams(root: _Table, busy: _Busy) -> tuple[UpstreamConfig, ...]:
     return tuple(result)
 
 
-def _routing(root: _Table) -> Literal["warm", "round-robin", "least-busy"]:
+def _routing(root: Table) -> Literal["warm", "round-robin", "least-busy"]:
     value = root.string("routing", "warm")
     if value == "round-robin":
         return "round-robin"
@@ -200,7 +199,7 @@ _LIMIT_NUMBERS = (
 )
 
 
-def _paths(root: _Table, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+def _paths(root: Table, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
     raw = root.get(key)
     if raw is None:
         return default
@@ -209,7 +208,7 @@ def _paths(root: _Table, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(raw)
 
 
-def _methods(root: _Table, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+def _methods(root: Table, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
     raw = root.get(key)
     if raw is None:
         return default
@@ -220,7 +219,7 @@ def _methods(root: _Table, key: str, default: tuple[str, ...]) -> tuple[str, ...
     return tuple(m.upper() for m in raw)
 
 
-def _limits(root: _Table, policy: PriorityPolicy) -> Limits:
+def _limits(root: Table, policy: PriorityPolicy) -> Limits:
     table = root.table("limits")
     by_path = table.table("lease_seconds_by_path")
     lease_by_path: dict[str, float] = {}
@@ -237,11 +236,11 @@ def _limits(root: _Table, policy: PriorityPolicy) -> Limits:
         waits = table.table("max_wait_seconds")
         for key in waits.data:
             value = waits.get(key)
-            seconds = None if value == 0 else _number(waits, key, value)
+            seconds = None if value == 0 else checked_number(waits, key, value)
             if key == "default":
                 wait_default = seconds
             else:
-                wait_by_level[_level(waits, key, policy)] = seconds
+                wait_by_level[level_key(waits, key, policy)] = seconds
     else:
         wait_default = table.number("max_wait_seconds", None)
     defaults = Limits()
@@ -264,7 +263,7 @@ def _limits(root: _Table, policy: PriorityPolicy) -> Limits:
     return limits
 
 
-def _keys(root: _Table, tiers: Mapping[str, float]) -> dict[str, ApiKey]:
+def _keys(root: Table, tiers: Mapping[str, float]) -> dict[str, ApiKey]:
     keys: dict[str, ApiKey] = {}
     for key, entry in api_key_entries(root):
         member = entry.string("member", "")
@@ -274,7 +273,7 @@ def _keys(root: _Table, tiers: Mapping[str, float]) -> dict[str, ApiKey]:
         admin = entry.boolean("admin", False)
         keys[key] = ApiKey(
             member=member,
-            tier=_tier(entry, "tier", tiers, default_tier(tiers)),
+            tier=tier_setting(entry, "tier", tiers, default_tier(tiers)),
             max_priority=max_priority,  # type: ignore[arg-type]
             observer=entry.boolean("observer", False) or admin,
             admin=admin,
@@ -283,7 +282,7 @@ def _keys(root: _Table, tiers: Mapping[str, float]) -> dict[str, ApiKey]:
     return keys
 
 
-def _trusted(root: _Table, tiers: Mapping[str, float]) -> TrustedHeader | None:
+def _trusted(root: Table, tiers: Mapping[str, float]) -> TrustedHeader | None:
     if root.data.get("trusted_header") is None:
         root.used.add("trusted_header")
         return None
@@ -295,7 +294,7 @@ def _trusted(root: _Table, tiers: Mapping[str, float]) -> TrustedHeader | None:
     trusted = TrustedHeader(
         member=member.lower(),
         tier=tier.lower() if tier else None,
-        default_tier=_tier(table, "default_tier", tiers, default_tier(tiers)),
+        default_tier=tier_setting(table, "default_tier", tiers, default_tier(tiers)),
         max_priority=table.integer("max_priority", 0),  # type: ignore[arg-type]
     )
     table.finish()
@@ -323,9 +322,7 @@ def parse_config(
     Raises:
         ConfigError: A value is invalid or a key is unknown; the message names the key.
     """
-    root = _Table(data, "", source)
-    policy = _policy(root)
-    scoring = _scoring(root)
+    root, policy, scoring = start_document(data, source)
     tiers = scoring.tier_bonuses
     up = upstream if upstream is not None else root.string("upstream", DEFAULT_UPSTREAM)
     root.used.add("upstream")
@@ -349,7 +346,7 @@ def parse_config(
         port=port,
         allow_anonymous=root.boolean("allow_anonymous", False),
         anonymous_member=root.string("anonymous_member", "anonymous"),
-        anonymous_tier=_tier(root, "anonymous_tier", tiers, default_tier(tiers)),
+        anonymous_tier=tier_setting(root, "anonymous_tier", tiers, default_tier(tiers)),
         anonymous_max_priority=root.integer("anonymous_max_priority", 0),  # type: ignore[arg-type]
         keys=MappingProxyType(_keys(root, tiers)),
         trusted_header=_trusted(root, tiers),
@@ -401,8 +398,5 @@ def load_config(
         ConfigError: The file cannot be read, is not TOML, or holds an invalid value (the
             message names the file and the key).
     """
-    if path is None:
-        config = parse_config({}, upstream=upstream, listen=listen)
-        return attrs.evolve(config, allow_anonymous=True)
-    data = read_toml(path)
-    return parse_config(data, source=f"{path}: ", upstream=upstream, listen=listen)
+    config = load_document(path, parse_config, upstream=upstream, listen=listen)
+    return config if path is not None else attrs.evolve(config, allow_anonymous=True)

@@ -26,7 +26,7 @@ from typing import Final, Literal
 
 import attrs
 
-from prioqueue._serving import ConnectionLimits
+from prioqueue._service.serving import ConnectionLimits, ConnectionSettings
 from prioqueue.lifecycle import LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.scoring import ScoringConfig
@@ -150,7 +150,7 @@ class TrustedHeader:
 
 
 @attrs.frozen
-class Limits:
+class Limits(ConnectionSettings):
     """Sizes and times that bound what one request, one connection or the queue may cost.
 
     Attributes:
@@ -183,7 +183,7 @@ class Limits:
         breaker_cooldown_seconds: How long an open breaker answers 503 at once.
         max_connections: Most open client connections: a new one beyond closes the oldest
             idle connection, or is answered 503 when none is idle. None: the open-file limit
-            minus 128 (see :mod:`prioqueue._serving`).
+            minus 128 (see :mod:`prioqueue._service.serving`).
         max_idle_connections: Most connections that have not sent a complete request head
             (new or kept alive); a new connection beyond closes the oldest idle one. None:
             half of ``max_connections``.
@@ -201,28 +201,12 @@ class Limits:
     connect_timeout: float = 5.0
     first_byte_timeout: float = 300.0
     drain_seconds: float = 10.0
-    shutdown_grace_seconds: float = 30.0
-    header_timeout: float = 10.0
-    body_timeout: float = 60.0
-    max_header_bytes: int = 8192
-    max_headers_bytes: int = 32768
-    max_header_count: int = 100
     breaker_failures: int = 5
     breaker_cooldown_seconds: float = 10.0
-    max_connections: int | None = None
-    max_idle_connections: int | None = None
 
     def connection_limits(self) -> ConnectionLimits:
-        """The connection limits the HTTP server enforces (see :mod:`prioqueue._serving`)."""
-        return ConnectionLimits(
-            header_timeout=self.header_timeout,
-            max_header_bytes=self.max_header_bytes,
-            max_headers_bytes=self.max_headers_bytes,
-            max_header_count=self.max_header_count,
-            max_connections=self.max_connections,
-            max_idle_connections=self.max_idle_connections,
-            retry_after_seconds=self.retry_after_seconds,
-        )
+        """The connection limits the HTTP server enforces (:mod:`prioqueue._service.serving`)."""
+        return self.limits_with(self.retry_after_seconds)
 
     def lease_for(self, path: str) -> float:
         """Return the lease (seconds) of a request to a normalised ``path``.

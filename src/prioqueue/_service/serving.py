@@ -39,14 +39,13 @@ which :func:`uvicorn_config` sets to at most ``header_timeout``).
 
 Use from a service::
 
-    from prioqueue._serving import ConnectionLimits, uvicorn_config
+    from prioqueue._service.serving import ConnectionLimits, uvicorn_config
     config = uvicorn_config(app, ConnectionLimits(header_timeout=5.0), log_level="info")
 """
 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from typing import Any
 
 import attrs
@@ -54,6 +53,7 @@ import attrs
 __all__ = [
     "FILE_RESERVE",
     "ConnectionLimits",
+    "ConnectionSettings",
     "default_max_connections",
     "hardened_protocol",
     "uvicorn_config",
@@ -125,6 +125,60 @@ class ConnectionLimits:
         return total, idle
 
 
+_SHARED_LIMITS = (
+    "header_timeout",
+    "max_header_bytes",
+    "max_headers_bytes",
+    "max_header_count",
+    "max_connections",
+    "max_idle_connections",
+)
+"""The :class:`ConnectionLimits` fields a :class:`ConnectionSettings` names the same way."""
+
+
+@attrs.frozen
+class ConnectionSettings:
+    """The connection settings both services' configurations hold (the gateway's names).
+
+    The gateway's ``[limits]`` (``prioqueue.gateway.settings.Limits``) and the broker's
+    ``[connections]`` (``prioqueue.broker.config.Connections``) extend it. Values are checked
+    when the TOML is read, and again by :class:`ConnectionLimits` when a server starts.
+
+    Attributes:
+        header_timeout: Seconds a connection may take to send a request's headers (and an
+            idle new connection may wait before sending anything); closed after it.
+        body_timeout: Seconds a client may take to send a request's whole body (408).
+        max_header_bytes: Largest single header line, name and value (431 beyond).
+        max_headers_bytes: Largest request line plus all headers together (431 beyond).
+        max_header_count: Most headers in one request (431 beyond).
+        max_connections: Most open client connections: a new one beyond closes the oldest
+            idle connection, or is answered 503 when none is idle. None: the open-file limit
+            minus :data:`FILE_RESERVE`.
+        max_idle_connections: Most connections that have not sent a complete request head
+            (new or kept alive); a new connection beyond closes the oldest idle one. None:
+            half of ``max_connections``.
+        shutdown_grace_seconds: How long requests in flight may finish at shutdown.
+    """
+
+    header_timeout: float = 10.0
+    body_timeout: float = 60.0
+    max_header_bytes: int = 8192
+    max_headers_bytes: int = 32768
+    max_header_count: int = 100
+    max_connections: int | None = None
+    max_idle_connections: int | None = None
+    shutdown_grace_seconds: float = 30.0
+
+    def limits_with(self, retry_after_seconds: float) -> ConnectionLimits:
+        """The limits the HTTP server enforces, refusing with ``retry_after_seconds``. O(1).
+
+        Raises:
+            ValueError: A value is out of range (see :class:`ConnectionLimits`).
+        """
+        shared = {name: getattr(self, name) for name in _SHARED_LIMITS}
+        return ConnectionLimits(retry_after_seconds=retry_after_seconds, **shared)
+
+
 def default_max_connections() -> int:
     """The open-file soft limit minus :data:`FILE_RESERVE`, at least 64 (65,536 if unlimited)."""
     try:
@@ -137,19 +191,11 @@ def default_max_connections() -> int:
     return max(64, soft - FILE_RESERVE)
 
 
-def _head_end(data: bytes) -> int:
-    """Index just past the blank line ending a request head in ``data``, or -1."""
-    crlf = data.find(b"\r\n\r\n")
-    lf = data.find(b"\n\n")
-    if crlf < 0 and lf < 0:
-        return -1
-    if lf < 0 or 0 <= crlf < lf:
-        return crlf + 4
-    return lf + 2
-
-
 def hardened_protocol(limits: ConnectionLimits) -> type[Any] | None:
     """Return uvicorn's httptools protocol enforcing ``limits`` (one class per server).
+
+    The class is :class:`prioqueue._service.protocol.HardenedHttpToolsProtocol` with this
+    server's own bookkeeping.
 
     Args:
         limits: The connection limits (defaults resolved now, see :class:`ConnectionLimits`).
@@ -159,170 +205,10 @@ def hardened_protocol(limits: ConnectionLimits) -> type[Any] | None:
         whose own limit on incomplete headers applies; the connection caps do not).
     """
     try:
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+        from prioqueue._service.protocol import protocol_for
     except ImportError:  # pragma: no cover - httptools comes with uvicorn[standard]
         return None
-
-    header_timeout = limits.header_timeout
-    one = limits.max_header_bytes
-    total = limits.max_headers_bytes
-    count = limits.max_header_count
-    raw_cap = limits.raw_header_cap()
-    max_open, max_idle = limits.connection_caps()
-    retry_after = str(math.ceil(limits.retry_after_seconds)).encode()
-    idle: OrderedDict[Any, None] = OrderedDict()
-    state = {"open": 0}
-
-    class HardenedHttpToolsProtocol(HttpToolsProtocol):
-        """HttpToolsProtocol with header limits and deadline, and connection caps."""
-
-        _header_timer: Any = None
-        _header_bytes = 0
-        _header_count = 0
-        _raw_bytes = 0
-        _raw_tail = b""
-        _reading_head = True
-        _too_large = False
-        _counted = False
-
-        # -- connection caps ---------------------------------------------------------
-
-        def _idle(self) -> None:
-            idle[self] = None
-            idle.move_to_end(self)
-
-        def _busy(self) -> None:
-            idle.pop(self, None)
-
-        @staticmethod
-        def _close_oldest_idle() -> bool:
-            while idle:
-                oldest, _ = idle.popitem(last=False)
-                if not oldest.transport.is_closing():
-                    oldest.transport.close()
-                    return True
-            return False
-
-        def _refuse(self) -> None:
-            body = b"too many connections; retry later"
-            self.transport.write(
-                b"HTTP/1.1 503 Service Unavailable\r\n"
-                b"content-type: text/plain; charset=utf-8\r\n"
-                b"retry-after: " + retry_after + b"\r\n"
-                b"content-length: " + str(len(body)).encode() + b"\r\n"
-                b"connection: close\r\n\r\n" + body
-            )
-            self.transport.close()
-
-        def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
-            self._counted = True
-            state["open"] += 1
-            if len(idle) >= max_idle:
-                self._close_oldest_idle()
-            if state["open"] > max_open and not self._close_oldest_idle():
-                self._refuse()
-                return
-            self._idle()
-            self._arm()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            self._busy()
-            if self._counted:
-                self._counted = False
-                state["open"] -= 1
-            super().connection_lost(exc)
-
-        # -- header deadline ---------------------------------------------------------
-
-        def _arm(self) -> None:
-            if self._header_timer is None:
-                self._header_timer = self.loop.call_later(header_timeout, self._headers_late)
-
-        def _disarm(self) -> None:
-            if self._header_timer is not None:
-                self._header_timer.cancel()
-                self._header_timer = None
-
-        def _headers_late(self) -> None:
-            self._header_timer = None
-            if not self.transport.is_closing():
-                self.transport.close()
-
-        def on_response_complete(self) -> None:
-            pipelined = bool(self.pipeline)  # a request already read starts now: not idle
-            super().on_response_complete()
-            if not pipelined and not self.transport.is_closing():
-                self._reading_head = True
-                self._raw_bytes = 0
-                self._raw_tail = b""
-                self._idle()
-
-        # -- header size -------------------------------------------------------------
-
-        def data_received(self, data: bytes) -> None:
-            if self._reading_head and not self._too_large:
-                # Count the head's bytes before the parser sees them: the parser would
-                # buffer a header of any size before its callback could refuse it.
-                window = self._raw_tail + data
-                end = _head_end(window)
-                if end < 0:
-                    self._raw_bytes += len(data)
-                    self._raw_tail = window[-3:]
-                else:
-                    self._raw_bytes += end - len(self._raw_tail)
-                    self._reading_head = False
-                if self._raw_bytes > raw_cap:
-                    self._too_large = True
-                    self.send_400_response("request header fields too large")
-                    return
-            super().data_received(data)
-
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self._header_bytes = 0
-            self._header_count = 0
-            self._arm()
-
-        def on_url(self, url: bytes) -> None:
-            self._header_bytes += len(url)
-            if self._header_bytes > total:
-                self._reject()
-            super().on_url(url)
-
-        def on_header(self, name: bytes, value: bytes) -> None:
-            size = len(name) + len(value)
-            self._header_bytes += size
-            self._header_count += 1
-            if size > one or self._header_bytes > total or self._header_count > count:
-                self._reject()
-            super().on_header(name, value)
-
-        def _reject(self) -> None:
-            self._too_large = True
-            raise ValueError("request header fields too large")  # the parser stops here
-
-        def on_headers_complete(self) -> None:
-            self._disarm()
-            self._busy()
-            self._reading_head = False
-            super().on_headers_complete()
-
-        def send_400_response(self, msg: str) -> None:
-            if not self._too_large:
-                super().send_400_response(msg)
-                return
-            body = b"request header fields too large"
-            self.transport.write(
-                b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-                b"content-type: text/plain; charset=utf-8\r\n"
-                b"content-length: " + str(len(body)).encode() + b"\r\n"
-                b"connection: close\r\n\r\n" + body
-            )
-            self.transport.close()
-
-    return HardenedHttpToolsProtocol
+    return protocol_for(limits)
 
 
 def uvicorn_config(

@@ -3,9 +3,9 @@
 Theory of operation
 -------------------
 Both services read one TOML file, validated once at start, with the same rules: every value
-is checked by a typed getter of :class:`_Table` that names the key by its TOML path in its
+is checked by a typed getter of :class:`Table` that names the key by its TOML path in its
 error (``keys."abc".tier: unknown tier 'gold' (known: free, pro, max)``), and unknown keys
-are errors (:meth:`_Table.finish`). The ``[policy]``, ``[tiers]`` and ``[scoring]`` tables,
+are errors (:meth:`Table.finish`). The ``[policy]``, ``[tiers]`` and ``[scoring]`` tables,
 ``listen``, ``charge`` and the API key table's names read the same in both.
 
 Only the standard library and prioqueue's core are imported here (no optional extra), so
@@ -16,22 +16,33 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from prioqueue._errors import ConfigError
 from prioqueue.priority import DEFAULT_ALIASES, PriorityPolicy
 from prioqueue.scoring import DEFAULT_TIER_BONUSES, ScoringConfig
 
 __all__ = [
+    "Table",
     "api_key_entries",
     "charge_setting",
+    "checked_number",
     "default_tier",
+    "level_key",
     "listen_setting",
+    "load_document",
     "parse_listen",
+    "policy_setting",
     "read_toml",
+    "scoring_setting",
+    "start_document",
+    "tier_setting",
 ]
+
+
+_T = TypeVar("_T")
 
 
 def _quote(name: str) -> str:
@@ -41,8 +52,18 @@ def _quote(name: str) -> str:
     return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-class _Table:
-    """A TOML table being read: typed getters that name the key in their errors."""
+class Table:
+    """A TOML table being read: typed getters that name the key in their errors.
+
+    Every getter marks its key used; :meth:`finish` then refuses the keys nobody read. A
+    getter's ``default`` is returned when the key is absent; a present value of the wrong
+    type or range raises :class:`~prioqueue.ConfigError` naming the key by its TOML path.
+
+    Args:
+        data: The table's contents.
+        path: Its TOML path (``""`` for the document).
+        source: Prefix of every error message (``"broker.toml: "``).
+    """
 
     def __init__(self, data: Mapping[str, Any], path: str, source: str) -> None:
         self.data = data
@@ -51,16 +72,20 @@ class _Table:
         self.used: set[str] = set()
 
     def name(self, key: str) -> str:
+        """The TOML path of ``key`` in this table (quoted when not a bare key)."""
         return f"{self.path}.{_quote(key)}" if self.path else _quote(key)
 
     def fail(self, key: str, message: str) -> ConfigError:
+        """The error for ``key``: ``source`` + path + ``message`` (the caller raises it)."""
         return ConfigError(f"{self.source}{self.name(key)}: {message}")
 
     def get(self, key: str) -> Any:
+        """The raw value of ``key`` (None when absent), marked used."""
         self.used.add(key)
         return self.data.get(key)
 
     def string(self, key: str, default: str) -> str:
+        """A non-empty string, or ``default`` when absent."""
         value = self.get(key)
         if value is None:
             return default
@@ -69,9 +94,11 @@ class _Table:
         return value
 
     def optional_string(self, key: str) -> str | None:
+        """A non-empty string, or None when absent."""
         return None if self.get(key) is None else self.string(key, "")
 
     def boolean(self, key: str, default: bool) -> bool:
+        """``true`` or ``false``, or ``default`` when absent."""
         value = self.get(key)
         if value is None:
             return default
@@ -80,6 +107,7 @@ class _Table:
         return value
 
     def integer(self, key: str, default: int | None, minimum: int | None = None) -> int | None:
+        """An integer (not a bool) of at least ``minimum``, or ``default`` when absent."""
         value = self.get(key)
         if value is None:
             return default
@@ -90,27 +118,35 @@ class _Table:
         return value
 
     def number(self, key: str, default: float | None, *, positive: bool = True) -> float | None:
+        """A finite number (> 0, or >= 0 unless ``positive``), or ``default`` when absent."""
         value = self.get(key)
         if value is None:
             return default
-        return _number(self, key, value, positive=positive)
+        return checked_number(self, key, value, positive=positive)
 
-    def table(self, key: str) -> _Table:
+    def table(self, key: str) -> Table:
+        """The sub-table ``key`` (empty when absent)."""
         value = self.get(key)
         if value is None:
             value = {}
         if not isinstance(value, Mapping):
             raise self.fail(key, f"must be a table, got {value!r}")
-        return _Table(value, self.name(key), self.source)
+        return Table(value, self.name(key), self.source)
 
     def finish(self) -> None:
+        """Refuse the keys no getter read (the error names the first and the known ones)."""
         unknown = sorted(set(self.data) - self.used)
         if unknown:
             known = ", ".join(sorted(self.used))
             raise self.fail(unknown[0], f"unknown key (known here: {known})")
 
 
-def _number(table: _Table, key: str, value: object, *, positive: bool = True) -> float:
+def checked_number(table: Table, key: str, value: object, *, positive: bool = True) -> float:
+    """``value`` of ``table``'s ``key`` as a finite float (> 0, or >= 0 unless ``positive``).
+
+    Raises:
+        ConfigError: Not a finite number, or out of range (names the key).
+    """
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         raise table.fail(key, f"must be a finite number, got {value!r}")
     if positive and value <= 0:
@@ -140,7 +176,12 @@ def parse_listen(value: str, *, where: str = "listen") -> tuple[str, int]:
     return host, int(port_text)
 
 
-def _tier(table: _Table, key: str, tiers: Mapping[str, float], default: str) -> str:
+def tier_setting(table: Table, key: str, tiers: Mapping[str, float], default: str) -> str:
+    """A tier name (``default`` when absent) that ``tiers`` knows.
+
+    Raises:
+        ConfigError: An unknown tier (the message lists the known ones).
+    """
     name = table.string(key, default)
     if name not in tiers:
         known = ", ".join(tiers) or "none"
@@ -148,7 +189,12 @@ def _tier(table: _Table, key: str, tiers: Mapping[str, float], default: str) -> 
     return name
 
 
-def _level(table: _Table, key: str, policy: PriorityPolicy) -> int:
+def level_key(table: Table, key: str, policy: PriorityPolicy) -> int:
+    """The priority level a table key names: a number or one of ``policy``'s aliases.
+
+    Raises:
+        ConfigError: Neither (the message lists the aliases).
+    """
     text = key.strip()
     if text.lstrip("+-").isdigit():
         return int(text)
@@ -158,7 +204,12 @@ def _level(table: _Table, key: str, policy: PriorityPolicy) -> int:
     raise table.fail(key, f"not a priority level (a number or one of: {known})")
 
 
-def _policy(root: _Table) -> PriorityPolicy:
+def policy_setting(root: Table) -> PriorityPolicy:
+    """Read the ``[policy]`` table (``default``, ``minimum``, ``maximum``, ``[policy.aliases]``).
+
+    Raises:
+        ConfigError: A key is unknown or a value invalid (named by its path).
+    """
     table = root.table("policy")
     aliases_table = table.table("aliases")
     aliases = dict(DEFAULT_ALIASES)
@@ -176,7 +227,12 @@ def _policy(root: _Table) -> PriorityPolicy:
         raise ConfigError(f"{root.source}policy: {exc}") from None
 
 
-def _scoring(root: _Table) -> ScoringConfig:
+def scoring_setting(root: Table) -> ScoringConfig:
+    """Read the ``[tiers]`` and ``[scoring]`` tables into the score's weights.
+
+    Raises:
+        ConfigError: A key is unknown or a value invalid (named by its path).
+    """
     tiers_table = root.table("tiers")
     tiers: dict[str, float] = {}
     for name in tiers_table.data:
@@ -210,6 +266,45 @@ def _load_toml(text: str) -> dict[str, Any]:
     return data
 
 
+def start_document(
+    data: Mapping[str, Any], source: str
+) -> tuple[Table, PriorityPolicy, ScoringConfig]:
+    """Begin reading a service's document: its top table, ``[policy]``, ``[tiers]``/``[scoring]``.
+
+    Args:
+        data: The parsed document.
+        source: Prefix of every error message (``"gateway.toml: "``).
+
+    Returns:
+        ``(root, policy, scoring)``: the caller reads the rest from ``root`` and calls its
+        ``finish()``.
+
+    Raises:
+        ConfigError: A key of those tables is unknown or a value invalid (named).
+    """
+    root = Table(data, "", source)
+    return root, policy_setting(root), scoring_setting(root)
+
+
+def load_document(path: str | Path | None, parse: Callable[..., _T], **overrides: Any) -> _T:
+    """Read the TOML file at ``path`` and build a configuration with ``parse``.
+
+    Args:
+        path: The file, or None for an empty document (the defaults).
+        parse: The service's ``parse_config(data, *, source=..., **overrides)``.
+        **overrides: The command line's overrides (``listen``...), passed to ``parse``.
+
+    Returns:
+        What ``parse`` returns; its errors name the file (``source`` is ``"PATH: "``).
+
+    Raises:
+        ConfigError: The file cannot be read, is not TOML, or ``parse`` refuses it.
+    """
+    if path is None:
+        return parse({}, **overrides)
+    return parse(read_toml(path), source=f"{path}: ", **overrides)
+
+
 def read_toml(path: str | Path) -> dict[str, Any]:
     """Read and parse a TOML configuration file.
 
@@ -232,7 +327,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
 
 
-def listen_setting(root: _Table, listen: str | None, default: str) -> tuple[str, int]:
+def listen_setting(root: Table, listen: str | None, default: str) -> tuple[str, int]:
     """Read ``listen`` (``host:port``), or take the ``--listen`` override when given.
 
     Args:
@@ -255,7 +350,7 @@ def listen_setting(root: _Table, listen: str | None, default: str) -> tuple[str,
     return host, port
 
 
-def charge_setting(root: _Table) -> str | float:
+def charge_setting(root: Table) -> str | float:
     """Read ``charge``: ``"runtime"`` (the default), ``"estimate"`` or seconds (> 0).
 
     Raises:
@@ -266,10 +361,10 @@ def charge_setting(root: _Table) -> str | float:
         return "runtime"
     if value in ("runtime", "estimate"):
         return str(value)
-    return _number(root, "charge", value)
+    return checked_number(root, "charge", value)
 
 
-def api_key_entries(root: _Table) -> Iterator[tuple[str, _Table]]:
+def api_key_entries(root: Table) -> Iterator[tuple[str, Table]]:
     """Yield each ``[keys."KEY"]`` table of the document with its key, checked by name.
 
     The caller reads each entry's values and calls its ``finish()``.

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from prioqueue._service_config import _level, _number, _Table
+from prioqueue._service.config import Table, checked_number, level_key
 from prioqueue.lifecycle import BACKOFF_KINDS, Backoff, LevelBudget
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __all__: list[str] = []  # private module
 
 
-def budgets_setting(root: _Table, policy: PriorityPolicy) -> dict[int, LevelBudget]:
+def budgets_setting(root: Table, policy: PriorityPolicy) -> dict[int, LevelBudget]:
     """Read ``[budgets.<level>]`` tables (none: no budget). O(levels).
 
     Raises:
@@ -38,7 +38,7 @@ def budgets_setting(root: _Table, policy: PriorityPolicy) -> dict[int, LevelBudg
     table = root.table("budgets")
     budgets: dict[int, LevelBudget] = {}
     for key in list(table.data):
-        level = _level(table, key, policy)
+        level = level_key(table, key, policy)
         entry = table.table(key)
         if level in budgets:
             raise table.fail(key, f"level {level} has two budget tables")
@@ -53,7 +53,7 @@ def budgets_setting(root: _Table, policy: PriorityPolicy) -> dict[int, LevelBudg
     return budgets
 
 
-def backoff_setting(root: _Table) -> Backoff | None:
+def backoff_setting(root: Table) -> Backoff | None:
     """Read the ``[backoff]`` table (absent: None). O(1).
 
     Raises:
@@ -70,6 +70,6 @@ def backoff_setting(root: _Table) -> Backoff | None:
     for key in ("base", "max"):
         value = table.get(key)
         if value is not None:
-            kwargs[key] = _number(table, key, value, positive=False)
+            kwargs[key] = checked_number(table, key, value, positive=False)
     table.finish()
     return Backoff(**kwargs)
