@@ -41,9 +41,7 @@ def _panel(gateway: Gateway, job_id: str, who: Identity, now: float) -> dict[str
             if not _observe._sees(who, job.member):
                 raise UnknownJob(f"job {job_id!r} is not queued, running or remembered")
             explained = _observe._explain_live(gateway, job_id)
-            worker = None
-            if gateway.fleet_gate is not None:
-                worker = gateway.fleet_gate.dispatcher.holder(job_id)
+            worker = gateway.gate.holder(job_id)
             return {
                 "id": job_id, "member": job.member, "state": explained.state,
                 "priority": job.priority, "model": job.model, "group": None,
@@ -87,7 +85,7 @@ def dashboard(gateway: Gateway, who: Identity, job: str | None = None) -> dict[s
     recent, cache = state
     history = _model.history(d, now)
     workers = _model.workers(d, now, visible, history)
-    if gateway.fleet_gate is not None:
+    if gateway.upstreams:
         rows = {row["name"]: row for row in workers}
         workers = []
         for name, upstream in gateway.upstreams.items():

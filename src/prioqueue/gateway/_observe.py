@@ -69,11 +69,7 @@ def group_key(member: str, label: str) -> str:
 
 
 def _held(gateway: Gateway) -> list[Grant]:
-    dispatcher = gateway.dispatcher
-    if gateway.fleet_gate is not None:
-        return gateway.fleet_gate.dispatcher.held
-    running = getattr(dispatcher, "running", None)
-    return [] if running is None else [running]
+    return gateway.gate.held()
 
 
 def _running(gateway: Gateway, grant: Grant, who: Identity | None, now: float) -> dict[str, Any]:
@@ -152,7 +148,7 @@ def status(
     mine = None if who is None else stats.members.get(who.member)
     fleet = None
     resident = getattr(dispatcher, "resident_model", None)
-    if gateway.fleet_gate is not None:
+    if gateway.upstreams:
         fleet = [u.as_dict(gateway, observer=observer) for u in gateway.upstreams.values()]
         resident = None
     return {
@@ -210,8 +206,8 @@ def explain(gateway: Gateway, job_id: str, who: Identity | None = None) -> dict[
         explanation = _explain_live(gateway, job_id)
         now = explanation.now
         data = attrs.asdict(explanation)
-        if gateway.fleet_gate is not None:
-            data["upstream"] = gateway.fleet_gate.dispatcher.holder(job_id)
+        if gateway.upstreams:
+            data["upstream"] = gateway.gate.holder(job_id)
         if who is None or who.observer:
             data["text"] = str(explanation)
         data["estimated_start_in"] = _relative(explanation.estimated_start, now)
@@ -340,13 +336,10 @@ def metrics_renderer(gateway: Gateway) -> Callable[[], bytes] | None:
         from prioqueue import prometheus
     except ImportError:  # pragma: no cover - exercised only without the extra
         return None
-    from prioqueue.asyncio import AsyncDispatcher
     from prioqueue.gateway._health import collector
 
     registry = CollectorRegistry()  # one per gateway: several can live in one process
-    gate = gateway.gate
-    source = gate if isinstance(gate, AsyncDispatcher) else gate.stats
-    prometheus.register(source, registry=registry)
+    prometheus.register(gateway.gate.stats, registry=registry)
     registry.register(collector(gateway))
     return lambda: prometheus.render(registry)
 

@@ -15,13 +15,13 @@ import asyncio
 import contextlib
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from prioqueue.asyncio import AsyncDispatcher
+from prioqueue._driver import Driver, Turn
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.gateway import _upstreams
-from prioqueue.gateway._fleetgate import FleetGate, FleetTurn
+from prioqueue.gateway._fleetgate import FleetGate
 from prioqueue.gateway._forward import Flight, Send, UpstreamFailed, error_body, respond, sse_error
 from prioqueue.gateway.settings import GatewayConfig, Identity
 from prioqueue.records import Grant, Job, WorkerInfo
@@ -41,7 +41,7 @@ class Routes:
     upstreams: dict[str, _upstreams.Upstream]
     fleet_gate: FleetGate | None
     dispatcher: SizeOneDispatcher | FleetDispatcher
-    gate: AsyncDispatcher | FleetGate
+    gate: Driver[SizeOneDispatcher | FleetDispatcher]
     client: aiohttp.ClientSession | None
     _upstream: str
     _upstream_origin: str
@@ -70,9 +70,7 @@ class Routes:
             self.fleet_gate.take_out(upstream.name)
 
     def _busy(self) -> bool:
-        return (
-            isinstance(self.dispatcher, SizeOneDispatcher) and self.dispatcher.running is not None
-        )
+        return self.gate.holding() > 0
 
     async def _poll_resident(self) -> None:
         """Refresh the resident model from the upstream's status endpoint, while idle."""
@@ -94,8 +92,7 @@ class Routes:
                 for entry in running
                 if isinstance(entry, dict) and entry.get("state", "ready") == "ready"
             ]
-            if isinstance(self.gate, AsyncDispatcher):
-                self.gate.set_resident_model(models[0] if models else None)
+            self.gate.set_resident("", models[0] if models else None)
 
     def _origin(self, grant: Grant | None) -> tuple[str, str, _upstreams.Upstream | None]:
         """Where a request goes: its grant's upstream, or the first live one (pass-through)."""
@@ -110,7 +107,7 @@ class Routes:
 
     async def _requeue(
         self,
-        turn: Any,
+        turn: Turn,
         upstream: _upstreams.Upstream | None,
         exc: UpstreamFailed,
         flight: Flight,
@@ -120,12 +117,7 @@ class Routes:
         Re-raises ``exc`` (502) when the request cannot be tried again: a single upstream,
         a response already begun, ``max_attempts`` reached, or no upstream left up.
         """
-        if (
-            upstream is None
-            or not isinstance(turn, FleetTurn)
-            or flight.started
-            or turn.attempts >= self.config.max_attempts
-        ):
+        if upstream is None or flight.started or turn.attempts >= self.config.max_attempts:
             raise exc
         self.take_out(upstream, f"request failed: {exc}")
         gate = self.fleet_gate

@@ -58,14 +58,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from prioqueue._driver import Driver, Turn
 from prioqueue._errors import Overloaded, QueueFull
-from prioqueue.asyncio import (
-    AsyncDispatcher,
-    DispatcherClosed,
-    JobCancelled,
-    QueueTimeout,
-    Turn,
-)
+from prioqueue.asyncio import AsyncDispatcher, DispatcherClosed, JobCancelled, QueueTimeout
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.gateway import _dashboard, _observe, _upstreams
@@ -77,7 +72,7 @@ from prioqueue.gateway._body import (
     model_from_url,
     read_body,
 )
-from prioqueue.gateway._fleetgate import FleetGate, FleetTurn
+from prioqueue.gateway._fleetgate import FleetGate
 from prioqueue.gateway._forward import (
     Flight,
     Request,
@@ -133,7 +128,7 @@ class _Held:
 
     __slots__ = ("flight", "gateway", "turn", "upstream")
 
-    def __init__(self, gateway: Gateway, turn: Turn | FleetTurn, flight: Flight) -> None:
+    def __init__(self, gateway: Gateway, turn: Turn, flight: Flight) -> None:
         self.gateway = gateway
         self.turn = turn
         self.flight = flight
@@ -196,7 +191,7 @@ class Gateway(Routes):
         self.upstreams = {u.name: _upstreams.Upstream.of(u) for u in config.upstreams}
         self.fleet_gate: FleetGate | None = None
         self.dispatcher: SizeOneDispatcher | FleetDispatcher
-        self.gate: AsyncDispatcher | FleetGate
+        self.gate: Driver[SizeOneDispatcher | FleetDispatcher]
         options: dict[str, Any] = {
             "policy": config.policy,
             "charge": config.charge,
@@ -675,16 +670,11 @@ class Gateway(Routes):
 
     def _held_by(self, upstream: _upstreams.Upstream | None) -> int:
         """How many of the gateway's requests an upstream holds now (lingering ones too)."""
-        if upstream is None:
-            running = isinstance(self.dispatcher, SizeOneDispatcher) and self.dispatcher.running
-            return 1 if running else 0
-        gate = self.fleet_gate
-        assert gate is not None
-        return gate.holding(upstream.name)
+        return self.gate.holding("" if upstream is None else upstream.name)
 
     def _linger(
         self,
-        turn: Turn | FleetTurn | None,
+        turn: Turn | None,
         upstream: _upstreams.Upstream | None,
         exc_info: tuple[type[BaseException] | None, BaseException | None, TracebackType | None],
     ) -> bool:
