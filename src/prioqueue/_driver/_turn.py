@@ -8,17 +8,27 @@ when the block raised). Only the driver resolves its future; see ``prioqueue._dr
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prioqueue._async_errors import JobCancelled
 
 if TYPE_CHECKING:
-    from prioqueue._driver._core import DrivenCore
-    from prioqueue._driver._driver import Driver
     from prioqueue.records import Expired, Grant, Ticket
 
-__all__ = ["Turn"]
+__all__ = ["Turn", "TurnOwner"]
+
+
+class TurnOwner(Protocol):
+    """What a turn calls on its driver (``prioqueue._driver.Driver``)."""
+
+    @property
+    def _waiters(self) -> Mapping[str, Turn]: ...
+
+    def _submit(self, turn: Turn) -> Ticket: ...
+
+    def _release(self, turn: Turn, *, failed: bool, unused: bool = False) -> None: ...
 
 
 class Turn:
@@ -59,7 +69,7 @@ class Turn:
     )
 
     def __init__(
-        self, gate: Driver[DrivenCore], job_id: str, kw: dict[str, Any], timeout: float | None
+        self, gate: TurnOwner, job_id: str, kw: dict[str, Any], timeout: float | None
     ) -> None:
         self._gate = gate
         self.job_id = job_id

@@ -20,11 +20,11 @@ from urllib.parse import parse_qs
 
 from prioqueue._errors import UnknownJob
 from prioqueue.gateway import _observe
+from prioqueue.gateway._forward import Send, send_json
 from prioqueue.ui import CSP, _model, asset
 
 if TYPE_CHECKING:
-    from prioqueue.gateway._observe import Send
-    from prioqueue.gateway.app import Gateway
+    from prioqueue.gateway._host import Host as Gateway
     from prioqueue.gateway.settings import Identity
 
 __all__ = ["PAGE", "dashboard", "serve", "serve_page"]
@@ -147,8 +147,8 @@ async def serve(
     job = query.get("job", [None])[0] or None
     if job is not None and len(job) > 200:
         message = "job: at most 200 characters"
-        return await _observe._json(send, 400, {"error": {"message": message}})
-    return await _observe._json(send, 200, dashboard(gateway, who, job))
+        return await send_json(send, 400, {"error": {"message": message}})
+    return await send_json(send, 200, dashboard(gateway, who, job))
 
 
 async def serve_page(send: Send, path: str) -> int:
@@ -156,7 +156,7 @@ async def serve_page(send: Send, path: str) -> int:
     name = path[len(PAGE) :].lstrip("/")
     found = asset(name, service="gateway", base=PAGE)
     if found is None:
-        return await _observe._json(send, 404, {"error": {"message": f"no such path {path}"}})
+        return await send_json(send, 404, {"error": {"message": f"no such path {path}"}})
     body, kind = found
     headers = [
         (b"content-type", kind.encode()),

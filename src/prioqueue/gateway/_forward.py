@@ -114,6 +114,15 @@ async def respond(
     return status
 
 
+async def send_json(send: Send, status_code: int, value: object) -> int:
+    """Answer a JSON value (``str`` for what JSON cannot hold); return the status."""
+    body = json.dumps(value, separators=(",", ":"), default=str).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+    return status_code
+
+
 def sse_error(message: str, kind: str) -> bytes:
     """A last server-sent event saying why a stream ends early."""
     data = json.dumps({"error": {"message": message, "type": kind, "code": None}})

@@ -39,7 +39,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from prioqueue.gateway.app import Gateway
+    from prioqueue.gateway._host import Host as Gateway
 
 __all__ = ["Lingering", "busy_count", "idle_url"]
 

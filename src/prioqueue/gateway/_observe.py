@@ -1,4 +1,4 @@
-"""The gateway's own endpoints: status, jobs, groups and ``/metrics``.
+"""What the gateway's own endpoints tell: status, jobs and groups (see ``_paths.py``).
 
 The paths: ``/prioqueue/status``, ``/prioqueue/jobs/{id}``, ``/prioqueue/groups/{id}`` and
 ``/metrics``.
@@ -30,32 +30,19 @@ computed per grant.
 from __future__ import annotations
 
 import inspect
-import json
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
 
 import attrs
 
-from prioqueue._errors import UnknownGroup, UnknownJob
+from prioqueue._errors import UnknownJob
 
 if TYPE_CHECKING:
-    from prioqueue.gateway.app import Gateway
+    from prioqueue.gateway._host import Host as Gateway
     from prioqueue.gateway.settings import Identity
     from prioqueue.records import Grant
 
-__all__ = [
-    "STATUS_LIMIT",
-    "STATUS_MAX",
-    "explain",
-    "group_key",
-    "metrics_renderer",
-    "remember",
-    "serve",
-    "status",
-]
+__all__ = ["STATUS_LIMIT", "STATUS_MAX", "explain", "group_key", "remember", "status"]
 
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 STATUS_LIMIT = 100
 """Queued jobs listed by ``/prioqueue/status`` unless ``?limit=`` says otherwise."""
@@ -326,111 +313,3 @@ def remember(
 
 _RECORD_OVERHEAD = 1200
 """Estimated bytes of one history record beyond its strings (dict, grant, floats)."""
-
-
-def metrics_renderer(gateway: Gateway) -> Callable[[], bytes] | None:
-    """Return a function rendering the Prometheus text exposition, or None without the extra."""
-    try:
-        from prometheus_client import CollectorRegistry
-
-        from prioqueue import prometheus
-    except ImportError:  # pragma: no cover - exercised only without the extra
-        return None
-    from prioqueue.gateway._health import collector
-
-    registry = CollectorRegistry()  # one per gateway: several can live in one process
-    prometheus.register(gateway.gate.stats, registry=registry)
-    registry.register(collector(gateway))
-    return lambda: prometheus.render(registry)
-
-
-async def _json(send: Send, status_code: int, value: object) -> int:
-    body = json.dumps(value, separators=(",", ":"), default=str).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-    return status_code
-
-
-async def serve_metrics(gateway: Gateway, scope: MutableMapping[str, Any], send: Send) -> int:
-    """Answer ``GET /metrics`` (the caller is allowed to read it); return the status."""
-    if scope["method"] not in ("GET", "HEAD"):
-        return await _json(send, 405, {"error": {"message": "only GET is allowed here"}})
-    render = gateway.metrics
-    if render is None:
-        message = "metrics need the prometheus extra: pip install '.[gateway,prometheus]'"
-        return await _json(send, 404, {"error": {"message": message}})
-    body = render()
-    headers = [
-        (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
-        (b"content-length", str(len(body)).encode()),
-    ]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-    return 200
-
-
-def _limit(scope: MutableMapping[str, Any]) -> int:
-    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("limit")
-    if not values or not values[0].isdigit():
-        return STATUS_LIMIT
-    return min(int(values[0]), STATUS_MAX)
-
-
-async def serve(
-    gateway: Gateway, scope: MutableMapping[str, Any], send: Send, who: Identity, path: str
-) -> int:
-    """Answer a request to one of the gateway's own paths (only GET); return the status."""
-    if scope["method"] not in ("GET", "HEAD") and not (
-        scope["method"] == "DELETE" and path.startswith("/prioqueue/groups/")
-    ):
-        return await _json(send, 405, {"error": {"message": "only GET is allowed here"}})
-    if path == "/metrics":
-        if not who.observer:
-            message = "/metrics needs an observer or admin key, or the metrics_key"
-            return await _json(send, 403, {"error": {"message": message}})
-        return await serve_metrics(gateway, scope, send)
-    if path == "/prioqueue/dashboard":  # the dashboard page's one endpoint (issue 19)
-        from prioqueue.gateway._dashboard import serve as dashboard
-
-        return await dashboard(gateway, scope, send, who)
-    if path == "/prioqueue/status":
-        return await _json(send, 200, status(gateway, who, limit=_limit(scope)))
-    if path.startswith("/prioqueue/groups/"):
-        return await _serve_group(gateway, scope, send, who, path[len("/prioqueue/groups/") :])
-    if path.startswith("/prioqueue/jobs/"):
-        job_id = path[len("/prioqueue/jobs/") :]
-        try:
-            return await _json(send, 200, explain(gateway, job_id, who))
-        except UnknownJob as exc:
-            return await _json(send, 404, {"error": {"message": str(exc)}})
-    return await _json(send, 404, {"error": {"message": f"no such path {path}"}})
-
-
-async def _serve_group(
-    gateway: Gateway, scope: MutableMapping[str, Any], send: Send, who: Identity, label: str
-) -> int:
-    """``GET`` (status) or ``DELETE`` (cancel) one of the caller's groups; see the module."""
-    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-    member = query.get("member", [who.member])[0]
-    deleting = scope["method"] == "DELETE"
-    if member != who.member and not (who.admin if deleting else who.observer):
-        # Another member's group does not exist for this caller (as with jobs).
-        return await _json(send, 404, {"error": {"message": f"no group {label!r}"}})
-    group = group_key(member, label)
-    try:
-        if deleting:
-            running = query.get("running", ["keep"])[0]
-            if running not in ("keep", "cancel"):
-                message = f"running must be keep or cancel, got {running!r}"
-                return await _json(send, 400, {"error": {"message": message}})
-            jobs = gateway.gate.cancel_group(group, running=running)  # type: ignore[arg-type,unused-ignore]
-            return await _json(send, 200, {"group": label, "cancelled": [j.id for j in jobs]})
-        status = gateway.gate.group_status(group)
-    except UnknownGroup:
-        return await _json(send, 404, {"error": {"message": f"no group {label!r}"}})
-    data = attrs.asdict(status)
-    data.pop("group", None)
-    now = data.pop("now")
-    data["forecast_finish_in"] = _relative(data.pop("forecast_finish"), now)
-    return await _json(send, 200, {"group": label, "member": member, **data})

@@ -63,7 +63,7 @@ from prioqueue._errors import Overloaded, QueueFull
 from prioqueue.asyncio import AsyncDispatcher, DispatcherClosed, JobCancelled, QueueTimeout
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.fleet import FleetDispatcher
-from prioqueue.gateway import _dashboard, _observe, _upstreams
+from prioqueue.gateway import _dashboard, _metrics, _observe, _paths, _upstreams
 from prioqueue.gateway._body import (
     BadRequest,
     BodyTimeout,
@@ -223,7 +223,7 @@ class Gateway(Routes):
         self.http_stats = HttpStats()
         self.breaker = Breaker(limits.breaker_failures, limits.breaker_cooldown_seconds, clock)
         self.queued_body_bytes = 0
-        self.metrics: Callable[[], bytes] | None = _observe.metrics_renderer(self)
+        self.metrics: Callable[[], bytes] | None = _metrics.metrics_renderer(self)
         self._poller: asyncio.Task[None] | None = None
         self.lingering = Lingering(self)
         self._last_flight: Flight | None = None
@@ -365,7 +365,7 @@ class Gateway(Routes):
         path = normalise_path(scope["path"])
         stats = self.http_stats
         if path == "/metrics" and self._metrics_key is not None and self._metrics_token(headers):
-            stats.answered("observe", await _observe.serve_metrics(self, scope, send))
+            stats.answered("observe", await _metrics.serve_metrics(self, scope, send))
             return
         if path == _dashboard.PAGE or path.startswith(_dashboard.PAGE + "/"):  # no key needed
             stats.answered("observe", await _dashboard.serve_page(send, path))
@@ -377,7 +377,7 @@ class Gateway(Routes):
             stats.answered("refused", 401)
             return
         if path.startswith("/prioqueue/") or path == "/metrics":
-            stats.answered("observe", await _observe.serve(self, scope, send, identity, path))
+            stats.answered("observe", await _paths.serve(self, scope, send, identity, path))
             return
         config = self.config
         if config.is_admin(path) and not identity.admin:
