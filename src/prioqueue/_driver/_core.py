@@ -8,6 +8,7 @@ each other.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
@@ -17,7 +18,12 @@ if TYPE_CHECKING:
     from prioqueue._spec import SubmitOptions
     from prioqueue.records import Expired, Explanation, Job, Stats, Ticket
 
-__all__ = ["DrivenCore"]
+__all__ = ["Clock", "DrivenCore", "ExpiryCallback"]
+
+Clock = Callable[[], float]
+"""A zero-argument callable returning monotonic seconds."""
+ExpiryCallback = Callable[["Expired"], object]
+"""Called with each :class:`~prioqueue.records.Expired` record."""
 
 
 class DrivenCore(Protocol):

@@ -1,53 +1,4 @@
-"""The one asyncio driver: turns, waiters and the one lease timer over a core (private).
-
-Theory of operation
--------------------
-The core is sans-IO: it takes ``now`` and never sleeps. A :class:`Driver` owns one core
-(a ``SizeOneDispatcher``, or a ``FleetDispatcher`` whose workers it pulls for), one clock and
-one event loop, and keeps these rules whatever the number of workers, so that the one-worker
-adapter (:class:`~prioqueue.asyncio.AsyncDispatcher`) and the gateway's fleet gate cannot
-drift apart:
-
-1. **One waiter per job.** ``turn()`` submits the job and registers a waiter
-   (a :class:`~prioqueue._driver._turn.Turn` whose future only :meth:`Driver._pump`
-   resolves). While a waiter is registered its job is known to the core (queued or held),
-   and the other way round for every job submitted through the driver. Removing a waiter
-   and removing its job happen in the same synchronous step, so a job id can be reused as
-   soon as its turn is over.
-2. **Pull after every change.** Submit, completion, cancel, time-out, expiry (and, with
-   workers, a worker joining or coming back) all end in ``_pump()``: each worker with a free
-   slot pulls (:meth:`Driver._pop`, in :meth:`Driver._order`) until it gets nothing, and each
-   grant goes to its waiter. A grant that nobody can take (its waiter was cancelled in the
-   same instant, or the job was submitted behind the driver's back) is given back at once,
-   so the resource never leaks. A job whose ``lease_for`` raises, or whose charge model gives
-   no valid expected charge, is removed and its waiter fails with that error.
-3. **One timer.** A single ``loop.call_later`` handle is armed at the core's
-   ``next_deadline()`` and re-armed only when the deadline changes (a fired timer forgets its
-   deadline, so the same deadline is armed again when the clock was not quite there yet).
-   With a warm hold (``hold > 0``) one re-pump timer a quarter of the hold later (at most
-   1 s) lets a held job reach a cold worker. Nothing polls.
-4. **A turn is one attempt.** When a lease expires the holder loses the resource: the job is
-   removed (the core would requeue it, but its holder is still inside its ``async with``
-   block), ``Turn.revoked`` is set, ``Turn.expired`` recorded and every ``on_expired``
-   callback called.
-5. **Leaving frees the resource.** A block that exits normally completes the job with the
-   time it held the resource; one that raises cancels it (its lane charged for the time it
-   ran; a chain's turn *fails* it). A charge model that fails at that moment is reported to
-   the loop's exception handler and the job is finished with a zero charge.
-
-Clock: every ``now`` given to the core comes from ``clock()`` (``time.monotonic`` by
-default). Sleeping (the lease timer, queue timeouts) uses the event loop's timer with delays
-computed from that clock. With an injected manual clock, call :meth:`Driver.tick` after
-moving it.
-
-Who calls what: the turn calls ``_submit``, ``_wait`` and ``_release``; the timers call
-``_on_timer``, ``_on_retry`` and ``_on_timeout``; every path ends in ``_pump`` and ``_arm``.
-What differs with the number of workers is in a few hooks (``_order``, ``_pop``, ``_full``,
-``_refused``, ``_give_back``, ``_granted``, ``_ended``, ``_on_expiry``, ``_unused``) that the
-one-worker adapter and the fleet gate define.
-
-Everything here must run on the event loop's thread; a driver is not thread-safe.
-"""
+"""The one asyncio driver over a core (private): the rules are in ``prioqueue._driver``."""
 
 from __future__ import annotations
 
@@ -57,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout, ttl_timeout
-from prioqueue._driver._core import DrivenCore
+from prioqueue._driver._core import Clock, DrivenCore, ExpiryCallback
 from prioqueue._driver._turn import Turn
 from prioqueue._errors import (
     ChargeError,
@@ -76,12 +27,7 @@ if TYPE_CHECKING:
     from prioqueue._spec import SubmitOptions
     from prioqueue.records import Expired, Explanation, Grant, Job, Stats, Ticket
 
-__all__ = ["Clock", "Driver", "ExpiryCallback"]
-
-Clock = Callable[[], float]
-"""A zero-argument callable returning monotonic seconds."""
-ExpiryCallback = Callable[["Expired"], object]
-"""Called with each :class:`~prioqueue.records.Expired` record."""
+__all__ = ["Driver"]
 
 D_co = TypeVar("D_co", bound=DrivenCore, covariant=True)
 
@@ -315,8 +261,8 @@ class Driver(Generic[D_co]):
 
     # -- the hooks of the number of workers ------------------------------------------------
 
-    def _order(self) -> Sequence[str]:
-        """The workers that may pull now, in the order they pull."""
+    def _order(self, now: float) -> Sequence[str]:
+        """The workers that may pull now, in the order they pull (called once per pump)."""
         return ("",)
 
     def _pop(self, worker: str, now: float) -> Grant | None:
@@ -347,9 +293,6 @@ class Driver(Generic[D_co]):
     def _unused(self, turn: Turn, grant: Grant) -> None:
         """A grant was given back before its holder entered its block."""
 
-    def _before_pump(self, now: float) -> None:
-        """Called at the start of every pump."""
-
     # -- internals -----------------------------------------------------------------------
 
     def _bind_loop(self) -> asyncio.AbstractEventLoop:
@@ -379,9 +322,8 @@ class Driver(Generic[D_co]):
     def _pump(self, now: float) -> None:
         """Let every worker with a free slot pull until it gets nothing; re-arm the timers."""
         d = self._d
-        self._before_pump(now)
         refused = False
-        for worker in self._order():
+        for worker in self._order(now):
             while len(d):  # an empty queue has nothing to give: skip the call
                 try:
                     if self._full(worker):
@@ -411,15 +353,11 @@ class Driver(Generic[D_co]):
             return
         turn._grant = grant
         self._granted(turn, grant)
-        self._cancel_timeout(turn)
+        turn._stop_timer()
         future.set_result(grant)
 
     def _drop_unleasable(self, exc: LeaseError | ChargeError, now: float) -> None:
-        """Remove the job that cannot be granted and fail its waiter with the error.
-
-        Without this, a job whose lease or expected charge cannot be computed would block the
-        resource for good.
-        """
+        """Remove a job whose lease or expected charge fails (it would block the resource)."""
         job_id = exc.job_id
         self._d.cancel(job_id, now=now)
         turn = self._waiters.pop(job_id, None)
@@ -495,15 +433,9 @@ class Driver(Generic[D_co]):
         self._drop(turn, error)
         self._pump(now)
 
-    @staticmethod
-    def _cancel_timeout(turn: Turn) -> None:
-        if turn._timer is not None:
-            turn._timer.cancel()
-            turn._timer = None
-
     def _drop(self, turn: Turn, error: BaseException) -> None:
         """Fail a waiter that was just removed (its job too), or revoke a holder."""
-        self._cancel_timeout(turn)
+        turn._stop_timer()
         if turn._grant is not None:
             turn.revoked.set()
         elif turn._future is not None and not turn._future.done():
@@ -512,12 +444,11 @@ class Driver(Generic[D_co]):
     def _release(self, turn: Turn, *, failed: bool, unused: bool = False) -> None:
         """Give the resource (or the queue place) back when a turn ends.
 
-        ``unused``: the holder never entered its block (its task was cancelled in the instant
-        of the grant).
+        ``unused``: the holder never entered its block (cancelled in the instant of the grant).
         """
         if self._waiters.get(turn.job_id) is not turn:
             return  # already removed: timeout, close, cancel or lease expiry
-        self._cancel_timeout(turn)
+        turn._stop_timer()
         now = self.now()
         grant = turn._grant
         job_id = turn.job_id

@@ -212,6 +212,12 @@ class Turn:
     ) -> None:
         self._gate._release(self, failed=exc_type is not None)
 
+    def _stop_timer(self) -> None:
+        """Cancel the queue time-out's timer (granted, removed or released)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
     def __repr__(self) -> str:
         state = "granted" if self._grant else "submitted" if self._ticket else "new"
         return f"<Turn {self.job_id!r} {'expired' if self._expired else state}>"

@@ -259,7 +259,9 @@ class FleetGate(Driver[FleetDispatcher]):
 
     # -- the N-worker hooks of the driver ------------------------------------------------
 
-    def _order(self) -> list[str]:
+    def _order(self, now: float) -> list[str]:
+        if self._out:
+            self._settle(now)
         live = self._live
         if not live:
             return []
@@ -269,7 +271,7 @@ class FleetGate(Driver[FleetDispatcher]):
         self._next += 1
         return live[start:] + live[:start]
 
-    def _before_pump(self, now: float) -> None:
+    def _settle(self, now: float) -> None:
         """Let taken-out workers that hold nothing any more leave the fleet."""
         for name in sorted(self._out):
             try:
