@@ -1,8 +1,10 @@
 """The asyncio adapter: turns, score order, cancellation, timeouts, leases and closing.
 
 Each test is a plain function that runs its scenario with ``asyncio.run``, so no plugin is
-needed. Most use a frozen manual clock (the dispatcher's ``now``); the lease-timer tests use
-the real clock with a short lease, because the timer sleeps in loop time.
+needed. Most use a frozen manual clock (the dispatcher's ``now``); the tests of the loop's
+timers (queue timeouts, the lease timer) run on a loop whose time they control
+(``virtual_loop.run_virtual``: time jumps to the next timer when every task waits), with the
+driver given the loop's clock, so nothing waits on the wall clock.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from prioqueue._errors import DuplicateJob, LeaseError, PrioqueueError, QueueFul
 from prioqueue.asyncio import AsyncDispatcher, DispatcherClosed, JobCancelled, QueueTimeout
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.records import Expired, Grant
+from virtual_loop import run_virtual
 
 T = TypeVar("T")
 
@@ -295,11 +298,11 @@ def test_queue_timeout_removes_the_job() -> None:
         await settle()
         release.set()
         await asyncio.gather(task, waiter)
-        await asyncio.sleep(0.08)
+        await asyncio.sleep(0.08)  # loop time: past the disarmed timeout
         assert rec.order == ["blocker", "quick"]
         assert gate.stats().cancelled == 2
 
-    run(main)
+    run_virtual(main)
 
 
 def test_lease_expiry_timer_fires_without_polling() -> None:
@@ -313,7 +316,11 @@ def test_lease_expiry_timer_fires_without_polling() -> None:
 
     async def main() -> None:
         seen: list[Expired] = []
-        gate = AsyncDispatcher(Counting(lease_for=lambda job: 0.05), on_expired=seen.append)
+        gate = AsyncDispatcher(
+            Counting(lease_for=lambda job: 0.05),
+            clock=asyncio.get_running_loop().time,
+            on_expired=seen.append,
+        )
         rec = Recorder(gate)
         turn = gate.turn("slow", member="s")
         nxt: asyncio.Future[None] | None = None
@@ -334,7 +341,7 @@ def test_lease_expiry_timer_fires_without_polling() -> None:
         assert expire_calls <= 3  # one timer, no polling
         assert gate._timer is None  # nothing runs: no timer armed
 
-    run(main)
+    run_virtual(main)
 
 
 def test_expiry_with_a_manual_clock_and_tick() -> None:
@@ -576,13 +583,13 @@ def test_timeouts_are_disarmed_when_the_waiter_goes_first() -> None:
         results = await asyncio.gather(by_cancel, by_task, return_exceptions=True)
         assert isinstance(results[0], JobCancelled)
         assert isinstance(results[1], asyncio.CancelledError)
-        await asyncio.sleep(0.04)  # past both timeouts: nothing fires
+        await asyncio.sleep(0.04)  # loop time: past both timeouts, nothing fires
         assert len(gate.dispatcher) == 0
         release.set()
         await task
         assert gate.stats().cancelled == 2
 
-    run(main)
+    run_virtual(main)
 
 
 def test_expiry_of_the_last_attempt_and_of_a_job_nobody_holds() -> None:
