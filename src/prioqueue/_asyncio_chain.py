@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -199,12 +198,7 @@ class AsyncChain:
     async def __aenter__(self) -> AsyncChain:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     # -- internals -----------------------------------------------------------------------

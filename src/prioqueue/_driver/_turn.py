@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prioqueue._async_errors import JobCancelled
@@ -204,12 +203,7 @@ class Turn:
         self.attempts += 1
         return grant
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
         self._gate._release(self, failed=exc_type is not None)
 
     def _stop_timer(self) -> None:

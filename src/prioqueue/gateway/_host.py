@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from prioqueue.fleet import FleetDispatcher
     from prioqueue.gateway._fleetgate import FleetGate
     from prioqueue.gateway._health import Breaker, HttpStats
+    from prioqueue.gateway._record import Recorder
     from prioqueue.gateway.settings import GatewayConfig
     from prioqueue.records import Grant
 
@@ -49,6 +50,8 @@ class Host(Protocol):
     breaker: Breaker
     queued_body_bytes: int
     metrics: Callable[[], bytes] | None
+    recorder: Recorder | None
+    record_loads: Mapping[str, float]
 
     def take_out(self, upstream: Upstream, why: str) -> None:
         """Take an upstream out of the fleet (see ``Routes.take_out``)."""

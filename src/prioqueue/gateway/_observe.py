@@ -35,13 +35,23 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from prioqueue._errors import UnknownJob
+from prioqueue.gateway._record import record_finished
 
 if TYPE_CHECKING:
+    from prioqueue.gateway._forward import Flight
     from prioqueue.gateway._host import Host as Gateway
     from prioqueue.gateway.settings import Identity
     from prioqueue.records import Grant
 
-__all__ = ["STATUS_LIMIT", "STATUS_MAX", "explain", "group_key", "remember", "status"]
+__all__ = [
+    "STATUS_LIMIT",
+    "STATUS_MAX",
+    "explain",
+    "finished",
+    "group_key",
+    "remember",
+    "status",
+]
 
 
 STATUS_LIMIT = 100
@@ -313,3 +323,39 @@ def remember(
 
 _RECORD_OVERHEAD = 1200
 """Estimated bytes of one history record beyond its strings (dict, grant, floats)."""
+
+
+def finished(
+    gateway: Gateway,
+    job_id: str,
+    who: Identity,
+    path: str,
+    asked: tuple[str | None, int],
+    arrival: float,
+    grant: Grant | None,
+    flight: Flight,
+    outcome: str,
+    status: int,
+) -> None:
+    """Keep a finished gated request in the history (and in the recorded trace, if any).
+
+    ``asked`` is the request's model and priority.
+    """
+    model, priority = asked
+    remember(gateway, job_id, who, model, path, priority, outcome, status, grant)
+    if gateway.recorder is not None:
+        record_finished(
+            gateway.recorder,
+            arrival=arrival,
+            now=gateway.gate.now(),
+            member=who.member,
+            tier=who.tier,
+            priority=priority,
+            model=model,
+            estimate=gateway.config.estimate_seconds,
+            outcome=outcome,
+            grant=grant,
+            first_byte=flight.first_byte,
+            streamed=flight.sse,
+            known_load=None if model is None else gateway.record_loads.get(model),
+        )
