@@ -3,11 +3,13 @@
 Theory of operation
 -------------------
 The core is sans-IO: it takes ``now`` and never sleeps. :class:`AsyncDispatcher` owns one
-:class:`~prioqueue.dispatcher.SizeOneDispatcher`, one clock and one event loop, and keeps
-these rules:
+:class:`~prioqueue.dispatcher.SizeOneDispatcher`, one clock and one event loop. It is the
+one-worker case of the library's one asyncio driver (``prioqueue._driver``; the gateway's
+fleet gate is its case of several workers, see ``docs/design/driver.md``), and keeps these
+rules:
 
 1. **One waiter per job.** ``turn()`` submits the job and registers a waiter: a future that
-   only :meth:`AsyncDispatcher._pump` resolves. While a waiter is registered its job is
+   only the driver's pump resolves. While a waiter is registered its job is
    known to the dispatcher (queued or running), and the other way round for every job
    submitted through the adapter. Removing a waiter and removing its job happen in the same
    synchronous step, so a job id can be reused as soon as its turn is over.
@@ -41,7 +43,8 @@ these rules:
 
 Time: the dispatcher is stamped with ``clock()`` (``time.monotonic`` by default). Sleeping
 (lease timer, queue timeouts) uses the event loop's timer with delays computed from the
-clock. With an injected manual clock, call :meth:`AsyncDispatcher.tick` after moving it.
+clock. With an injected manual clock, call :meth:`AsyncDispatcher.tick` after moving it; or
+give it the loop's own clock (``clock=loop.time``) on a loop whose time a test controls.
 
 Everything here must run on the event loop's thread; the adapter is not thread-safe.
 

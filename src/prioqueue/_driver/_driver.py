@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -32,7 +33,7 @@ __all__ = ["Driver"]
 D_co = TypeVar("D_co", bound=DrivenCore, covariant=True)
 
 
-class Driver(Generic[D_co]):
+class Driver(ABC, Generic[D_co]):
     """Drive a core on an asyncio event loop: turns, waiters, timers (see the module notes).
 
     Args:
@@ -100,17 +101,19 @@ class Driver(Generic[D_co]):
         """
         return self._d.group_status(group, now=self.now())
 
+    @abstractmethod
     def holding(self, worker: str = "") -> int:
         """Return how many jobs a worker holds now (the one resource: ``""``). O(1).
 
         Args:
             worker: The worker's name (ignored with one resource).
         """
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def held(self) -> list[Grant]:
         """Return the grants held now, by worker. O(held)."""
-        raise NotImplementedError
+        ...
 
     def holder(self, job_id: str) -> str | None:
         """Return the worker holding a job, or None (queued, unknown, or one resource). O(1)."""
@@ -126,7 +129,7 @@ class Driver(Generic[D_co]):
         timeout: float | None = None,
         **options: Unpack[SubmitOptions],
     ) -> Turn:
-        """Make the async context manager of one job's turn at the resource.
+        """Make the async context manager (a :class:`~prioqueue.asyncio.Turn`) of one job's turn.
 
         Nothing happens until the turn is entered: ``__aenter__`` submits (raising
         ``QueueFull``, ``DuplicateJob``, ``ValueError`` or ``TypeError`` at once, without
@@ -144,9 +147,6 @@ class Driver(Generic[D_co]):
             **options: What the job carries (``priority``, ``tier``, ``model``,
                 ``estimate``, ``payload``, ``group``, ``ceiling``, ...): the keyword
                 arguments of ``FleetDispatcher.submit``.
-
-        Returns:
-            The :class:`~prioqueue.asyncio.Turn`.
 
         Raises:
             ValueError: ``timeout`` is negative or not a number.
@@ -217,6 +217,7 @@ class Driver(Generic[D_co]):
 
         return remove
 
+    @abstractmethod
     def set_resident(self, worker: str, model: str | None) -> None:
         """Tell the core which model a worker (the one resource: ``""``) has loaded.
 
@@ -224,7 +225,7 @@ class Driver(Generic[D_co]):
             worker: The worker's name (ignored with one resource).
             model: The resident model, or None.
         """
-        raise NotImplementedError
+        ...
 
     def tick(self) -> list[Expired]:
         """Run what is due at ``now()``: lease expiry, then dispatch; re-arm the timer.
@@ -265,9 +266,10 @@ class Driver(Generic[D_co]):
         """The workers that may pull now, in the order they pull (called once per pump)."""
         return ("",)
 
+    @abstractmethod
     def _pop(self, worker: str, now: float) -> Grant | None:
         """Let a worker pull the next job (None: nothing for it now)."""
-        raise NotImplementedError
+        ...
 
     def _full(self, worker: str) -> bool:
         """Whether a worker must not pull although the core would give it a job."""
