@@ -7,6 +7,7 @@ over HTTP. Everything here has bounded timeouts.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -18,6 +19,41 @@ from prioqueue.gateway import Gateway, parse_config
 from prioqueue.gateway.fake_upstream import FakeLlamaSwap, ServerThread
 
 CHAT = "/v1/chat/completions"
+
+KEYS = {
+    "k-alice": {"member": "alice"},
+    "k-bob": {"member": "bob"},
+    "k-watch": {"member": "watch", "observer": True},
+    "k-root": {"member": "root", "admin": True},
+}
+"""API keys of the tests of who sees what: two members, an observer and an admin."""
+
+
+def as_key(key: str, group: str | None = None) -> dict[str, str]:
+    """The headers of a request with API key ``key`` (and ``X-Prioqueue-Group``)."""
+    headers = {"authorization": f"Bearer {key}"}
+    if group is not None:
+        headers["x-prioqueue-group"] = group
+    return headers
+
+
+def keyed_config(**extra: Any) -> dict[str, Any]:
+    """A gateway configuration with :data:`KEYS` and no anonymous access."""
+    return {"allow_anonymous": False, "anonymous_observer": False, "keys": KEYS, **extra}
+
+
+async def raw_post(url: str, body: dict[str, Any]) -> tuple[Any, Any]:
+    """Send a chat request over a bare connection (no client library); return its streams."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    data = json.dumps(body).encode()
+    writer.write(
+        f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
+    await writer.drain()
+    return reader, writer
 
 
 @attrs.define
