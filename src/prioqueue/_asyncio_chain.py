@@ -32,7 +32,10 @@ from prioqueue.chain import Chain, ChainProgress, ChainStep, FailurePolicy
 from prioqueue.records import Grant, Job, Ticket
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from prioqueue._driver import DrivenCore, Driver, Turn
+    from prioqueue._driver._core import TurnOptions
     from prioqueue._groups import GroupStatus
 
 __all__ = ["AsyncChain", "ChainResult"]
@@ -69,9 +72,11 @@ class _GateTarget:
         self._gate = gate
         self._owner = owner
 
-    def submit(self, job_id: str, *, now: float, **spec: Any) -> Ticket:
+    def submit(
+        self, job_id: str, *, member: str, now: float, **options: Unpack[TurnOptions]
+    ) -> Ticket:
         del now  # the gate stamps every call with its own clock
-        turn = self._gate.turn(job_id, **spec)
+        turn = self._gate.turn(job_id, member=member, **options)
         turn._fails = True
         ticket = turn.submit()
         self._owner._spawn(turn)

@@ -11,19 +11,29 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from prioqueue._spec import SubmitOptions
+
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from prioqueue._groups import CancelRunning, GroupStatus
-    from prioqueue._spec import SubmitOptions
     from prioqueue.records import Expired, Explanation, Job, Stats, Ticket
 
-__all__ = ["Clock", "DrivenCore", "ExpiryCallback"]
+__all__ = ["Clock", "DrivenCore", "ExpiryCallback", "TurnOptions"]
 
 Clock = Callable[[], float]
 """A zero-argument callable returning monotonic seconds."""
 ExpiryCallback = Callable[["Expired"], object]
 """Called with each :class:`~prioqueue.records.Expired` record."""
+
+
+class TurnOptions(SubmitOptions, total=False):
+    """What ``Driver.turn`` takes besides ``job_id`` and ``member``.
+
+    A submit's options and the ``timeout`` in the queue (a chain's specs may carry it too).
+    """
+
+    timeout: float | None
 
 
 class DrivenCore(Protocol):
