@@ -122,8 +122,8 @@ class FleetGate(Driver[FleetDispatcher]):
         return self._d.held
 
     def holder(self, job_id: str) -> str | None:
-        """The upstream holding a job, or None. O(1)."""
-        return self._d.holder(job_id)
+        """The upstream holding a job, or None (queued or unknown). O(1)."""
+        return self._d.holder(job_id) if job_id in self._d else None
 
     # -- changing ------------------------------------------------------------------------
 
