@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -56,12 +57,32 @@ async def raw_post(url: str, body: dict[str, Any]) -> tuple[Any, Any]:
     return reader, writer
 
 
+class JumpClock:
+    """The gateway's clock in tests: monotonic time plus the jumps a test asks for.
+
+    It runs like ``time.monotonic`` (the loop's timers and the clock agree) until a test calls
+    :meth:`jump`, which moves the gateway's ``now`` forward at once: a queued job then has
+    waited that long, without the test sleeping.
+    """
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+    def jump(self, seconds: float) -> None:
+        """Move the clock forward by ``seconds``."""
+        self.offset += seconds
+
+
 @attrs.define
 class Stack:
     fake: FakeLlamaSwap
     upstream: str
     gateway: Gateway
     url: str
+    clock: JumpClock
 
 
 StackFactory = Callable[..., Stack]
@@ -83,10 +104,11 @@ def make_stack() -> Iterator[StackFactory]:
         up = ServerThread(fake).start()
         servers.append(up)
         data = {"allow_anonymous": True, "anonymous_observer": True, **(config or {})}
-        gateway = Gateway(parse_config(data, upstream=upstream or up.url))
+        clock = JumpClock()
+        gateway = Gateway(parse_config(data, upstream=upstream or up.url), clock=clock)
         gw = ServerThread(gateway, limits=gateway.config.limits).start()
         servers.append(gw)
-        return Stack(fake, up.url, gateway, gw.url)
+        return Stack(fake, up.url, gateway, gw.url, clock)
 
     yield make
     for server in reversed(servers):
