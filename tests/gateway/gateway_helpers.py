@@ -43,6 +43,18 @@ def keyed_config(**extra: Any) -> dict[str, Any]:
     return {"allow_anonymous": False, "anonymous_observer": False, "keys": KEYS, **extra}
 
 
+async def hold_as(
+    client: httpx.AsyncClient, stack: Stack, key: str, group: str | None = None
+) -> asyncio.Future[httpx.Response]:
+    """Send a request (API key ``key``) that holds the GPU at the fake's gate "go"; return once
+    the upstream runs it."""
+    first = asyncio.ensure_future(
+        client.post(CHAT, json=chat(hold="go"), headers=as_key(key, group))
+    )
+    await wait_for(lambda: stack.fake.active == 1)
+    return first
+
+
 async def raw_post(url: str, body: dict[str, Any]) -> tuple[Any, Any]:
     """Send a chat request over a bare connection (no client library); return its streams."""
     host, port = url.removeprefix("http://").split(":")

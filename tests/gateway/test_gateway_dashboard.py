@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-from gateway_helpers import CHAT, StackFactory, as_key, chat, keyed_config, wait_for
+from gateway_helpers import CHAT, StackFactory, as_key, chat, hold_as, keyed_config, wait_for
 
 from prioqueue.gateway import Gateway, parse_config
 from prioqueue.gateway.fake_upstream import FakeLlamaSwap, ServerThread
@@ -38,10 +38,7 @@ def test_one_upstream_observer_and_submitter_views(make_stack: StackFactory) -> 
 
     async def main() -> None:
         async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
-            first = asyncio.ensure_future(
-                client.post(CHAT, json=chat(hold="go"), headers=as_key("k-alice", "film"))
-            )
-            await wait_for(lambda: stack.fake.active == 1)
+            first = await hold_as(client, stack, "k-alice", "film")
             rest = [
                 asyncio.ensure_future(client.post(CHAT, json=chat(), headers=as_key(key, group)))
                 for key, group in (("k-alice", "film"), ("k-bob", None))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-from gateway_helpers import CHAT, StackFactory, as_key, chat, keyed_config, wait_for
+from gateway_helpers import CHAT, StackFactory, as_key, chat, hold_as, keyed_config, wait_for
 
 
 def test_a_group_counts_its_requests_and_only_its_member_sees_it(
@@ -55,10 +55,7 @@ def test_cancelling_a_group_fails_its_queued_requests_and_spares_others(
 
     async def main() -> None:
         async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
-            first = asyncio.ensure_future(
-                client.post(CHAT, json=chat(hold="go"), headers=as_key("k-alice", "film"))
-            )
-            await wait_for(lambda: stack.fake.active == 1)
+            first = await hold_as(client, stack, "k-alice", "film")
             queued = [
                 asyncio.ensure_future(
                     client.post(CHAT, json=chat(), headers=as_key("k-alice", "film"))
