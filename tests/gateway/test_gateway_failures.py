@@ -54,7 +54,12 @@ async def _eq(value: Awaitable[int], expected: int) -> bool:
 
 
 def test_waiting_past_the_level_limit_is_503(make_stack: StackFactory) -> None:
-    stack = make_stack({"limits": {"max_wait_seconds": {"interactive": 0.2, "default": 0}}})
+    stack = make_stack(
+        {
+            "anonymous_max_priority": 100,
+            "limits": {"max_wait_seconds": {"interactive": 0.2, "default": 0}},
+        }
+    )
 
     async def go() -> None:
         async with httpx.AsyncClient(base_url=stack.url, timeout=10) as client:
@@ -62,7 +67,12 @@ def test_waiting_past_the_level_limit_is_503(make_stack: StackFactory) -> None:
             patient = asyncio.ensure_future(client.post(CHAT, json=chat(tag="patient")))
             # level 0 is not listed and "default" is 0 (no limit): it waits as long as needed
             await wait_for(lambda: _eq(queued(client), 1))
-            await asyncio.sleep(0.3)
+            # An interactive request queued after it times out at its level's 0.2 s: by its
+            # answer the patient one has waited longer than that, and still waits.
+            urgent = {"x-llamaswap-priority": "interactive"}
+            hurried = await client.post(CHAT, json=chat(tag="hurried"), headers=urgent)
+            assert hurried.status_code == 503
+            assert await queued(client) == 1
             assert not patient.done()
             stack.fake.release("gpu")
             assert (await holder).status_code == 200
