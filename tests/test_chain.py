@@ -27,6 +27,7 @@ from prioqueue import (
 from prioqueue.asyncio import AsyncDispatcher, JobCancelled
 from prioqueue.chain import Chain, ChainStep, FailurePolicy
 from prioqueue.records import Grant
+from virtual_loop import run_virtual
 
 
 def shots(count: int, seconds: float = 100.0, member: str = "dora") -> list[dict[str, Any]]:
@@ -668,10 +669,11 @@ def test_async_chain_waits_out_a_full_queue() -> None:
 
 def test_async_chain_reports_an_expired_lease_as_a_failure() -> None:
     async def main() -> None:
-        gate = _gate(lease_for=lambda job: 0.05)
+        clock = asyncio.get_running_loop().time
+        gate = AsyncDispatcher(SizeOneDispatcher(lease_for=lambda job: 0.05), clock=clock)
 
         async def render(grant: Grant) -> str:
-            await asyncio.sleep(0.2)  # longer than the lease
+            await asyncio.sleep(0.2)  # loop time: longer than the lease
             return "late"
 
         film = gate.chain(shots(2), run=render, group="film", on_failure="skip")
@@ -679,7 +681,7 @@ def test_async_chain_reports_an_expired_lease_as_a_failure() -> None:
         assert [type(r.error).__name__ for r in results] == ["LeaseExpired", "LeaseExpired"]
         assert film.progress.failed == 2
 
-    asyncio.run(main())
+    run_virtual(main)
 
 
 # ---------------------------------------------------------------------------- random drives

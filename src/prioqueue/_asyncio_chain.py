@@ -23,22 +23,22 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from prioqueue._async_errors import JobCancelled
 from prioqueue._errors import LeaseExpired
 from prioqueue.chain import Chain, ChainProgress, ChainStep, FailurePolicy
 from prioqueue.records import Grant, Job, Ticket
 
 if TYPE_CHECKING:
-    from prioqueue._groups import CancelRunning, GroupStatus
-    from prioqueue.asyncio import AsyncDispatcher, Turn
-    from prioqueue.dispatcher import SizeOneDispatcher
+    from typing_extensions import Unpack
 
-__all__ = ["AsyncChain", "ChainResult", "GroupGate"]
+    from prioqueue._driver import DrivenCore, Driver, Turn
+    from prioqueue._driver._core import TurnOptions
+    from prioqueue._groups import GroupStatus
+
+__all__ = ["AsyncChain", "ChainResult"]
 
 
 @attrs.frozen
@@ -68,13 +68,15 @@ class ChainResult:
 class _GateTarget:
     """The chain's dispatcher: submits through the gate so each job has a waiter."""
 
-    def __init__(self, gate: AsyncDispatcher, owner: AsyncChain) -> None:
+    def __init__(self, gate: Driver[DrivenCore], owner: AsyncChain) -> None:
         self._gate = gate
         self._owner = owner
 
-    def submit(self, job_id: str, *, now: float, **spec: Any) -> Ticket:
+    def submit(
+        self, job_id: str, *, member: str, now: float, **options: Unpack[TurnOptions]
+    ) -> Ticket:
         del now  # the gate stamps every call with its own clock
-        turn = self._gate.turn(job_id, **spec)
+        turn = self._gate.turn(job_id, member=member, **options)
         turn._fails = True
         ticket = turn.submit()
         self._owner._spawn(turn)
@@ -125,7 +127,7 @@ class AsyncChain:
 
     def __init__(
         self,
-        gate: AsyncDispatcher,
+        gate: Driver[DrivenCore],
         specs: Iterable[Mapping[str, Any]],
         *,
         run: Callable[[Grant], Awaitable[Any]],
@@ -201,12 +203,7 @@ class AsyncChain:
     async def __aenter__(self) -> AsyncChain:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     # -- internals -----------------------------------------------------------------------
@@ -259,74 +256,3 @@ class AsyncChain:
             self._error = exc
         self._ready.append(result)
         self._notify()
-
-
-class GroupGate:
-    """The asyncio gate's group and chain methods (a mixin of ``AsyncDispatcher``)."""
-
-    if TYPE_CHECKING:
-        _d: SizeOneDispatcher
-        _waiters: dict[str, Turn]
-
-        def now(self) -> float: ...
-
-        def _drop_waiter(self, turn: Turn, error: BaseException) -> None: ...
-
-        def _pump(self, now: float) -> None: ...
-
-    def chain(
-        self,
-        specs: Iterable[Mapping[str, Any]],
-        *,
-        run: Callable[[Grant], Awaitable[Any]],
-        depth: int = 1,
-        group: str | None = None,
-        on_failure: FailurePolicy = "stop",
-    ) -> AsyncChain:
-        """Run a sequence of jobs through :class:`~prioqueue.chain.Chain`, ``depth`` at a time.
-
-        ``async for result in gate.chain(specs, run=render):`` submits the first ``depth``
-        jobs, awaits ``run(grant)`` while each holds the resource, submits the next as each
-        finishes, and yields a :class:`ChainResult` per job in completion order (a job whose
-        ``run`` raised counts as failed and the failure policy applies). Use ``async with``
-        (or ``aclose()``) to cancel what is left when leaving the loop early.
-
-        Args:
-            specs: The jobs: mappings of :meth:`turn`'s keyword arguments plus ``job_id``.
-            run: ``async (grant) -> value``: the work, done while the job holds the resource.
-            depth: Most jobs in flight at once.
-            group: The group label (None: the first ``job_id``).
-            on_failure: ``"stop"``, ``"skip"`` or ``("retry", n)`` (see ``Chain``).
-
-        Returns:
-            The async iterator of results.
-
-        Raises:
-            TypeError, ValueError, ConfigError: As ``Chain`` does; ``run`` is not callable.
-        """
-        gate = cast("AsyncDispatcher", self)
-        return AsyncChain(gate, specs, run=run, depth=depth, group=group, on_failure=on_failure)
-
-    def group_status(self, group: str) -> GroupStatus:
-        """Return ``dispatcher.group_status(group, now=self.now())``.
-
-        Raises:
-            UnknownGroup: No job was ever submitted in the group.
-        """
-        return self._d.group_status(group, now=self.now())
-
-    def cancel_group(self, group: str, *, running: CancelRunning = "keep") -> list[Job]:
-        """Cancel the group's queued jobs (and running one, if asked): see :meth:`cancel`.
-
-        Raises:
-            UnknownGroup: No job was ever submitted in the group.
-            ValueError: ``group`` or ``running`` is invalid.
-        """
-        now = self.now()
-        cancelled = self._d.cancel_group(group, now=now, running=running)
-        for job in cancelled:
-            turn = self._waiters.pop(job.id, None)
-            if turn is not None:
-                self._drop_waiter(turn, JobCancelled(f"job {job.id!r} was cancelled"))
-        self._pump(now)
-        return cancelled

@@ -9,31 +9,17 @@ upstream counts its own concurrency (``max_active``): that is what the tests che
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
 import httpx
 import pytest
-from gateway_helpers import CHAT, StackFactory, chat, run, wait_for
+from gateway_helpers import CHAT, StackFactory, chat, raw_post, run, wait_for
 from test_gateway_fleet import Fleet, make_fleet
 
 from prioqueue.gateway._idle import busy_count
 
 __all__ = ["make_fleet"]
-
-
-async def _raw_post(url: str, body: dict[str, Any]) -> tuple[Any, Any]:
-    host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    data = json.dumps(body).encode()
-    writer.write(
-        f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(data)}\r\n\r\n".encode()
-        + data
-    )
-    await writer.drain()
-    return reader, writer
 
 
 async def _leave(writer: Any, gateway: Any) -> None:
@@ -80,7 +66,7 @@ def test_a_request_whose_client_left_keeps_the_gpu_until_the_upstream_is_idle(
     assert not fake.aborts  # like A1111 or ComfyUI: it finishes what it started
 
     async def main() -> None:
-        _reader, writer = await _raw_post(stack.url, chat(tag="left", seconds=1.5))
+        _reader, writer = await raw_post(stack.url, chat(tag="left", seconds=1.5))
         await wait_for(lambda: fake.active == 1)
         await _leave(writer, stack.gateway)  # the upstream goes on for the rest of 1.5 s
         assert stack.gateway.lingering.count("") == 1
@@ -104,7 +90,7 @@ def test_an_upstream_that_aborts_frees_the_gpu_at_once(make_stack: StackFactory)
     fake = stack.fake
 
     async def main() -> None:
-        _reader, writer = await _raw_post(stack.url, chat(tag="left", hold="never"))
+        _reader, writer = await raw_post(stack.url, chat(tag="left", hold="never"))
         await wait_for(lambda: fake.active == 1)
         await _leave(writer, stack.gateway)
         async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
@@ -122,7 +108,7 @@ def test_busy_timeout_bounds_the_wait_for_an_upstream_that_never_says_idle(
     fake = stack.fake
 
     async def main() -> None:
-        _reader, writer = await _raw_post(stack.url, chat(tag="stuck", hold="never"))
+        _reader, writer = await raw_post(stack.url, chat(tag="stuck", hold="never"))
         await wait_for(lambda: fake.active == 1)
         await _leave(writer, stack.gateway)
         async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
@@ -140,7 +126,7 @@ def test_a_status_shows_the_lingering_request_as_running(make_stack: StackFactor
     fake = stack.fake
 
     async def main() -> None:
-        _reader, writer = await _raw_post(stack.url, chat(tag="left", hold="h"))
+        _reader, writer = await raw_post(stack.url, chat(tag="left", hold="h"))
         await wait_for(lambda: fake.active == 1)
         await _leave(writer, stack.gateway)
         async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:

@@ -6,34 +6,16 @@ The page in a browser is tested in tests/ui/test_ui_browser.py.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import httpx
-from gateway_helpers import CHAT, StackFactory, chat, wait_for
+from gateway_helpers import CHAT, StackFactory, as_key, chat, hold_as, keyed_config, wait_for
 
 from prioqueue.gateway import Gateway, parse_config
 from prioqueue.gateway.fake_upstream import FakeLlamaSwap, ServerThread
 
-KEYS = {
-    "k-alice": {"member": "alice"},
-    "k-bob": {"member": "bob"},
-    "k-watch": {"member": "watch", "observer": True},
-}
-
-
-def _as(key: str, group: str | None = None) -> dict[str, str]:
-    headers = {"authorization": f"Bearer {key}"}
-    if group is not None:
-        headers["x-prioqueue-group"] = group
-    return headers
-
-
-def _config(**extra: Any) -> dict[str, Any]:
-    return {"allow_anonymous": False, "anonymous_observer": False, "keys": KEYS, **extra}
-
 
 def test_the_page_needs_no_key_and_the_endpoint_does(make_stack: StackFactory) -> None:
-    stack = make_stack(_config())
+    stack = make_stack(keyed_config())
     with httpx.Client(base_url=stack.url, timeout=30) as client:
         page = client.get("/prioqueue/ui")
         assert page.status_code == 200
@@ -44,28 +26,25 @@ def test_the_page_needs_no_key_and_the_endpoint_does(make_stack: StackFactory) -
         assert client.get("/prioqueue/ui/../ui/app.css").status_code == 200
         assert client.get("/prioqueue/ui/nope.txt").status_code == 404
         assert client.get("/prioqueue/dashboard").status_code == 401
-        r = client.get("/prioqueue/dashboard", headers=_as("k-alice"), params={"job": "x" * 201})
+        r = client.get("/prioqueue/dashboard", headers=as_key("k-alice"), params={"job": "x" * 201})
         assert r.status_code == 400
-        assert client.post("/prioqueue/dashboard", headers=_as("k-alice")).status_code == 405
+        assert client.post("/prioqueue/dashboard", headers=as_key("k-alice")).status_code == 405
     assert stack.fake.served == []  # nothing of it reached the upstream
 
 
 def test_one_upstream_observer_and_submitter_views(make_stack: StackFactory) -> None:
-    stack = make_stack(_config(estimate_seconds=5.0))
+    stack = make_stack(keyed_config(estimate_seconds=5.0))
     gateway = stack.gateway
 
     async def main() -> None:
         async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
-            first = asyncio.ensure_future(
-                client.post(CHAT, json=chat(hold="go"), headers=_as("k-alice", "film"))
-            )
-            await wait_for(lambda: stack.fake.active == 1)
+            first = await hold_as(client, stack, "k-alice", "film")
             rest = [
-                asyncio.ensure_future(client.post(CHAT, json=chat(), headers=_as(key, group)))
+                asyncio.ensure_future(client.post(CHAT, json=chat(), headers=as_key(key, group)))
                 for key, group in (("k-alice", "film"), ("k-bob", None))
             ]
             await wait_for(lambda: len(gateway.dispatcher) == 2)
-            seen = (await client.get("/prioqueue/dashboard", headers=_as("k-watch"))).json()
+            seen = (await client.get("/prioqueue/dashboard", headers=as_key("k-watch"))).json()
             assert seen["service"] == "gateway"
             assert seen["scope"] == "all"
             (upstream,) = seen["workers"]
@@ -76,7 +55,7 @@ def test_one_upstream_observer_and_submitter_views(make_stack: StackFactory) -> 
             (film,) = seen["groups"]
             assert (film["group"], film["running"], film["queued"]) == ("film", 1, 1)
             assert film["forecast_in"] is not None
-            bob = (await client.get("/prioqueue/dashboard", headers=_as("k-bob"))).json()
+            bob = (await client.get("/prioqueue/dashboard", headers=as_key("k-bob"))).json()
             assert bob["scope"] == "member"
             assert {lane["member"] for lane in bob["lanes"]} == {"bob"}
             assert bob["groups"] == []
@@ -84,12 +63,12 @@ def test_one_upstream_observer_and_submitter_views(make_stack: StackFactory) -> 
             assert bob["workers"][0]["resident"] is None
             assert "alice" not in str(bob)
             # The job panel: a live job explained; another member's unknown.
-            alice = (await client.get("/prioqueue/dashboard", headers=_as("k-alice"))).json()
+            alice = (await client.get("/prioqueue/dashboard", headers=as_key("k-alice"))).json()
             waiting = [j["id"] for lane in alice["lanes"] for j in lane["jobs"]]
             waiting = [i for i in waiting if i != upstream["running"]["id"]]
             panel = (
                 await client.get(
-                    "/prioqueue/dashboard", headers=_as("k-alice"), params={"job": waiting[0]}
+                    "/prioqueue/dashboard", headers=as_key("k-alice"), params={"job": waiting[0]}
                 )
             ).json()["job"]
             assert panel["state"] == "queued"
@@ -99,7 +78,7 @@ def test_one_upstream_observer_and_submitter_views(make_stack: StackFactory) -> 
             running = upstream["running"]["id"]
             refused = (
                 await client.get(
-                    "/prioqueue/dashboard", headers=_as("k-bob"), params={"job": running}
+                    "/prioqueue/dashboard", headers=as_key("k-bob"), params={"job": running}
                 )
             ).json()["job"]
             assert "not queued, running or remembered" in refused["error"]
@@ -107,7 +86,7 @@ def test_one_upstream_observer_and_submitter_views(make_stack: StackFactory) -> 
             await asyncio.gather(first, *rest)
             done = (
                 await client.get(
-                    "/prioqueue/dashboard", headers=_as("k-alice"), params={"job": running}
+                    "/prioqueue/dashboard", headers=as_key("k-alice"), params={"job": running}
                 )
             ).json()
             assert done["job"]["state"] == "done"

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 
 import httpx
-from gateway_helpers import CHAT, StackFactory, chat, queued, run, status, wait_for
+from gateway_helpers import CHAT, StackFactory, chat, queued, raw_post, run, status, wait_for
 
 from prioqueue.gateway.fake_upstream import bind_loopback
 
@@ -54,7 +54,12 @@ async def _eq(value: Awaitable[int], expected: int) -> bool:
 
 
 def test_waiting_past_the_level_limit_is_503(make_stack: StackFactory) -> None:
-    stack = make_stack({"limits": {"max_wait_seconds": {"interactive": 0.2, "default": 0}}})
+    stack = make_stack(
+        {
+            "anonymous_max_priority": 100,
+            "limits": {"max_wait_seconds": {"interactive": 0.2, "default": 0}},
+        }
+    )
 
     async def go() -> None:
         async with httpx.AsyncClient(base_url=stack.url, timeout=10) as client:
@@ -62,7 +67,12 @@ def test_waiting_past_the_level_limit_is_503(make_stack: StackFactory) -> None:
             patient = asyncio.ensure_future(client.post(CHAT, json=chat(tag="patient")))
             # level 0 is not listed and "default" is 0 (no limit): it waits as long as needed
             await wait_for(lambda: _eq(queued(client), 1))
-            await asyncio.sleep(0.3)
+            # An interactive request queued after it times out at its level's 0.2 s: by its
+            # answer the patient one has waited longer than that, and still waits.
+            urgent = {"x-llamaswap-priority": "interactive"}
+            hurried = await client.post(CHAT, json=chat(tag="hurried"), headers=urgent)
+            assert hurried.status_code == 503
+            assert await queued(client) == 1
             assert not patient.done()
             stack.fake.release("gpu")
             assert (await holder).status_code == 200
@@ -86,20 +96,6 @@ def test_waiting_past_the_level_limit_is_503(make_stack: StackFactory) -> None:
     assert "late" not in limited.fake.order()
 
 
-async def _raw_request(
-    port: int, body: dict[str, object]
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    data = json.dumps(body).encode()
-    writer.write(
-        f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(data)}\r\n\r\n".encode()
-        + data
-    )
-    await writer.drain()
-    return reader, writer
-
-
 def test_disconnect_while_queued_removes_the_job(make_stack: StackFactory) -> None:
     stack = make_stack()
     port = int(stack.url.rsplit(":", 1)[1])
@@ -107,7 +103,7 @@ def test_disconnect_while_queued_removes_the_job(make_stack: StackFactory) -> No
     async def go() -> None:
         async with httpx.AsyncClient(base_url=stack.url, timeout=10) as client:
             holder = await _hold(client)
-            _, writer = await _raw_request(port, chat(tag="gone"))
+            _, writer = await raw_post(f"http://127.0.0.1:{port}", chat(tag="gone"))
             await wait_for(lambda: _eq(queued(client), 1))
             writer.close()
             await wait_for(lambda: _eq(queued(client), 0))
@@ -128,8 +124,8 @@ def test_disconnect_while_streaming_cancels_upstream_and_frees_gpu(
     port = int(stack.url.rsplit(":", 1)[1])
 
     async def go() -> None:
-        reader, writer = await _raw_request(
-            port, {**chat(tag="streamer", tokens=200), "stream": True}
+        reader, writer = await raw_post(
+            f"http://127.0.0.1:{port}", {**chat(tag="streamer", tokens=200), "stream": True}
         )
         head = await reader.readuntil(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200")
@@ -208,39 +204,66 @@ async def _running(client: httpx.AsyncClient) -> int:
     return 0 if (await status(client))["running"] is None else 1
 
 
-def test_sigterm_fails_queued_requests_and_exits_cleanly(
-    make_stack: StackFactory, tmp_path: Path
-) -> None:
-    stack = make_stack()  # only its fake upstream is used here
+@contextlib.contextmanager
+def _gateway_process(
+    upstream: str, tmp_path: Path, limits: str, module: str
+) -> Iterator[tuple[subprocess.Popen[bytes], str, list[str]]]:
+    """Run ``python -m <module> gateway`` on a free port in front of ``upstream``.
+
+    Yields the process, its URL and a list that receives its output once it ended; the
+    block must make it exit (SIGTERM), with status 0.
+    """
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     config = tmp_path / "gw.toml"
     config.write_text(
-        f'upstream = "{stack.upstream}"\nlisten = "127.0.0.1:{port}"\nallow_anonymous = true\n'
-        "[limits]\nshutdown_grace_seconds = 5\nretry_after_seconds = 2\n",
+        f'upstream = "{upstream}"\nlisten = "127.0.0.1:{port}"\nallow_anonymous = true\n'
+        f"[limits]\n{limits}",
         encoding="utf-8",
     )
     process = subprocess.Popen(
-        [sys.executable, "-m", "prioqueue.cli", "gateway", "--config", str(config),
+        [sys.executable, "-m", module, "gateway", "--config", str(config),
          "--log-level", "warning"],
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    output: list[str] = []
+    try:
+        yield process, f"http://127.0.0.1:{port}", output
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        assert process.stdout is not None
+        output.append(process.stdout.read().decode())
+        process.stdout.close()
 
-    async def go() -> None:
+
+async def _started(client: httpx.AsyncClient) -> None:
+    """Wait until a gateway process answers (its start is slow on a busy machine)."""
+
+    async def up() -> bool:
+        try:
+            await client.get("/prioqueue/status")
+        except httpx.TransportError:
+            return False
+        return True
+
+    await wait_for(up, timeout=60)
+
+
+def test_sigterm_fails_queued_requests_and_exits_cleanly(
+    make_stack: StackFactory, tmp_path: Path
+) -> None:
+    stack = make_stack()  # only its fake upstream is used here
+    limits = "shutdown_grace_seconds = 5\nretry_after_seconds = 2\n"
+
+    async def go(url: str, process: subprocess.Popen[bytes]) -> None:
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
-
-            async def up() -> bool:
-                try:
-                    await client.get("/prioqueue/status")
-                except httpx.TransportError:
-                    return False
-                return True
-
-            await wait_for(up, timeout=20)
+            await _started(client)
             holder = await _hold(client)
             waiting = [
                 asyncio.ensure_future(client.post(CHAT, json=chat(tag=f"q{i}"))) for i in range(3)
@@ -253,15 +276,8 @@ def test_sigterm_fails_queued_requests_and_exits_cleanly(
             stack.fake.release("gpu")  # the running one may finish within the grace period
             assert (await holder).status_code == 200
 
-    try:
-        run(go())
-        assert process.wait(timeout=20) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        assert process.stdout is not None
-        process.stdout.close()
+    with _gateway_process(stack.upstream, tmp_path, limits, "prioqueue.cli") as (process, url, _):
+        run(go(url, process), timeout=90)
     assert stack.fake.order() == ["holder"]
 
 
@@ -301,49 +317,18 @@ def test_a_request_past_the_shutdown_grace_gets_a_clear_503(
     make_stack: StackFactory, tmp_path: Path
 ) -> None:
     stack = make_stack()  # only its fake upstream is used here
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    config = tmp_path / "gw.toml"
-    config.write_text(
-        f'upstream = "{stack.upstream}"\nlisten = "127.0.0.1:{port}"\nallow_anonymous = true\n'
-        "[limits]\nshutdown_grace_seconds = 1\n",
-        encoding="utf-8",
-    )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "prioqueue", "gateway", "--config", str(config),
-         "--log-level", "warning"],
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
 
-    async def go() -> httpx.Response:
+    async def go(url: str, process: subprocess.Popen[bytes]) -> httpx.Response:
         async with httpx.AsyncClient(base_url=url, timeout=20) as client:
-
-            async def up() -> bool:
-                try:
-                    await client.get("/prioqueue/status")
-                except httpx.TransportError:
-                    return False
-                return True
-
-            await wait_for(up, timeout=20)
+            await _started(client)
             holder = await _hold(client, gate="forever")
             process.send_signal(signal.SIGTERM)
             return await holder
 
-    try:
-        response = run(go())
-        assert process.wait(timeout=20) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        assert process.stdout is not None
-        output = process.stdout.read().decode()
-        process.stdout.close()
+    limits = "shutdown_grace_seconds = 1\n"
+    with _gateway_process(stack.upstream, tmp_path, limits, "prioqueue") as (process, url, out):
+        response = run(go(url, process), timeout=90)
+    (output,) = out
     assert response.status_code == 503
     assert "shut down before this request could finish" in response.json()["error"]["message"]
     assert "Traceback" not in output

@@ -82,11 +82,10 @@ def test_a_taken_out_upstream_keeps_its_slot_taken_until_its_request_ends() -> N
             assert grant.worker == "a"
             gate.take_out("a")
             second = gate.turn("second", member="m")
+            second.submit()  # queued at once: nothing to wait for
             waiting = asyncio.ensure_future(second.__aenter__())
-            await asyncio.sleep(0)
             gate.put_back("a", models=None, slots=1, slow=False, resident=None)
-            await asyncio.sleep(0)
-            assert not waiting.done()  # a still runs the first
+            assert second.grant is None  # a still runs the first
             assert gate.holding("a") == 1
         assert (await waiting).worker == "a"
         await second.__aexit__(None, None, None)
@@ -101,9 +100,9 @@ def test_work_an_upstream_reports_counts_against_its_slots() -> None:
         gate.take_out("b")
         gate.set_reported("a", 1)  # a runs a job the gate does not hold
         turn = gate.turn("j", member="m")
+        turn.submit()  # queued at once: nothing to wait for
         waiting = asyncio.ensure_future(turn.__aenter__())
-        await asyncio.sleep(0)
-        assert not waiting.done()
+        assert turn.grant is None
         gate.set_reported("a", 0)
         assert (await waiting).worker == "a"
         await turn.__aexit__(None, None, None)
@@ -142,8 +141,9 @@ def test_timeouts_leases_and_close() -> None:
         queued = [gate.turn(f"q{i}", member="m") for i in range(3)]
         gate.take_out("a")
         gate.take_out("b")
+        for turn in queued:
+            turn.submit()  # queued at once: nothing to wait for
         tasks = [asyncio.ensure_future(t.__aenter__()) for t in queued]
-        await asyncio.sleep(0)
         await gate.aclose()
         results = await asyncio.gather(*tasks, return_exceptions=True)
         assert all(isinstance(r, DispatcherClosed) for r in results)

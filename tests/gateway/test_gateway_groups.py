@@ -3,40 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import httpx
-from gateway_helpers import CHAT, StackFactory, chat, wait_for
-
-KEYS = {
-    "k-alice": {"member": "alice"},
-    "k-bob": {"member": "bob"},
-    "k-watch": {"member": "watch", "observer": True},
-    "k-root": {"member": "root", "admin": True},
-}
-
-
-def _as(key: str, group: str | None = None) -> dict[str, str]:
-    headers = {"authorization": f"Bearer {key}"}
-    if group is not None:
-        headers["x-prioqueue-group"] = group
-    return headers
-
-
-def _config(**extra: Any) -> dict[str, Any]:
-    return {"allow_anonymous": False, "anonymous_observer": False, "keys": KEYS, **extra}
+from gateway_helpers import CHAT, StackFactory, as_key, chat, hold_as, keyed_config, wait_for
 
 
 def test_a_group_counts_its_requests_and_only_its_member_sees_it(
     make_stack: StackFactory,
 ) -> None:
-    stack = make_stack(_config())
+    stack = make_stack(keyed_config())
     with httpx.Client(base_url=stack.url, timeout=30) as client:
         for _ in range(3):
-            response = client.post(CHAT, json=chat(), headers=_as("k-alice", "film-1"))
+            response = client.post(CHAT, json=chat(), headers=as_key("k-alice", "film-1"))
             assert response.status_code == 200
         assert "x-prioqueue-group" not in stack.fake.served[0].headers  # never forwarded
-        mine = client.get("/prioqueue/groups/film-1", headers=_as("k-alice"))
+        mine = client.get("/prioqueue/groups/film-1", headers=as_key("k-alice"))
         assert mine.status_code == 200
         data = mine.json()
         assert data["group"] == "film-1"
@@ -44,23 +25,23 @@ def test_a_group_counts_its_requests_and_only_its_member_sees_it(
         assert (data["done"], data["queued"], data["running"], data["cancelled"]) == (3, 0, 0, 0)
         assert data["gpu_seconds"] >= 0
         # bob's film-1 is another group; alice's does not exist for bob.
-        assert client.get("/prioqueue/groups/film-1", headers=_as("k-bob")).status_code == 404
-        spy = client.get("/prioqueue/groups/film-1?member=alice", headers=_as("k-bob"))
+        assert client.get("/prioqueue/groups/film-1", headers=as_key("k-bob")).status_code == 404
+        spy = client.get("/prioqueue/groups/film-1?member=alice", headers=as_key("k-bob"))
         assert spy.status_code == 404
-        seen = client.get("/prioqueue/groups/film-1?member=alice", headers=_as("k-watch"))
+        seen = client.get("/prioqueue/groups/film-1?member=alice", headers=as_key("k-watch"))
         assert seen.status_code == 200
         assert seen.json()["done"] == 3
         # An observer may look, not cancel.
-        cancel = client.delete("/prioqueue/groups/film-1?member=alice", headers=_as("k-watch"))
+        cancel = client.delete("/prioqueue/groups/film-1?member=alice", headers=as_key("k-watch"))
         assert cancel.status_code == 404
-        assert client.get("/prioqueue/groups/nope", headers=_as("k-alice")).status_code == 404
+        assert client.get("/prioqueue/groups/nope", headers=as_key("k-alice")).status_code == 404
 
 
 def test_bad_group_headers_are_400(make_stack: StackFactory) -> None:
-    stack = make_stack(_config())
+    stack = make_stack(keyed_config())
     with httpx.Client(base_url=stack.url, timeout=30) as client:
         for bad in ("", "x" * 201, "a\tb"):
-            response = client.post(CHAT, json=chat(), headers=_as("k-alice", bad))
+            response = client.post(CHAT, json=chat(), headers=as_key("k-alice", bad))
             assert response.status_code == 400, bad
             assert "X-Prioqueue-Group" in response.json()["error"]["message"]
     assert stack.fake.served == []
@@ -69,38 +50,35 @@ def test_bad_group_headers_are_400(make_stack: StackFactory) -> None:
 def test_cancelling_a_group_fails_its_queued_requests_and_spares_others(
     make_stack: StackFactory,
 ) -> None:
-    stack = make_stack(_config())
+    stack = make_stack(keyed_config())
     gateway = stack.gateway
 
     async def main() -> None:
         async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
-            first = asyncio.ensure_future(
-                client.post(CHAT, json=chat(hold="go"), headers=_as("k-alice", "film"))
-            )
-            await wait_for(lambda: stack.fake.active == 1)
+            first = await hold_as(client, stack, "k-alice", "film")
             queued = [
                 asyncio.ensure_future(
-                    client.post(CHAT, json=chat(), headers=_as("k-alice", "film"))
+                    client.post(CHAT, json=chat(), headers=as_key("k-alice", "film"))
                 )
                 for _ in range(2)
             ]
             other = asyncio.ensure_future(
-                client.post(CHAT, json=chat(), headers=_as("k-bob", "film"))
+                client.post(CHAT, json=chat(), headers=as_key("k-bob", "film"))
             )
             await wait_for(lambda: len(gateway.dispatcher) == 3)
             refused = await client.delete(
-                "/prioqueue/groups/film?member=alice", headers=_as("k-bob")
+                "/prioqueue/groups/film?member=alice", headers=as_key("k-bob")
             )
             assert refused.status_code == 404
-            cancel = await client.delete("/prioqueue/groups/film", headers=_as("k-alice"))
+            cancel = await client.delete("/prioqueue/groups/film", headers=as_key("k-alice"))
             assert cancel.status_code == 200
             assert len(cancel.json()["cancelled"]) == 2
             stack.fake.release("go")
             responses = await asyncio.gather(first, *queued, other)
             assert [r.status_code for r in responses] == [200, 503, 503, 200]
-            status = (await client.get("/prioqueue/groups/film", headers=_as("k-alice"))).json()
+            status = (await client.get("/prioqueue/groups/film", headers=as_key("k-alice"))).json()
             assert (status["done"], status["cancelled"]) == (1, 2)
-            bob = (await client.get("/prioqueue/groups/film", headers=_as("k-bob"))).json()
+            bob = (await client.get("/prioqueue/groups/film", headers=as_key("k-bob"))).json()
             assert (bob["done"], bob["cancelled"]) == (1, 0)
 
     asyncio.run(main())

@@ -8,7 +8,7 @@ from collections.abc import Awaitable
 
 import httpx
 import pytest
-from gateway_helpers import CHAT, StackFactory, chat, queued, run, status, wait_for
+from gateway_helpers import CHAT, Stack, StackFactory, chat, queued, run, status, wait_for
 
 from prioqueue import ConfigError, LevelBudget
 from prioqueue.asyncio import AsyncDispatcher, QueueTimeout
@@ -32,46 +32,44 @@ async def _eq(value: Awaitable[int], expected: int) -> bool:
     return await value == expected
 
 
-def test_a_level_over_its_max_queued_is_429_with_retry_after(make_stack: StackFactory) -> None:
-    stack = make_stack({"budgets": {"normal": {"max_queued": 1}}})
+def _refused_behind_one(stack: Stack, tag: str) -> httpx.Response:
+    """Hold the GPU, queue one request, send one more (``tag``); answer of the last one.
 
-    async def go() -> None:
+    The GPU is released before returning; the holder and the queued request both succeed.
+    """
+
+    async def go() -> httpx.Response:
         async with httpx.AsyncClient(base_url=stack.url, timeout=10) as client:
             holder = await _hold(client)
-            waiting = asyncio.ensure_future(client.post(CHAT, json=chat(tag="one")))
+            waiting = asyncio.ensure_future(client.post(CHAT, json=chat(tag="waiting")))
             await wait_for(lambda: _eq(queued(client), 1))
-            full = await client.post(CHAT, json=chat(tag="two"))
-            assert full.status_code == 429
-            assert int(full.headers["retry-after"]) >= 1
-            assert "max_queued=1" in full.json()["error"]["message"]
+            refused = await client.post(CHAT, json=chat(tag=tag))
             stack.fake.release("gpu")
             assert (await holder).status_code == 200
             assert (await waiting).status_code == 200
+            return refused
 
-    run(go())
-    assert "two" not in stack.fake.order()
+    response: httpx.Response = run(go())
+    assert tag not in stack.fake.order()
+    return response
+
+
+def test_a_level_over_its_max_queued_is_429_with_retry_after(make_stack: StackFactory) -> None:
+    stack = make_stack({"budgets": {"normal": {"max_queued": 1}}})
+    full = _refused_behind_one(stack, "two")
+    assert full.status_code == 429
+    assert int(full.headers["retry-after"]) >= 1
+    assert "max_queued=1" in full.json()["error"]["message"]
 
 
 def test_a_forecast_wait_over_max_wait_is_503_with_retry_after(make_stack: StackFactory) -> None:
     stack = make_stack({"budgets": {"normal": {"max_wait": 20}}})
-
-    async def go() -> None:
-        async with httpx.AsyncClient(base_url=stack.url, timeout=10) as client:
-            holder = await _hold(client)
-            first = asyncio.ensure_future(client.post(CHAT, json=chat(tag="first")))
-            await wait_for(lambda: _eq(queued(client), 1))
-            # One request of 60 s (nothing measured yet) is ahead: forecast 60 s > 20 s.
-            refused = await client.post(CHAT, json=chat(tag="refused"))
-            assert refused.status_code == 503
-            assert refused.headers["retry-after"] == "40"  # ceil(60 - 20)
-            assert refused.json()["error"]["type"] == "overloaded"
-            assert "max_wait=20" in refused.json()["error"]["message"]
-            stack.fake.release("gpu")
-            assert (await holder).status_code == 200
-            assert (await first).status_code == 200
-
-    run(go())
-    assert "refused" not in stack.fake.order()
+    # One request of 60 s (nothing measured yet) is ahead: forecast 60 s > 20 s.
+    refused = _refused_behind_one(stack, "refused")
+    assert refused.status_code == 503
+    assert refused.headers["retry-after"] == "40"  # ceil(60 - 20)
+    assert refused.json()["error"]["type"] == "overloaded"
+    assert "max_wait=20" in refused.json()["error"]["message"]
 
 
 def test_a_queued_request_past_its_ttl_expires_with_503(make_stack: StackFactory) -> None:

@@ -63,7 +63,7 @@ def test_status_and_explanations(make_stack: StackFactory) -> None:
             assert explained["ahead"][0]["job_id"] == top["id"]
             assert "position 2" in explained["text"]
             assert explained["score"]["band"] == -100
-            await asyncio.sleep(1.0)  # the batch job now waits long enough to be explained
+            stack.clock.jump(1.0)  # the batch job has now waited long enough to be explained
             stack.fake.release("gpu")
             done = [await holder, await urgent, await batch]
             assert [r.status_code for r in done] == [200, 200, 200]

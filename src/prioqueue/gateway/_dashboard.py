@@ -20,11 +20,11 @@ from urllib.parse import parse_qs
 
 from prioqueue._errors import UnknownJob
 from prioqueue.gateway import _observe
+from prioqueue.gateway._forward import Send, send_json
 from prioqueue.ui import CSP, _model, asset
 
 if TYPE_CHECKING:
-    from prioqueue.gateway._observe import Send
-    from prioqueue.gateway.app import Gateway
+    from prioqueue.gateway._host import Host as Gateway
     from prioqueue.gateway.settings import Identity
 
 __all__ = ["PAGE", "dashboard", "serve", "serve_page"]
@@ -41,9 +41,7 @@ def _panel(gateway: Gateway, job_id: str, who: Identity, now: float) -> dict[str
             if not _observe._sees(who, job.member):
                 raise UnknownJob(f"job {job_id!r} is not queued, running or remembered")
             explained = _observe._explain_live(gateway, job_id)
-            worker = None
-            if gateway.fleet_gate is not None:
-                worker = gateway.fleet_gate.dispatcher.holder(job_id)
+            worker = gateway.gate.holder(job_id)
             return {
                 "id": job_id, "member": job.member, "state": explained.state,
                 "priority": job.priority, "model": job.model, "group": None,
@@ -87,7 +85,7 @@ def dashboard(gateway: Gateway, who: Identity, job: str | None = None) -> dict[s
     recent, cache = state
     history = _model.history(d, now)
     workers = _model.workers(d, now, visible, history)
-    if gateway.fleet_gate is not None:
+    if gateway.upstreams:
         rows = {row["name"]: row for row in workers}
         workers = []
         for name, upstream in gateway.upstreams.items():
@@ -149,8 +147,8 @@ async def serve(
     job = query.get("job", [None])[0] or None
     if job is not None and len(job) > 200:
         message = "job: at most 200 characters"
-        return await _observe._json(send, 400, {"error": {"message": message}})
-    return await _observe._json(send, 200, dashboard(gateway, who, job))
+        return await send_json(send, 400, {"error": {"message": message}})
+    return await send_json(send, 200, dashboard(gateway, who, job))
 
 
 async def serve_page(send: Send, path: str) -> int:
@@ -158,7 +156,7 @@ async def serve_page(send: Send, path: str) -> int:
     name = path[len(PAGE) :].lstrip("/")
     found = asset(name, service="gateway", base=PAGE)
     if found is None:
-        return await _observe._json(send, 404, {"error": {"message": f"no such path {path}"}})
+        return await send_json(send, 404, {"error": {"message": f"no such path {path}"}})
     body, kind = found
     headers = [
         (b"content-type", kind.encode()),

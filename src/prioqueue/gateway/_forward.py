@@ -35,8 +35,7 @@ if TYPE_CHECKING:
     import aiohttp
     from yarl import URL
 
-    from prioqueue.asyncio import Turn
-    from prioqueue.gateway._fleetgate import FleetTurn
+    from prioqueue._driver import Turn
 
 __all__ = [
     "Flight",
@@ -112,6 +111,15 @@ async def respond(
     await send({"type": "http.response.start", "status": status, "headers": all_headers})
     await send({"type": "http.response.body", "body": body})
     return status
+
+
+async def send_json(send: Send, status_code: int, value: object) -> int:
+    """Answer a JSON value (``str`` for what JSON cannot hold); return the status."""
+    body = json.dumps(value, separators=(",", ":"), default=str).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+    return status_code
 
 
 def sse_error(message: str, kind: str) -> bytes:
@@ -221,8 +229,16 @@ class _Timer:
 
 
 async def _send_within(
-    send: Send, message: Message, flight: Flight, loop: asyncio.AbstractEventLoop, seconds: float
+    send: Send,
+    message: Message,
+    flight: Flight,
+    loop: asyncio.AbstractEventLoop,
+    seconds: float | None,
 ) -> None:
+    """Send one message to the client; past ``seconds`` (None: no limit) it is a slow reader."""
+    if seconds is None:
+        await send(message)
+        return
     timer = _Timer(loop, seconds, flight)
     try:
         await send(message)
@@ -305,10 +321,7 @@ async def forward(
         flight.sse = response.headers.get("content-type", "").startswith("text/event-stream")
         flight.started = True
         start = {"type": "http.response.start", "status": status, "headers": headers}
-        if drain_seconds is None:
-            await send(start)
-        else:
-            await _send_within(send, start, flight, loop, drain_seconds)
+        await _send_within(send, start, flight, loop, drain_seconds)
         # With a Content-Length, the last chunk ends the body (one message fewer); without
         # one (SSE, chunked), every chunk goes out as it comes and an empty one ends it.
         length = response.headers.get("content-length", "")
@@ -323,10 +336,7 @@ async def forward(
             if left == 0:
                 complete = True
                 flight.done = True
-            if drain_seconds is None:
-                await send(message)
-            else:
-                await _send_within(send, message, flight, loop, drain_seconds)
+            await _send_within(send, message, flight, loop, drain_seconds)
             if left == 0:
                 return status
         complete = True
@@ -351,7 +361,7 @@ async def watch_disconnect(receive: Receive, flight: Flight) -> None:
             return
 
 
-async def watch_lease(turn: Turn | FleetTurn, flight: Flight) -> None:
+async def watch_lease(turn: Turn, flight: Flight) -> None:
     """Stop a request that held the GPU past its lease, once the adapter has expired it."""
     await turn.revoked.wait()
     if turn.expired is not None and not flight.done and flight.task is not None:

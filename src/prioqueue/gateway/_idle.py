@@ -39,7 +39,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from prioqueue.gateway.app import Gateway
+    from prioqueue._driver import Turn
+    from prioqueue.gateway._host import Host as Gateway
+    from prioqueue.gateway._host import Upstream
+
+ExcInfo = tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
 
 __all__ = ["Lingering", "busy_count", "idle_url"]
 
@@ -151,6 +155,34 @@ class Lingering:
         while self.count(upstream):
             event = self._settled.setdefault(upstream, asyncio.Event())
             await event.wait()
+
+    def keep(self, turn: Turn | None, upstream: Upstream | None, exc_info: ExcInfo) -> bool:
+        """Keep a turn closed early until its upstream is idle; False when it aborts.
+
+        With ``turn`` None (a request cut by its lease) nothing is held: the upstream only
+        counts as busy for the next request on it (:meth:`settled`).
+        """
+        gateway = self.gateway
+        config = gateway.config
+        if upstream is None:
+            aborts, timeout, path = config.aborts, config.busy_timeout, config.idle_path
+            base, name = config.upstream, ""
+        else:
+            own = upstream.config
+            aborts, timeout, path = own.aborts, own.busy_timeout, own.idle_path
+            base, name = upstream.origin + upstream.path, upstream.name
+        if aborts:
+            return False
+        self.hold(
+            None if turn is None else turn.__aexit__,
+            exc_info,
+            upstream=name,
+            url=idle_url(base, path or config.resident_path),
+            timeout=timeout,
+            ours=lambda: 0 if turn is None else gateway.gate.holding(name),
+            job_id="(cut by its lease)" if turn is None else turn.job_id,
+        )
+        return True
 
     def hold(
         self,

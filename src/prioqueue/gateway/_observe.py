@@ -1,4 +1,4 @@
-"""The gateway's own endpoints: status, jobs, groups and ``/metrics``.
+"""What the gateway's own endpoints tell: status, jobs and groups (see ``_paths.py``).
 
 The paths: ``/prioqueue/status``, ``/prioqueue/jobs/{id}``, ``/prioqueue/groups/{id}`` and
 ``/metrics``.
@@ -30,17 +30,16 @@ computed per grant.
 from __future__ import annotations
 
 import inspect
-import json
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
 
 import attrs
 
-from prioqueue._errors import UnknownGroup, UnknownJob
+from prioqueue._errors import UnknownJob
+from prioqueue.gateway._record import record_finished
 
 if TYPE_CHECKING:
-    from prioqueue.gateway.app import Gateway
+    from prioqueue.gateway._forward import Flight
+    from prioqueue.gateway._host import Host as Gateway
     from prioqueue.gateway.settings import Identity
     from prioqueue.records import Grant
 
@@ -48,14 +47,12 @@ __all__ = [
     "STATUS_LIMIT",
     "STATUS_MAX",
     "explain",
+    "finished",
     "group_key",
-    "metrics_renderer",
     "remember",
-    "serve",
     "status",
 ]
 
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 STATUS_LIMIT = 100
 """Queued jobs listed by ``/prioqueue/status`` unless ``?limit=`` says otherwise."""
@@ -69,11 +66,7 @@ def group_key(member: str, label: str) -> str:
 
 
 def _held(gateway: Gateway) -> list[Grant]:
-    dispatcher = gateway.dispatcher
-    if gateway.fleet_gate is not None:
-        return gateway.fleet_gate.dispatcher.held
-    running = getattr(dispatcher, "running", None)
-    return [] if running is None else [running]
+    return gateway.gate.held()
 
 
 def _running(gateway: Gateway, grant: Grant, who: Identity | None, now: float) -> dict[str, Any]:
@@ -152,7 +145,7 @@ def status(
     mine = None if who is None else stats.members.get(who.member)
     fleet = None
     resident = getattr(dispatcher, "resident_model", None)
-    if gateway.fleet_gate is not None:
+    if gateway.upstreams:
         fleet = [u.as_dict(gateway, observer=observer) for u in gateway.upstreams.values()]
         resident = None
     return {
@@ -210,8 +203,8 @@ def explain(gateway: Gateway, job_id: str, who: Identity | None = None) -> dict[
         explanation = _explain_live(gateway, job_id)
         now = explanation.now
         data = attrs.asdict(explanation)
-        if gateway.fleet_gate is not None:
-            data["upstream"] = gateway.fleet_gate.dispatcher.holder(job_id)
+        if gateway.upstreams:
+            data["upstream"] = gateway.gate.holder(job_id)
         if who is None or who.observer:
             data["text"] = str(explanation)
         data["estimated_start_in"] = _relative(explanation.estimated_start, now)
@@ -332,112 +325,37 @@ _RECORD_OVERHEAD = 1200
 """Estimated bytes of one history record beyond its strings (dict, grant, floats)."""
 
 
-def metrics_renderer(gateway: Gateway) -> Callable[[], bytes] | None:
-    """Return a function rendering the Prometheus text exposition, or None without the extra."""
-    try:
-        from prometheus_client import CollectorRegistry
+def finished(
+    gateway: Gateway,
+    job_id: str,
+    who: Identity,
+    path: str,
+    asked: tuple[str | None, int],
+    arrival: float,
+    grant: Grant | None,
+    flight: Flight,
+    outcome: str,
+    status: int,
+) -> None:
+    """Keep a finished gated request in the history (and in the recorded trace, if any).
 
-        from prioqueue import prometheus
-    except ImportError:  # pragma: no cover - exercised only without the extra
-        return None
-    from prioqueue.asyncio import AsyncDispatcher
-    from prioqueue.gateway._health import collector
-
-    registry = CollectorRegistry()  # one per gateway: several can live in one process
-    gate = gateway.gate
-    source = gate if isinstance(gate, AsyncDispatcher) else gate.stats
-    prometheus.register(source, registry=registry)
-    registry.register(collector(gateway))
-    return lambda: prometheus.render(registry)
-
-
-async def _json(send: Send, status_code: int, value: object) -> int:
-    body = json.dumps(value, separators=(",", ":"), default=str).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-    return status_code
-
-
-async def serve_metrics(gateway: Gateway, scope: MutableMapping[str, Any], send: Send) -> int:
-    """Answer ``GET /metrics`` (the caller is allowed to read it); return the status."""
-    if scope["method"] not in ("GET", "HEAD"):
-        return await _json(send, 405, {"error": {"message": "only GET is allowed here"}})
-    render = gateway.metrics
-    if render is None:
-        message = "metrics need the prometheus extra: pip install '.[gateway,prometheus]'"
-        return await _json(send, 404, {"error": {"message": message}})
-    body = render()
-    headers = [
-        (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
-        (b"content-length", str(len(body)).encode()),
-    ]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-    return 200
-
-
-def _limit(scope: MutableMapping[str, Any]) -> int:
-    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("limit")
-    if not values or not values[0].isdigit():
-        return STATUS_LIMIT
-    return min(int(values[0]), STATUS_MAX)
-
-
-async def serve(
-    gateway: Gateway, scope: MutableMapping[str, Any], send: Send, who: Identity, path: str
-) -> int:
-    """Answer a request to one of the gateway's own paths (only GET); return the status."""
-    if scope["method"] not in ("GET", "HEAD") and not (
-        scope["method"] == "DELETE" and path.startswith("/prioqueue/groups/")
-    ):
-        return await _json(send, 405, {"error": {"message": "only GET is allowed here"}})
-    if path == "/metrics":
-        if not who.observer:
-            message = "/metrics needs an observer or admin key, or the metrics_key"
-            return await _json(send, 403, {"error": {"message": message}})
-        return await serve_metrics(gateway, scope, send)
-    if path == "/prioqueue/dashboard":  # the dashboard page's one endpoint (issue 19)
-        from prioqueue.gateway._dashboard import serve as dashboard
-
-        return await dashboard(gateway, scope, send, who)
-    if path == "/prioqueue/status":
-        return await _json(send, 200, status(gateway, who, limit=_limit(scope)))
-    if path.startswith("/prioqueue/groups/"):
-        return await _serve_group(gateway, scope, send, who, path[len("/prioqueue/groups/") :])
-    if path.startswith("/prioqueue/jobs/"):
-        job_id = path[len("/prioqueue/jobs/") :]
-        try:
-            return await _json(send, 200, explain(gateway, job_id, who))
-        except UnknownJob as exc:
-            return await _json(send, 404, {"error": {"message": str(exc)}})
-    return await _json(send, 404, {"error": {"message": f"no such path {path}"}})
-
-
-async def _serve_group(
-    gateway: Gateway, scope: MutableMapping[str, Any], send: Send, who: Identity, label: str
-) -> int:
-    """``GET`` (status) or ``DELETE`` (cancel) one of the caller's groups; see the module."""
-    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-    member = query.get("member", [who.member])[0]
-    deleting = scope["method"] == "DELETE"
-    if member != who.member and not (who.admin if deleting else who.observer):
-        # Another member's group does not exist for this caller (as with jobs).
-        return await _json(send, 404, {"error": {"message": f"no group {label!r}"}})
-    group = group_key(member, label)
-    try:
-        if deleting:
-            running = query.get("running", ["keep"])[0]
-            if running not in ("keep", "cancel"):
-                message = f"running must be keep or cancel, got {running!r}"
-                return await _json(send, 400, {"error": {"message": message}})
-            jobs = gateway.gate.cancel_group(group, running=running)  # type: ignore[arg-type,unused-ignore]
-            return await _json(send, 200, {"group": label, "cancelled": [j.id for j in jobs]})
-        status = gateway.gate.group_status(group)
-    except UnknownGroup:
-        return await _json(send, 404, {"error": {"message": f"no group {label!r}"}})
-    data = attrs.asdict(status)
-    data.pop("group", None)
-    now = data.pop("now")
-    data["forecast_finish_in"] = _relative(data.pop("forecast_finish"), now)
-    return await _json(send, 200, {"group": label, "member": member, **data})
+    ``asked`` is the request's model and priority.
+    """
+    model, priority = asked
+    remember(gateway, job_id, who, model, path, priority, outcome, status, grant)
+    if gateway.recorder is not None:
+        record_finished(
+            gateway.recorder,
+            arrival=arrival,
+            now=gateway.gate.now(),
+            member=who.member,
+            tier=who.tier,
+            priority=priority,
+            model=model,
+            estimate=gateway.config.estimate_seconds,
+            outcome=outcome,
+            grant=grant,
+            first_byte=flight.first_byte,
+            streamed=flight.sse,
+            known_load=None if model is None else gateway.record_loads.get(model),
+        )

@@ -7,6 +7,8 @@ upstreams: which upstream a grant names (``Grant.worker`` in a fleet), taking a 
 upstream out of the fleet and trying a request again elsewhere (at most ``max_attempts``
 upstreams, only while nothing of the response has reached the client), the single upstream's
 resident-model poll, and the 504 (or the ``event: error``) of a request cut by its lease.
+It also sends requests upstream: the forwarded headers (what the client must not decide
+stripped), pass-through requests, and what a cancelled gated request still answers.
 """
 
 from __future__ import annotations
@@ -15,14 +17,32 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
+from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from prioqueue.asyncio import AsyncDispatcher
+from prioqueue._driver import Driver, Turn
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.gateway import _upstreams
-from prioqueue.gateway._fleetgate import FleetGate, FleetTurn
-from prioqueue.gateway._forward import Flight, Send, UpstreamFailed, error_body, respond, sse_error
+from prioqueue.gateway._fleetgate import FleetGate
+from prioqueue.gateway._forward import (
+    Flight,
+    Receive,
+    Request,
+    Send,
+    UpstreamFailed,
+    UpstreamTimeout,
+    error_body,
+    forward,
+    respond,
+    sse_error,
+    uncancel,
+    upstream_url,
+)
+from prioqueue.gateway._gating import PRIORITY_HEADER
+from prioqueue.gateway._health import Breaker, HttpStats
+from prioqueue.gateway.proxy import request_headers
 from prioqueue.gateway.settings import GatewayConfig, Identity
 from prioqueue.records import Grant, Job, WorkerInfo
 
@@ -33,6 +53,10 @@ __all__ = ["Routes"]
 
 log = logging.getLogger("prioqueue.gateway")
 
+Scope = MutableMapping[str, Any]
+_CLIENT_DECIDES = frozenset({b"authorization", PRIORITY_HEADER})
+"""Request headers never forwarded as the client sent them (``x-prioqueue-*`` neither)."""
+
 
 class Routes:
     """Upstream routing and failure handling, mixed into the gateway."""
@@ -41,11 +65,15 @@ class Routes:
     upstreams: dict[str, _upstreams.Upstream]
     fleet_gate: FleetGate | None
     dispatcher: SizeOneDispatcher | FleetDispatcher
-    gate: AsyncDispatcher | FleetGate
+    gate: Driver[SizeOneDispatcher | FleetDispatcher]
     client: aiohttp.ClientSession | None
     _upstream: str
     _upstream_origin: str
     _upstream_path: str
+    _authorization: bytes | None
+    _closing: bool
+    breaker: Breaker
+    http_stats: HttpStats
 
     def _fleet_lease(self, job: Job, worker: WorkerInfo) -> float:
         lease = self.config.limits.lease_for(str(job.payload))
@@ -70,9 +98,7 @@ class Routes:
             self.fleet_gate.take_out(upstream.name)
 
     def _busy(self) -> bool:
-        return (
-            isinstance(self.dispatcher, SizeOneDispatcher) and self.dispatcher.running is not None
-        )
+        return self.gate.holding() > 0
 
     async def _poll_resident(self) -> None:
         """Refresh the resident model from the upstream's status endpoint, while idle."""
@@ -94,8 +120,7 @@ class Routes:
                 for entry in running
                 if isinstance(entry, dict) and entry.get("state", "ready") == "ready"
             ]
-            if isinstance(self.gate, AsyncDispatcher):
-                self.gate.set_resident_model(models[0] if models else None)
+            self.gate.set_resident("", models[0] if models else None)
 
     def _origin(self, grant: Grant | None) -> tuple[str, str, _upstreams.Upstream | None]:
         """Where a request goes: its grant's upstream, or the first live one (pass-through)."""
@@ -110,7 +135,7 @@ class Routes:
 
     async def _requeue(
         self,
-        turn: Any,
+        turn: Turn,
         upstream: _upstreams.Upstream | None,
         exc: UpstreamFailed,
         flight: Flight,
@@ -120,12 +145,7 @@ class Routes:
         Re-raises ``exc`` (502) when the request cannot be tried again: a single upstream,
         a response already begun, ``max_attempts`` reached, or no upstream left up.
         """
-        if (
-            upstream is None
-            or not isinstance(turn, FleetTurn)
-            or flight.started
-            or turn.attempts >= self.config.max_attempts
-        ):
+        if upstream is None or flight.started or turn.attempts >= self.config.max_attempts:
             raise exc
         self.take_out(upstream, f"request failed: {exc}")
         gate = self.fleet_gate
@@ -134,7 +154,79 @@ class Routes:
         log.warning("job %s: %s; trying another upstream", turn.job_id, exc)
         return await turn.regrant()
 
-    async def _lease_cut(
+    def _request_headers(
+        self, headers: list[tuple[bytes, bytes]], extra: list[tuple[bytes, bytes]]
+    ) -> list[tuple[str, str]]:
+        return request_headers(
+            headers,
+            extra=extra,
+            drop=_CLIENT_DECIDES,
+            drop_prefix=b"x-prioqueue-",
+            authorization=self._authorization,
+        )
+
+    def _first_byte(self, seconds: float) -> None:
+        self.breaker.success()
+        self.http_stats.upstream_latency(seconds)
+
+    async def _send_upstream(
+        self, request: Request, send: Send, flight: Flight, extra: list[tuple[bytes, bytes]]
+    ) -> int:
+        client = self.client
+        assert client is not None, "the gateway was not started (lifespan)"
+        limits = self.config.limits
+        try:
+            return await forward(
+                client,
+                request,
+                send,
+                flight,
+                extra,
+                first_byte_timeout=limits.first_byte_timeout,
+                drain_seconds=limits.drain_seconds if extra else None,
+                on_first_byte=self._first_byte,
+            )
+        except (UpstreamFailed, UpstreamTimeout) as exc:
+            if not self.upstreams:  # a fleet takes failing upstreams out instead
+                self.breaker.failure(str(exc))
+            raise
+
+    async def _passthrough(self, scope: Scope, receive: Receive, send: Send) -> int:
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        has_body = any(name in (b"content-length", b"transfer-encoding") for name, _ in headers)
+
+        async def body() -> Any:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                yield message.get("body", b"")
+                if not message.get("more_body", False):
+                    return
+
+        origin, prefix, _ = self._origin(None)
+        url = upstream_url(scope, origin, prefix)
+        forwarded = self._request_headers(headers, [])
+        request = (scope["method"], url, forwarded, body() if has_body else None)
+        flight = Flight(task=asyncio.current_task())
+        try:
+            return await self._send_upstream(request, send, flight, [])
+        except UpstreamFailed as exc:
+            return await respond(send, 502, error_body(str(exc), "upstream_error"))
+        except UpstreamTimeout as exc:
+            return await respond(send, 504, error_body(str(exc), "upstream_timeout"))
+        except asyncio.CancelledError:
+            if not self._closing or flight.started:
+                raise
+            uncancel(flight.task)
+            return await self._shutdown_503(send)
+
+    async def _shutdown_503(self, send: Send) -> int:
+        message = "the gateway shut down before this request could finish; retry later"
+        retry = [(b"retry-after", str(math.ceil(self.config.limits.retry_after_seconds)).encode())]
+        return await respond(send, 503, error_body(message, "shutdown"), retry)
+
+    async def _cancelled(
         self,
         send: Send,
         flight: Flight,
@@ -142,23 +234,46 @@ class Routes:
         who: Identity,
         path: str,
         ours: list[tuple[bytes, bytes]],
-    ) -> int:
-        """End a request whose lease ran out: 504 before the response, else cut it."""
-        lease = f"{self.config.limits.lease_for(path):g}"
-        log.warning(
-            "job %s (%s %s): its lease of %s s ran out; the response was cut and the GPU freed",
-            job_id,
-            who.member,
-            path,
-            lease,
-        )
-        if not flight.started:
-            body = error_body(f"the request ran past its lease of {lease} s", "lease_expired")
-            return await respond(send, 504, body, ours)
-        if flight.sse:
-            end = sse_error(
+    ) -> tuple[int | None, str] | None:
+        """A gated request's task was cancelled: answer what can be; None to re-raise.
+
+        A request cut by its lease gets 504 before its response began; a streamed one an
+        ``event: error`` naming the lease (the same at shutdown, past the grace period).
+
+        Returns:
+            The status answered (None: unchanged) and the outcome, or None when the
+            cancellation is not the gateway's doing.
+        """
+        if flight.disconnected:
+            uncancel(flight.task)
+            return None, "client disconnected"
+        if not flight.lease_expired and not self._closing:
+            return None
+        uncancel(flight.task)
+        if flight.lease_expired:
+            lease = f"{self.config.limits.lease_for(path):g}"
+            log.warning(
+                "job %s (%s %s): its lease of %s s ran out; the response was cut and the GPU freed",
+                job_id,
+                who.member,
+                path,
+                lease,
+            )
+            status: int | None = 504
+            outcome = "lease expired"
+            early = error_body(f"the request ran past its lease of {lease} s", "lease_expired")
+            late = sse_error(
                 f"the response was cut: its lease of {lease} s ran out", "lease_expired"
             )
+        else:
+            status, outcome = None, "shutdown: past the grace period"
+            early = b""
+            late = sse_error("the gateway shut down before the response ended", "shutdown")
+        if not flight.started:
+            if flight.lease_expired:
+                return await respond(send, 504, early, ours), outcome
+            return await self._shutdown_503(send), outcome
+        if flight.sse:
             with contextlib.suppress(Exception):
-                await send({"type": "http.response.body", "body": end})
-        return 504
+                await send({"type": "http.response.body", "body": late})
+        return status, outcome

@@ -25,18 +25,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
-import attrs
-
+from prioqueue.gateway._host import Upstream
 from prioqueue.gateway._idle import busy_count, idle_url
-from prioqueue.gateway.settings import UpstreamConfig
-from prioqueue.records import Grant
 
 if TYPE_CHECKING:
-    from prioqueue.gateway.app import Gateway
+    from prioqueue.gateway._host import Host as Gateway
 
 __all__ = ["MODELS_REFRESH", "Upstream", "check", "watch"]
 
@@ -44,77 +39,6 @@ log = logging.getLogger("prioqueue.gateway")
 
 MODELS_REFRESH = 60.0
 """Seconds between two reads of an upstream's ``/v1/models`` (when not configured)."""
-
-
-@attrs.define(eq=False)
-class Upstream:
-    """One upstream's state, as the gateway knows it.
-
-    Attributes:
-        config: Its ``[[upstreams]]`` entry.
-        origin: ``scheme://host:port`` of its URL.
-        path: The path prefix of its URL.
-        up: Whether it is in the fleet now.
-        models: The models it serves (configured or last read), None: not known yet.
-        loaded: The model last known loaded on it (polled, or of its last grant).
-        swaps: Grants that needed another model than ``loaded``.
-        last_error: Why it was last taken out, or None.
-        outages: Times it was taken out.
-        models_read_at: When ``/v1/models`` was last read (monotonic).
-    """
-
-    config: UpstreamConfig
-    origin: str
-    path: str
-    up: bool = False
-    models: tuple[str, ...] | None = None
-    loaded: str | None = None
-    swaps: int = 0
-    last_error: str | None = None
-    outages: int = 0
-    models_read_at: float = -math.inf
-
-    @classmethod
-    def of(cls, config: UpstreamConfig) -> Upstream:
-        """Build the state of a configured upstream (down until its first poll)."""
-        parts = urlsplit(config.url)
-        return cls(config, f"{parts.scheme}://{parts.netloc}", parts.path, models=config.models)
-
-    @property
-    def name(self) -> str:
-        """The upstream's name."""
-        return self.config.name
-
-    def granted(self, grant: Grant) -> None:
-        """Count a swap when the granted job needs another model than the loaded one."""
-        model = grant.job.model
-        if model is not None and model != self.loaded:
-            self.swaps += 1
-            self.loaded = model
-
-    def as_dict(self, gateway: Gateway, *, observer: bool) -> dict[str, Any]:
-        """What ``/prioqueue/status`` shows of it (URL and resident model to observers only)."""
-        gate = gateway.fleet_gate
-        assert gate is not None
-        busy = gate.busy_seconds.get(self.name, 0.0)
-        held = gate.holding(self.name)
-        elapsed = max(1e-9, gate.now() - gateway.started_at)
-        return {
-            "name": self.name,
-            "url": self.config.url if observer else None,
-            "state": "up" if self.up else "down",
-            "resident_model": self.loaded if observer else None,
-            "models": list(self.models) if self.models is not None else None,
-            "slots": self.config.slots,
-            "slow": self.config.slow,
-            "running": held,
-            "granted": gate.grants.get(self.name, 0),
-            "busy_seconds": round(busy, 3),
-            "utilisation": round(min(1.0, busy / elapsed), 4),
-            "swaps": self.swaps,
-            "outages": self.outages,
-            "last_error": self.last_error,
-        }
 
 
 async def _get_json(gateway: Gateway, url: str) -> Any:

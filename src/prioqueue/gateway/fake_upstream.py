@@ -36,13 +36,14 @@ import argparse
 import asyncio
 import contextlib
 import json
-import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import attrs
+
+from prioqueue.gateway._thread import ServerThread, bind_loopback
 
 __all__ = ["FakeLlamaSwap", "Served", "ServerThread", "bind_loopback", "main"]
 
@@ -247,18 +248,8 @@ class FakeLlamaSwap:
 
         aborts = self.aborts
         try:
-            if model != self.loaded:
-                entry.cold_load = True
-                self.loads += 1
-                if self.load_seconds:
-                    self.loading = model
-                    try:
-                        if await _work(disconnected, self.load_seconds, aborts):
-                            entry.cancelled = True
-                            return
-                    finally:
-                        self.loading = None
-                self.loaded = model
+            if model != self.loaded and await self._load(model, entry, disconnected):
+                return
             entry.started = time.monotonic()
             with self._lock:
                 self.served.append(entry)
@@ -293,6 +284,21 @@ class FakeLlamaSwap:
         finally:
             done()
             watcher.cancel()
+
+    async def _load(self, model: Any, entry: Served, disconnected: asyncio.Event) -> bool:
+        """Swap to ``model`` (a cold load); True when the client left and it stopped."""
+        entry.cold_load = True
+        self.loads += 1
+        if self.load_seconds:
+            self.loading = model
+            try:
+                if await _work(disconnected, self.load_seconds, self.aborts):
+                    entry.cancelled = True
+                    return True
+            finally:
+                self.loading = None
+        self.loaded = model
+        return False
 
     async def _stream(
         self,
@@ -413,82 +419,6 @@ async def _json(
 ) -> None:
     headers = [(b"content-type", b"application/json"), *(extra or [])]
     await _send(send, status, headers, json.dumps(value).encode())
-
-
-def bind_loopback(port: int = 0, host: str = "127.0.0.1") -> socket.socket:
-    """Return a listening TCP socket on ``host:port`` (port 0: a free one)."""
-    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the
-    # listening socket says so (proto 0 would cost a 40 ms delayed ACK per response).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
-
-
-class ServerThread:
-    """Run an ASGI app under uvicorn in a background thread, on a loopback port.
-
-    Use as a context manager; :attr:`url` is the base URL once it has started, and
-    :attr:`loop` the server's event loop (for ``call_soon_threadsafe``).
-
-    Args:
-        app: The ASGI application.
-        port: The port (0: a free one).
-        log_level: uvicorn's log level.
-        limits: Serve with the gateway's hardened HTTP protocol and these limits (header
-            timeout and sizes), as ``prioqueue gateway`` does; None: plain uvicorn.
-    """
-
-    def __init__(
-        self, app: Any, *, port: int = 0, log_level: str = "warning", limits: Any = None
-    ) -> None:
-        import uvicorn
-
-        self.sock = bind_loopback(port)
-        self.port: int = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        if limits is not None:
-            from prioqueue.gateway._server import uvicorn_config
-
-            config = uvicorn_config(app, limits, log_level=log_level)
-        else:
-            config = uvicorn.Config(
-                app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=2, backlog=2048
-            )
-        self.server = uvicorn.Server(config)
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.thread = threading.Thread(target=self._run, name=f"uvicorn:{self.port}", daemon=True)
-
-    def _run(self) -> None:
-        async def serve() -> None:
-            self.loop = asyncio.get_running_loop()
-            await self.server.serve(sockets=[self.sock])
-
-        asyncio.run(serve())
-
-    def start(self, timeout: float = 10.0) -> ServerThread:
-        """Start the server and wait until it accepts connections."""
-        self.thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError(f"server on port {self.port} did not start")
-            time.sleep(0.005)
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Ask the server to exit and wait for its thread."""
-        self.server.should_exit = True
-        self.thread.join(timeout)
-        self.sock.close()
-
-    def __enter__(self) -> ServerThread:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - run as a script

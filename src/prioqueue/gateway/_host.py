@@ -1,0 +1,128 @@
+"""What the gateway's parts share: the gateway as they see it, and an upstream's state.
+
+:class:`Host` is the part of :class:`~prioqueue.gateway.app.Gateway` that its helper modules
+(``_observe``, ``_dashboard``, ``_metrics``, ``_paths``, ``_upstreams``, ``_idle``) read and
+change. They take a ``Host`` instead of importing the application module, so the import graph
+runs one way: ``app`` imports them, they import this module.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
+
+import attrs
+
+from prioqueue.gateway.settings import UpstreamConfig
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from prioqueue._driver import Driver
+    from prioqueue.dispatcher import SizeOneDispatcher
+    from prioqueue.fleet import FleetDispatcher
+    from prioqueue.gateway._fleetgate import FleetGate
+    from prioqueue.gateway._health import Breaker, HttpStats
+    from prioqueue.gateway._record import Recorder
+    from prioqueue.gateway.settings import GatewayConfig
+    from prioqueue.records import Grant
+
+__all__ = ["Host", "Upstream"]
+
+
+class Host(Protocol):
+    """The gateway as its helper modules see it (see ``Gateway`` for each attribute)."""
+
+    config: GatewayConfig
+    upstreams: dict[str, Upstream]
+    gate: Driver[SizeOneDispatcher | FleetDispatcher]
+    dispatcher: SizeOneDispatcher | FleetDispatcher
+    fleet_gate: FleetGate | None
+    client: aiohttp.ClientSession | None
+    started_at: float
+    grants: collections.deque[Grant]
+    history: collections.OrderedDict[str, dict[str, Any]]
+    history_bytes: int
+    http_stats: HttpStats
+    breaker: Breaker
+    queued_body_bytes: int
+    metrics: Callable[[], bytes] | None
+    recorder: Recorder | None
+    record_loads: Mapping[str, float]
+
+    def take_out(self, upstream: Upstream, why: str) -> None:
+        """Take an upstream out of the fleet (see ``Routes.take_out``)."""
+
+
+@attrs.define(eq=False)
+class Upstream:
+    """One upstream's state, as the gateway knows it.
+
+    Attributes:
+        config: Its ``[[upstreams]]`` entry.
+        origin: ``scheme://host:port`` of its URL.
+        path: The path prefix of its URL.
+        up: Whether it is in the fleet now.
+        models: The models it serves (configured or last read), None: not known yet.
+        loaded: The model last known loaded on it (polled, or of its last grant).
+        swaps: Grants that needed another model than ``loaded``.
+        last_error: Why it was last taken out, or None.
+        outages: Times it was taken out.
+        models_read_at: When ``/v1/models`` was last read (monotonic).
+    """
+
+    config: UpstreamConfig
+    origin: str
+    path: str
+    up: bool = False
+    models: tuple[str, ...] | None = None
+    loaded: str | None = None
+    swaps: int = 0
+    last_error: str | None = None
+    outages: int = 0
+    models_read_at: float = -math.inf
+
+    @classmethod
+    def of(cls, config: UpstreamConfig) -> Upstream:
+        """Build the state of a configured upstream (down until its first poll)."""
+        parts = urlsplit(config.url)
+        return cls(config, f"{parts.scheme}://{parts.netloc}", parts.path, models=config.models)
+
+    @property
+    def name(self) -> str:
+        """The upstream's name."""
+        return self.config.name
+
+    def granted(self, grant: Grant) -> None:
+        """Count a swap when the granted job needs another model than the loaded one."""
+        model = grant.job.model
+        if model is not None and model != self.loaded:
+            self.swaps += 1
+            self.loaded = model
+
+    def as_dict(self, gateway: Host, *, observer: bool) -> dict[str, Any]:
+        """What ``/prioqueue/status`` shows of it (URL and resident model to observers only)."""
+        gate = gateway.fleet_gate
+        assert gate is not None
+        busy = gate.busy_seconds.get(self.name, 0.0)
+        held = gate.holding(self.name)
+        elapsed = max(1e-9, gate.now() - gateway.started_at)
+        return {
+            "name": self.name,
+            "url": self.config.url if observer else None,
+            "state": "up" if self.up else "down",
+            "resident_model": self.loaded if observer else None,
+            "models": list(self.models) if self.models is not None else None,
+            "slots": self.config.slots,
+            "slow": self.config.slow,
+            "running": held,
+            "granted": gate.grants.get(self.name, 0),
+            "busy_seconds": round(busy, 3),
+            "utilisation": round(min(1.0, busy / elapsed), 4),
+            "swaps": self.swaps,
+            "outages": self.outages,
+            "last_error": self.last_error,
+        }
