@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import pytest
 
 from prioqueue import DuplicateJob, SizeOneDispatcher, UnknownJob
+from prioqueue._journaled import journaled
 from prioqueue.records import Job
 from prioqueue.store import (
     CommitFailed,
@@ -424,6 +425,7 @@ class Tally:
         self.total = 0 if state is None else int(state["total"])
         self.fail_snapshots = False
 
+    @journaled
     def add(self, amount: int, *, now: float) -> int:
         if amount <= 0:
             raise ValueError(f"amount must be > 0, got {amount}")
@@ -472,6 +474,83 @@ def test_any_object_can_be_journaled_and_a_failed_snapshot_is_not_fatal(
     run(main)
 
 
+class Ledger:
+    """A class the store has never heard of: its declarations alone say what is journaled."""
+
+    def __init__(self, state: Mapping[str, Any] | None = None) -> None:
+        self.entries: list[list[Any]] = [] if state is None else list(state["entries"])
+        self.owed = 0 if state is None else int(state["owed"])
+
+    @journaled
+    def deposit(self, who: str, amount: int, *, now: float) -> int:
+        self.entries.append([who, amount, now])
+        self.owed += amount
+        return self.owed
+
+    @journaled(skip_when_empty=True)
+    def settle(self, *, now: float) -> list[int]:
+        paid = [amount for _, amount, _ in self.entries] if self.owed else []
+        self.owed = 0
+        return paid
+
+    def peek(self) -> int:  # not declared: never journaled
+        return self.owed
+
+    def snapshot(self, *, now: float) -> dict[str, Any]:
+        return {"entries": [list(e) for e in self.entries], "owed": self.owed}
+
+
+def test_a_class_declaring_journaled_methods_is_journaled_and_replayed(
+    make_store: MakeStore,
+) -> None:
+    clock = Manual(50.0)
+
+    async def main() -> None:
+        store = make_store()
+        durable = await DurableDispatcher.open(store, Ledger, clock=clock, snapshot_every=100)
+        assert await durable.call("deposit", who="ann", amount=3) == 3
+        clock.t = 51.0
+        assert await durable.call("deposit", who="bob", amount=4) == 7
+        assert await durable.call("settle") == [3, 4]
+        assert await durable.call("settle") == []  # skip_when_empty: answered, not journaled
+        with pytest.raises(ValueError, match="'peek' is not a journaled operation of Ledger"):
+            await durable.call("peek")
+        with pytest.raises(ValueError, match="Ledger has no method 'withdraw'"):
+            await durable.call("withdraw", amount=1)
+        await durable.aclose(snapshot=False)
+        store.close()
+
+        store = make_store()
+        assert [e.op for e in store.recover().events] == ["deposit", "deposit", "settle"]
+        again = await DurableDispatcher.open(store, Ledger, clock=clock)
+        state = await again.read(lambda ledger: ledger.snapshot(now=0.0))
+        assert state == {"entries": [["ann", 3, 50.0], ["bob", 4, 51.0]], "owed": 0}
+        await again.aclose(snapshot=False)
+        store.append([Event(4, "peek", {}, None)], epoch=store.claim())
+        with pytest.raises(CorruptStore, match="Ledger has no method 'peek' declared @journaled"):
+            await DurableDispatcher.open(store, Ledger)
+        store.close()
+
+    run(main)
+
+
+def test_an_override_without_the_mark_is_not_journaled(make_store: MakeStore) -> None:
+    class Quiet(Ledger):
+        def deposit(self, who: str, amount: int, *, now: float) -> int:
+            return super().deposit(who, amount, now=now)
+
+    async def main() -> None:
+        store = make_store()
+        durable = await DurableDispatcher.open(store, Quiet)
+        with pytest.raises(ValueError, match="not a journaled operation"):
+            await durable.call("deposit", who="ann", amount=1)
+        assert await durable.call("settle") == []
+        await durable.aclose(snapshot=False)
+        store.close()
+
+    run(main)
+
+
 def test_a_read_waits_for_the_batch_behind_the_one_in_flight(make_store: MakeStore) -> None:
     async def main() -> None:
         store = make_store()
@@ -501,6 +580,7 @@ def test_arguments_reach_the_dispatcher_as_replay_will_see_them(make_store: Make
     seen: list[dict[str, Any]] = []
 
     class Recorder(Tally):
+        @journaled
         def put(self, *, now: float, **kwargs: Any) -> None:
             seen.append(kwargs)
 

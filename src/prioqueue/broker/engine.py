@@ -54,6 +54,7 @@ from prioqueue._errors import (
     QueueFull,
     UnknownJob,
 )
+from prioqueue._journaled import journaled, journaled_ops
 from prioqueue.broker import _budget, _groups
 from prioqueue.broker._fleet import group_key, make_fleet, restore_fleet
 from prioqueue.broker.config import BrokerConfig
@@ -153,8 +154,12 @@ def submit_digest(args: Mapping[str, Any]) -> str:
 _Op = TypeVar("_Op", bound=Callable[..., Any])
 
 
-def _operation(method: _Op) -> _Op:
-    """Check that time does not go backwards; advance the engine's time only on success."""
+def _in_order(method: _Op) -> _Op:
+    """An operation's discipline: time never goes backwards, and advances only on success.
+
+    Under ``@journaled`` (the declaration, which the store reads) on every operation but
+    ``try_pop``, which keeps time itself (a skipped pop must leave even ``now`` unchanged).
+    """
 
     @functools.wraps(method)
     def run(self: BrokerEngine, now: float, **kwargs: Any) -> Any:
@@ -203,20 +208,6 @@ class BrokerEngine:
         self._status: tuple[int, dict[str, Any]] | None = None
         self.on_change: Callable[[], None] | None = None
         """Called after each applied operation (the driver wakes long polls); not state."""
-        self._ops: dict[str, Callable[..., Any]] = {
-            "submit": self.submit,
-            "cancel": self.cancel,
-            "pop": self.pop,
-            "complete": self.complete,
-            "fail": self.fail,
-            "heartbeat": self.heartbeat,
-            "tick": self.tick,
-            "cancel_group": self.cancel_group,
-            "try_pop": self.try_pop,
-            "leave": self.leave,
-            "submit_many": self.submit_many,
-            "refresh": self.refresh,
-        }
 
     # ------------------------------------------------------------------ leases
 
@@ -270,8 +261,8 @@ class BrokerEngine:
         """Run one operation (the journal's unit).
 
         Args:
-            op: The operation's name (``submit``, ``cancel``, ``cancel_group``, ``pop``,
-                ``complete``, ``fail``, ``heartbeat`` or ``tick``).
+            op: The operation's name: a method declared ``@journaled`` (``submit``,
+                ``cancel``, ``pop``, ``tick``...; ``journaled_ops(BrokerEngine)``).
             args: Its JSON arguments.
             now: The time it happens at (never earlier than the previous operation's).
 
@@ -282,10 +273,10 @@ class BrokerEngine:
             Rejected: The operation was refused and changed nothing.
             ValueError: ``op`` is unknown or ``now`` went backwards.
         """
-        method = self._ops.get(op)
-        if method is None:
-            raise ValueError(f"unknown broker operation {op!r}; known: {', '.join(self._ops)}")
-        return method(now=now, **args)
+        ops = journaled_ops(type(self))
+        if op not in ops:
+            raise ValueError(f"unknown broker operation {op!r}; known: {', '.join(ops)}")
+        return getattr(self, op)(now=now, **args)
 
     def due(self, now: float) -> bool:
         """Whether a ``tick`` at ``now`` would change anything (a lease or retention ran out).
@@ -321,7 +312,8 @@ class BrokerEngine:
 
     # ------------------------------------------------------------------ operations
 
-    @_operation
+    @journaled
+    @_in_order
     def submit(
         self,
         now: float,
@@ -436,7 +428,8 @@ class BrokerEngine:
             raise Rejected(404, f"no job {job_id!r}", field="id")
         return record
 
-    @_operation
+    @journaled
+    @_in_order
     def cancel(self, now: float, *, job_id: str, member: str | None) -> JobRecord:
         """Cancel a queued or running job of ``member``; a finished job stays as it is.
 
@@ -450,7 +443,8 @@ class BrokerEngine:
         self._finish(record, "cancelled", None, now)
         return attrs.evolve(record)
 
-    @_operation
+    @journaled
+    @_in_order
     def cancel_group(
         self, now: float, *, group: str, member: str, running: str = "keep"
     ) -> list[str]:
@@ -477,7 +471,8 @@ class BrokerEngine:
         else:
             self.fleet.heartbeat(worker, now=now)
 
-    @_operation
+    @journaled
+    @_in_order
     def pop(
         self,
         now: float,
@@ -542,7 +537,8 @@ class BrokerEngine:
                 field="result",
             )
 
-    @_operation
+    @journaled
+    @_in_order
     def complete(
         self, now: float, *, job_id: str, worker: str, attempt: int, result: Any = None
     ) -> JobRecord:
@@ -559,7 +555,8 @@ class BrokerEngine:
         self._finish(record, "done", result, now)
         return attrs.evolve(record)
 
-    @_operation
+    @journaled
+    @_in_order
     def fail(
         self,
         now: float,
@@ -594,7 +591,8 @@ class BrokerEngine:
         self._finish(record, "failed", result, now)
         return attrs.evolve(record)
 
-    @_operation
+    @journaled
+    @_in_order
     def heartbeat(
         self, now: float, *, worker: str, resident: str | None = None
     ) -> list[dict[str, Any]]:
@@ -619,6 +617,7 @@ class BrokerEngine:
 
     # ------------------------------------------------------------------ clients (long-poll)
 
+    @journaled(skip_when_empty=True)
     def try_pop(
         self,
         now: float,
@@ -685,7 +684,8 @@ class BrokerEngine:
             return None
         return float(state.last_seen) + timeout / 2
 
-    @_operation
+    @journaled
+    @_in_order
     def refresh(self, now: float, *, workers: list[str]) -> int:
         """Waiting workers are alive: one journaled event for every long poll of the fleet.
 
@@ -703,7 +703,8 @@ class BrokerEngine:
                 count += 1
         return count
 
-    @_operation
+    @journaled
+    @_in_order
     def leave(self, now: float, *, worker: str) -> list[str]:
         """A worker leaves: the jobs it holds go back to the heads of their lanes.
 
@@ -728,7 +729,8 @@ class BrokerEngine:
         del self.workers[worker]
         return requeued
 
-    @_operation
+    @journaled
+    @_in_order
     def submit_many(
         self, now: float, *, jobs: list[dict[str, Any]]
     ) -> list[tuple[JobRecord, bool]]:
@@ -865,7 +867,8 @@ class BrokerEngine:
                     retry_after=self.config.retry_after_seconds,
                 )
 
-    @_operation
+    @journaled
+    @_in_order
     def tick(self, now: float) -> list[str]:
         """Take back expired leases; forget old records and silent workers.
 

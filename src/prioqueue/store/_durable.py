@@ -46,7 +46,7 @@ import contextlib
 import json
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Generic, TypeVar
@@ -54,13 +54,7 @@ from typing import Any, Generic, TypeVar
 from prioqueue.store._base import Event, Snapshot, Store
 from prioqueue.store._clock import WallClock
 from prioqueue.store._errors import CommitFailed, StoreFatal
-from prioqueue.store._journal import (
-    JOURNALED_OPS,
-    SKIPPED_WHEN_EMPTY,
-    Restorable,
-    replay,
-    takes_now,
-)
+from prioqueue.store._journal import Restorable, declared_ops, replay, takes_now
 
 __all__ = ["DurableDispatcher"]
 
@@ -70,14 +64,19 @@ T = TypeVar("T")
 FatalCallback = Callable[[StoreFatal], object]
 
 
-def _skips(dispatcher: object, given: frozenset[str] | None) -> frozenset[str]:
-    """The calls answered without an event when they return None or ``[]``."""
-    if given is not None:
-        return frozenset(given)
-    from prioqueue.dispatcher import SizeOneDispatcher
+def _journaled(
+    dispatcher: object, ops: Iterable[str] | None, skip: Iterable[str] | None
+) -> tuple[frozenset[str], frozenset[str]]:
+    """What the dispatcher's class declares ``@journaled``, narrowed by the caller's names.
 
-    # Only where it is known that such a result changed nothing.
-    return SKIPPED_WHEN_EMPTY if type(dispatcher) is SizeOneDispatcher else frozenset()
+    Returns:
+        ``(ops, skip_when_empty)``: only declared names; ``skip_when_empty`` only names the
+        declaration marks so (a call that may change state is never answered unjournaled).
+    """
+    declared, skippable = declared_ops(type(dispatcher))
+    chosen = declared if ops is None else declared & frozenset(ops)
+    skipped = skippable if skip is None else skippable & frozenset(skip)
+    return chosen, skipped & chosen
 
 
 # Argument types whose JSON round trip is the identity (floats must also be finite).
@@ -148,8 +147,8 @@ class DurableDispatcher(Generic[D]):
         clock: Callable[[], float] | None = None,
         snapshot_every: int = 10_000,
         snapshot_interval: float = 300.0,
-        ops: frozenset[str] = JOURNALED_OPS,
-        skip_when_empty: frozenset[str] | None = None,
+        ops: Iterable[str] | None = None,
+        skip_when_empty: Iterable[str] | None = None,
         on_fatal: FatalCallback | None = None,
     ) -> DurableDispatcher[D]:
         """Recover the dispatcher from ``store`` and start serving it durably.
@@ -169,12 +168,15 @@ class DurableDispatcher(Generic[D]):
                 logged and continued from, not waited for (docs/durability.md).
             snapshot_every: Events between snapshots (>= 1).
             snapshot_interval: Seconds between snapshots while events arrive (> 0).
-            ops: The method names that are journaled; others are refused by :meth:`call`.
-            skip_when_empty: Methods whose None or empty-list results changed nothing, so
-                they are answered without a journal event. None (the default) means
-                ``SKIPPED_WHEN_EMPTY`` (``dispatch``, ``expire``) for a ``SizeOneDispatcher``
-                and nothing for any other object: a fleet's ``expire`` may mark a silent
-                worker timed out while returning ``[]``, and its ``pop`` refreshes a worker.
+            ops: None (the default): every method the dispatcher's class declares
+                ``@journaled`` (``prioqueue._journaled``); else only those of these names
+                that it declares. :meth:`call` refuses any other.
+            skip_when_empty: None (the default): the declared operations marked
+                ``@journaled(skip_when_empty=True)``, whose None or empty-list results
+                changed nothing, so they are answered without a journal event
+                (``SizeOneDispatcher.dispatch`` and ``expire``; not a fleet's ``expire``,
+                which may mark a silent worker timed out while returning ``[]``); else only
+                those of these names that are so marked.
             on_fatal: Called once with the :class:`StoreFatal` when a commit fails or the
                 store is fenced; a service exits there.
 
@@ -213,6 +215,7 @@ class DurableDispatcher(Generic[D]):
         else:
             wall = WallClock() if clock is None else WallClock(source=clock)
         wall.raise_floor(recovery.high_water)
+        journaled = _journaled(dispatcher, ops, skip_when_empty)
         return cls(
             store,
             dispatcher,
@@ -222,8 +225,8 @@ class DurableDispatcher(Generic[D]):
             clock=wall,
             snapshot_every=snapshot_every,
             snapshot_interval=float(snapshot_interval),
-            ops=frozenset(ops),
-            skip_when_empty=_skips(dispatcher, skip_when_empty),
+            ops=journaled[0],
+            skip_when_empty=journaled[1],
             on_fatal=on_fatal,
             executor=executor,
         )
@@ -276,7 +279,8 @@ class DurableDispatcher(Generic[D]):
         The wrapper stamps ``now`` (methods that take one); do not pass it.
 
         Args:
-            op: A journaled method name (see ``ops`` in :meth:`open`).
+            op: A method the dispatcher's class declares ``@journaled`` (see ``ops`` in
+                :meth:`open`).
             **kwargs: The method's other arguments; they must be JSON data.
 
         Returns:
@@ -294,7 +298,12 @@ class DurableDispatcher(Generic[D]):
         """
         self._check_usable()
         if op not in self._ops:
-            raise ValueError(f"{op!r} is not a journaled operation; allowed: {sorted(self._ops)}")
+            kind = type(self._dispatcher).__name__
+            if not callable(getattr(self._dispatcher, op, None)):
+                raise ValueError(f"{kind} has no method {op!r}")
+            raise ValueError(
+                f"{op!r} is not a journaled operation of {kind}; allowed: {sorted(self._ops)}"
+            )
         if "now" in kwargs:
             raise ValueError("do not pass now: the durable dispatcher stamps it from its clock")
         if self._readers:
@@ -302,8 +311,6 @@ class DurableDispatcher(Generic[D]):
             self._check_usable()
         stamp = self._now_cache.get(op)
         if stamp is None:
-            if not callable(getattr(self._dispatcher, op, None)):
-                raise ValueError(f"{type(self._dispatcher).__name__} has no method {op!r}")
             stamp = self._now_cache[op] = takes_now(self._dispatcher, op)
         now = self._clock() if stamp else None
         if stamp:
