@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from prioqueue.broker.app import WorkerKey
+from prioqueue.broker._http import WorkerKey
 
 from .broker_helpers import BOB, KEYS, OPS, SUBMITTER, WORKER, api, run
 

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from prioqueue._journaled import journaled_ops
-from prioqueue.broker._waiters import Changes
+from prioqueue.broker._changes import Changes
 from prioqueue.broker.config import BrokerConfig
 from prioqueue.broker.engine import BrokerEngine, Rejected
 from prioqueue.broker.journal import MemoryJournal
