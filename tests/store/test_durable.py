@@ -162,22 +162,46 @@ def test_snapshots_are_taken_every_n_events_and_recovery_uses_them(
     run(main)
 
 
+class SteppedLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock a test moves forward by hand (``step``)."""
+
+    skipped = 0.0
+
+    def time(self) -> float:
+        return super().time() + self.skipped
+
+    def step(self, seconds: float) -> None:
+        self.skipped += seconds
+
+
+def run_stepped(main: Callable[[SteppedLoop], Coroutine[Any, Any, T]]) -> T:
+    loop = SteppedLoop()
+    try:
+        return loop.run_until_complete(main(loop))
+    finally:
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+
+
 def test_snapshots_are_taken_every_t_seconds(make_store: MakeStore) -> None:
-    async def main() -> None:
+    async def main(loop: SteppedLoop) -> None:
         store = make_store()
         spy = Spy(store)
-        durable = await DurableDispatcher.open(store, FACTORY, snapshot_interval=0.05)
+        durable = await DurableDispatcher.open(store, FACTORY, snapshot_interval=300)
         await durable.call("submit", job_id="a", member="ann")
         assert spy.snapshots == []
-        await asyncio.sleep(0.06)
+        loop.step(299)
         await durable.call("submit", job_id="b", member="ann")
-        assert spy.snapshots == [2]
+        assert spy.snapshots == []
+        loop.step(1)  # the interval is on the event loop's clock
+        await durable.call("submit", job_id="c", member="ann")
+        assert spy.snapshots == [3]
         await durable.snapshot()  # forced, nothing new: a snapshot-only batch
-        assert spy.snapshots == [2, 2]
+        assert spy.snapshots == [3, 3]
         await durable.aclose()
         store.close()
 
-    run(main)
+    run_stepped(main)
 
 
 def test_calls_in_one_loop_turn_share_one_commit(make_store: MakeStore) -> None:
