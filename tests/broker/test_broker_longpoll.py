@@ -36,9 +36,11 @@ async def _pop(a: Api, worker: str = "gpu-1", wait: float = 0, **body: Any) -> A
 
 
 async def _until_waiting(a: Api, count: int = 1) -> None:
-    """Let the waiting requests park (they are parked once the event loop is idle)."""
-    for _ in range(50):
-        await asyncio.sleep(0.01)
+    """Let the waiting requests park. They run in this loop (ASGI in memory, no threads, no
+    I/O), so loop turns, not time, bring each to its wait: 2,000 turns, four times what a
+    request takes to park (about 500)."""
+    for _ in range(2000):
+        await asyncio.sleep(0)
     assert a.broker.changes._future is not None or count == 0
 
 

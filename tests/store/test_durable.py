@@ -37,6 +37,12 @@ def run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return asyncio.run(main())
 
 
+async def turns(n: int = 10) -> None:
+    """Let the loop run ``n`` turns: every task ready now reaches its next wait (no time)."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
 class Manual:
     """A settable clock."""
 
@@ -227,13 +233,13 @@ def test_no_result_or_read_before_the_commit(make_store: MakeStore) -> None:
         spy.gate = threading.Event()
         durable = await DurableDispatcher.open(store, FACTORY)
         call = asyncio.ensure_future(durable.call("submit", job_id="a", member="ann"))
-        await asyncio.sleep(0.05)
+        await turns()  # applied, its batch in flight (held at the gate)
         assert "a" in durable.dispatcher  # applied in memory...
         assert not call.done()  # ...but not answered
         read = asyncio.ensure_future(durable.read(lambda d: sorted(d._entries)))
         dup = asyncio.ensure_future(durable.call("submit", job_id="a", member="ann"))
         later = asyncio.ensure_future(durable.call("submit", job_id="b", member="ann"))
-        await asyncio.sleep(0.05)
+        await turns()
         assert not read.done()
         assert not dup.done()  # even an error waits: it reveals uncommitted state
         assert not later.done()
@@ -582,11 +588,11 @@ def test_a_read_waits_for_the_batch_behind_the_one_in_flight(make_store: MakeSto
         spy.gate = threading.Event()
         durable = await DurableDispatcher.open(store, FACTORY)
         first = asyncio.ensure_future(durable.call("submit", job_id="a", member="ann"))
-        await asyncio.sleep(0.05)  # the first batch is in flight (held at the gate)
+        await turns()  # the first batch is in flight (held at the gate)
         second = asyncio.ensure_future(durable.call("submit", job_id="b", member="ann"))
         await asyncio.sleep(0)
         read = asyncio.ensure_future(durable.read(len))
-        await asyncio.sleep(0.05)
+        await turns()
         assert durable.applied_seq == 2
         assert not read.done()
         spy.gate.set()
@@ -691,7 +697,7 @@ def test_calls_of_one_turn_share_a_batch_even_when_the_writer_wakes_mid_turn(
         loop.call_soon(start, "b")
         start("a")
         loop.call_soon(start, "c")
-        await asyncio.sleep(0.1)
+        await turns(1)  # the callbacks ran: every task exists
         await asyncio.gather(*tasks.values())
         seq = {t.result().job.id: t.result().job.seq for t in tasks.values()}
         batch_of = {s: i for i, batch in enumerate(spy.batches) for s in batch}

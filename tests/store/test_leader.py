@@ -178,7 +178,7 @@ def test_a_leader_that_steps_down_hands_over_without_waiting_for_its_lease(
         await a.start()
         epoch = await a.wait_leader()
         await b.start()
-        await asyncio.sleep(0.3)
+        await until(lambda: b.leader_name == "a", FAST_LEASE)  # b has read the leader's row
         a.step_down()  # e.g. its append was fenced
         assert not a.is_leader
         start = time.monotonic()

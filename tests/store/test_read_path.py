@@ -12,11 +12,7 @@ import threading
 from prioqueue.store import DurableDispatcher, Event, SQLiteStore
 
 from .test_durable import FACTORY, MakeStore, Spy, run
-
-
-async def _turns(n: int = 10) -> None:
-    for _ in range(n):
-        await asyncio.sleep(0)
+from .test_durable import turns as _turns
 
 
 def test_a_waiting_reader_does_not_hold_back_writers(make_store: MakeStore) -> None:
