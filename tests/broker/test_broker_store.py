@@ -24,7 +24,7 @@ from .broker_helpers import KEYS, OPS, SUBMITTER, WORKER, Clock, postgres_schema
 
 @contextlib.asynccontextmanager
 async def served(
-    clock: WallClock | None = None, **config: Any
+    *, clock: WallClock | None = None, **config: Any
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
     app = create_app(parse_config({"keys": KEYS, **config}), clock=clock)
     async with app.router.lifespan_context(app):
@@ -51,7 +51,7 @@ def test_sqlite_restart_recovers_every_acknowledged_change(tmp_path: Path) -> No
     async def scenario() -> None:
         ids: list[str] = []
         options = {"store": store, "snapshot_every": 3, "default_lease_seconds": 0.3}
-        async with served(WallClock(source=clock), **options) as (c, broker):
+        async with served(clock=WallClock(source=clock), **options) as (c, broker):
             for i in range(5):
                 headers = {**SUBMITTER, "Idempotency-Key": f"k{i}"}
                 ids.append(
@@ -74,7 +74,7 @@ def test_sqlite_restart_recovers_every_acknowledged_change(tmp_path: Path) -> No
             before = await _state(c, ids)
             status = (await c.get("/v1/status", headers=WORKER)).json()
             assert broker.recovered_entries == 0
-        async with served(WallClock(source=clock), store=store) as (c, broker):
+        async with served(clock=WallClock(source=clock), store=store) as (c, broker):
             assert broker.recovered_entries > 0
             assert await _state(c, ids) == before
             assert (await c.get("/v1/status", headers=WORKER)).json() == status
@@ -113,7 +113,11 @@ async def _until_serving(broker: Any, timeout: float = 10.0) -> None:
 
 def test_postgresql_standby_answers_503_then_takes_over(tmp_path: Path) -> None:
     async def scenario(schema: str) -> None:
-        common = {"store": POSTGRES_URL, "store_schema": schema, "leader_lease_seconds": 2.0}
+        common: dict[str, Any] = {
+            "store": POSTGRES_URL,
+            "store_schema": schema,
+            "leader_lease_seconds": 2.0,
+        }
         leader_cm = served(advertise="http://leader:1", **common)
         c1, b1 = await leader_cm.__aenter__()
         try:
@@ -152,7 +156,11 @@ def test_a_fenced_leader_acknowledges_nothing_steps_down_and_recovers() -> None:
     async def scenario(schema: str) -> None:
         from prioqueue.store import PostgresStore
 
-        common = {"store": POSTGRES_URL, "store_schema": schema, "leader_lease_seconds": 2.0}
+        common: dict[str, Any] = {
+            "store": POSTGRES_URL,
+            "store_schema": schema,
+            "leader_lease_seconds": 2.0,
+        }
         async with served(advertise="http://a:1", **common) as (client, broker):
             await _until_serving(broker)
             kept = (await client.post("/v1/jobs", json={}, headers=SUBMITTER)).json()["id"]
