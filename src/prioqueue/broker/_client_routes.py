@@ -19,7 +19,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Response
 from pydantic import BaseModel, Field
 
-from prioqueue.broker._http import ID, Submitter, WorkerKey, resolve_priority
+from prioqueue.broker._http import (
+    ID,
+    PRIORITY_HEADER,
+    Submitter,
+    WorkerKey,
+    resolve_priority,
+)
 from prioqueue.broker._records import Rejected
 from prioqueue.broker.config import BrokerConfig
 from prioqueue.broker.models import SubmitRequest
@@ -96,7 +102,7 @@ def client_router(broker: Broker, config: BrokerConfig) -> APIRouter:
         body: BatchRequest,
         key: Submitter,
         response: Response,
-        x_llamaswap_priority: Annotated[str | None, Header(max_length=64)] = None,
+        x_llamaswap_priority: PRIORITY_HEADER = None,
         idempotency_key: Annotated[str | None, Header(min_length=1, max_length=180)] = None,
     ) -> BatchCreated:
         """Queue every job of the batch as one journaled operation, or none of them."""

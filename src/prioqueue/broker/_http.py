@@ -32,6 +32,7 @@ __all__ = [
     "ERRORS",
     "ID",
     "MEMBER",
+    "PRIORITY_HEADER",
     "WAIT",
     "ActingWorker",
     "AnyKey",
@@ -66,6 +67,8 @@ WAIT = Annotated[
         description="Long-poll: seconds (0..60) to wait for a change before answering.",
     ),
 ]
+PRIORITY_HEADER = Annotated[str | None, Header(max_length=64)]
+"""``X-LlamaSwap-Priority``: the level when the body gives none (the gateway's header)."""
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (401, 403, 404, 408, 409, 413, 422, 429, 431, 503)
 }

@@ -15,6 +15,7 @@ from prioqueue.broker._groups import group_status
 from prioqueue.broker._http import (
     ID,
     MEMBER,
+    PRIORITY_HEADER,
     WAIT,
     Submitter,
     job_view,
@@ -46,7 +47,7 @@ def _job_routes(router: APIRouter, broker: Broker, config: BrokerConfig) -> None
         body: SubmitRequest,
         key: Submitter,
         response: Response,
-        x_llamaswap_priority: Annotated[str | None, Header(max_length=64)] = None,
+        x_llamaswap_priority: PRIORITY_HEADER = None,
         idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200)] = None,
     ) -> JobCreated:
         """Queue a job for the fleet."""

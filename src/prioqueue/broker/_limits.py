@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from prioqueue.broker._content import Message, Receive, Send
 from prioqueue.broker._http import error_response
 from prioqueue.broker.config import Connections
 
@@ -58,12 +58,7 @@ class BodyLimit:
             return f"{total} bytes of headers, over max_headers_bytes={limits.max_headers_bytes}"
         return None
 
-    async def __call__(
-        self,
-        scope: MutableMapping[str, Any],
-        receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
-        send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
-    ) -> None:
+    async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -86,17 +81,11 @@ class BodyLimit:
         finally:
             self.in_flight -= 1
 
-    async def _limited(
-        self,
-        scope: MutableMapping[str, Any],
-        receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
-        send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
-    ) -> None:
+    async def _limited(self, scope: Message, receive: Receive, send: Send) -> None:
+        too_large = error_response(413, f"the body is over max_body_bytes={self.limit}", "body")
         for name, value in scope["headers"]:
             if name == b"content-length" and (not value.isdigit() or int(value) > self.limit):
-                await error_response(413, f"the body is over max_body_bytes={self.limit}", "body")(
-                    scope, receive, send
-                )
+                await too_large(scope, receive, send)
                 return
         # Read the body here, up to the limit and within the timeout, then replay it.
         chunks: list[bytes] = []
@@ -115,15 +104,13 @@ class BodyLimit:
             chunks.append(message.get("body", b""))
             seen += len(chunks[-1])
             if seen > self.limit:
-                await error_response(413, f"the body is over max_body_bytes={self.limit}", "body")(
-                    scope, receive, send
-                )
+                await too_large(scope, receive, send)
                 return
             if not message.get("more_body", False):
                 break
         replay = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
 
-        async def replayed() -> MutableMapping[str, Any]:
+        async def replayed() -> Message:
             return replay.pop() if replay else await receive()
 
         await self.app(scope, replayed, send)

@@ -10,7 +10,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypedDict
 
 import attrs
 
@@ -22,10 +22,12 @@ __all__ = [
     "JobRecord",
     "JobStatus",
     "PopResult",
+    "PopSpec",
     "Rejected",
     "check_types",
     "fingerprint",
     "now_past",
+    "pop_spec",
     "redacted",
     "submit_digest",
 ]
@@ -96,6 +98,30 @@ class PopResult:
 
     record: JobRecord | None
     idle: Mapping[str, int]
+
+
+class PopSpec(TypedDict, total=False):
+    """A worker's settings as its pop states them (``BrokerEngine.pop``'s keywords)."""
+
+    models: list[str] | None
+    resident: str | None
+    slots: int
+    slow: bool
+
+
+_POP_DEFAULTS: Final[dict[str, Any]] = {"models": None, "resident": None, "slots": 1, "slow": False}
+
+
+def pop_spec(given: Mapping[str, Any]) -> dict[str, Any]:
+    """A pop's settings with their defaults: the form the engine keeps and compares. O(1).
+
+    Raises:
+        TypeError: A keyword that is not a :class:`PopSpec` field.
+    """
+    unknown = set(given) - _POP_DEFAULTS.keys()
+    if unknown:
+        raise TypeError(f"unexpected keyword arguments for a pop: {', '.join(sorted(unknown))}")
+    return {**_POP_DEFAULTS, **given}
 
 
 def fingerprint(args: Mapping[str, Any]) -> str:

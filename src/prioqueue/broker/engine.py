@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import heapq
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
@@ -52,11 +52,16 @@ from prioqueue.broker._records import (
     SNAPSHOT_FORMAT,
     JobRecord,
     PopResult,
+    PopSpec,
     Rejected,
+    pop_spec,
     redacted,
 )
 from prioqueue.broker._state import EngineState
 from prioqueue.broker.config import BrokerConfig
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "AHEAD_LIMIT",
@@ -225,19 +230,13 @@ class BrokerEngine(EngineState):
 
     @journaled
     @_in_order
-    def pop(
-        self,
-        now: float,
-        *,
-        worker: str,
-        models: list[str] | None = None,
-        resident: str | None = None,
-        slots: int = 1,
-        slow: bool = False,
-    ) -> PopResult:
-        """Grant the worker its next job, or say why there is none."""
-        spec = {"models": models, "resident": resident, "slots": slots, "slow": slow}
-        return _workers.pop(self, now, worker, spec)
+    def pop(self, now: float, *, worker: str, **spec: Unpack[PopSpec]) -> PopResult:
+        """Grant the worker its next job, or say why there is none.
+
+        Keywords beside ``worker`` (:class:`~prioqueue.broker._records.PopSpec`): ``models``
+        (None), ``resident`` (None), ``slots`` (1), ``slow`` (False).
+        """
+        return _workers.pop(self, now, worker, pop_spec(spec))
 
     @journaled
     @_in_order
@@ -291,16 +290,7 @@ class BrokerEngine(EngineState):
     # ------------------------------------------------------------------ clients (long-poll)
 
     @journaled(skip_when_empty=True)
-    def try_pop(
-        self,
-        now: float,
-        *,
-        worker: str,
-        models: list[str] | None = None,
-        resident: str | None = None,
-        slots: int = 1,
-        slow: bool = False,
-    ) -> PopResult | None:
+    def try_pop(self, now: float, *, worker: str, **spec: Unpack[PopSpec]) -> PopResult | None:
         """:meth:`pop`, except that a pop that would change nothing returns None.
 
         A known worker whose settings are unchanged, that has not timed out and whose last
@@ -320,12 +310,10 @@ class BrokerEngine(EngineState):
         """
         if not now >= self.now:
             raise Rejected(409, f"time went backwards: {now!r} after {self.now!r}")
-        spec = {"models": models, "resident": resident, "slots": slots, "slow": slow}
-        fresh = _workers.fresh_worker(self, worker, spec, now)
+        settings = pop_spec(spec)
+        fresh = _workers.fresh_worker(self, worker, settings, now)
         if fresh is None:
-            return self.pop(
-                now, worker=worker, models=models, resident=resident, slots=slots, slow=slow
-            )
+            return self.pop(now, worker=worker, **spec)
         return _workers.quiet_pop(self, now, worker, fresh)
 
     def liveness_due(self, worker: str) -> float | None:

@@ -369,9 +369,7 @@ class DurableDispatcher(Generic[D]):
 
         Complexity: ``fn``'s, then a wait of at most two commits.
         """
-        if not callable(fn):
-            raise TypeError(f"fn must be a callable taking the dispatcher, got {fn!r}")
-        self._writer.check_usable()
+        self._check_reader(fn)
         result = fn(self._dispatcher)
         if self._writer.committed < self._writer.applied:
             await self._writer.wait_applied()
@@ -383,23 +381,12 @@ class DurableDispatcher(Generic[D]):
 
         Stronger than :meth:`read` (``fn`` may return a live view, read before the caller's
         next ``await``) and much costlier under load: while a settled read waits, new writers
-        wait for the commit too. Prefer :meth:`read`.
-
-        Args:
-            fn: Reads the dispatcher (it must not change it); runs on the loop.
-
-        Returns:
-            What ``fn`` returned.
-
-        Raises:
-            StoreFatal: The store failed; nothing is served.
-            TypeError: ``fn`` is not callable.
+        wait for the commit too. Prefer :meth:`read`. Arguments, result and errors as
+        :meth:`read`'s.
 
         Complexity: ``fn``'s, after at most two commits.
         """
-        if not callable(fn):
-            raise TypeError(f"fn must be a callable taking the dispatcher, got {fn!r}")
-        self._writer.check_usable()
+        self._check_reader(fn)
         self._readers += 1
         try:
             while self._writer.committed < self._writer.applied:
@@ -408,6 +395,11 @@ class DurableDispatcher(Generic[D]):
         finally:
             self._readers -= 1
         return fn(self._dispatcher)
+
+    def _check_reader(self, fn: object) -> None:
+        if not callable(fn):
+            raise TypeError(f"fn must be a callable taking the dispatcher, got {fn!r}")
+        self._writer.check_usable()
 
     async def sync(self) -> None:
         """Wait until every applied event is committed.
