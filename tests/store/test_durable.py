@@ -60,6 +60,31 @@ def lease_60(job: Job) -> float:
 FACTORY = dispatcher_factory(SizeOneDispatcher, lease_for=lease_60)
 
 
+Durable = DurableDispatcher[Any]
+
+
+def serve(
+    make_store: MakeStore,
+    main: Callable[[Durable, Spy], Coroutine[Any, Any, None]],
+    *,
+    gate: bool = False,
+    **options: Any,
+) -> None:
+    """Run ``main`` on a durable dispatcher over a spied store (``gate``: appends held)."""
+
+    async def scenario() -> None:
+        store = make_store()
+        spy = Spy(store)
+        if gate:
+            spy.gate = threading.Event()
+        durable = await DurableDispatcher.open(store, FACTORY, **options)
+        await main(durable, spy)
+        await durable.aclose()
+        store.close()
+
+    run(scenario)
+
+
 class Spy:
     """Wraps a real store's append: counts batches, can hold or fail them."""
 
@@ -71,6 +96,11 @@ class Spy:
         self.fail: Exception | None = None
         self._append = store.append
         store.append = self.append  # type: ignore[method-assign]
+
+    def release(self) -> None:
+        """Let the held appends through."""
+        assert self.gate is not None
+        self.gate.set()
 
     def append(
         self, events: Sequence[Event], *, epoch: int, snapshot: Snapshot | None = None
@@ -211,27 +241,18 @@ def test_snapshots_are_taken_every_t_seconds(make_store: MakeStore) -> None:
 
 
 def test_calls_in_one_loop_turn_share_one_commit(make_store: MakeStore) -> None:
-    async def main() -> None:
-        store = make_store()
-        spy = Spy(store)
-        durable = await DurableDispatcher.open(store, FACTORY)
+    async def main(durable: Durable, spy: Spy) -> None:
         tickets = await asyncio.gather(
             *(durable.call("submit", job_id=f"j{i}", member="ann") for i in range(100))
         )
         assert [t.job.id for t in tickets] == [f"j{i}" for i in range(100)]
         assert spy.batches == [list(range(1, 101))]
-        await durable.aclose()
-        store.close()
 
-    run(main)
+    serve(make_store, main)
 
 
 def test_no_result_or_read_before_the_commit(make_store: MakeStore) -> None:
-    async def main() -> None:
-        store = make_store()
-        spy = Spy(store)
-        spy.gate = threading.Event()
-        durable = await DurableDispatcher.open(store, FACTORY)
+    async def main(durable: Durable, spy: Spy) -> None:
         call = asyncio.ensure_future(durable.call("submit", job_id="a", member="ann"))
         await turns()  # applied, its batch in flight (held at the gate)
         assert "a" in durable.dispatcher  # applied in memory...
@@ -244,17 +265,15 @@ def test_no_result_or_read_before_the_commit(make_store: MakeStore) -> None:
         assert not dup.done()  # even an error waits: it reveals uncommitted state
         assert not later.done()
         assert durable.committed_seq == 0
-        spy.gate.set()
+        spy.release()
         assert (await call).job.id == "a"
         assert await read == ["a"]  # the writer that came after the reader waited for it
         with pytest.raises(DuplicateJob):
             await dup
         assert (await later).job.id == "b"
         assert durable.committed_seq == durable.applied_seq == 2
-        await durable.aclose()
-        store.close()
 
-    run(main)
+    serve(make_store, main, gate=True)
 
 
 def test_a_failed_call_is_not_journaled_and_changes_nothing(make_store: MakeStore) -> None:
@@ -423,17 +442,12 @@ def test_a_method_the_object_lacks_is_refused(make_store: MakeStore) -> None:
 
 
 def test_any_error_of_the_append_is_fatal(make_store: MakeStore) -> None:
-    async def main() -> None:
-        store = make_store()
-        spy = Spy(store)
-        durable = await DurableDispatcher.open(store, FACTORY)
+    async def main(durable: Durable, spy: Spy) -> None:
         spy.fail = KeyError("surprise")
         with pytest.raises(CommitFailed, match="surprise"):
             await durable.call("submit", job_id="a", member="ann")
-        await durable.aclose()
-        store.close()
 
-    run(main)
+    serve(make_store, main)
 
 
 def test_a_store_that_does_not_recover_is_not_opened(make_store: MakeStore) -> None:
@@ -582,11 +596,7 @@ def test_an_override_without_the_mark_is_not_journaled(make_store: MakeStore) ->
 
 
 def test_a_read_waits_for_the_batch_behind_the_one_in_flight(make_store: MakeStore) -> None:
-    async def main() -> None:
-        store = make_store()
-        spy = Spy(store)
-        spy.gate = threading.Event()
-        durable = await DurableDispatcher.open(store, FACTORY)
+    async def main(durable: Durable, spy: Spy) -> None:
         first = asyncio.ensure_future(durable.call("submit", job_id="a", member="ann"))
         await turns()  # the first batch is in flight (held at the gate)
         second = asyncio.ensure_future(durable.call("submit", job_id="b", member="ann"))
@@ -595,15 +605,13 @@ def test_a_read_waits_for_the_batch_behind_the_one_in_flight(make_store: MakeSto
         await turns()
         assert durable.applied_seq == 2
         assert not read.done()
-        spy.gate.set()
+        spy.release()
         await first
         await second
         assert await read == 2
         assert spy.batches == [[1], [2]]
-        await durable.aclose()
-        store.close()
 
-    run(main)
+    serve(make_store, main, gate=True)
 
 
 def test_arguments_reach_the_dispatcher_as_replay_will_see_them(make_store: MakeStore) -> None:
@@ -682,10 +690,7 @@ def test_an_on_fatal_callback_that_raises_is_reported(make_store: MakeStore) -> 
 def test_calls_of_one_turn_share_a_batch_even_when_the_writer_wakes_mid_turn(
     make_store: MakeStore,
 ) -> None:
-    async def main() -> None:
-        store = make_store()
-        spy = Spy(store)
-        durable = await DurableDispatcher.open(store, FACTORY)
+    async def main(durable: Durable, spy: Spy) -> None:
         loop = asyncio.get_running_loop()
         tasks: dict[str, asyncio.Future[Any]] = {}
 
@@ -702,7 +707,5 @@ def test_calls_of_one_turn_share_a_batch_even_when_the_writer_wakes_mid_turn(
         seq = {t.result().job.id: t.result().job.seq for t in tasks.values()}
         batch_of = {s: i for i, batch in enumerate(spy.batches) for s in batch}
         assert batch_of[seq["b"]] == batch_of[seq["c"]], spy.batches
-        await durable.aclose()
-        store.close()
 
-    run(main)
+    serve(make_store, main)
