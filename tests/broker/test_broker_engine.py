@@ -257,3 +257,18 @@ def test_groups_of_a_snapshot_without_core_groups_are_unknown_not_fatal() -> Non
     old.apply("tick", {}, now + CONFIG.result_ttl_seconds)
     assert old.jobs == {}
     assert old.group_kept == {}
+
+
+def test_the_journaled_operations_are_the_declared_ones() -> None:
+    from prioqueue._journaled import journaled_ops
+    from prioqueue.broker.service import BROKER_OPS, SKIPPED_OPS
+
+    declared = journaled_ops(BrokerEngine)
+    assert BROKER_OPS == set(declared) >= {"submit", "pop", "try_pop", "tick", "submit_many"}
+    assert {"try_pop"} == SKIPPED_OPS
+    engine = BrokerEngine(CONFIG)
+    with pytest.raises(ValueError, match="unknown broker operation 'snapshot'"):
+        engine.apply("snapshot", {}, 1.0)
+    with pytest.raises(TypeError, match="unexpected keyword arguments for a pop: slot"):
+        engine.apply("pop", {"worker": "w1", "slot": 2}, 1.0)
+    assert engine.version == 1  # counted, like any operation that raises half way

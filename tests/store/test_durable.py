@@ -578,6 +578,24 @@ def test_a_class_declaring_journaled_methods_is_journaled_and_replayed(
     run(main)
 
 
+def test_ops_and_skip_when_empty_only_narrow_the_declaration(make_store: MakeStore) -> None:
+    async def main() -> None:
+        store = make_store()
+        durable = await DurableDispatcher.open(
+            store, Ledger, ops={"settle", "peek"}, skip_when_empty={"settle", "peek"}
+        )
+        with pytest.raises(ValueError, match="'deposit' is not a journaled operation"):
+            await durable.call("deposit", who="ann", amount=1)
+        with pytest.raises(ValueError, match="'peek' is not a journaled operation"):
+            await durable.call("peek")
+        assert await durable.call("settle") == []  # still skipped: declared so
+        assert durable.applied_seq == 0
+        await durable.aclose()
+        store.close()
+
+    run(main)
+
+
 def test_an_override_without_the_mark_is_not_journaled(make_store: MakeStore) -> None:
     class Quiet(Ledger):
         def deposit(self, who: str, amount: int, *, now: float) -> int:
