@@ -277,9 +277,7 @@ def test_no_result_or_read_before_the_commit(make_store: MakeStore) -> None:
 
 
 def test_a_failed_call_is_not_journaled_and_changes_nothing(make_store: MakeStore) -> None:
-    async def main() -> None:
-        store = make_store()
-        durable = await DurableDispatcher.open(store, FACTORY)
+    async def main(durable: Durable, spy: Spy) -> None:
         await durable.call("submit", job_id="a", member="ann")
         before = durable.dispatcher.snapshot(now=durable.now())
         with pytest.raises(DuplicateJob):
@@ -298,11 +296,9 @@ def test_a_failed_call_is_not_journaled_and_changes_nothing(make_store: MakeStor
         assert await durable.call("expire") == []
         assert durable.committed_seq == 1
         assert durable.dispatcher.snapshot(now=durable.now())["queued"] == before["queued"]
-        assert [e.op for e in store.recover().events] == ["submit"]
-        await durable.aclose()
-        store.close()
+        assert [e.op for e in spy.store.recover().events] == ["submit"]
 
-    run(main)
+    serve(make_store, main)
 
 
 def test_a_failed_commit_is_fatal_and_nothing_is_served_after_it(
