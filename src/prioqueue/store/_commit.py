@@ -60,9 +60,11 @@ class GroupCommit:
         snapshot_interval: float,
         on_fatal: FatalCallback | None,
     ) -> None:
-        self._store = store
+        self.store = store
+        """The store (appended to from the writer thread only)."""
+        self.epoch = epoch
+        """The leader epoch every append carries."""
         self._executor = executor
-        self._epoch = epoch
         self._state = state
         self._clock = clock
         self._snapshot_every = snapshot_every
@@ -214,7 +216,7 @@ class GroupCommit:
     ) -> None:
         """In the writer thread: append, then hand the outcome back to the loop."""
         try:
-            self._store.append(batch, epoch=self._epoch, snapshot=snap)
+            self.store.append(batch, epoch=self.epoch, snapshot=snap)
         except BaseException as exc:
             outcome: Callable[[], None] = partial(self._failed, batch, last, future, exc)
         else:
@@ -247,7 +249,7 @@ class GroupCommit:
             fatal = exc
         else:  # whatever failed, the batch may not be on disk
             fatal = CommitFailed(
-                f"{self._store.url}: committing events {batch[0].seq if batch else last}"
+                f"{self.store.url}: committing events {batch[0].seq if batch else last}"
                 f"..{last} failed: {exc}; the process must stop and recover"
             )
             fatal.__cause__ = exc

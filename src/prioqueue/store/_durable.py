@@ -139,19 +139,15 @@ class DurableDispatcher(Generic[D]):
 
     def __init__(
         self,
-        store: Store,
         dispatcher: D,
         writer: GroupCommit,
         *,
-        epoch: int,
         clock: Callable[[], float],
         ops: frozenset[str],
         skip_when_empty: frozenset[str],
     ) -> None:
-        self._store = store
         self._dispatcher = dispatcher
         self._writer = writer
-        self._epoch = epoch
         self._clock = clock
         self._ops = ops
         self._skip = skip_when_empty
@@ -240,10 +236,8 @@ class DurableDispatcher(Generic[D]):
         )
         journaled, skipped = _journaled(dispatcher, ops, skip_when_empty)
         return cls(
-            store,
             dispatcher,
             writer,
-            epoch=epoch,
             clock=wall,
             ops=journaled,
             skip_when_empty=skipped,
@@ -263,12 +257,12 @@ class DurableDispatcher(Generic[D]):
     @property
     def store(self) -> Store:
         """The store the journal goes to."""
-        return self._store
+        return self._writer.store
 
     @property
     def epoch(self) -> int:
         """The leader epoch this wrapper writes with."""
-        return self._epoch
+        return self._writer.epoch
 
     @property
     def committed_seq(self) -> int:
