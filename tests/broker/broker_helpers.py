@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 import httpx
 
-from prioqueue.broker import Broker, MemoryJournal, create_app, parse_config
+from prioqueue.broker import Broker, BrokerEngine, MemoryJournal, create_app, parse_config
 from store.pg import drop_schema, need_postgres
 
 SUBMITTER = {"Authorization": "Bearer sk-alice"}
@@ -81,6 +81,19 @@ class Api:
 
     async def job(self, job_id: str, headers: dict[str, str] = SUBMITTER) -> httpx.Response:
         return await self.client.get(f"/v1/jobs/{job_id}", headers=headers)
+
+    async def status(self) -> Any:
+        """``GET /v1/status`` (any key may read it), as JSON."""
+        return (await self.client.get("/v1/status", headers=WORKER)).json()
+
+    def replays(self) -> bool:
+        """Whether a fresh engine fed the journal (through JSON) ends in the live state."""
+        live = self.broker.engine
+        assert live is not None
+        replayed = BrokerEngine(live.config)
+        for entry in self.journal.entries:
+            replayed.apply(entry.op, json.loads(json.dumps(entry.args)), entry.now)
+        return replayed.snapshot() == live.snapshot()
 
 
 @contextlib.asynccontextmanager

@@ -88,7 +88,7 @@ def test_idempotency_key_gives_the_same_job_never_two() -> None:
             )
             assert other.status_code == 201
             assert other.json()["id"] != first.json()["id"]
-            status = (await a.client.get("/v1/status", headers=WORKER)).json()
+            status = await a.status()
             assert status["jobs"]["queued"] == 2
 
     run(scenario())
@@ -128,9 +128,7 @@ def test_bad_submit_is_a_422_naming_the_field(body: dict[str, Any], field: str) 
             assert r.status_code == 422, r.text
             assert r.json()["field"] == field
             assert field.split(".", maxsplit=1)[0] in r.json()["error"]
-            assert (await a.client.get("/v1/status", headers=WORKER)).json()["totals"][
-                "submitted"
-            ] == 0
+            assert (await a.status())["totals"]["submitted"] == 0
 
     run(scenario())
 
@@ -333,7 +331,7 @@ def test_an_expired_lease_requeues_the_job_and_the_old_holder_gets_409() -> None
             assert view["state"] == "failed"
             assert "expired" in view["result"]["error"]
             assert (await a.finish(job, "gpu-2", 2)).status_code == 409
-            totals = (await a.client.get("/v1/status", headers=WORKER)).json()["totals"]
+            totals = (await a.status())["totals"]
             assert (totals["expired"], totals["failed"]) == (2, 1)
 
     run(scenario())
@@ -407,7 +405,7 @@ def test_status_metrics_and_openapi() -> None:
     async def scenario() -> None:
         async with api(metrics_public=True) as a:
             await a.submit()
-            status = (await a.client.get("/v1/status", headers=WORKER)).json()
+            status = await a.status()
             assert status["role"] == "leader"
             assert status["jobs"]["queued"] == 1
             metrics = await a.client.get("/metrics")  # metrics_public: no key needed

@@ -257,3 +257,38 @@ def test_groups_of_a_snapshot_without_core_groups_are_unknown_not_fatal() -> Non
     old.apply("tick", {}, now + CONFIG.result_ttl_seconds)
     assert old.jobs == {}
     assert old.group_kept == {}
+
+
+def test_the_journaled_operations_are_the_declared_ones() -> None:
+    from prioqueue._journaled import journaled_ops
+    from prioqueue.broker.service import BROKER_OPS, SKIPPED_OPS
+
+    declared = journaled_ops(BrokerEngine)
+    assert BROKER_OPS == set(declared) >= {"submit", "pop", "try_pop", "tick", "submit_many"}
+    assert {"try_pop"} == SKIPPED_OPS
+    engine = BrokerEngine(CONFIG)
+    with pytest.raises(ValueError, match="unknown broker operation 'snapshot'"):
+        engine.apply("snapshot", {}, 1.0)
+    with pytest.raises(TypeError, match="unexpected keyword arguments for a pop: slot"):
+        engine.apply("pop", {"worker": "w1", "slot": 2}, 1.0)
+    assert engine.version == 1  # counted, like any operation that raises half way
+
+
+def test_submit_and_batch_refusals_change_nothing() -> None:
+    engine = BrokerEngine(parse_config({"store": "memory://", "max_queued_per_member": 1}))
+    job = {"member": "alice", "tier": "free", "priority": 0}
+    bad_backoff = {**job, "backoff": {"kind": "nope"}}
+    before = engine.snapshot(now=1.0)
+    refused: list[tuple[str, dict[str, Any], str]] = [
+        ("submit", bad_backoff, "backoff"),
+        ("submit_many", {"jobs": []}, "at least one job"),
+        ("submit_many", {"jobs": [bad_backoff]}, "backoff"),
+        ("submit_many", {"jobs": [job, job]}, "max_queued_per_member=1"),
+    ]
+    for op, args, message in refused:
+        with pytest.raises(Rejected, match=message):
+            engine.apply(op, args, 1.0)
+        assert engine.snapshot(now=1.0) == before
+    engine.apply("submit", job, 2.0)
+    with pytest.raises(Rejected, match="time went backwards"):
+        engine.apply("try_pop", {"worker": "w1"}, 1.0)

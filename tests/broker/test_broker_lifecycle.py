@@ -28,7 +28,7 @@ def test_a_queued_job_past_its_ttl_is_expired_and_get_says_so() -> None:
             view = (await a.job(job)).json()
             assert view["state"] == "expired"
             assert view["position"] is None
-            status = (await a.client.get("/v1/status", headers=WORKER)).json()
+            status = await a.status()
             assert status["jobs"]["expired"] == 1
             assert (status["totals"]["ttl_expired"], status["totals"]["expired"]) == (1, 0)
             r = await a.client.delete(f"/v1/jobs/{job}", headers=SUBMITTER)
@@ -77,7 +77,7 @@ def test_a_forecast_wait_over_max_wait_gets_503_with_retry_after_from_the_foreca
             assert "max_wait=100" in body["error"]
             assert "X-Prioqueue-Leader" not in r.headers  # an overload, not a standby
             # Not queued, not journaled as a submit.
-            status = (await a.client.get("/v1/status", headers=WORKER)).json()
+            status = await a.status()
             assert status["jobs"]["queued"] == 2
 
     run(scenario())
@@ -121,7 +121,7 @@ def test_fail_with_retry_requeues_after_the_backoff_then_fails_for_good() -> Non
             body = {**body, "worker": "gpu-2", "attempt": 2}
             r = await a.client.post(f"/v1/jobs/{job}/fail", json=body, headers=WORKER)
             assert r.json()["state"] == "failed"  # no attempt left
-            totals = (await a.client.get("/v1/status", headers=WORKER)).json()["totals"]
+            totals = (await a.status())["totals"]
             assert (totals["retried"], totals["failed"]) == (1, 1)
 
     run(scenario())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from prioqueue.broker.app import WorkerKey
+from prioqueue.broker._http import WorkerKey
 
 from .broker_helpers import BOB, KEYS, OPS, SUBMITTER, WORKER, api, run
 
@@ -241,8 +241,8 @@ def test_the_app_keeps_header_and_request_limits_under_any_server() -> None:
                     headers={**SUBMITTER, "Content-Type": "application/json"},
                 )
             )
-            for _ in range(100):  # until the slow request is in flight
-                await asyncio.sleep(0.01)
+            for _ in range(100):  # until the slow request is in flight (loop turns, no time)
+                await asyncio.sleep(0)
                 r = await c.get("/v1/status", headers=WORKER)
                 if r.status_code == 503:
                     break

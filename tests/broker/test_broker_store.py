@@ -16,15 +16,17 @@ import httpx
 import pytest
 
 from prioqueue.broker import create_app, parse_config
-from prioqueue.store import StoreLocked
+from prioqueue.store import StoreLocked, WallClock
 from store.pg import POSTGRES_URL
 
-from .broker_helpers import KEYS, OPS, SUBMITTER, WORKER, postgres_schema, run
+from .broker_helpers import KEYS, OPS, SUBMITTER, WORKER, Clock, postgres_schema, run
 
 
 @contextlib.asynccontextmanager
-async def served(**config: Any) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
-    app = create_app(parse_config({"keys": KEYS, **config}))
+async def served(
+    *, clock: WallClock | None = None, **config: Any
+) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
+    app = create_app(parse_config({"keys": KEYS, **config}), clock=clock)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app)
         async with httpx.AsyncClient(transport=transport, base_url="http://broker") as client:
@@ -44,10 +46,12 @@ async def _state(client: httpx.AsyncClient, ids: list[str]) -> list[Any]:
 
 def test_sqlite_restart_recovers_every_acknowledged_change(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'broker.db'}"
+    clock = Clock()
 
     async def scenario() -> None:
         ids: list[str] = []
-        async with served(store=store, snapshot_every=3, default_lease_seconds=0.3) as (c, broker):
+        options = {"store": store, "snapshot_every": 3, "default_lease_seconds": 0.3}
+        async with served(clock=WallClock(source=clock), **options) as (c, broker):
             for i in range(5):
                 headers = {**SUBMITTER, "Idempotency-Key": f"k{i}"}
                 ids.append(
@@ -61,14 +65,16 @@ def test_sqlite_restart_recovers_every_acknowledged_change(tmp_path: Path) -> No
             )
             lost = (await c.post("/v1/workers/g2/pop", json={}, headers=WORKER)).json()
             await c.delete(f"/v1/jobs/{ids[4]}", headers=SUBMITTER)
-            await asyncio.sleep(0.5)  # g2's lease runs out: the timer's tick requeues the job
+            ticked = broker.changes.token()  # fired by the next applied operation
+            clock.advance(0.5)  # g2's lease runs out: the timer's tick requeues the job
+            await asyncio.wait_for(ticked, 10)
             assert (await c.get(f"/v1/jobs/{lost['id']}", headers=SUBMITTER)).json()[
                 "state"
             ] == "queued"
             before = await _state(c, ids)
             status = (await c.get("/v1/status", headers=WORKER)).json()
             assert broker.recovered_entries == 0
-        async with served(store=store) as (c, broker):
+        async with served(clock=WallClock(source=clock), store=store) as (c, broker):
             assert broker.recovered_entries > 0
             assert await _state(c, ids) == before
             assert (await c.get("/v1/status", headers=WORKER)).json() == status
@@ -107,7 +113,11 @@ async def _until_serving(broker: Any, timeout: float = 10.0) -> None:
 
 def test_postgresql_standby_answers_503_then_takes_over(tmp_path: Path) -> None:
     async def scenario(schema: str) -> None:
-        common = {"store": POSTGRES_URL, "store_schema": schema, "leader_lease_seconds": 2.0}
+        common: dict[str, Any] = {
+            "store": POSTGRES_URL,
+            "store_schema": schema,
+            "leader_lease_seconds": 2.0,
+        }
         leader_cm = served(advertise="http://leader:1", **common)
         c1, b1 = await leader_cm.__aenter__()
         try:
@@ -146,7 +156,11 @@ def test_a_fenced_leader_acknowledges_nothing_steps_down_and_recovers() -> None:
     async def scenario(schema: str) -> None:
         from prioqueue.store import PostgresStore
 
-        common = {"store": POSTGRES_URL, "store_schema": schema, "leader_lease_seconds": 2.0}
+        common: dict[str, Any] = {
+            "store": POSTGRES_URL,
+            "store_schema": schema,
+            "leader_lease_seconds": 2.0,
+        }
         async with served(advertise="http://a:1", **common) as (client, broker):
             await _until_serving(broker)
             kept = (await client.post("/v1/jobs", json={}, headers=SUBMITTER)).json()["id"]

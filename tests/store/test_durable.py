@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import pytest
 
 from prioqueue import DuplicateJob, SizeOneDispatcher, UnknownJob
+from prioqueue._journaled import journaled
 from prioqueue.records import Job
 from prioqueue.store import (
     CommitFailed,
@@ -36,6 +37,12 @@ def run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return asyncio.run(main())
 
 
+async def turns(n: int = 10) -> None:
+    """Let the loop run ``n`` turns: every task ready now reaches its next wait (no time)."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
 class Manual:
     """A settable clock."""
 
@@ -53,6 +60,31 @@ def lease_60(job: Job) -> float:
 FACTORY = dispatcher_factory(SizeOneDispatcher, lease_for=lease_60)
 
 
+Durable = DurableDispatcher[Any]
+
+
+def serve(
+    make_store: MakeStore,
+    main: Callable[[Durable, Spy], Coroutine[Any, Any, None]],
+    *,
+    gate: bool = False,
+    **options: Any,
+) -> None:
+    """Run ``main`` on a durable dispatcher over a spied store (``gate``: appends held)."""
+
+    async def scenario() -> None:
+        store = make_store()
+        spy = Spy(store)
+        if gate:
+            spy.gate = threading.Event()
+        durable = await DurableDispatcher.open(store, FACTORY, **options)
+        await main(durable, spy)
+        await durable.aclose()
+        store.close()
+
+    run(scenario)
+
+
 class Spy:
     """Wraps a real store's append: counts batches, can hold or fail them."""
 
@@ -64,6 +96,11 @@ class Spy:
         self.fail: Exception | None = None
         self._append = store.append
         store.append = self.append  # type: ignore[method-assign]
+
+    def release(self) -> None:
+        """Let the held appends through."""
+        assert self.gate is not None
+        self.gate.set()
 
     def append(
         self, events: Sequence[Event], *, epoch: int, snapshot: Snapshot | None = None
@@ -161,75 +198,86 @@ def test_snapshots_are_taken_every_n_events_and_recovery_uses_them(
     run(main)
 
 
+class SteppedLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock a test moves forward by hand (``step``)."""
+
+    skipped = 0.0
+
+    def time(self) -> float:
+        return super().time() + self.skipped
+
+    def step(self, seconds: float) -> None:
+        self.skipped += seconds
+
+
+def run_stepped(main: Callable[[SteppedLoop], Coroutine[Any, Any, T]]) -> T:
+    loop = SteppedLoop()
+    try:
+        return loop.run_until_complete(main(loop))
+    finally:
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+
+
 def test_snapshots_are_taken_every_t_seconds(make_store: MakeStore) -> None:
-    async def main() -> None:
+    async def main(loop: SteppedLoop) -> None:
         store = make_store()
         spy = Spy(store)
-        durable = await DurableDispatcher.open(store, FACTORY, snapshot_interval=0.05)
+        durable = await DurableDispatcher.open(store, FACTORY, snapshot_interval=300)
         await durable.call("submit", job_id="a", member="ann")
         assert spy.snapshots == []
-        await asyncio.sleep(0.06)
+        loop.step(299)
         await durable.call("submit", job_id="b", member="ann")
-        assert spy.snapshots == [2]
+        assert spy.snapshots == []
+        loop.step(1)  # the interval is on the event loop's clock
+        await durable.call("submit", job_id="c", member="ann")
+        assert spy.snapshots == [3]
         await durable.snapshot()  # forced, nothing new: a snapshot-only batch
-        assert spy.snapshots == [2, 2]
+        assert spy.snapshots == [3, 3]
         await durable.aclose()
         store.close()
 
-    run(main)
+    run_stepped(main)
 
 
 def test_calls_in_one_loop_turn_share_one_commit(make_store: MakeStore) -> None:
-    async def main() -> None:
-        store = make_store()
-        spy = Spy(store)
-        durable = await DurableDispatcher.open(store, FACTORY)
+    async def main(durable: Durable, spy: Spy) -> None:
         tickets = await asyncio.gather(
             *(durable.call("submit", job_id=f"j{i}", member="ann") for i in range(100))
         )
         assert [t.job.id for t in tickets] == [f"j{i}" for i in range(100)]
         assert spy.batches == [list(range(1, 101))]
-        await durable.aclose()
-        store.close()
 
-    run(main)
+    serve(make_store, main)
 
 
 def test_no_result_or_read_before_the_commit(make_store: MakeStore) -> None:
-    async def main() -> None:
-        store = make_store()
-        spy = Spy(store)
-        spy.gate = threading.Event()
-        durable = await DurableDispatcher.open(store, FACTORY)
+    async def main(durable: Durable, spy: Spy) -> None:
         call = asyncio.ensure_future(durable.call("submit", job_id="a", member="ann"))
-        await asyncio.sleep(0.05)
+        await turns()  # applied, its batch in flight (held at the gate)
         assert "a" in durable.dispatcher  # applied in memory...
         assert not call.done()  # ...but not answered
         read = asyncio.ensure_future(durable.read(lambda d: sorted(d._entries)))
         dup = asyncio.ensure_future(durable.call("submit", job_id="a", member="ann"))
         later = asyncio.ensure_future(durable.call("submit", job_id="b", member="ann"))
-        await asyncio.sleep(0.05)
+        await turns()
         assert not read.done()
         assert not dup.done()  # even an error waits: it reveals uncommitted state
         assert not later.done()
         assert durable.committed_seq == 0
-        spy.gate.set()
+        spy.release()
         assert (await call).job.id == "a"
         assert await read == ["a"]  # the writer that came after the reader waited for it
         with pytest.raises(DuplicateJob):
             await dup
         assert (await later).job.id == "b"
         assert durable.committed_seq == durable.applied_seq == 2
-        await durable.aclose()
-        store.close()
 
-    run(main)
+    serve(make_store, main, gate=True)
 
 
 def test_a_failed_call_is_not_journaled_and_changes_nothing(make_store: MakeStore) -> None:
-    async def main() -> None:
-        store = make_store()
-        durable = await DurableDispatcher.open(store, FACTORY)
+    async def main(durable: Durable, spy: Spy) -> None:
         await durable.call("submit", job_id="a", member="ann")
         before = durable.dispatcher.snapshot(now=durable.now())
         with pytest.raises(DuplicateJob):
@@ -248,11 +296,9 @@ def test_a_failed_call_is_not_journaled_and_changes_nothing(make_store: MakeStor
         assert await durable.call("expire") == []
         assert durable.committed_seq == 1
         assert durable.dispatcher.snapshot(now=durable.now())["queued"] == before["queued"]
-        assert [e.op for e in store.recover().events] == ["submit"]
-        await durable.aclose()
-        store.close()
+        assert [e.op for e in spy.store.recover().events] == ["submit"]
 
-    run(main)
+    serve(make_store, main)
 
 
 def test_a_failed_commit_is_fatal_and_nothing_is_served_after_it(
@@ -392,17 +438,12 @@ def test_a_method_the_object_lacks_is_refused(make_store: MakeStore) -> None:
 
 
 def test_any_error_of_the_append_is_fatal(make_store: MakeStore) -> None:
-    async def main() -> None:
-        store = make_store()
-        spy = Spy(store)
-        durable = await DurableDispatcher.open(store, FACTORY)
+    async def main(durable: Durable, spy: Spy) -> None:
         spy.fail = KeyError("surprise")
         with pytest.raises(CommitFailed, match="surprise"):
             await durable.call("submit", job_id="a", member="ann")
-        await durable.aclose()
-        store.close()
 
-    run(main)
+    serve(make_store, main)
 
 
 def test_a_store_that_does_not_recover_is_not_opened(make_store: MakeStore) -> None:
@@ -424,6 +465,7 @@ class Tally:
         self.total = 0 if state is None else int(state["total"])
         self.fail_snapshots = False
 
+    @journaled
     def add(self, amount: int, *, now: float) -> int:
         if amount <= 0:
             raise ValueError(f"amount must be > 0, got {amount}")
@@ -472,35 +514,125 @@ def test_any_object_can_be_journaled_and_a_failed_snapshot_is_not_fatal(
     run(main)
 
 
-def test_a_read_waits_for_the_batch_behind_the_one_in_flight(make_store: MakeStore) -> None:
+class Ledger:
+    """A class the store has never heard of: its declarations alone say what is journaled."""
+
+    def __init__(self, state: Mapping[str, Any] | None = None) -> None:
+        self.entries: list[list[Any]] = [] if state is None else list(state["entries"])
+        self.owed = 0 if state is None else int(state["owed"])
+
+    @journaled
+    def deposit(self, who: str, amount: int, *, now: float) -> int:
+        self.entries.append([who, amount, now])
+        self.owed += amount
+        return self.owed
+
+    @journaled(skip_when_empty=True)
+    def settle(self, *, now: float) -> list[int]:
+        paid = [amount for _, amount, _ in self.entries] if self.owed else []
+        self.owed = 0
+        return paid
+
+    def peek(self) -> int:  # not declared: never journaled
+        return self.owed
+
+    def snapshot(self, *, now: float) -> dict[str, Any]:
+        return {"entries": [list(e) for e in self.entries], "owed": self.owed}
+
+
+def test_a_class_declaring_journaled_methods_is_journaled_and_replayed(
+    make_store: MakeStore,
+) -> None:
+    clock = Manual(50.0)
+
     async def main() -> None:
         store = make_store()
-        spy = Spy(store)
-        spy.gate = threading.Event()
-        durable = await DurableDispatcher.open(store, FACTORY)
-        first = asyncio.ensure_future(durable.call("submit", job_id="a", member="ann"))
-        await asyncio.sleep(0.05)  # the first batch is in flight (held at the gate)
-        second = asyncio.ensure_future(durable.call("submit", job_id="b", member="ann"))
-        await asyncio.sleep(0)
-        read = asyncio.ensure_future(durable.read(len))
-        await asyncio.sleep(0.05)
-        assert durable.applied_seq == 2
-        assert not read.done()
-        spy.gate.set()
-        await first
-        await second
-        assert await read == 2
-        assert spy.batches == [[1], [2]]
+        durable = await DurableDispatcher.open(store, Ledger, clock=clock, snapshot_every=100)
+        assert await durable.call("deposit", who="ann", amount=3) == 3
+        clock.t = 51.0
+        assert await durable.call("deposit", who="bob", amount=4) == 7
+        assert await durable.call("settle") == [3, 4]
+        assert await durable.call("settle") == []  # skip_when_empty: answered, not journaled
+        with pytest.raises(ValueError, match="'peek' is not a journaled operation of Ledger"):
+            await durable.call("peek")
+        with pytest.raises(ValueError, match="Ledger has no method 'withdraw'"):
+            await durable.call("withdraw", amount=1)
+        await durable.aclose(snapshot=False)
+        store.close()
+
+        store = make_store()
+        assert [e.op for e in store.recover().events] == ["deposit", "deposit", "settle"]
+        again = await DurableDispatcher.open(store, Ledger, clock=clock)
+        state = await again.read(lambda ledger: ledger.snapshot(now=0.0))
+        assert state == {"entries": [["ann", 3, 50.0], ["bob", 4, 51.0]], "owed": 0}
+        await again.aclose(snapshot=False)
+        store.append([Event(4, "peek", {}, None)], epoch=store.claim())
+        with pytest.raises(CorruptStore, match="Ledger has no method 'peek' declared @journaled"):
+            await DurableDispatcher.open(store, Ledger)
+        store.close()
+
+    run(main)
+
+
+def test_ops_and_skip_when_empty_only_narrow_the_declaration(make_store: MakeStore) -> None:
+    async def main() -> None:
+        store = make_store()
+        durable = await DurableDispatcher.open(
+            store, Ledger, ops={"settle", "peek"}, skip_when_empty={"settle", "peek"}
+        )
+        with pytest.raises(ValueError, match="'deposit' is not a journaled operation"):
+            await durable.call("deposit", who="ann", amount=1)
+        with pytest.raises(ValueError, match="'peek' is not a journaled operation"):
+            await durable.call("peek")
+        assert await durable.call("settle") == []  # still skipped: declared so
+        assert durable.applied_seq == 0
         await durable.aclose()
         store.close()
 
     run(main)
 
 
+def test_an_override_without_the_mark_is_not_journaled(make_store: MakeStore) -> None:
+    class Quiet(Ledger):
+        def deposit(self, who: str, amount: int, *, now: float) -> int:
+            return super().deposit(who, amount, now=now)
+
+    async def main() -> None:
+        store = make_store()
+        durable = await DurableDispatcher.open(store, Quiet)
+        with pytest.raises(ValueError, match="not a journaled operation"):
+            await durable.call("deposit", who="ann", amount=1)
+        assert await durable.call("settle") == []
+        await durable.aclose(snapshot=False)
+        store.close()
+
+    run(main)
+
+
+def test_a_read_waits_for_the_batch_behind_the_one_in_flight(make_store: MakeStore) -> None:
+    async def main(durable: Durable, spy: Spy) -> None:
+        first = asyncio.ensure_future(durable.call("submit", job_id="a", member="ann"))
+        await turns()  # the first batch is in flight (held at the gate)
+        second = asyncio.ensure_future(durable.call("submit", job_id="b", member="ann"))
+        await asyncio.sleep(0)
+        read = asyncio.ensure_future(durable.read(len))
+        await turns()
+        assert durable.applied_seq == 2
+        assert not read.done()
+        spy.release()
+        await first
+        await second
+        assert await read == 2
+        assert spy.batches == [[1], [2]]
+
+    serve(make_store, main, gate=True)
+
+
 def test_arguments_reach_the_dispatcher_as_replay_will_see_them(make_store: MakeStore) -> None:
     seen: list[dict[str, Any]] = []
 
     class Recorder(Tally):
+        @journaled
         def put(self, *, now: float, **kwargs: Any) -> None:
             seen.append(kwargs)
 
@@ -572,10 +704,7 @@ def test_an_on_fatal_callback_that_raises_is_reported(make_store: MakeStore) -> 
 def test_calls_of_one_turn_share_a_batch_even_when_the_writer_wakes_mid_turn(
     make_store: MakeStore,
 ) -> None:
-    async def main() -> None:
-        store = make_store()
-        spy = Spy(store)
-        durable = await DurableDispatcher.open(store, FACTORY)
+    async def main(durable: Durable, spy: Spy) -> None:
         loop = asyncio.get_running_loop()
         tasks: dict[str, asyncio.Future[Any]] = {}
 
@@ -587,12 +716,10 @@ def test_calls_of_one_turn_share_a_batch_even_when_the_writer_wakes_mid_turn(
         loop.call_soon(start, "b")
         start("a")
         loop.call_soon(start, "c")
-        await asyncio.sleep(0.1)
+        await turns(1)  # the callbacks ran: every task exists
         await asyncio.gather(*tasks.values())
         seq = {t.result().job.id: t.result().job.seq for t in tasks.values()}
         batch_of = {s: i for i, batch in enumerate(spy.batches) for s in batch}
         assert batch_of[seq["b"]] == batch_of[seq["c"]], spy.batches
-        await durable.aclose()
-        store.close()
 
-    run(main)
+    serve(make_store, main)

@@ -178,6 +178,8 @@ def test_a_leader_that_steps_down_hands_over_without_waiting_for_its_lease(
         await a.start()
         epoch = await a.wait_leader()
         await b.start()
+        # b campaigns in a thread against the database: no hook tells when it is between two
+        # polls (stepping down while its check is in flight can cost an extra epoch), so wait.
         await asyncio.sleep(0.3)
         a.step_down()  # e.g. its append was fenced
         assert not a.is_leader

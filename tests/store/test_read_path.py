@@ -7,24 +7,15 @@ committed; writers never wait for readers; one commit releases every caller it h
 from __future__ import annotations
 
 import asyncio
-import threading
 
-from prioqueue.store import DurableDispatcher, Event, SQLiteStore
+from prioqueue.store import Event, SQLiteStore
 
-from .test_durable import FACTORY, MakeStore, Spy, run
-
-
-async def _turns(n: int = 10) -> None:
-    for _ in range(n):
-        await asyncio.sleep(0)
+from .test_durable import Durable, MakeStore, Spy, serve
+from .test_durable import turns as _turns
 
 
 def test_a_waiting_reader_does_not_hold_back_writers(make_store: MakeStore) -> None:
-    async def main() -> None:
-        store = make_store()
-        spy = Spy(store)
-        spy.gate = threading.Event()
-        durable = await DurableDispatcher.open(store, FACTORY)
+    async def main(durable: Durable, spy: Spy) -> None:
         first = asyncio.ensure_future(durable.call("submit", job_id="a", member="ann"))
         await _turns()  # applied, its commit held at the gate
         read = asyncio.ensure_future(durable.read(lambda d: sorted(d._entries)))
@@ -35,23 +26,17 @@ def test_a_waiting_reader_does_not_hold_back_writers(make_store: MakeStore) -> N
         assert "b" in durable.dispatcher
         assert not read.done()  # the answer waits for the disk...
         assert not later.done()
-        spy.gate.set()
+        spy.release()
         assert await read == ["a"]  # ...and is what was true when it was read
         await first
         await later
         assert durable.committed_seq == 2
-        await durable.aclose()
-        store.close()
 
-    run(main)
+    serve(make_store, main, gate=True)
 
 
 def test_one_commit_releases_every_reader_and_writer_it_holds(make_store: MakeStore) -> None:
-    async def main() -> None:
-        store = make_store()
-        spy = Spy(store)
-        spy.gate = threading.Event()
-        durable = await DurableDispatcher.open(store, FACTORY)
+    async def main(durable: Durable, spy: Spy) -> None:
         blocker = asyncio.ensure_future(durable.call("submit", job_id="x", member="ann"))
         await _turns()  # batch 1 in flight (held)
         calls = [
@@ -60,27 +45,21 @@ def test_one_commit_releases_every_reader_and_writer_it_holds(make_store: MakeSt
         ]
         reads = [asyncio.ensure_future(durable.read(len)) for _ in range(50)]
         await _turns()
-        spy.gate.set()
+        spy.release()
         await blocker
         results = await asyncio.gather(*calls, *reads)
         assert spy.batches == [[1], list(range(2, 52))]  # one commit for all fifty
         assert results[50:] == [51] * 50
-        await durable.aclose()
-        store.close()
 
-    run(main)
+    serve(make_store, main, gate=True)
 
 
 def test_read_settled_still_runs_when_nothing_is_pending(make_store: MakeStore) -> None:
-    async def main() -> None:
-        store = make_store()
-        durable = await DurableDispatcher.open(store, FACTORY)
+    async def main(durable: Durable, _spy: Spy) -> None:
         await durable.call("submit", job_id="a", member="ann")
         assert await durable.read_settled(lambda d: sorted(d._entries)) == ["a"]
-        await durable.aclose()
-        store.close()
 
-    run(main)
+    serve(make_store, main)
 
 
 def test_sqlite_appends_a_large_batch_in_chunks(tmp_path: object) -> None:

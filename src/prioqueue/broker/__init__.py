@@ -2,7 +2,14 @@
 
 An adapter: the core never imports it. :func:`create_app` builds the FastAPI application over
 a :class:`Broker` (the single writer that journals every operation before acknowledging it)
-and its :class:`BrokerEngine` (the deterministic state machine). See ``docs/broker.md``.
+and its :class:`BrokerEngine` (the deterministic state machine, whose ``@journaled`` methods
+are the operations the store journals). See ``docs/broker.md``.
+
+Layout, by role (private modules): the engine's values (``_records``), state (``_state``,
+``_budget``) and operations (``_submit``, ``_workers``, ``_groups``, ``_snapshot``) under
+``engine``; the driver (``service``, ``_changes``, ``_waiters``); the HTTP layer (``app``
+composing ``_http``, ``_job_routes``, ``_worker_routes``, ``_client_routes``, ``_dashboard``,
+``_limits``, ``_content``). ``docs/design/broker-store-layout.md`` has the table.
 """
 
 from __future__ import annotations

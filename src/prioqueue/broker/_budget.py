@@ -3,9 +3,10 @@
 Theory of operation
 -------------------
 A job's *size* is the length of its JSON-encoded ``payload`` plus that of its ``image``
-(compact separators, as the journal stores them). The engine keeps, as derived state rebuilt
-on restore, the size of each unfinished (queued or running) job, the sum per member and the
-total. A submit is refused before anything changes when:
+(compact separators, as the journal stores them). The engine keeps, in a
+:class:`QueuedBytes` (derived state, rebuilt on restore), the size of each unfinished
+(queued or running) job, the sum per member and the total. A submit is refused before
+anything changes when:
 
 * the job alone is over ``max_queued_bytes_per_member`` or ``max_queued_bytes``: **413**
   (waiting will not help);
@@ -21,14 +22,12 @@ payload) to measure a submit, O(1) to account it.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from prioqueue.broker import engine as _engine  # a cycle: only read at call time
+from prioqueue.broker._records import JobRecord, Rejected
+from prioqueue.broker.config import BrokerConfig
 
-if TYPE_CHECKING:
-    from prioqueue.broker.engine import BrokerEngine, JobRecord
-
-__all__ = ["admit", "held", "released", "size_of"]
+__all__ = ["QueuedBytes", "size_of"]
 
 
 def size_of(payload: Any, image: Any) -> int:
@@ -40,54 +39,58 @@ def size_of(payload: Any, image: Any) -> int:
     return size
 
 
-def admit(engine: BrokerEngine, member: str, size: int) -> None:
-    """Refuse a job of ``size`` bytes for ``member`` if it breaks a budget. O(1).
+class QueuedBytes:
+    """The bytes of unfinished jobs: per job, per member and in all (derived, not snapshotted)."""
 
-    Raises:
-        Rejected: 413 the job alone is over a limit; 429 the member or everyone is.
-    """
-    config = engine.config
-    limits = (
-        ("max_queued_bytes_per_member", config.max_queued_bytes_per_member,
-         engine.member_bytes.get(member, 0), f"member {member!r}'s unfinished jobs hold"),
-        ("max_queued_bytes", config.max_queued_bytes, engine.total_bytes,
-         "unfinished jobs hold"),
-    )  # fmt: skip
-    for name, limit, _used, _whose in limits:
-        if limit is not None and size > limit:
-            raise _engine.Rejected(
-                413, f"payload and image are {size} bytes, over {name}={limit}", field="payload"
-            )
-    for name, limit, used, whose in limits:
-        if limit is not None and used + size > limit:
-            raise _engine.Rejected(
-                429,
-                f"{whose} {used} bytes; this job's {size} would pass {name}={limit} "
-                "(retry once some finish)",
-                field="payload",
-                retry_after=config.retry_after_seconds,
-            )
+    def __init__(self) -> None:
+        self.job: dict[str, int] = {}
+        self.member: dict[str, int] = {}
+        self.total = 0
 
+    def admit(self, config: BrokerConfig, member: str, size: int) -> None:
+        """Refuse a job of ``size`` bytes for ``member`` if it breaks a budget. O(1).
 
-def held(engine: BrokerEngine, record: JobRecord, size: int | None = None) -> None:
-    """Count an unfinished job's bytes (``size``: already measured). O(1) or O(size)."""
-    if size is None:
-        size = size_of(record.payload, record.image)
-    if not size:
-        return
-    engine.job_bytes[record.id] = size
-    engine.member_bytes[record.member] = engine.member_bytes.get(record.member, 0) + size
-    engine.total_bytes += size
+        Raises:
+            Rejected: 413 the job alone is over a limit; 429 the member or everyone is.
+        """
+        limits = (
+            ("max_queued_bytes_per_member", config.max_queued_bytes_per_member,
+             self.member.get(member, 0), f"member {member!r}'s unfinished jobs hold"),
+            ("max_queued_bytes", config.max_queued_bytes, self.total, "unfinished jobs hold"),
+        )  # fmt: skip
+        for name, limit, _used, _whose in limits:
+            if limit is not None and size > limit:
+                raise Rejected(
+                    413, f"payload and image are {size} bytes, over {name}={limit}", field="payload"
+                )
+        for name, limit, used, whose in limits:
+            if limit is not None and used + size > limit:
+                raise Rejected(
+                    429,
+                    f"{whose} {used} bytes; this job's {size} would pass {name}={limit} "
+                    "(retry once some finish)",
+                    field="payload",
+                    retry_after=config.retry_after_seconds,
+                )
 
+    def held(self, record: JobRecord, size: int | None = None) -> None:
+        """Count an unfinished job's bytes (``size``: already measured). O(1) or O(size)."""
+        if size is None:
+            size = size_of(record.payload, record.image)
+        if not size:
+            return
+        self.job[record.id] = size
+        self.member[record.member] = self.member.get(record.member, 0) + size
+        self.total += size
 
-def released(engine: BrokerEngine, record: JobRecord) -> None:
-    """A job finished: give its bytes back. O(1)."""
-    size = engine.job_bytes.pop(record.id, 0)
-    if not size:
-        return
-    left = engine.member_bytes[record.member] - size
-    if left:
-        engine.member_bytes[record.member] = left
-    else:
-        del engine.member_bytes[record.member]
-    engine.total_bytes -= size
+    def released(self, record: JobRecord) -> None:
+        """A job finished: give its bytes back. O(1)."""
+        size = self.job.pop(record.id, 0)
+        if not size:
+            return
+        left = self.member[record.member] - size
+        if left:
+            self.member[record.member] = left
+        else:
+            del self.member[record.member]
+        self.total -= size

@@ -14,16 +14,20 @@ batch answers the same ids (200) and a batch reusing the key with other jobs is 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Response
 from pydantic import BaseModel, Field
 
-from prioqueue._core import LEVEL_LIMIT
-from prioqueue.broker.app import _ID, Submitter, WorkerKey
+from prioqueue.broker._http import (
+    ID,
+    PRIORITY_HEADER,
+    Submitter,
+    WorkerKey,
+    resolve_priority,
+)
+from prioqueue.broker._records import Rejected
 from prioqueue.broker.config import BrokerConfig
-from prioqueue.broker.engine import Rejected
 from prioqueue.broker.models import SubmitRequest
 from prioqueue.broker.service import Broker
 
@@ -68,14 +72,7 @@ def submit_args(
         Rejected: 422 a priority outside the dispatcher's range.
     """
     raw = body.priority if body.priority is not None else header_priority
-    priority = config.policy.parse(raw, ceiling=key.max_priority)
-    if not -LEVEL_LIMIT <= priority <= LEVEL_LIMIT:
-        raise Rejected(
-            422,
-            f"priority must resolve to a level within +-{LEVEL_LIMIT} (the policy's minimum "
-            "applies when one is configured)",
-            field="priority",
-        )
+    priority = resolve_priority(raw, key, config)
     fields = body.model_dump(exclude={"priority"})
     return {
         **fields,
@@ -86,13 +83,12 @@ def submit_args(
     }
 
 
-def client_router(broker: Broker, config: BrokerConfig, _view: Callable[..., Any]) -> APIRouter:
+def client_router(broker: Broker, config: BrokerConfig) -> APIRouter:
     """The routes of this module, bound to ``broker``.
 
     Args:
         broker: The broker.
         config: Its configuration.
-        _view: The app's job view builder (unused; kept for routes that answer jobs).
 
     Returns:
         The router to include in the app.
@@ -106,7 +102,7 @@ def client_router(broker: Broker, config: BrokerConfig, _view: Callable[..., Any
         body: BatchRequest,
         key: Submitter,
         response: Response,
-        x_llamaswap_priority: Annotated[str | None, Header(max_length=64)] = None,
+        x_llamaswap_priority: PRIORITY_HEADER = None,
         idempotency_key: Annotated[str | None, Header(min_length=1, max_length=180)] = None,
     ) -> BatchCreated:
         """Queue every job of the batch as one journaled operation, or none of them."""
@@ -134,7 +130,7 @@ def client_router(broker: Broker, config: BrokerConfig, _view: Callable[..., Any
         return BatchCreated(ids=[record.id for record, _ in results])
 
     @router.post("/v1/workers/{worker}/leave", response_model=Left, tags=["workers"])
-    async def leave(worker: _ID, _key: WorkerKey) -> Left:
+    async def leave(worker: ID, _key: WorkerKey) -> Left:
         """The worker leaves the fleet; the jobs it holds are queued again at once."""
         requeued = await broker.run("leave", {"worker": worker})
         return Left(requeued=requeued)

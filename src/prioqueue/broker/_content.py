@@ -14,7 +14,12 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-__all__ = ["JsonBodies"]
+__all__ = ["JsonBodies", "Message", "Receive", "Send"]
+
+Message = MutableMapping[str, Any]
+"""An ASGI scope or message."""
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
 
 _AS_JSON = (b"", b"application/x-www-form-urlencoded", b"text/plain")
 
@@ -25,12 +30,7 @@ class JsonBodies:
     def __init__(self, app: Any) -> None:
         self.app = app
 
-    async def __call__(
-        self,
-        scope: MutableMapping[str, Any],
-        receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
-        send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
-    ) -> None:
+    async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return

@@ -34,9 +34,9 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from prioqueue.broker.app import AnyKey
+from prioqueue.broker._http import AnyKey
+from prioqueue.broker._records import FINISHED, Rejected
 from prioqueue.broker.config import BrokerKey
-from prioqueue.broker.engine import FINISHED, Rejected
 from prioqueue.ui import CSP, _model, asset
 
 __all__ = ["DashboardView", "router"]

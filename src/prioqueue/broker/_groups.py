@@ -30,21 +30,21 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from prioqueue._errors import UnknownGroup
-from prioqueue.broker import engine as _engine  # a cycle: only read at call time
 from prioqueue.broker._fleet import group_key
+from prioqueue.broker._records import JobRecord, Rejected
+from prioqueue.broker._state import EngineState
 
 if TYPE_CHECKING:
     from prioqueue._groups import GroupStatus
-    from prioqueue.broker.engine import BrokerEngine, JobRecord
 
 __all__ = ["cancel_group", "group_status", "kept", "released"]
 
 
-def _unknown(label: str, member: str) -> _engine.Rejected:
-    return _engine.Rejected(404, f"no group {label!r} of member {member!r}", field="group")
+def _unknown(label: str, member: str) -> Rejected:
+    return Rejected(404, f"no group {label!r} of member {member!r}", field="group")
 
 
-def group_status(engine: BrokerEngine, label: str, member: str) -> GroupStatus:
+def group_status(engine: EngineState, label: str, member: str) -> GroupStatus:
     """The core's status of ``member``'s group ``label`` as of the engine's last operation.
 
     Args:
@@ -70,7 +70,7 @@ def group_status(engine: BrokerEngine, label: str, member: str) -> GroupStatus:
 
 
 def cancel_group(
-    engine: BrokerEngine, now: float, *, label: str, member: str, running: str
+    engine: EngineState, now: float, *, label: str, member: str, running: str
 ) -> list[str]:
     """Cancel ``member``'s group ``label`` in the core and finish the records it cancelled.
 
@@ -88,9 +88,7 @@ def cancel_group(
         Rejected: 422 a bad ``running``; 404 no such group. Nothing changed.
     """
     if running not in ("keep", "cancel"):
-        raise _engine.Rejected(
-            422, f'running must be "keep" or "cancel", got {running!r}', field="running"
-        )
+        raise Rejected(422, f'running must be "keep" or "cancel", got {running!r}', field="running")
     key = group_key(member, label)
     if key not in engine.group_kept:
         raise _unknown(label, member)
@@ -106,14 +104,14 @@ def cancel_group(
     return cancelled
 
 
-def kept(engine: BrokerEngine, record: JobRecord) -> None:
+def kept(engine: EngineState, record: JobRecord) -> None:
     """Count a new record of a group. O(1)."""
     if record.group is not None:
         key = group_key(record.member, record.group)
         engine.group_kept[key] = engine.group_kept.get(key, 0) + 1
 
 
-def released(engine: BrokerEngine, record: JobRecord) -> None:
+def released(engine: EngineState, record: JobRecord) -> None:
     """A record past its retention is gone: forget its group with its last record. O(1)."""
     if record.group is None:
         return

@@ -28,54 +28,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-if TYPE_CHECKING:  # pragma: no cover
-    from prioqueue.broker.engine import BrokerEngine, JobRecord
-    from prioqueue.broker.service import Broker
+from prioqueue.broker._changes import Changes
+from prioqueue.broker._records import FINISHED, JobRecord
+from prioqueue.broker.engine import BrokerEngine
+from prioqueue.broker.service import Broker, Stopping
 
 __all__ = ["MAX_WAIT", "Changes", "long_pop", "wait_job"]
 
 MAX_WAIT = 60.0
 """The longest ``?wait=`` in seconds."""
-
-
-class Changes:
-    """A broadcast of "the broker's state or role changed", for waiting requests.
-
-    ``token()`` returns the future the next :meth:`fire` resolves; each waiter awaits it
-    with its own timeout. All methods are O(1) and run on the broker's event loop.
-    """
-
-    def __init__(self) -> None:
-        self._future: asyncio.Future[None] | None = None
-        self.draining = False
-        """True once the broker is stopping: waiters answer at once."""
-        self.fired = 0
-        """How many times :meth:`fire` ran (diagnostics, tests)."""
-        self.waiting: dict[str, int] = {}
-        """Workers in a long poll now (name -> open pops)."""
-        self.refreshing: asyncio.Future[None] | None = None
-        """The liveness refresh in flight, if any (one at a time for the whole fleet)."""
-
-    def token(self) -> asyncio.Future[None]:
-        """The future the next change resolves (take it before reading the state)."""
-        future = self._future
-        if future is None:
-            future = self._future = asyncio.get_running_loop().create_future()
-        return future
-
-    def fire(self) -> None:
-        """Wake every waiter (a change happened)."""
-        self.fired += 1
-        future, self._future = self._future, None
-        if future is not None and not future.done():
-            future.set_result(None)
-
-    def drain(self) -> None:
-        """The broker is stopping: wake every waiter and let none wait again."""
-        self.draining = True
-        self.fire()
 
 
 async def _sleep_on(token: asyncio.Future[None], timeout: float) -> None:
@@ -140,8 +103,6 @@ async def _long_pop(
     loop: asyncio.AbstractEventLoop,
     end: float,
 ) -> tuple[JobRecord | None, Mapping[str, int]]:
-    from prioqueue.broker.service import Stopping
-
     changes = broker.changes
     while True:
         token = changes.token()
@@ -218,8 +179,6 @@ async def wait_job(
         Standby: The replica does not serve (or stopped serving while waiting).
         Rejected: 404 no such job of this member.
     """
-    from prioqueue.broker.engine import FINISHED
-
     loop = asyncio.get_running_loop()
     end = loop.time() + wait
     changes = broker.changes

@@ -37,7 +37,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from prioqueue.broker._waiters import Changes
+from prioqueue._journaled import journaled_ops
+from prioqueue.broker._changes import Changes
 from prioqueue.broker.config import BrokerConfig
 from prioqueue.broker.engine import BrokerEngine, Rejected
 from prioqueue.broker.journal import MemoryJournal
@@ -47,12 +48,11 @@ __all__ = ["BROKER_OPS", "Broker", "Standby", "Stopping"]
 _log = logging.getLogger("prioqueue.broker")
 T = TypeVar("T")
 
-BROKER_OPS = frozenset(
-    ("submit", "cancel", "pop", "complete", "fail", "heartbeat", "tick", "cancel_group")
-) | frozenset(("try_pop", "leave", "submit_many", "refresh"))
-"""The engine's journaled operations."""
-SKIPPED_OPS = frozenset(("try_pop",))
-"""Operations whose None result changed nothing: answered without a journal entry."""
+BROKER_OPS = frozenset(journaled_ops(BrokerEngine))
+"""The engine's journaled operations: derived, its methods declared ``@journaled``."""
+SKIPPED_OPS = frozenset(n for n, op in journaled_ops(BrokerEngine).items() if op.skip_when_empty)
+"""Those declared ``skip_when_empty`` (``try_pop``): a None result changed nothing, so it is
+answered without a journal entry."""
 
 
 class Standby(Exception):
@@ -235,8 +235,6 @@ class Broker:
                 epoch=epoch,
                 clock=self._clock,
                 snapshot_every=config.snapshot_every,
-                ops=BROKER_OPS,
-                skip_when_empty=SKIPPED_OPS,
                 on_fatal=self._on_fatal,
             )
         except BaseException:

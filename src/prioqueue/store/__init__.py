@@ -13,6 +13,11 @@ journal after it (the LMAX and slurmctld design). See docs/durability.md for the
 * :class:`Elector` elects one leader among several brokers on one PostgreSQL database.
 * :class:`WallClock` is the clock that never goes backwards across restarts.
 
+What is journaled is declared where it is defined: the methods an object's class marks
+``@journaled`` (``prioqueue._journaled``). The store journals and replays those, for any
+object, and knows no class by name; ``JOURNALED_OPS`` and ``SKIPPED_WHEN_EMPTY`` are derived
+from the core dispatchers' declarations, for reference.
+
 This package is an adapter: the core never imports it.
 """
 
@@ -21,6 +26,8 @@ from __future__ import annotations
 import os
 from urllib.parse import unquote, urlsplit
 
+from prioqueue.dispatcher import SizeOneDispatcher
+from prioqueue.fleet import FleetDispatcher
 from prioqueue.store._base import SCHEMA_VERSION, Event, Recovery, Snapshot, Store, default_path
 from prioqueue.store._clock import WallClock
 from prioqueue.store._durable import DurableDispatcher
@@ -33,7 +40,7 @@ from prioqueue.store._errors import (
     StoreFatal,
     StoreLocked,
 )
-from prioqueue.store._journal import JOURNALED_OPS, SKIPPED_WHEN_EMPTY, dispatcher_factory, replay
+from prioqueue.store._journal import declared_ops, dispatcher_factory, replay
 from prioqueue.store._leader import Elector
 from prioqueue.store._postgres import PostgresStore
 from prioqueue.store._sqlite import SQLiteStore
@@ -63,6 +70,25 @@ __all__ = [
     "replay",
     "sqlite_path",
 ]
+
+_CORE = (declared_ops(SizeOneDispatcher), declared_ops(FleetDispatcher))
+
+JOURNALED_OPS: frozenset[str] = frozenset().union(*(ops for ops, _ in _CORE))
+"""The operations the core's dispatchers declare ``@journaled``, for reference: derived.
+
+The store journals, for each object, what its own class declares (any object, by no name):
+this is the union of ``SizeOneDispatcher``'s and ``FleetDispatcher``'s declarations
+(``submit``, ``dispatch``, ``pop``, ``complete``, ``fail``, ``cancel``, ``expire``, ``join``,
+``heartbeat``, ``leave``, ``set_resident_model``, ``cancel_group``, ``forget_group``).
+"""
+
+SKIPPED_WHEN_EMPTY: frozenset[str] = frozenset().union(*(skip for _, skip in _CORE))
+"""The core's operations declared ``@journaled(skip_when_empty=True)``, for reference: derived.
+
+``SizeOneDispatcher``'s ``dispatch`` and ``expire``: a None or empty result changed nothing,
+so the durable wrapper answers it without journaling. Each class's own declaration decides
+(a fleet's ``expire`` is not so marked: it can time a silent worker out and return ``[]``).
+"""
 
 
 def sqlite_path(url: str) -> str:

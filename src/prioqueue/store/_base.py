@@ -67,7 +67,7 @@ class Event:
 
     Attributes:
         seq: The event's number (1, 2, ... without gaps).
-        op: The dispatcher method's name (see ``JOURNALED_OPS``).
+        op: The name of a method the dispatcher's class declares ``@journaled``.
         args: The call's keyword arguments as JSON data (``now`` included when the method
             takes one).
         now: The call's time, or None for a method without one (``set_resident_model``).

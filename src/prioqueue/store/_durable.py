@@ -30,10 +30,13 @@ One event loop owns the dispatcher; one writer thread owns the store. The rules:
    makes the wrapper *fatal*: every waiting and later call raises :class:`StoreFatal`, and the
    ``on_fatal`` callback runs (a service exits there). The in-memory state is never served
    again; the next start recovers from the store.
-5. **Snapshots.** Every ``snapshot_every`` events or ``snapshot_interval`` seconds, the batch
-   being written carries a snapshot of the state after its last event (taken on the loop, so
-   it matches the batch exactly); the store prunes the journal behind it in the same
-   transaction.
+5. **Snapshots.** Every ``snapshot_every`` events or ``snapshot_interval`` seconds (of the
+   event loop's clock), the batch being written carries a snapshot of the state after its
+   last event (taken on the loop, so it matches the batch exactly); the store prunes the
+   journal behind it in the same transaction.
+
+The writer (rules 2, 4 and 5) is :class:`~prioqueue.store._commit.GroupCommit`; this module
+is the dispatcher's side (rules 1 and 3).
 
 Time: see :class:`~prioqueue.store.WallClock`: monotonic inside the process, anchored by the
 wall clock; the floor is the store's high-water mark.
@@ -42,46 +45,89 @@ wall clock; the floor is the store's high-water mark.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Generic, TypeVar
 
-from prioqueue.store._base import Event, Snapshot, Store
+from prioqueue.store._base import Recovery, Store
 from prioqueue.store._clock import WallClock
-from prioqueue.store._errors import CommitFailed, StoreFatal
-from prioqueue.store._journal import (
-    JOURNALED_OPS,
-    SKIPPED_WHEN_EMPTY,
-    Restorable,
-    replay,
-    takes_now,
-)
+from prioqueue.store._commit import FatalCallback, GroupCommit
+from prioqueue.store._errors import StoreFatal
+from prioqueue.store._journal import Restorable, declared_ops, replay, takes_now
 
 __all__ = ["DurableDispatcher"]
 
 D = TypeVar("D", bound=Restorable)
 T = TypeVar("T")
 
-FatalCallback = Callable[[StoreFatal], object]
+
+def _journaled(
+    dispatcher: object, ops: Iterable[str] | None, skip: Iterable[str] | None
+) -> tuple[frozenset[str], frozenset[str]]:
+    """What the dispatcher's class declares ``@journaled``, narrowed by the caller's names.
+
+    Returns:
+        ``(ops, skip_when_empty)``: only declared names; ``skip_when_empty`` only names the
+        declaration marks so (a call that may change state is never answered unjournaled).
+    """
+    declared, skippable = declared_ops(type(dispatcher))
+    chosen = declared if ops is None else declared & frozenset(ops)
+    skipped = skippable if skip is None else skippable & frozenset(skip)
+    return chosen, skipped & chosen
 
 
-def _skips(dispatcher: object, given: frozenset[str] | None) -> frozenset[str]:
-    """The calls answered without an event when they return None or ``[]``."""
-    if given is not None:
-        return frozenset(given)
-    from prioqueue.dispatcher import SizeOneDispatcher
+def _check_options(snapshot_every: Any, snapshot_interval: Any, epoch: Any) -> None:
+    """Raise ValueError for an option of :meth:`DurableDispatcher.open` out of range."""
+    if (
+        not isinstance(snapshot_every, int)
+        or isinstance(snapshot_every, bool)
+        or snapshot_every < 1
+    ):
+        raise ValueError(f"snapshot_every must be an int >= 1, got {snapshot_every!r}")
+    if not (isinstance(snapshot_interval, (int, float)) and snapshot_interval > 0):
+        raise ValueError(f"snapshot_interval must be > 0 seconds, got {snapshot_interval!r}")
+    if epoch is not None and (not isinstance(epoch, int) or epoch < 1):
+        raise ValueError(f"epoch must be an int >= 1 or None, got {epoch!r}")
 
-    # Only where it is known that such a result changed nothing.
-    return SKIPPED_WHEN_EMPTY if type(dispatcher) is SizeOneDispatcher else frozenset()
+
+async def _recover(
+    store: Store,
+    factory: Callable[[Mapping[str, Any] | None], D],
+    epoch: int | None,
+    executor: ThreadPoolExecutor,
+) -> tuple[int, Recovery, D]:
+    """Claim the store (``epoch`` None), read it and replay it, in the writer thread."""
+    loop = asyncio.get_running_loop()
+    if epoch is None:
+        epoch = await loop.run_in_executor(executor, store.claim)
+    recovery = await loop.run_in_executor(executor, store.recover)
+    dispatcher = await loop.run_in_executor(executor, partial(replay, recovery, factory))
+    return epoch, recovery, dispatcher
 
 
 # Argument types whose JSON round trip is the identity (floats must also be finite).
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _as_replayed(op: str, kwargs: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The arguments as replay will see them (through JSON), and their JSON text if made.
+
+    Raises:
+        ValueError: An argument is not JSON data (or a float is not finite).
+    """
+    if all(type(v) in _SCALARS for v in kwargs.values()) and all(
+        math.isfinite(v) for v in kwargs.values() if type(v) is float
+    ):
+        return kwargs, None  # plain scalars come back from JSON unchanged (encoded by the writer)
+    try:
+        text = json.dumps(kwargs, allow_nan=False, separators=(",", ":"))
+        args: dict[str, Any] = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"the arguments of {op} must be JSON data: {exc}") from None
+    return args, text
 
 
 class DurableDispatcher(Generic[D]):
@@ -93,47 +139,19 @@ class DurableDispatcher(Generic[D]):
 
     def __init__(
         self,
-        store: Store,
         dispatcher: D,
+        writer: GroupCommit,
         *,
-        epoch: int,
-        last_seq: int,
-        snapshot_seq: int,
         clock: Callable[[], float],
-        snapshot_every: int,
-        snapshot_interval: float,
         ops: frozenset[str],
         skip_when_empty: frozenset[str],
-        on_fatal: FatalCallback | None,
-        executor: ThreadPoolExecutor,
     ) -> None:
-        self._store = store
         self._dispatcher = dispatcher
-        self._epoch = epoch
+        self._writer = writer
         self._clock = clock
-        self._snapshot_every = snapshot_every
-        self._snapshot_interval = snapshot_interval
         self._ops = ops
         self._skip = skip_when_empty
-        self._on_fatal = on_fatal
-        self._executor = executor
-        self._loop = asyncio.get_running_loop()
-        self._applied = last_seq
-        self._committed = last_seq
-        self._snapshot_seq = snapshot_seq
-        self._snapshot_at = time.monotonic()
-        self._pending: list[Event] = []
-        self._pending_future: asyncio.Future[None] | None = None
-        self._pending_waiters: list[asyncio.Future[None]] = []
-        self._inflight_waiters: list[asyncio.Future[None]] = []
-        self._inflight_future: asyncio.Future[None] | None = None
-        self._inflight_last = last_seq
-        self._start_scheduled = False
-        self._idle = asyncio.Event()  # set while no commit is in flight
-        self._idle.set()
         self._readers = 0
-        self._fatal: StoreFatal | None = None
-        self._closing = False
         self._now_cache: dict[str, bool] = {}
 
     # ------------------------------------------------------------------ opening
@@ -148,8 +166,8 @@ class DurableDispatcher(Generic[D]):
         clock: Callable[[], float] | None = None,
         snapshot_every: int = 10_000,
         snapshot_interval: float = 300.0,
-        ops: frozenset[str] = JOURNALED_OPS,
-        skip_when_empty: frozenset[str] | None = None,
+        ops: Iterable[str] | None = None,
+        skip_when_empty: Iterable[str] | None = None,
         on_fatal: FatalCallback | None = None,
     ) -> DurableDispatcher[D]:
         """Recover the dispatcher from ``store`` and start serving it durably.
@@ -168,13 +186,17 @@ class DurableDispatcher(Generic[D]):
                 a value it returned before, and a store far ahead of the wall clock is
                 logged and continued from, not waited for (docs/durability.md).
             snapshot_every: Events between snapshots (>= 1).
-            snapshot_interval: Seconds between snapshots while events arrive (> 0).
-            ops: The method names that are journaled; others are refused by :meth:`call`.
-            skip_when_empty: Methods whose None or empty-list results changed nothing, so
-                they are answered without a journal event. None (the default) means
-                ``SKIPPED_WHEN_EMPTY`` (``dispatch``, ``expire``) for a ``SizeOneDispatcher``
-                and nothing for any other object: a fleet's ``expire`` may mark a silent
-                worker timed out while returning ``[]``, and its ``pop`` refreshes a worker.
+            snapshot_interval: Seconds between snapshots while events arrive (> 0), on the
+                event loop's clock.
+            ops: None (the default): every method the dispatcher's class declares
+                ``@journaled`` (``prioqueue._journaled``); else only those of these names
+                that it declares. :meth:`call` refuses any other.
+            skip_when_empty: None (the default): the declared operations marked
+                ``@journaled(skip_when_empty=True)``, whose None or empty-list results
+                changed nothing, so they are answered without a journal event
+                (``SizeOneDispatcher.dispatch`` and ``expire``; not a fleet's ``expire``,
+                which may mark a silent worker timed out while returning ``[]``); else only
+                those of these names that are so marked.
             on_fatal: Called once with the :class:`StoreFatal` when a commit fails or the
                 store is fenced; a service exits there.
 
@@ -188,23 +210,10 @@ class DurableDispatcher(Generic[D]):
 
         Complexity: O(snapshot + journal tail) to replay.
         """
-        if (
-            not isinstance(snapshot_every, int)
-            or isinstance(snapshot_every, bool)
-            or snapshot_every < 1
-        ):
-            raise ValueError(f"snapshot_every must be an int >= 1, got {snapshot_every!r}")
-        if not (isinstance(snapshot_interval, (int, float)) and snapshot_interval > 0):
-            raise ValueError(f"snapshot_interval must be > 0 seconds, got {snapshot_interval!r}")
-        if epoch is not None and (not isinstance(epoch, int) or epoch < 1):
-            raise ValueError(f"epoch must be an int >= 1 or None, got {epoch!r}")
-        loop = asyncio.get_running_loop()
+        _check_options(snapshot_every, snapshot_interval, epoch)
         executor = ThreadPoolExecutor(1, thread_name_prefix="prioqueue-store")
         try:
-            if epoch is None:
-                epoch = await loop.run_in_executor(executor, store.claim)
-            recovery = await loop.run_in_executor(executor, store.recover)
-            dispatcher = await loop.run_in_executor(executor, partial(replay, recovery, factory))
+            epoch, recovery, dispatcher = await _recover(store, factory, epoch, executor)
         except BaseException:
             executor.shutdown(wait=False)
             raise
@@ -213,19 +222,25 @@ class DurableDispatcher(Generic[D]):
         else:
             wall = WallClock() if clock is None else WallClock(source=clock)
         wall.raise_floor(recovery.high_water)
-        return cls(
+        writer = GroupCommit(
             store,
-            dispatcher,
+            executor,
             epoch=epoch,
             last_seq=recovery.last_seq,
             snapshot_seq=0 if recovery.snapshot is None else recovery.snapshot.seq,
+            state=lambda now: dispatcher.snapshot(now=now),
             clock=wall,
             snapshot_every=snapshot_every,
             snapshot_interval=float(snapshot_interval),
-            ops=frozenset(ops),
-            skip_when_empty=_skips(dispatcher, skip_when_empty),
             on_fatal=on_fatal,
-            executor=executor,
+        )
+        journaled, skipped = _journaled(dispatcher, ops, skip_when_empty)
+        return cls(
+            dispatcher,
+            writer,
+            clock=wall,
+            ops=journaled,
+            skip_when_empty=skipped,
         )
 
     # ------------------------------------------------------------------ properties
@@ -242,27 +257,27 @@ class DurableDispatcher(Generic[D]):
     @property
     def store(self) -> Store:
         """The store the journal goes to."""
-        return self._store
+        return self._writer.store
 
     @property
     def epoch(self) -> int:
         """The leader epoch this wrapper writes with."""
-        return self._epoch
+        return self._writer.epoch
 
     @property
     def committed_seq(self) -> int:
         """The number of the last event known to be on disk."""
-        return self._committed
+        return self._writer.committed
 
     @property
     def applied_seq(self) -> int:
         """The number of the last event applied in memory (>= ``committed_seq``)."""
-        return self._applied
+        return self._writer.applied
 
     @property
     def fatal(self) -> StoreFatal | None:
         """The error that stopped the wrapper, or None while it serves."""
-        return self._fatal
+        return self._writer.fatal
 
     def now(self) -> float:
         """The clock's current time: wall-clock seconds, never going backwards. O(1)."""
@@ -276,7 +291,8 @@ class DurableDispatcher(Generic[D]):
         The wrapper stamps ``now`` (methods that take one); do not pass it.
 
         Args:
-            op: A journaled method name (see ``ops`` in :meth:`open`).
+            op: A method the dispatcher's class declares ``@journaled`` (see ``ops`` in
+                :meth:`open`).
             **kwargs: The method's other arguments; they must be JSON data.
 
         Returns:
@@ -292,50 +308,38 @@ class DurableDispatcher(Generic[D]):
         Complexity: the dispatcher call's, plus O(size of the arguments) for JSON, plus one
         share of a commit.
         """
-        self._check_usable()
+        writer = self._writer
+        writer.check_usable()
         if op not in self._ops:
-            raise ValueError(f"{op!r} is not a journaled operation; allowed: {sorted(self._ops)}")
+            kind = type(self._dispatcher).__name__
+            if not callable(getattr(self._dispatcher, op, None)):
+                raise ValueError(f"{kind} has no method {op!r}")
+            raise ValueError(
+                f"{op!r} is not a journaled operation of {kind}; allowed: {sorted(self._ops)}"
+            )
         if "now" in kwargs:
             raise ValueError("do not pass now: the durable dispatcher stamps it from its clock")
         if self._readers:
-            await self._wait_committed(self._applied)
-            self._check_usable()
+            await writer.wait_applied()
+            writer.check_usable()
         stamp = self._now_cache.get(op)
         if stamp is None:
-            if not callable(getattr(self._dispatcher, op, None)):
-                raise ValueError(f"{type(self._dispatcher).__name__} has no method {op!r}")
             stamp = self._now_cache[op] = takes_now(self._dispatcher, op)
         now = self._clock() if stamp else None
         if stamp:
             kwargs["now"] = now
-        text: str | None = None
-        if all(type(v) in _SCALARS for v in kwargs.values()) and all(
-            math.isfinite(v) for v in kwargs.values() if type(v) is float
-        ):
-            args = kwargs  # plain scalars come back from JSON unchanged (encoded by the writer)
-        else:
-            try:
-                text = json.dumps(kwargs, allow_nan=False, separators=(",", ":"))
-                args = json.loads(text)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"the arguments of {op} must be JSON data: {exc}") from None
+        args, text = _as_replayed(op, kwargs)
         try:
             result = getattr(self._dispatcher, op)(**args)
         except Exception:
-            await self._wait_committed(self._applied)
-            self._check_usable()
+            await writer.wait_applied()
+            writer.check_usable()
             raise
         if op in self._skip and (result is None or (isinstance(result, list) and not result)):
-            await self._wait_committed(self._applied)
-            self._check_usable()
+            await writer.wait_applied()
+            writer.check_usable()
             return result
-        self._applied += 1
-        self._enqueue(Event(seq=self._applied, op=op, args=args, now=now, text=text))
-        # Its own future (not a shield around the batch's): the commit wakes this caller
-        # directly, one loop turn sooner, and cancelling it cancels nobody else.
-        waiter = self._loop.create_future()
-        self._pending_waiters.append(waiter)
-        await waiter
+        await writer.add(op, args, now, text)
         return result
 
     async def read(self, fn: Callable[[D], T]) -> T:
@@ -359,13 +363,11 @@ class DurableDispatcher(Generic[D]):
 
         Complexity: ``fn``'s, then a wait of at most two commits.
         """
-        if not callable(fn):
-            raise TypeError(f"fn must be a callable taking the dispatcher, got {fn!r}")
-        self._check_usable()
+        self._check_reader(fn)
         result = fn(self._dispatcher)
-        if self._committed < self._applied:
-            await self._wait_committed(self._applied)
-            self._check_usable()
+        if self._writer.committed < self._writer.applied:
+            await self._writer.wait_applied()
+            self._writer.check_usable()
         return result
 
     async def read_settled(self, fn: Callable[[D], T]) -> T:
@@ -373,31 +375,25 @@ class DurableDispatcher(Generic[D]):
 
         Stronger than :meth:`read` (``fn`` may return a live view, read before the caller's
         next ``await``) and much costlier under load: while a settled read waits, new writers
-        wait for the commit too. Prefer :meth:`read`.
-
-        Args:
-            fn: Reads the dispatcher (it must not change it); runs on the loop.
-
-        Returns:
-            What ``fn`` returned.
-
-        Raises:
-            StoreFatal: The store failed; nothing is served.
-            TypeError: ``fn`` is not callable.
+        wait for the commit too. Prefer :meth:`read`. Arguments, result and errors as
+        :meth:`read`'s.
 
         Complexity: ``fn``'s, after at most two commits.
         """
-        if not callable(fn):
-            raise TypeError(f"fn must be a callable taking the dispatcher, got {fn!r}")
-        self._check_usable()
+        self._check_reader(fn)
         self._readers += 1
         try:
-            while self._committed < self._applied:
-                await self._wait_committed(self._applied)
-                self._check_usable()
+            while self._writer.committed < self._writer.applied:
+                await self._writer.wait_applied()
+                self._writer.check_usable()
         finally:
             self._readers -= 1
         return fn(self._dispatcher)
+
+    def _check_reader(self, fn: object) -> None:
+        if not callable(fn):
+            raise TypeError(f"fn must be a callable taking the dispatcher, got {fn!r}")
+        self._writer.check_usable()
 
     async def sync(self) -> None:
         """Wait until every applied event is committed.
@@ -405,8 +401,8 @@ class DurableDispatcher(Generic[D]):
         Raises:
             StoreFatal: The store failed before they were.
         """
-        await self._wait_committed(self._applied)
-        self._check_usable()
+        await self._writer.wait_applied()
+        self._writer.check_usable()
 
     async def snapshot(self) -> None:
         """Write a snapshot now (with any pending events) and prune the journal behind it.
@@ -416,185 +412,23 @@ class DurableDispatcher(Generic[D]):
 
         Complexity: O(queued jobs) on the loop, plus the write.
         """
-        self._check_usable()
-        self._snapshot_at = -math.inf
-        if self._applied == self._snapshot_seq:
-            # Nothing pending: force a batch that only carries the snapshot.
-            self._force_snapshot = True
-        future = self._enqueue(None)
-        await asyncio.shield(future)
-        self._check_usable()
+        self._writer.check_usable()
+        await asyncio.shield(self._writer.snapshot_now())
+        self._writer.check_usable()
 
     async def aclose(self, *, snapshot: bool = True) -> None:
         """Commit what is pending, optionally write a final snapshot, and stop the writer.
 
         The store stays open (the caller closes it). Idempotent; a fatal wrapper just stops.
         """
-        if self._closing:
+        writer = self._writer
+        if writer.closing:
             return
         try:
-            if self._fatal is None:
-                if snapshot and self._applied > self._snapshot_seq:
+            if writer.fatal is None:
+                if snapshot and writer.unsnapshotted:
                     await self.snapshot()
                 else:
                     await self.sync()
         finally:
-            self._closing = True
-            await self._idle.wait()  # a commit in flight finishes (or fails) first
-            self._executor.shutdown(wait=True)
-
-    # ------------------------------------------------------------------ internals
-
-    _force_snapshot = False
-
-    def _check_usable(self) -> None:
-        if self._fatal is not None:
-            raise self._fatal
-        if self._closing:
-            raise StoreFatal("the durable dispatcher is closed")
-
-    def _enqueue(self, event: Event | None) -> asyncio.Future[None]:
-        if event is not None:
-            self._pending.append(event)
-        future = self._pending_future
-        if future is None:
-            future = self._pending_future = self._loop.create_future()
-        if self._inflight_future is None and not self._start_scheduled:
-            # Start the commit two turns on: every call of this turn, and of the next one
-            # (tasks whose step was already scheduled), joins the batch.
-            self._start_scheduled = True
-            self._loop.call_soon(self._loop.call_soon, self._start_commit)
-        return future
-
-    async def _wait_committed(self, seq: int) -> None:
-        while self._committed < seq and self._fatal is None:
-            future = self._inflight_future
-            if future is None or seq > self._inflight_last:
-                future = self._pending_future
-            if future is None:  # pragma: no cover - applied events are always queued
-                raise AssertionError("applied events without a pending batch")
-            await asyncio.wait([future])
-
-    def _take_snapshot(self, last: int) -> Snapshot | None:
-        due = (
-            self._force_snapshot
-            or last - self._snapshot_seq >= self._snapshot_every
-            or (
-                last > self._snapshot_seq
-                and time.monotonic() - self._snapshot_at >= self._snapshot_interval
-            )
-        )
-        if not due:
-            return None
-        self._force_snapshot = False
-        now = self._clock()
-        state = self._dispatcher.snapshot(now=now)
-        return Snapshot(seq=last, taken_at=now, state=state)
-
-    # The writer is a pipeline of callbacks, not a task: the writer thread hands each commit
-    # back with one call_soon_threadsafe, and that callback starts the next commit at once.
-    # A task awaiting run_in_executor needed four or five loop turns per commit, and with
-    # 2,000 connections a loop turn lasts a second (issue 21): commits lagged the requests.
-
-    def _start_commit(self) -> None:
-        self._start_scheduled = False
-        if self._fatal is not None or self._inflight_future is not None:
-            return
-        if self._pending_future is None:
-            return
-        batch, future = self._pending, self._pending_future
-        waiters, self._pending_waiters = self._pending_waiters, []
-        self._pending, self._pending_future = [], None
-        self._inflight_waiters = waiters
-        last = batch[-1].seq if batch else self._committed
-        try:
-            snap = self._take_snapshot(last)
-        except Exception as exc:  # a payload that cannot be snapshotted, say
-            snap = None
-            self._report_snapshot_error(exc)
-        self._inflight_future, self._inflight_last = future, last
-        self._idle.clear()
-        try:
-            self._executor.submit(self._commit, batch, snap, future, last)
-        except RuntimeError:  # pragma: no cover - closed: a call that raced aclose()
-            self._inflight_future = None
-            self._idle.set()
-            closed = StoreFatal("the durable dispatcher is closed")
-            for f in (future, *self._inflight_waiters):
-                if not f.done():
-                    f.set_exception(closed)
-                    f.exception()  # retrieved: its callers re-raise through _check_usable
-            self._inflight_waiters = []
-
-    def _commit(
-        self, batch: list[Event], snap: Snapshot | None, future: asyncio.Future[None], last: int
-    ) -> None:
-        """In the writer thread: append, then hand the outcome back to the loop."""
-        try:
-            self._store.append(batch, epoch=self._epoch, snapshot=snap)
-        except BaseException as exc:
-            outcome: Callable[[], None] = partial(self._failed, batch, last, future, exc)
-        else:
-            outcome = partial(self._committed_batch, last, snap, future)
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            self._loop.call_soon_threadsafe(outcome)
-
-    def _committed_batch(
-        self, last: int, snap: Snapshot | None, future: asyncio.Future[None]
-    ) -> None:
-        self._committed = last
-        if snap is not None:
-            self._snapshot_seq = last
-            self._snapshot_at = time.monotonic()
-        self._inflight_future = None
-        self._idle.set()
-        if not future.done():
-            future.set_result(None)
-        waiters, self._inflight_waiters = self._inflight_waiters, []
-        for waiter in waiters:
-            if not waiter.done():  # a caller cancelled meanwhile
-                waiter.set_result(None)
-        if self._pending_future is not None:
-            self._start_commit()  # the next batch leaves now, not after more loop turns
-
-    def _failed(
-        self, batch: list[Event], last: int, future: asyncio.Future[None], exc: BaseException
-    ) -> None:
-        if isinstance(exc, StoreFatal):
-            fatal = exc
-        else:  # whatever failed, the batch may not be on disk
-            fatal = CommitFailed(
-                f"{self._store.url}: committing events {batch[0].seq if batch else last}"
-                f"..{last} failed: {exc}; the process must stop and recover"
-            )
-            fatal.__cause__ = exc
-        self._idle.set()
-        self._die(fatal, future)
-
-    def _report_snapshot_error(self, exc: Exception) -> None:
-        # The journal still holds every event; only pruning is delayed. Try again later.
-        self._snapshot_at = time.monotonic()
-        self._loop.call_exception_handler(
-            {"message": f"prioqueue.store: snapshot skipped: {exc!r}", "exception": exc}
-        )
-
-    def _die(self, fatal: StoreFatal, future: asyncio.Future[None]) -> None:
-        self._fatal = fatal
-        for f in (future, self._pending_future):
-            if f is not None and not f.done():
-                f.set_exception(fatal)
-                f.exception()  # mark retrieved: every waiter re-raises through _check_usable
-        for waiter in (*self._inflight_waiters, *self._pending_waiters):
-            if not waiter.done():
-                waiter.set_exception(fatal)
-                waiter.exception()
-        self._pending_waiters, self._inflight_waiters = [], []
-        self._pending, self._pending_future = [], None
-        self._inflight_future = None
-        if self._on_fatal is not None:
-            try:
-                self._on_fatal(fatal)
-            except Exception as exc:  # the callback's own failure must not hide the fatal one
-                self._loop.call_exception_handler(
-                    {"message": "prioqueue.store: on_fatal raised", "exception": exc}
-                )
+            await writer.close()  # a commit in flight finishes (or fails) first

@@ -1,11 +1,14 @@
 """Which calls are journaled, and how a journal is replayed (private).
 
+An object's journaled operations are the methods its class declares with
+``prioqueue._journaled.journaled`` (:func:`declared_ops`); the store knows none by name.
 A dispatcher is rebuilt from a :class:`~prioqueue.store.Recovery` by restoring its snapshot
-with times kept as they were (``restore(state)`` without ``now``) and calling every later event
-again, by method name, with the same JSON arguments and the same ``now``. The core is
-deterministic, so the result is the state the crashed process had after its last committed
-event. An event that raises on replay means the journal and the code disagree: recovery
-stops with :class:`CorruptStore` rather than serving a state that never existed.
+with times kept as they were (``restore(state)`` without ``now``) and calling every later
+event again, by method name (a declared one, else the journal is corrupt), with the same
+JSON arguments and the same ``now``. The core is deterministic, so the result is the state
+the crashed process had after its last committed event. An event that raises on replay
+means the journal and the code disagree: recovery stops with :class:`CorruptStore` rather
+than serving a state that never existed.
 """
 
 from __future__ import annotations
@@ -14,38 +17,26 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
+from prioqueue._journaled import journaled_ops
 from prioqueue.store._base import Recovery
 from prioqueue.store._errors import CorruptStore
 
-__all__ = ["JOURNALED_OPS", "SKIPPED_WHEN_EMPTY", "Factory", "dispatcher_factory", "replay"]
+__all__ = ["Factory", "declared_ops", "dispatcher_factory", "replay"]
 
-#: Dispatcher methods whose calls change state, and so are journaled. ``SizeOneDispatcher``
-#: has ``submit``, ``dispatch``, ``complete``, ``cancel``, ``expire`` and
-#: ``set_resident_model``; the others are the fleet dispatcher's (``pop``, ``join``, ...) and
-#: job groups' (``fail``, ``cancel_group``, ``forget_group``).
-JOURNALED_OPS: frozenset[str] = frozenset(
-    {
-        "submit",
-        "dispatch",
-        "pop",
-        "complete",
-        "fail",
-        "cancel",
-        "expire",
-        "join",
-        "heartbeat",
-        "leave",
-        "set_resident_model",
-        "cancel_group",
-        "forget_group",
-    }
-)
 
-#: ``SizeOneDispatcher`` calls that change nothing when they return None or an empty list
-#: (``dispatch`` with nothing to grant, ``expire`` with nothing due): the durable wrapper
-#: answers them without journaling. Not so for a fleet: its ``expire`` can mark a silent
-#: worker timed out and still return ``[]``.
-SKIPPED_WHEN_EMPTY: frozenset[str] = frozenset({"dispatch", "expire"})
+def declared_ops(cls: type) -> tuple[frozenset[str], frozenset[str]]:
+    """The operations ``cls`` declares ``@journaled``: every name, and those skipped when empty.
+
+    The store journals exactly these calls and knows no class by name: a method is journaled
+    because its class marks it (``prioqueue._journaled``), not because the store lists it.
+    O(attributes of the MRO) the first time per class, then O(operations).
+
+    Returns:
+        ``(names, skip_when_empty)``: the journaled method names, and the subset whose None
+        or empty-list results changed nothing (answered without an event).
+    """
+    ops = journaled_ops(cls)
+    return frozenset(ops), frozenset(name for name, op in ops.items() if op.skip_when_empty)
 
 
 class Restorable(Protocol):
@@ -106,8 +97,8 @@ def replay(recovery: Recovery, factory: Callable[[Mapping[str, Any] | None], D])
         The dispatcher after the last event.
 
     Raises:
-        CorruptStore: The snapshot does not restore, an event names an unknown method, or an
-            event raises on replay.
+        CorruptStore: The snapshot does not restore, an event names a method the
+            dispatcher's class does not declare ``@journaled``, or an event raises on replay.
 
     Complexity: O(snapshot + events x the cost of each call).
     """
@@ -117,14 +108,16 @@ def replay(recovery: Recovery, factory: Callable[[Mapping[str, Any] | None], D])
     except (ValueError, TypeError, KeyError) as exc:
         where = "a fresh dispatcher" if snapshot is None else f"the snapshot at {snapshot.seq}"
         raise CorruptStore(f"cannot restore {where}: {exc}") from exc
+    declared = journaled_ops(type(dispatcher))
     for event in recovery.events:
-        if event.op not in JOURNALED_OPS and not event.op.isidentifier():
-            raise CorruptStore(f"event {event.seq} names an invalid method {event.op!r}")
-        method = getattr(dispatcher, event.op, None)
-        if method is None or event.op.startswith("_") or not callable(method):
+        if event.op not in declared:
+            if not event.op.isidentifier():
+                raise CorruptStore(f"event {event.seq} names an invalid method {event.op!r}")
             raise CorruptStore(
-                f"event {event.seq}: {type(dispatcher).__name__} has no method {event.op!r}"
+                f"event {event.seq}: {type(dispatcher).__name__} has no method {event.op!r} "
+                f"declared @journaled (it declares {', '.join(declared) or 'none'})"
             )
+        method = getattr(dispatcher, event.op)
         try:
             method(**event.args)
         except Exception as exc:

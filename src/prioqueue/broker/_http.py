@@ -1,0 +1,270 @@
+"""What the broker's route groups share: path and query types, API keys, errors, views.
+
+Private. The route modules (``_job_routes``, ``_worker_routes``, ``_client_routes``,
+``_dashboard``) and :mod:`prioqueue.broker.app` import these; none imports the app.
+
+* **Keys.** ``Authorization: Bearer KEY``: no or an unknown key is 401, a key of the wrong
+  role 403 (:data:`Submitter`, :data:`WorkerKey`, :data:`AnyKey`); a worker key acts only
+  as the worker ids its rule allows (:data:`ActingWorker`, :func:`acts_as`).
+* **Errors.** JSON ``{"error": message, "field": name}`` (:func:`install_handlers`); a
+  standby answers 503 with ``Retry-After`` and the leader's address.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from prioqueue._core import LEVEL_LIMIT
+from prioqueue.broker._records import JobRecord, Rejected
+from prioqueue.broker._waiters import MAX_WAIT
+from prioqueue.broker.config import BrokerConfig, BrokerKey
+from prioqueue.broker.engine import BrokerEngine
+from prioqueue.broker.models import ErrorBody, JobView, SubmitRequest
+from prioqueue.broker.service import Standby
+
+__all__ = [
+    "ERRORS",
+    "ID",
+    "MEMBER",
+    "PRIORITY_HEADER",
+    "WAIT",
+    "ActingWorker",
+    "AnyKey",
+    "Forbidden",
+    "Submitter",
+    "WorkerKey",
+    "acts_as",
+    "api_key",
+    "error_response",
+    "install_handlers",
+    "job_view",
+    "lifecycle_args",
+    "resolve_priority",
+    "whose",
+]
+
+ID = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f/]+$")]
+MEMBER = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=200,
+        description="Another member's group (a key with observer = true reads it, one with "
+        "admin = true also cancels it); default: the key's own member.",
+    ),
+]
+WAIT = Annotated[
+    float,
+    Query(
+        ge=0,
+        le=MAX_WAIT,
+        description="Long-poll: seconds (0..60) to wait for a change before answering.",
+    ),
+]
+PRIORITY_HEADER = Annotated[str | None, Header(max_length=64)]
+"""``X-LlamaSwap-Priority``: the level when the body gives none (the gateway's header)."""
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody} for code in (401, 403, 404, 408, 409, 413, 422, 429, 431, 503)
+}
+
+
+# Location parts that name a container or a union member rather than a field.
+_LOC_NOISE = frozenset(("body", "path", "int", "str", "float", "bool", "list", "dict", "none"))
+
+
+class Forbidden(Exception):
+    """An authorisation failure (401, 403) or a refused body (413), answered as JSON."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def error_response(
+    status: int, message: str, field: str | None = None, **headers: str
+) -> JSONResponse:
+    """The JSON error answer: ``{"error": message, "field": name}`` with ``headers``."""
+    return JSONResponse(
+        {"error": message, "field": field}, status_code=status, headers=headers or None
+    )
+
+
+def api_key(request: Request, authorization: str | None, role: str) -> BrokerKey:
+    """The configured key the ``Authorization`` header names, if it has ``role`` ("any": any).
+
+    Raises:
+        Forbidden: 401 no or an unknown key; 403 a key of another role.
+    """
+    if authorization is None:
+        raise Forbidden(401, "missing Authorization: Bearer <key>")
+    scheme, _, token = authorization.partition(" ")
+    keys = request.app.state.config.keys
+    key: BrokerKey | None = keys.get(token.strip()) if scheme.lower() == "bearer" else None
+    if key is None:
+        raise Forbidden(401, "unknown API key")
+    if role not in ("any", key.role):
+        raise Forbidden(403, f"this key's role is {key.role}; this route needs {role}")
+    return key
+
+
+async def _submitter_key(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> BrokerKey:
+    return api_key(request, authorization, "submitter")
+
+
+async def _worker_key(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> BrokerKey:
+    key = api_key(request, authorization, "worker")
+    worker = request.path_params.get("worker")
+    if worker is not None:  # every /v1/workers/{worker}/... route: pop, heartbeat, leave...
+        acts_as(key, worker)
+    return key
+
+
+async def _any_key(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> BrokerKey:
+    return api_key(request, authorization, "any")
+
+
+def acts_as(key: BrokerKey, worker: str) -> None:
+    """Refuse a worker key naming a worker id its rule does not allow (403)."""
+    if not key.may_act_as(worker):
+        raise Rejected(
+            403,
+            f"this worker key may act only as {key.worker_rule()}; not as worker {worker!r}",
+            field="worker",
+        )
+
+
+def _acting_worker(worker: ID, key: Annotated[BrokerKey, Depends(_worker_key)]) -> str:
+    return worker  # _worker_key checked it
+
+
+Submitter = Annotated[BrokerKey, Depends(_submitter_key)]
+WorkerKey = Annotated[BrokerKey, Depends(_worker_key)]
+AnyKey = Annotated[BrokerKey, Depends(_any_key)]
+ActingWorker = Annotated[str, Depends(_acting_worker)]
+"""The ``{worker}`` of the path, once the worker key may act as it (else 403). Any route with
+``{worker}`` in its path and a ``WorkerKey`` gets the same check."""
+
+
+def lifecycle_args(body: SubmitRequest) -> dict[str, Any]:
+    """The submit's lifecycle fields that are set (unset ones stay out of the journal)."""
+    args: dict[str, Any] = {
+        "ttl": body.ttl, "not_before": body.not_before, "max_attempts": body.max_attempts,
+        "backoff": None if body.backoff is None else body.backoff.model_dump(),
+    }  # fmt: skip
+    return {key: value for key, value in args.items() if value is not None}
+
+
+def job_view(
+    record: JobRecord,
+    position: int | None,
+    explanation: str | None,
+    engine_now: BrokerEngine | None = None,
+) -> JobView:
+    """A job's answer (``engine_now``: the engine that says until when it is delayed)."""
+    return JobView(
+        id=record.id, state=record.state, position=position, explanation=explanation,
+        result=record.result, priority=record.priority, model=record.model,
+        group=record.group, attempt=record.attempt, submitted_at=record.submitted_at,
+        finished_at=record.finished_at, expires_at=record.expires_at,
+        not_before=None if engine_now is None else engine_now.not_before(record),
+    )  # fmt: skip
+
+
+def whose(key: BrokerKey, member: str | None, *, cancel: bool) -> str:
+    """The member whose group a request names: the key's own, or ``?member=`` if it may (403)."""
+    own = key.member or ""
+    if member is None or member == own:
+        return own
+    if key.may_cancel(member) if cancel else key.may_read(member):
+        return member
+    flag = "admin = true" if cancel else "observer = true or admin = true"
+    verb = "cancels" if cancel else "reads"
+    raise Rejected(
+        403,
+        f"this key {verb} only member {own!r}'s groups; ?member= of another member needs "
+        f"{flag} on the key",
+        field="member",
+    )
+
+
+def resolve_priority(raw: str | int | None, key: BrokerKey, config: BrokerConfig) -> int:
+    """A submit's level: ``raw`` (body, else header) under the key's ceiling.
+
+    Raises:
+        Rejected: 422 a level outside the dispatcher's range.
+    """
+    priority = config.policy.parse(raw, ceiling=key.max_priority)
+    if not -LEVEL_LIMIT <= priority <= LEVEL_LIMIT:  # the dispatcher's range, else a 500
+        raise Rejected(
+            422,
+            f"priority must resolve to a level within +-{LEVEL_LIMIT} (the policy's minimum "
+            "applies when one is configured)",
+            field="priority",
+        )
+    return priority
+
+
+def install_handlers(app: FastAPI, retry: str) -> None:
+    """Answer refusals, auth failures, standbys and invalid requests as JSON errors."""
+
+    @app.exception_handler(Rejected)
+    async def rejected(_request: Request, exc: Rejected) -> JSONResponse:
+        headers = (
+            {"Retry-After": str(math.ceil(exc.retry_after))}
+            if exc.status in (429, 503) and exc.retry_after > 0
+            else {}
+        )
+        return error_response(exc.status, str(exc), exc.field, **headers)
+
+    @app.exception_handler(Forbidden)
+    async def forbidden(_request: Request, exc: Forbidden) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+        return error_response(
+            exc.status, str(exc), "Authorization" if exc.status < 413 else "body", **headers
+        )
+
+    @app.exception_handler(Standby)
+    async def standby(_request: Request, exc: Standby) -> JSONResponse:
+        headers = {"Retry-After": retry}
+        if exc.leader:
+            headers["X-Prioqueue-Leader"] = exc.leader
+        body = {"error": str(exc), "field": None, "leader": exc.leader}
+        return JSONResponse(body, status_code=503, headers=headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        field = "body" if exc.status_code == 400 else None  # 400: an unparseable body
+        return error_response(exc.status_code, str(exc.detail), field, **(exc.headers or {}))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        first: str | None = None
+        for error in exc.errors():
+            if error.get("type") == "json_invalid":  # loc is ("body", offset of the fault)
+                at = error.get("loc", ())[-1]
+                why = (error.get("ctx") or {}).get("error", "")
+                first = first or "body"
+                problems.append(f"body: not valid JSON at character {at}: {why}".rstrip(": "))
+                continue
+            loc = [
+                str(part)
+                for part in error.get("loc", ())
+                if part not in _LOC_NOISE and "[" not in str(part)
+            ]
+            name = ".".join(loc) or "body"
+            first = first or name
+            problems.append(f"{name}: {error.get('msg', 'invalid')}")
+        return error_response(422, "; ".join(problems), first)

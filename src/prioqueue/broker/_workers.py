@@ -1,0 +1,243 @@
+"""The broker's worker operations: pops, grants, reports, liveness and leaving (private).
+
+Functions over :class:`~prioqueue.broker._state.EngineState`, called by the journaled
+methods of :class:`~prioqueue.broker.engine.BrokerEngine` (which keep time and count the
+operation). Each refuses (:class:`~prioqueue.broker._records.Rejected`) before it changes
+anything. Complexity: the fleet dispatcher's O(log n + M) per call, plus O(size of a result)
+to measure it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from prioqueue.broker._records import JobRecord, PopResult, Rejected, check_types, now_past
+from prioqueue.broker._state import EngineState
+
+__all__ = [
+    "complete",
+    "fail",
+    "forget_silent",
+    "fresh_worker",
+    "heartbeat",
+    "leave",
+    "liveness_due",
+    "pop",
+    "quiet_pop",
+    "refresh",
+]
+
+
+def join(state: EngineState, now: float, worker: str, spec: dict[str, Any]) -> None:
+    """The worker joins the fleet with ``spec``, or (unchanged) says it is alive. O(log n)."""
+    if state.workers.get(worker) != spec:
+        state.fleet.join(worker, now=now, **spec)
+        state.workers[worker] = spec
+    else:
+        state.fleet.heartbeat(worker, now=now)
+
+
+def granted(state: EngineState, worker: str, grant: Any, now: float) -> JobRecord:
+    """Record the fleet's grant on the job's record; returns a copy of the record."""
+    record = state.jobs[grant.job.id]
+    record.state = "running"
+    record.attempt = grant.attempt
+    record.worker = worker
+    lease = grant.lease
+    record.lease_seconds = lease.seconds
+    record.deadline = lease.deadline
+    record.granted_at = now
+    return attrs.evolve(record)
+
+
+def pop(state: EngineState, now: float, worker: str, spec: dict[str, Any]) -> PopResult:
+    """``BrokerEngine.pop``: join or refresh the worker, then grant it its next job."""
+    check_types(
+        "pop", worker=(worker, str), models=(spec["models"], (list, type(None))),
+        resident=(spec["resident"], (str, type(None))), slots=(spec["slots"], int),
+        slow=(spec["slow"], (bool,)),
+    )  # fmt: skip
+    join(state, now, worker, spec)
+    state._touch(worker, now)
+    grant = state.fleet.pop(worker, now=now)
+    if grant is None:
+        reasons = state.fleet.idle_reasons(worker, now=now)
+        return PopResult(None, {str(k): int(v) for k, v in reasons.items() if v})
+    return PopResult(granted(state, worker, grant, now), {})
+
+
+def fresh_worker(state: EngineState, worker: str, spec: Mapping[str, Any], now: float) -> Any:
+    """The fleet's worker when a pop need not refresh or update it, else None. O(1)."""
+    if state.workers.get(worker) != spec:
+        return None
+    known = state.fleet._workers.get(worker)  # the core's worker record (last_seen, held)
+    timeout = state.config.worker_timeout_seconds
+    if known is None or known.timed_out:
+        return None
+    if timeout is not None and now - known.last_seen >= timeout / 2:
+        return None
+    return known
+
+
+def quiet_pop(state: EngineState, now: float, worker: str, fresh: Any) -> PopResult | None:
+    """A fresh worker's pop: a grant, or None with the state exactly as it was. O(1) idle.
+
+    Args:
+        state: The engine.
+        now: The time (not before the engine's).
+        worker: The worker's name.
+        fresh: Its record in the fleet (:func:`fresh_worker`).
+    """
+    if len(fresh.held) >= fresh.slots or len(state.fleet) == 0:
+        return None
+    seen, clock = fresh.last_seen, state.fleet._now
+    grant = state.fleet.pop(worker, now=now)
+    if grant is None:
+        # As if the pop never happened: the worker's last word and the fleet's clock
+        # (reads pass the engine's time, which a skipped pop does not advance).
+        fresh.last_seen = seen
+        state.fleet._now = clock
+        return None
+    state.now = now
+    return PopResult(granted(state, worker, grant, now), {})
+
+
+def liveness_due(state: EngineState, worker: str) -> float | None:
+    """When a waiting ``worker``'s liveness must next be journaled (None: never). O(1)."""
+    timeout = state.config.worker_timeout_seconds
+    known = state.fleet._workers.get(worker)
+    if timeout is None or known is None:
+        return None
+    return float(known.last_seen) + timeout / 2
+
+
+def _held(state: EngineState, op: str, job_id: str, worker: str, attempt: int) -> JobRecord:
+    """The record of the job ``worker`` holds at ``attempt``, or why it does not (404, 409)."""
+    check_types(op, job_id=(job_id, str), worker=(worker, str), attempt=(attempt, int))
+    record = state.jobs.get(job_id)
+    if record is None:
+        raise Rejected(404, f"no job {job_id!r}", field="id")
+    if record.state != "running":
+        raise Rejected(
+            409, f"job {job_id!r} is {record.state}, not running on {worker!r}", field="id"
+        )
+    if record.worker != worker or record.attempt != attempt:
+        raise Rejected(
+            409,
+            f"job {job_id!r} is held by another grant (worker/attempt do not match the "
+            "current one); this worker lost it",
+            field="worker" if record.worker != worker else "attempt",
+        )
+    if record.deadline is not None and now_past(state.now, record.deadline):
+        raise Rejected(409, f"job {job_id!r}: the lease ran out; it is being requeued")
+    return record
+
+
+def _check_result(state: EngineState, result: Any) -> None:
+    size = len(json.dumps(result, separators=(",", ":")).encode())
+    if size > state.config.result_max_bytes:
+        raise Rejected(
+            413,
+            f"result is {size} bytes, over result_max_bytes={state.config.result_max_bytes}",
+            field="result",
+        )
+
+
+def complete(
+    state: EngineState, now: float, job_id: str, worker: str, attempt: int, result: Any
+) -> JobRecord:
+    """``BrokerEngine.complete``: the holder finished the job."""
+    record = _held(state, "complete", job_id, worker, attempt)
+    _check_result(state, result)
+    state.fleet.complete(job_id, now=now, worker=worker)
+    state._touch(worker, now)
+    state._finish(record, "done", result, now)
+    return attrs.evolve(record)
+
+
+def fail(
+    state: EngineState,
+    now: float,
+    job_id: str,
+    worker: str,
+    attempt: int,
+    result: Any,
+    retry: bool,
+) -> JobRecord:
+    """``BrokerEngine.fail``: the holder gave up on the job (``retry``: queue it again)."""
+    record = _held(state, "fail", job_id, worker, attempt)
+    _check_result(state, result)
+    state.fleet.fail(job_id, now=now, worker=worker, retry=retry)  # its group counts it
+    state._touch(worker, now)
+    if job_id in state.fleet:  # requeued: still unfinished, its bytes stay counted
+        state.counts["retried"] += 1
+        record.state = "queued"
+        record.worker = None
+        record.deadline = None
+        record.result = result
+        return attrs.evolve(record)
+    state._finish(record, "failed", result, now)
+    return attrs.evolve(record)
+
+
+def heartbeat(
+    state: EngineState, now: float, worker: str, resident: str | None
+) -> list[dict[str, Any]]:
+    """``BrokerEngine.heartbeat``: the worker is alive; the jobs it holds."""
+    spec = state.workers.get(worker)
+    if spec is None:
+        raise Rejected(404, f"no worker {worker!r} (pop once to join)", field="worker")
+    if resident is not None and spec["resident"] != resident:
+        join(state, now, worker, {**spec, "resident": resident})
+    else:
+        state.fleet.heartbeat(worker, now=now)
+    state._touch(worker, now)
+    held = [r for r in state.jobs.values() if r.worker == worker and r.state == "running"]
+    held.sort(key=lambda r: int(r.id.rpartition("-")[2]))
+    return [{"id": r.id, "attempt": r.attempt, "deadline": r.deadline} for r in held]
+
+
+def refresh(state: EngineState, now: float, workers: list[str]) -> int:
+    """``BrokerEngine.refresh``: waiting workers are alive; how many were known."""
+    count = 0
+    for name in workers:
+        if name in state.workers:
+            state.fleet.heartbeat(name, now=now)
+            count += 1
+    return count
+
+
+def leave(state: EngineState, now: float, worker: str) -> list[str]:
+    """``BrokerEngine.leave``: the worker's jobs go back to the heads of their lanes."""
+    if worker not in state.workers:
+        raise Rejected(404, f"no worker {worker!r} (pop once to join)", field="worker")
+    requeued = [job.id for job in state.fleet.leave(worker, now=now)]
+    for job_id in requeued:
+        record = state.jobs[job_id]
+        record.state = "queued"
+        record.worker = None
+        record.deadline = None
+    del state.workers[worker]
+    return requeued
+
+
+def forget_silent(state: EngineState, now: float) -> None:
+    """Forget workers silent for ``forget_workers_seconds`` (one holding a job is kept).
+
+    Complexity: O(f log n) for f workers forgotten or looked at.
+    """
+    horizon = now - state.config.forget_workers_seconds
+    while state.seen:
+        worker, seen = next(iter(state.seen.items()))
+        if seen > horizon:
+            return
+        if worker in state.workers and state.fleet.worker(worker).held:
+            state._touch(worker, now)
+            continue
+        del state.seen[worker]
+        if state.workers.pop(worker, None) is not None:
+            state.fleet.leave(worker, now=now)
