@@ -1,8 +1,8 @@
-"""Serving the broker with the shared connection hygiene of :mod:`prioqueue._serving`.
+"""Serving the broker with the shared connection hygiene of :mod:`prioqueue._service.serving`.
 
 Theory of operation
 -------------------
-The broker maps its ``[connections]`` table onto :class:`prioqueue._serving.ConnectionLimits`
+The broker maps its ``[connections]`` table onto :class:`prioqueue._service.serving.ConnectionLimits`
 (the gateway does the same with its ``[limits]``) and serves with the same hardened uvicorn
 protocol: the headers of each request must arrive within ``header_timeout`` (an idle or
 slow-header connection is closed), header bytes are counted as they arrive and one header over
