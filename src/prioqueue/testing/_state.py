@@ -2,8 +2,8 @@
 
 Plain mutable records (entries, lanes, held jobs, workers, offers, counters) and ``_Book``,
 the base class that finds jobs and workers in them by scanning: nothing here is indexed, so
-nothing can be out of date. The rules live in ``_reference_rules``, the public calls in
-``_reference_fleet``.
+nothing can be out of date. The rules live in ``_rules``, the public calls in
+``_fleet``.
 """
 
 from __future__ import annotations

@@ -12,8 +12,11 @@ from collections.abc import Callable
 
 import attrs
 
+from prioqueue._engine import LEAST_SERVED
 from prioqueue._errors import LeaseError
-from prioqueue._reference_state import (
+from prioqueue.lease import ImageRequest, Lease, LeaseCalculator
+from prioqueue.records import Job, LevelStats, MemberStats, Reorders, Stats, WorkerInfo
+from prioqueue.testing._state import (
     DEFAULT_EXPECTED_RUNTIME,
     RECENT_RUNTIMES,
     _Book,
@@ -23,8 +26,6 @@ from prioqueue._reference_state import (
     _Offer,
     _Worker,
 )
-from prioqueue.lease import ImageRequest, Lease, LeaseCalculator
-from prioqueue.records import Job, LevelStats, MemberStats, Reorders, Stats, WorkerInfo
 
 __all__: list[str] = []  # private module
 
@@ -202,6 +203,34 @@ class _Rules(_Book):
             if eligible is None or any(entry is other for other in eligible):
                 return entry
         return None
+
+    def _least_served(self, offers: list[_Offer], level: int) -> _Offer | None:
+        """The offer a crossing or a deferral takes at ``level``, or None.
+
+        Of the ``LEAST_SERVED`` offers at the level with the smallest ``s`` (ties: the lane made
+        first; without fair share each job is a lane: by arrival, then seq), the one with the
+        highest key (ties by ``s``, then the tie seq).
+        """
+        there = [o for o in offers if o.level == level]  # offers come in lane creation order
+        if self._fair_share:
+            there.sort(key=lambda o: o.s)  # stable: the lane made first stays first
+        else:
+            there.sort(key=lambda o: (o.s, o.entry.job.seq))
+        if not there:
+            return None
+        return min(there[:LEAST_SERVED], key=lambda o: (-self._key(o), o.s, o.tie))
+
+    def _starving_level(self, top: int) -> int:
+        """The level a crossing serves: that of the queued job below ``top`` that waited longest.
+
+        That is the highest ``level - arrival / d``; ties by arrival, then seq.
+        """
+        d = self._scorer.config.aging_divisor
+        jobs = [entry.job for entry in self._queued() if entry.job.priority < top]
+        oldest = min(
+            jobs, key=lambda job: (-(job.priority - job.arrival / d), job.arrival, job.seq)
+        )
+        return oldest.priority
 
     def _key(self, offer: _Offer) -> float:
         d = self._scorer.config.aging_divisor

@@ -1,126 +1,29 @@
-"""Helpers for testing code that uses prioqueue: a manual clock and reference dispatchers.
+"""``ReferenceDispatcher``: the reference fleet of one worker behind the size-one API (private).
 
-Theory of operation
--------------------
-:class:`ManualClock` is time you control: it only moves when a test calls :meth:`~ManualClock.
-advance` or :meth:`~ManualClock.jump_to`, never backwards, so tests of waits and leases take no
-real time. It is a zero-argument callable returning a float, so it can stand wherever a
-``clock`` callable is expected (the asyncio adapter's, for one).
-
-:class:`ReferenceFleet` (defined in ``prioqueue._reference_fleet``) is a brute-force model of
-:class:`~prioqueue.fleet.FleetDispatcher` written straight from the design note
-(``docs/design/fleet.md``). It keeps plain lists and recomputes every lane's offer and key from
-scratch at every pop: no heaps, no lazy deletion, no cached keys. It is slow (every pop is O(n)
-in the queued jobs) and meant to be obviously right, so that random tests can drive both
-dispatchers side by side and compare every decision.
-
-:class:`ReferenceDispatcher` is the same model seen through
-:class:`~prioqueue.dispatcher.SizeOneDispatcher`'s API: a ``ReferenceFleet`` of one worker
-(one slot, every model, no timeout, no warm hold) that is never removed, exactly as
-``SizeOneDispatcher`` is a ``FleetDispatcher`` of one (one algorithm, one reference model).
-``dispatch`` is that worker's ``pop``; its grants and expiries name no worker.
-
-Only the decisions and the statistics are modelled; ``explain``, ``forecast`` and snapshots are
-not. Argument validation is minimal, but every error the tests compare (unknown ids, wrong
-states, expired leases, duplicates, full queues, time going backwards) raises the same
-exception type as the real dispatchers.
+See ``prioqueue.testing`` for the theory of operation.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import attrs
 
 from prioqueue._core import DEFAULT_CROSSING_SHARE
-from prioqueue._reference_fleet import ReferenceFleet
 from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
 from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Completed, Expired, Grant, Job, JobState, Stats, Ticket
 from prioqueue.scoring import Scorer
+from prioqueue.testing._fleet import ReferenceFleet
 
-__all__ = ["ManualClock", "ReferenceDispatcher", "ReferenceFleet"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
+    from prioqueue._spec import SubmitOptions
 
-class ManualClock:
-    """A monotonic clock that moves only when told to.
-
-    Example:
-        >>> clock = ManualClock(start=100.0)
-        >>> clock.advance(2.5)
-        102.5
-        >>> clock()
-        102.5
-
-    Args:
-        start: The initial reading in seconds (default 0.0); finite.
-
-    Raises:
-        ValueError: ``start`` is not finite.
-    """
-
-    __slots__ = ("_now",)
-
-    def __init__(self, start: float = 0.0) -> None:
-        self._now = _finite("start", start)
-
-    def now(self) -> float:
-        """Return the current reading in seconds. O(1)."""
-        return self._now
-
-    def __call__(self) -> float:
-        """Return the current reading: the clock is a zero-argument callable. O(1)."""
-        return self._now
-
-    def advance(self, seconds: float) -> float:
-        """Move the clock forward.
-
-        Args:
-            seconds: How far to move; finite and >= 0.
-
-        Returns:
-            The new reading.
-
-        Raises:
-            ValueError: ``seconds`` is negative or not finite.
-        """
-        step = _finite("seconds", seconds)
-        if step < 0:
-            raise ValueError(f"a clock never goes backwards: advance({seconds!r})")
-        self._now += step
-        return self._now
-
-    def jump_to(self, t: float) -> float:
-        """Set the clock to ``t``, which must not be earlier than the current reading.
-
-        Args:
-            t: The new reading; finite and >= :meth:`now`.
-
-        Returns:
-            The new reading.
-
-        Raises:
-            ValueError: ``t`` is earlier than the current reading, or not finite.
-        """
-        target = _finite("t", t)
-        if target < self._now:
-            raise ValueError(f"a clock never goes backwards: jump_to({t!r}) at {self._now!r}")
-        self._now = target
-        return self._now
-
-    def __repr__(self) -> str:
-        return f"ManualClock({self._now!r})"
-
-
-def _finite(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return float(value)
+__all__ = ["ReferenceDispatcher"]
 
 
 class ReferenceDispatcher:
@@ -231,36 +134,10 @@ class ReferenceDispatcher:
         self._fleet._set_resident(self._WORKER, model)
 
     def submit(
-        self,
-        job_id: str,
-        *,
-        member: str,
-        priority: int | str | bytes | None = 0,
-        tier: str = "free",
-        model: str | None = None,
-        estimate: float | None = None,
-        payload: Any = None,
-        now: float,
-        ttl: float | None = None,
-        not_before: float | None = None,
-        max_attempts: int | None = None,
-        backoff: Backoff | None = None,
+        self, job_id: str, *, member: str, now: float, **options: Unpack[SubmitOptions]
     ) -> Ticket:
-        """Queue a job (see :meth:`ReferenceFleet.submit`)."""
-        return self._fleet.submit(
-            job_id,
-            member=member,
-            priority=priority,
-            tier=tier,
-            model=model,
-            estimate=estimate,
-            payload=payload,
-            now=now,
-            ttl=ttl,
-            not_before=not_before,
-            max_attempts=max_attempts,
-            backoff=backoff,
-        )
+        """Queue a job (the options and errors of :meth:`ReferenceFleet.submit`)."""
+        return self._fleet.submit(job_id, member=member, now=now, **options)
 
     def fail(self, job_id: str, *, now: float, retry: bool = False) -> Job:
         """Fail a job, or retry the running one (see :meth:`ReferenceFleet.fail`)."""
