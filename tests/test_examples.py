@@ -71,20 +71,20 @@ def test_quoted_output_is_current(page: str, script: str, quoted: str) -> None:
     assert result.stdout == quoted, f"{page} quotes an outdated output of {script}"
 
 
-def test_azure_trace_names_a_missing_file_in_one_line(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "examples" / "azure_trace.py"),
-            str(tmp_path / "nope.csv"),
-            "-",
-        ],
+def _azure_trace(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``examples/azure_trace.py`` with ``args``."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "azure_trace.py"), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
         check=False,
     )
+
+
+def test_azure_trace_names_a_missing_file_in_one_line(tmp_path: Path) -> None:
+    result = _azure_trace(str(tmp_path / "nope.csv"), "-")
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert "nope.csv: No such file or directory" in result.stderr
@@ -93,15 +93,7 @@ def test_azure_trace_names_a_missing_file_in_one_line(tmp_path: Path) -> None:
 def test_azure_trace_refuses_a_param_without_a_value(tmp_path: Path) -> None:
     source = tmp_path / "trace.csv"
     source.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n", encoding="utf-8")
-    script = str(ROOT / "examples" / "azure_trace.py")
-    result = subprocess.run(
-        [sys.executable, script, str(source), "-", "--param", "seed"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    result = _azure_trace(str(source), "-", "--param", "seed")
     assert result.returncode == 2
     assert "--param takes KEY=VALUE, got 'seed'" in result.stderr
     assert "Traceback" not in result.stderr
