@@ -29,9 +29,17 @@ from typing import Any, ClassVar
 from unittest import TestCase
 
 import attrs
+import pytest
 from hypothesis import HealthCheck, note, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from prioqueue.dispatcher import ChargeModel
 from prioqueue.lifecycle import Backoff, LevelBudget
@@ -53,6 +61,22 @@ def settings_for(examples: int, steps: int) -> settings:
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     )
+
+
+def long_hunts(*machines: type[RuleBasedStateMachine], examples: int, steps: int) -> Any:
+    """A ``slow`` test (``nox -s slow``) that runs each of ``machines`` ``examples`` times.
+
+    The default run of each machine is short (``nox`` stays under ten minutes); this is the long
+    hunt for rare sequences, one parametrised case per machine.
+    """
+    hunt = settings(settings_for(examples, steps), max_examples=examples)
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("machine", machines, ids=[m.__name__ for m in machines])
+    def test_long_hunt(machine: type[RuleBasedStateMachine]) -> None:
+        run_state_machine_as_test(machine, settings=hunt)
+
+    return test_long_hunt
 
 
 def norm(value: Any) -> Any:

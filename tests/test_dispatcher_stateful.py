@@ -33,15 +33,16 @@ from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.records import Job, Stats
 from prioqueue.scoring import Scorer
 from prioqueue.testing import ReferenceDispatcher
-from stateful_support import Comparison, as_test, half_runtime, norm, settings_for
+from stateful_support import Comparison, as_test, half_runtime, long_hunts, norm, settings_for
 from strategies import (
     dispatcher_models,
     dispatcher_runtimes,
     time_steps,
 )
 
-#: Examples per state machine (``PRIOQUEUE_STATEFUL_EXAMPLES`` sets a longer hunt).
-SETTINGS = settings_for(examples=60, steps=50)
+#: Examples per state machine in the default run (``PRIOQUEUE_STATEFUL_EXAMPLES`` changes it);
+#: ``test_long_hunt`` (``-m slow``) runs each machine longer.
+SETTINGS = settings_for(examples=20, steps=50)
 
 BACKOFFS = (None, Backoff(), Backoff(kind="exponential", base=16.0, max=64.0, jitter=True))
 BUDGETS = (
@@ -195,3 +196,13 @@ TestWithoutFairShare = as_test(WithoutFairShare, SETTINGS)
 TestCountCharge = as_test(CountCharge, SETTINGS)
 TestEstimateChargeWithLimits = as_test(EstimateChargeWithLimits, SETTINGS)
 TestCallableCharge = as_test(CallableCharge, SETTINGS)
+
+test_long_hunt = long_hunts(
+    DispatcherComparison,
+    WithoutFairShare,
+    CountCharge,
+    EstimateChargeWithLimits,
+    CallableCharge,
+    examples=150,
+    steps=50,
+)

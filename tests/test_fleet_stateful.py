@@ -51,15 +51,24 @@ from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.records import Grant, Job, Stats, WorkerInfo
 from prioqueue.scoring import Scorer
 from prioqueue.testing import ReferenceFleet
-from stateful_support import Comparison, Submission, as_test, half_runtime, norm, settings_for
+from stateful_support import (
+    Comparison,
+    Submission,
+    as_test,
+    half_runtime,
+    long_hunts,
+    norm,
+    settings_for,
+)
 from strategies import (
     DISPATCHER_MODELS,
     dispatcher_runtimes,
     time_steps,
 )
 
-#: Examples per state machine (``PRIOQUEUE_STATEFUL_EXAMPLES`` sets a longer hunt).
-SETTINGS = settings_for(examples=100, steps=40)
+#: Examples per state machine in the default run (``PRIOQUEUE_STATEFUL_EXAMPLES`` changes it);
+#: ``test_fleet_long_hunt`` and ``test_long_hunt`` (``-m slow``) run them longer.
+SETTINGS = settings_for(examples=25, steps=40)
 
 BACKOFFS = (
     None,
@@ -442,6 +451,15 @@ TestFleet = as_test(FleetComparison, SETTINGS)
 TestFleetWithoutFairShare = as_test(WithoutFairShare, SETTINGS)
 TestFleetCountChargeWithLimits = as_test(CountChargeWithLimits, SETTINGS)
 TestFleetCallableChargeOneArgumentLease = as_test(CallableChargeOneArgumentLease, SETTINGS)
+
+
+test_long_hunt = long_hunts(
+    WithoutFairShare,
+    CountChargeWithLimits,
+    CallableChargeOneArgumentLease,
+    examples=100,
+    steps=40,
+)
 
 
 @pytest.mark.slow
