@@ -6,12 +6,11 @@ See ``prioqueue.testing`` for the theory of operation.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import attrs
 
-from prioqueue._core import DEFAULT_CROSSING_SHARE
-from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
+from prioqueue.dispatcher import ChargeModel
 from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Completed, Expired, Grant, Job, JobState, Stats, Ticket
@@ -24,6 +23,26 @@ if TYPE_CHECKING:
     from prioqueue._spec import SubmitOptions
 
 __all__ = ["ReferenceDispatcher"]
+
+
+class SizeOneOptions(TypedDict, total=False):
+    """The keyword arguments ``ReferenceDispatcher`` takes: ``SizeOneDispatcher``'s.
+
+    Each defaults to ``ReferenceFleet``'s (and ``SizeOneDispatcher``'s) default.
+    """
+
+    policy: PriorityPolicy | None
+    charge: ChargeModel
+    lease_for: Callable[[Job], float] | None
+    max_queued: int | None
+    max_queued_per_member: int | None
+    max_attempts: int
+    fair_share: bool
+    track_reorders: bool
+    crossing_share: float
+    wait_buckets: Sequence[float]
+    budgets: Mapping[int, LevelBudget] | None
+    backoff: Backoff | None
 
 
 class ReferenceDispatcher:
@@ -47,42 +66,18 @@ class ReferenceDispatcher:
         wait_buckets: Upper bounds of the grant-wait histogram (``inf`` is appended).
         budgets: ``{level: LevelBudget}`` (docs/design/lifecycle.md).
         backoff: The retry delays of ``fail(retry=True)`` for jobs without their own.
+
+    Raises:
+        TypeError: An option ``SizeOneDispatcher`` does not take.
     """
 
     _WORKER = "default"
 
-    def __init__(
-        self,
-        scorer: Scorer | None = None,
-        *,
-        policy: PriorityPolicy | None = None,
-        charge: ChargeModel = "runtime",
-        lease_for: Callable[[Job], float] | None = None,
-        max_queued: int | None = None,
-        max_queued_per_member: int | None = None,
-        max_attempts: int = 3,
-        fair_share: bool = True,
-        track_reorders: bool = True,
-        crossing_share: float = DEFAULT_CROSSING_SHARE,
-        wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
-        budgets: Mapping[int, LevelBudget] | None = None,
-        backoff: Backoff | None = None,
-    ) -> None:
-        self._fleet = ReferenceFleet(
-            scorer,
-            policy=policy,
-            charge=charge,
-            lease_for=lease_for,
-            max_queued=max_queued,
-            max_queued_per_member=max_queued_per_member,
-            max_attempts=max_attempts,
-            fair_share=fair_share,
-            track_reorders=track_reorders,
-            crossing_share=crossing_share,
-            wait_buckets=wait_buckets,
-            budgets=budgets,
-            backoff=backoff,
-        )
+    def __init__(self, scorer: Scorer | None = None, **options: Unpack[SizeOneOptions]) -> None:
+        unknown = sorted(set(options) - set(SizeOneOptions.__annotations__))
+        if unknown:
+            raise TypeError(f"ReferenceDispatcher() got unexpected keyword argument(s) {unknown}")
+        self._fleet = ReferenceFleet(scorer, **options)
         self._fleet._add_fixed_worker(self._WORKER)
 
     @property

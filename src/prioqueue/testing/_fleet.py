@@ -56,7 +56,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
 from prioqueue._core import DEFAULT_CROSSING_SHARE
-from prioqueue._errors import DuplicateJob, LeaseExpired, UnknownJob
+from prioqueue._errors import DuplicateJob, LeaseExpired
 from prioqueue._spec import check_options
 from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
 from prioqueue.lifecycle import Backoff, LevelBudget
@@ -407,16 +407,9 @@ class ReferenceFleet(_Workers):
         """
         now = self._time(now)
         with self._commit(now):
-            found = self._find(job_id)
-            if found is None:
-                raise UnknownJob(f"unknown job {job_id!r}")
-            job, state = found
+            job, state = self._found(job_id)
             if state == "running":
-                held = self._held_for(job_id, worker)
-                seen = self._workers[held.worker].last_seen
-                self._finish(held, now - held.grant.granted_at, now)
-                if worker is None:  # a client's cancel is no word from the worker
-                    self._workers[held.worker].last_seen = seen
+                self._end_run(job_id, worker, now)
             else:
                 self._drop_queued(job)
             self._counts["cancelled"] += 1

@@ -191,16 +191,9 @@ class _ReferenceLifecycle(_Rules):
         with self._commit(now):
             if not isinstance(retry, bool):
                 raise ValueError(f"retry must be a bool, got {retry!r}")
-            found = self._find(job_id)
-            if found is None:
-                raise UnknownJob(f"unknown job {job_id!r}")
-            job, state = found
+            job, state = self._found(job_id)
             if state == "running":
-                held = self._held_for(job_id, worker)
-                seen = self._workers[held.worker].last_seen
-                self._finish(held, now - held.grant.granted_at, now)
-                if worker is None:  # a client's fail is no word from the worker
-                    self._workers[held.worker].last_seen = seen
+                held = self._end_run(job_id, worker, now)
                 limit = job.max_attempts or self._max_attempts
                 if retry and held.grants < limit:
                     backoff = job.backoff or self._backoff

@@ -357,6 +357,18 @@ class _Rules(_Book):
             )
         return float(charge)
 
+    def _end_run(self, job_id: str, worker: str | None, now: float) -> _Held:
+        """Finish a held job's run as a cancel or a failure does: charged for the time held.
+
+        Only a call naming the holder counts as word from it (its ``last_seen``).
+        """
+        held = self._held_for(job_id, worker)
+        seen = self._workers[held.worker].last_seen
+        self._finish(held, now - held.grant.granted_at, now)
+        if worker is None:  # a client's call is no word from the worker
+            self._workers[held.worker].last_seen = seen
+        return held
+
     def _finish(self, held: _Held, runtime: float, now: float) -> float:
         """Free a held job and correct its lane (complete, or cancel); return the charge."""
         job = held.grant.job

@@ -278,10 +278,7 @@ class _Book:
         Raises:
             UnknownJob: The id is neither queued nor held.
         """
-        found = self._find(job_id)
-        if found is None:
-            raise UnknownJob(f"unknown job {job_id!r}")
-        return found[0]
+        return self._found(job_id)[0]
 
     def state(self, job_id: str) -> JobState:
         """Return ``"queued"`` or ``"running"`` (held by a worker).
@@ -295,10 +292,7 @@ class _Book:
         Raises:
             UnknownJob: The id is neither queued nor held.
         """
-        found = self._find(job_id)
-        if found is None:
-            raise UnknownJob(f"unknown job {job_id!r}")
-        return found[1]
+        return self._found(job_id)[1]
 
     def holder(self, job_id: str) -> str | None:
         """Return the name of the worker holding ``job_id``, or None when it is queued.
@@ -312,8 +306,7 @@ class _Book:
         Raises:
             UnknownJob: The id is neither queued nor held.
         """
-        if self._find(job_id) is None:
-            raise UnknownJob(f"unknown job {job_id!r}")
+        self._found(job_id)
         held = self._held_by_id(job_id)
         return None if held is None else held.worker
 
@@ -432,6 +425,13 @@ class _Book:
             if entry.job.id == job_id:
                 return entry.job, "queued"
         return None
+
+    def _found(self, job_id: str) -> tuple[Job, JobState]:
+        """``_find``, or ``UnknownJob`` when the id is neither queued nor held."""
+        found = self._find(job_id)
+        if found is None:
+            raise UnknownJob(f"unknown job {job_id!r}")
+        return found
 
     def _held_for(self, job_id: str, worker: str | None) -> _Held:
         """The held job ``job_id``, reported by ``worker`` (None: whoever holds it)."""
