@@ -71,6 +71,7 @@ def tests(session: nox.Session) -> None:
         "not slow",
         "--ignore=tests/test_examples.py",
         "--ignore=tests/ui/test_ui_browser.py",
+        "--durations=15",  # where the time goes: the budget is ten minutes for all of nox
         "--cov=prioqueue",
         "--cov-report=term-missing:skip-covered",
         "--cov-fail-under=95",
