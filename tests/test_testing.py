@@ -6,11 +6,13 @@ The models' decisions are checked against the real dispatchers by the stateful h
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytest
 
 import prioqueue.testing
+from prioqueue import FleetDispatcher, SizeOneDispatcher
 from prioqueue.testing import ManualClock, ReferenceDispatcher, ReferenceFleet
 
 
@@ -18,6 +20,17 @@ def test_the_public_names_are_the_three_helpers() -> None:
     assert prioqueue.testing.__all__ == ["ManualClock", "ReferenceDispatcher", "ReferenceFleet"]
     for name in prioqueue.testing.__all__:
         assert getattr(prioqueue.testing, name).__module__.startswith("prioqueue.testing.")
+
+
+@pytest.mark.parametrize(
+    ("model", "real"), [(ReferenceFleet, FleetDispatcher), (ReferenceFleet, SizeOneDispatcher)]
+)
+def test_the_models_defaults_are_the_dispatchers(model: type, real: type) -> None:
+    """The models keep their own copy of the defaults (the crossing share among them)."""
+    mine = inspect.signature(model).parameters
+    for name, parameter in inspect.signature(real).parameters.items():
+        if name in mine and parameter.default is not inspect.Parameter.empty:
+            assert mine[name].default == parameter.default, name
 
 
 def test_the_reference_dispatcher_takes_only_the_size_one_options() -> None:

@@ -33,8 +33,9 @@ in them), ``_rules`` (offers, keys, charges, leases, statistics), ``_lifecycle``
 delays, retries, budgets), ``_workers`` (join, heartbeat, leave, idle reasons) and ``_fleet``
 (``ReferenceFleet``: submit, pop, complete, cancel, expire); ``_dispatcher`` puts the size-one
 API over a fleet of one, and ``_clock`` holds ``ManualClock``. The models read the core's
-public modules and two of its constants (the default crossing share and the least-served
-window), never its engine: they stay an independent implementation of the design notes.
+public modules only (records, scoring, priority, lease, lifecycle, the dispatcher's types),
+never its engine, and keep their own copy of the design notes' numbers: they stay an
+independent implementation of the notes.
 """
 
 from __future__ import annotations

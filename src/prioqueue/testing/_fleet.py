@@ -55,7 +55,6 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
-from prioqueue._core import DEFAULT_CROSSING_SHARE
 from prioqueue._errors import DuplicateJob, LeaseExpired
 from prioqueue._spec import check_options
 from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
@@ -65,6 +64,7 @@ from prioqueue.records import Completed, Expired, Grant, Job, Stats, Ticket
 from prioqueue.scoring import ScoreBreakdown, Scorer
 from prioqueue.testing._lifecycle import _Delayed
 from prioqueue.testing._state import (
+    DEFAULT_CROSSING_SHARE,
     DEFAULT_EXPECTED_RUNTIME,
     RECENT_RUNTIMES,
     CauseName,

@@ -12,12 +12,12 @@ from collections.abc import Callable
 
 import attrs
 
-from prioqueue._engine import LEAST_SERVED
 from prioqueue._errors import LeaseError
 from prioqueue.lease import ImageRequest, Lease, LeaseCalculator
 from prioqueue.records import Job, LevelStats, MemberStats, Reorders, Stats, WorkerInfo
 from prioqueue.testing._state import (
     DEFAULT_EXPECTED_RUNTIME,
+    LEAST_SERVED,
     RECENT_RUNTIMES,
     _Book,
     _Entry,

@@ -171,6 +171,14 @@ class _MemberCounters:
     gpu_seconds: float = 0.0
 
 
+#: The default share of GPU time crossings may take (docs/design/dispatcher.md, "Share and
+#: credit"). The model keeps its own copy of the note's numbers rather than importing the
+#: engine's: a change in the engine then shows up as a disagreement.
+DEFAULT_CROSSING_SHARE = 0.05
+
+#: How many least-served lanes a crossing or a deferral chooses among (the same note).
+LEAST_SERVED = 8
+
 #: The largest magnitude of a time or duration (the note: larger ones lose aging's resolution).
 MAX_MAGNITUDE = 1e15
 
