@@ -426,7 +426,7 @@ def test_a_dispatcher_submit_keeps_the_ceiling_even_below_the_minimum(
     """Issue 21 item 8: the core's submit bounds a level exactly as ``parse`` does, so an
     operator's ceiling below the policy's minimum is kept, not raised back to the minimum."""
     from prioqueue import FleetDispatcher, SizeOneDispatcher
-    from prioqueue._reference_fleet import ReferenceFleet
+    from prioqueue.testing import ReferenceFleet
 
     policy = PriorityPolicy(minimum=-100, maximum=100)
     expected = policy.parse(value, ceiling)

@@ -1,4 +1,4 @@
-"""The job lifecycle in the brute-force reference model (private; see ``_reference_fleet``).
+"""The job lifecycle in the brute-force reference model (private; see ``_fleet``).
 
 Written from docs/design/lifecycle.md alone, by brute force: no heap of timers. At the start
 of every call that takes ``now`` (``_time``), ``_advance`` repeatedly looks at every queued
@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from prioqueue._errors import InvalidState, Overloaded, QueueFull, UnknownJob
-from prioqueue._reference_state import DEFAULT_EXPECTED_RUNTIME, _Entry
 from prioqueue.records import Expired, Job, JobState, Stats
+from prioqueue.testing._rules import _Rules
+from prioqueue.testing._state import DEFAULT_EXPECTED_RUNTIME, _Entry, _Lane
 
 if TYPE_CHECKING:
-    from prioqueue._reference_state import _Lane
     from prioqueue.lifecycle import Backoff, LevelBudget
 
 __all__: list[str] = []  # private module
@@ -44,29 +44,11 @@ class _Delayed:
     release_at: float
 
 
-class _ReferenceLifecycle:
+class _ReferenceLifecycle(_Rules):
     """Deadlines, delays, retries and budgets for ``ReferenceFleet`` (a mixin)."""
 
-    if TYPE_CHECKING:
-        _budgets: dict[int, LevelBudget]
-        _backoff: Backoff | None
-        _max_attempts: int
-        _fair_share: bool
-        _counts: dict[str, int]
-        _lanes: dict[tuple[str, int], _Lane]
-        _levels: dict[int, Any]
-        _recent_by_level: dict[int, list[float]]
-        _workers: dict[str, Any]
-
-        def _queued(self) -> list[_Entry]: ...
-        def _lane_of(self, job: Job) -> _Lane: ...
-        def _lift_floor(self, job: Job) -> float: ...
-        def _retry_after(self) -> float: ...
-        def _held_for(self, job_id: str, worker: str | None) -> Any: ...
-        def _finish(self, held: Any, runtime: float, now: float) -> float: ...
-        def _commit(self, now: float) -> Any: ...
-        @property
-        def capacity(self) -> int: ...
+    _budgets: dict[int, LevelBudget]
+    _backoff: Backoff | None
 
     def _lifecycle_init(self, budgets: Any, backoff: Backoff | None) -> None:
         self._budgets = dict(budgets or {})
@@ -79,7 +61,7 @@ class _ReferenceLifecycle:
     # -- time --------------------------------------------------------------------------------
 
     def _time(self, now: float) -> float:
-        value: float = super()._time(now)  # type: ignore[misc]
+        value = super()._time(now)
         self._advance(value)
         return value
 
@@ -127,11 +109,29 @@ class _ReferenceLifecycle:
         lane.jobs.append(_Entry(job, at, grants))
 
     def _lane_of_new(self, job: Job) -> _Lane:
-        from prioqueue._reference_state import _Lane
-
         return self._lanes.setdefault((job.member, job.priority), _Lane(job.member, job.priority))
 
     # -- submit ------------------------------------------------------------------------------
+
+    def _admit(self, member: str, level: int, delayed: bool) -> LevelBudget | None:
+        """Check the queue limits and the level's budget; return the budget (None: none)."""
+        if self._max_queued is not None and len(self) >= self._max_queued:
+            raise QueueFull(
+                f"{len(self)} jobs queued, the limit",
+                retry_after=self._retry_after(),
+                limit=self._max_queued,
+                scope="queue",
+            )
+        budget = self._check_budget(level, delayed)
+        mine = sum(1 for entry in self._queued() if entry.job.member == member)
+        if self._max_per_member is not None and mine >= self._max_per_member:
+            raise QueueFull(
+                f"member {member!r} has {mine} jobs queued, the limit",
+                retry_after=self._retry_after(),
+                limit=self._max_per_member,
+                scope="member",
+            )
+        return budget
 
     def _check_budget(self, level: int, delayed: bool) -> LevelBudget | None:
         budget = self._budgets.get(level)
@@ -191,16 +191,9 @@ class _ReferenceLifecycle:
         with self._commit(now):
             if not isinstance(retry, bool):
                 raise ValueError(f"retry must be a bool, got {retry!r}")
-            found = self._find(job_id)
-            if found is None:
-                raise UnknownJob(f"unknown job {job_id!r}")
-            job, state = found
+            job, state = self._found(job_id)
             if state == "running":
-                held = self._held_for(job_id, worker)
-                seen = self._workers[held.worker].last_seen
-                self._finish(held, now - held.grant.granted_at, now)
-                if worker is None:  # a client's fail is no word from the worker
-                    self._workers[held.worker].last_seen = seen
+                held = self._end_run(job_id, worker, now)
                 limit = job.max_attempts or self._max_attempts
                 if retry and held.grants < limit:
                     backoff = job.backoff or self._backoff
@@ -242,7 +235,7 @@ class _ReferenceLifecycle:
     # -- reads -------------------------------------------------------------------------------
 
     def _find(self, job_id: str) -> tuple[Job, JobState] | None:
-        found: tuple[Job, JobState] | None = super()._find(job_id)  # type: ignore[misc]
+        found = super()._find(job_id)
         if found is not None:
             return found
         for delayed in self._delayed:

@@ -52,17 +52,20 @@ compare raises the same exception type as the real dispatcher.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, cast
 
-from prioqueue._core import DEFAULT_CROSSING_SHARE
-from prioqueue._engine import LEAST_SERVED
-from prioqueue._errors import DuplicateJob, LeaseExpired, QueueFull, UnknownJob
-from prioqueue._reference_lifecycle import _Delayed, _ReferenceLifecycle
-from prioqueue._reference_rules import _Rules
-from prioqueue._reference_state import (
+from prioqueue._errors import DuplicateJob, LeaseExpired
+from prioqueue._spec import check_options
+from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
+from prioqueue.lifecycle import Backoff, LevelBudget
+from prioqueue.priority import PriorityPolicy
+from prioqueue.records import Completed, Expired, Grant, Job, Stats, Ticket
+from prioqueue.scoring import ScoreBreakdown, Scorer
+from prioqueue.testing._lifecycle import _Delayed
+from prioqueue.testing._state import (
+    DEFAULT_CROSSING_SHARE,
     DEFAULT_EXPECTED_RUNTIME,
-    IDLE_CAUSES,
     RECENT_RUNTIMES,
     CauseName,
     _Entry,
@@ -75,18 +78,17 @@ from prioqueue._reference_state import (
     _takes_worker,
     _Worker,
 )
-from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
-from prioqueue.lifecycle import Backoff, LevelBudget
-from prioqueue.priority import PriorityPolicy
-from prioqueue.records import Completed, Expired, Grant, Job, Stats, Ticket, WorkerInfo
-from prioqueue.scoring import ScoreBreakdown, Scorer
+from prioqueue.testing._workers import _Workers
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from prioqueue._spec import SubmitOptions
 
 __all__ = ["DEFAULT_EXPECTED_RUNTIME", "RECENT_RUNTIMES", "ReferenceFleet"]
 
-_UNCHANGED: Any = object()
 
-
-class ReferenceFleet(_ReferenceLifecycle, _Rules):
+class ReferenceFleet(_Workers):
     """A brute-force model of ``FleetDispatcher`` for tests: same calls, same answers.
 
     Args:
@@ -107,7 +109,7 @@ class ReferenceFleet(_ReferenceLifecycle, _Rules):
         track_reorders: False leaves the reorder counts at zero.
         crossing_share: The share of GPU time crossings may take (1: never deferred).
         wait_buckets: Upper bounds of the grant-wait histogram (``inf`` is appended).
-        budgets: ``{level: LevelBudget}`` (docs/design/lifecycle.md; ``_reference_lifecycle``).
+        budgets: ``{level: LevelBudget}`` (docs/design/lifecycle.md; ``_lifecycle``).
         backoff: The retry delays of ``fail(retry=True)`` for jobs without their own.
     """
 
@@ -163,186 +165,10 @@ class ReferenceFleet(_ReferenceLifecycle, _Rules):
         self._counts = {"completed": 0, "cancelled": 0, "expired": 0, "failed": 0, "swaps": 0}
         self._lifecycle_init(budgets, backoff)
 
-    # -- workers -----------------------------------------------------------------------------
-
-    def join(
-        self,
-        name: str,
-        *,
-        models: Iterable[str] | None = None,
-        resident: str | None = None,
-        slots: int = 1,
-        slow: bool = False,
-        accepts: Callable[[Job], bool] | None = None,
-        now: float,
-    ) -> WorkerInfo:
-        """Add a worker, or update every field of a known one (``resident=None`` keeps it).
-
-        Args:
-            name: The worker's name.
-            models: The models it serves, or None for every model.
-            resident: The model it has loaded, or None.
-            slots: How many jobs it holds at once (>= 1).
-            slow: Whether it is extra slow (its leases are longer).
-            accepts: A predicate over jobs it may take, or None.
-            now: The current time.
-
-        Returns:
-            The worker's info.
-
-        Raises:
-            ValueError: ``now`` went backwards, or a bad argument.
-            TypeError: An argument of the wrong type.
-        """
-        now = self._time(now)
-        with self._commit(now):
-            if not isinstance(name, str) or not name:
-                raise ValueError(f"a worker name must be a non-empty str, got {name!r}")
-            if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
-                raise ValueError(f"slots must be an int >= 1, got {slots!r}")
-            if not isinstance(slow, bool):
-                raise ValueError(f"slow must be a bool, got {slow!r}")
-            served = None if models is None else frozenset(models)
-            if served is not None and not all(isinstance(m, str) and m for m in served):
-                raise ValueError(f"models must be non-empty strs, got {models!r}")
-            if accepts is not None and not callable(accepts):
-                raise ValueError(f"accepts must be callable or None, got {accepts!r}")
-            worker = self._workers.get(name)
-            if worker is None:
-                worker = _Worker(name, served, resident, slots, bool(slow), accepts, now)
-                self._workers[name] = worker
-            else:
-                worker.models = served
-                if resident is not None:
-                    worker.resident = resident
-                worker.slots = slots
-                worker.slow = bool(slow)
-                worker.accepts = accepts
-                worker.last_seen = now
-                worker.timed_out = False
-            return self._info(worker)
-
-    def heartbeat(self, name: str, *, now: float, resident: str | None = _UNCHANGED) -> WorkerInfo:
-        """Mark a worker seen (reviving it), and set its resident model when given.
-
-        Args:
-            name: The worker's name.
-            now: The current time.
-            resident: The model it has loaded (None: nothing); omitted: unchanged.
-
-        Returns:
-            The worker's info.
-
-        Raises:
-            ValueError: ``now`` went backwards.
-            UnknownWorker: The name was never joined, or has left.
-        """
-        now = self._time(now)
-        with self._commit(now):
-            worker = self._worker(name)
-            worker.last_seen = now
-            worker.timed_out = False
-            if resident is not _UNCHANGED:
-                worker.resident = resident
-            return self._info(worker)
-
-    def leave(self, name: str, *, now: float) -> list[Job]:
-        """Forget a worker; every job it holds is requeued at its lane's head.
-
-        Args:
-            name: The worker's name.
-            now: The current time.
-
-        Returns:
-            The jobs requeued, in ascending ``seq``.
-
-        Raises:
-            ValueError: ``now`` went backwards.
-            UnknownWorker: The name was never joined, or has left.
-        """
-        now = self._time(now)
-        with self._commit(now):
-            worker = self._worker(name)
-            taken = list(worker.held)
-            self._take_back(taken, now, always_requeue=True)
-            del self._workers[name]
-            return sorted((held.grant.job for held in taken), key=lambda job: job.seq)
-
-    def _add_fixed_worker(self, name: str) -> None:
-        """Add a worker with the defaults (one slot, every model) outside time.
-
-        It is the one worker of a size-one dispatcher: there from construction, never leaving.
-        """
-        self._workers[name] = _Worker(name, None, None, 1, False, None, -math.inf)
-
-    def _set_resident(self, name: str, model: str | None) -> None:
-        """Set a worker's resident model without a heartbeat (``set_resident_model``)."""
-        self._worker(name).resident = model
-
-    def next_hold_end(self) -> float | None:
-        """When a warm hold kept for a busy worker lapses (None: none, or no warm hold).
-
-        The earliest ``expected free + warm_hold`` after the latest ``now`` over the live
-        workers that hold ``slots`` jobs and serve their resident model.
-        """
-        if not self._warm_hold > 0:
-            return None
-        ends = [
-            min(h.grant.granted_at + h.expected_runtime for h in worker.held) + self._warm_hold
-            for worker in self._workers.values()
-            if not worker.timed_out
-            and worker.resident is not None
-            and worker.serves(worker.resident)
-            and worker.held
-            and len(worker.held) >= worker.slots
-        ]
-        later = [end for end in ends if end > self._latest]
-        return min(later) if later else None
-
-    def idle_reasons(self, name: str, *, now: float) -> Mapping[str, int]:
-        """Why ``pop(name)`` finds nothing: queued jobs per first cause of ineligibility.
-
-        Args:
-            name: The worker's name.
-            now: The current time.
-
-        Returns:
-            Counts per cause (causes with 0 omitted); empty when a pop would grant a job.
-
-        Raises:
-            ValueError: ``now`` went backwards.
-            UnknownWorker: The name was never joined, or has left.
-        """
-        now = self._time(now)
-        worker = self._worker(name)
-        counts: dict[str, int] = {}
-        queued = self._queued()
-        causes = [self._ineligible(worker, entry, now) for entry in queued]
-        if all(cause is not None for cause in causes):  # as pop: capped holds
-            causes = [self._ineligible(worker, entry, now, True) for entry in queued]
-        for cause in causes:
-            if cause is not None:
-                counts[cause] = counts.get(cause, 0) + 1
-        return {cause: counts[cause] for cause in IDLE_CAUSES if cause in counts}
-
     # -- jobs --------------------------------------------------------------------------------
 
     def submit(
-        self,
-        job_id: str,
-        *,
-        member: str,
-        priority: int | str | bytes | None = 0,
-        tier: str = "free",
-        model: str | None = None,
-        estimate: float | None = None,
-        payload: Any = None,
-        ceiling: int | None = None,
-        now: float,
-        ttl: float | None = None,
-        not_before: float | None = None,
-        max_attempts: int | None = None,
-        backoff: Backoff | None = None,
+        self, job_id: str, *, member: str, now: float, **options: Unpack[SubmitOptions]
     ) -> Ticket:
         """Queue a job at the tail of its lane, lifting the lane if it was not backlogged.
 
@@ -353,86 +179,78 @@ class ReferenceFleet(_ReferenceLifecycle, _Rules):
         Args:
             job_id: A unique id among the queued and held jobs.
             member: Who the job belongs to.
-            priority: A priority number, alias or header value (resolved by the policy).
-            tier: The member's tier name.
-            model: The model the job needs, or None.
-            estimate: A runtime estimate in seconds (> 0), or None.
-            payload: An opaque value.
-            ceiling: The caller's ceiling, kept even below the policy's minimum.
             now: The current time.
-            ttl: Seconds it may stay queued once eligible, or None.
-            not_before: When it becomes eligible, or None.
-            max_attempts: Its own grant budget, or None.
-            backoff: Its own retry delays, or None.
+            **options: What :meth:`FleetDispatcher.submit <prioqueue.fleet.FleetDispatcher.
+                submit>` takes: ``priority`` (a number, alias or header value, resolved by the
+                policy), ``tier``, ``model``, ``estimate`` (> 0 or None), ``payload``,
+                ``ceiling`` (kept even below the policy's minimum), ``ttl``, ``not_before``,
+                ``max_attempts`` and ``backoff``. Groups are not modelled: ``group`` other
+                than None raises ``TypeError``.
 
         Returns:
             The ticket.
 
         Raises:
+            TypeError: An unknown option, or a group.
             ValueError: ``now`` went backwards, the tier is unknown, or an argument is bad.
             DuplicateJob: The id is queued or held.
             QueueFull: A queue limit is reached.
         """
+        check_options(options)
+        if options.get("group") is not None:
+            raise TypeError("ReferenceFleet does not model groups")
         now = self._time(now)
         with self._commit(now):
-            if not isinstance(job_id, str) or not job_id:
-                raise ValueError(f"job_id must be a non-empty str, got {job_id!r}")
-            if not isinstance(member, str) or not member:
-                raise ValueError(f"member must be a non-empty str, got {member!r}")
-            if estimate is not None and not (_finite("estimate", estimate) > 0):
-                raise ValueError(f"estimate must be > 0 or None, got {estimate!r}")
-            level = self._policy.parse(priority, ceiling)
-            bonus = self._scorer.tier_bonus(tier)
-            if self._find(job_id) is not None:
-                raise DuplicateJob(f"job {job_id!r} is already queued or held")
-            queued = self._queued()
-            if self._max_queued is not None and len(self) >= self._max_queued:
-                raise QueueFull(
-                    f"{len(self)} jobs queued, the limit",
-                    retry_after=self._retry_after(),
-                    limit=self._max_queued,
-                    scope="queue",
-                )
-            delayed = not_before is not None and not_before > now
-            budget = self._check_budget(level, delayed)
-            mine = sum(1 for entry in queued if entry.job.member == member)
-            if self._max_per_member is not None and mine >= self._max_per_member:
-                raise QueueFull(
-                    f"member {member!r} has {mine} jobs queued, the limit",
-                    retry_after=self._retry_after(),
-                    limit=self._max_per_member,
-                    scope="member",
-                )
-            if ttl is None and budget is not None:
-                ttl = budget.ttl
-            arrival = float(not_before) if delayed and not_before is not None else now
-            job = Job(
-                id=job_id,
-                member=member,
-                priority=level,
-                tier=tier,
-                tier_bonus=bonus,
-                model=model,
-                estimate=None if estimate is None else float(estimate),
-                arrival=arrival,
-                seq=self._seq,
-                payload=payload,
-                deadline=None if ttl is None else arrival + ttl,
-                not_before=arrival if delayed else None,
-                max_attempts=max_attempts,
-                backoff=backoff,
-            )
+            job = self._new_job(job_id, member, now, options)
             self._seq += 1
-            self._levels.setdefault(level, _LevelCounters())
+            self._levels.setdefault(job.priority, _LevelCounters())
             self._members.setdefault(member, _MemberCounters())
-            if delayed:
-                self._delayed.append(_Delayed(job, 0, arrival))
+            if job.not_before is not None:
+                self._delayed.append(_Delayed(job, 0, job.arrival))
                 return Ticket(job=job, queued=len(self))
-            lane = self._lanes.setdefault((member, level), _Lane(member, level))
+            lane = self._lanes.setdefault((member, job.priority), _Lane(member, job.priority))
             if self._fair_share and not lane.jobs:  # the lift, of the settled part
                 lane.settled = max(lane.settled, min(now, self._lift_floor(job)))
             lane.jobs.append(_Entry(job, now))
             return Ticket(job=job, queued=len(self))
+
+    def _new_job(self, job_id: str, member: str, now: float, options: SubmitOptions) -> Job:
+        """The job a submit describes, after every check (in the real dispatcher's order)."""
+        if not isinstance(job_id, str) or not job_id:
+            raise ValueError(f"job_id must be a non-empty str, got {job_id!r}")
+        if not isinstance(member, str) or not member:
+            raise ValueError(f"member must be a non-empty str, got {member!r}")
+        estimate = options.get("estimate")
+        if estimate is not None and not (_finite("estimate", estimate) > 0):
+            raise ValueError(f"estimate must be > 0 or None, got {estimate!r}")
+        level = self._policy.parse(options.get("priority", 0), options.get("ceiling"))
+        tier = options.get("tier", "free")
+        bonus = self._scorer.tier_bonus(tier)
+        if self._find(job_id) is not None:
+            raise DuplicateJob(f"job {job_id!r} is already queued or held")
+        not_before = options.get("not_before")
+        delayed = not_before is not None and not_before > now
+        budget = self._admit(member, level, delayed)
+        ttl = options.get("ttl")
+        if ttl is None and budget is not None:
+            ttl = budget.ttl
+        arrival = float(not_before) if delayed and not_before is not None else now
+        return Job(
+            id=job_id,
+            member=member,
+            priority=level,
+            tier=tier,
+            tier_bonus=bonus,
+            model=options.get("model"),
+            estimate=None if estimate is None else float(estimate),
+            arrival=arrival,
+            seq=self._seq,
+            payload=options.get("payload"),
+            deadline=None if ttl is None else arrival + ttl,
+            not_before=arrival if delayed else None,
+            max_attempts=options.get("max_attempts"),
+            backoff=cast("Backoff | None", options.get("backoff")),
+        )
 
     def pop(self, name: str, *, now: float) -> Grant | None:
         """Grant the worker its best-scoring eligible job (it is marked seen first).
@@ -529,34 +347,6 @@ class ReferenceFleet(_ReferenceLifecycle, _Rules):
         self._counts["swaps"] += swap
         return grant
 
-    def _least_served(self, offers: list[_Offer], level: int) -> _Offer | None:
-        """The offer a crossing or a deferral takes at ``level``, or None.
-
-        Of the ``LEAST_SERVED`` offers at the level with the smallest ``s`` (ties: the lane made
-        first; without fair share each job is a lane: by arrival, then seq), the one with the
-        highest key (ties by ``s``, then the tie seq).
-        """
-        there = [o for o in offers if o.level == level]  # offers come in lane creation order
-        if self._fair_share:
-            there.sort(key=lambda o: o.s)  # stable: the lane made first stays first
-        else:
-            there.sort(key=lambda o: (o.s, o.entry.job.seq))
-        if not there:
-            return None
-        return min(there[:LEAST_SERVED], key=lambda o: (-self._key(o), o.s, o.tie))
-
-    def _starving_level(self, top: int) -> int:
-        """The level a crossing serves: that of the queued job below ``top`` that waited longest.
-
-        That is the highest ``level - arrival / d``; ties by arrival, then seq.
-        """
-        d = self._scorer.config.aging_divisor
-        jobs = [entry.job for entry in self._queued() if entry.job.priority < top]
-        oldest = min(
-            jobs, key=lambda job: (-(job.priority - job.arrival / d), job.arrival, job.seq)
-        )
-        return oldest.priority
-
     def complete(
         self,
         job_id: str,
@@ -617,16 +407,9 @@ class ReferenceFleet(_ReferenceLifecycle, _Rules):
         """
         now = self._time(now)
         with self._commit(now):
-            found = self._find(job_id)
-            if found is None:
-                raise UnknownJob(f"unknown job {job_id!r}")
-            job, state = found
+            job, state = self._found(job_id)
             if state == "running":
-                held = self._held_for(job_id, worker)
-                seen = self._workers[held.worker].last_seen
-                self._finish(held, now - held.grant.granted_at, now)
-                if worker is None:  # a client's cancel is no word from the worker
-                    self._workers[held.worker].last_seen = seen
+                self._end_run(job_id, worker, now)
             else:
                 self._drop_queued(job)
             self._counts["cancelled"] += 1

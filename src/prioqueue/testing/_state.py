@@ -2,8 +2,8 @@
 
 Plain mutable records (entries, lanes, held jobs, workers, offers, counters) and ``_Book``,
 the base class that finds jobs and workers in them by scanning: nothing here is indexed, so
-nothing can be out of date. The rules live in ``_reference_rules``, the public calls in
-``_reference_fleet``.
+nothing can be out of date. The rules live in ``_rules``, the public calls in
+``_fleet``.
 """
 
 from __future__ import annotations
@@ -171,6 +171,14 @@ class _MemberCounters:
     gpu_seconds: float = 0.0
 
 
+#: The default share of GPU time crossings may take (docs/design/dispatcher.md, "Share and
+#: credit"). The model keeps its own copy of the note's numbers rather than importing the
+#: engine's: a change in the engine then shows up as a disagreement.
+DEFAULT_CROSSING_SHARE = 0.05
+
+#: How many least-served lanes a crossing or a deferral chooses among (the same note).
+LEAST_SERVED = 8
+
 #: The largest magnitude of a time or duration (the note: larger ones lose aging's resolution).
 MAX_MAGNITUDE = 1e15
 
@@ -278,10 +286,7 @@ class _Book:
         Raises:
             UnknownJob: The id is neither queued nor held.
         """
-        found = self._find(job_id)
-        if found is None:
-            raise UnknownJob(f"unknown job {job_id!r}")
-        return found[0]
+        return self._found(job_id)[0]
 
     def state(self, job_id: str) -> JobState:
         """Return ``"queued"`` or ``"running"`` (held by a worker).
@@ -295,10 +300,7 @@ class _Book:
         Raises:
             UnknownJob: The id is neither queued nor held.
         """
-        found = self._find(job_id)
-        if found is None:
-            raise UnknownJob(f"unknown job {job_id!r}")
-        return found[1]
+        return self._found(job_id)[1]
 
     def holder(self, job_id: str) -> str | None:
         """Return the name of the worker holding ``job_id``, or None when it is queued.
@@ -312,8 +314,7 @@ class _Book:
         Raises:
             UnknownJob: The id is neither queued nor held.
         """
-        if self._find(job_id) is None:
-            raise UnknownJob(f"unknown job {job_id!r}")
+        self._found(job_id)
         held = self._held_by_id(job_id)
         return None if held is None else held.worker
 
@@ -432,6 +433,13 @@ class _Book:
             if entry.job.id == job_id:
                 return entry.job, "queued"
         return None
+
+    def _found(self, job_id: str) -> tuple[Job, JobState]:
+        """``_find``, or ``UnknownJob`` when the id is neither queued nor held."""
+        found = self._find(job_id)
+        if found is None:
+            raise UnknownJob(f"unknown job {job_id!r}")
+        return found
 
     def _held_for(self, job_id: str, worker: str | None) -> _Held:
         """The held job ``job_id``, reported by ``worker`` (None: whoever holds it)."""

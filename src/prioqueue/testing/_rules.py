@@ -13,8 +13,11 @@ from collections.abc import Callable
 import attrs
 
 from prioqueue._errors import LeaseError
-from prioqueue._reference_state import (
+from prioqueue.lease import ImageRequest, Lease, LeaseCalculator
+from prioqueue.records import Job, LevelStats, MemberStats, Reorders, Stats, WorkerInfo
+from prioqueue.testing._state import (
     DEFAULT_EXPECTED_RUNTIME,
+    LEAST_SERVED,
     RECENT_RUNTIMES,
     _Book,
     _Entry,
@@ -23,8 +26,6 @@ from prioqueue._reference_state import (
     _Offer,
     _Worker,
 )
-from prioqueue.lease import ImageRequest, Lease, LeaseCalculator
-from prioqueue.records import Job, LevelStats, MemberStats, Reorders, Stats, WorkerInfo
 
 __all__: list[str] = []  # private module
 
@@ -203,6 +204,34 @@ class _Rules(_Book):
                 return entry
         return None
 
+    def _least_served(self, offers: list[_Offer], level: int) -> _Offer | None:
+        """The offer a crossing or a deferral takes at ``level``, or None.
+
+        Of the ``LEAST_SERVED`` offers at the level with the smallest ``s`` (ties: the lane made
+        first; without fair share each job is a lane: by arrival, then seq), the one with the
+        highest key (ties by ``s``, then the tie seq).
+        """
+        there = [o for o in offers if o.level == level]  # offers come in lane creation order
+        if self._fair_share:
+            there.sort(key=lambda o: o.s)  # stable: the lane made first stays first
+        else:
+            there.sort(key=lambda o: (o.s, o.entry.job.seq))
+        if not there:
+            return None
+        return min(there[:LEAST_SERVED], key=lambda o: (-self._key(o), o.s, o.tie))
+
+    def _starving_level(self, top: int) -> int:
+        """The level a crossing serves: that of the queued job below ``top`` that waited longest.
+
+        That is the highest ``level - arrival / d``; ties by arrival, then seq.
+        """
+        d = self._scorer.config.aging_divisor
+        jobs = [entry.job for entry in self._queued() if entry.job.priority < top]
+        oldest = min(
+            jobs, key=lambda job: (-(job.priority - job.arrival / d), job.arrival, job.seq)
+        )
+        return oldest.priority
+
     def _key(self, offer: _Offer) -> float:
         d = self._scorer.config.aging_divisor
         return offer.level + offer.tier + offer.affinity - offer.s / d
@@ -327,6 +356,18 @@ class _Rules(_Book):
                 "finite number of seconds >= 0"
             )
         return float(charge)
+
+    def _end_run(self, job_id: str, worker: str | None, now: float) -> _Held:
+        """Finish a held job's run as a cancel or a failure does: charged for the time held.
+
+        Only a call naming the holder counts as word from it (its ``last_seen``).
+        """
+        held = self._held_for(job_id, worker)
+        seen = self._workers[held.worker].last_seen
+        self._finish(held, now - held.grant.granted_at, now)
+        if worker is None:  # a client's call is no word from the worker
+            self._workers[held.worker].last_seen = seen
+        return held
 
     def _finish(self, held: _Held, runtime: float, now: float) -> float:
         """Free a held job and correct its lane (complete, or cancel); return the charge."""
