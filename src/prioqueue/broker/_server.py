@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-The broker maps its ``[connections]`` table onto :class:`prioqueue._service.serving.ConnectionLimits`
-(the gateway does the same with its ``[limits]``) and serves with the same hardened uvicorn
+The broker maps its ``[connections]`` table onto
+:class:`prioqueue._service.serving.ConnectionLimits` (the gateway does the same with its
+``[limits]``) and serves with the same hardened uvicorn
 protocol: the headers of each request must arrive within ``header_timeout`` (an idle or
 slow-header connection is closed), header bytes are counted as they arrive and one header over
 ``max_header_bytes``, all of them over ``max_headers_bytes`` or more than
