@@ -309,8 +309,12 @@ def _base_params(args: argparse.Namespace, config: Mapping[str, Any]) -> PolicyP
 def _specs(
     args: argparse.Namespace, config: Mapping[str, Any], *, fleet: bool = False
 ) -> list[PolicySpec]:
-    from prioqueue.sim.fleet_policies import DEFAULT_FLEET_POLICIES
-    from prioqueue.sim.policies import ABLATIONS, DEFAULT_POLICIES, parse_spec
+    from prioqueue.sim.policies import (
+        ABLATIONS,
+        DEFAULT_FLEET_POLICIES,
+        DEFAULT_POLICIES,
+        parse_spec,
+    )
 
     base = _base_params(args, config)
     defaults = DEFAULT_FLEET_POLICIES if fleet else DEFAULT_POLICIES

@@ -23,9 +23,9 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from prioqueue.sim.engine import DONE, RUNNING, RunResult
 from prioqueue.sim.policies import PolicyParams
 from prioqueue.sim.report import summarize
+from prioqueue.sim.results import DONE, RUNNING, RunResult
 
 __all__ = ["write_charts", "write_frontier"]
 

@@ -42,7 +42,12 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prioqueue.sim.engine import (
+from prioqueue.sim.fairness import OFF as _OFF
+from prioqueue.sim.fairness import ON as _ON
+from prioqueue.sim.fairness import SERVICE as _SERVICE
+from prioqueue.sim.fairness import fair_shares, jain_index, service_gaps
+from prioqueue.sim.policies import PolicyParams
+from prioqueue.sim.results import (
     CANCELLED,
     DONE,
     EXPIRED,
@@ -52,11 +57,6 @@ from prioqueue.sim.engine import (
     REFUSED,
     RunResult,
 )
-from prioqueue.sim.fairness import OFF as _OFF
-from prioqueue.sim.fairness import ON as _ON
-from prioqueue.sim.fairness import SERVICE as _SERVICE
-from prioqueue.sim.fairness import fair_shares, jain_index, service_gaps
-from prioqueue.sim.policies import PolicyParams
 from prioqueue.sim.workload import Workload
 
 __all__ = ["build_report", "jain_index", "percentile", "service_gaps", "summarize"]
