@@ -201,7 +201,7 @@ def main(argv: list[str]) -> int:
     count = 0
     for name, value in cases():
         count += 1
-        text = json.dumps(value, indent=1, sort_keys=True) + "\n"
+        text = json.dumps(value, indent=1) + "\n"  # keys in the order written
         path = where / f"{name}.json"
         if mode == "record":
             path.write_text(text, encoding="utf-8")
