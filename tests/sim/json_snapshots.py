@@ -8,9 +8,10 @@ Run from the repository root, with this checkout's ``src`` first on the path::
 ``record`` writes one file per case into ``DIR``: the ``--json -`` output of
 ``prioqueue simulate`` (every built-in scenario on one GPU, ``--workers 1``, ``--workers 4``,
 and a few options: ablations, budgets, hangs, chains, horizons, polling, a TOML fleet, sweeps
-and traces), and the raw :class:`~prioqueue.sim.engine.RunResult` fields of every scenario's
-default policies. Timing fields (``timing``, ``wall_seconds``) are dropped. ``compare`` runs
-the same cases and reports every file that differs (exit status 1 when one does).
+and traces), the plain-text report drawn from each, and the raw
+:class:`~prioqueue.sim.engine.RunResult` fields of every scenario's default policies. Timing
+fields (``timing``, ``wall_seconds``) are dropped. ``compare`` runs the same cases and reports
+every file that differs (exit status 1 when one does).
 
 It was written to show that the engine's rewrite (issue 20: one loop for 1..N workers)
 changed no number: record with the old code, compare with the new. Run both with the same
@@ -138,6 +139,15 @@ def _run_cli(argv: list[str]) -> Any:
     return _untimed(json.loads(out.getvalue()))
 
 
+def _plain(report: Any) -> list[str]:
+    """The plain-text report the command prints for ``report`` (timing fields dropped)."""
+    from prioqueue.sim import render
+
+    if "frontier" in report:
+        return render.render_sweep(report).split("\n")
+    return render.render_plain(report).split("\n")
+
+
 def _number(x: float) -> Any:
     return repr(x) if isinstance(x, float) and not math.isfinite(x) else x
 
@@ -186,7 +196,9 @@ def cases() -> Iterator[tuple[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         for name, argv in _cli_cases(Path(tmp)):
             text = json.dumps(_run_cli(argv)).replace(tmp, "<tmp>")
-            yield f"cli-{name}", json.loads(text)
+            report = json.loads(text)
+            yield f"cli-{name}", report
+            yield f"text-{name}", _plain(report)
     yield from _engine_cases()
 
 
