@@ -25,7 +25,6 @@ import contextlib
 import io
 import json
 import math
-import random
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -87,7 +86,9 @@ def _cli_cases(tmp: Path) -> Iterator[tuple[str, list[str]]]:
     yield "trace", ["--trace", str(trace)]
     yield "trace-w3", ["--trace", str(trace), "--workers", "3"]
     azure = tmp / "azure.csv"
-    _synthetic_azure(azure)
+    from sim_helpers import synthetic_azure  # beside this script
+
+    synthetic_azure(azure)
     yield "trace-azure", ["--trace", str(azure), "--trace-format", "azure"]
 
 
@@ -97,21 +98,6 @@ def _write_trace(path: Path) -> None:
     workload = build("film-night", hours=4, lost_fraction=0.02, cancel_fraction=0.05)
     with path.open("w", encoding="utf-8") as handle:
         traces.write_trace(workload, handle)
-
-
-def _synthetic_azure(path: Path, rows: int = 300) -> None:
-    rng = random.Random(3)
-    lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
-    t = 0.0
-    for _ in range(rows):
-        t += rng.expovariate(1 / 4.0)
-        seconds = int(t)
-        micro = int((t - seconds) * 1e7)
-        lines.append(
-            f"2023-11-16 18:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{micro:07d},"
-            f"{rng.randrange(50, 4000)},{rng.randrange(1, 400)}"
-        )
-    path.write_bytes("\r\n".join(lines).encode())
 
 
 def _untimed(value: Any) -> Any:
