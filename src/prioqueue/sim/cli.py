@@ -63,12 +63,11 @@ def _workload_arguments(parser: argparse.ArgumentParser) -> None:
     )
     source.add_argument("--list-scenarios", action="store_true", help="list scenarios and exit")
     source.add_argument("--seed", type=int, help="RNG seed of the scenario or converter (1)")
-    source.add_argument(
+    _repeatable(
+        source,
         "--param",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="scenario (or azure converter) parameter, e.g. hours=6; repeatable",
+        "KEY=VALUE",
+        "scenario (or azure converter) parameter, e.g. hours=6; repeatable",
     )
     source.add_argument("--trace", metavar="PATH", help="replay a trace file instead")
     source.add_argument(
@@ -85,13 +84,7 @@ def _workload_arguments(parser: argparse.ArgumentParser) -> None:
         help="stop the clock after HOURS (0: run until every job has left); jobs still queued "
         "count as unfinished (default: the scenario's, none for traces)",
     )
-    source.add_argument(
-        "--load-seconds",
-        action="append",
-        default=[],
-        metavar="MODEL=SECONDS",
-        help="cold-load time of a model; repeatable",
-    )
+    _repeatable(source, "--load-seconds", "MODEL=SECONDS", "cold-load time of a model; repeatable")
     source.add_argument(
         "--lease-factor",
         type=float,
@@ -118,13 +111,11 @@ def _fleet_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _policy_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     policy = parser.add_argument_group("policies")
-    policy.add_argument(
+    _repeatable(
+        policy,
         "--policy",
-        action="append",
-        default=[],
-        metavar="SPEC",
-        help="policy to compare, KIND[:key=value,...]; repeatable (default: fifo, strict, "
-        "prioqueue)",
+        "SPEC",
+        "policy to compare, KIND[:key=value,...]; repeatable (default: fifo, strict, prioqueue)",
     )
     policy.add_argument(
         "--ablations",
@@ -150,27 +141,19 @@ def _parameter_arguments(policy: argparse._ArgumentGroup) -> None:
     policy.add_argument("--aging-divisor", type=float, help="seconds per aging point (60)")
     policy.add_argument("--band-spacing", type=float, help="distance between levels (100)")
     policy.add_argument("--max-affinity", type=float, help="largest swap-affinity bonus (10)")
-    policy.add_argument(
+    _repeatable(
+        policy,
         "--tier-bonus",
-        action="append",
-        default=[],
-        metavar="TIER=BONUS",
-        help="tier bonus (replaces the default free=0 pro=1 max=2 when given); repeatable",
+        "TIER=BONUS",
+        "tier bonus (replaces the default free=0 pro=1 max=2 when given); repeatable",
     )
-    policy.add_argument(
-        "--affinity",
-        action="append",
-        default=[],
-        metavar="MODEL=BONUS",
-        help="per-model affinity bonus; repeatable",
-    )
+    _repeatable(policy, "--affinity", "MODEL=BONUS", "per-model affinity bonus; repeatable")
     policy.add_argument("--charge", help="fair-share charge: runtime, estimate or SECONDS")
-    policy.add_argument(
+    _repeatable(
+        policy,
         "--budget",
-        action="append",
-        default=[],
-        metavar="LEVEL:KEY=VALUE,...",
-        help="queue budget of one level for the dispatcher's policies (max_wait=SECONDS, "
+        "LEVEL:KEY=VALUE,...",
+        "queue budget of one level for the dispatcher's policies (max_wait=SECONDS, "
         "max_queued=N, ttl=SECONDS), e.g. --budget interactive:max_wait=300 (LEVEL: a number "
         "or interactive, normal, batch); repeatable; off by default",
     )
@@ -266,6 +249,11 @@ def _guard(step: Callable[[], Any]) -> Any:
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise _Failure(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": ")) from None
+
+
+def _repeatable(group: argparse._ArgumentGroup, flag: str, metavar: str, text: str) -> None:
+    """Add an option that may be given several times (its values collect in a list)."""
+    group.add_argument(flag, action="append", default=[], metavar=metavar, help=text)
 
 
 class _Failure(Exception):

@@ -277,52 +277,62 @@ def _budgets_table(policies: Mapping[str, Any], levels: list[str]) -> Table:
     )
 
 
-def _workers_table(policies: Mapping[str, Any]) -> Table:
-    rows: list[tuple[str, ...] | None] = []
+def _by_policy(
+    policies: Mapping[str, Any], key: str, cells: _Cells, *, separate: bool
+) -> tuple[Row | None, ...]:
+    """One row per entry of each policy's ``key`` section, through ``cells``.
+
+    ``cells(entry, policy, section, its row)``; a separator between policies when ``separate``.
+    """
+    rows: list[Row | None] = []
     for name, section in policies.items():
-        if rows:
+        if separate and rows:
             rows.append(None)
-        for worker, row in section.get("workers", {}).items():
-            rows.append(
-                (
-                    name,
-                    worker,
-                    str(row["jobs"]),
-                    str(row["swaps"]),
-                    duration(row["load_seconds"]),
-                    duration(row["busy_seconds"]),
-                    percent(row["utilisation"]),
-                )
-            )
+        for entry, row in section.get(key, {}).items():
+            rows.append(cells(entry, name, section, row))
+    return tuple(rows)
+
+
+def _worker_cells(worker: str, name: str, _: Mapping[str, Any], row: Mapping[str, Any]) -> Row:
+    return (
+        name,
+        worker,
+        str(row["jobs"]),
+        str(row["swaps"]),
+        duration(row["load_seconds"]),
+        duration(row["busy_seconds"]),
+        percent(row["utilisation"]),
+    )
+
+
+def _workers_table(policies: Mapping[str, Any]) -> Table:
     return Table(
         "Workers",
         ("policy", "worker", "runs", "swaps", "loading", "busy", "utilisation"),
-        tuple(rows),
+        _by_policy(policies, "workers", _worker_cells, separate=True),
         "utilisation: busy seconds (loads and hung attempts included) over the run's clock",
         left=2,
     )
 
 
+def _group_cells(group: str, name: str, _: Mapping[str, Any], row: Mapping[str, Any]) -> Row:
+    forecast = row.get("forecast") or {}
+    return (
+        group,
+        name,
+        "all" if row["depth"] is None else str(row["depth"]),
+        f"{row['completed']}/{row['jobs']}",
+        duration(row["finish"]),
+        duration(forecast.get("mean_abs_error")),
+        percent(forecast.get("mean_relative")),
+    )
+
+
 def _groups_table(policies: Mapping[str, Any]) -> Table:
-    rows: list[tuple[str, ...] | None] = []
-    for name, section in policies.items():
-        for group, row in section.get("groups", {}).items():
-            forecast = row.get("forecast") or {}
-            rows.append(
-                (
-                    group,
-                    name,
-                    "all" if row["depth"] is None else str(row["depth"]),
-                    f"{row['completed']}/{row['jobs']}",
-                    duration(row["finish"]),
-                    duration(forecast.get("mean_abs_error")),
-                    percent(forecast.get("mean_relative")),
-                )
-            )
     return Table(
         "Groups (films)",
         ("group", "policy", "depth", "done", "finish", "forecast error", "relative"),
-        tuple(rows),
+        _by_policy(policies, "groups", _group_cells, separate=False),
         "finish: when its last job left; forecast error: mean |forecast - finish| over the "
         "forecasts taken at the start and at each tenth done (relative: over the time left)",
         left=2,
