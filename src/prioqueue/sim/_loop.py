@@ -17,17 +17,7 @@ from typing import Any
 from prioqueue.sim.feeder import Feeder
 from prioqueue.sim.policies import PolicySpec
 from prioqueue.sim.queues import GrantLike, OneGpu, build_queue
-from prioqueue.sim.results import (
-    CANCELLED,
-    DONE,
-    EXPIRED,
-    FAILED,
-    PENDING,
-    QUEUED,
-    RUNNING,
-    RunResult,
-    WorkerStats,
-)
+from prioqueue.sim.results import JobState, RunResult, WorkerStats
 from prioqueue.sim.workers import WorkerSpec
 from prioqueue.sim.workload import Workload
 
@@ -161,7 +151,7 @@ class Loop:
     def _init_jobs(self, spec: PolicySpec) -> None:
         """The per-job lists, the event heaps, the result and the feeder."""
         n = len(self.arrivals)
-        self.status = [PENDING] * n
+        self.status: list[int] = [JobState.PENDING] * n
         self.start = [math.nan] * n
         self.load = [0.0] * n
         self.worker_of = [-1] * n
@@ -264,7 +254,7 @@ class Loop:
                 continue
             self.queue.complete(str(j), now=now, runtime=now - self.start[j], worker=w.name)
             self.events += 1
-            self.status[j] = DONE
+            self.status[j] = JobState.DONE
             self._stop_running(w, j)
             self.feeder.left(j, now)
 
@@ -275,7 +265,7 @@ class Loop:
             self.events += 1
             j = int(expired.job.id)
             if getattr(expired, "cause", "lease") == "ttl":  # queued past its deadline
-                status[j] = EXPIRED
+                status[j] = JobState.EXPIRED
                 self.feeder.left(j, now)
                 continue
             w = self.holder[j]
@@ -287,11 +277,11 @@ class Loop:
             self._stop_running(w, j)
             start[j] = math.nan
             if expired.requeued:
-                status[j] = QUEUED
+                status[j] = JobState.QUEUED
                 if self.hold > 0 and self.arrivals[j].model is not None:
                     heapq.heappush(self.wakes, now + self.hold)
             else:
-                status[j] = FAILED
+                status[j] = JobState.FAILED
                 self.feeder.left(j, now)
 
     def _cancel_due(self) -> None:
@@ -299,7 +289,7 @@ class Loop:
         cancels, holder, now, status = self.cancels, self.holder, self.now, self.status
         while cancels and cancels[0][0] <= now:
             j = heapq.heappop(cancels)[1]
-            if status[j] != QUEUED and status[j] != RUNNING:
+            if status[j] != JobState.QUEUED and status[j] != JobState.RUNNING:
                 continue
             charge = None
             if j in holder and self.by_runtime:  # charge what it ran, not its prefetch wait
@@ -308,7 +298,7 @@ class Loop:
             self.events += 1
             if j in holder:
                 self._stop_running(holder[j], j)
-            status[j] = CANCELLED
+            status[j] = JobState.CANCELLED
             self.feeder.left(j, now)
 
     def _pull(self) -> None:
@@ -343,7 +333,7 @@ class Loop:
         j = int(grant.job.id)
         self.attempts[j] = grant.attempt
         self.holder[j] = w
-        self.status[j] = RUNNING
+        self.status[j] = JobState.RUNNING
         if self.leases:
             self.deadline_of[j] = self.now + self.leased.pop(grant.job.id)
         w.held.append(j)
@@ -370,7 +360,7 @@ class Loop:
             w.load += cold
         w.running = j
         w.jobs += 1
-        self.status[j] = RUNNING
+        self.status[j] = JobState.RUNNING
         self.start[j] = t
         self.load[j] = cold
         self.worker_of[j] = w.index
@@ -423,7 +413,7 @@ class Loop:
                 self.runs.append((w.index, w.running, start[w.running], clock))
             for j in w.held:
                 if w.running != j:
-                    self.status[j] = QUEUED  # prefetched, never started: still waiting
+                    self.status[j] = JobState.QUEUED  # prefetched, never started: still waiting
             busy.append(w.busy + (clock - start[w.running] if w.running >= 0 else 0.0))
         result.swaps = sum(w.swaps for w in self.fleet)
         result.load_seconds = math.fsum(w.load for w in self.fleet)

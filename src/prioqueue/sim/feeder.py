@@ -16,7 +16,7 @@ from typing import Any
 from prioqueue._errors import QueueFull
 from prioqueue.sim.groups import ChainFeed, ForecastLog
 from prioqueue.sim.queues import reorder_counts
-from prioqueue.sim.results import QUEUED, REFUSED, RunResult
+from prioqueue.sim.results import JobState, RunResult
 from prioqueue.sim.workload import Workload
 
 __all__ = ["Feeder"]
@@ -28,7 +28,7 @@ class Feeder:
     Args:
         workload: The workload (its arrivals, groups and chains).
         queue: The policy's queue (a :class:`~prioqueue.sim.queues.SimQueue`).
-        status: Each job's status, set to ``QUEUED`` on submission.
+        status: Each job's status, set to ``JobState.QUEUED`` on submission.
         submitted: Each job's submission time, set on submission.
         end: Each job's leaving time, set by :meth:`left`.
         cancels: The engine's heap of ``(cancel time, job)``; a submission pushes onto it.
@@ -143,12 +143,12 @@ class Feeder:
             )
         except QueueFull:  # a level's budget refused it (only with PolicyParams.budgets)
             self.events += 1
-            self._status[j] = REFUSED
+            self._status[j] = JobState.REFUSED
             self.submitted[j] = t
             self.left(j, t, forecast=False)
             return
         self.events += 1
-        self._status[j] = QUEUED
+        self._status[j] = JobState.QUEUED
         self.submitted[j] = t
         if a.cancel_after is not None:
             heapq.heappush(self._cancels, (t + a.cancel_after, j))

@@ -47,16 +47,7 @@ from prioqueue.sim.fairness import ON as _ON
 from prioqueue.sim.fairness import SERVICE as _SERVICE
 from prioqueue.sim.fairness import fair_shares, jain_index, service_gaps
 from prioqueue.sim.policies import PolicyParams
-from prioqueue.sim.results import (
-    CANCELLED,
-    DONE,
-    EXPIRED,
-    FAILED,
-    PENDING,
-    QUEUED,
-    REFUSED,
-    RunResult,
-)
+from prioqueue.sim.results import JobState, RunResult
 from prioqueue.sim.workload import Arrival, Workload
 
 __all__ = ["build_report", "jain_index", "percentile", "service_gaps", "summarize"]
@@ -145,7 +136,7 @@ class _Tally:
             self.gpu[arrivals[j].member] += expired - granted
             self.runs[arrivals[j].priority].append((granted, expired, arrivals[j].member))
         for i, job in enumerate(arrivals):
-            if result.status[i] != PENDING:  # PENDING: arrived after the horizon
+            if result.status[i] != JobState.PENDING:  # JobState.PENDING: arrived after the horizon
                 self._job(i, job)
 
     def _job(self, i: int, job: Arrival) -> None:
@@ -157,25 +148,25 @@ class _Tally:
         row.jobs += 1
         self.members[member].jobs += 1
         self.tiers[level].add(job.tier)
-        if st == REFUSED:  # never queued: no wait, no backlog
+        if st == JobState.REFUSED:  # never queued: no wait, no backlog
             row.refused += 1
             return
         self._queued(i, job, came)
         start, end = result.start[i], result.end[i]
         if not math.isnan(start):
             self._ran(i, job, came)
-        elif st == QUEUED:
+        elif st == JobState.QUEUED:
             self.censored[level].append(self.clock - came)
-        if st == DONE:
+        if st == JobState.DONE:
             row.completed += 1
             self.slowdown[level].append((end - came) / max(job.duration, 1.0))
             self.members[member].completed += 1
             self.members[member].waited += start - came
-        elif st == CANCELLED:
+        elif st == JobState.CANCELLED:
             row.cancelled += 1
-        elif st == EXPIRED:
+        elif st == JobState.EXPIRED:
             row.ttl_expired += 1
-        elif st == FAILED:
+        elif st == JobState.FAILED:
             row.failed += 1
 
     def _queued(self, i: int, job: Arrival, came: float) -> None:
@@ -190,10 +181,10 @@ class _Tally:
             backlog.append((queued_from, granted, member))
             queued_from = expired
         st, start = result.status[i], result.start[i]
-        if st == FAILED:
+        if st == JobState.FAILED:
             return
         ran = not math.isnan(start)
-        left = start if ran else (self.clock if st == QUEUED else result.end[i])
+        left = start if ran else (self.clock if st == JobState.QUEUED else result.end[i])
         events.append((queued_from, _ON, member, 0.0))
         events.append((left, _OFF, member, 0.0))
         backlog.append((queued_from, left, member))
@@ -213,7 +204,7 @@ class _Tally:
             charge = _charge(self.params, result.spec.is_baseline, job.estimate, runtime)
             self.events[level].append((end, _SERVICE, member, charge))
             self.largest_charge[level] = max(self.largest_charge[level], charge)
-        if result.status[i] != CANCELLED:
+        if result.status[i] != JobState.CANCELLED:
             self.waits[level].append(start - came)
 
     def level(
@@ -339,7 +330,7 @@ def summarize(
 def _totals(result: RunResult, busy: float) -> dict[str, Any]:
     """The run's unfinished and expired jobs, GPU totals, clock and policy calls."""
     return {
-        "unfinished": sum(1 for st in result.status if st == QUEUED),
+        "unfinished": sum(1 for st in result.status if st == JobState.QUEUED),
         "expired": len(result.retries),
         "swaps": result.swaps,
         "load_seconds": _round(result.load_seconds),
@@ -394,7 +385,7 @@ def _groups(result: RunResult) -> dict[str, Any]:
     for group, jobs in found.items():
         submitted = [result.submitted[i] for i in jobs if result.submitted]
         known = [t for t in submitted if not math.isnan(t)]
-        done = [i for i in jobs if result.status[i] == DONE]
+        done = [i for i in jobs if result.status[i] == JobState.DONE]
         ended = [result.end[i] for i in jobs if not math.isnan(result.end[i])]
         complete = len(ended) == len(jobs)
         finish = max(ended) if complete and ended else None

@@ -6,6 +6,7 @@ turns it into the report.
 
 from __future__ import annotations
 
+import enum
 import math
 
 import attrs
@@ -14,22 +15,32 @@ from prioqueue.sim.policies import PolicySpec
 from prioqueue.sim.workload import Workload
 
 __all__ = [
-    "CANCELLED",
-    "DONE",
-    "EXPIRED",
-    "FAILED",
-    "PENDING",
-    "QUEUED",
-    "REFUSED",
-    "RUNNING",
+    "JobState",
     "RunResult",
     "WorkerStats",
     "check_run_args",
 ]
 
-PENDING, QUEUED, RUNNING, DONE, CANCELLED, FAILED, EXPIRED, REFUSED = range(8)
-"""Job states; ``EXPIRED`` (its ttl ran out while queued) and ``REFUSED`` (a level's queue
-budget turned its submit away) happen only with ``PolicyParams.budgets``."""
+
+class JobState(enum.IntEnum):
+    """A job's state in a run (:attr:`RunResult.status`).
+
+    ``EXPIRED`` (its ttl ran out while queued) and ``REFUSED`` (a level's queue budget turned
+    its submit away) happen only with ``PolicyParams.budgets``.
+    """
+
+    PENDING = 0
+    QUEUED = 1
+    RUNNING = 2
+    DONE = 3
+    CANCELLED = 4
+    FAILED = 5
+    EXPIRED = 6
+    REFUSED = 7
+
+
+PENDING, QUEUED, RUNNING, DONE, CANCELLED, FAILED, EXPIRED, REFUSED = JobState
+"""The states under the names :mod:`prioqueue.sim.engine` has always exported."""
 
 
 @attrs.define
