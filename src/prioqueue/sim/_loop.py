@@ -98,10 +98,10 @@ class Loop:
         workload: The workload.
         spec: The policy.
         workers: The fleet (non-empty, unique names).
-        lease_factor: As for :func:`simulate`.
-        one_gpu: The fleet is one GPU (a ``SizeOneDispatcher``; see the module docstring).
-        poll: As for :func:`simulate` (0 on one GPU).
-        progress: As for :func:`simulate`.
+        lease_factor: As for :func:`~prioqueue.sim.engine.simulate`.
+        one_gpu: The fleet is one GPU (a ``SizeOneDispatcher``; see :mod:`prioqueue.sim.engine`).
+        poll: As for :func:`~prioqueue.sim.engine.simulate` (0 on one GPU).
+        progress: As for :func:`~prioqueue.sim.engine.simulate`.
     """
 
     def __init__(
