@@ -58,7 +58,7 @@ LeaseRule = Callable[[Any, str], float]
 
 
 class _Job:
-    """A baseline's job (one GPU or a fleet; ``worker``/``deadline`` are the fleet's)."""
+    """A baseline's job (``worker`` and ``deadline`` while a worker holds it)."""
 
     __slots__ = (
         "arrival",
@@ -105,23 +105,34 @@ class _Expired:
         self.requeued = requeued
 
 
-class _JobBook(abc.ABC):
-    """What every baseline (one GPU or a fleet) keeps: jobs by id and the queued count.
+class _PullBaseline(abc.ABC):
+    """Jobs by id, one heap per model, the workers' held counts and the leases.
 
-    Subclasses file a queued job with ``_push`` (at the head of its queue when ``requeue``).
+    Subclasses give the order (``_key``) and may prefer a model (``_prefer``).
+
+    Args:
+        workers: The fleet.
+        lease_for: ``(job, worker name) -> seconds`` of lease, or None for no leases.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, workers: Sequence[WorkerSpec], lease_for: LeaseRule | None = None) -> None:
+        if not workers:
+            raise ConfigError("a fleet needs at least one worker")
         self._jobs: dict[str, _Job] = {}
         self._queued = 0
         self._seq = 0
+        self._serves = {w.name: w.models for w in workers}
+        self._slots = {w.name: w.slots for w in workers}
+        self._held = {w.name: 0 for w in workers}
+        self._resident: dict[str, str | None] = {w.name: w.resident for w in workers}
+        self._only = workers[0].name if len(workers) == 1 else None
+        self._lease_for = lease_for
+        self._heaps: dict[str | None, list[tuple[tuple[int, int], int, _Job]]] = {}
+        self._deadlines: list[tuple[float, int, _Job]] = []
+        self._pushes = 0
 
     def __len__(self) -> int:
         return self._queued
-
-    @abc.abstractmethod
-    def _push(self, job: _Job, *, requeue: bool) -> None:
-        """File a queued job (at the head of its queue when ``requeue``)."""
 
     def submit(
         self, job_id: str, *, member: str, now: float, **options: Unpack[SubmitOptions]
@@ -153,31 +164,6 @@ class _JobBook(abc.ABC):
         self._queued += 1
         self._push(job, requeue=True)
         return _Expired(job, True)
-
-
-class _PullBaseline(_JobBook):
-    """Jobs by id, one heap per model, the workers' held counts and the leases.
-
-    Subclasses give the order (``_key``) and may prefer a model (``_prefer``).
-
-    Args:
-        workers: The fleet.
-        lease_for: ``(job, worker name) -> seconds`` of lease, or None for no leases.
-    """
-
-    def __init__(self, workers: Sequence[WorkerSpec], lease_for: LeaseRule | None = None) -> None:
-        if not workers:
-            raise ConfigError("a fleet needs at least one worker")
-        super().__init__()
-        self._serves = {w.name: w.models for w in workers}
-        self._slots = {w.name: w.slots for w in workers}
-        self._held = {w.name: 0 for w in workers}
-        self._resident: dict[str, str | None] = {w.name: w.resident for w in workers}
-        self._only = workers[0].name if len(workers) == 1 else None
-        self._lease_for = lease_for
-        self._heaps: dict[str | None, list[tuple[tuple[int, int], int, _Job]]] = {}
-        self._deadlines: list[tuple[float, int, _Job]] = []
-        self._pushes = 0
 
     @abc.abstractmethod
     def _key(self, job: _Job, *, requeue: bool) -> tuple[int, int]:
