@@ -234,6 +234,8 @@ class Loop:
         for w in self.fleet:
             if len(w.held) < w.slots:
                 w.tick = w.phase + poll * (math.floor((now - w.phase) / poll) + 1)
+                if w.tick <= now:  # (now - phase) / poll rounded just below a whole period
+                    w.tick += poll
                 if waiting and w.tick < t:
                     t = w.tick
         return t
