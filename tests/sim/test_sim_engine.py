@@ -154,3 +154,17 @@ def test_charge_models_in_report() -> None:
         if expected is not None:
             # Theorem 2 of docs/design/fleet.md (issue 17): 2 (T + A) d + 10 C on one GPU.
             assert bound == 2 * (0 + 10) * 60 + 10 * expected
+
+
+def test_one_gpu_baselines_are_pull_queues_of_one_worker() -> None:
+    # FifoQueue / StrictQueue are the fleet baselines with one worker: dispatch is its pop,
+    # and the one-GPU lease rule (job -> seconds) is asked for that worker.
+    for queue in (FifoQueue(lambda job: 5.0), StrictQueue(lambda job: 5.0)):
+        queue.submit("a", member="m", priority=1, now=0)
+        grant = queue.dispatch(1.0)
+        assert grant is not None
+        assert grant.job.id == "a"
+        assert queue.next_deadline() == 6.0
+        assert queue.dispatch(1.0) is None  # its one slot is held
+        with pytest.raises(TypeError, match="unexpected keyword"):
+            queue.submit("b", member="m", colour="red", now=1)  # type: ignore[call-arg]

@@ -31,33 +31,28 @@ def _worked_example() -> list[Arrival]:
     ]
 
 
-def test_worked_example_strict() -> None:
-    level = _level("strict", *_worked_example())
+@pytest.mark.parametrize(
+    ("kind", "members", "worst", "gap"),
+    [
+        # [0, 120): both backlogged, A ran 120 s, each was entitled to 60 s.
+        ("strict", (120.0, 60.0, 60.0), {"worst": 0.0, "worst_member": "B"}, 120.0),
+        # a1 then b1: B is backlogged only during [0, 60), 30 s each, below one job: not rated.
+        ("prioqueue", (60.0, 30.0, 30.0), {"worst": None, "rated": 0}, 60.0),
+    ],
+)
+def test_worked_example(
+    kind: str, members: tuple[float, float, float], worst: dict[str, object], gap: float
+) -> None:
+    level = _level(kind, *_worked_example())
     share = level["fair_share"]
     assert isinstance(share, dict)
-    # [0, 120): both backlogged, A ran 120 s, each was entitled to 60 s.
+    a_received, a_fair, b_fair = members
     assert share["members"] == {
-        "A": {"received": 120.0, "fair": 60.0},
-        "B": {"received": 0.0, "fair": 60.0},
+        "A": {"received": a_received, "fair": a_fair},
+        "B": {"received": 0.0, "fair": b_fair},
     }
-    assert share["worst"] == 0.0
-    assert share["worst_member"] == "B"
-    assert level["service_gap"] == 120.0
-    assert level["jain"] == 0.5
-
-
-def test_worked_example_fair_share() -> None:
-    level = _level("prioqueue", *_worked_example())
-    share = level["fair_share"]
-    assert isinstance(share, dict)
-    # a1 then b1: B is backlogged only during [0, 60), 30 s each, below one job: not rated.
-    assert share["members"] == {
-        "A": {"received": 60.0, "fair": 30.0},
-        "B": {"received": 0.0, "fair": 30.0},
-    }
-    assert share["worst"] is None
-    assert share["rated"] == 0
-    assert level["service_gap"] == 60.0
+    assert {key: share[key] for key in worst} == worst
+    assert level["service_gap"] == gap
     assert level["jain"] == 0.5  # Jain cannot tell the two runs apart
 
 

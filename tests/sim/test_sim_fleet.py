@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import signal
 from pathlib import Path
 
 import pytest
@@ -559,3 +560,34 @@ def test_fleet_charts_draw_one_timeline_row_per_worker(
         "timeline.png",
         "waits.png",
     ]
+
+
+def test_a_poll_tick_rounded_onto_now_moves_on() -> None:
+    # Worker 2 of 3 polling every 5 s ticks at 10/3 + 5 m; at m = 3 the float sum is
+    # 18.333333333333332 and (now - phase) / poll rounds to 2.9999999999999996, so its next
+    # tick came out equal to now: a free worker that can run nothing queued then held the
+    # clock at 18.33 s for ever (found by the property test above).
+    fleet = [
+        WorkerSpec("w0", None, 1, 1.0, None),
+        WorkerSpec("w1", frozenset({"b"}), 1, 1.0, None),
+        WorkerSpec("w2", frozenset({"a"}), 1, 1.0, None),
+    ]
+    jobs = [
+        Arrival(0.0, "x", 0, model="b", duration=100.0),
+        Arrival(0.0, "x", 0, model="b", duration=100.0),
+        Arrival(1.0, "y", 0, model="b", duration=1.0),
+    ]
+    workload = Workload("tick", jobs, load_seconds={"a": 1.0, "b": 1.0})
+
+    def hung(*_: object) -> None:
+        raise TimeoutError("the engine stopped advancing its clock")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        result = simulate(workload, parse_spec("fifo"), workers=fleet, poll=5.0)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert result.status == [DONE, DONE, DONE]
+    assert result.start[2] >= 101.0  # it waited for w0 or w1

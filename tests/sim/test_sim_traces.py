@@ -5,13 +5,13 @@ from __future__ import annotations
 import io
 import json
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sim_helpers import synthetic_azure
 
 from prioqueue.sim import build, build_report, engine, parse_spec, traces
 from prioqueue.sim.traces import TraceRecorder
@@ -26,21 +26,6 @@ AZURE_HOW = (
     "https://github.com/Azure/AzurePublicDataset (commit b469a113)"
 )
 POLICIES = ("fifo", "strict", "prioqueue")
-
-
-def _synthetic_azure(path: Path, rows: int = 300) -> None:
-    rng = random.Random(3)
-    lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
-    t = 0.0
-    for _ in range(rows):
-        t += rng.expovariate(1 / 4.0)
-        seconds = int(t)
-        micro = int((t - seconds) * 1e7)
-        lines.append(
-            f"2023-11-16 18:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{micro:07d},"
-            f"{rng.randrange(50, 4000)},{rng.randrange(1, 400)}"
-        )
-    path.write_bytes("\r\n".join(lines).encode())
 
 
 def _policies(workload: Workload) -> dict[str, Any]:
@@ -61,7 +46,7 @@ def _round_trip(source: Path, tmp_path: Path, **kwargs: Any) -> tuple[Workload, 
 
 def test_azure_conversion_round_trip_gives_identical_results(tmp_path: Path) -> None:
     source = tmp_path / "azure.csv"
-    _synthetic_azure(source)
+    synthetic_azure(source)
     original, replayed = _round_trip(source, tmp_path, seed=4)  # auto: recognised as Azure
     assert original.params["format"] == "azure"
     assert replayed.arrivals == original.arrivals

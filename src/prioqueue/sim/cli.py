@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prioqueue._errors import ConfigError
+from prioqueue.sim import _options as options
+from prioqueue.sim._options import UsageError
 
 if TYPE_CHECKING:
     from prioqueue.sim.engine import RunResult
-    from prioqueue.sim.policies import PolicyParams, PolicySpec
+    from prioqueue.sim.policies import PolicySpec
     from prioqueue.sim.workers import WorkerSpec
     from prioqueue.sim.workload import Workload
 
@@ -46,6 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "fifo, strict, warm-first and prioqueue on a fleet; --scenario fleet-night is one. "
         "See docs/simulator.md for the trace format and the JSON schema."
     )
+    _workload_arguments(parser)
+    _fleet_arguments(parser)
+    _parameter_arguments(_policy_arguments(parser))
+    _output_arguments(parser)
+
+
+def _workload_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_argument_group("workload")
     source.add_argument(
         "--scenario",
@@ -54,12 +63,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     source.add_argument("--list-scenarios", action="store_true", help="list scenarios and exit")
     source.add_argument("--seed", type=int, help="RNG seed of the scenario or converter (1)")
-    source.add_argument(
+    _repeatable(
+        source,
         "--param",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="scenario (or azure converter) parameter, e.g. hours=6; repeatable",
+        "KEY=VALUE",
+        "scenario (or azure converter) parameter, e.g. hours=6; repeatable",
     )
     source.add_argument("--trace", metavar="PATH", help="replay a trace file instead")
     source.add_argument(
@@ -76,18 +84,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stop the clock after HOURS (0: run until every job has left); jobs still queued "
         "count as unfinished (default: the scenario's, none for traces)",
     )
-    source.add_argument(
-        "--load-seconds",
-        action="append",
-        default=[],
-        metavar="MODEL=SECONDS",
-        help="cold-load time of a model; repeatable",
-    )
+    _repeatable(source, "--load-seconds", "MODEL=SECONDS", "cold-load time of a model; repeatable")
     source.add_argument(
         "--lease-factor",
         type=float,
         help="leases last FACTOR x duration + the slowest load (3); only hung jobs expire",
     )
+
+
+def _fleet_arguments(parser: argparse.ArgumentParser) -> None:
     fleet = parser.add_argument_group("fleet")
     fleet.add_argument(
         "--workers",
@@ -102,14 +107,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="idle workers ask for work every SECONDS; a worker whose job ends asks at once "
         "(default 0: at every instant)",
     )
+
+
+def _policy_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     policy = parser.add_argument_group("policies")
-    policy.add_argument(
+    _repeatable(
+        policy,
         "--policy",
-        action="append",
-        default=[],
-        metavar="SPEC",
-        help="policy to compare, KIND[:key=value,...]; repeatable (default: fifo, strict, "
-        "prioqueue)",
+        "SPEC",
+        "policy to compare, KIND[:key=value,...]; repeatable (default: fifo, strict, prioqueue)",
     )
     policy.add_argument(
         "--ablations",
@@ -127,34 +133,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     policy.add_argument(
         "--seeds", type=int, metavar="N", help="seeds of a sweep: --seed, --seed+1, ... (5)"
     )
+    return policy
+
+
+def _parameter_arguments(policy: argparse._ArgumentGroup) -> None:
     policy.add_argument("--config", metavar="FILE", help="TOML file of settings (see docs)")
     policy.add_argument("--aging-divisor", type=float, help="seconds per aging point (60)")
     policy.add_argument("--band-spacing", type=float, help="distance between levels (100)")
     policy.add_argument("--max-affinity", type=float, help="largest swap-affinity bonus (10)")
-    policy.add_argument(
+    _repeatable(
+        policy,
         "--tier-bonus",
-        action="append",
-        default=[],
-        metavar="TIER=BONUS",
-        help="tier bonus (replaces the default free=0 pro=1 max=2 when given); repeatable",
+        "TIER=BONUS",
+        "tier bonus (replaces the default free=0 pro=1 max=2 when given); repeatable",
     )
-    policy.add_argument(
-        "--affinity",
-        action="append",
-        default=[],
-        metavar="MODEL=BONUS",
-        help="per-model affinity bonus; repeatable",
-    )
+    _repeatable(policy, "--affinity", "MODEL=BONUS", "per-model affinity bonus; repeatable")
     policy.add_argument("--charge", help="fair-share charge: runtime, estimate or SECONDS")
-    policy.add_argument(
+    _repeatable(
+        policy,
         "--budget",
-        action="append",
-        default=[],
-        metavar="LEVEL:KEY=VALUE,...",
-        help="queue budget of one level for the dispatcher's policies (max_wait=SECONDS, "
+        "LEVEL:KEY=VALUE,...",
+        "queue budget of one level for the dispatcher's policies (max_wait=SECONDS, "
         "max_queued=N, ttl=SECONDS), e.g. --budget interactive:max_wait=300 (LEVEL: a number "
         "or interactive, normal, batch); repeatable; off by default",
     )
+
+
+def _output_arguments(parser: argparse.ArgumentParser) -> None:
     output = parser.add_argument_group("output")
     output.add_argument("--json", metavar="FILE", help="write the report as JSON ('-': stdout)")
     output.add_argument(
@@ -169,246 +174,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="no progress bar (shown on stderr, on a terminal)",
     )
-
-
-class _UsageError(Exception):
-    """Bad usage: exit status 2."""
-
-
-_EXAMPLES = {
-    "--param": "hours=6",
-    "--load-seconds": "image=30",
-    "--tier-bonus": "pro=1",
-    "--affinity": "video=10",
-    "--budget": "interactive:max_wait=300",
-}
-
-
-def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
-    result: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise _UsageError(
-                f"{flag} expects KEY=VALUE (e.g. {flag} {_EXAMPLES.get(flag, 'key=1')}), "
-                f"got {item!r}"
-            )
-        result[key.strip()] = value.strip()
-    return result
-
-
-def _numbers(items: Mapping[str, Any], what: str) -> dict[str, float]:
-    result: dict[str, float] = {}
-    for key, value in items.items():
-        try:
-            result[key] = float(value)
-        except (TypeError, ValueError):
-            raise _UsageError(f"{what} {key!r}: expected a number, got {value!r}") from None
-    return result
-
-
-def _load_toml(path: str) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        try:
-            import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
-        except ImportError:
-            raise _UsageError("--config needs tomli on Python 3.10: pip install tomli") from None
-    try:
-        with open(path, "rb") as handle:
-            data: dict[str, Any] = tomllib.load(handle)
-    except OSError as exc:
-        raise _UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise _UsageError(f"{path}: invalid TOML: {exc}") from None
-    known = {
-        "scenario",
-        "seed",
-        "policies",
-        "lease_factor",
-        "params",
-        "policy",
-        "load_seconds",
-        "workers",
-        "poll",
-    }
-    unknown = set(data) - known
-    if unknown:
-        raise _UsageError(f"{path}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
-    return data
-
-
-def _budget_tables(items: Sequence[str], budgets: dict[Any, Any]) -> dict[Any, Any]:
-    """Parse ``--budget LEVEL:max_wait=S,max_queued=N,ttl=S`` into TOML-like tables."""
-    from prioqueue.sim.policies import BUDGET_KEYS, budget_level
-
-    example = "--budget interactive:max_wait=300,ttl=600"
-    budgets = {budget_level(k, "[policy] budgets"): v for k, v in budgets.items()}
-    for item in items:
-        name, sep, rest = item.partition(":")
-        if not sep:
-            raise _UsageError(
-                f"--budget expects LEVEL:KEY=VALUE,... (e.g. {example}), got {item!r}"
-            )
-        level = budget_level(name, f"--budget {item!r}")
-        table: dict[str, Any] = {}
-        for written, value in _pairs([p for p in rest.split(",") if p.strip()], "--budget").items():
-            key = written.lower().replace("-", "_")
-            if key not in BUDGET_KEYS:
-                raise _UsageError(
-                    f"--budget {item!r}: unknown key {key!r}; known: {', '.join(BUDGET_KEYS)}"
-                )
-            number = _numbers({key: value}, "--budget")[key]
-            if key == "max_queued":
-                if not number.is_integer():
-                    raise _UsageError(f"--budget {item!r}: max_queued must be an integer")
-                table[key] = int(number)
-            else:
-                table[key] = number
-        if not table:
-            raise _UsageError(f"--budget {item!r}: give at least one of {', '.join(BUDGET_KEYS)}")
-        old = budgets.get(level, {})
-        if not isinstance(old, Mapping):  # pragma: no cover - TOML gives tables
-            raise _UsageError(f"[policy] budgets.{level} must be a table")
-        budgets[level] = {**old, **table}
-    return budgets
-
-
-def _base_params(args: argparse.Namespace, config: Mapping[str, Any]) -> PolicyParams:
-    import attrs
-
-    from prioqueue.sim.policies import PolicyParams
-
-    table = dict(config.get("policy", {}))
-    allowed = set(attrs.fields_dict(PolicyParams))
-    unknown = set(table) - allowed
-    if unknown:
-        raise _UsageError(f"[policy]: unknown keys {sorted(unknown)}; known: {sorted(allowed)}")
-    for flag in ("aging_divisor", "band_spacing", "max_affinity"):
-        value = getattr(args, flag)
-        if value is not None:
-            table[flag] = value
-    if args.tier_bonus:
-        table["tier_bonuses"] = _numbers(_pairs(args.tier_bonus, "--tier-bonus"), "tier")
-    if args.affinity:
-        table["affinity_by_model"] = _numbers(_pairs(args.affinity, "--affinity"), "model")
-    if args.budget:
-        table["budgets"] = _budget_tables(args.budget, dict(table.get("budgets", {})))
-    if args.charge is not None:
-        charge: Any = args.charge
-        if charge not in ("runtime", "estimate"):
-            charge = _numbers({"--charge": charge}, "option")["--charge"]
-        table["charge"] = charge
-    try:
-        return PolicyParams(**table)
-    except (TypeError, ValueError) as exc:
-        raise _UsageError(f"[policy]: {exc}") from None
-
-
-def _specs(
-    args: argparse.Namespace, config: Mapping[str, Any], *, fleet: bool = False
-) -> list[PolicySpec]:
-    from prioqueue.sim.fleet_policies import DEFAULT_FLEET_POLICIES
-    from prioqueue.sim.policies import ABLATIONS, DEFAULT_POLICIES, parse_spec
-
-    base = _base_params(args, config)
-    defaults = DEFAULT_FLEET_POLICIES if fleet else DEFAULT_POLICIES
-    written = args.policy or config.get("policies") or list(defaults)
-    if not isinstance(written, list) or not all(isinstance(s, str) for s in written):
-        raise _UsageError("policies must be a list of strings")
-    if args.ablations:
-        written = [*written, *(a for a in ABLATIONS if a not in written)]
-    specs = [parse_spec(spec, base) for spec in written]
-    labels = [spec.label for spec in specs]
-    duplicates = sorted({label for label in labels if labels.count(label) > 1})
-    if duplicates:
-        raise _UsageError(f"policy given twice: {', '.join(duplicates)}")
-    return specs
-
-
-def _workloads(args: argparse.Namespace, config: Mapping[str, Any]) -> list[tuple[Workload, str]]:
-    """The workloads to run: a trace, one scenario, or the default suite."""
-    import attrs
-
-    from prioqueue.sim import scenarios, traces
-
-    params: dict[str, Any] = dict(config.get("params", {}))
-    params.update(_pairs(args.param, "--param"))
-    seed = args.seed if args.seed is not None else int(config.get("seed", 1))
-    loads = _numbers(dict(config.get("load_seconds", {})), "load_seconds")
-    loads.update(_numbers(_pairs(args.load_seconds, "--load-seconds"), "model"))
-    horizon = args.horizon
-    if horizon is not None and not (0 <= horizon < float("inf")):
-        raise _UsageError(f"--horizon must be a number of hours >= 0, got {horizon!r}")
-    if args.trace:
-        if args.scenario:
-            raise _UsageError("give either --scenario or --trace, not both")
-        workload = traces.read_trace(
-            args.trace, fmt=args.trace_format, seed=seed, load_seconds=loads, params=params
-        )
-        if workload.params.get("format") == "azure":
-            print(f"trace data: {traces.AZURE_ATTRIBUTION}", file=sys.stderr)
-        found = [(workload, str(args.trace))]
-    else:
-        name = args.scenario or config.get("scenario")
-        names = [str(name)] if name else list(scenarios.DEFAULT_SUITE)
-        if params and not name:
-            raise _UsageError(
-                "--param applies to one scenario: give --scenario NAME (see --list-scenarios)"
-            )
-        found = []
-        for one in names:
-            workload = scenarios.build(one, seed=seed, **params)
-            if loads:
-                workload = attrs.evolve(workload, load_seconds={**workload.load_seconds, **loads})
-            found.append((workload, "built-in"))
-    if horizon is not None:
-        found = [
-            (attrs.evolve(w, horizon=horizon * 3600.0 if horizon > 0 else None), source)
-            for w, source in found
-        ]
-    return found
-
-
-def _check_tiers(workload: Workload, specs: Sequence[PolicySpec]) -> None:
-    tiers = {job.tier for job in workload.arrivals}
-    for spec in specs:
-        if spec.is_baseline:
-            continue
-        unknown = sorted(tiers - set(spec.params.tier_bonuses))
-        if unknown:
-            known = ", ".join(spec.params.tier_bonuses) or "none"
-            raise ConfigError(
-                f"policy {spec.label}: the workload uses tiers {unknown} that have no bonus "
-                f"(known: {known}); add them with --tier-bonus TIER=BONUS"
-            )
-
-
-def _fleet(
-    args: argparse.Namespace, config: Mapping[str, Any]
-) -> tuple[tuple[WorkerSpec, ...] | None, float]:
-    """The fleet and the poll interval of a run.
-
-    The fleet is ``--workers``, else the config file's ``workers`` (a count or
-    ``[[workers]]`` tables), else None (the workload's own); the poll interval is ``--poll``,
-    else the file's ``poll``, else 0.
-    """
-    from prioqueue.sim.workers import fleet_of, load_workers, parse_workers
-
-    poll = args.poll if args.poll is not None else config.get("poll", 0.0)
-    if isinstance(poll, bool) or not isinstance(poll, (int, float)) or not 0 <= poll < 1e308:
-        raise _UsageError(f"--poll must be a number of seconds >= 0, got {poll!r}")
-    workers = None
-    if args.workers is not None:
-        workers = parse_workers(args.workers)
-    elif "workers" in config:
-        table = config["workers"]
-        if isinstance(table, int) and not isinstance(table, bool):
-            workers = fleet_of(table)
-        else:
-            workers = load_workers({"workers": table}, "--config")
-    return workers, float(poll)
 
 
 def _run_all(
@@ -473,7 +238,7 @@ def _write_json(report: Mapping[str, Any], target: str) -> None:
 
 
 def _guard(step: Callable[[], Any]) -> Any:
-    """Run ``step``, turning the expected failures into ``_Failure`` or ``_UsageError``."""
+    """Run ``step``, turning the expected failures into ``_Failure`` or ``UsageError``."""
     from prioqueue.sim.traces import TraceError
 
     try:
@@ -481,9 +246,14 @@ def _guard(step: Callable[[], Any]) -> Any:
     except TraceError as exc:
         raise _Failure(str(exc)) from None
     except ConfigError as exc:
-        raise _UsageError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     except OSError as exc:
         raise _Failure(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": ")) from None
+
+
+def _repeatable(group: argparse._ArgumentGroup, flag: str, metavar: str, text: str) -> None:
+    """Add an option that may be given several times (its values collect in a list)."""
+    group.add_argument(flag, action="append", default=[], metavar=metavar, help=text)
 
 
 class _Failure(Exception):
@@ -501,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
     """
     try:
         return _run(args)
-    except _UsageError as exc:
+    except UsageError as exc:
         print(f"{_PROG}: error: {exc}", file=sys.stderr)
         return 2
     except _Failure as exc:
@@ -536,22 +306,22 @@ def _run(args: argparse.Namespace) -> int:
         _list_scenarios()
         return 0
     plot = _plot_module() if args.plot else None
-    config = _load_toml(args.config) if args.config else {}
+    config = options.load_toml(args.config) if args.config else {}
     lease = args.lease_factor if args.lease_factor is not None else config.get("lease_factor", 3.0)
     if not isinstance(lease, (int, float)) or not lease >= 1:
-        raise _UsageError(f"--lease-factor must be a number >= 1, got {lease!r}")
+        raise UsageError(f"--lease-factor must be a number >= 1, got {lease!r}")
     if args.sweep:
         return _run_sweep(args, config, float(lease), plot)
-    fleet = _guard(lambda: _fleet(args, config))
-    found: list[tuple[Workload, str]] = _guard(lambda: _workloads(args, config))
+    fleet = _guard(lambda: options.fleet(args, config))
+    found: list[tuple[Workload, str]] = _guard(lambda: options.workloads(args, config))
     is_fleet = fleet[0] is not None or any(w.workers is not None for w, _ in found)
-    specs: list[PolicySpec] = _guard(lambda: _specs(args, config, fleet=is_fleet))
-    base = _base_params(args, config)
+    specs: list[PolicySpec] = _guard(lambda: options.specs(args, config, fleet=is_fleet))
+    base = options.base_params(args, config)
     show = _show_progress(args)
     reports: list[dict[str, Any]] = []
     runs: list[list[RunResult]] = []
     for workload, source in found:
-        _guard(partial(_check_tiers, workload, specs))
+        _guard(partial(options.check_tiers, workload, specs))
         if not workload.arrivals:
             raise _Failure(f"{workload.name}: the workload has no jobs")
         results = _guard(partial(_run_all, workload, specs, float(lease), show, fleet))
@@ -584,26 +354,26 @@ def _run_sweep(args: argparse.Namespace, config: Mapping[str, Any], lease: float
 
     key, values = _guard(lambda: sweep.parse_sweep(args.sweep))
     if len(args.policy) > 1:
-        raise _UsageError("--sweep varies one policy: give at most one --policy KIND")
+        raise UsageError("--sweep varies one policy: give at most one --policy KIND")
     policy = args.policy[0] if args.policy else "prioqueue"
     seeds_n = 5 if args.seeds is None else args.seeds
     if seeds_n < 1:
-        raise _UsageError(f"--seeds must be >= 1, got {seeds_n}")
+        raise UsageError(f"--seeds must be >= 1, got {seeds_n}")
     first = args.seed if args.seed is not None else int(config.get("seed", 1))
     seeds = list(range(first, first + seeds_n))
     if args.trace:
-        raise _UsageError("--sweep runs a scenario over several seeds; it takes no --trace")
+        raise UsageError("--sweep runs a scenario over several seeds; it takes no --trace")
     if not (args.scenario or config.get("scenario")):
         args = argparse.Namespace(**{**vars(args), "scenario": "overload"})
-    base = _base_params(args, config)
+    base = options.base_params(args, config)
 
     def make(seed: int) -> Workload:
         local = argparse.Namespace(**{**vars(args), "seed": seed})
-        workload, _ = _workloads(local, config)[0]
+        workload, _ = options.workloads(local, config)[0]
         return workload
 
     workload = _guard(lambda: make(seeds[0]))
-    workers, poll = _guard(lambda: _fleet(args, config))
+    workers, poll = _guard(lambda: options.fleet(args, config))
     result = _guard(
         lambda: sweep.run_sweep(
             make,

@@ -23,9 +23,9 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from prioqueue.sim.engine import DONE, RUNNING, RunResult
 from prioqueue.sim.policies import PolicyParams
 from prioqueue.sim.report import summarize
+from prioqueue.sim.results import JobState, RunResult
 
 __all__ = ["write_charts", "write_frontier"]
 
@@ -61,7 +61,9 @@ def _waits(results: Sequence[RunResult], path: Path) -> None:
                 if a.priority != level or result.status[i] == 0:  # PENDING: after the horizon
                     continue
                 arrived += 1
-                if result.status[i] in (DONE, RUNNING) and not math.isnan(result.start[i]):
+                if result.status[i] in (JobState.DONE, JobState.RUNNING) and not math.isnan(
+                    result.start[i]
+                ):
                     waits.append(max(result.start[i] - a.arrival, 0.1))
             if not waits:
                 continue

@@ -2,17 +2,17 @@
 
 Theory of operation
 -------------------
-Every policy is a queue with the dispatcher's protocol (:class:`SimQueue`): ``submit``,
-``dispatch``, ``complete``, ``cancel``, ``expire``, ``next_deadline``. The full policy and its
-ablations are the real :class:`~prioqueue.dispatcher.SizeOneDispatcher` configured
-differently; the two baselines are small classes that live here, never in the core:
+Every policy runs on a queue that the engine drives through one protocol
+(:class:`~prioqueue.sim.queues.SimQueue`, built by :func:`~prioqueue.sim.queues.build_queue`).
+The full policy and its ablations are the real dispatchers configured differently
+(``SizeOneDispatcher`` on one GPU, ``FleetDispatcher`` on a fleet); the baselines are small
+pull queues that live in :mod:`prioqueue.sim.baselines`, never in the core:
 
 * ``fifo``: arrival order, as llama-swap serves requests today.
 * ``strict``: priority levels only, FIFO inside a level (no tiers, aging, affinity or fair
   share).
 * ``warm-first``: the oldest job for the loaded model, else the oldest job (Ray Serve's
-  model-multiplexing rule; see :mod:`prioqueue.sim.fleet_policies`, which also holds the
-  fleet versions of the baselines).
+  model-multiplexing rule).
 * ``prioqueue``: the full policy (bands, tiers, affinity, aging and per-member fair share).
 * ``no-aging``: a divisor so large that aging never matters (1e9 seconds per point).
 * ``no-affinity``: ``max_affinity = 0``.
@@ -24,35 +24,31 @@ makes a variant, so several divisors can run side by side on the same arrivals.
 
 from __future__ import annotations
 
-import abc
-import heapq
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import attrs
 
 from prioqueue._core import DEFAULT_CROSSING_SHARE
-from prioqueue._errors import ConfigError, InvalidState, UnknownJob
+from prioqueue._errors import ConfigError
 from prioqueue.lifecycle import LevelBudget
 from prioqueue.priority import DEFAULT_ALIASES
-from prioqueue.scoring import DEFAULT_TIER_BONUSES, Scorer, ScoringConfig
+from prioqueue.scoring import DEFAULT_TIER_BONUSES, ScoringConfig
+from prioqueue.sim.baselines import FifoQueue, StrictQueue
 
 __all__ = [
     "ABLATIONS",
     "BASELINES",
+    "DEFAULT_FLEET_POLICIES",
     "DEFAULT_POLICIES",
     "NO_AGING_DIVISOR",
     "POLICY_KINDS",
     "FifoQueue",
     "PolicyParams",
     "PolicySpec",
-    "SimQueue",
     "StrictQueue",
-    "build_queue",
     "parse_spec",
-    "reorder_counts",
 ]
 
 NO_AGING_DIVISOR = 1e9
@@ -70,287 +66,10 @@ POLICY_KINDS = (
 )
 DEFAULT_POLICIES = ("fifo", "strict", "prioqueue")
 """What a report compares unless told otherwise: the two baselines and the full policy."""
+DEFAULT_FLEET_POLICIES = ("fifo", "strict", "warm-first", "prioqueue")
+"""What a fleet report compares unless told otherwise: three pull baselines and prioqueue."""
 ABLATIONS = ("no-aging", "no-affinity", "no-fair-share")
 """The full policy with one term switched off each (``--ablations``)."""
-
-_MAX_ATTEMPTS = 3
-
-
-class JobLike(Protocol):
-    """What the engine reads from a granted job."""
-
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def model(self) -> str | None: ...
-
-
-class GrantLike(Protocol):
-    """What the engine reads from a grant."""
-
-    @property
-    def job(self) -> JobLike: ...
-
-    @property
-    def attempt(self) -> int: ...
-
-
-class ExpiredLike(Protocol):
-    """What the engine reads from an expired lease."""
-
-    @property
-    def job(self) -> JobLike: ...
-
-    @property
-    def requeued(self) -> bool: ...
-
-
-class SimQueue(Protocol):
-    """The part of ``SizeOneDispatcher``'s API the simulator drives."""
-
-    def submit(  # noqa: D102
-        self,
-        job_id: str,
-        *,
-        member: str,
-        priority: int | str | bytes | None = 0,
-        tier: str = "free",
-        model: str | None = None,
-        estimate: float | None = None,
-        payload: Any = None,
-        now: float,
-    ) -> object: ...
-
-    def dispatch(self, now: float) -> GrantLike | None: ...  # noqa: D102
-
-    def complete(  # noqa: D102
-        self, job_id: str, *, now: float, runtime: float | None = None
-    ) -> object: ...
-
-    def cancel(self, job_id: str, *, now: float) -> object: ...  # noqa: D102
-
-    def expire(self, now: float) -> Sequence[ExpiredLike]: ...  # noqa: D102
-
-    def next_deadline(self) -> float | None: ...  # noqa: D102
-
-    def __len__(self) -> int: ...
-
-
-# --------------------------------------------------------------------------- baselines
-
-
-class _Job:
-    """A baseline's job (one GPU or a fleet; ``worker``/``deadline`` are the fleet's)."""
-
-    __slots__ = (
-        "arrival",
-        "attempt",
-        "deadline",
-        "id",
-        "member",
-        "model",
-        "priority",
-        "queued",
-        "seq",
-        "worker",
-    )
-
-    def __init__(
-        self, job_id: str, member: str, priority: int, model: str | None, arrival: float, seq: int
-    ) -> None:
-        self.id = job_id
-        self.member = member
-        self.priority = priority
-        self.model = model
-        self.arrival = arrival
-        self.seq = seq
-        self.attempt = 0
-        self.queued = True
-        self.worker: str | None = None
-        self.deadline: float | None = None
-
-
-class _Grant:
-    __slots__ = ("attempt", "job", "worker")
-
-    def __init__(self, job: _Job, attempt: int, worker: str | None = None) -> None:
-        self.job = job
-        self.attempt = attempt
-        self.worker = worker
-
-
-class _Expired:
-    __slots__ = ("job", "requeued")
-
-    def __init__(self, job: _Job, requeued: bool) -> None:
-        self.job = job
-        self.requeued = requeued
-
-
-class _JobBook(abc.ABC):
-    """What every baseline (one GPU or a fleet) keeps: jobs by id and the queued count.
-
-    Subclasses file a queued job with ``_push`` (at the head of its queue when ``requeue``).
-    """
-
-    def __init__(self) -> None:
-        self._jobs: dict[str, _Job] = {}
-        self._queued = 0
-        self._seq = 0
-
-    def __len__(self) -> int:
-        return self._queued
-
-    @abc.abstractmethod
-    def _push(self, job: _Job, *, requeue: bool) -> None:
-        """File a queued job (at the head of its queue when ``requeue``)."""
-
-    def submit(
-        self,
-        job_id: str,
-        *,
-        member: str,
-        priority: int | str | bytes | None = 0,
-        tier: str = "free",
-        model: str | None = None,
-        estimate: float | None = None,
-        payload: Any = None,
-        now: float,
-    ) -> object:
-        """Queue a job (``priority`` must already be a number). O(log n).
-
-        Raises:
-            TypeError: ``priority`` is not an int.
-        """
-        if not isinstance(priority, int):
-            raise TypeError(f"baselines take numeric priorities, got {priority!r}")
-        job = _Job(job_id, member, priority, model, now, self._seq)
-        self._seq += 1
-        self._jobs[job_id] = job
-        self._queued += 1
-        self._push(job, requeue=False)
-        return job
-
-    def _lease_ran_out(self, job: _Job) -> _Expired:
-        """Requeue a job whose lease ran out, or fail it after ``_MAX_ATTEMPTS`` grants."""
-        if job.attempt >= _MAX_ATTEMPTS:
-            del self._jobs[job.id]
-            return _Expired(job, False)
-        job.queued = True
-        self._queued += 1
-        self._push(job, requeue=True)
-        return _Expired(job, True)
-
-
-class _Baseline(_JobBook):
-    """Shared bookkeeping of the baselines: jobs by id, the running job and its lease.
-
-    Subclasses decide the order: ``_push`` files a job, ``_pop`` takes the next one.
-    """
-
-    def __init__(self, lease_for: Callable[[Any], float] | None = None) -> None:
-        super().__init__()
-        self._running: _Job | None = None
-        self._deadline: float | None = None
-        self._lease_for = lease_for
-
-    @abc.abstractmethod
-    def _pop(self) -> _Job | None:
-        """Take the next job to run, or None when none is queued."""
-
-    def dispatch(self, now: float) -> _Grant | None:
-        """Grant the next queued job when nothing runs."""
-        if self._running is not None or not self._queued:
-            return None
-        job = self._pop()
-        while job is not None and not job.queued:  # lazily deleted (cancelled) entries
-            job = self._pop()
-        if job is None:  # pragma: no cover - the count says a live job exists
-            raise AssertionError("queued count out of step")
-        self._queued -= 1
-        job.queued = False
-        job.attempt += 1
-        self._running = job
-        self._deadline = None if self._lease_for is None else now + self._lease_for(job)
-        return _Grant(job, job.attempt)
-
-    def complete(self, job_id: str, *, now: float, runtime: float | None = None) -> object:
-        """Finish the running job."""
-        job = self._running
-        if job is None or job.id != job_id:
-            raise InvalidState(f"job {job_id!r} is not running")
-        self._running = None
-        self._deadline = None
-        del self._jobs[job_id]
-        return job
-
-    def cancel(self, job_id: str, *, now: float) -> object:
-        """Drop a queued or running job."""
-        job = self._jobs.pop(job_id, None)
-        if job is None:
-            raise UnknownJob(f"unknown job {job_id!r}")
-        if job is self._running:
-            self._running = None
-            self._deadline = None
-        else:
-            job.queued = False
-            self._queued -= 1
-        return job
-
-    def expire(self, now: float) -> list[_Expired]:
-        """Requeue (or fail) the running job when its lease ran out."""
-        job = self._running
-        if job is None or self._deadline is None or now < self._deadline:
-            return []
-        self._running = None
-        self._deadline = None
-        return [self._lease_ran_out(job)]
-
-    def next_deadline(self) -> float | None:
-        """The running job's lease deadline, or None."""
-        return self._deadline
-
-
-class FifoQueue(_Baseline):
-    """Arrival order, whatever the priority: llama-swap today. A requeued job goes first.
-
-    Args:
-        lease_for: Seconds of lease for a granted job, or None for no leases.
-    """
-
-    def __init__(self, lease_for: Callable[[Any], float] | None = None) -> None:
-        super().__init__(lease_for)
-        self._fifo: deque[_Job] = deque()
-
-    def _push(self, job: _Job, *, requeue: bool) -> None:
-        if requeue:
-            self._fifo.appendleft(job)
-        else:
-            self._fifo.append(job)
-
-    def _pop(self) -> _Job | None:
-        return self._fifo.popleft() if self._fifo else None
-
-
-class StrictQueue(_Baseline):
-    """Highest priority level first, FIFO inside a level; nothing else.
-
-    Args:
-        lease_for: Seconds of lease for a granted job, or None for no leases.
-    """
-
-    def __init__(self, lease_for: Callable[[Any], float] | None = None) -> None:
-        super().__init__(lease_for)
-        self._heap: list[tuple[int, int, _Job]] = []
-
-    def _push(self, job: _Job, *, requeue: bool) -> None:
-        # A requeued job keeps its submission order, so it is the oldest of its level again.
-        heapq.heappush(self._heap, (-job.priority, job.seq, job))
-
-    def _pop(self) -> _Job | None:
-        return heapq.heappop(self._heap)[2] if self._heap else None
-
 
 # --------------------------------------------------------------------------- specs
 
@@ -630,54 +349,3 @@ def _check_charge(charge: Charge, spec: str) -> None:
 def _check_hold(hold: float, spec: str) -> None:
     if not 0 <= hold < float("inf"):
         raise ConfigError(f"policy {spec!r}: warm_hold must be seconds >= 0, got {hold!r}")
-
-
-def build_queue(spec: PolicySpec, lease_for: Callable[[Any], float] | None = None) -> SimQueue:
-    """Make a fresh queue for ``spec``.
-
-    Args:
-        spec: The policy.
-        lease_for: Seconds of lease for a granted job (given the job), or None.
-
-    Returns:
-        A baseline queue or a configured ``SizeOneDispatcher``.
-    """
-    if spec.kind == "fifo":
-        return FifoQueue(lease_for)
-    if spec.kind == "strict":
-        return StrictQueue(lease_for)
-    if spec.kind == "warm-first":
-        from prioqueue.sim.fleet_policies import build_pull_baseline
-        from prioqueue.sim.workers import fleet_of
-
-        rule = None if lease_for is None else (lambda job, _name: lease_for(job))
-        return build_pull_baseline("warm-first", fleet_of(1), rule)
-    from prioqueue.dispatcher import SizeOneDispatcher
-
-    params = spec.params
-    return SizeOneDispatcher(
-        Scorer(params.scoring_config()),
-        charge=params.charge,
-        lease_for=lease_for,
-        fair_share=params.fair_share,
-        crossing_share=params.crossing_share,
-        max_attempts=_MAX_ATTEMPTS,
-        budgets=params.budgets or None,
-    )
-
-
-def reorder_counts(queue: object, now: float) -> dict[int, dict[str, int]]:
-    """Return the dispatcher's reorders by level and cause (empty for the baselines).
-
-    Args:
-        queue: The queue after the run (a baseline, or a dispatcher with ``stats``).
-        now: The end of the run.
-
-    Returns:
-        ``{level: {cause: count}}`` with the causes of ``REORDER_CAUSES``.
-    """
-    stats_of = getattr(queue, "stats", None)
-    if stats_of is None:  # a baseline
-        return {}
-    stats = stats_of(now=now)
-    return {level: dict(s.reorders.as_dict()) for level, s in stats.levels.items()}

@@ -1,8 +1,8 @@
 """The report for people: tables rendered with rich on a terminal, or as plain text.
 
-The tables are built once as plain data (:func:`tables`) and then drawn either way, so the
-rich and the plain outputs always show the same numbers. ``rich`` is imported only inside
-:func:`render_rich`.
+The tables are built once as plain data (:func:`~prioqueue.sim.tables.tables`, the verdict and
+a sweep's table here) and then drawn either way, so the rich and the plain outputs always show
+the same numbers. ``rich`` is imported only inside :func:`render_rich`.
 """
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-import attrs
-
-from prioqueue.priority import DEFAULT_ALIASES
+from prioqueue.sim.tables import Table, duration, number, tables
 
 __all__ = [
     "Table",
@@ -26,310 +24,6 @@ __all__ = [
     "verdict_lines",
     "verdict_table",
 ]
-
-_LEVEL_NAMES = {value: name for name, value in DEFAULT_ALIASES.items()}
-_MAX_MEMBERS = 20
-
-
-@attrs.frozen
-class Table:
-    """One table of the report.
-
-    Attributes:
-        title: The heading.
-        headers: The column names.
-        rows: The cells, as text; ``None`` draws a separator before the row that follows.
-        note: A line printed under the table, or empty.
-        left: How many leading columns are text (left-aligned); the rest are numbers.
-    """
-
-    title: str
-    headers: tuple[str, ...]
-    rows: tuple[tuple[str, ...] | None, ...]
-    note: str = ""
-    left: int = 1
-
-
-_YEAR = 365 * 86_400.0
-
-
-def duration(seconds: float | None) -> str:
-    """Format seconds for people: ``12.3s``, ``4.2m`` or ``3.1h`` (``-`` for None).
-
-    Durations of a year or more (e.g. the fairness bound of the ``no-aging`` ablation, whose
-    divisor is 1e9) read ``unbounded``: no run lasts that long, so the number means nothing.
-
-    Args:
-        seconds: A duration, or None.
-
-    Returns:
-        The text.
-    """
-    if seconds is None:
-        return "-"
-    if abs(seconds) >= _YEAR:
-        return "unbounded"
-    if abs(seconds) < 90:
-        return f"{seconds:.1f}s"
-    if abs(seconds) < 90 * 60:
-        return f"{seconds / 60:.1f}m"
-    return f"{seconds / 3600:.1f}h"
-
-
-def _level(key: str) -> str:
-    name = _LEVEL_NAMES.get(int(key))
-    return f"{key} {name}" if name else key
-
-
-def _number(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _levels(policies: Mapping[str, Any]) -> list[str]:
-    keys = {key for section in policies.values() for key in section["levels"]}
-    return sorted(keys, key=int, reverse=True)
-
-
-def tables(report: Mapping[str, Any]) -> list[Table]:
-    """Build the report's tables.
-
-    Args:
-        report: What :func:`prioqueue.sim.report.build_report` returned.
-
-    Returns:
-        Waits by level, fair share by level, GPU use, reorders by cause, GPU share by member.
-    """
-    policies: Mapping[str, Any] = report["policies"]
-    levels = _levels(policies)
-    waits: list[tuple[str, ...] | None] = []
-    fair: list[tuple[str, ...] | None] = []
-    for level in levels:
-        if waits:
-            waits.append(None)
-            fair.append(None)
-        for name, section in policies.items():
-            row = section["levels"].get(level)
-            if row is None:
-                continue
-            floor = row["censored_from"]
-            waits.append(
-                (
-                    _level(level),
-                    name,
-                    str(row["jobs"]),
-                    str(row["completed"]),
-                    str(row["unfinished"]),
-                    _censored(row["wait_p50"], floor),
-                    _censored(row["wait_p95"], floor),
-                    _censored(row["wait_p99"], floor),
-                    _censored(row["wait_max"], floor),
-                    _number(row["slowdown_mean"], 1),
-                )
-            )
-            gap = row["service_gap"]
-            within = "-" if gap is None else ("yes" if gap <= row["gap_bound"] else "NO")
-            pair = row["service_gap_members"]
-            share = row["fair_share"]
-            fair.append(
-                (
-                    _level(level),
-                    name,
-                    duration(gap),
-                    "-" if pair is None else " / ".join(pair),
-                    duration(row["gap_bound"]),
-                    _number(share["worst"], 2)
-                    + ("" if share["worst_member"] is None else f" {share['worst_member']}"),
-                    _number(row["jain"], 3),
-                    within,
-                )
-            )
-    gpu = tuple(
-        (
-            name,
-            str(s["swaps"]),
-            duration(s["load_seconds"]),
-            duration(s["idle_waiting_seconds"]),
-            duration(s["lost_seconds"]),
-            duration(s["busy_seconds"]),
-            duration(s["makespan"]),
-            f"{s['completed']}/{s['cancelled']}/{s['failed']}",
-        )
-        for name, s in policies.items()
-    )
-    causes = ("aging", "affinity", "tier", "fair_share", "deferred_crossings")
-    reorders = tuple(
-        (name, *(str(s["reorders"].get(c, 0)) if s["params"] is not None else "-" for c in causes))
-        for name, s in policies.items()
-    )
-    names = list(policies)
-    members: dict[str, float] = {}
-    for section in policies.values():
-        for member, row in section["members"].items():
-            members[member] = max(members.get(member, 0.0), row["gpu_seconds"] or 0.0)
-    shown = sorted(members, key=lambda m: (-members[m], m))[:_MAX_MEMBERS]
-    share_rows = tuple(
-        (
-            member,
-            *(
-                _percent(policies[name]["members"].get(member, {}).get("gpu_share"))
-                for name in names
-            ),
-        )
-        for member in sorted(shown)
-    )
-    hidden = len(members) - len(shown)
-    fleet = any("workers" in section for section in policies.values())
-    bound = "2*N*(T + A)*d + 10*K*C (N workers, K slots)" if fleet else "2*(T + A)*d + 10*C"
-    found = [
-        Table(
-            "Waits by level (arrival to start)",
-            (
-                "level",
-                "policy",
-                "jobs",
-                "done",
-                "unfinished",
-                "p50",
-                "p95",
-                "p99",
-                "max",
-                "slowdown",
-            ),
-            tuple(waits),
-            "unfinished: queued when the horizon stopped the clock; their waits count as "
-            "censored (>=: a lower bound)",
-            left=2,
-        ),
-        Table(
-            "Fair share by level (members compared only while both are backlogged)",
-            ("level", "policy", "max gap", "between", "bound", "min share", "Jain", "within"),
-            tuple(fair),
-            f"gap: largest drift in service between two backlogged members, bound {bound}; "
-            "min share: the worst member's GPU time over its max-min fair share (1 = fair); "
-            "Jain (secondary): over contended service, low when members ask for different "
-            "amounts",
-            left=2,
-        ),
-        Table(
-            "GPU",
-            (
-                "policy",
-                "swaps",
-                "loading",
-                "idle+waiting",
-                "hung",
-                "busy",
-                "makespan",
-                "done/cxl/fail",
-            ),
-            gpu,
-        ),
-        Table("Reorders by cause (dispatcher stats)", ("policy", *causes), reorders),
-        Table(
-            "GPU share by member",
-            ("member", *names),
-            share_rows,
-            f"{hidden} more members not shown" if hidden > 0 else "",
-        ),
-    ]
-    if any("refused" in section for section in policies.values()):
-        found.insert(1, _budgets_table(policies, levels))
-    if fleet:
-        found.append(_workers_table(policies))
-    if any("groups" in section for section in policies.values()):
-        found.append(_groups_table(policies))
-    return found
-
-
-def _budgets_table(policies: Mapping[str, Any], levels: list[str]) -> Table:
-    """Refused and ttl-expired jobs by level (only when a policy ran with queue budgets)."""
-    rows: list[tuple[str, ...] | None] = []
-    for level in levels:
-        if rows:
-            rows.append(None)
-        for name, section in policies.items():
-            row = section["levels"].get(level)
-            if row is None:
-                continue
-            budget = (section["params"] or {}).get("budgets", {}).get(level)
-            rows.append(
-                (
-                    _level(level),
-                    name,
-                    ", ".join(f"{k}={v:g}" for k, v in budget.items()) if budget else "-",
-                    str(row["jobs"]),
-                    str(row.get("refused", 0)),
-                    str(row.get("ttl_expired", 0)),
-                    str(row["completed"]),
-                )
-            )
-    return Table(
-        "Queue budgets by level",
-        ("level", "policy", "budget", "jobs", "refused", "ttl expired", "done"),
-        tuple(rows),
-        "refused: submits a level's max_queued or max_wait turned away; ttl expired: left the "
-        "queue at their deadline, never granted; neither has a wait (baselines run "
-        "unprotected)",
-        left=3,
-    )
-
-
-def _workers_table(policies: Mapping[str, Any]) -> Table:
-    rows: list[tuple[str, ...] | None] = []
-    for name, section in policies.items():
-        if rows:
-            rows.append(None)
-        for worker, row in section.get("workers", {}).items():
-            rows.append(
-                (
-                    name,
-                    worker,
-                    str(row["jobs"]),
-                    str(row["swaps"]),
-                    duration(row["load_seconds"]),
-                    duration(row["busy_seconds"]),
-                    _percent(row["utilisation"]),
-                )
-            )
-    return Table(
-        "Workers",
-        ("policy", "worker", "runs", "swaps", "loading", "busy", "utilisation"),
-        tuple(rows),
-        "utilisation: busy seconds (loads and hung attempts included) over the run's clock",
-        left=2,
-    )
-
-
-def _groups_table(policies: Mapping[str, Any]) -> Table:
-    rows: list[tuple[str, ...] | None] = []
-    for name, section in policies.items():
-        for group, row in section.get("groups", {}).items():
-            forecast = row.get("forecast") or {}
-            rows.append(
-                (
-                    group,
-                    name,
-                    "all" if row["depth"] is None else str(row["depth"]),
-                    f"{row['completed']}/{row['jobs']}",
-                    duration(row["finish"]),
-                    duration(forecast.get("mean_abs_error")),
-                    _percent(forecast.get("mean_relative")),
-                )
-            )
-    return Table(
-        "Groups (films)",
-        ("group", "policy", "depth", "done", "finish", "forecast error", "relative"),
-        tuple(rows),
-        "finish: when its last job left; forecast error: mean |forecast - finish| over the "
-        "forecasts taken at the start and at each tenth done (relative: over the time left)",
-        left=2,
-    )
-
-
-def _censored(value: float | None, floor: float | None) -> str:
-    if value is not None and floor is not None and value >= floor:
-        return "≥" + duration(value)
-    return duration(value)
 
 
 def reports_of(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -386,7 +80,7 @@ def verdict_table(report: Mapping[str, Any]) -> Table:
                     ("≥" + p99) if row["interactive_censored"] else p99,
                     _batch_cell(row),
                     _fair_cell(row["fairness"]),
-                    _number(row["fairness"]["worst_share"], 2),
+                    number(row["fairness"]["worst_share"], 2),
                     str(row["swaps"]),
                 )
             )
@@ -427,10 +121,6 @@ def verdict_lines(report: Mapping[str, Any]) -> list[str]:
         The lines, without newlines.
     """
     return _plain_table(verdict_table(report))
-
-
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def _header(report: Mapping[str, Any]) -> str:

@@ -42,22 +42,13 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prioqueue.sim.engine import (
-    CANCELLED,
-    DONE,
-    EXPIRED,
-    FAILED,
-    PENDING,
-    QUEUED,
-    REFUSED,
-    RunResult,
-)
 from prioqueue.sim.fairness import OFF as _OFF
 from prioqueue.sim.fairness import ON as _ON
 from prioqueue.sim.fairness import SERVICE as _SERVICE
 from prioqueue.sim.fairness import fair_shares, jain_index, service_gaps
 from prioqueue.sim.policies import PolicyParams
-from prioqueue.sim.workload import Workload
+from prioqueue.sim.results import JobState, RunResult
+from prioqueue.sim.workload import Arrival, Workload
 
 __all__ = ["build_report", "jain_index", "percentile", "service_gaps", "summarize"]
 
@@ -94,6 +85,186 @@ def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
+class _Counts:
+    """One level's jobs by outcome."""
+
+    __slots__ = ("cancelled", "completed", "failed", "jobs", "refused", "ttl_expired")
+
+    def __init__(self) -> None:
+        self.jobs = self.completed = self.cancelled = self.failed = 0
+        self.ttl_expired = self.refused = 0
+
+
+class _Member:
+    """One member's jobs, completed jobs and the waits of those."""
+
+    __slots__ = ("completed", "jobs", "waited")
+
+    def __init__(self) -> None:
+        self.jobs = self.completed = 0
+        self.waited = 0.0
+
+
+class _Tally:
+    """What :func:`summarize` reads off a run, per level and per member: one pass, O(n).
+
+    Args:
+        result: The run.
+        params: The parameters its charges and bounds are measured with.
+    """
+
+    def __init__(self, result: RunResult, params: PolicyParams) -> None:
+        self.result = result
+        self.params = params
+        self.clock = result.clock_end
+        self.waits: dict[int, list[float]] = defaultdict(list)
+        self.censored: dict[int, list[float]] = defaultdict(list)
+        self.slowdown: dict[int, list[float]] = defaultdict(list)
+        self.counts: dict[int, _Counts] = defaultdict(_Counts)
+        self.events: dict[int, list[tuple[float, int, str, float]]] = defaultdict(list)
+        self.backlog: dict[int, list[tuple[float, float, str]]] = defaultdict(list)
+        self.runs: dict[int, list[tuple[float, float, str]]] = defaultdict(list)
+        self.largest_charge: dict[int, float] = defaultdict(float)
+        self.longest_run: dict[int, float] = defaultdict(float)
+        self.tiers: dict[int, set[str]] = defaultdict(set)
+        self.gpu: dict[str, float] = defaultdict(float)
+        self.members: dict[str, _Member] = defaultdict(_Member)
+        self.requeued_from: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        arrivals = result.workload.arrivals
+        for j, granted, expired, _ in result.retries:
+            self.requeued_from[j].append((granted, expired))
+            self.gpu[arrivals[j].member] += expired - granted
+            self.runs[arrivals[j].priority].append((granted, expired, arrivals[j].member))
+        for i, job in enumerate(arrivals):
+            if result.status[i] != JobState.PENDING:  # JobState.PENDING: arrived after the horizon
+                self._job(i, job)
+
+    def _job(self, i: int, job: Arrival) -> None:
+        """Count job ``i``: its outcome, backlog, run, wait and member."""
+        result = self.result
+        came = result.submitted[i] if result.submitted else job.arrival
+        level, member, st = job.priority, job.member, result.status[i]
+        row = self.counts[level]
+        row.jobs += 1
+        self.members[member].jobs += 1
+        self.tiers[level].add(job.tier)
+        if st == JobState.REFUSED:  # never queued: no wait, no backlog
+            row.refused += 1
+            return
+        self._queued(i, job, came)
+        start, end = result.start[i], result.end[i]
+        if not math.isnan(start):
+            self._ran(i, job, came)
+        elif st == JobState.QUEUED:
+            self.censored[level].append(self.clock - came)
+        if st == JobState.DONE:
+            row.completed += 1
+            self.slowdown[level].append((end - came) / max(job.duration, 1.0))
+            self.members[member].completed += 1
+            self.members[member].waited += start - came
+        elif st == JobState.CANCELLED:
+            row.cancelled += 1
+        elif st == JobState.EXPIRED:
+            row.ttl_expired += 1
+        elif st == JobState.FAILED:
+            row.failed += 1
+
+    def _queued(self, i: int, job: Arrival, came: float) -> None:
+        """Job ``i``'s backlog intervals: each attempt's queueing, and the last one's."""
+        result = self.result
+        level, member = job.priority, job.member
+        events, backlog = self.events[level], self.backlog[level]
+        queued_from = came
+        for granted, expired in self.requeued_from.get(i, ()):
+            events.append((queued_from, _ON, member, 0.0))
+            events.append((granted, _OFF, member, 0.0))
+            backlog.append((queued_from, granted, member))
+            queued_from = expired
+        st, start = result.status[i], result.start[i]
+        if st == JobState.FAILED:
+            return
+        ran = not math.isnan(start)
+        left = start if ran else (self.clock if st == JobState.QUEUED else result.end[i])
+        events.append((queued_from, _ON, member, 0.0))
+        events.append((left, _OFF, member, 0.0))
+        backlog.append((queued_from, left, member))
+
+    def _ran(self, i: int, job: Arrival, came: float) -> None:
+        """Job ``i``'s last attempt ran: its GPU time, charge and wait."""
+        result = self.result
+        level, member = job.priority, job.member
+        start, end = result.start[i], result.end[i]
+        finished = not math.isnan(end)
+        stop = end if finished else self.clock
+        runtime = stop - start
+        self.gpu[member] += runtime
+        self.runs[level].append((start, stop, member))
+        self.longest_run[level] = max(self.longest_run[level], runtime)
+        if finished:
+            charge = _charge(self.params, result.spec.is_baseline, job.estimate, runtime)
+            self.events[level].append((end, _SERVICE, member, charge))
+            self.largest_charge[level] = max(self.largest_charge[level], charge)
+        if result.status[i] != JobState.CANCELLED:
+            self.waits[level].append(start - came)
+
+    def level(
+        self, level: int, top: int, timeline: list[tuple[float, float]] | None
+    ) -> dict[str, Any]:
+        """One level's section of the report (``top``: the highest level)."""
+        params, result = self.params, self.result
+        row = self.counts[level]
+        unfinished = sorted(self.censored[level])
+        ws = sorted(self.waits[level] + unfinished)
+        gap, pair, contended = service_gaps(self.events[level], timeline)
+        bonuses = [params.tier_bonuses.get(t, 0.0) for t in self.tiers[level]]
+        spread = max(bonuses) - min(bonuses) if bonuses else 0.0
+        offsets = (spread + params.max_affinity) * params.aging_divisor
+        # The pairwise bound measured from when both members are backlogged (issue 17 item 3;
+        # docs/design/fleet.md, "Fairness bound for N workers", Theorem 2).
+        fleet_n = max(1, len(result.workers))
+        held_k = max(1, sum(w.slots for w in result.workers))
+        bound = 2 * fleet_n * offsets + 10 * held_k * self.largest_charge[level]
+        aging_bound = (top - level) * params.aging_divisor + offsets
+        shares = fair_shares(self.backlog[level], self.runs[level])
+        slowdown = self.slowdown[level]
+        return {
+            "jobs": row.jobs,
+            "completed": row.completed,
+            "cancelled": row.cancelled,
+            "failed": row.failed,
+            "unfinished": len(unfinished),
+            "starved": sum(1 for w in unfinished if w > aging_bound),
+            "censored_from": _round(unfinished[0] if unfinished else None),
+            "aging_bound": _round(aging_bound),
+            "wait_p50": _round(percentile(ws, 50)),
+            "wait_p95": _round(percentile(ws, 95)),
+            "wait_p99": _round(percentile(ws, 99)),
+            "wait_max": _round(ws[-1] if ws else None),
+            "wait_mean": _round(math.fsum(ws) / len(ws) if ws else None),
+            "slowdown_mean": _round(math.fsum(slowdown) / len(slowdown) if slowdown else None),
+            "service_gap": _round(gap if pair is not None else None),
+            "service_gap_members": list(pair) if pair is not None else None,
+            "gap_bound": _round(bound),
+            "fair_share": _share_summary(shares, self.longest_run[level]),
+            "jain": _round(jain_index(contended.values()), 4),
+            "reorders": result.reorders.get(level, {}),
+        }
+
+    def member_rows(self) -> dict[str, Any]:
+        """Each member's jobs, GPU seconds, share of the busy time and mean wait."""
+        busy = math.fsum(self.gpu.values())
+        return {
+            member: {
+                "jobs": row.jobs,
+                "completed": row.completed,
+                "gpu_seconds": _round(self.gpu.get(member, 0.0)),
+                "gpu_share": _round(self.gpu.get(member, 0.0) / busy if busy else 0.0, 4),
+                "wait_mean": _round(row.waited / row.completed if row.completed else None),
+            }
+            for member, row in sorted(self.members.items())
+        }
+
+
 def summarize(
     result: RunResult,
     base: PolicyParams,
@@ -101,6 +272,8 @@ def summarize(
     gap_timelines: dict[int, list[tuple[float, float]]] | None = None,
 ) -> dict[str, Any]:
     """Return one policy's section of the report (see ``docs/simulator.md`` for the schema).
+
+    O(n log n) for n jobs (the waits are sorted per level).
 
     Args:
         result: The run.
@@ -111,155 +284,24 @@ def summarize(
     Returns:
         A JSON-serialisable mapping.
     """
-    workload = result.workload
-    arrivals = workload.arrivals
     spec = result.spec
-    params = base if spec.is_baseline else spec.params
-    tiers = params.tier_bonuses
-    status, start, end = result.status, result.start, result.end
-    clock = result.clock_end
-
-    waits: dict[int, list[float]] = defaultdict(list)
-    censored: dict[int, list[float]] = defaultdict(list)
-    slowdown: dict[int, list[float]] = defaultdict(list)
-    # jobs, done, cancelled, failed, ttl expired, refused
-    counts: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
-    level_events: dict[int, list[tuple[float, int, str, float]]] = defaultdict(list)
-    backlog: dict[int, list[tuple[float, float, str]]] = defaultdict(list)
-    runs: dict[int, list[tuple[float, float, str]]] = defaultdict(list)
-    largest_charge: dict[int, float] = defaultdict(float)
-    longest_run: dict[int, float] = defaultdict(float)
-    level_tiers: dict[int, set[str]] = defaultdict(set)
-    gpu: dict[str, float] = defaultdict(float)
-    member_jobs: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])  # jobs, done, wait
-    requeued_from: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    for j, granted, expired, _ in result.retries:
-        requeued_from[j].append((granted, expired))
-        gpu[arrivals[j].member] += expired - granted
-        runs[arrivals[j].priority].append((granted, expired, arrivals[j].member))
-
-    submitted = result.submitted
-    for i, job in enumerate(arrivals):
-        if status[i] == PENDING:  # arrived after the horizon
-            continue
-        came = submitted[i] if submitted else job.arrival
-        level = job.priority
-        member = job.member
-        row = counts[level]
-        row[0] += 1
-        member_jobs[member][0] += 1
-        level_tiers[level].add(job.tier)
-        if status[i] == REFUSED:  # never queued: no wait, no backlog
-            row[5] += 1
-            continue
-        events = level_events[level]
-        queued_from = came
-        for granted, expired in requeued_from.get(i, ()):
-            events.append((queued_from, _ON, member, 0.0))
-            events.append((granted, _OFF, member, 0.0))
-            backlog[level].append((queued_from, granted, member))
-            queued_from = expired
-        st = status[i]
-        ran = not math.isnan(start[i])
-        if st == FAILED:
-            row[3] += 1
-        else:
-            left = start[i] if ran else (clock if st == QUEUED else end[i])
-            events.append((queued_from, _ON, member, 0.0))
-            events.append((left, _OFF, member, 0.0))
-            backlog[level].append((queued_from, left, member))
-        if ran:
-            finished = not math.isnan(end[i])
-            stop = end[i] if finished else clock
-            runtime = stop - start[i]
-            gpu[member] += runtime
-            runs[level].append((start[i], stop, member))
-            longest_run[level] = max(longest_run[level], runtime)
-            if finished:
-                charge = _charge(params, spec.is_baseline, job.estimate, runtime)
-                events.append((end[i], _SERVICE, member, charge))
-                largest_charge[level] = max(largest_charge[level], charge)
-            wait = start[i] - came
-            if st != CANCELLED:
-                waits[level].append(wait)
-        elif st == QUEUED:
-            censored[level].append(clock - came)
-        if st == DONE:
-            row[1] += 1
-            slowdown[level].append((end[i] - came) / max(job.duration, 1.0))
-            member_jobs[member][1] += 1
-            member_jobs[member][2] += start[i] - came
-        elif st == CANCELLED:
-            row[2] += 1
-        elif st == EXPIRED:
-            row[4] += 1
-
-    top = max(counts, default=0)
-    fleet_n = max(1, len(result.workers))
-    held_k = max(1, sum(w.slots for w in result.workers))
+    tally = _Tally(result, base if spec.is_baseline else spec.params)
+    counts = tally.counts
     budgeted = (not spec.is_baseline and bool(spec.params.budgets)) or any(
-        c[4] or c[5] for c in counts.values()
+        c.ttl_expired or c.refused for c in counts.values()
     )
+    top = max(counts, default=0)
     levels: dict[str, Any] = {}
     for level in sorted(counts, reverse=True):
-        jobs, done, cancelled, failed, ttl_expired, refused = counts[level]
-        unfinished = sorted(censored[level])
-        ws = sorted(waits[level] + unfinished)
-        timeline = None
-        if gap_timelines is not None:
-            timeline = gap_timelines.setdefault(level, [])
-        gap, pair, contended = service_gaps(level_events[level], timeline)
-        bonuses = [tiers.get(t, 0.0) for t in level_tiers[level]]
-        spread = max(bonuses) - min(bonuses) if bonuses else 0.0
-        offsets = (spread + params.max_affinity) * params.aging_divisor
-        # The pairwise bound measured from when both members are backlogged (issue 17 item 3;
-        # docs/design/fleet.md, "Fairness bound for N workers", Theorem 2).
-        bound = 2 * fleet_n * offsets + 10 * held_k * largest_charge[level]
-        aging_bound = (top - level) * params.aging_divisor + offsets
-        shares = fair_shares(backlog[level], runs[level])
-        levels[str(level)] = {
-            "jobs": jobs,
-            "completed": done,
-            "cancelled": cancelled,
-            "failed": failed,
-            "unfinished": len(unfinished),
-            "starved": sum(1 for w in unfinished if w > aging_bound),
-            "censored_from": _round(unfinished[0] if unfinished else None),
-            "aging_bound": _round(aging_bound),
-            "wait_p50": _round(percentile(ws, 50)),
-            "wait_p95": _round(percentile(ws, 95)),
-            "wait_p99": _round(percentile(ws, 99)),
-            "wait_max": _round(ws[-1] if ws else None),
-            "wait_mean": _round(math.fsum(ws) / len(ws) if ws else None),
-            "slowdown_mean": _round(
-                math.fsum(slowdown[level]) / len(slowdown[level]) if slowdown[level] else None
-            ),
-            "service_gap": _round(gap if pair is not None else None),
-            "service_gap_members": list(pair) if pair is not None else None,
-            "gap_bound": _round(bound),
-            "fair_share": _share_summary(shares, longest_run[level]),
-            "jain": _round(jain_index(contended.values()), 4),
-            "reorders": result.reorders.get(level, {}),
-        }
+        timeline = None if gap_timelines is None else gap_timelines.setdefault(level, [])
+        levels[str(level)] = tally.level(level, top, timeline)
         if budgeted:  # only with queue budgets: every other report stays as it was
-            levels[str(level)].update(refused=refused, ttl_expired=ttl_expired)
-
-    busy = math.fsum(gpu.values())
-    members = {
-        member: {
-            "jobs": int(row[0]),
-            "completed": int(row[1]),
-            "gpu_seconds": _round(gpu.get(member, 0.0)),
-            "gpu_share": _round(gpu.get(member, 0.0) / busy if busy else 0.0, 4),
-            "wait_mean": _round(row[2] / row[1] if row[1] else None),
-        }
-        for member, row in sorted(member_jobs.items())
-    }
+            row = counts[level]
+            levels[str(level)].update(refused=row.refused, ttl_expired=row.ttl_expired)
     totals: dict[str, int] = defaultdict(int)
     for per_level in result.reorders.values():
         for cause, count in per_level.items():
             totals[cause] += count
-    wall = result.wall_seconds
     extra: dict[str, Any] = {}
     if result.workers:
         extra["workers"] = _workers(result)
@@ -267,18 +309,28 @@ def summarize(
     if groups:
         extra["groups"] = groups
     if budgeted:
-        extra["refused"] = sum(c[5] for c in counts.values())
-        extra["ttl_expired"] = sum(c[4] for c in counts.values())
+        extra["refused"] = sum(c.refused for c in counts.values())
+        extra["ttl_expired"] = sum(c.ttl_expired for c in counts.values())
     return {
         "kind": spec.kind,
         "params": None if spec.is_baseline else spec.params.as_dict(),
         "levels": levels,
-        "members": members,
-        "jobs": sum(c[0] for c in counts.values()),
-        "completed": sum(c[1] for c in counts.values()),
-        "cancelled": sum(c[2] for c in counts.values()),
-        "failed": sum(c[3] for c in counts.values()),
-        "unfinished": sum(1 for st in status if st == QUEUED),
+        "members": tally.member_rows(),
+        "jobs": sum(c.jobs for c in counts.values()),
+        "completed": sum(c.completed for c in counts.values()),
+        "cancelled": sum(c.cancelled for c in counts.values()),
+        "failed": sum(c.failed for c in counts.values()),
+        **_totals(result, math.fsum(tally.gpu.values())),
+        "reorders": dict(totals),
+        "timing": _timing(result),
+        **extra,
+    }
+
+
+def _totals(result: RunResult, busy: float) -> dict[str, Any]:
+    """The run's unfinished and expired jobs, GPU totals, clock and policy calls."""
+    return {
+        "unfinished": sum(1 for st in result.status if st == JobState.QUEUED),
         "expired": len(result.retries),
         "swaps": result.swaps,
         "load_seconds": _round(result.load_seconds),
@@ -289,12 +341,15 @@ def summarize(
         "makespan": _round(result.makespan),
         "horizon": _round(result.horizon),
         "events": result.events,
-        "reorders": dict(totals),
-        "timing": {
-            "wall_seconds": round(wall, 4),
-            "events_per_second": round(result.events / wall) if wall > 0 else None,
-        },
-        **extra,
+    }
+
+
+def _timing(result: RunResult) -> dict[str, Any]:
+    """The run's wall time and policy calls per second (its only non-deterministic figures)."""
+    wall = result.wall_seconds
+    return {
+        "wall_seconds": round(wall, 4),
+        "events_per_second": round(result.events / wall) if wall > 0 else None,
     }
 
 
@@ -330,7 +385,7 @@ def _groups(result: RunResult) -> dict[str, Any]:
     for group, jobs in found.items():
         submitted = [result.submitted[i] for i in jobs if result.submitted]
         known = [t for t in submitted if not math.isnan(t)]
-        done = [i for i in jobs if result.status[i] == DONE]
+        done = [i for i in jobs if result.status[i] == JobState.DONE]
         ended = [result.end[i] for i in jobs if not math.isnan(result.end[i])]
         complete = len(ended) == len(jobs)
         finish = max(ended) if complete and ended else None

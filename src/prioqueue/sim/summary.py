@@ -15,7 +15,7 @@ from typing import Any
 
 from prioqueue.priority import BATCH, INTERACTIVE
 from prioqueue.sim.policies import BASELINES
-from prioqueue.sim.render import duration as _dur
+from prioqueue.sim.tables import duration as _dur
 
 __all__ = ["summarize_report", "trade_off", "versus"]
 
