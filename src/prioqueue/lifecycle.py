@@ -32,6 +32,19 @@ BACKOFF_KINDS: tuple[str, ...] = ("constant", "linear", "exponential")
 _LIMIT = 1e15  # the largest duration a core time may carry (seconds)
 
 
+def _check_table(data: object, where: str, allowed: tuple[str, ...]) -> None:
+    """Refuse ``data`` unless it is a mapping whose keys are all in ``allowed``.
+
+    Raises:
+        ConfigError: Not a mapping, or an unknown key; the message names ``where``.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where} must be a table/object, got {data!r}")
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(allowed)})")
+
+
 def _seconds(field: str, value: object, *, positive: bool) -> float:
     if (
         not isinstance(value, (int, float))
@@ -86,13 +99,7 @@ class Backoff:
         Raises:
             ConfigError: An unknown key or a bad value; the message names ``where.key``.
         """
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{where} must be a table/object, got {data!r}")
-        unknown = sorted(set(data) - {"kind", "base", "max", "jitter"})
-        if unknown:
-            raise ConfigError(
-                f"{where}: unknown key {unknown[0]!r} (allowed: kind, base, max, jitter)"
-            )
+        _check_table(data, where, ("kind", "base", "max", "jitter"))
         try:
             return cls(**dict(data))
         except ConfigError as exc:
@@ -161,13 +168,7 @@ class LevelBudget:
         Raises:
             ConfigError: An unknown key or a bad value; the message names ``where.key``.
         """
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{where} must be a table/object, got {data!r}")
-        unknown = sorted(set(data) - {"max_queued", "max_wait", "ttl"})
-        if unknown:
-            raise ConfigError(
-                f"{where}: unknown key {unknown[0]!r} (allowed: max_queued, max_wait, ttl)"
-            )
+        _check_table(data, where, ("max_queued", "max_wait", "ttl"))
         try:
             return cls(**dict(data))
         except ConfigError as exc:

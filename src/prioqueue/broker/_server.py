@@ -57,15 +57,7 @@ def serving_limits(connections: Connections, retry_after: float) -> _serving.Con
     Returns:
         The limits the hardened protocol enforces.
     """
-    return _serving.ConnectionLimits(
-        header_timeout=connections.header_timeout,
-        max_header_bytes=connections.max_header_bytes,
-        max_headers_bytes=connections.max_headers_bytes,
-        max_header_count=connections.max_header_count,
-        max_connections=connections.max_connections,
-        max_idle_connections=connections.max_idle_connections,
-        retry_after_seconds=retry_after,
-    )
+    return connections.limits_with(retry_after)
 
 
 def uvicorn_config(app: Any, connections: Connections, retry_after: float, **options: Any) -> Any:

@@ -30,6 +30,8 @@ import heapq
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from prioqueue._errors import ConfigError, InvalidState, UnknownJob
 from prioqueue._spec import check_options
 from prioqueue.sim.workers import WorkerSpec, fleet_of
@@ -57,35 +59,20 @@ MAX_ATTEMPTS = 3
 LeaseRule = Callable[[Any, str], float]
 
 
+@attrs.define(eq=False)
 class _Job:
     """A baseline's job (``worker`` and ``deadline`` while a worker holds it)."""
 
-    __slots__ = (
-        "arrival",
-        "attempt",
-        "deadline",
-        "id",
-        "member",
-        "model",
-        "priority",
-        "queued",
-        "seq",
-        "worker",
-    )
-
-    def __init__(
-        self, job_id: str, member: str, priority: int, model: str | None, arrival: float, seq: int
-    ) -> None:
-        self.id = job_id
-        self.member = member
-        self.priority = priority
-        self.model = model
-        self.arrival = arrival
-        self.seq = seq
-        self.attempt = 0
-        self.queued = True
-        self.worker: str | None = None
-        self.deadline: float | None = None
+    id: str
+    member: str
+    priority: int
+    model: str | None
+    arrival: float
+    seq: int
+    attempt: int = 0
+    queued: bool = True
+    worker: str | None = None
+    deadline: float | None = None
 
 
 class _Grant:

@@ -42,6 +42,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+import attrs
+
 from prioqueue._errors import ConfigError
 from prioqueue.priority import DEFAULT_ALIASES
 from prioqueue.sim.azure import AZURE_ATTRIBUTION, AZURE_DEFAULTS, AZURE_HEADER, convert_azure
@@ -299,17 +301,7 @@ def _header(name: str, line: int, row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _shift(job: Arrival, origin: float) -> Arrival:
-    return Arrival(
-        arrival=job.arrival - origin,
-        member=job.member,
-        priority=job.priority,
-        tier=job.tier,
-        model=job.model,
-        duration=job.duration,
-        estimate=job.estimate,
-        cancel_after=job.cancel_after,
-        hangs=job.hangs,
-    )
+    return attrs.evolve(job, arrival=job.arrival - origin)
 
 
 def write_trace(workload: Workload, handle: TextIO) -> int:
