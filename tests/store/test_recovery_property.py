@@ -24,6 +24,8 @@ from prioqueue.records import Job
 from prioqueue.store import DurableDispatcher, SQLiteStore, dispatcher_factory
 from strategies import dispatcher_job_specs, dispatcher_models, dispatcher_runtimes, time_steps
 
+from .replay import fleet_tail_calls, join_calls, outcome_of
+
 JOB_IDS = [f"j{i}" for i in range(6)]
 
 
@@ -55,13 +57,6 @@ def kwargs_of(call: tuple[Any, ...], running: str | None) -> tuple[str, dict[str
     if op == "set_resident_model":
         return op, {"model": call[1]}
     return op, {}
-
-
-def outcome(fn: Any) -> tuple[Any, ...]:
-    try:
-        return ("ok", fn())
-    except Exception as exc:
-        return ("error", type(exc).__name__, str(exc))
 
 
 async def aoutcome(coro: Any) -> tuple[Any, ...]:
@@ -142,8 +137,8 @@ def test_recovered_state_equals_the_uninterrupted_one(
         running = reference.running
         op, kwargs = kwargs_of(call, None if running is None else running.job.id)
         if op == "set_resident_model":
-            return op, kwargs, outcome(partial(reference.set_resident_model, **kwargs))
-        return op, kwargs, outcome(partial(getattr(reference, op), now=now, **kwargs))
+            return op, kwargs, outcome_of(partial(reference.set_resident_model, **kwargs))
+        return op, kwargs, outcome_of(partial(getattr(reference, op), now=now, **kwargs))
 
     check_with_restarts(reference, factory, steps, snapshot_every, expect, same_running=True)
 
@@ -152,19 +147,9 @@ WORKERS = ["w0", "w1"]
 
 fleet_calls = st.one_of(
     st.tuples(st.just("submit"), st.sampled_from(JOB_IDS), specs),
-    st.tuples(
-        st.just("join"),
-        st.sampled_from(WORKERS),
-        st.sampled_from([None, ["m1"], ["m1", "m2"]]),
-        dispatcher_models(),
-        st.integers(min_value=1, max_value=2),
-    ),
+    join_calls(WORKERS),
     st.tuples(st.just("pop"), st.sampled_from(WORKERS)),
-    st.tuples(st.just("complete"), st.sampled_from(JOB_IDS), dispatcher_runtimes()),
-    st.tuples(st.just("cancel"), st.sampled_from(JOB_IDS)),
-    st.tuples(st.just("expire")),
-    st.tuples(st.just("heartbeat"), st.sampled_from(WORKERS)),
-    st.tuples(st.just("leave"), st.sampled_from(WORKERS)),
+    *fleet_tail_calls(JOB_IDS, WORKERS),
     st.tuples(st.just("restart")),
 )
 
@@ -203,7 +188,7 @@ def test_a_recovered_fleet_equals_the_uninterrupted_one(
     def expect(call: tuple[Any, ...], now: float) -> tuple[str, dict[str, Any], tuple[Any, ...]]:
         op, kwargs = fleet_kwargs(call)
         if op == "expire":
-            return op, kwargs, outcome(partial(reference.expire, now))
-        return op, kwargs, outcome(partial(getattr(reference, op), now=now, **kwargs))
+            return op, kwargs, outcome_of(partial(reference.expire, now))
+        return op, kwargs, outcome_of(partial(getattr(reference, op), now=now, **kwargs))
 
     check_with_restarts(reference, factory, steps, snapshot_every, expect)
