@@ -55,6 +55,7 @@ options = st.fixed_dictionaries(
         "budgets": st.sampled_from(
             [None, {0: LevelBudget(max_queued=3, ttl=90.0)}, {0: LevelBudget(max_wait=100.0)}]
         ),
+        "fair_share": st.booleans(),
     }
 )
 

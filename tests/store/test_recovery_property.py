@@ -174,14 +174,19 @@ def fleet_kwargs(call: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
 @given(
     steps=st.lists(st.tuples(time_steps(), fleet_calls), min_size=1, max_size=40),
     snapshot_every=st.integers(min_value=1, max_value=6),
+    fair_share=st.booleans(),
 )
 def test_a_recovered_fleet_equals_the_uninterrupted_one(
-    steps: list[tuple[float, tuple[Any, ...]]], snapshot_every: int
+    steps: list[tuple[float, tuple[Any, ...]]], snapshot_every: int, fair_share: bool
 ) -> None:
     fleet = pytest.importorskip(
         "prioqueue.fleet", reason="FleetDispatcher is not in this tree yet (issue 9)"
     ).FleetDispatcher
-    options: dict[str, Any] = {"lease_for": lease_50, "worker_timeout": 45.0}
+    options: dict[str, Any] = {
+        "lease_for": lease_50,
+        "worker_timeout": 45.0,
+        "fair_share": fair_share,
+    }
     factory = dispatcher_factory(fleet, **options)
     reference = fleet(**options)
 
