@@ -193,3 +193,13 @@ class BrokerProcess:
         raise AssertionError(
             f"the broker did not serve in {timeout} s: {self.log.read_text()[-2000:]}"
         )
+
+
+def configured_broker(
+    folder: Path, name: str, store: str, schema: str | None = None, **extra: Any
+) -> BrokerProcess:
+    """A broker (not started yet) on a free port, its config ``folder/<name>.toml`` written
+    by ``write_config(..., store, schema, **extra)`` and its log in ``folder/<name>.log``."""
+    port = free_port()
+    config = write_config(folder / f"{name}.toml", port, store, schema, **extra)
+    return BrokerProcess(config, port, folder / f"{name}.log")
