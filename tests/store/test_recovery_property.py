@@ -74,6 +74,24 @@ class Manual:
         return self.t
 
 
+def recovery_examples(
+    calls: st.SearchStrategy[Any],
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Run a recovery property on 40 examples: ``steps`` (up to 40 ``(time step, call)``,
+    restarts among the calls), ``snapshot_every`` (1 to 6) and ``fair_share`` (both)."""
+
+    def wrap(test: Callable[..., None]) -> Callable[..., None]:
+        return settings(max_examples=40, deadline=None)(
+            given(
+                steps=st.lists(st.tuples(time_steps(), calls), min_size=1, max_size=40),
+                snapshot_every=st.integers(min_value=1, max_value=6),
+                fair_share=st.booleans(),
+            )(test)
+        )
+
+    return wrap
+
+
 Expect = Callable[[tuple[Any, ...], float], tuple[str, dict[str, Any], tuple[Any, ...]]]
 
 
@@ -119,12 +137,7 @@ def check_with_restarts(
         asyncio.run(main(Path(tmp) / "s.db"))
 
 
-@settings(max_examples=40, deadline=None)
-@given(
-    steps=st.lists(st.tuples(time_steps(), calls), min_size=1, max_size=40),
-    snapshot_every=st.integers(min_value=1, max_value=6),
-    fair_share=st.booleans(),
-)
+@recovery_examples(calls)
 def test_recovered_state_equals_the_uninterrupted_one(
     steps: list[tuple[float, tuple[Any, ...]]], snapshot_every: int, fair_share: bool
 ) -> None:
@@ -170,12 +183,7 @@ def fleet_kwargs(call: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
     return op, {}
 
 
-@settings(max_examples=40, deadline=None)
-@given(
-    steps=st.lists(st.tuples(time_steps(), fleet_calls), min_size=1, max_size=40),
-    snapshot_every=st.integers(min_value=1, max_value=6),
-    fair_share=st.booleans(),
-)
+@recovery_examples(fleet_calls)
 def test_a_recovered_fleet_equals_the_uninterrupted_one(
     steps: list[tuple[float, tuple[Any, ...]]], snapshot_every: int, fair_share: bool
 ) -> None:
