@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from manual_time import ManualClock, run, turns
 from prioqueue import DuplicateJob, SizeOneDispatcher, UnknownJob
 from prioqueue._journaled import journaled
 from prioqueue.records import Job
@@ -31,26 +32,6 @@ from .pg import POSTGRES_URL
 
 T = TypeVar("T")
 MakeStore = Callable[[], Store]
-
-
-def run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    return asyncio.run(main())
-
-
-async def turns(n: int = 10) -> None:
-    """Let the loop run ``n`` turns: every task ready now reaches its next wait (no time)."""
-    for _ in range(n):
-        await asyncio.sleep(0)
-
-
-class Manual:
-    """A settable clock."""
-
-    def __init__(self, t: float = 1_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def lease_60(job: Job) -> float:
@@ -115,7 +96,7 @@ class Spy:
             self.snapshots.append(snapshot.seq)
 
 
-async def workload(durable: DurableDispatcher[SizeOneDispatcher], clock: Manual) -> None:
+async def workload(durable: DurableDispatcher[SizeOneDispatcher], clock: ManualClock) -> None:
     """Submit, dispatch, complete, cancel and expire, with time moving."""
     await asyncio.gather(
         *(
@@ -139,7 +120,7 @@ async def workload(durable: DurableDispatcher[SizeOneDispatcher], clock: Manual)
 
 
 def test_state_survives_a_restart(make_store: MakeStore) -> None:
-    clock = Manual()
+    clock = ManualClock()
 
     async def main() -> None:
         store = make_store()
@@ -170,7 +151,7 @@ def test_state_survives_a_restart(make_store: MakeStore) -> None:
 def test_snapshots_are_taken_every_n_events_and_recovery_uses_them(
     make_store: MakeStore,
 ) -> None:
-    clock = Manual()
+    clock = ManualClock()
 
     async def main() -> None:
         store = make_store()
@@ -353,7 +334,7 @@ def test_a_store_taken_over_fences_the_old_writer(make_store: MakeStore) -> None
 
 
 def test_time_never_goes_backwards_across_restarts(make_store: MakeStore) -> None:
-    clock = Manual(5_000.0)
+    clock = ManualClock(5_000.0)
 
     async def main() -> None:
         store = make_store()
@@ -543,7 +524,7 @@ class Ledger:
 def test_a_class_declaring_journaled_methods_is_journaled_and_replayed(
     make_store: MakeStore,
 ) -> None:
-    clock = Manual(50.0)
+    clock = ManualClock(50.0)
 
     async def main() -> None:
         store = make_store()

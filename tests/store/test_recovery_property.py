@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from manual_time import ManualClock
 from prioqueue import SizeOneDispatcher
 from prioqueue.records import Job
 from prioqueue.store import DurableDispatcher, SQLiteStore, dispatcher_factory
@@ -66,14 +67,6 @@ async def aoutcome(coro: Any) -> tuple[Any, ...]:
         return ("error", type(exc).__name__, str(exc))
 
 
-class Manual:
-    def __init__(self) -> None:
-        self.t = 1_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def recovery_examples(
     calls: st.SearchStrategy[Any],
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
@@ -107,7 +100,7 @@ def check_with_restarts(
     through ``reference`` directly: after each restart the states are equal, and so is every
     result. ``expect(call, now)`` applies a call to the reference: ``(op, kwargs, outcome)``.
     """
-    clock = Manual()
+    clock = ManualClock()
 
     async def main(path: Path) -> None:
         store = SQLiteStore(path, synchronous="normal")
