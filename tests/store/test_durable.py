@@ -34,6 +34,14 @@ T = TypeVar("T")
 MakeStore = Callable[[], Store]
 
 
+async def recovered_entries(store: Store) -> list[str]:
+    """The ids of the jobs a dispatcher recovered from ``store`` holds (closed again)."""
+    again = await DurableDispatcher.open(store, FACTORY)
+    entries: list[str] = await again.read(lambda d: sorted(d._entries))
+    await again.aclose()
+    return entries
+
+
 def lease_60(job: Job) -> float:
     return 60.0
 
@@ -309,9 +317,7 @@ def test_a_failed_commit_is_fatal_and_nothing_is_served_after_it(
         store.close()
         # The store has what was acknowledged, and nothing else.
         store = make_store()
-        again = await DurableDispatcher.open(store, FACTORY)
-        assert await again.read(lambda d: sorted(d._entries)) == ["a"]
-        await again.aclose()
+        assert await recovered_entries(store) == ["a"]
         store.close()
 
     run(main)
@@ -654,9 +660,7 @@ def test_a_lost_postgres_connection_is_fatal_and_loses_nothing_acknowledged(
         assert len(fatal) == 1
         await durable.aclose()
         store.close()
-        again = await DurableDispatcher.open(killer, FACTORY)
-        assert await again.read(lambda d: sorted(d._entries)) == ["acked"]
-        await again.aclose()
+        assert await recovered_entries(killer) == ["acked"]
         killer.close()
 
     run(main)
