@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 import pytest
 
 import prioqueue.asyncio as pa
+from manual_time import ManualClock, run, turns
 from prioqueue._errors import DuplicateJob, LeaseError, PrioqueueError, QueueFull, UnknownJob
 from prioqueue.asyncio import AsyncDispatcher, DispatcherClosed, JobCancelled, QueueTimeout
 from prioqueue.dispatcher import SizeOneDispatcher
@@ -25,29 +26,6 @@ from prioqueue.records import Expired, Grant
 from virtual_loop import run_virtual
 
 T = TypeVar("T")
-
-
-class Clock:
-    """A manual clock: a zero-argument callable returning float, moved by ``advance``."""
-
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
-
-
-def run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    return asyncio.run(main())
-
-
-async def settle(rounds: int = 5) -> None:
-    """Let every ready task run (a few loop iterations)."""
-    for _ in range(rounds):
-        await asyncio.sleep(0)
 
 
 class Recorder:
@@ -73,7 +51,7 @@ async def blocked(gate: AsyncDispatcher) -> tuple[Recorder, asyncio.Task[None], 
     rec = Recorder(gate)
     release = asyncio.Event()
     task = asyncio.ensure_future(rec.job("blocker", release.wait(), member="blocker"))
-    await settle()
+    await turns(5)
     return rec, task, release
 
 
@@ -94,7 +72,7 @@ def test_module_name_does_not_shadow_the_stdlib() -> None:
 
 
 def test_grants_in_score_order_and_completes_with_measured_runtime() -> None:
-    clock = Clock()
+    clock = ManualClock()
 
     async def main() -> None:
         gate = AsyncDispatcher(clock=clock)
@@ -109,7 +87,7 @@ def test_grants_in_score_order_and_completes_with_measured_runtime() -> None:
         tasks = [
             asyncio.ensure_future(rec.job(j, member=j, priority=p, tier=t)) for j, p, t in jobs
         ]
-        await settle()
+        await turns(5)
         assert len(gate.dispatcher) == 4
         clock.advance(7.0)
         release.set()
@@ -126,7 +104,7 @@ def test_grants_in_score_order_and_completes_with_measured_runtime() -> None:
 def test_ten_thousand_waiters_each_granted_once_in_score_order() -> None:
     n = 10_000
     rng = random.Random(1)
-    clock = Clock()
+    clock = ManualClock()
     tier_bonus = {"free": 0, "pro": 1, "max": 2}
 
     async def main() -> None:
@@ -139,7 +117,7 @@ def test_ten_thousand_waiters_each_granted_once_in_score_order() -> None:
         tasks = [
             asyncio.ensure_future(rec.job(j, member=j, priority=p, tier=t)) for j, p, t in specs
         ]
-        await settle()
+        await turns(5)
         assert len(gate.dispatcher) == n
         predicted = [a.job_id for a in gate.dispatcher.forecast(now=clock())]
         release.set()
@@ -162,7 +140,7 @@ def test_ten_thousand_waiters_each_granted_once_in_score_order() -> None:
 
 
 def test_cancel_while_waiting_removes_the_job_and_never_dispatches_it() -> None:
-    clock = Clock()
+    clock = ManualClock()
 
     async def main() -> None:
         gate = AsyncDispatcher(clock=clock)
@@ -170,7 +148,7 @@ def test_cancel_while_waiting_removes_the_job_and_never_dispatches_it() -> None:
         rec, task, release = await blocked(gate)
         gone = asyncio.ensure_future(rec.job("gone", member="m", priority=100, model="huge"))
         later = asyncio.ensure_future(rec.job("later", member="n", priority=-100))
-        await settle()
+        await turns(5)
         assert "gone" in gate.dispatcher
         gone.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -188,7 +166,7 @@ def test_cancel_while_waiting_removes_the_job_and_never_dispatches_it() -> None:
 
 
 def test_exception_in_block_frees_the_resource_and_cancels_the_job() -> None:
-    clock = Clock()
+    clock = ManualClock()
 
     async def main() -> None:
         gate = AsyncDispatcher(clock=clock)
@@ -197,7 +175,7 @@ def test_exception_in_block_frees_the_resource_and_cancels_the_job() -> None:
 
         async def boom() -> None:
             async with gate.turn("boom", member="a", priority=100):
-                await settle()
+                await turns(5)
                 assert rec.order == []
                 clock.advance(3.0)
                 raise KeyError("gpu fell over")
@@ -217,10 +195,10 @@ def test_exception_in_block_frees_the_resource_and_cancels_the_job() -> None:
 
 def test_holder_cancelled_inside_block_frees_the_resource() -> None:
     async def main() -> None:
-        gate = AsyncDispatcher(clock=Clock())
+        gate = AsyncDispatcher(clock=ManualClock())
         rec, task, _release = await blocked(gate)
         other = asyncio.ensure_future(rec.job("other", member="o"))
-        await settle()
+        await turns(5)
         task.cancel()
         await other
         assert rec.order == ["blocker", "other"]
@@ -231,10 +209,10 @@ def test_holder_cancelled_inside_block_frees_the_resource() -> None:
 
 def test_submit_errors_raise_from_aenter_without_waiting() -> None:
     async def main() -> None:
-        gate = AsyncDispatcher(SizeOneDispatcher(max_queued=1), clock=Clock())
+        gate = AsyncDispatcher(SizeOneDispatcher(max_queued=1), clock=ManualClock())
         rec, task, release = await blocked(gate)
         waiting = asyncio.ensure_future(rec.job("w", member="w"))
-        await settle()
+        await turns(5)
         with pytest.raises(QueueFull):
             async with gate.turn("full", member="x"):
                 pytest.fail("entered")  # pragma: no cover
@@ -255,7 +233,7 @@ def test_submit_errors_raise_from_aenter_without_waiting() -> None:
 
 def test_submit_first_then_enter() -> None:
     async def main() -> None:
-        gate = AsyncDispatcher(clock=Clock())
+        gate = AsyncDispatcher(clock=ManualClock())
         turn = gate.turn("a", member="m", priority="interactive")
         ticket = turn.submit()
         assert ticket.job.priority == 100
@@ -275,7 +253,7 @@ def test_submit_first_then_enter() -> None:
 
 def test_queue_timeout_removes_the_job() -> None:
     async def main() -> None:
-        gate = AsyncDispatcher(clock=Clock())
+        gate = AsyncDispatcher(clock=ManualClock())
         rec, task, release = await blocked(gate)
         for timeout in (0.0, 0.02):
             with pytest.raises(QueueTimeout) as info:
@@ -287,7 +265,7 @@ def test_queue_timeout_removes_the_job() -> None:
             assert "late" not in gate.dispatcher
         # A grant before the timeout disarms it.
         waiter = asyncio.ensure_future(rec.job("quick", member="q", timeout=0.05))
-        await settle()
+        await turns(5)
         release.set()
         await asyncio.gather(task, waiter)
         await asyncio.sleep(0.08)  # loop time: past the disarmed timeout
@@ -322,7 +300,7 @@ def test_lease_expiry_timer_fires_without_polling() -> None:
             await asyncio.wait_for(turn.revoked.wait(), timeout=2.0)
             assert turn.expired is not None
             assert turn.expired.job.id == "slow"
-            await settle()
+            await turns(5)
             assert rec.order == ["next"]  # the resource moved on while "slow" still held on
         await nxt
         assert [e.job.id for e in seen] == ["slow"]
@@ -337,7 +315,7 @@ def test_lease_expiry_timer_fires_without_polling() -> None:
 
 
 def test_expiry_with_a_manual_clock_and_tick() -> None:
-    clock = Clock()
+    clock = ManualClock()
 
     async def main() -> None:
         removed: list[str] = []
@@ -347,7 +325,7 @@ def test_expiry_with_a_manual_clock_and_tick() -> None:
         turn = gate.turn("a", member="a")
         async with turn:
             waiter = asyncio.ensure_future(rec.job("b", member="b"))
-            await settle()
+            await turns(5)
             clock.advance(5.0)
             assert gate.tick() == []
             assert not turn.revoked.is_set()
@@ -365,7 +343,7 @@ def test_expiry_with_a_manual_clock_and_tick() -> None:
 
 
 def test_leaving_after_the_deadline_before_the_timer_fired() -> None:
-    clock = Clock()
+    clock = ManualClock()
 
     async def main() -> None:
         seen: list[Expired] = []
@@ -386,7 +364,7 @@ def test_leaving_after_the_deadline_before_the_timer_fired() -> None:
 
 
 def test_failing_expiry_callback_is_reported_and_others_still_run() -> None:
-    clock = Clock()
+    clock = ManualClock()
 
     async def main() -> None:
         errors: list[dict[str, Any]] = []
@@ -412,10 +390,10 @@ def test_failing_expiry_callback_is_reported_and_others_still_run() -> None:
 
 def test_aclose_fails_waiters_and_refuses_new_turns() -> None:
     async def main() -> None:
-        gate = AsyncDispatcher(clock=Clock())
+        gate = AsyncDispatcher(clock=ManualClock())
         rec, task, release = await blocked(gate)
         waiters = [asyncio.ensure_future(rec.job(f"w{i}", member="w")) for i in range(3)]
-        await settle()
+        await turns(5)
         await gate.aclose()
         assert gate.closed
         results = await asyncio.gather(*waiters, return_exceptions=True)
@@ -434,13 +412,13 @@ def test_aclose_fails_waiters_and_refuses_new_turns() -> None:
 
 def test_cancel_queued_and_running_jobs() -> None:
     async def main() -> None:
-        gate = AsyncDispatcher(clock=Clock())
+        gate = AsyncDispatcher(clock=ManualClock())
         rec = Recorder(gate)
         holder = gate.turn("run", member="r")
         async with holder:
             queued = asyncio.ensure_future(rec.job("q", member="q"))
             nxt = asyncio.ensure_future(rec.job("n", member="n"))
-            await settle()
+            await turns(5)
             gate.cancel("q")
             with pytest.raises(JobCancelled):
                 await queued
@@ -460,12 +438,12 @@ async def _race(
     after_model: str | None,
 ) -> tuple[AsyncDispatcher, Recorder, asyncio.Task[None], asyncio.Event, asyncio.Future[None], Any]:
     """A blocked resource ("small" resident) with "racer" (needs "big") and "after" queued."""
-    gate = AsyncDispatcher(clock=Clock())
+    gate = AsyncDispatcher(clock=ManualClock())
     gate.set_resident_model("small")
     rec, task, release = await blocked(gate)
     racer = asyncio.ensure_future(rec.job("racer", member="a", priority=100, model="big"))
     after = asyncio.ensure_future(rec.job("after", member="b", model=after_model))
-    await settle()
+    await turns(5)
     return gate, rec, task, release, racer, after
 
 
@@ -507,7 +485,7 @@ def test_race_task_cancelled_then_granted_in_the_same_instant() -> None:
 
 
 def test_jobs_submitted_behind_the_adapters_back_are_cancelled_when_granted() -> None:
-    clock = Clock()
+    clock = ManualClock()
 
     async def main() -> None:
         d = SizeOneDispatcher()
@@ -522,7 +500,7 @@ def test_jobs_submitted_behind_the_adapters_back_are_cancelled_when_granted() ->
 
 
 def test_explain_and_stats_pass_now() -> None:
-    clock = Clock()
+    clock = ManualClock()
 
     async def main() -> None:
         gate = AsyncDispatcher(clock=clock)
@@ -547,7 +525,7 @@ def test_default_dispatcher_and_clock() -> None:
 
 
 def test_reused_on_a_new_loop_when_idle() -> None:
-    gate = AsyncDispatcher(clock=Clock())
+    gate = AsyncDispatcher(clock=ManualClock())
 
     async def one(job_id: str) -> None:
         async with gate.turn(job_id, member="m"):
@@ -560,11 +538,11 @@ def test_reused_on_a_new_loop_when_idle() -> None:
 
 def test_timeouts_are_disarmed_when_the_waiter_goes_first() -> None:
     async def main() -> None:
-        gate = AsyncDispatcher(clock=Clock())
+        gate = AsyncDispatcher(clock=ManualClock())
         rec, task, release = await blocked(gate)
         by_cancel = asyncio.ensure_future(rec.job("c", member="c", timeout=0.02))
         by_task = asyncio.ensure_future(rec.job("t", member="t", timeout=0.02))
-        await settle()
+        await turns(5)
         gate.cancel("c")
         by_task.cancel()
         results = await asyncio.gather(by_cancel, by_task, return_exceptions=True)
@@ -580,7 +558,7 @@ def test_timeouts_are_disarmed_when_the_waiter_goes_first() -> None:
 
 
 def test_expiry_of_the_last_attempt_and_of_a_job_nobody_holds() -> None:
-    clock = Clock()
+    clock = ManualClock()
 
     async def main() -> None:
         seen: list[Expired] = []
@@ -610,7 +588,7 @@ def test_expiry_of_the_last_attempt_and_of_a_job_nobody_holds() -> None:
 
 def test_refuses_a_second_loop_while_in_use() -> None:
     async def main() -> None:
-        gate = AsyncDispatcher(clock=Clock())
+        gate = AsyncDispatcher(clock=ManualClock())
         _rec, task, release = await blocked(gate)
 
         async def elsewhere() -> None:
@@ -632,11 +610,11 @@ def test_a_job_whose_lease_cannot_be_computed_fails_its_waiter_only() -> None:
         return 60.0
 
     async def main() -> None:
-        gate = AsyncDispatcher(SizeOneDispatcher(lease_for=lease_for), clock=Clock())
+        gate = AsyncDispatcher(SizeOneDispatcher(lease_for=lease_for), clock=ManualClock())
         rec, task, release = await blocked(gate)
         bad = asyncio.ensure_future(rec.job("bad", member="b", priority=100, payload="bad"))
         good = asyncio.ensure_future(rec.job("good", member="g"))
-        await settle()
+        await turns(5)
         release.set()
         results = await asyncio.gather(task, bad, good, return_exceptions=True)
         assert isinstance(results[1], LeaseError)
@@ -650,14 +628,14 @@ def test_a_job_whose_lease_cannot_be_computed_fails_its_waiter_only() -> None:
 
 
 def test_grant_revoked_before_the_holder_resumed() -> None:
-    clock = Clock()
+    clock = ManualClock()
 
     async def main() -> None:
         gate = AsyncDispatcher(SizeOneDispatcher(lease_for=lambda job: 5.0), clock=clock)
         rec, task, release = await blocked(gate)
         first = asyncio.ensure_future(rec.job("first", member="a"))
         second = asyncio.ensure_future(rec.job("second", member="b"))
-        await settle()
+        await turns(5)
         gate.cancel("blocker")  # grants "first"...
         gate.cancel("first")  # ...and takes it back before its task resumed
         clock.advance(5.0)

@@ -86,6 +86,20 @@ class Api:
         """``GET /v1/status`` (any key may read it), as JSON."""
         return (await self.client.get("/v1/status", headers=WORKER)).json()
 
+    async def queued(self) -> int:
+        """How many jobs ``/v1/status`` says are queued."""
+        count: int = (await self.status())["jobs"]["queued"]
+        return count
+
+    async def totals(self, *names: str) -> tuple[int, ...]:
+        """The ``/v1/status`` totals named, in that order."""
+        totals = (await self.status())["totals"]
+        return tuple(totals[name] for name in names)
+
+    async def worker_post(self, worker: str, op: str) -> httpx.Response:
+        """``POST /v1/workers/{worker}/{op}`` (``heartbeat``, ``leave``) with the worker key."""
+        return await self.client.post(f"/v1/workers/{worker}/{op}", headers=WORKER)
+
     def replays(self) -> bool:
         """Whether a fresh engine fed the journal (through JSON) ends in the live state."""
         live = self.broker.engine
@@ -193,3 +207,13 @@ class BrokerProcess:
         raise AssertionError(
             f"the broker did not serve in {timeout} s: {self.log.read_text()[-2000:]}"
         )
+
+
+def configured_broker(
+    folder: Path, name: str, store: str, schema: str | None = None, **extra: Any
+) -> BrokerProcess:
+    """A broker (not started yet) on a free port, its config ``folder/<name>.toml`` written
+    by ``write_config(..., store, schema, **extra)`` and its log in ``folder/<name>.log``."""
+    port = free_port()
+    config = write_config(folder / f"{name}.toml", port, store, schema, **extra)
+    return BrokerProcess(config, port, folder / f"{name}.log")

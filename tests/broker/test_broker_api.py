@@ -88,8 +88,7 @@ def test_idempotency_key_gives_the_same_job_never_two() -> None:
             )
             assert other.status_code == 201
             assert other.json()["id"] != first.json()["id"]
-            status = await a.status()
-            assert status["jobs"]["queued"] == 2
+            assert await a.queued() == 2
 
     run(scenario())
 
@@ -331,8 +330,7 @@ def test_an_expired_lease_requeues_the_job_and_the_old_holder_gets_409() -> None
             assert view["state"] == "failed"
             assert "expired" in view["result"]["error"]
             assert (await a.finish(job, "gpu-2", 2)).status_code == 409
-            totals = (await a.status())["totals"]
-            assert (totals["expired"], totals["failed"]) == (2, 1)
+            assert await a.totals("expired", "failed") == (2, 1)
 
     run(scenario())
 
@@ -349,7 +347,7 @@ def test_finished_jobs_are_kept_for_the_retention_then_forgotten() -> None:
             again = await a.client.post("/v1/jobs", json={}, headers=headers)
             assert (again.status_code, again.json()["id"]) == (200, job)
             a.clock.advance(2)
-            await a.client.post("/v1/workers/gpu-1/heartbeat", headers=WORKER)
+            await a.worker_post("gpu-1", "heartbeat")
             assert (await a.job(job)).status_code == 404
             fresh = await a.client.post("/v1/jobs", json={}, headers=headers)
             assert fresh.status_code == 201
@@ -361,7 +359,7 @@ def test_finished_jobs_are_kept_for_the_retention_then_forgotten() -> None:
 def test_heartbeat_lists_the_workers_jobs_and_unknown_workers_are_404() -> None:
     async def scenario() -> None:
         async with api() as a:
-            r = await a.client.post("/v1/workers/ghost/heartbeat", headers=WORKER)
+            r = await a.worker_post("ghost", "heartbeat")
             assert r.status_code == 404
             job = await a.submit(model="sdxl")
             await a.pop("gpu-1", slots=2)

@@ -21,15 +21,7 @@ import pytest
 
 from store.pg import POSTGRES_URL
 
-from .broker_helpers import (
-    SUBMITTER,
-    WORKER,
-    BrokerProcess,
-    free_port,
-    postgres_schema,
-    run,
-    write_config,
-)
+from .broker_helpers import SUBMITTER, WORKER, configured_broker, postgres_schema, run
 
 KILLS = 20  # the full run (`nox -s slow`); the default suite kills the broker QUICK_KILLS times
 QUICK_KILLS = 4
@@ -134,13 +126,11 @@ async def _crash_loop(
     store: str, tmp_path: Path, schema: str | None, seed: int, kills: int
 ) -> None:
     rng = random.Random(seed)
-    port = free_port()
-    config = write_config(
-        tmp_path / "broker.toml", port, store, schema,
+    broker = configured_broker(
+        tmp_path, "broker", store, schema,
         default_lease_seconds=LEASE, worker_timeout_seconds=0, max_attempts=50,
         snapshot_every=200,
     )  # fmt: skip
-    broker = BrokerProcess(config, port, tmp_path / "broker.log")
     ledger = Ledger()
     stop = asyncio.Event()
     limits = httpx.Limits(max_connections=50)

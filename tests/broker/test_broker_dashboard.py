@@ -6,6 +6,7 @@ The page itself runs in a browser in tests/ui/test_ui_browser.py.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -40,6 +41,16 @@ async def _seed(a: Api) -> dict[str, str]:
     return ids
 
 
+def _on_seeded(check: Callable[[Api, dict[str, str]], Awaitable[None]]) -> None:
+    """Run ``check(a, ids)`` on a broker with the dashboard keys and ``_seed``'s jobs."""
+
+    async def main() -> None:
+        async with api(keys=DASH_KEYS) as a:
+            await check(a, await _seed(a))
+
+    run(main())
+
+
 async def _dash(a: Api, headers: dict[str, str], **params: str) -> dict[str, Any]:
     r = await a.client.get("/v1/dashboard", headers=headers, params=params)
     assert r.status_code == 200, r.text
@@ -55,97 +66,89 @@ def _ids(data: dict[str, Any]) -> set[str]:
 
 
 def test_an_observer_sees_every_member() -> None:
-    async def main() -> None:
-        async with api(keys=DASH_KEYS) as a:
-            ids = await _seed(a)
-            data = await _dash(a, OPS)
-            assert data["scope"] == "all"
-            assert (data["queued"], data["running"]) == (2, 3)
-            assert {(lane["member"], lane["level"]) for lane in data["lanes"]} == {
-                ("alice", 5), ("alice", 0), ("bob", 0),
-            }  # fmt: skip
-            assert _ids(data) == set(ids.values())
-            gpu2 = next(w for w in data["workers"] if w["name"] == "gpu-2")
-            assert gpu2["running"]["id"] == ids["b1"]
-            assert [j["id"] for j in gpu2["prefetched"]] == [ids["b2"]]
-            assert gpu2["running"]["lease_remaining"] == pytest.approx(900.0)
-            assert gpu2["models"] == ["m2"]
-            assert [s["to"] for s in gpu2["swaps"]] == ["m2"]  # its first grant loaded m2
-            films = {(g["member"], g["group"]): g for g in data["groups"]}
-            assert set(films) == {("alice", "film"), ("bob", "film")}
-            assert films["alice", "film"]["running"] == 1
-            assert films["alice", "film"]["queued"] == 2
-            assert films["alice", "film"]["forecast_in"] is not None
-            assert not films["bob", "film"]["can_cancel"]  # an observer reads, never cancels
-            levels = [level["level"] for level in data["levels"]]
-            assert levels == [5, 0]
-            assert set(data["levels"][0]["reorders"]) >= {"aging", "affinity", "tier"}
-            root = await _dash(a, ROOT)
-            assert all(g["can_cancel"] for g in root["groups"] if g["running"] + g["queued"])
+    async def check(a: Api, ids: dict[str, str]) -> None:
+        data = await _dash(a, OPS)
+        assert data["scope"] == "all"
+        assert (data["queued"], data["running"]) == (2, 3)
+        assert {(lane["member"], lane["level"]) for lane in data["lanes"]} == {
+            ("alice", 5), ("alice", 0), ("bob", 0),
+        }  # fmt: skip
+        assert _ids(data) == set(ids.values())
+        gpu2 = next(w for w in data["workers"] if w["name"] == "gpu-2")
+        assert gpu2["running"]["id"] == ids["b1"]
+        assert [j["id"] for j in gpu2["prefetched"]] == [ids["b2"]]
+        assert gpu2["running"]["lease_remaining"] == pytest.approx(900.0)
+        assert gpu2["models"] == ["m2"]
+        assert [s["to"] for s in gpu2["swaps"]] == ["m2"]  # its first grant loaded m2
+        films = {(g["member"], g["group"]): g for g in data["groups"]}
+        assert set(films) == {("alice", "film"), ("bob", "film")}
+        assert films["alice", "film"]["running"] == 1
+        assert films["alice", "film"]["queued"] == 2
+        assert films["alice", "film"]["forecast_in"] is not None
+        assert not films["bob", "film"]["can_cancel"]  # an observer reads, never cancels
+        levels = [level["level"] for level in data["levels"]]
+        assert levels == [5, 0]
+        assert set(data["levels"][0]["reorders"]) >= {"aging", "affinity", "tier"}
+        root = await _dash(a, ROOT)
+        assert all(g["can_cancel"] for g in root["groups"] if g["running"] + g["queued"])
 
-    run(main())
+    _on_seeded(check)
 
 
 def test_a_submitter_sees_only_its_own_member() -> None:
-    async def main() -> None:
-        async with api(keys=DASH_KEYS) as a:
-            ids = await _seed(a)
-            data = await _dash(a, BOB)
-            assert data["scope"] == "member"
-            assert {lane["member"] for lane in data["lanes"]} == {"bob"}
-            assert [(g["member"], g["group"]) for g in data["groups"]] == [("bob", "film")]
-            assert _ids(data) == {ids["b1"], ids["b2"]}
-            gpu1 = next(w for w in data["workers"] if w["name"] == "gpu-1")
-            assert gpu1["running"] == {"hidden": True, "priority": 5}
-            assert all(w["resident"] is None and w["swaps"] == [] for w in data["workers"])
-            assert "alice" not in str(data)
-            # The job panel: its own job, explained; another member's is unknown.
-            mine = await _dash(a, BOB, job=ids["b1"])
-            assert mine["job"]["state"] == "running"
-            assert mine["job"]["explain"]["state"] == "running"
-            theirs = await _dash(a, BOB, job=ids["a2"])
-            assert theirs["job"] == {"id": ids["a2"], "error": f"no job {ids['a2']!r}"}
+    async def check(a: Api, ids: dict[str, str]) -> None:
+        data = await _dash(a, BOB)
+        assert data["scope"] == "member"
+        assert {lane["member"] for lane in data["lanes"]} == {"bob"}
+        assert [(g["member"], g["group"]) for g in data["groups"]] == [("bob", "film")]
+        assert _ids(data) == {ids["b1"], ids["b2"]}
+        gpu1 = next(w for w in data["workers"] if w["name"] == "gpu-1")
+        assert gpu1["running"] == {"hidden": True, "priority": 5}
+        assert all(w["resident"] is None and w["swaps"] == [] for w in data["workers"])
+        assert "alice" not in str(data)
+        # The job panel: its own job, explained; another member's is unknown.
+        mine = await _dash(a, BOB, job=ids["b1"])
+        assert mine["job"]["state"] == "running"
+        assert mine["job"]["explain"]["state"] == "running"
+        theirs = await _dash(a, BOB, job=ids["a2"])
+        assert theirs["job"] == {"id": ids["a2"], "error": f"no job {ids['a2']!r}"}
 
-    run(main())
+    _on_seeded(check)
 
 
 def test_the_job_panel_explains_and_hides_others() -> None:
-    async def main() -> None:
-        async with api(keys=DASH_KEYS) as a:
-            ids = await _seed(a)
-            late = await a.submit(BOB, model="m1", estimate=10.0)
-            panel = (await _dash(a, BOB, job=late))["job"]
-            explained = panel["explain"]
-            assert panel["state"] == "queued"
-            assert explained["position"] == len(explained["ahead"]) + 1 == 3
-            assert explained["score"]["band"] == 0
-            assert explained["score"]["tier_bonus"] == 0  # bob has no tier bonus
-            # alice's jobs ahead of it, without their ids or member
-            assert explained["ahead"] == [
-                {"hidden": True, "priority": 0, "score": e["score"], "start_in": e["start_in"]}
-                for e in explained["ahead"]
-            ]
-            assert explained["forecast_start_in"] is not None
-            seen = (await _dash(a, OPS, job=late))["job"]["explain"]
-            assert [e["id"] for e in seen["ahead"]] == [ids["a2"], ids["a3"]]
-            done = (await _dash(a, WORKER, job=late))["job"]
-            assert "error" in done
+    async def check(a: Api, ids: dict[str, str]) -> None:
+        late = await a.submit(BOB, model="m1", estimate=10.0)
+        panel = (await _dash(a, BOB, job=late))["job"]
+        explained = panel["explain"]
+        assert panel["state"] == "queued"
+        assert explained["position"] == len(explained["ahead"]) + 1 == 3
+        assert explained["score"]["band"] == 0
+        assert explained["score"]["tier_bonus"] == 0  # bob has no tier bonus
+        # alice's jobs ahead of it, without their ids or member
+        assert explained["ahead"] == [
+            {"hidden": True, "priority": 0, "score": e["score"], "start_in": e["start_in"]}
+            for e in explained["ahead"]
+        ]
+        assert explained["forecast_start_in"] is not None
+        seen = (await _dash(a, OPS, job=late))["job"]["explain"]
+        assert [e["id"] for e in seen["ahead"]] == [ids["a2"], ids["a3"]]
+        done = (await _dash(a, WORKER, job=late))["job"]
+        assert "error" in done
 
-    run(main())
+    _on_seeded(check)
 
 
 def test_a_worker_key_sees_only_the_held_jobs() -> None:
-    async def main() -> None:
-        async with api(keys=DASH_KEYS) as a:
-            ids = await _seed(a)
-            data = await _dash(a, WORKER)
-            assert data["scope"] == "worker"
-            assert (data["lanes"], data["groups"]) == ([], [])
-            assert _ids(data) == {ids["a1"], ids["b1"], ids["b2"]}
-            assert "alice" not in str(data)
-            assert "bob" not in str(data)
+    async def check(a: Api, ids: dict[str, str]) -> None:
+        data = await _dash(a, WORKER)
+        assert data["scope"] == "worker"
+        assert (data["lanes"], data["groups"]) == ([], [])
+        assert _ids(data) == {ids["a1"], ids["b1"], ids["b2"]}
+        assert "alice" not in str(data)
+        assert "bob" not in str(data)
 
-    run(main())
+    _on_seeded(check)
 
 
 def test_the_dashboard_needs_a_key() -> None:

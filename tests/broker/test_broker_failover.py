@@ -20,24 +20,20 @@ from .broker_helpers import (
     SUBMITTER,
     WORKER,
     BrokerProcess,
-    free_port,
+    configured_broker,
     postgres_schema,
     run,
-    write_config,
 )
 
 LEASE = 2.0
 
 
 def _pair(tmp_path: Path, schema: str) -> tuple[BrokerProcess, BrokerProcess]:
-    brokers = []
-    for name in ("a", "b"):
-        port = free_port()
-        config = write_config(
-            tmp_path / f"{name}.toml", port, POSTGRES_URL, schema, leader_lease_seconds=LEASE
-        )
-        brokers.append(BrokerProcess(config, port, tmp_path / f"{name}.log"))
-    return brokers[0], brokers[1]
+    a, b = (
+        configured_broker(tmp_path, name, POSTGRES_URL, schema, leader_lease_seconds=LEASE)
+        for name in ("a", "b")
+    )
+    return a, b
 
 
 async def _submit(client: httpx.AsyncClient, broker: BrokerProcess, key: str) -> httpx.Response:

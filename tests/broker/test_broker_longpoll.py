@@ -90,7 +90,7 @@ def test_waiting_pops_wake_on_a_worker_leaving_and_on_an_expired_lease() -> None
             waiting = asyncio.create_task(_pop(a, "gpu-2", wait=30))
             await _until_waiting(a)
             assert not waiting.done()
-            left = await a.client.post("/v1/workers/gpu-1/leave", headers=WORKER)
+            left = await a.worker_post("gpu-1", "leave")
             assert left.json() == {"requeued": [job]}
             second = await asyncio.wait_for(waiting, 10)
             assert second.json()["id"] == job
@@ -248,7 +248,7 @@ def test_bodies_are_json_whatever_the_content_type_and_other_types_are_415() -> 
             assert refused.status_code == 415
             assert "application/json" in refused.json()["error"]
             assert refused.json()["field"] == "Content-Type"
-            beat = await a.client.post("/v1/workers/gpu-9/heartbeat", headers=WORKER)
+            beat = await a.worker_post("gpu-9", "heartbeat")
             assert beat.status_code == 404  # an empty body without a type is still no body
 
     run(scenario())
@@ -257,7 +257,7 @@ def test_bodies_are_json_whatever_the_content_type_and_other_types_are_415() -> 
 def test_leave_of_an_unknown_worker_is_404() -> None:
     async def scenario() -> None:
         async with api() as a:
-            response = await a.client.post("/v1/workers/nobody/leave", headers=WORKER)
+            response = await a.worker_post("nobody", "leave")
             assert response.status_code == 404
             assert response.json()["field"] == "worker"
 
@@ -385,8 +385,7 @@ def test_a_batch_over_a_level_budget_is_refused_whole() -> None:
             assert refused.status_code == 422
             ops = [e.op for e in a.journal.entries[entries:]]
             assert ops == ["submit_many"]  # only the batch that fit
-            status = await a.status()
-            assert status["jobs"]["queued"] == 3
+            assert await a.queued() == 3
             assert a.replays()
 
     run(scenario())
@@ -400,8 +399,7 @@ def test_a_batch_over_max_wait_is_503_and_changes_nothing() -> None:
             r = await a.client.post("/v1/jobs/batch", json=batch, headers=SUBMITTER)
             assert r.status_code == 503
             assert r.json()["field"] == "max_wait"
-            status = await a.status()
-            assert status["jobs"]["queued"] == 1
+            assert await a.queued() == 1
 
     run(scenario())
 

@@ -31,6 +31,41 @@ async def _leave(writer: Any, gateway: Any) -> None:
     )
 
 
+async def _abandon(stack: Any, **fake: Any) -> None:
+    """Send ``chat(**fake)`` and leave once the upstream runs it (the gateway saw it go)."""
+    _reader, writer = await raw_post(stack.url, chat(**fake))
+    await wait_for(lambda: stack.fake.active == 1)
+    await _leave(writer, stack.gateway)
+
+
+async def _next_is_served(stack: Any) -> None:
+    async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
+        assert (await client.post(CHAT, json=chat(tag="next"))).status_code == 200
+
+
+async def _more_polls(fake: Any, count: int) -> None:
+    """Wait until the gateway has read ``count`` more of the upstream's reports."""
+    polls = fake.running_polls
+    await wait_for(lambda: fake.running_polls >= polls + count)
+
+
+def _a_cut_request_delays_the_next(url: str, fake: Any, path: str, long: Any) -> None:
+    """POST ``long`` to ``path`` (its lease cuts it: 504), then a next request: it runs only
+    once the upstream is done with the long one (one at a time, in that order)."""
+
+    async def main() -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            cut = asyncio.ensure_future(client.post(path, json=long))
+            await wait_for(lambda: fake.active == 1)
+            nxt = asyncio.ensure_future(client.post(CHAT, json=chat(tag="next")))
+            assert (await cut).status_code == 504  # its lease ran out; the upstream goes on
+            assert (await nxt).status_code == 200
+
+    run(main())
+    assert fake.max_active == 1
+    assert fake.order() == ["long", "next"]
+
+
 # ----------------------------------------------------------------------- the report's shapes
 
 
@@ -66,9 +101,7 @@ def test_a_request_whose_client_left_keeps_the_gpu_until_the_upstream_is_idle(
     assert not fake.aborts  # like A1111 or ComfyUI: it finishes what it started
 
     async def main() -> None:
-        _reader, writer = await raw_post(stack.url, chat(tag="left", seconds=1.5))
-        await wait_for(lambda: fake.active == 1)
-        await _leave(writer, stack.gateway)  # the upstream goes on for the rest of 1.5 s
+        await _abandon(stack, tag="left", seconds=1.5)  # the upstream goes on for the rest
         assert stack.gateway.lingering.count("") == 1
         async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
             response = await client.post(CHAT, json=chat(tag="next"))
@@ -90,11 +123,8 @@ def test_an_upstream_that_aborts_frees_the_gpu_at_once(make_stack: StackFactory)
     fake = stack.fake
 
     async def main() -> None:
-        _reader, writer = await raw_post(stack.url, chat(tag="left", hold="never"))
-        await wait_for(lambda: fake.active == 1)
-        await _leave(writer, stack.gateway)
-        async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
-            assert (await client.post(CHAT, json=chat(tag="next"))).status_code == 200
+        await _abandon(stack, tag="left", hold="never")
+        await _next_is_served(stack)
 
     run(main())
     assert fake.running_polls == 0  # nothing to wait for: its report was never asked
@@ -108,11 +138,8 @@ def test_busy_timeout_bounds_the_wait_for_an_upstream_that_never_says_idle(
     fake = stack.fake
 
     async def main() -> None:
-        _reader, writer = await raw_post(stack.url, chat(tag="stuck", hold="never"))
-        await wait_for(lambda: fake.active == 1)
-        await _leave(writer, stack.gateway)
-        async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
-            assert (await client.post(CHAT, json=chat(tag="next"))).status_code == 200
+        await _abandon(stack, tag="stuck", hold="never")
+        await _next_is_served(stack)
 
     with caplog.at_level(logging.WARNING, logger="prioqueue.gateway"):
         run(main())
@@ -126,9 +153,7 @@ def test_a_status_shows_the_lingering_request_as_running(make_stack: StackFactor
     fake = stack.fake
 
     async def main() -> None:
-        _reader, writer = await raw_post(stack.url, chat(tag="left", hold="h"))
-        await wait_for(lambda: fake.active == 1)
-        await _leave(writer, stack.gateway)
+        await _abandon(stack, tag="left", hold="h")
         async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
             nxt = asyncio.ensure_future(client.post(CHAT, json=chat(tag="next")))
             await wait_for(lambda: len(stack.gateway.dispatcher) == 1)
@@ -171,8 +196,7 @@ def test_an_upstream_taken_out_keeps_its_request_counted_when_it_comes_back(
             a.running_status = 200
             await wait_for(lambda: up["a"].up)  # back, its request still holds its slot
             await wait_for(lambda: b.active == 1)  # b runs one of the queued
-            polls = a.running_polls
-            await wait_for(lambda: a.running_polls >= polls + 3)
+            await _more_polls(a, 3)
             assert a.active == 1
             assert len(gateway.dispatcher) == 2
             a.release("go")
@@ -200,12 +224,10 @@ def test_work_the_upstream_reports_beyond_ours_keeps_it_from_pulling(make_fleet:
             # A job the gateway does not know of (sent to the upstream directly).
             foreign = asyncio.ensure_future(direct.post(CHAT, json=chat(tag="foreign", hold="go")))
             await wait_for(lambda: fake.active == 1)
-            polls = fake.running_polls
-            await wait_for(lambda: fake.running_polls >= polls + 2)  # its report was read
+            await _more_polls(fake, 2)  # its report was read
             ours = asyncio.ensure_future(client.post(CHAT, json=chat(tag="ours")))
             await wait_for(lambda: len(fleet.gateway.dispatcher) == 1)
-            polls = fake.running_polls
-            await wait_for(lambda: fake.running_polls >= polls + 3)
+            await _more_polls(fake, 3)
             assert len(fleet.gateway.dispatcher) == 1  # still queued: the GPU is busy
             fake.release("go")
             assert (await foreign).status_code == 200
@@ -268,19 +290,8 @@ def test_a_request_cut_by_its_lease_keeps_its_upstream_busy_until_it_says_idle(
     fleet: Fleet = make_fleet(
         {"a": ("model-a",)}, {"health_seconds": 0.05, "limits": {"lease_seconds": 0.3}}
     )
-    fake = fleet.fakes["a"]
-
-    async def main() -> None:
-        async with httpx.AsyncClient(base_url=fleet.url, timeout=30) as client:
-            cut = asyncio.ensure_future(client.post(CHAT, json=chat(tag="long", seconds=1.5)))
-            await wait_for(lambda: fake.active == 1)
-            nxt = asyncio.ensure_future(client.post(CHAT, json=chat(tag="next")))
-            assert (await cut).status_code == 504  # its lease ran out; the upstream goes on
-            assert (await nxt).status_code == 200
-
-    run(main())
-    assert fake.max_active == 1
-    assert fake.order() == ["long", "next"]
+    long = chat(tag="long", seconds=1.5)
+    _a_cut_request_delays_the_next(fleet.url, fleet.fakes["a"], CHAT, long)
 
 
 def test_with_one_upstream_a_lease_cut_request_delays_the_next_until_idle(
@@ -289,17 +300,5 @@ def test_with_one_upstream_a_lease_cut_request_delays_the_next_until_idle(
     # The next request's own lease runs while it waits: give it the default one.
     limits = {"lease_seconds_by_path": {"/v1/completions": 0.3}}
     stack = make_stack({"health_seconds": 0.05, "limits": limits})
-    fake = stack.fake
-
-    async def main() -> None:
-        async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
-            long = {"model": "model-a", "prompt": "hi", "fake": {"tag": "long", "seconds": 1.5}}
-            cut = asyncio.ensure_future(client.post("/v1/completions", json=long))
-            await wait_for(lambda: fake.active == 1)
-            nxt = asyncio.ensure_future(client.post(CHAT, json=chat(tag="next")))
-            assert (await cut).status_code == 504  # its lease ran out; the upstream goes on
-            assert (await nxt).status_code == 200
-
-    run(main())
-    assert fake.max_active == 1
-    assert fake.order() == ["long", "next"]
+    long = {"model": "model-a", "prompt": "hi", "fake": {"tag": "long", "seconds": 1.5}}
+    _a_cut_request_delays_the_next(stack.url, stack.fake, "/v1/completions", long)

@@ -84,6 +84,14 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
+async def _release_and_all_served(fleet: Fleet, *requests: asyncio.Future[Any]) -> None:
+    """Release every fake's ``go`` hold; every one of ``requests`` then answers 200."""
+    for fake in fleet.fakes.values():
+        fake.release("go")
+    responses = await asyncio.gather(*requests)
+    assert [r.status_code for r in responses] == [200] * len(requests)
+
+
 async def _post(client: httpx.AsyncClient, body: dict[str, Any], **headers: str) -> httpx.Response:
     return await client.post(CHAT, json=body, headers=headers)
 
@@ -129,10 +137,7 @@ def test_a_burst_stays_on_the_warm_upstream(make_fleet: Any) -> None:
             bodies = [chat(m, seconds=0.05) for _ in range(6) for m in ("model-a", "model-b")]
             burst = [asyncio.ensure_future(_post(client, body)) for body in bodies]
             await wait_for(lambda: len(gateway.dispatcher) == 12)
-            for fake in fleet.fakes.values():
-                fake.release("go")
-            responses = await asyncio.gather(*blockers, *burst)
-            assert [r.status_code for r in responses] == [200] * 14
+            await _release_and_all_served(fleet, *blockers, *burst)
 
     run(main())
     a, b = ([e.model for e in fleet.fakes[name].served] for name in ("a", "b"))
@@ -235,10 +240,7 @@ def test_fair_share_holds_across_upstreams(make_fleet: Any) -> None:
                 for _ in range(10)
             ]
             await wait_for(lambda: len(gateway.dispatcher) == 20)
-            for fake in fleet.fakes.values():
-                fake.release("go")
-            responses = await asyncio.gather(*blockers, *jobs)
-            assert [r.status_code for r in responses] == [200] * 22
+            await _release_and_all_served(fleet, *blockers, *jobs)
 
     run(main())
     records = [r for r in gateway.history.values() if r["member"] in ("alice", "bob")]

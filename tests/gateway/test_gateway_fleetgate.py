@@ -6,9 +6,10 @@ import asyncio
 
 import pytest
 
-from prioqueue.asyncio import DispatcherClosed, QueueTimeout
+from prioqueue.asyncio import DispatcherClosed, QueueTimeout, Turn
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.gateway._fleetgate import FleetGate
+from prioqueue.records import Grant
 
 
 def _gate(*, hold: float = 0.0, routing: str = "warm", lease: float | None = None) -> FleetGate:
@@ -16,9 +17,27 @@ def _gate(*, hold: float = 0.0, routing: str = "warm", lease: float | None = Non
         warm_hold=hold, max_attempts=1, lease_for=None if lease is None else (lambda job: lease)
     )
     gate = FleetGate(fleet, routing=routing, warm_hold=hold)  # type: ignore[arg-type]
-    gate.put_back("a", models=None, slots=1, slow=False, resident="model-a")
-    gate.put_back("b", models=None, slots=1, slow=False, resident=None)
+    _put_back(gate, "a", resident="model-a")
+    _put_back(gate, "b")
     return gate
+
+
+def _put_back(gate: FleetGate, name: str, resident: str | None = None) -> None:
+    """Put upstream ``name`` (back) in the fleet: one slot, any model, not slow."""
+    gate.put_back(name, models=None, slots=1, slow=False, resident=resident)
+
+
+def _only_a() -> FleetGate:
+    """A ``_gate()`` with upstream b taken out."""
+    gate = _gate()
+    gate.take_out("b")
+    return gate
+
+
+def _queued(turn: Turn) -> asyncio.Future[Grant]:
+    """Submit ``turn`` (queued at once: nothing to wait for) and wait for its grant."""
+    turn.submit()
+    return asyncio.ensure_future(turn.__aenter__())
 
 
 @pytest.mark.parametrize(("hold", "expected"), [(15.0, "a"), (0.0, "b")])
@@ -64,7 +83,7 @@ def test_a_job_that_could_not_reach_its_upstream_is_requeued_to_another() -> Non
             assert gate.take_out("a") == []  # already out: nothing
         assert len(gate.dispatcher) == 0
         assert [w.name for w in gate.workers()] == ["b"]  # a left once it held nothing
-        gate.put_back("a", models=None, slots=1, slow=False, resident=None)
+        _put_back(gate, "a")
         assert sorted(gate.live) == ["a", "b"]
         with pytest.raises(RuntimeError, match="not waiting for a new grant"):
             await turn.regrant()
@@ -75,16 +94,14 @@ def test_a_job_that_could_not_reach_its_upstream_is_requeued_to_another() -> Non
 def test_a_taken_out_upstream_keeps_its_slot_taken_until_its_request_ends() -> None:
     # Issue 21, item 1: out of the fleet and back, its request in flight still counts.
     async def main() -> None:
-        gate = _gate()
-        gate.take_out("b")
+        gate = _only_a()
         first = gate.turn("first", member="m")
         async with first as grant:
             assert grant.worker == "a"
             gate.take_out("a")
             second = gate.turn("second", member="m")
-            second.submit()  # queued at once: nothing to wait for
-            waiting = asyncio.ensure_future(second.__aenter__())
-            gate.put_back("a", models=None, slots=1, slow=False, resident=None)
+            waiting = _queued(second)
+            _put_back(gate, "a")
             assert second.grant is None  # a still runs the first
             assert gate.holding("a") == 1
         assert (await waiting).worker == "a"
@@ -96,12 +113,10 @@ def test_a_taken_out_upstream_keeps_its_slot_taken_until_its_request_ends() -> N
 
 def test_work_an_upstream_reports_counts_against_its_slots() -> None:
     async def main() -> None:
-        gate = _gate()
-        gate.take_out("b")
+        gate = _only_a()
         gate.set_reported("a", 1)  # a runs a job the gate does not hold
         turn = gate.turn("j", member="m")
-        turn.submit()  # queued at once: nothing to wait for
-        waiting = asyncio.ensure_future(turn.__aenter__())
+        waiting = _queued(turn)
         assert turn.grant is None
         gate.set_reported("a", 0)
         assert (await waiting).worker == "a"
@@ -112,8 +127,7 @@ def test_work_an_upstream_reports_counts_against_its_slots() -> None:
 
 def test_a_requeued_job_waits_while_no_upstream_is_up_and_its_waiter_can_leave() -> None:
     async def main() -> None:
-        gate = _gate()
-        gate.take_out("b")
+        gate = _only_a()
         turn = gate.turn("j", member="m")
         async with turn:
             gate.take_out("a")

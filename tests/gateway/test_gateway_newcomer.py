@@ -76,26 +76,21 @@ def test_listening_is_printed_once_the_port_accepts_connections() -> None:
         process.stderr.close()
 
 
-def test_python_dash_m_prioqueue_works() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "prioqueue", "--version"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+def _python_m(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m ARGS`` with this interpreter, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", *args], capture_output=True, text=True, timeout=60, check=False
     )
+
+
+def test_python_dash_m_prioqueue_works() -> None:
+    result = _python_m("prioqueue", "--version")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("prioqueue-lanes ")
 
 
 def test_fake_upstream_documents_itself() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "prioqueue.gateway.fake_upstream", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = _python_m("prioqueue.gateway.fake_upstream", "--help")
     assert result.returncode == 0
     assert "A fake llama-swap" in result.stdout
     assert "'fake' object" in result.stdout

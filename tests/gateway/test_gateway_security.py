@@ -211,15 +211,17 @@ def test_what_the_client_must_not_decide_is_not_forwarded(make_stack: StackFacto
     assert "x-prioqueue-member" not in seen
 
 
+def _ask(client: httpx.Client, authorization: str, priority: str) -> httpx.Response:
+    """POST a chat request with these Authorization and X-LlamaSwap-Priority headers."""
+    headers = {"Authorization": authorization, "X-LlamaSwap-Priority": priority}
+    return client.post(CHAT, json=chat(), headers=headers)
+
+
 def test_bearer_scheme_is_case_insensitive(make_stack: StackFactory) -> None:
     stack = make_stack(KEYS)
     with httpx.Client(base_url=stack.url, timeout=10) as client:
         for scheme in ("bearer", "BEARER", "Bearer"):
-            response = client.post(
-                CHAT,
-                json=chat(),
-                headers={"Authorization": f"{scheme} sk-alice", "X-LlamaSwap-Priority": "100"},
-            )
+            response = _ask(client, f"{scheme} sk-alice", "100")
             assert response.status_code == 200, scheme
             assert response.headers["x-prioqueue-priority"] == "100"
         assert (
@@ -237,11 +239,7 @@ def test_a_ceiling_below_the_policy_minimum_is_honoured(make_stack: StackFactory
     stack = make_stack(config)
     with httpx.Client(base_url=stack.url, timeout=10) as client:
         for asked in ("interactive", "-1000", ""):
-            response = client.post(
-                CHAT,
-                json=chat(),
-                headers={"Authorization": "Bearer sk-low", "X-LlamaSwap-Priority": asked},
-            )
+            response = _ask(client, "Bearer sk-low", asked)
             assert response.headers["x-prioqueue-priority"] == "-200", asked
 
 

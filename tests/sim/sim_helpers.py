@@ -2,8 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
+from typing import Any
+
+from prioqueue.cli import main
+
+
+def written(path: Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path``; return ``path`` (a config or worker file)."""
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def simulate_json(tmp_path: Path, *argv: str) -> Any:
+    """Run ``prioqueue simulate ARGV --json FILE`` (it must exit 0); return FILE's report."""
+    out = tmp_path / "report.json"
+    assert main(["simulate", *argv, "--json", str(out)]) == 0
+    return json.loads(out.read_text())
 
 
 def synthetic_azure(path: Path, rows: int = 300) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sim_helpers import simulate_json, written
 
 from prioqueue._errors import ConfigError
 from prioqueue.cli import main
@@ -206,16 +207,13 @@ def test_the_simulator_page_quotes_a_current_budget_run(
 
 
 def test_config_file_budgets_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    config = tmp_path / "sim.toml"
-    config.write_text(
+    config = written(
+        tmp_path / "sim.toml",
         'scenario = "overload"\npolicies = ["prioqueue"]\nparams = {hours = 1}\n'
         "[policy.budgets.100]\nmax_wait = 30\n[policy.budgets.batch]\nmax_queued = 2\n",
-        encoding="utf-8",
     )
-    out = tmp_path / "r.json"
-    assert main(["simulate", "--config", str(config), "--no-progress", "--json", str(out)]) == 0
+    data = simulate_json(tmp_path, "--config", str(config), "--no-progress")
     capsys.readouterr()
-    data = json.loads(out.read_text())
     assert data["policies"]["prioqueue"]["params"]["budgets"] == {
         "-100": {"max_queued": 2},
         "100": {"max_wait": 30.0},

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sim_helpers import simulate_json, written
 
 from prioqueue.cli import main
 from prioqueue.sim import build, build_report, parse_spec, render
@@ -107,12 +108,12 @@ def test_policies_side_by_side_and_determinism(capsys: pytest.CaptureFixture[str
 
 
 def test_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    config = tmp_path / "sim.toml"
-    config.write_text(
+    config = written(
+        tmp_path / "sim.toml",
         'scenario = "swap-storm"\nseed = 7\npolicies = ["fifo", "prioqueue"]\n'
         "lease_factor = 2\n[params]\nhours = 0.5\n"
         '[policy]\naging_divisor = 30\ncharge = "estimate"\n'
-        "[policy.tier_bonuses]\nfree = 0\npro = 1\nmax = 3\n[load_seconds]\nmodel-1 = 90\n"
+        "[policy.tier_bonuses]\nfree = 0\npro = 1\nmax = 3\n[load_seconds]\nmodel-1 = 90\n",
     )
     report = _json(capsys, "--config", str(config), "--max-affinity", "5", "--no-progress")
     assert report["scenario"]["name"] == "swap-storm"
@@ -207,8 +208,10 @@ def test_bad_config_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_bad_trace_row_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    trace = tmp_path / "jobs.csv"
-    trace.write_text("arrival,member,priority,duration\n0,a,batch,10\n5,b,interactive,ten\n")
+    trace = written(
+        tmp_path / "jobs.csv",
+        "arrival,member,priority,duration\n0,a,batch,10\n5,b,interactive,ten\n",
+    )
     assert main(["simulate", "--trace", str(trace)]) == 1
     err = capsys.readouterr().err.strip()
     assert err == (
@@ -220,17 +223,15 @@ def test_bad_trace_row_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_trace_replay_and_json_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    trace = tmp_path / "jobs.jsonl"
-    trace.write_text(
+    trace = written(
+        tmp_path / "jobs.jsonl",
         '{"arrival": 0, "member": "a", "priority": "batch", "duration": 100, "model": "m"}\n'
-        '{"arrival": 1, "member": "b", "priority": 100, "duration": 10, "model": "n"}\n'
+        '{"arrival": 1, "member": "b", "priority": 100, "duration": 10, "model": "n"}\n',
     )
-    out = tmp_path / "report.json"
-    assert main(["simulate", "--trace", str(trace), "--json", str(out), "--plain"]) == 0
+    report = simulate_json(tmp_path, "--trace", str(trace), "--plain")
     text = capsys.readouterr().out
     assert text.startswith("Verdict")
     assert "scenario trace:jobs.jsonl" in text
-    report = json.loads(out.read_text())
     assert report["scenario"]["source"] == str(trace)
     levels = report["policies"]["strict"]["levels"]
     assert levels["-100"]["wait_max"] == 0
@@ -238,10 +239,10 @@ def test_trace_replay_and_json_file(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_azure_trace_prints_attribution(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    trace = tmp_path / "azure.csv"
-    trace.write_text(
+    trace = written(
+        tmp_path / "azure.csv",
         "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-        "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n"
+        "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n",
     )
     for fmt in ("azure", "auto"):  # auto recognises the Azure header
         argv = ["--trace", str(trace), "--trace-format", fmt, "--param", "members=3"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sim_helpers import written
 
 from prioqueue._errors import ConfigError
 from prioqueue.cli import main
@@ -28,11 +29,10 @@ POLICIES = (*DEFAULT_FLEET_POLICIES, "prioqueue:warm_hold=10", "no-fair-share")
 
 def test_worker_count_and_file(tmp_path: Path) -> None:
     assert [w.name for w in parse_workers("3")] == ["gpu-0", "gpu-1", "gpu-2"]
-    path = tmp_path / "fleet.toml"
-    path.write_text(
+    path = written(
+        tmp_path / "fleet.toml",
         '[[workers]]\nname = "big"\nspeed = 2.0\nslots = 2\nresident = "video"\n'
         '[[workers]]\nmodels = ["image", "llm"]\n',
-        encoding="utf-8",
     )
     big, small = parse_workers(str(path))
     assert big == WorkerSpec("big", None, 2, 2.0, "video")
@@ -54,8 +54,7 @@ def test_worker_count_and_file(tmp_path: Path) -> None:
     ],
 )
 def test_bad_worker_files(tmp_path: Path, text: str, message: str) -> None:
-    path = tmp_path / "fleet.toml"
-    path.write_text(text, encoding="utf-8")
+    path = written(tmp_path / "fleet.toml", text)
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
         parse_workers(str(path))
 
@@ -396,19 +395,17 @@ def test_cli_workers_and_poll(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert list(report["policies"]) == list(DEFAULT_FLEET_POLICIES)
     for section in report["policies"].values():
         assert list(section["workers"]) == ["gpu-0", "gpu-1"]
-    path = tmp_path / "fleet.toml"
-    path.write_text('[[workers]]\nname = "solo"\nspeed = 2.0\n', encoding="utf-8")
+    path = written(tmp_path / "fleet.toml", '[[workers]]\nname = "solo"\nspeed = 2.0\n')
     assert main([*args, "--workers", str(path), "--policy", "warm-first"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert list(report["policies"]["warm-first"]["workers"]) == ["solo"]
 
 
 def test_config_file_workers_and_poll(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "sim.toml"
-    path.write_text(
+    path = written(
+        tmp_path / "sim.toml",
         'scenario = "two-films"\npoll = 5\npolicies = ["warm-first"]\n[params]\nshots = 4\n'
         '[[workers]]\nname = "x"\n[[workers]]\nname = "y"\nslots = 2\n',
-        encoding="utf-8",
     )
     assert main(["simulate", "--config", str(path), "--json", "-"]) == 0
     report = json.loads(capsys.readouterr().out)

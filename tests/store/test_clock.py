@@ -10,15 +10,16 @@ from typing import Any
 
 import pytest
 
+from manual_time import ManualClock, run
 from prioqueue.store import DurableDispatcher, WallClock
 
-from .test_durable import FACTORY, MakeStore, Manual, run
+from .test_durable import FACTORY, MakeStore
 
 YEARS_10 = 10 * 365 * 86400.0
 
 
 def test_a_wall_clock_step_inside_a_process_is_ignored(caplog: pytest.LogCaptureFixture) -> None:
-    wall, mono = Manual(1_000.0), Manual(50.0)
+    wall, mono = ManualClock(1_000.0), ManualClock(50.0)
     clock = WallClock(source=wall, monotonic=mono, horizon=60.0)
     assert clock() == 1_000.0
     mono.t += 1.0
@@ -32,7 +33,7 @@ def test_a_wall_clock_step_inside_a_process_is_ignored(caplog: pytest.LogCapture
 
 
 def test_a_small_gap_behind_the_store_stands_still_until_the_wall_clock_catches_up() -> None:
-    wall, mono = Manual(1_000.0), Manual(0.0)
+    wall, mono = ManualClock(1_000.0), ManualClock(0.0)
     clock = WallClock(source=wall, monotonic=mono, horizon=60.0)
     clock.raise_floor(1_030.0)  # the store is 30 s ahead: within the horizon
     assert clock.offset == 0.0
@@ -44,7 +45,7 @@ def test_a_small_gap_behind_the_store_stands_still_until_the_wall_clock_catches_
 
 
 def test_a_store_far_ahead_is_logged_and_time_runs_on(caplog: pytest.LogCaptureFixture) -> None:
-    wall, mono = Manual(1_000.0), Manual(0.0)
+    wall, mono = ManualClock(1_000.0), ManualClock(0.0)
     clock = WallClock(source=wall, monotonic=mono, horizon=60.0)
     with caplog.at_level(logging.WARNING, "prioqueue.store"):
         clock.raise_floor(1_000.0 + YEARS_10)
@@ -65,7 +66,7 @@ def test_wall_clock_options_are_checked() -> None:
 
 
 def test_leases_expire_after_a_restart_from_a_run_ten_years_ahead(make_store: MakeStore) -> None:
-    wall, mono = Manual(1_000_000.0 + YEARS_10), Manual(0.0)
+    wall, mono = ManualClock(1_000_000.0 + YEARS_10), ManualClock(0.0)
 
     async def main() -> None:
         store = make_store()
@@ -98,7 +99,7 @@ def test_the_electors_lease_runs_on_its_injected_clock(pg_schema: str) -> None:
 
     from .pg import POSTGRES_URL
 
-    mono = Manual(100.0)
+    mono = ManualClock(100.0)
 
     async def main() -> None:
         elector = Elector(

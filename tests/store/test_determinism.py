@@ -13,7 +13,6 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prioqueue import FleetDispatcher, SizeOneDispatcher
@@ -23,7 +22,14 @@ from strategies import (
     dispatcher_models,
     dispatcher_runtimes,
     dispatcher_scorers,
-    time_steps,
+)
+
+from .replay import (
+    check_restore_then_replay,
+    fleet_call,
+    fleet_tail_calls,
+    join_calls,
+    replay_examples,
 )
 
 JOB_IDS = [f"j{i}" for i in range(8)]
@@ -60,69 +66,34 @@ options = st.fixed_dictionaries(
 )
 
 
-def apply(d: SizeOneDispatcher, now: float, call: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Make one call; return its result or its error as a comparable value."""
+def apply(d: SizeOneDispatcher, now: float, call: tuple[Any, ...]) -> Any:
+    """Make one call and return its result (an error is compared by type and message).
+
+    QueueFull.retry_after comes from the recent completions, which snapshots do not keep
+    (documented): comparing the error's type and message compares what it says about the state.
+    """
     op = call[0]
-    try:
-        if op == "submit":
-            result: Any = d.submit(call[1], now=now, **call[2])
-        elif op == "dispatch":
-            result = d.dispatch(now)
-        elif op == "complete":
-            running = d.running
-            job_id = running.job.id if call[1] and running is not None else call[2]
-            result = d.complete(job_id, now=now, runtime=call[3])
-        elif op == "cancel":
-            result = d.cancel(call[1], now=now)
-        elif op == "expire":
-            result = d.expire(now)
-        else:
-            d.set_resident_model(call[1])
-            result = d.resident_model
-    except Exception as exc:
-        # QueueFull.retry_after comes from the recent completions, which snapshots do not
-        # keep (documented); compare the error's type and what it says about the state.
-        text = str(exc)
-        return ("error", type(exc).__name__, text)
-    return ("ok", result)
+    if op == "submit":
+        return d.submit(call[1], now=now, **call[2])
+    if op == "dispatch":
+        return d.dispatch(now)
+    if op == "complete":
+        running = d.running
+        job_id = running.job.id if call[1] and running is not None else call[2]
+        return d.complete(job_id, now=now, runtime=call[3])
+    if op == "cancel":
+        return d.cancel(call[1], now=now)
+    if op == "expire":
+        return d.expire(now)
+    d.set_resident_model(call[1])
+    return d.resident_model
 
 
-def run(
-    d: SizeOneDispatcher, start: float, steps: list[tuple[float, tuple[Any, ...]]]
-) -> list[Any]:
-    now, out = start, []
-    for step, call in steps:
-        now += step
-        out.append(apply(d, now, call))
-        d._check()
-    return out
-
-
-@settings(max_examples=150, deadline=None)
-@given(
-    opts=options,
-    steps=st.lists(st.tuples(time_steps(), calls), min_size=1, max_size=60),
-    cut=st.integers(min_value=0, max_value=60),
-)
+@replay_examples(options, calls, max_steps=60)
 def test_snapshot_restore_then_replay_is_exact(
     opts: dict[str, Any], steps: list[tuple[float, tuple[Any, ...]]], cut: int
 ) -> None:
-    cut = min(cut, len(steps))
-    head, tail = steps[:cut], steps[cut:]
-    a = SizeOneDispatcher(**opts)
-    b = SizeOneDispatcher(**opts)
-    start = 1_000.0
-    assert run(a, start, head) == run(b, start, head)
-    t = start + sum(step for step, _ in head)
-    state = json.loads(json.dumps(b.snapshot(now=t)))
-    restored = SizeOneDispatcher.restore(state, **opts)
-    restored._check()
-    # Snapshot equality first (the uninterrupted one snapshotted at the same instant).
-    assert restored.snapshot(now=t) == a.snapshot(now=t)
-    # Then every later result, and the final state.
-    assert run(restored, t, tail) == run(a, t, tail)
-    end = t + sum(step for step, _ in tail)
-    assert restored.snapshot(now=end) == a.snapshot(now=end)
+    restored, a = check_restore_then_replay(SizeOneDispatcher, opts, apply, steps, cut, check=True)
     assert len(restored) == len(a)
     assert restored.running == a.running
     assert restored.next_deadline() == a.next_deadline()
@@ -144,21 +115,10 @@ WORKERS = ["w0", "w1", "w2"]
 
 fleet_calls = st.one_of(
     st.tuples(st.just("submit"), st.sampled_from(JOB_IDS), dispatcher_job_specs()),
-    st.tuples(
-        st.just("join"),
-        st.sampled_from(WORKERS),
-        st.sampled_from([None, ["m1"], ["m1", "m2"]]),
-        dispatcher_models(),
-        st.integers(min_value=1, max_value=2),
-        st.booleans(),
-    ),
+    join_calls(WORKERS, st.booleans()),
     st.tuples(st.just("pop"), st.sampled_from(WORKERS)),
     st.tuples(st.just("pop"), st.sampled_from(WORKERS)),
-    st.tuples(st.just("complete"), st.sampled_from(JOB_IDS), dispatcher_runtimes()),
-    st.tuples(st.just("cancel"), st.sampled_from(JOB_IDS)),
-    st.tuples(st.just("expire")),
-    st.tuples(st.just("heartbeat"), st.sampled_from(WORKERS)),
-    st.tuples(st.just("leave"), st.sampled_from(WORKERS)),
+    *fleet_tail_calls(JOB_IDS, WORKERS),
 )
 
 fleet_options = st.fixed_dictionaries(
@@ -172,50 +132,21 @@ fleet_options = st.fixed_dictionaries(
 )
 
 
-def fleet_apply(d: Any, now: float, call: tuple[Any, ...]) -> tuple[Any, ...]:
+def fleet_apply(d: Any, now: float, call: tuple[Any, ...]) -> Any:
     op = call[0]
-    try:
-        if op == "submit":
-            result: Any = d.submit(call[1], now=now, **call[2])
-        elif op == "join":
-            _, name, models, resident, slots, slow = call
-            result = d.join(name, models=models, resident=resident, slots=slots, slow=slow, now=now)
-        elif op in ("pop", "heartbeat", "leave"):
-            result = getattr(d, op)(call[1], now=now)
-        elif op == "complete":
-            result = d.complete(call[1], now=now, runtime=call[2])
-        elif op == "cancel":
-            result = d.cancel(call[1], now=now)
-        else:
-            result = d.expire(now)
-    except Exception as exc:
-        return ("error", type(exc).__name__, str(exc))
-    return ("ok", result)
+    if op == "submit":
+        return d.submit(call[1], now=now, **call[2])
+    if op == "join":
+        _, name, models, resident, slots, slow = call
+        return d.join(name, models=models, resident=resident, slots=slots, slow=slow, now=now)
+    return fleet_call(d, now, call)
 
 
-@settings(max_examples=150, deadline=None)
-@given(
-    opts=fleet_options,
-    steps=st.lists(st.tuples(time_steps(), fleet_calls), min_size=1, max_size=50),
-    cut=st.integers(min_value=0, max_value=50),
-)
+@replay_examples(fleet_options, fleet_calls, max_steps=50)
 def test_fleet_snapshot_restore_then_replay_is_exact(
     opts: dict[str, Any], steps: list[tuple[float, tuple[Any, ...]]], cut: int
 ) -> None:
-    fleet = FleetDispatcher
-    cut = min(cut, len(steps))
-    a, b = fleet(**opts), fleet(**opts)
-    t = 1_000.0
-    for step, call in steps[:cut]:
-        t += step
-        assert fleet_apply(a, t, call) == fleet_apply(b, t, call)
-    state = json.loads(json.dumps(b.snapshot(now=t)))
-    restored = fleet.restore(state, **opts)
-    assert restored.snapshot(now=t) == a.snapshot(now=t)
-    for step, call in steps[cut:]:
-        t += step
-        assert fleet_apply(restored, t, call) == fleet_apply(a, t, call), (t, call)
-    assert restored.snapshot(now=t) == a.snapshot(now=t)
+    check_restore_then_replay(FleetDispatcher, opts, fleet_apply, steps, cut)
 
 
 @pytest.mark.parametrize("fair_share", [True, False])

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from manual_time import ManualClock, run, turns
 from prioqueue import DuplicateJob, SizeOneDispatcher, UnknownJob
 from prioqueue._journaled import journaled
 from prioqueue.records import Job
@@ -33,24 +34,12 @@ T = TypeVar("T")
 MakeStore = Callable[[], Store]
 
 
-def run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    return asyncio.run(main())
-
-
-async def turns(n: int = 10) -> None:
-    """Let the loop run ``n`` turns: every task ready now reaches its next wait (no time)."""
-    for _ in range(n):
-        await asyncio.sleep(0)
-
-
-class Manual:
-    """A settable clock."""
-
-    def __init__(self, t: float = 1_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
+async def recovered_entries(store: Store) -> list[str]:
+    """The ids of the jobs a dispatcher recovered from ``store`` holds (closed again)."""
+    again = await DurableDispatcher.open(store, FACTORY)
+    entries: list[str] = await again.read(lambda d: sorted(d._entries))
+    await again.aclose()
+    return entries
 
 
 def lease_60(job: Job) -> float:
@@ -115,7 +104,7 @@ class Spy:
             self.snapshots.append(snapshot.seq)
 
 
-async def workload(durable: DurableDispatcher[SizeOneDispatcher], clock: Manual) -> None:
+async def workload(durable: DurableDispatcher[SizeOneDispatcher], clock: ManualClock) -> None:
     """Submit, dispatch, complete, cancel and expire, with time moving."""
     await asyncio.gather(
         *(
@@ -139,7 +128,7 @@ async def workload(durable: DurableDispatcher[SizeOneDispatcher], clock: Manual)
 
 
 def test_state_survives_a_restart(make_store: MakeStore) -> None:
-    clock = Manual()
+    clock = ManualClock()
 
     async def main() -> None:
         store = make_store()
@@ -170,7 +159,7 @@ def test_state_survives_a_restart(make_store: MakeStore) -> None:
 def test_snapshots_are_taken_every_n_events_and_recovery_uses_them(
     make_store: MakeStore,
 ) -> None:
-    clock = Manual()
+    clock = ManualClock()
 
     async def main() -> None:
         store = make_store()
@@ -328,9 +317,7 @@ def test_a_failed_commit_is_fatal_and_nothing_is_served_after_it(
         store.close()
         # The store has what was acknowledged, and nothing else.
         store = make_store()
-        again = await DurableDispatcher.open(store, FACTORY)
-        assert await again.read(lambda d: sorted(d._entries)) == ["a"]
-        await again.aclose()
+        assert await recovered_entries(store) == ["a"]
         store.close()
 
     run(main)
@@ -353,7 +340,7 @@ def test_a_store_taken_over_fences_the_old_writer(make_store: MakeStore) -> None
 
 
 def test_time_never_goes_backwards_across_restarts(make_store: MakeStore) -> None:
-    clock = Manual(5_000.0)
+    clock = ManualClock(5_000.0)
 
     async def main() -> None:
         store = make_store()
@@ -543,7 +530,7 @@ class Ledger:
 def test_a_class_declaring_journaled_methods_is_journaled_and_replayed(
     make_store: MakeStore,
 ) -> None:
-    clock = Manual(50.0)
+    clock = ManualClock(50.0)
 
     async def main() -> None:
         store = make_store()
@@ -673,9 +660,7 @@ def test_a_lost_postgres_connection_is_fatal_and_loses_nothing_acknowledged(
         assert len(fatal) == 1
         await durable.aclose()
         store.close()
-        again = await DurableDispatcher.open(killer, FACTORY)
-        assert await again.read(lambda d: sorted(d._entries)) == ["acked"]
-        await again.aclose()
+        assert await recovered_entries(killer) == ["acked"]
         killer.close()
 
     run(main)

@@ -44,6 +44,13 @@ def fast(schema: str, name: str, address: str | None = None) -> Elector:
     )
 
 
+async def leading(schema: str, name: str) -> tuple[Elector, int]:
+    """A ``fast`` elector, started, once it leads; with its epoch."""
+    elector = fast(schema, name)
+    await elector.start()
+    return elector, await elector.wait_leader()
+
+
 CHILD = Path(__file__).with_name("leader_child.py")
 
 
@@ -90,9 +97,7 @@ def test_a_hung_leader_is_replaced_and_fenced(pg_schema: str) -> None:
     """The old leader stops (its elector no longer runs) while holding the lock and a store."""
 
     async def main() -> None:
-        a = fast(pg_schema, "a")
-        await a.start()
-        epoch_a = await a.wait_leader()
+        a, epoch_a = await leading(pg_schema, "a")
         store_a = open_store(POSTGRES_URL, schema=pg_schema)
         durable_a = await DurableDispatcher.open(store_a, FACTORY, epoch=epoch_a)
         await durable_a.call("submit", job_id="acked", member="ann")
@@ -132,9 +137,7 @@ def test_a_hung_leader_is_replaced_and_fenced(pg_schema: str) -> None:
 
 def test_a_deposed_leader_steps_down_when_it_renews(pg_schema: str) -> None:
     async def main() -> None:
-        a = fast(pg_schema, "a")
-        await a.start()
-        epoch = await a.wait_leader()
+        a, epoch = await leading(pg_schema, "a")
         store = PostgresStore(POSTGRES_URL, schema=pg_schema)
         assert store.claim() == epoch + 1  # someone else took the store
         await asyncio.wait_for(a.wait_step_down(), 2.0)

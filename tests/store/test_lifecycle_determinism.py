@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prioqueue import Backoff, FleetDispatcher, LevelBudget
-from strategies import dispatcher_job_specs, dispatcher_runtimes, time_steps
+from strategies import dispatcher_job_specs, dispatcher_runtimes
+
+from .replay import check_restore_then_replay, fleet_call, replay_examples
 
 JOB_IDS = [f"j{i}" for i in range(8)]
 WORKERS = ["w1", "w2"]
@@ -54,60 +55,31 @@ options = st.fixed_dictionaries(
         "budgets": st.sampled_from(
             [None, {0: LevelBudget(max_queued=3, ttl=90.0)}, {0: LevelBudget(max_wait=100.0)}]
         ),
+        "fair_share": st.booleans(),
     }
 )
 
 
-def apply(d: FleetDispatcher, now: float, call: tuple[Any, ...]) -> tuple[Any, ...]:
+def apply(d: FleetDispatcher, now: float, call: tuple[Any, ...]) -> Any:
     op = call[0]
-    try:
-        if op == "submit":
-            extra = dict(call[3])
-            delay = extra.pop("delay")
-            extra["not_before"] = None if delay is None else now + delay
-            args = json.loads(json.dumps({**call[2], **extra}))  # as a journal keeps them
-            result: Any = d.submit(call[1], now=now, **args)
-        elif op == "join":
-            result = d.join(call[1], now=now)
-        elif op == "pop":
-            result = d.pop(call[1], now=now)
-        elif op == "complete":
-            result = d.complete(call[1], now=now, runtime=call[2])
-        elif op == "fail":
-            result = d.fail(call[1], now=now, retry=call[2])
-        elif op == "cancel":
-            result = d.cancel(call[1], now=now)
-        else:
-            result = d.expire(now)
-    except Exception as exc:
-        return ("error", type(exc).__name__, str(exc))
-    return ("ok", result)
+    if op == "submit":
+        extra = dict(call[3])
+        delay = extra.pop("delay")
+        extra["not_before"] = None if delay is None else now + delay
+        args = json.loads(json.dumps({**call[2], **extra}))  # as a journal keeps them
+        return d.submit(call[1], now=now, **args)
+    return fleet_call(d, now, call)
 
 
-@settings(max_examples=150, deadline=None)
-@given(
-    opts=options,
-    steps=st.lists(st.tuples(time_steps(), calls), min_size=1, max_size=50),
-    cut=st.integers(min_value=0, max_value=50),
-)
+@replay_examples(options, calls, max_steps=50)
 def test_lifecycle_snapshot_restore_then_replay_is_exact(
     opts: dict[str, Any], steps: list[tuple[float, tuple[Any, ...]]], cut: int
 ) -> None:
-    cut = min(cut, len(steps))
-    a, b = FleetDispatcher(**opts), FleetDispatcher(**opts)
-    t = 1_000.0
-    for d in (a, b):
-        d.join("w1", now=t)
-    for step, call in steps[:cut]:
-        t += step
-        assert apply(a, t, call) == apply(b, t, call)
-    state = json.loads(json.dumps(b.snapshot(now=t)))
-    restored = FleetDispatcher.restore(state, **opts)
-    restored._check()
-    assert restored.snapshot(now=t) == a.snapshot(now=t)
-    for step, call in steps[cut:]:
-        t += step
-        assert apply(restored, t, call) == apply(a, t, call), (t, call)
-        restored._check()
-    assert restored.snapshot(now=t) == a.snapshot(now=t)
+    restored, a = check_restore_then_replay(
+        FleetDispatcher, opts, apply, steps, cut, check=True, prepare=join_w1
+    )
     assert restored.next_deadline() == a.next_deadline()
+
+
+def join_w1(d: FleetDispatcher, now: float) -> None:
+    d.join("w1", now=now)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import asyncio
 
+from manual_time import turns as _turns
 from prioqueue.store import Event, SQLiteStore
 
 from .test_durable import Durable, MakeStore, Spy, serve
-from .test_durable import turns as _turns
 
 
 def test_a_waiting_reader_does_not_hold_back_writers(make_store: MakeStore) -> None:

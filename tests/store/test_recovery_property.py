@@ -19,10 +19,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from manual_time import ManualClock
 from prioqueue import SizeOneDispatcher
 from prioqueue.records import Job
 from prioqueue.store import DurableDispatcher, SQLiteStore, dispatcher_factory
 from strategies import dispatcher_job_specs, dispatcher_models, dispatcher_runtimes, time_steps
+
+from .replay import fleet_tail_calls, join_calls, outcome_of
 
 JOB_IDS = [f"j{i}" for i in range(6)]
 
@@ -57,13 +60,6 @@ def kwargs_of(call: tuple[Any, ...], running: str | None) -> tuple[str, dict[str
     return op, {}
 
 
-def outcome(fn: Any) -> tuple[Any, ...]:
-    try:
-        return ("ok", fn())
-    except Exception as exc:
-        return ("error", type(exc).__name__, str(exc))
-
-
 async def aoutcome(coro: Any) -> tuple[Any, ...]:
     try:
         return ("ok", await coro)
@@ -71,12 +67,22 @@ async def aoutcome(coro: Any) -> tuple[Any, ...]:
         return ("error", type(exc).__name__, str(exc))
 
 
-class Manual:
-    def __init__(self) -> None:
-        self.t = 1_000.0
+def recovery_examples(
+    calls: st.SearchStrategy[Any],
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Run a recovery property on 40 examples: ``steps`` (up to 40 ``(time step, call)``,
+    restarts among the calls), ``snapshot_every`` (1 to 6) and ``fair_share`` (both)."""
 
-    def __call__(self) -> float:
-        return self.t
+    def wrap(test: Callable[..., None]) -> Callable[..., None]:
+        return settings(max_examples=40, deadline=None)(
+            given(
+                steps=st.lists(st.tuples(time_steps(), calls), min_size=1, max_size=40),
+                snapshot_every=st.integers(min_value=1, max_value=6),
+                fair_share=st.booleans(),
+            )(test)
+        )
+
+    return wrap
 
 
 Expect = Callable[[tuple[Any, ...], float], tuple[str, dict[str, Any], tuple[Any, ...]]]
@@ -94,7 +100,7 @@ def check_with_restarts(
     through ``reference`` directly: after each restart the states are equal, and so is every
     result. ``expect(call, now)`` applies a call to the reference: ``(op, kwargs, outcome)``.
     """
-    clock = Manual()
+    clock = ManualClock()
 
     async def main(path: Path) -> None:
         store = SQLiteStore(path, synchronous="normal")
@@ -124,12 +130,7 @@ def check_with_restarts(
         asyncio.run(main(Path(tmp) / "s.db"))
 
 
-@settings(max_examples=40, deadline=None)
-@given(
-    steps=st.lists(st.tuples(time_steps(), calls), min_size=1, max_size=40),
-    snapshot_every=st.integers(min_value=1, max_value=6),
-    fair_share=st.booleans(),
-)
+@recovery_examples(calls)
 def test_recovered_state_equals_the_uninterrupted_one(
     steps: list[tuple[float, tuple[Any, ...]]], snapshot_every: int, fair_share: bool
 ) -> None:
@@ -142,8 +143,8 @@ def test_recovered_state_equals_the_uninterrupted_one(
         running = reference.running
         op, kwargs = kwargs_of(call, None if running is None else running.job.id)
         if op == "set_resident_model":
-            return op, kwargs, outcome(partial(reference.set_resident_model, **kwargs))
-        return op, kwargs, outcome(partial(getattr(reference, op), now=now, **kwargs))
+            return op, kwargs, outcome_of(partial(reference.set_resident_model, **kwargs))
+        return op, kwargs, outcome_of(partial(getattr(reference, op), now=now, **kwargs))
 
     check_with_restarts(reference, factory, steps, snapshot_every, expect, same_running=True)
 
@@ -152,19 +153,9 @@ WORKERS = ["w0", "w1"]
 
 fleet_calls = st.one_of(
     st.tuples(st.just("submit"), st.sampled_from(JOB_IDS), specs),
-    st.tuples(
-        st.just("join"),
-        st.sampled_from(WORKERS),
-        st.sampled_from([None, ["m1"], ["m1", "m2"]]),
-        dispatcher_models(),
-        st.integers(min_value=1, max_value=2),
-    ),
+    join_calls(WORKERS),
     st.tuples(st.just("pop"), st.sampled_from(WORKERS)),
-    st.tuples(st.just("complete"), st.sampled_from(JOB_IDS), dispatcher_runtimes()),
-    st.tuples(st.just("cancel"), st.sampled_from(JOB_IDS)),
-    st.tuples(st.just("expire")),
-    st.tuples(st.just("heartbeat"), st.sampled_from(WORKERS)),
-    st.tuples(st.just("leave"), st.sampled_from(WORKERS)),
+    *fleet_tail_calls(JOB_IDS, WORKERS),
     st.tuples(st.just("restart")),
 )
 
@@ -185,25 +176,25 @@ def fleet_kwargs(call: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
     return op, {}
 
 
-@settings(max_examples=40, deadline=None)
-@given(
-    steps=st.lists(st.tuples(time_steps(), fleet_calls), min_size=1, max_size=40),
-    snapshot_every=st.integers(min_value=1, max_value=6),
-)
+@recovery_examples(fleet_calls)
 def test_a_recovered_fleet_equals_the_uninterrupted_one(
-    steps: list[tuple[float, tuple[Any, ...]]], snapshot_every: int
+    steps: list[tuple[float, tuple[Any, ...]]], snapshot_every: int, fair_share: bool
 ) -> None:
     fleet = pytest.importorskip(
         "prioqueue.fleet", reason="FleetDispatcher is not in this tree yet (issue 9)"
     ).FleetDispatcher
-    options: dict[str, Any] = {"lease_for": lease_50, "worker_timeout": 45.0}
+    options: dict[str, Any] = {
+        "lease_for": lease_50,
+        "worker_timeout": 45.0,
+        "fair_share": fair_share,
+    }
     factory = dispatcher_factory(fleet, **options)
     reference = fleet(**options)
 
     def expect(call: tuple[Any, ...], now: float) -> tuple[str, dict[str, Any], tuple[Any, ...]]:
         op, kwargs = fleet_kwargs(call)
         if op == "expire":
-            return op, kwargs, outcome(partial(reference.expire, now))
-        return op, kwargs, outcome(partial(getattr(reference, op), now=now, **kwargs))
+            return op, kwargs, outcome_of(partial(reference.expire, now))
+        return op, kwargs, outcome_of(partial(getattr(reference, op), now=now, **kwargs))
 
     check_with_restarts(reference, factory, steps, snapshot_every, expect)

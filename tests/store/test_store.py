@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,6 +35,14 @@ MakeStore = Callable[[], Store]
 
 def submit(seq: int, job: str, now: float) -> Event:
     return Event(seq=seq, op="submit", args={"job_id": job, "member": "ann", "now": now}, now=now)
+
+
+def _refused_after(store: Store, sql: str, message: str, params: tuple[Any, ...] = ()) -> None:
+    """Run ``sql`` on the store's tables: recover() then raises CorruptStore saying ``message``."""
+    with store._transaction():
+        store._execute(sql, params)
+    with pytest.raises(CorruptStore, match=message):
+        store.recover()
 
 
 def test_a_new_store_is_empty_and_unclaimed(make_store: MakeStore) -> None:
@@ -99,10 +108,7 @@ def test_a_gap_in_the_journal_is_refused(make_store: MakeStore) -> None:
     store = make_store()
     epoch = store.claim()
     store.append([submit(1, "a", 1.0), submit(2, "b", 2.0), submit(3, "c", 3.0)], epoch=epoch)
-    with store._transaction():
-        store._execute("DELETE FROM prioqueue_journal WHERE seq = 2")
-    with pytest.raises(CorruptStore, match="gap: event 2 is missing"):
-        store.recover()
+    _refused_after(store, "DELETE FROM prioqueue_journal WHERE seq = 2", "gap: event 2 is missing")
 
 
 def test_a_journal_that_does_not_start_after_its_snapshot_is_refused(
@@ -111,10 +117,7 @@ def test_a_journal_that_does_not_start_after_its_snapshot_is_refused(
     store = make_store()
     epoch = store.claim()
     store.append([submit(1, "a", 1.0), submit(2, "b", 2.0)], epoch=epoch)
-    with store._transaction():
-        store._execute("DELETE FROM prioqueue_journal WHERE seq = 1")
-    with pytest.raises(CorruptStore, match="event 1 is missing"):
-        store.recover()
+    _refused_after(store, "DELETE FROM prioqueue_journal WHERE seq = 1", "event 1 is missing")
 
 
 @pytest.mark.parametrize(
@@ -125,30 +128,29 @@ def test_bad_json_in_the_journal_is_refused(make_store: MakeStore, bad: str, mes
     store = make_store()
     epoch = store.claim()
     store.append([submit(1, "a", 1.0)], epoch=epoch)
-    with store._transaction():
-        store._execute("UPDATE prioqueue_journal SET args = %s WHERE seq = 1", (bad,))
-    with pytest.raises(CorruptStore, match=message):
-        store.recover()
+    _refused_after(
+        store, "UPDATE prioqueue_journal SET args = %s WHERE seq = 1", message, params=(bad,)
+    )
 
 
 def test_a_bad_snapshot_is_refused(make_store: MakeStore) -> None:
     store = make_store()
     epoch = store.claim()
     store.append([submit(1, "a", 1.0)], epoch=epoch, snapshot=Snapshot(1, 1.0, {"a": 1}))
-    with store._transaction():
-        store._execute("UPDATE prioqueue_snapshot SET state = 'garbage'")
-    with pytest.raises(CorruptStore, match="snapshot at seq 1 is not valid JSON"):
-        store.recover()
+    _refused_after(
+        store,
+        "UPDATE prioqueue_snapshot SET state = 'garbage'",
+        "snapshot at seq 1 is not valid JSON",
+    )
 
 
 def test_a_bad_event_row_is_refused(make_store: MakeStore) -> None:
     store = make_store()
     epoch = store.claim()
     store.append([submit(1, "a", 1.0)], epoch=epoch)
-    with store._transaction():
-        store._execute("UPDATE prioqueue_journal SET op = '' WHERE seq = 1")
-    with pytest.raises(CorruptStore, match="event 1 is invalid"):
-        store.recover()
+    _refused_after(
+        store, "UPDATE prioqueue_journal SET op = '' WHERE seq = 1", "event 1 is invalid"
+    )
 
 
 def test_a_store_from_a_newer_schema_version_is_refused(make_store: MakeStore) -> None:
