@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from prioqueue._core import DEFAULT_CROSSING_SHARE
-from prioqueue._engine import LEAST_SERVED
+from prioqueue._core import LEAST_SERVED
 from prioqueue._errors import DuplicateJob, LeaseExpired, QueueFull, UnknownJob
 from prioqueue._reference_lifecycle import _Delayed, _ReferenceLifecycle
 from prioqueue._reference_rules import _Rules

@@ -10,10 +10,14 @@ job may carry is spelled here and nowhere else. The core validates the options i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
-if TYPE_CHECKING:
-    from prioqueue.lifecycle import Backoff
+from prioqueue._validate import checked_name, finite, positive_or_none
+from prioqueue.lifecycle import Backoff
+from prioqueue.records import Job
+
+#: The largest magnitude of a priority level (after the policy's clamp).
+LEVEL_LIMIT = 10**9
 
 __all__: list[str] = []  # private module
 
@@ -50,3 +54,102 @@ def check_options(options: Mapping[str, Any]) -> None:
             f"submit() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
             f"allowed: job_id, member, now, {', '.join(sorted(SUBMIT_OPTIONS))}"
         )
+
+
+class JobSpec(NamedTuple):
+    """A submit's options, validated (frozen): what ``State`` files, before any change.
+
+    ``checked`` is the one place a submit's options are validated; ``job`` makes the stored
+    ``Job`` once the state has given it its arrival and sequence number.
+    """
+
+    member: str
+    level: int
+    tier: str
+    tier_bonus: float
+    model: str | None
+    estimate: float | None
+    payload: Any
+    group: str | None
+    ttl: float | None
+    not_before: float | None
+    max_attempts: int | None
+    backoff: Backoff | None
+
+    @classmethod
+    def checked(
+        cls, job_id: object, member: object, options: Mapping[str, Any], policy: Any, scorer: Any
+    ) -> JobSpec:
+        """Validate ``submit(job_id, member=..., **options)`` (see ``FleetDispatcher.submit``).
+
+        Raises:
+            TypeError: An unknown option, a ``priority`` no header could have, a ``ceiling``
+                that is not an int, or a ``backoff`` of the wrong type.
+            ValueError: An option is out of range.
+        """
+        if not SUBMIT_OPTIONS.issuperset(options):
+            check_options(options)
+        if not isinstance(job_id, str) or not job_id:
+            raise ValueError(f"job_id must be a non-empty str, got {job_id!r}")
+        member = checked_name("member", member)
+        get = options.get
+        level = policy.parse(get("priority", 0), get("ceiling"))
+        if not -LEVEL_LIMIT <= level <= LEVEL_LIMIT:
+            shown = str(level) if len(str(level)) <= 30 else f"{str(level)[:27]}..."
+            raise ValueError(
+                f"priority must resolve to a level within +-{LEVEL_LIMIT}, got {shown} "
+                "(bound it with PriorityPolicy(minimum=..., maximum=...))"
+            )
+        tier = get("tier", "free")
+        tier_bonus = scorer.tier_bonus(tier)
+        model = get("model")
+        if model is not None:
+            model = checked_name("model", model)
+        estimate = positive_or_none("estimate", get("estimate"))
+        group = get("group")
+        if group is not None:
+            group = checked_name("group", group)
+        ttl = positive_or_none("ttl", get("ttl"))
+        not_before = get("not_before")
+        if not_before is not None:
+            not_before = finite("not_before", not_before)
+        max_attempts = get("max_attempts")
+        if max_attempts is not None and (
+            not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1
+        ):
+            raise ValueError(f"max_attempts must be an int >= 1 or None, got {max_attempts!r}")
+        return new_spec(
+            cls,
+            (member, level, tier, tier_bonus, model, estimate, get("payload"), group, ttl,
+             not_before, max_attempts, _backoff(get("backoff"))),
+        )  # fmt: skip
+
+    def job(self, job_id: str, arrival: float, seq: int, ttl: float | None, delayed: bool) -> Job:
+        """The stored job: eligible at ``arrival``, ``ttl`` (the level's when None) from it."""
+        return Job(
+            id=job_id,
+            member=self.member,
+            priority=self.level,
+            tier=self.tier,
+            tier_bonus=self.tier_bonus,
+            model=self.model,
+            estimate=self.estimate,
+            arrival=arrival,
+            seq=seq,
+            payload=self.payload,
+            deadline=None if ttl is None else arrival + ttl,
+            not_before=self.not_before if delayed else None,
+            max_attempts=self.max_attempts,
+            backoff=self.backoff,
+        )
+
+
+new_spec = tuple.__new__  # builds a JobSpec without its Python-level __new__
+
+
+def _backoff(backoff: object) -> Backoff | None:
+    if backoff is None or isinstance(backoff, Backoff):
+        return backoff
+    if isinstance(backoff, Mapping):  # JSON data (a journal keeps calls as JSON)
+        return Backoff.from_mapping(backoff)
+    raise TypeError(f"backoff must be a Backoff or None, got {type(backoff).__name__}")

@@ -796,7 +796,7 @@ class BrokerEngine:
         Complexity: O(b x levels) for b new jobs.
         """
         from prioqueue._core import DEFAULT_EXPECTED_RUNTIME
-        from prioqueue._lifecycle import forecast_wait
+        from prioqueue._core.queue import forecast_wait
 
         core = self.fleet
         budgets = core._budgets
@@ -827,7 +827,7 @@ class BrokerEngine:
                         recent = core._recent_level.get(number)
                         mean = sum(recent) / len(recent) if recent else DEFAULT_EXPECTED_RUNTIME
                         extra += count * mean
-                wait = forecast_wait(core, level) + extra / max(1, core._live)
+                wait = forecast_wait(core._state, level) + extra / max(1, core._live)
                 if wait > budget.max_wait:
                     raise Rejected(
                         503,

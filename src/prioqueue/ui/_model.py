@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from prioqueue._lanes import QUEUED
-from prioqueue._observe import predict, runtime_estimator
+from prioqueue._core.observe import predict, runtime_estimator
 from prioqueue.records import Explanation, Stats
 
 __all__: list[str] = []  # private module
