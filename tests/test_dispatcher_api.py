@@ -27,6 +27,7 @@ from prioqueue._errors import (
     UnknownJob,
 )
 from prioqueue.dispatcher import DEFAULT_RETRY_AFTER, DEFAULT_WAIT_BUCKETS, SizeOneDispatcher
+from prioqueue.fleet import FleetDispatcher
 from prioqueue.lease import ImageRequest, Lease, LeaseCalculator
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import (
@@ -2272,3 +2273,11 @@ def test_a_model_heap_whose_lanes_all_left_is_dropped() -> None:
     d.submit("m", member="m", model="m1", now=3)
     grant = grant_of(d, 3)
     assert (grant.job.id, grant.score.swap_affinity) == ("m", 10)
+
+
+def test_submit_refuses_an_unknown_option_by_name() -> None:
+    """``submit(**options)`` names what ``SubmitOptions`` does not know (``check_options``)."""
+    for d in (SizeOneDispatcher(), FleetDispatcher()):
+        with pytest.raises(TypeError, match="'priorty'"):
+            d.submit("a", member="m", now=0.0, priorty=5)  # type: ignore[call-arg]
+        assert len(d) == 0

@@ -160,6 +160,10 @@ class GroupBook:
         """Groups with a job queued or running. O(1)."""
         return self._active
 
+    def listing(self) -> list[tuple[str, bool]]:
+        """Every known group and whether it is active (a job queued or running). O(groups)."""
+        return [(name, bool(record.jobs)) for name, record in self._groups.items()]
+
     def group_of(self, job_id: str) -> str | None:
         """Return the group of a queued or running job, or None. O(1)."""
         record = self._of.get(job_id)

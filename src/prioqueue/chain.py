@@ -35,6 +35,7 @@ import attrs
 
 from prioqueue._errors import ConfigError, InvalidState, QueueFull, UnknownGroup, UnknownJob
 from prioqueue._groups import CancelRunning, GroupStatus, checked_group, checked_running
+from prioqueue._spec import SUBMIT_OPTIONS
 from prioqueue._validate import finite
 from prioqueue.records import Job, Ticket
 
@@ -188,7 +189,9 @@ def _check_spec_keys(submit: Callable[..., Any], specs: list[tuple[str, dict[str
         parameters = list(inspect.signature(submit).parameters.values())[1:]  # after job_id
     except (TypeError, ValueError):
         return
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+    # ``**options: Unpack[SubmitOptions]`` (the contract of issue 20) takes SUBMIT_OPTIONS.
+    extra = SUBMIT_OPTIONS if any(p.name == "options" for p in parameters) else None
+    if extra is None and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return
     named = [
         p
@@ -196,7 +199,7 @@ def _check_spec_keys(submit: Callable[..., Any], specs: list[tuple[str, dict[str
         if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         and p.name not in _RESERVED
     ]
-    allowed = {p.name for p in named}
+    allowed = {p.name for p in named} | (extra or set())
     required = [p.name for p in named if p.default is inspect.Parameter.empty]
     for index, (job_id, spec) in enumerate(specs):
         unknown = sorted(set(spec) - allowed)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from prioqueue._core import grant
+from prioqueue._core import grant, restore
 from prioqueue._core.config import (
     DEFAULT_CROSSING_SHARE,
     DEFAULT_HISTORY_BYTES,
@@ -231,4 +231,4 @@ class SizeOneDispatcher(Facade):
 
         Complexity: O(n log n) in the jobs.
         """
-        return cls._restored(state, scorer, now, require_lease, options)
+        return restore.restored(cls, state, scorer, now, require_lease, options)

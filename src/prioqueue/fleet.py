@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from prioqueue._core import choose, grant
+from prioqueue._core import choose, grant, restore
 from prioqueue._core.config import (
     DEFAULT_CROSSING_SHARE,
     DEFAULT_HISTORY_BYTES,
@@ -486,4 +486,4 @@ class FleetDispatcher(Facade):
         """
         if "workers" in options:
             raise ConfigError("workers come from the snapshot")
-        return cls._restored(state, scorer, now, require_lease, options)
+        return restore.restored(cls, state, scorer, now, require_lease, options)

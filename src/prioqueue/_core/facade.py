@@ -1,19 +1,15 @@
-"""What both public dispatchers share: a facade over one ``State`` (private).
+"""What both dispatchers share: ``Facade``, which holds one ``State`` and delegates (private).
 
-``SizeOneDispatcher`` and ``FleetDispatcher`` derive from ``Facade``, which *holds* the
-state (``self._state``, built from a validated ``Config``) and delegates every call: the
-transitions to ``queue`` and ``grant``, the reads to ``observe`` and ``persist``. It keeps the
-public methods' signatures, docstrings and ``@journaled`` marks; the state holds no
-reference back to it.
+Transitions go to ``queue`` and ``grant``, reads to ``observe`` and ``persist``; the public
+methods keep their signatures, docstrings and ``@journaled`` marks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from prioqueue._core import check, grant, observe, persist
-from prioqueue._core.config import Config, restored_options
+from prioqueue._core.config import Config
 from prioqueue._core.items import PARKED
 from prioqueue._core.queue import fire, submit
 from prioqueue._core.state import State
@@ -39,8 +35,6 @@ if TYPE_CHECKING:
     from prioqueue.priority import PriorityPolicy
 
 __all__: list[str] = []  # private module
-
-_F = TypeVar("_F", bound="Facade")
 
 
 class Facade:
@@ -488,23 +482,6 @@ class Facade:
         """
         self._state.groups.forget(checked_group(group))
 
-    # ------------------------------------------------------------------ restore, checks
-
-    @classmethod
-    def _restored(
-        cls: type[_F],
-        state: Mapping[str, Any],
-        scorer: Scorer | None,
-        now: float | None,
-        require_lease: bool,
-        options: dict[str, Any],
-    ) -> _F:
-        options = restored_options(state, options)
-        # The constructor's own errors (ConfigError, TypeError) are not the snapshot's fault.
-        dispatcher = cls(scorer, **options)
-        persist.restore(dispatcher._state, state, now, require_lease=require_lease)
-        return dispatcher
-
     # The state as the broker (and some tests) read it today, until they use ``_state``.
     _entries = property(lambda self: self._state.entries)
     _workers = property(lambda self: self._state.workers)
@@ -514,9 +491,7 @@ class Facade:
     _live = property(lambda self: self._state.live)
     _parked = property(lambda self: self._state.timers.parked)
     _retry_after = property(lambda self: self._state.retry_after)
-    _now = property(
-        lambda self: self._state.now, lambda self, now: setattr(self._state, "now", now)
-    )
+    _now = property(lambda self: self._state.now, lambda self, t: setattr(self._state, "now", t))
 
     def _check(self) -> None:
         """Assert every internal invariant (for tests; O(n))."""

@@ -1,9 +1,9 @@
 """Snapshot and restore: a dispatcher's state as plain JSON data (private).
 
-``dump`` writes every queued job in lane order, each lane's settled virtual start, every held
-job with its worker, lease and up-front charge, and the workers; ``load`` rebuilds them into a
-new dispatcher without lifting anything, so no queued job, lane age or lease is lost. Counters
-and the grant history are not kept.
+``dump`` writes every queued job in lane order, each lane's settled start, every held job
+with its worker, lease and up-front charge, the workers and the groups; ``load`` rebuilds them
+without lifting anything (no queued job, lane age or lease is lost). Counters and the grant
+history are not kept.
 
 ``SizeOneDispatcher`` keeps its format (``prioqueue.dispatcher/1``: one ``running`` job and the
 ``resident_model``); ``FleetDispatcher`` writes ``prioqueue.fleet/1`` (``held`` and
@@ -25,7 +25,6 @@ from prioqueue._core.config import LEVEL_LIMIT, RECENT_PER_KEY
 from prioqueue._core.items import PARKED, Deadline
 from prioqueue._core.state import State
 from prioqueue._errors import DuplicateJob
-from prioqueue._groups import restore_groups
 from prioqueue._lanes import RUNNING, _Entry
 from prioqueue._validate import checked_name, finite, positive_or_none
 from prioqueue._workers import _Worker
@@ -198,18 +197,6 @@ def load(
         ) from exc
     except ValueError as exc:
         raise ValueError(f"invalid snapshot: {exc}") from exc
-
-
-def restore(
-    d: State, state: Mapping[str, Any], now: float | None, *, require_lease: bool = False
-) -> None:
-    """Fill the new state ``d`` from ``snapshot()`` data, its groups included.
-
-    Raises:
-        ValueError: The state is not a valid snapshot; the message says what is wrong.
-    """
-    load(d, state, now, require_lease=require_lease)
-    restore_groups(d.groups, state.get("groups"), d.entries)
 
 
 def _load_lanes(d: State, records: Any, taken_at: float, shift: float) -> None:
