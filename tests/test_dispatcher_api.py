@@ -8,6 +8,7 @@ test_dispatcher_scenarios.py.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from prioqueue._errors import (
     QueueFull,
     UnknownJob,
 )
+from prioqueue._spec import SUBMIT_OPTIONS, JobSpec
 from prioqueue.dispatcher import DEFAULT_RETRY_AFTER, DEFAULT_WAIT_BUCKETS, SizeOneDispatcher
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.lease import ImageRequest, Lease, LeaseCalculator
@@ -2281,3 +2283,10 @@ def test_submit_refuses_an_unknown_option_by_name() -> None:
         with pytest.raises(TypeError, match="'priorty'"):
             d.submit("a", member="m", now=0.0, priorty=5)  # type: ignore[call-arg]
         assert len(d) == 0
+
+
+def test_jobspec_takes_exactly_the_submit_options() -> None:
+    """``JobSpec.checked`` binds by keyword what ``SubmitOptions`` declares, no more, no less."""
+    parameters = inspect.signature(JobSpec.checked).parameters.values()
+    keywords = {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert keywords == SUBMIT_OPTIONS

@@ -78,50 +78,63 @@ class JobSpec(NamedTuple):
 
     @classmethod
     def checked(
-        cls, job_id: object, member: object, options: Mapping[str, Any], policy: Any, scorer: Any
+        cls,
+        policy: Any,
+        scorer: Any,
+        job_id: object,
+        member: object,
+        /,
+        *,
+        priority: int | str | bytes | None = 0,
+        tier: str = "free",
+        model: str | None = None,
+        estimate: float | None = None,
+        payload: Any = None,
+        group: str | None = None,
+        ceiling: int | None = None,
+        ttl: float | None = None,
+        not_before: float | None = None,
+        max_attempts: int | None = None,
+        backoff: Backoff | Mapping[str, Any] | None = None,
     ) -> JobSpec:
         """Validate ``submit(job_id, member=..., **options)`` (see ``FleetDispatcher.submit``).
 
+        The keywords are ``SubmitOptions``' (a test keeps the two lists equal); the caller
+        refuses unknown ones first (``check_options``). Keyword binding is done by the
+        interpreter: the hot path reads no option by name.
+
         Raises:
-            TypeError: An unknown option, a ``priority`` no header could have, a ``ceiling``
-                that is not an int, or a ``backoff`` of the wrong type.
+            TypeError: A ``priority`` no header could have, a ``ceiling`` that is not an int,
+                or a ``backoff`` of the wrong type.
             ValueError: An option is out of range.
         """
-        if not SUBMIT_OPTIONS.issuperset(options):
-            check_options(options)
         if not isinstance(job_id, str) or not job_id:
             raise ValueError(f"job_id must be a non-empty str, got {job_id!r}")
         member = checked_name("member", member)
-        get = options.get
-        level = policy.parse(get("priority", 0), get("ceiling"))
+        level = policy.parse(priority, ceiling)
         if not -LEVEL_LIMIT <= level <= LEVEL_LIMIT:
             shown = str(level) if len(str(level)) <= 30 else f"{str(level)[:27]}..."
             raise ValueError(
                 f"priority must resolve to a level within +-{LEVEL_LIMIT}, got {shown} "
                 "(bound it with PriorityPolicy(minimum=..., maximum=...))"
             )
-        tier = get("tier", "free")
         tier_bonus = scorer.tier_bonus(tier)
-        model = get("model")
         if model is not None:
             model = checked_name("model", model)
-        estimate = positive_or_none("estimate", get("estimate"))
-        group = get("group")
+        estimate = positive_or_none("estimate", estimate)
         if group is not None:
             group = checked_name("group", group)
-        ttl = positive_or_none("ttl", get("ttl"))
-        not_before = get("not_before")
+        ttl = positive_or_none("ttl", ttl)
         if not_before is not None:
             not_before = finite("not_before", not_before)
-        max_attempts = get("max_attempts")
         if max_attempts is not None and (
             not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1
         ):
             raise ValueError(f"max_attempts must be an int >= 1 or None, got {max_attempts!r}")
         return new_spec(
             cls,
-            (member, level, tier, tier_bonus, model, estimate, get("payload"), group, ttl,
-             not_before, max_attempts, _backoff(get("backoff"))),
+            (member, level, tier, tier_bonus, model, estimate, payload, group, ttl, not_before,
+             max_attempts, _backoff(backoff)),
         )  # fmt: skip
 
     def job(self, job_id: str, arrival: float, seq: int, ttl: float | None, delayed: bool) -> Job:

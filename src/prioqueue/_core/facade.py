@@ -13,10 +13,10 @@ from prioqueue._core.config import Config
 from prioqueue._core.items import PARKED
 from prioqueue._core.queue import fire, submit
 from prioqueue._core.state import State
-from prioqueue._groups import CancelRunning, GroupStatus, checked_group, checked_running
+from prioqueue._groups import CancelRunning, GroupStatus, checked_group
 from prioqueue._journaled import journaled
 from prioqueue._lanes import RUNNING
-from prioqueue._spec import JobSpec, SubmitOptions
+from prioqueue._spec import SUBMIT_OPTIONS, JobSpec, SubmitOptions, check_options
 from prioqueue.records import (
     AheadJob,
     Completed,
@@ -148,9 +148,11 @@ class Facade:
 
         Complexity: amortised O(log n + M).
         """
+        if not SUBMIT_OPTIONS.issuperset(options):
+            check_options(options)
         state = self._state
         fire(state, now)
-        spec = JobSpec.checked(job_id, member, options, state.policy, state.scorer)
+        spec = JobSpec.checked(state.policy, state.scorer, job_id, member, **options)
         return submit(state, job_id, spec, now)
 
     @journaled
@@ -186,9 +188,7 @@ class Facade:
 
         Complexity: amortised O(log n + M + slots).
         """
-        return grant.complete(
-            self._state, job_id, now=now, runtime=runtime, worker=worker, charge=charge
-        )
+        return grant.complete(self._state, job_id, now, runtime, worker, charge)
 
     @journaled
     def cancel(
@@ -219,7 +219,7 @@ class Facade:
 
         Complexity: amortised O(log n + M + slots).
         """
-        return grant.cancel(self._state, job_id, now=now, worker=worker, charge=charge)
+        return grant.cancel(self._state, job_id, now, worker, charge)
 
     @journaled
     def fail(
@@ -263,7 +263,7 @@ class Facade:
 
         Complexity: amortised O(log n + M + slots).
         """
-        return grant.fail(self._state, job_id, now=now, worker=worker, charge=charge, retry=retry)
+        return grant.fail(self._state, job_id, now, worker, charge, retry)
 
     @journaled
     def expire(self, now: float) -> list[Expired]:
@@ -458,17 +458,8 @@ class Facade:
 
         Complexity: O(k (log n + M)) for the k cancelled jobs.
         """
-        state = self._state
-        fire(state, now)
-        group = checked_group(group)
-        mode = checked_running(running)
-        live = state.groups.live(group)
-        t = state.tick(now)
-        return [
-            self.cancel(job_id, now=t)
-            for job_id, job_state in live
-            if job_state == "queued" or mode == "cancel"
-        ]
+        fire(self._state, now)
+        return grant.cancel_group(self._state, group, now, running)
 
     @journaled
     def forget_group(self, group: str) -> None:
@@ -496,3 +487,8 @@ class Facade:
     def _check(self) -> None:
         """Assert every internal invariant (for tests; O(n))."""
         check.check(self._state)
+
+
+def state_of(dispatcher: Facade) -> State:
+    """The state a dispatcher holds: its read API (the dashboard model reads it). O(1)."""
+    return dispatcher._state

@@ -28,6 +28,7 @@ from prioqueue._core.items import Deadline, DispatchRecord, Level, new_item
 from prioqueue._core.queue import fire, fire_due, remove_waiting
 from prioqueue._core.state import State
 from prioqueue._errors import ChargeError, InvalidState, LeaseError, LeaseExpired
+from prioqueue._groups import checked_group, checked_running
 from prioqueue._lanes import RUNNING, _Entry
 from prioqueue._validate import checked_name, finite
 from prioqueue._workers import _Worker
@@ -278,13 +279,12 @@ def held_entry(d: State, job_id: str, worker: object, action: str) -> _Entry:
 def complete(
     d: State,
     job_id: str,
-    *,
     now: float,
-    runtime: float | None = None,
-    worker: str | None = None,
-    charge: float | None = None,
+    runtime: float | None,
+    worker: str | None,
+    charge: float | None,
 ) -> Completed:
-    """The body of ``complete`` (after ``fire``; see ``FleetDispatcher.complete``)."""
+    """The body of ``complete`` (see ``FleetDispatcher.complete``)."""
     fire(d, now)
     t = finite("now", now)
     entry = d.entry(job_id) if worker is None else held_entry(d, job_id, worker, "complete")
@@ -316,6 +316,19 @@ def complete(
     return Completed(job=entry.job, runtime=measured, charge=final)
 
 
+def cancel_group(d: State, group: str, now: float, running: str) -> list[Job]:
+    """The body of ``cancel_group`` (after ``fire``): ``cancel`` each chosen job in turn."""
+    group = checked_group(group)
+    mode = checked_running(running)
+    live = d.groups.live(group)
+    t = d.tick(now)
+    return [
+        cancel(d, job_id, t, None, None)
+        for job_id, job_state in live
+        if job_state == "queued" or mode == "cancel"
+    ]
+
+
 def checked_charge(d: State, job: Job, runtime: float, what: str) -> float:
     """The charge model's value, checked: finite and ``>= 0``, else ``ChargeError``."""
     value = d.charge(job, runtime)
@@ -338,14 +351,7 @@ def final_charge(d: State, job: Job, runtime: float, charge: object) -> float:
     return value
 
 
-def cancel(
-    d: State,
-    job_id: str,
-    *,
-    now: float,
-    worker: str | None = None,
-    charge: float | None = None,
-) -> Job:
+def cancel(d: State, job_id: str, now: float, worker: str | None, charge: float | None) -> Job:
     """The body of ``cancel``."""
     fire(d, now)
     job = remove(d, job_id, now, worker, charge, "cancelled")
@@ -354,13 +360,7 @@ def cancel(
 
 
 def fail(
-    d: State,
-    job_id: str,
-    *,
-    now: float,
-    worker: str | None = None,
-    charge: float | None = None,
-    retry: bool = False,
+    d: State, job_id: str, now: float, worker: str | None, charge: float | None, retry: bool
 ) -> Job:
     """The body of ``fail``."""
     fire(d, now)

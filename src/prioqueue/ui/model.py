@@ -1,4 +1,4 @@
-"""What both services' dashboard endpoints show, read from a dispatcher (private).
+"""What both services' dashboard endpoints show, read from a dispatcher.
 
 Theory of operation
 -------------------
@@ -38,11 +38,31 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from prioqueue._core.facade import state_of
 from prioqueue._core.observe import predict, runtime_estimator
 from prioqueue._lanes import QUEUED
 from prioqueue.records import Explanation, Stats
 
-__all__: list[str] = []  # private module
+__all__ = [
+    "FORECAST_EVERY",
+    "FORECAST_LIMIT",
+    "GROUP_LIMIT",
+    "HISTORY_SCAN",
+    "LANE_HEADS",
+    "LANE_SCAN",
+    "SAMPLE_EVERY",
+    "SWAPS_PER_WORKER",
+    "WINDOW",
+    "ForecastCache",
+    "Recent",
+    "explanation",
+    "groups",
+    "history",
+    "job",
+    "lanes",
+    "split_group",
+    "workers",
+]
 
 WINDOW: Final = 600.0
 """Seconds of recent activity behind the per-level rates and quantiles and the lane shares."""
@@ -194,7 +214,7 @@ def history(d: Any, view_now: float) -> list[Any]:
     """The dispatcher's remembered grants of the recent window, newest first (bounded)."""
     records: list[Any] = []
     since = view_now - WINDOW
-    for record in reversed(d._state.history.records):
+    for record in reversed(state_of(d).history.records):
         if record.at < since or len(records) >= HISTORY_SCAN:
             break
         records.append(record)
@@ -231,7 +251,7 @@ def lanes(d: Any, view_now: float, visible: Visible, recent: list[Any]) -> list[
         grants[record.priority][record.member] += 1
     active: dict[int, set[str]] = defaultdict(set)
     shown = []
-    for key, lane in d._state.lanes.items():
+    for key, lane in state_of(d).lanes.items():
         if not isinstance(key, tuple) or not (lane.live or lane.holding):
             continue
         if lane.live:
@@ -287,7 +307,7 @@ def workers(d: Any, view_now: float, visible: Visible, recent: list[Any]) -> lis
                  "from": record.resident}
             )  # fmt: skip
     rows = []
-    workers_of = d._state.workers
+    workers_of = state_of(d).workers
     for name in sorted(workers_of):
         worker = workers_of[name]
         held = [job(entry, view_now, visible) for entry in worker.held]
@@ -341,7 +361,7 @@ def groups(
     Returns:
         JSON-ready rows, active groups first, then by label.
     """
-    book = d._state.groups
+    book = state_of(d).groups
     chosen: list[tuple[str, str, str, bool]] = []
     for key, active in book.listing():
         parts = split_group(key)
@@ -386,7 +406,7 @@ def _forecast(
     """Each wanted group's predicted finish from one bounded dry run: ``(finish, beyond)``."""
     if not wanted:
         return {}
-    state = d._state
+    state = state_of(d)
     book = state.groups
     expected = runtime_estimator(state)
     finish: dict[str, float | None] = {}
