@@ -55,8 +55,9 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
         fast = not search.warm
     best = d.ranking.best(resident) if fast else None
     cap = d.config.max_running
-    if cap is not None and best is not None and best[0].owner.running >= cap:
-        fast = False
+    if cap is not None and best is not None:
+        best_lane, _, _ = best
+        fast = best_lane.owner.running < cap
     if not fast:
         if search is None:
             search = search_for(d, worker, t)
@@ -87,7 +88,7 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
                     # The crossing goes to the level whose oldest job has waited
                     # longest for its band, to that level's least-served choice.
                     weight = share - 1.0
-                    b = top if higher is None else higher[0].level
+                    b = top if higher is None else higher[0].level  # (lane, entry, aff)
                     starving = oldest_below(d, b).job.priority
                     if starving != lane.level:
                         offer = least_served(d, starving, search, every)

@@ -171,23 +171,25 @@ def lease_of(d: State, job: Job, worker: _Worker, t: float) -> Lease:
 
 
 def count_reorders(d: State, level: Level, job: Job, resident: str | None) -> None:
-    """Count the score terms without which ``job`` would not have won (``Stats.reorders``)."""
+    """Count the score terms without which ``job`` would not have won (``Stats.reorders``).
+
+    Each ranking's ``best`` is an offer ``(lane, entry, affinity)``.
+    """
     counts = level.reorders
     # Without affinity: the real ranking's main heap, each lane offering its head.
-    if resident is not None:
-        plain = d.ranking.best(None)
-        if plain is not None and plain[1].job is not job:
-            counts.affinity += 1
+    if resident is not None and (offer := d.ranking.best(None)) is not None:
+        _, entry, _ = offer
+        counts.affinity += entry.job is not job
     no_aging, no_tier, no_fair = d.counterfactuals
-    other = no_aging.best(resident)
-    if other is not None and other[1].job is not job:
-        counts.aging += 1
-    other = no_tier.best(resident)
-    if other is not None and other[1].job is not job:
-        counts.tier += 1
-    other = no_fair.best(resident)
-    if other is not None and other[1].job is not job:
-        counts.fair_share += 1
+    if (offer := no_aging.best(resident)) is not None:
+        _, entry, _ = offer
+        counts.aging += entry.job is not job
+    if (offer := no_tier.best(resident)) is not None:
+        _, entry, _ = offer
+        counts.tier += entry.job is not job
+    if (offer := no_fair.best(resident)) is not None:
+        _, entry, _ = offer
+        counts.fair_share += entry.job is not job
 
 
 def finish(d: State, entry: _Entry, runtime: float, now: float, final: float) -> None:

@@ -192,7 +192,7 @@ def _explain(
     ahead_limit: int | None = None,
     overtakes_limit: int | None = None,
 ) -> Explanation:
-    """The body of ``explain`` (see ``_Engine.explain`` for the limits)."""
+    """The body of ``explain`` (see ``FleetDispatcher.explain`` for the limits)."""
     job = entry.job
     lane = entry.lane
     overtaken = overtakes(
