@@ -34,6 +34,7 @@ from prioqueue._core.config import (
     DEFAULT_WAIT_BUCKETS,
     ChargeModel,
     Config,
+    constructor_arguments,
 )
 from prioqueue._core.facade import Facade
 from prioqueue._core.queue import fire
@@ -115,26 +116,7 @@ class SizeOneDispatcher(Facade):
         budgets: Mapping[int, LevelBudget] | None = None,
         backoff: Backoff | None = None,
     ) -> None:
-        super().__init__(
-            Config.checked(
-                scorer,
-                policy=policy,
-                charge=charge,
-                lease_for=lease_for,
-                max_queued=max_queued,
-                max_queued_per_member=max_queued_per_member,
-                max_attempts=max_attempts,
-                fair_share=fair_share,
-                track_reorders=track_reorders,
-                crossing_share=crossing_share,
-                history=history,
-                history_bytes=history_bytes,
-                wait_buckets=wait_buckets,
-                budgets=budgets,
-                backoff=backoff,
-                name_in_grants=False,
-            )
-        )
+        super().__init__(Config.checked(constructor_arguments(locals()), name_in_grants=False))
         self._one = self._state.add_worker(_WORKER, self._state.now)
 
     @property

@@ -33,6 +33,7 @@ from prioqueue._core.config import (
     DEFAULT_WAIT_BUCKETS,
     ChargeModel,
     Config,
+    constructor_arguments,
 )
 from prioqueue._core.facade import Facade
 from prioqueue._core.queue import fire
@@ -131,29 +132,7 @@ class FleetDispatcher(Facade):
         budgets: Mapping[int, LevelBudget] | None = None,
         backoff: Backoff | None = None,
     ) -> None:
-        super().__init__(
-            Config.checked(
-                scorer,
-                policy=policy,
-                charge=charge,
-                lease_for=lease_for,
-                max_queued=max_queued,
-                max_queued_per_member=max_queued_per_member,
-                max_running_per_member=max_running_per_member,
-                max_attempts=max_attempts,
-                worker_timeout=worker_timeout,
-                warm_hold=warm_hold,
-                load_seconds=load_seconds,
-                fair_share=fair_share,
-                track_reorders=track_reorders,
-                crossing_share=crossing_share,
-                history=history,
-                history_bytes=history_bytes,
-                wait_buckets=wait_buckets,
-                budgets=budgets,
-                backoff=backoff,
-            )
-        )
+        super().__init__(Config.checked(constructor_arguments(locals())))
 
     # ------------------------------------------------------------------ workers
 

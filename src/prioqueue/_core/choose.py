@@ -14,9 +14,12 @@ Theory of operation (the model is docs/design/fleet.md and docs/design/dispatche
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from contextlib import closing
 from heapq import heappop as _heappop
 from heapq import heappush as _heappush
 from heapq import heapreplace as _heapreplace
+from itertools import islice
 from typing import NamedTuple
 
 from prioqueue._core.config import LEAST_SERVED
@@ -250,35 +253,11 @@ def least_served(
             key = lane.level + head.job.tier_bonus + 0.0 - lane.s / div
             found.append(((-key, lane.s, head.job.seq), lane, chosen, 0.0))
 
-    if d.fair_share:
-        backlog = level.backlog
-        scratch: list[Backlog] = []
-        seen: set[int] = set()
-        while backlog and len(found) < LEAST_SERVED:
-            s, ident, lane = backlog[0]
-            if not lane.live or s > lane.s:
-                _heappop(backlog)  # gone, or a duplicate of a re-filed item
-                continue
-            if s < lane.s:
-                _heapreplace(backlog, new_item(Backlog, (lane.s, ident, lane)))  # a grant raised s
-                continue
-            scratch.append(_heappop(backlog))
-            if ident not in seen:
-                seen.add(ident)
-                offer(lane)
-        for filed in scratch:
-            _heappush(backlog, filed)
-    else:
-        arrivals = level.arrivals
-        taken: list[Arrival] = []
-        while arrivals and len(found) < LEAST_SERVED:
-            queued = _heappop(arrivals)
-            if queued.entry.state != QUEUED:
-                continue
-            taken.append(queued)
-            offer(queued.entry.lane)
-        for kept in taken:
-            _heappush(arrivals, kept)
+    with closing(_by_service(d, level)) as lanes:
+        for lane in lanes:
+            offer(lane)
+            if len(found) >= LEAST_SERVED:
+                break
     if not found:
         return None
     _, lane, entry, aff = min(found, key=lambda row: row[0])
@@ -289,34 +268,10 @@ def least_served_fast(
     d: State, level: Level, resident: str | None, bonus: float
 ) -> tuple[_Lane, _Entry, float] | None:
     """``_least_served`` for a worker that may take every job (the fast path)."""
-    lanes: list[_Lane] = []
-    if d.fair_share:
-        backlog = level.backlog
-        want = LEAST_SERVED if level.lanes > LEAST_SERVED else level.lanes
-        scratch: list[Backlog] = []
-        while backlog and len(lanes) < want:
-            s, ident, lane = backlog[0]
-            if not lane.live or s > lane.s:
-                _heappop(backlog)  # gone, or a duplicate of a re-filed item
-                continue
-            if s < lane.s:
-                _heapreplace(backlog, new_item(Backlog, (lane.s, ident, lane)))  # a grant raised s
-                continue
-            scratch.append(_heappop(backlog))
-            if lane not in lanes:
-                lanes.append(lane)
-        for filed in scratch:
-            _heappush(backlog, filed)
-    else:
-        arrivals = level.arrivals
-        taken: list[Arrival] = []
-        while arrivals and len(lanes) < LEAST_SERVED:
-            queued = _heappop(arrivals)
-            if queued.entry.state == QUEUED:
-                taken.append(queued)
-                lanes.append(queued.entry.lane)
-        for kept in taken:
-            _heappush(arrivals, kept)
+    # With fair share, at most the level's backlogged lanes (the scan stops there).
+    want = min(LEAST_SERVED, level.lanes) if d.fair_share else LEAST_SERVED
+    with closing(_by_service(d, level)) as found:
+        lanes = list(islice(found, want))
     div = d.divisor
     ranking = d.ranking
     best: tuple[float, float, int] | None = None
@@ -339,3 +294,46 @@ def least_served_fast(
         if best is None or order < best:
             best, won = order, offer
     return won
+
+
+def _by_service(d: State, level: Level) -> Generator[_Lane, None, None]:
+    """The level's backlogged lanes, least served first, each once (for ``least_served``).
+
+    With fair share: by ``s`` (ties: the lane created first), read from the level's backlog
+    heap; without it each queued job is its own lane: by arrival, then seq. Items are popped
+    as the lanes are yielded and the live ones filed back when the iteration is closed
+    (``contextlib.closing``); stale ones are dropped, and an item below its lane's ``s`` (a
+    grant raised it) is re-filed first.
+    """
+    if d.fair_share:
+        backlog = level.backlog
+        scratch: list[Backlog] = []
+        seen: set[int] = set()
+        try:
+            while backlog:
+                s, ident, lane = backlog[0]
+                if not lane.live or s > lane.s:
+                    _heappop(backlog)  # gone, or a duplicate of a re-filed item
+                    continue
+                if s < lane.s:
+                    _heapreplace(backlog, new_item(Backlog, (lane.s, ident, lane)))
+                    continue
+                scratch.append(_heappop(backlog))
+                if ident not in seen:
+                    seen.add(ident)
+                    yield lane
+        finally:
+            for filed in scratch:
+                _heappush(backlog, filed)
+        return
+    arrivals = level.arrivals
+    taken: list[Arrival] = []
+    try:
+        while arrivals:
+            queued = _heappop(arrivals)
+            if queued.entry.state == QUEUED:
+                taken.append(queued)
+                yield queued.entry.lane
+    finally:
+        for kept in taken:
+            _heappush(arrivals, kept)

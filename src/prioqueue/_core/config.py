@@ -155,36 +155,25 @@ class Config:
     name_in_grants: bool  # SizeOneDispatcher's grants (and snapshots) carry no worker
 
     @classmethod
-    def checked(
-        cls,
-        scorer: Scorer | None = None,
-        *,
-        policy: PriorityPolicy | None = None,
-        charge: ChargeModel = "runtime",
-        lease_for: object = None,
-        max_queued: int | None = None,
-        max_queued_per_member: int | None = None,
-        max_running_per_member: int | None = None,
-        max_attempts: int = 3,
-        worker_timeout: float | None = None,
-        warm_hold: float = 0.0,
-        load_seconds: Mapping[str, float] | None = None,
-        fair_share: bool = True,
-        track_reorders: bool = True,
-        crossing_share: float = DEFAULT_CROSSING_SHARE,
-        history: int = 10_000,
-        history_bytes: int = DEFAULT_HISTORY_BYTES,
-        wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
-        budgets: Mapping[int, LevelBudget] | None = None,
-        backoff: Backoff | None = None,
-        name_in_grants: bool = True,
-    ) -> Config:
-        """Validate the constructor's options (see ``FleetDispatcher``).
+    def checked(cls, options: Mapping[str, Any], *, name_in_grants: bool = True) -> Config:
+        """Validate a constructor's arguments (``constructor_arguments(locals())``).
+
+        The names and defaults are the public constructors' (``FleetDispatcher``; a
+        ``SizeOneDispatcher`` has no worker options: their defaults apply).
 
         Raises:
             ConfigError: An option is out of range.
             TypeError: ``scorer`` or ``policy`` has the wrong type.
         """
+        scorer = options["scorer"]
+        policy = options["policy"]
+        max_attempts = options["max_attempts"]
+        history = options["history"]
+        history_bytes = options["history_bytes"]
+        worker_timeout = options.get("worker_timeout")
+        warm_hold = options.get("warm_hold", 0.0)
+        charge = options["charge"]
+        backoff = options["backoff"]
         scorer = Scorer() if scorer is None else scorer
         if not isinstance(scorer, Scorer):
             raise TypeError(f"scorer must be a Scorer, got {type(scorer).__name__}")
@@ -194,7 +183,7 @@ class Config:
         _int_at_least("max_attempts", max_attempts, 1)
         _int_at_least("history", history, 0)
         _int_at_least("history_bytes", history_bytes, 0)
-        bounds = _wait_buckets(wait_buckets)
+        bounds = _wait_buckets(options["wait_buckets"])
         try:
             timeout = positive_or_none("worker_timeout", worker_timeout)
             hold = finite("warm_hold", warm_hold)
@@ -202,13 +191,13 @@ class Config:
             raise ConfigError(str(exc)) from None
         if hold < 0:
             raise ConfigError(f"warm_hold must be a number of seconds >= 0, got {warm_hold!r}")
-        share = _crossing_share(crossing_share)
+        share = _crossing_share(options["crossing_share"])
         charge_fn = charge_function(charge)
-        lease = lease_function(lease_for)
-        checked_queued = limit("max_queued", max_queued)
-        checked_member = limit("max_queued_per_member", max_queued_per_member)
-        checked_running = limit("max_running_per_member", max_running_per_member)
-        checked = checked_budgets(budgets)
+        lease = lease_function(options["lease_for"])
+        checked_queued = limit("max_queued", options["max_queued"])
+        checked_member = limit("max_queued_per_member", options["max_queued_per_member"])
+        checked_running = limit("max_running_per_member", options.get("max_running_per_member"))
+        checked = checked_budgets(options["budgets"])
         if backoff is not None and not isinstance(backoff, Backoff):
             raise ConfigError(f"backoff must be a Backoff or None, got {backoff!r}")
         return cls(
@@ -223,9 +212,9 @@ class Config:
             max_attempts=max_attempts,
             worker_timeout=timeout,
             warm_hold=hold,
-            load_seconds=checked_load_seconds(load_seconds),
-            fair_share=bool(fair_share),
-            track=bool(track_reorders),
+            load_seconds=checked_load_seconds(options.get("load_seconds")),
+            fair_share=bool(options["fair_share"]),
+            track=bool(options["track_reorders"]),
             share=share,
             buckets=bounds,
             history=history,
@@ -234,6 +223,11 @@ class Config:
             backoff=NO_BACKOFF if backoff is None else backoff,
             name_in_grants=name_in_grants,
         )
+
+
+def constructor_arguments(frame: Mapping[str, Any]) -> dict[str, Any]:
+    """A constructor's arguments by name: its ``locals()``, taken first, less ``self``."""
+    return {name: value for name, value in frame.items() if name not in ("self", "__class__")}
 
 
 def restored_options(state: Mapping[str, Any], options: dict[str, Any]) -> dict[str, Any]:
