@@ -440,3 +440,21 @@ class _Ranking:
         kept = [item for item in heap if item[3] == item[4].version and item[4].live]
         heapify(kept)
         return kept
+
+
+def rankings(
+    divisor: float, affinity: Callable[[str], float], window: float, *, track: bool
+) -> tuple[_Ranking, tuple[_Ranking, ...]]:
+    """The real ranking, and the counterfactual ones behind the reorder counts when ``track``.
+
+    The counterfactuals: without aging, without the tier bonus, without fair share (the real
+    ranking without affinity is its main heap).
+    """
+    real = _Ranking(REAL, divisor, affinity, window)
+    if not track:
+        return real, ()
+    return real, (
+        _Ranking(NO_AGING, divisor, affinity, window),
+        _Ranking(NO_TIER, divisor, affinity, window),
+        _Ranking(NO_FAIR, divisor, affinity, None),
+    )

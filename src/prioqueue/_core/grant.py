@@ -210,12 +210,9 @@ def finish(d: State, entry: _Entry, runtime: float, now: float, final: float) ->
             settled = now
         lane.settled = settled
         lane.s = settled + lane.held if lane.holding else settled  # set_s, inlined
-        if lane.live:
-            lane.log_s(now)
-            d.note_s(lane)
-            d.touch(lane)
-    elif not lane.live and not lane.holding:
-        del d.lanes[job.id]
+        d.refile(lane, now)
+    else:
+        d.drop_lane(lane, job.id)
     # The recent runtimes: for the retry-after estimate and, per model and per level,
     # for the expected charge.
     model = job.model
@@ -245,10 +242,7 @@ def take_back(
             d.credit -= moved[0] * moved[1]
         if d.fair_share:
             lane.set_s()
-            if lane.live:
-                lane.log_s(now)
-                d.note_s(lane)
-                d.touch(lane)
+            d.refile(lane, now)
         requeued = always or entry.attempt < (job.max_attempts or d.max_attempts)
         held = max(0.0, now - entry.granted_at)
         if requeued:
@@ -257,8 +251,7 @@ def take_back(
         else:
             d.groups.move(job.id, "failed", used=held)
             d.totals["failed"] += 1
-            if not d.fair_share and not lane.live and not lane.holding:
-                del d.lanes[job.id]
+            d.drop_lane(lane, job.id)
         done.append((entry, requeued))
     done.reverse()
     return done

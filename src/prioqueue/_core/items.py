@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from heapq import heappop, heappush
+from collections.abc import Callable, Mapping
+from heapq import heappop, heappush, heapreplace
 from typing import NamedTuple
 
-from prioqueue._lanes import QUEUED, _Entry, _Lane
-from prioqueue.records import Expired, Reorders
+from prioqueue._lanes import QUEUED, _Entry, _Lane, _Ranking
+from prioqueue.records import Expired, Job, Reorders
 from prioqueue.scoring import ScoreBreakdown
 
 __all__: list[str] = []  # private module
@@ -117,6 +118,45 @@ class Level:
         self.arrivals: list[Arrival] = []
         self.backlog: list[Backlog] = []
 
+    def lift_floor(
+        self,
+        job: Job,
+        residents: Mapping[str, int],
+        affinity: Callable[[str], float],
+        ranking: _Ranking,
+        divisor: float,
+    ) -> float:
+        """Where a lane that becomes backlogged with ``job`` may start, before ``min(now, .)``.
+
+        The most-starved backlogged lane at the level (smallest ``s``; on a tie, the lane
+        created first) sets the floor: the newcomer starts level with it, later by the seconds
+        its bounded offsets (tier bonus, and affinity for a model resident on a live worker)
+        exceed that lane's, so offsets alone can never carry a newcomer past the lane that has
+        waited longest. ``inf`` when no lane is backlogged. O(log n + R) for R resident models.
+        """
+        backlog = self.backlog
+        while backlog:
+            s, ident, lane = backlog[0]
+            if lane.live and s < lane.s:
+                # A grant raised s (up-front charge) without re-filing the lane: do it now.
+                # (Every decrease of s re-files the lane at once, so no item is ever above.)
+                heapreplace(backlog, new_item(Backlog, (lane.s, ident, lane)))
+                continue
+            if s == lane.s and lane.live:
+                mine = job.tier_bonus
+                if job.model is not None and job.model in residents:
+                    mine += affinity(job.model)
+                theirs = lane.head().job.tier_bonus
+                best = 0.0
+                for resident in residents:
+                    bonus = affinity(resident)
+                    if bonus > best and ranking.candidate(lane, resident) is not None:
+                        best = bonus
+                theirs += best
+                return s + max(0.0, mine - theirs) * divisor
+            heappop(backlog)
+        return math.inf
+
     def oldest(self) -> Arrival | None:
         """The queued entry that arrived first (stale items at the top dropped). Amortised."""
         arrivals = self.arrivals
@@ -205,6 +245,10 @@ class Timers:
             self.parked[level] = left
         else:
             del self.parked[level]
+
+    def report(self, expired: Expired) -> None:
+        """Buffer a ``cause="ttl"`` report for the next ``expire``."""
+        self.lapsed.append(expired)
 
     def life(self, level: int) -> list[int]:
         """The level's ``[ttl expired, refused]`` counts, made on first use."""

@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 
 from prioqueue._core.config import LEVEL_LIMIT, RECENT_PER_KEY
-from prioqueue._core.items import PARKED, Deadline
+from prioqueue._core.items import PARKED
 from prioqueue._core.state import State
 from prioqueue._errors import DuplicateJob
 from prioqueue._lanes import RUNNING, _Entry
@@ -150,13 +150,11 @@ def load(
         shift = 0.0 if now is None else finite("now", now) - taken_at
         snapshot_fair = _bool("fair_share", state["fair_share"])
         top_seq = _int("seq", state["seq"], 0)
-        d.seq = top_seq
-        d.now = finite("taken_at + shift", taken_at + shift)
+        d.restore_start(top_seq, finite("taken_at + shift", taken_at + shift))
         if d.fair_share:
             _load_lanes(d, state["lanes"], taken_at, shift)
         seqs: set[int] = set()
-        d.credit = finite("crossing_credit", state.get("crossing_credit", 0.0))
-        _load_recent(d, state.get("recent"))
+        _load_recent(d, finite("crossing_credit", state.get("crossing_credit", 0.0)), state)
         if fleet:
             _load_workers(d, state["workers"], shift)
         held = [r for r in (state["held"] if fleet else [state["running"]]) if r is not None]
@@ -212,7 +210,7 @@ def _load_lanes(d: State, records: Any, taken_at: float, shift: float) -> None:
             )
         if (member, level) in d.lanes:
             raise ValueError(f"lane ({member!r}, {level}) appears twice")
-        d.lanes[(member, level)] = d.new_lane(member, level, s + shift)
+        d.lane_for((member, level), member, level, s + shift)
 
 
 def _load_lifecycle(
@@ -226,7 +224,7 @@ def _load_lifecycle(
     for record in state.get("lapsed", ()):
         # An expired job is gone: its id may be queued again (not "twice").
         job = _job_from_record(d, record["job"], shift, set(), top_seq, known=False)
-        d.timers.lapsed.append(
+        d.timers.report(
             Expired(
                 job=job,
                 attempt=_int("attempt", record["job"]["attempt"], 1),
@@ -244,14 +242,17 @@ def _level(value: object) -> int:
     return level
 
 
-def _load_recent(d: State, recent: Any) -> None:
-    """Restore the recent runtimes (absent from older snapshots: then none are known)."""
-    if recent is None:
-        return
-    for model, runtimes in recent["models"].items():
-        d.recent_model[checked_name("model", model)] = _runtimes(runtimes)
-    for level, runtimes in recent["levels"].items():
-        d.recent_level[_level(int(level))] = _runtimes(runtimes)
+def _load_recent(d: State, credit: float, state: Mapping[str, Any]) -> None:
+    """Restore the crossing credit and the recent runtimes (older snapshots lack them)."""
+    recent = state.get("recent")
+    models: dict[str, deque[float]] = {}
+    levels: dict[int, deque[float]] = {}
+    if recent is not None:
+        for model, runtimes in recent["models"].items():
+            models[checked_name("model", model)] = _runtimes(runtimes)
+        for level, runtimes in recent["levels"].items():
+            levels[_level(int(level))] = _runtimes(runtimes)
+    d.restore_recent(credit, models, levels)
 
 
 def _runtimes(values: Any) -> deque[float]:
@@ -274,7 +275,7 @@ def _load_workers(d: State, records: Any, shift: float) -> None:
         )
         if last_seen > d.now:
             raise ValueError(f"worker {name!r} was last seen after the snapshot was taken")
-        worker = d.workers[name] = _Worker(name, last_seen)
+        worker = _Worker(name, last_seen)
         models = record["models"]
         if models is not None and not isinstance(models, (list, tuple, set, frozenset)):
             raise ValueError(
@@ -288,12 +289,9 @@ def _load_workers(d: State, records: Any, shift: float) -> None:
         resident = record["resident"]
         if resident is not None:
             worker.resident = checked_name("resident", resident)
-        if _bool("timed_out", record.get("timed_out", False)):
-            worker.timed_out = True  # it stays out of the capacity until it speaks again
-        else:
-            d.live += 1
-            if worker.resident is not None:
-                d.residents[worker.resident] = d.residents.get(worker.resident, 0) + 1
+        # A timed-out worker stays out of the capacity until it speaks again.
+        worker.timed_out = _bool("timed_out", record.get("timed_out", False))
+        d.restore_worker(worker)
 
 
 def _job_from_record(
@@ -393,9 +391,7 @@ def _restore_held(
     if charged < 0:
         raise ValueError(f"charged must be >= 0, got {charged!r}")
     key: tuple[str, int] | str = (job.member, job.priority) if d.fair_share else job.id
-    lane = d.lanes.get(key)
-    if lane is None:
-        lane = d.lanes[key] = d.new_lane(job.member, job.priority, job.arrival)
+    lane = d.lane_for(key, job.member, job.priority, job.arrival)
     queued_at = record.get("queued_at")
     entry = _Entry(
         job,
@@ -408,7 +404,7 @@ def _restore_held(
     entry.worker = worker
     entry.capacity = capacity
     entry.charged = charged if d.fair_share else 0.0
-    _restore_crossing(d, entry, record.get("crossing"))
+    crossing = _crossing(job, record.get("crossing"))
     end = record.get("expected_end")  # absent in older snapshots: from the recent runtimes
     entry.expected_end = (
         granted_at + d.expected_runtime(job)
@@ -426,34 +422,21 @@ def _restore_held(
         swap=bool(record["swap"]),
         worker=worker.name if d.name_in_grants else None,
     )
-    d.entries[job.id] = entry
-    d.held += 1
-    worker.held.append(entry)
-    lane.holding += 1
-    lane.owner.running += 1
-    lane.held += entry.charged
-    lane.set_s()
-    if lane.live:
-        d.note_s(lane)
-        d.touch(lane)
-    if lease is not None:
-        d.deadlines.append(Deadline(lease.deadline, job.seq, id(entry), entry))
-        d.deadlines.sort(key=lambda item: (item.deadline, item.seq, item.key))
+    d.restore_held(entry, crossing)
 
 
-def _restore_crossing(d: State, entry: _Entry, crossing: Any) -> None:
+def _crossing(job: Job, crossing: Any) -> tuple[float, float] | None:
     """A held job's move of the crossing credit (absent when its grant crossed nothing)."""
     if crossing is None:
-        return
+        return None
     weight = finite("crossing weight", crossing["weight"])
     basis = finite("crossing basis", crossing["basis"])
     if not -1 <= weight <= 1 or basis < 0:
         raise ValueError(
-            f"held job {entry.job.id!r}: crossing weight must lie within [-1, 1] and its basis "
+            f"held job {job.id!r}: crossing weight must lie within [-1, 1] and its basis "
             f"be >= 0, got {crossing!r}"
         )
-    if weight:
-        d.crossings[entry] = (weight, basis)
+    return weight, basis
 
 
 def _job_record(entry: _Entry) -> dict[str, Any]:

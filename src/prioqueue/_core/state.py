@@ -24,9 +24,8 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from heapq import heapify, heappop, heappush, heapreplace
+from heapq import heapify, heappush
 
-from prioqueue import _lanes
 from prioqueue._core.config import (
     DEFAULT_EXPECTED_RUNTIME,
     DEFAULT_RETRY_AFTER,
@@ -47,7 +46,7 @@ from prioqueue._core.items import (
 )
 from prioqueue._errors import UnknownJob, UnknownWorker
 from prioqueue._groups import GroupBook
-from prioqueue._lanes import GONE, QUEUED, _BonusCache, _Entry, _Lane, _Ranking
+from prioqueue._lanes import GONE, QUEUED, _BonusCache, _Entry, _Lane, rankings
 from prioqueue._validate import TIME_LIMIT, finite
 from prioqueue._workers import _Worker
 from prioqueue.records import Expired, Job
@@ -86,18 +85,7 @@ class State:
         d = self.divisor = config.scorer.config.aging_divisor
         window = self.window = config.scorer.config.max_affinity * d
         affinity = self.affinity = _BonusCache(config.scorer.affinity).__getitem__
-        self.ranking = _Ranking(_lanes.REAL, d, affinity, window)
-        # The counterfactual rankings behind the reorder counts: without aging, without the
-        # tier bonus, without fair share (the real ranking without affinity is its main heap).
-        self.counterfactuals: tuple[_Ranking, ...] = (
-            (
-                _Ranking(_lanes.NO_AGING, d, affinity, window),
-                _Ranking(_lanes.NO_TIER, d, affinity, window),
-                _Ranking(_lanes.NO_FAIR, d, affinity, None),
-            )
-            if self.track
-            else ()
-        )
+        self.ranking, self.counterfactuals = rankings(d, affinity, window, track=self.track)
         self.all_rankings = (self.ranking, *self.counterfactuals)
         self.dirty: dict[int, _Lane] = {}
         self.idents = 0
@@ -273,10 +261,10 @@ class State:
             level.backlog = [Backlog(lane.s, key, lane) for key, lane in current.items()]
             heapify(level.backlog)
 
-    def refile(self, lane: _Lane) -> None:
-        """Re-rank a lane whose ``s`` changed while it is backlogged."""
+    def refile(self, lane: _Lane, now: float) -> None:
+        """Re-rank a lane whose ``s`` changed at ``now``, when it is backlogged."""
         if lane.live:
-            lane.log_s(self.now)
+            lane.log_s(now)
             self.note_s(lane)
             self.touch(lane)
 
@@ -355,7 +343,15 @@ class State:
             self.timers.push(job.deadline, LAPSE, entry)
         was_backlogged = lane.live > 0
         if not was_backlogged and self.fair_share and not requeue and lift:
-            lane.settled = max(lane.settled, min(now, self.lift_floor(level, job)))
+            lane.settled = max(
+                lane.settled,
+                min(
+                    now,
+                    level.lift_floor(
+                        job, self.residents, self.affinity, self.ranking, self.divisor
+                    ),
+                ),
+            )
             lane.set_s()
         if requeue:
             lane.appendleft(entry)
@@ -407,40 +403,6 @@ class State:
         self.dequeue(entry)
         self.drop_lane(entry.lane, entry.job.id)
 
-    def lift_floor(self, level: Level, job: Job) -> float:
-        """Where a lane that becomes backlogged with ``job`` may start, before ``min(now, .)``.
-
-        The most-starved backlogged lane at the level (smallest ``s``; on a tie, the lane
-        created first) sets the floor: the newcomer starts level with it, later by the seconds
-        its bounded offsets (tier bonus, and affinity for a model resident on a live worker)
-        exceed that lane's, so offsets alone can never carry a newcomer past the lane that has
-        waited longest. ``inf`` when no lane is backlogged. O(log n + R) for R resident models.
-        """
-        backlog = level.backlog
-        while backlog:
-            s, ident, lane = backlog[0]
-            if lane.live and s < lane.s:
-                # A grant raised s (up-front charge) without re-filing the lane: do it now.
-                # (Every decrease of s re-files the lane at once, so no item is ever above.)
-                heapreplace(backlog, new_item(Backlog, (lane.s, ident, lane)))
-                continue
-            if s == lane.s and lane.live:
-                residents = self.residents
-                affinity = self.affinity
-                mine = job.tier_bonus
-                if job.model is not None and job.model in residents:
-                    mine += affinity(job.model)
-                theirs = lane.head().job.tier_bonus
-                best = 0.0
-                for resident in residents:
-                    bonus = affinity(resident)
-                    if bonus > best and self.ranking.candidate(lane, resident) is not None:
-                        best = bonus
-                theirs += best
-                return s + max(0.0, mine - theirs) * self.divisor
-            heappop(backlog)
-        return math.inf
-
     # ------------------------------------------------------------------ lifecycle
 
     def park(self, job: Job, attempt: int, release_at: float) -> _Entry:
@@ -465,7 +427,7 @@ class State:
         self.totals["ttl_expired"] += 1
         self.timers.life(job.priority)[0] += 1
         deadline = job.deadline if job.deadline is not None else at
-        self.timers.lapsed.append(
+        self.timers.report(
             Expired(job=job, attempt=entry.attempt, deadline=deadline, requeued=False, cause="ttl")
         )
 
@@ -486,3 +448,53 @@ class State:
         lane.owner.running -= 1
         lane.holding -= 1
         lane.held = lane.held - entry.charged if lane.holding else 0.0
+
+    # ------------------------------------------------------------------ restore
+
+    def restore_start(self, seq: int, now: float) -> None:
+        """A restored state's sequence number and clock (``persist.load``)."""
+        self.seq = seq
+        self.now = now
+
+    def restore_recent(
+        self, credit: float, models: dict[str, deque[float]], levels: dict[int, deque[float]]
+    ) -> None:
+        """A restored state's crossing credit and recent runtimes."""
+        self.credit = credit
+        self.recent_model.update(models)
+        self.recent_level.update(levels)
+
+    def lane_for(self, key: tuple[str, int] | str, member: str, level: int, s: float) -> _Lane:
+        """The lane filed under ``key``, made (starting at ``s``) when there is none."""
+        lane = self.lanes.get(key)
+        if lane is None:
+            lane = self.lanes[key] = self.new_lane(member, level, s)
+        return lane
+
+    def restore_worker(self, worker: _Worker) -> None:
+        """File a worker rebuilt from a snapshot (a timed-out one stays out of the capacity)."""
+        self.workers[worker.name] = worker
+        if not worker.timed_out:
+            self.live += 1
+            if worker.resident is not None:
+                self.residents[worker.resident] = self.residents.get(worker.resident, 0) + 1
+
+    def restore_held(self, entry: _Entry, crossing: tuple[float, float] | None) -> None:
+        """File a held entry rebuilt from a snapshot on its worker and its lane."""
+        lane = entry.lane
+        self.entries[entry.job.id] = entry
+        self.held += 1
+        entry.worker.held.append(entry)
+        lane.holding += 1
+        lane.owner.running += 1
+        lane.held += entry.charged
+        lane.set_s()
+        if lane.live:
+            self.note_s(lane)
+            self.touch(lane)
+        if crossing is not None and crossing[0]:
+            self.crossings[entry] = crossing
+        lease = entry.grant.lease
+        if lease is not None:
+            self.deadlines.append(Deadline(lease.deadline, entry.job.seq, id(entry), entry))
+            self.deadlines.sort(key=lambda item: (item.deadline, item.seq, item.key))
