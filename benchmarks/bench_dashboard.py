@@ -33,7 +33,7 @@ from _harness import section
 
 from prioqueue.broker import MemoryJournal, create_app, parse_config
 from prioqueue.fleet import FleetDispatcher
-from prioqueue.ui import _model
+from prioqueue.ui import model as _model
 
 MEMBERS = 40
 WORKERS = 100
