@@ -14,7 +14,6 @@ from typing import Any, NamedTuple, TypedDict
 
 from prioqueue._validate import checked_name, finite, positive_or_none
 from prioqueue.lifecycle import Backoff
-from prioqueue.records import Job
 
 #: The largest magnitude of a priority level (after the policy's clamp).
 LEVEL_LIMIT = 10**9
@@ -59,8 +58,8 @@ def check_options(options: Mapping[str, Any]) -> None:
 class JobSpec(NamedTuple):
     """A submit's options, validated (frozen): what ``State`` files, before any change.
 
-    ``checked`` is the one place a submit's options are validated; ``job`` makes the stored
-    ``Job`` once the state has given it its arrival and sequence number.
+    ``checked`` is the one place a submit's options are validated; ``queue.submit`` makes the
+    stored ``Job`` from it once the state has given it its arrival and sequence number.
     """
 
     member: str
@@ -134,27 +133,8 @@ class JobSpec(NamedTuple):
         return new_spec(
             cls,
             (member, level, tier, tier_bonus, model, estimate, payload, group, ttl, not_before,
-             max_attempts, _backoff(backoff)),
+             max_attempts, backoff if backoff is None else _backoff(backoff)),
         )  # fmt: skip
-
-    def job(self, job_id: str, arrival: float, seq: int, ttl: float | None, delayed: bool) -> Job:
-        """The stored job: eligible at ``arrival``, ``ttl`` (the level's when None) from it."""
-        return Job(
-            id=job_id,
-            member=self.member,
-            priority=self.level,
-            tier=self.tier,
-            tier_bonus=self.tier_bonus,
-            model=self.model,
-            estimate=self.estimate,
-            arrival=arrival,
-            seq=seq,
-            payload=self.payload,
-            deadline=None if ttl is None else arrival + ttl,
-            not_before=self.not_before if delayed else None,
-            max_attempts=self.max_attempts,
-            backoff=self.backoff,
-        )
 
 
 new_spec = tuple.__new__  # builds a JobSpec without its Python-level __new__

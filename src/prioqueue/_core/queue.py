@@ -27,7 +27,7 @@ from prioqueue._errors import DuplicateJob, Overloaded, QueueFull
 from prioqueue._lanes import QUEUED, RUNNING, _Entry
 from prioqueue._spec import JobSpec
 from prioqueue._validate import TIME_LIMIT
-from prioqueue.records import Ticket
+from prioqueue.records import Job, Ticket
 
 __all__: list[str] = []  # private module
 
@@ -103,7 +103,22 @@ def submit(d: State, job_id: str, spec: JobSpec, now: float) -> Ticket:
         )
     eligible = not_before if delayed and not_before is not None else t
     d.seq += 1
-    job = spec.job(job_id, eligible, d.seq, ttl, delayed)
+    job = Job(
+        id=job_id,
+        member=member,
+        priority=spec.level,
+        tier=spec.tier,
+        tier_bonus=spec.tier_bonus,
+        model=spec.model,
+        estimate=spec.estimate,
+        arrival=eligible,
+        seq=d.seq,
+        payload=spec.payload,
+        deadline=None if ttl is None else eligible + ttl,
+        not_before=not_before if delayed else None,
+        max_attempts=spec.max_attempts,
+        backoff=spec.backoff,
+    )
     if delayed:
         d.park(job, 1, eligible)
     else:
