@@ -19,6 +19,8 @@ issue 9 it is a fleet of one worker, docs/design/fleet.md):
   backwards); nothing here sleeps, spawns or reads a clock.
 * Nothing is lost and nothing runs twice: every call validates its arguments and computes
   everything that can fail (the lease, the expected charge) before it changes any state.
+* The class is a facade: it holds one ``prioqueue._core`` state (the fleet's, with one worker)
+  and delegates every call to it (docs/design/state.md).
 """
 
 from __future__ import annotations

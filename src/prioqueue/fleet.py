@@ -19,6 +19,8 @@ docs/design/fleet.md):
   silent for ``worker_timeout``; a job is reported failed after ``max_attempts`` grants, never
   dropped.
 * Sans-IO: every call that depends on time takes ``now``.
+* The class is a facade: it holds one ``prioqueue._core`` state and delegates every call to
+  it (docs/design/state.md).
 """
 
 from __future__ import annotations
