@@ -34,7 +34,7 @@ from prioqueue._validate import checked_name, finite
 if TYPE_CHECKING:
     from prioqueue._lanes import _Entry
 
-__all__ = ["CancelRunning", "GroupState", "GroupStatus"]
+__all__ = ["CancelRunning", "GroupState", "GroupStatus", "group_key", "split_group"]
 
 #: The states a job of a group is counted in.
 GroupState = Literal["queued", "running", "done", "failed", "cancelled"]
@@ -112,6 +112,24 @@ class GroupStatus:
             f"{self.gpu_seconds:.0f} GPU-s, mean runtime {mean}; "
             f"{finish if self.active else 'idle'}"
         )
+
+
+def group_key(member: str, label: str) -> str:
+    """The dispatcher's group for ``member``'s ``label``: how both services key groups. O(len).
+
+    The member's length prefix makes the key unambiguous, so two members' groups with the
+    same label never mix (``"a/b"`` of member ``"x"`` is not ``"b"`` of member ``"x/a"``);
+    :func:`split_group` reads it back.
+    """
+    return f"{len(member)}:{member}/{label}"
+
+
+def split_group(key: str) -> tuple[str, str] | None:
+    """``(member, label)`` of a :func:`group_key`, or None for a key of another form. O(len)."""
+    size, colon, rest = key.partition(":")
+    if not colon or not size.isdigit() or len(rest) <= int(size) or rest[int(size)] != "/":
+        return None
+    return rest[: int(size)], rest[int(size) + 1 :]
 
 
 def checked_group(group: object) -> str:

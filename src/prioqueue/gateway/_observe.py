@@ -38,6 +38,7 @@ from urllib.parse import parse_qs
 import attrs
 
 from prioqueue._errors import UnknownGroup, UnknownJob
+from prioqueue._groups import group_key
 
 if TYPE_CHECKING:
     from prioqueue.gateway.app import Gateway
@@ -61,11 +62,6 @@ STATUS_LIMIT = 100
 """Queued jobs listed by ``/prioqueue/status`` unless ``?limit=`` says otherwise."""
 STATUS_MAX = 1000
 """The most queued jobs ``?limit=`` may ask for (the counts are always complete)."""
-
-
-def group_key(member: str, label: str) -> str:
-    """The dispatcher's group label for a member's ``X-Prioqueue-Group`` (unambiguous)."""
-    return f"{len(member)}:{member}/{label}"
 
 
 def _held(gateway: Gateway) -> list[Grant]:

@@ -40,6 +40,7 @@ from typing import Any, Final
 
 from prioqueue._core.facade import state_of
 from prioqueue._core.observe import predict, runtime_estimator
+from prioqueue._groups import split_group
 from prioqueue._lanes import QUEUED
 from prioqueue.records import Explanation, Stats
 
@@ -327,14 +328,6 @@ def workers(d: Any, view_now: float, visible: Visible, recent: list[Any]) -> lis
             }
         )
     return rows
-
-
-def split_group(key: str) -> tuple[str, str] | None:
-    """``(member, label)`` of a service's group key ``"<len>:<member>/<label>"``, or None."""
-    size, colon, rest = key.partition(":")
-    if not colon or not size.isdigit() or len(rest) <= int(size) or rest[int(size)] != "/":
-        return None
-    return rest[: int(size)], rest[int(size) + 1 :]
 
 
 def groups(
