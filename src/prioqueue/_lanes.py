@@ -395,8 +395,8 @@ class _Ranking:
         main = self.main
         while main:
             top = main[0]
-            lane = top[4]
-            if top[3] == lane.version and lane.live:
+            _, _, _, version, lane = top
+            if version == lane.version and lane.live:
                 break
             heappop(main)
         else:
@@ -405,8 +405,8 @@ class _Ranking:
             heap = self.models.get(resident)
             while heap:
                 other = heap[0]
-                other_lane = other[4]
-                if other[3] == other_lane.version and other_lane.live:
+                _, _, _, version, other_lane = other
+                if version == other_lane.version and other_lane.live:
                     if other[:3] < top[:3]:
                         found = self.candidate(other_lane, resident)
                         assert found is not None  # a current item: the lane is eligible
