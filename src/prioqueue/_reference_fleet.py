@@ -55,8 +55,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from prioqueue._core import DEFAULT_CROSSING_SHARE
-from prioqueue._core import LEAST_SERVED
+from prioqueue._core import DEFAULT_CROSSING_SHARE, LEAST_SERVED
 from prioqueue._errors import DuplicateJob, LeaseExpired, QueueFull, UnknownJob
 from prioqueue._reference_lifecycle import _Delayed, _ReferenceLifecycle
 from prioqueue._reference_rules import _Rules
