@@ -482,6 +482,8 @@ class Facade:
     _live = property(lambda self: self._state.live)
     _parked = property(lambda self: self._state.timers.parked)
     _retry_after = property(lambda self: self._state.retry_after)
+    _budgets = property(lambda self: self._state.budgets)
+    _backoff = property(lambda self: self._state.config.backoff)
     _now = property(lambda self: self._state.now, lambda self, t: setattr(self._state, "now", t))
 
     def _check(self) -> None:
