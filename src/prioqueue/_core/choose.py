@@ -20,7 +20,6 @@ from heapq import heappop as _heappop
 from heapq import heappush as _heappush
 from heapq import heapreplace as _heapreplace
 from itertools import islice
-from typing import NamedTuple
 
 from prioqueue._core.config import LEAST_SERVED
 from prioqueue._core.items import Arrival, Backlog, Level, new_item
@@ -32,16 +31,12 @@ from prioqueue.records import Job
 __all__: list[str] = []  # private module
 
 
-class Pick(NamedTuple):
-    """What ``pick`` chose: the lane, entry and affinity to grant, and how it was chosen."""
-
-    lane: _Lane
-    entry: _Entry
-    aff: float
-    winner: Job  # the score's winner (the reorder counts compare against it)
-    fast: bool  # the ranking's best was eligible as it stands (no search needed)
-    deferred: _Entry | None  # the crossing this grant deferred
-    weight: float  # how the grant moves the crossing credit (per expected second)
+#: What ``pick`` chose, unpacked by ``grant.pop`` (a plain tuple: built once per grant):
+#: the lane, entry and affinity to grant; the score's winner (the reorder counts compare
+#: against it); whether the ranking's best was eligible as it stands (no search needed);
+#: the crossing this grant deferred, if any; and how the grant moves the crossing credit
+#: (per expected second).
+Pick = tuple[_Lane, _Entry, float, Job, bool, "_Entry | None", float]
 
 
 def pick(d: State, worker: _Worker, t: float) -> Pick | None:
@@ -104,7 +99,7 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
                     deferred = entry
                     lane, entry, aff = higher
                     weight = share
-    return new_item(Pick, (lane, entry, aff, winner, fast, deferred, weight))
+    return lane, entry, aff, winner, fast, deferred, weight
 
 
 def aging_exemption(d: State) -> float:

@@ -83,13 +83,19 @@ def pop(d: State, worker: _Worker, t: float) -> Grant | None:
     if d.history.limit:
         # Remember the grant for ``explain``, within ``history`` entries and bytes. O(1).
         size = _RECORD_BYTES + len(job.id) + len(job.member) + (len(model) if model else 0)
-        d.history.add(
+        history = d.history  # History.add, inlined (the hot path)
+        records = history.records
+        records.append(
             new_item(
                 DispatchRecord,
                 (t, d.dispatches, job.id, job.member, job.priority, job.seq, model,
                  score, resident, name, deferred is not None, size),
             )
         )  # fmt: skip
+        total = history.size + size
+        while len(records) > history.limit or total > history.bytes:
+            total -= records.popleft().size
+        history.size = total
     # State changes start here; nothing below can fail.
     entry.state = RUNNING
     entry.granted_at = t
@@ -104,18 +110,6 @@ def pop(d: State, worker: _Worker, t: float) -> Grant | None:
         if deferred is not None:
             d.levels[deferred.job.priority].reorders.deferred += 1
     _hand_over(d, entry, worker, t, charged)
-    if model is not None and model != resident:  # that is, ``grant.swap``
-        # set_resident inlined (the hot path; the popping worker is live).
-        residents = d.residents
-        if resident is not None:
-            left = residents[resident] - 1
-            if left:
-                residents[resident] = left
-            else:
-                del residents[resident]
-        residents[model] = residents.get(model, 0) + 1
-        worker.resident = model
-        d.swaps += 1
     level.dispatched += 1
     level.total_wait += wait
     level.buckets[bisect.bisect_left(d.buckets, wait)] += 1
@@ -125,7 +119,7 @@ def pop(d: State, worker: _Worker, t: float) -> Grant | None:
 
 
 def _hand_over(d: State, entry: _Entry, worker: _Worker, t: float, charged: float) -> None:
-    """Move a granted entry from its lane to its worker, charging the lane up front."""
+    """Move a granted entry to its worker (its model resident there); charge its lane."""
     lane = entry.lane
     d.dequeue(entry)
     d.held += 1
@@ -140,6 +134,20 @@ def _hand_over(d: State, entry: _Entry, worker: _Worker, t: float, charged: floa
         lane.s = lane.settled + lane.held
         # s only grew: the lift's minimum re-files the lane when its old item surfaces
         # (``State.lift_floor``), and ``s_log``, for explain, follows the settled part.
+    model = entry.job.model
+    resident = worker.resident
+    if model is not None and model != resident:  # that is, ``grant.swap``
+        # set_resident inlined (the hot path; the popping worker is live).
+        residents = d.residents
+        if resident is not None:
+            left = residents[resident] - 1
+            if left:
+                residents[resident] = left
+            else:
+                del residents[resident]
+        residents[model] = residents.get(model, 0) + 1
+        worker.resident = model
+        d.swaps += 1
     lease = entry.grant.lease
     if lease is not None:
         _heappush(
@@ -210,7 +218,10 @@ def finish(d: State, entry: _Entry, runtime: float, now: float, final: float) ->
             settled = now
         lane.settled = settled
         lane.s = settled + lane.held if lane.holding else settled  # set_s, inlined
-        d.refile(lane, now)
+        if lane.live:  # d.refile(lane, now), inlined (the hot path)
+            lane.log_s(now)
+            d.note_s(lane)
+            d.touch(lane)
     else:
         d.drop_lane(lane, job.id)
     # The recent runtimes: for the retry-after estimate and, per model and per level,
