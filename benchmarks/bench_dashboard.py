@@ -15,7 +15,7 @@ Figures, each the median of many calls, printed beside baselines measured in the
   O(levels + lanes + workers + groups) plus fixed bounds).
 * ``GET /v1/status`` on the 10,000-job broker (the existing status endpoint, O(jobs)) and
   ``GET /ui/app.css`` (a static file: the HTTP stack's floor).
-* The gateway's ``/prioqueue/dashboard`` does the same reads (:mod:`prioqueue.ui._model`) on
+* The gateway's ``/prioqueue/dashboard`` does the same reads (:mod:`prioqueue.ui.model`) on
   its own dispatcher: they are timed here on a bare ``FleetDispatcher`` in the same state (no
   HTTP), with the forecast recomputed on every call, beside one ``stats()`` call.
 """
@@ -33,7 +33,7 @@ from _harness import section
 
 from prioqueue.broker import MemoryJournal, create_app, parse_config
 from prioqueue.fleet import FleetDispatcher
-from prioqueue.ui import _model
+from prioqueue.ui import model as _model
 
 MEMBERS = 40
 WORKERS = 100

@@ -22,6 +22,7 @@ import tracemalloc
 
 from _harness import heapq_pair, section
 
+from prioqueue._core.facade import state_of
 from prioqueue.dispatcher import SizeOneDispatcher
 
 LEVELS = (100, 0, -100)
@@ -100,7 +101,7 @@ def main() -> None:
             gc.disable()
             try:
                 cycle = _cycles(d, start, args.cycles, members, rng)
-                lanes = sum(1 for lane in d._lanes.values() if lane.live)
+                lanes = sum(1 for lane in state_of(d).lanes.values() if lane.live)
                 plain = SizeOneDispatcher(track_reorders=False)
                 _fill(plain, n, members, random.Random(1), now=0.0)
                 untracked = _cycles(plain, n, args.cycles, members, rng)

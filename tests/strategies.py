@@ -8,6 +8,7 @@ keep numbers in realistic ranges so that float rounding never blurs the properti
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from hypothesis import strategies as st
@@ -104,28 +105,26 @@ def invalid_spacing_configs(draw: st.DrawFn) -> dict[str, object]:
     }
 
 
-def tier_bonuses(config: ScoringConfig) -> st.SearchStrategy[float]:
-    """Tier bonuses valid under ``config``: a configured tier's bonus or any in range."""
+def _bonuses(maximum: float, graded: Collection[float]) -> st.SearchStrategy[float]:
+    """0, ``maximum``, any bonus between, or one of the ``graded`` (configured) ones."""
     strategies = [
         st.just(0.0),
-        st.just(config.max_tier_bonus),
-        st.floats(min_value=0, max_value=config.max_tier_bonus, allow_nan=False),
+        st.just(maximum),
+        st.floats(min_value=0, max_value=maximum, allow_nan=False),
     ]
-    if config.tier_bonuses:
-        strategies.append(st.sampled_from(sorted(config.tier_bonuses.values())))
+    if graded:
+        strategies.append(st.sampled_from(sorted(graded)))
     return st.one_of(strategies)
+
+
+def tier_bonuses(config: ScoringConfig) -> st.SearchStrategy[float]:
+    """Tier bonuses valid under ``config``: a configured tier's bonus or any in range."""
+    return _bonuses(config.max_tier_bonus, config.tier_bonuses.values())
 
 
 def affinities(config: ScoringConfig) -> st.SearchStrategy[float]:
     """Swap-affinity bonuses valid under ``config``: 0, the maximum, a graded one, any between."""
-    strategies = [
-        st.just(0.0),
-        st.just(config.max_affinity),
-        st.floats(min_value=0, max_value=config.max_affinity, allow_nan=False),
-    ]
-    if config.affinity_by_model:
-        strategies.append(st.sampled_from(sorted(config.affinity_by_model.values())))
-    return st.one_of(strategies)
+    return _bonuses(config.max_affinity, config.affinity_by_model.values())
 
 
 @st.composite
@@ -261,3 +260,12 @@ def dispatcher_job_specs() -> st.SearchStrategy[dict[str, Any]]:
             "estimate": dispatcher_estimates(),
         }
     )
+
+
+def two_tiers(different: bool) -> tuple[tuple[str, str], float]:
+    """Two members' tiers (``free``/``max`` when ``different``, else ``pro``/``pro``) and the
+    spread of their bonuses under the default ``ScoringConfig`` (the fairness bounds' term).
+    """
+    config = ScoringConfig()
+    tiers = ("free", "max") if different else ("pro", "pro")
+    return tiers, config.tier_bonuses[tiers[1]] - config.tier_bonuses[tiers[0]]

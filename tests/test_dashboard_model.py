@@ -1,4 +1,4 @@
-"""Properties of the dashboard's reads (``prioqueue.ui._model``) on random dispatcher states.
+"""Properties of the dashboard's reads (``prioqueue.ui.model``) on random dispatcher states.
 
 * What a member may not see never appears: no other member's name or job id anywhere in the
   lanes, workers, groups or an explanation.
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prioqueue.fleet import FleetDispatcher
-from prioqueue.ui import _model
+from prioqueue.ui import model as _model
 
 MEMBERS = ("alice", "bob-q7", "carol-z3")
 MODELS = ("m-a", "m-b", None)

@@ -8,6 +8,7 @@ test_dispatcher_scenarios.py.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from collections.abc import Callable
@@ -26,7 +27,9 @@ from prioqueue._errors import (
     QueueFull,
     UnknownJob,
 )
+from prioqueue._spec import SUBMIT_OPTIONS, JobSpec
 from prioqueue.dispatcher import DEFAULT_RETRY_AFTER, DEFAULT_WAIT_BUCKETS, SizeOneDispatcher
+from prioqueue.fleet import FleetDispatcher
 from prioqueue.lease import ImageRequest, Lease, LeaseCalculator
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import (
@@ -2248,7 +2251,7 @@ def test_lazy_deletion_heaps_are_compacted() -> None:
         d.complete(grant.job.id, now=t)
     live_lanes = 2
     bound = 2 * (4 * live_lanes + 64)  # rebuilt when stale items outnumber live ones
-    for ranking in (d._ranking, *d._counterfactuals):
+    for ranking in (d._state.ranking, *d._state.counterfactuals):
         assert len(ranking.main) < bound
         assert all(len(heap) < bound for heap in ranking.models.values())
     assert d.stats(now=t).cancelled == 149
@@ -2272,3 +2275,18 @@ def test_a_model_heap_whose_lanes_all_left_is_dropped() -> None:
     d.submit("m", member="m", model="m1", now=3)
     grant = grant_of(d, 3)
     assert (grant.job.id, grant.score.swap_affinity) == ("m", 10)
+
+
+def test_submit_refuses_an_unknown_option_by_name() -> None:
+    """``submit(**options)`` names what ``SubmitOptions`` does not know (``check_options``)."""
+    for d in (SizeOneDispatcher(), FleetDispatcher()):
+        with pytest.raises(TypeError, match="'priorty'"):
+            d.submit("a", member="m", now=0.0, priorty=5)  # type: ignore[call-arg]
+        assert len(d) == 0
+
+
+def test_jobspec_takes_exactly_the_submit_options() -> None:
+    """``JobSpec.checked`` binds by keyword what ``SubmitOptions`` declares, no more, no less."""
+    parameters = inspect.signature(JobSpec.checked).parameters.values()
+    keywords = {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert keywords == SUBMIT_OPTIONS

@@ -27,6 +27,7 @@ from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.records import Grant, Job
 from prioqueue.scoring import Scorer, ScoringConfig
 from prioqueue.testing import ManualClock, ReferenceDispatcher
+from strategies import two_tiers
 
 Dispatcher = SizeOneDispatcher | ReferenceDispatcher
 Factory = type[SizeOneDispatcher] | type[ReferenceDispatcher]
@@ -440,8 +441,7 @@ def test_two_backlogged_members_stay_within_the_fairness_bound(
     different_tiers: bool,
 ) -> None:
     config = ScoringConfig()
-    tiers = ("free", "max") if different_tiers else ("pro", "pro")
-    spread = config.tier_bonuses[tiers[1]] - config.tier_bonuses[tiers[0]]
+    tiers, spread = two_tiers(different_tiers)
     largest = max(runtime for runtime, _ in jobs_a + jobs_b)
     bound = 2 * largest + (spread + config.max_affinity) * config.aging_divisor
     gaps = _gpu_gap_run(make, jobs_a, jobs_b, fair_share=True, tiers=tiers)

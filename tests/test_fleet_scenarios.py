@@ -33,6 +33,7 @@ from prioqueue.fleet import FleetDispatcher
 from prioqueue.records import Grant, Job, WorkerInfo
 from prioqueue.scoring import Scorer, ScoringConfig
 from prioqueue.testing import ReferenceDispatcher, ReferenceFleet
+from strategies import two_tiers
 
 Fleet = FleetDispatcher | ReferenceFleet
 Factory = Callable[..., Fleet]
@@ -213,9 +214,7 @@ def test_two_backlogged_members_stay_within_the_n_worker_bound(
     jobs_b: list[tuple[float, str | None]],
     different_tiers: bool,
 ) -> None:
-    config = ScoringConfig()
-    tiers = ("free", "max") if different_tiers else ("pro", "pro")
-    spread = config.tier_bonuses[tiers[1]] - config.tier_bonuses[tiers[0]]
+    tiers, spread = two_tiers(different_tiers)
     gaps = _gap_run(make, workers, jobs_a, jobs_b, tiers=tiers)
     bound = _bound(workers, jobs_a + jobs_b, spread)
     assert max(gaps, default=0.0) <= bound, (max(gaps), bound)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prioqueue._errors import ConfigError
+from prioqueue._spec import SUBMIT_OPTIONS
 
 __all__ = ["RESERVED", "check_spec_keys", "checked_policy", "checked_specs"]
 
@@ -84,7 +85,9 @@ def check_spec_keys(submit: Callable[..., Any], specs: list[tuple[str, dict[str,
         parameters = list(inspect.signature(submit).parameters.values())[1:]  # after job_id
     except (TypeError, ValueError):
         return
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+    # ``**options: Unpack[SubmitOptions]`` (the contract of issue 20) takes SUBMIT_OPTIONS.
+    extra = SUBMIT_OPTIONS if any(p.name == "options" for p in parameters) else None
+    if extra is None and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return
     named = [
         p
@@ -92,7 +95,7 @@ def check_spec_keys(submit: Callable[..., Any], specs: list[tuple[str, dict[str,
         if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         and p.name not in RESERVED
     ]
-    allowed = {p.name for p in named}
+    allowed = {p.name for p in named} | (extra or set())
     required = [p.name for p in named if p.default is inspect.Parameter.empty]
     for index, (job_id, spec) in enumerate(specs):
         unknown = sorted(set(spec) - allowed)

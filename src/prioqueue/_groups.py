@@ -22,23 +22,19 @@ Costs: ``add`` and ``move`` are O(1); ``status`` is O(1) plus the caller's forec
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
-from typing import TYPE_CHECKING, Any, Literal, cast
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from prioqueue import _observe
 from prioqueue._errors import UnknownGroup
-from prioqueue._journaled import journaled
 from prioqueue._lanes import RUNNING
 from prioqueue._validate import checked_name, finite
 
 if TYPE_CHECKING:
-    from prioqueue._engine import _Engine
     from prioqueue._lanes import _Entry
-    from prioqueue.records import Job
 
-__all__ = ["CancelRunning", "GroupState", "GroupStatus"]
+__all__ = ["CancelRunning", "GroupState", "GroupStatus", "group_key", "split_group"]
 
 #: The states a job of a group is counted in.
 GroupState = Literal["queued", "running", "done", "failed", "cancelled"]
@@ -118,6 +114,24 @@ class GroupStatus:
         )
 
 
+def group_key(member: str, label: str) -> str:
+    """The dispatcher's group for ``member``'s ``label``: how both services key groups. O(len).
+
+    The member's length prefix makes the key unambiguous, so two members' groups with the
+    same label never mix (``"a/b"`` of member ``"x"`` is not ``"b"`` of member ``"x/a"``);
+    :func:`split_group` reads it back.
+    """
+    return f"{len(member)}:{member}/{label}"
+
+
+def split_group(key: str) -> tuple[str, str] | None:
+    """``(member, label)`` of a :func:`group_key`, or None for a key of another form. O(len)."""
+    size, colon, rest = key.partition(":")
+    if not colon or not size.isdigit() or len(rest) <= int(size) or rest[int(size)] != "/":
+        return None
+    return rest[: int(size)], rest[int(size) + 1 :]
+
+
 def checked_group(group: object) -> str:
     """Return a group label; ValueError unless it is a non-empty str."""
     return checked_name("group", group)
@@ -163,6 +177,10 @@ class GroupBook:
     def active(self) -> int:
         """Groups with a job queued or running. O(1)."""
         return self._active
+
+    def listing(self) -> list[tuple[str, bool]]:
+        """Every known group and whether it is active (a job queued or running). O(groups)."""
+        return [(name, bool(record.jobs)) for name, record in self._groups.items()]
 
     def group_of(self, job_id: str) -> str | None:
         """Return the group of a queued or running job, or None. O(1)."""
@@ -331,163 +349,6 @@ class GroupBook:
             assert record.gpu_seconds >= 0
         assert seen == len(self._of)
         assert self._active == sum(1 for record in self._groups.values() if record.jobs)
-
-
-def forecast_finish(d: _Engine, now: float, jobs: Collection[str]) -> float | None:
-    """Predict when the last of ``jobs`` (queued or held in ``d``) finishes.
-
-    It reads the dry run behind ``forecast()`` (the current load, no new arrivals, runtimes
-    from estimates or recent means): the latest of the held jobs' expected ends (never before
-    ``now``) and the queued jobs' predicted starts plus expected runtimes.
-
-    Returns:
-        The predicted finish, or None when ``jobs`` is empty or a runtime on the way is
-        unknown.
-
-    Complexity: O(L log L + n log L) for L backlogged lanes and n queued jobs.
-    """
-    if not jobs:
-        return None
-    expected = _observe.runtime_estimator(d)
-    wanted = set(jobs)
-    finish: float | None = None
-    for worker in d._workers.values():
-        for entry in worker.held:
-            if entry.job.id in wanted:
-                runtime = expected(entry.job)
-                if runtime is None:
-                    return None
-                end = max(now, entry.granted_at + runtime)
-                finish = end if finish is None else max(finish, end)
-                wanted.discard(entry.job.id)
-    if not wanted:
-        return finish
-    for step in _observe.predict(d, now, stop_at=None, limit=None):
-        job = step.entry.job
-        if job.id not in wanted:
-            continue
-        runtime = expected(job)
-        if step.start is None or runtime is None:
-            return None
-        end = step.start + runtime
-        finish = end if finish is None else max(finish, end)
-        wanted.discard(job.id)
-        if not wanted:
-            break
-    return finish
-
-
-class GroupMethods:
-    """The dispatchers' group methods (a mixin of ``_Engine``; the state is its ``GroupBook``).
-
-    Both ``SizeOneDispatcher`` and ``FleetDispatcher`` get these; the hooks that keep the book
-    current are in ``_Core.submit`` and ``_Engine`` (grant, complete, cancel, fail, take-back).
-    """
-
-    if TYPE_CHECKING:
-        _groups: GroupBook
-
-        def _tick(self, now: object) -> float: ...
-
-        def _fire(self, now: object) -> None: ...
-
-        def _entry(self, job_id: object) -> _Entry: ...
-
-        def cancel(
-            self,
-            job_id: str,
-            *,
-            now: float,
-            worker: str | None = None,
-            charge: float | None = None,
-        ) -> Job: ...
-
-    def group_of(self, job_id: str) -> str | None:
-        """Return the group of a queued or running job (None when it has none).
-
-        Raises:
-            UnknownJob: The id is not queued or running.
-
-        Complexity: O(1).
-        """
-        self._entry(job_id)
-        return self._groups.group_of(job_id)
-
-    def group_status(self, group: str, *, now: float) -> GroupStatus:
-        """Return how far a group has got: counts by state, GPU time and a finish forecast.
-
-        Every job ever submitted in the group is counted once, in the state it is in now.
-        The forecast is the same dry run as ``forecast()``: exact when the estimates are and
-        nothing else arrives.
-
-        Args:
-            group: The group's label.
-            now: The current monotonic time.
-
-        Returns:
-            The group's status.
-
-        Raises:
-            UnknownGroup: No job was ever submitted in the group.
-            ValueError: ``group`` is not a non-empty str, or ``now`` is out of range.
-
-        Complexity: O(1) when nothing of the group is queued or running, else that of
-        ``forecast()``.
-        """
-        self._fire(now)
-        group = checked_group(group)
-        live = self._groups.live(group)
-        t = self._tick(now)
-        engine = cast("_Engine", self)
-        finish = forecast_finish(engine, t, [job_id for job_id, _ in live])
-        return self._groups.status(group, now=t, finish=finish)
-
-    @journaled
-    def cancel_group(self, group: str, *, now: float, running: CancelRunning = "keep") -> list[Job]:
-        """Cancel every queued job of a group (and its running ones, if asked).
-
-        Jobs of other groups and members are untouched. The group stays known: its
-        ``group_status`` counts the cancelled jobs.
-
-        Args:
-            group: The group's label.
-            now: The current monotonic time.
-            running: ``"keep"`` lets the group's running jobs finish (complete them as
-                usual); ``"cancel"`` stops them too, charged for the time they ran.
-
-        Returns:
-            The cancelled jobs, oldest submission first.
-
-        Raises:
-            UnknownGroup: No job was ever submitted in the group.
-            ValueError: ``group`` or ``running`` is invalid, or ``now`` is out of range.
-            ChargeError: The charge model failed for a running job (a ``ValueError``): the
-                jobs before it in the list are cancelled, the rest are not.
-
-        Complexity: O(k (log n + M)) for the k cancelled jobs.
-        """
-        self._fire(now)
-        group = checked_group(group)
-        mode = checked_running(running)
-        live = self._groups.live(group)
-        t = self._tick(now)
-        return [
-            self.cancel(job_id, now=t)
-            for job_id, state in live
-            if state == "queued" or mode == "cancel"
-        ]
-
-    @journaled
-    def forget_group(self, group: str) -> None:
-        """Drop a finished group's counts (groups are kept until then, like members).
-
-        Raises:
-            UnknownGroup: No job was ever submitted in the group.
-            ValueError: A job of the group is still queued or running.
-
-        Complexity: O(1).
-        """
-        self._groups.forget(checked_group(group))
 
 
 def _state_reader(entries: Mapping[str, _Entry]) -> Callable[[str], str | None]:

@@ -395,8 +395,8 @@ class _Ranking:
         main = self.main
         while main:
             top = main[0]
-            lane = top[4]
-            if top[3] == lane.version and lane.live:
+            _, _, _, version, lane = top
+            if version == lane.version and lane.live:
                 break
             heappop(main)
         else:
@@ -405,8 +405,8 @@ class _Ranking:
             heap = self.models.get(resident)
             while heap:
                 other = heap[0]
-                other_lane = other[4]
-                if other[3] == other_lane.version and other_lane.live:
+                _, _, _, version, other_lane = other
+                if version == other_lane.version and other_lane.live:
                     if other[:3] < top[:3]:
                         found = self.candidate(other_lane, resident)
                         assert found is not None  # a current item: the lane is eligible
@@ -440,3 +440,21 @@ class _Ranking:
         kept = [item for item in heap if item[3] == item[4].version and item[4].live]
         heapify(kept)
         return kept
+
+
+def rankings(
+    divisor: float, affinity: Callable[[str], float], window: float, *, track: bool
+) -> tuple[_Ranking, tuple[_Ranking, ...]]:
+    """The real ranking, and the counterfactual ones behind the reorder counts when ``track``.
+
+    The counterfactuals: without aging, without the tier bonus, without fair share (the real
+    ranking without affinity is its main heap).
+    """
+    real = _Ranking(REAL, divisor, affinity, window)
+    if not track:
+        return real, ()
+    return real, (
+        _Ranking(NO_AGING, divisor, affinity, window),
+        _Ranking(NO_TIER, divisor, affinity, window),
+        _Ranking(NO_FAIR, divisor, affinity, None),
+    )

@@ -10,10 +10,13 @@ job may carry is spelled here and nowhere else. The core validates the options i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
-if TYPE_CHECKING:
-    from prioqueue.lifecycle import Backoff
+from prioqueue._validate import checked_name, finite, positive_or_none
+from prioqueue.lifecycle import Backoff
+
+#: The largest magnitude of a priority level (after the policy's clamp).
+LEVEL_LIMIT = 10**9
 
 __all__: list[str] = []  # private module
 
@@ -50,3 +53,96 @@ def check_options(options: Mapping[str, Any]) -> None:
             f"submit() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
             f"allowed: job_id, member, now, {', '.join(sorted(SUBMIT_OPTIONS))}"
         )
+
+
+class JobSpec(NamedTuple):
+    """A submit's options, validated (frozen): what ``State`` files, before any change.
+
+    ``checked`` is the one place a submit's options are validated; ``queue.submit`` makes the
+    stored ``Job`` from it once the state has given it its arrival and sequence number.
+    """
+
+    member: str
+    level: int
+    tier: str
+    tier_bonus: float
+    model: str | None
+    estimate: float | None
+    payload: Any
+    group: str | None
+    ttl: float | None
+    not_before: float | None
+    max_attempts: int | None
+    backoff: Backoff | None
+
+    @classmethod
+    def checked(
+        cls,
+        policy: Any,
+        scorer: Any,
+        job_id: object,
+        member: object,
+        /,
+        *,
+        priority: int | str | bytes | None = 0,
+        tier: str = "free",
+        model: str | None = None,
+        estimate: float | None = None,
+        payload: Any = None,
+        group: str | None = None,
+        ceiling: int | None = None,
+        ttl: float | None = None,
+        not_before: float | None = None,
+        max_attempts: int | None = None,
+        backoff: Backoff | Mapping[str, Any] | None = None,
+    ) -> JobSpec:
+        """Validate ``submit(job_id, member=..., **options)`` (see ``FleetDispatcher.submit``).
+
+        The keywords are ``SubmitOptions``' (a test keeps the two lists equal); the caller
+        refuses unknown ones first (``check_options``). Keyword binding is done by the
+        interpreter: the hot path reads no option by name.
+
+        Raises:
+            TypeError: A ``priority`` no header could have, a ``ceiling`` that is not an int,
+                or a ``backoff`` of the wrong type.
+            ValueError: An option is out of range.
+        """
+        if not isinstance(job_id, str) or not job_id:
+            raise ValueError(f"job_id must be a non-empty str, got {job_id!r}")
+        member = checked_name("member", member)
+        level = policy.parse(priority, ceiling)
+        if not -LEVEL_LIMIT <= level <= LEVEL_LIMIT:
+            shown = str(level) if len(str(level)) <= 30 else f"{str(level)[:27]}..."
+            raise ValueError(
+                f"priority must resolve to a level within +-{LEVEL_LIMIT}, got {shown} "
+                "(bound it with PriorityPolicy(minimum=..., maximum=...))"
+            )
+        tier_bonus = scorer.tier_bonus(tier)
+        if model is not None:
+            model = checked_name("model", model)
+        estimate = positive_or_none("estimate", estimate)
+        if group is not None:
+            group = checked_name("group", group)
+        ttl = positive_or_none("ttl", ttl)
+        if not_before is not None:
+            not_before = finite("not_before", not_before)
+        if max_attempts is not None and (
+            not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1
+        ):
+            raise ValueError(f"max_attempts must be an int >= 1 or None, got {max_attempts!r}")
+        return new_spec(
+            cls,
+            (member, level, tier, tier_bonus, model, estimate, payload, group, ttl, not_before,
+             max_attempts, backoff if backoff is None else _backoff(backoff)),
+        )  # fmt: skip
+
+
+new_spec = tuple.__new__  # builds a JobSpec without its Python-level __new__
+
+
+def _backoff(backoff: object) -> Backoff | None:
+    if backoff is None or isinstance(backoff, Backoff):
+        return backoff
+    if isinstance(backoff, Mapping):  # JSON data (a journal keeps calls as JSON)
+        return Backoff.from_mapping(backoff)
+    raise TypeError(f"backoff must be a Backoff or None, got {type(backoff).__name__}")

@@ -357,8 +357,8 @@ def best_for(
         try:
             while heap:
                 item = heap[0]
-                lane = item[4]
-                if item[3] != lane.version or not lane.live:
+                _, _, _, version, lane = item  # (neg_key, tie, seq, version, lane): see _lanes
+                if version != lane.version or not lane.live:
                     heappop(heap)
                     continue
                 if best is not None and item[:3] > best[0]:
@@ -379,7 +379,8 @@ def best_for(
                 heappush(heap, item)
     if best is None:
         return None
-    return best[1], best[2], best[3]
+    _, lane, entry, bonus = best
+    return lane, entry, bonus
 
 
 def idle_reasons(entries: list[_Entry], worker: _Worker, search: Search) -> dict[str, int]:

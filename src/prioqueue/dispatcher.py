@@ -19,6 +19,8 @@ issue 9 it is a fleet of one worker, docs/design/fleet.md):
   backwards); nothing here sleeps, spawns or reads a clock.
 * Nothing is lost and nothing runs twice: every call validates its arguments and computes
   everything that can fail (the lease, the expected charge) before it changes any state.
+* The class is a facade: it holds one ``prioqueue._core`` state (the fleet's, with one worker)
+  and delegates every call to it (docs/design/state.md).
 """
 
 from __future__ import annotations
@@ -26,17 +28,20 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from prioqueue._core import (
+from prioqueue._core import grant, restore
+from prioqueue._core.config import (
     DEFAULT_CROSSING_SHARE,
     DEFAULT_HISTORY_BYTES,
     DEFAULT_RETRY_AFTER,
     DEFAULT_WAIT_BUCKETS,
     ChargeModel,
+    Config,
+    constructor_arguments,
 )
-from prioqueue._engine import _Engine
+from prioqueue._core.facade import Facade
+from prioqueue._core.queue import fire
 from prioqueue._journaled import journaled
 from prioqueue._validate import checked_name
-from prioqueue._workers import _Worker
 from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Expired, Grant, Job
@@ -47,7 +52,7 @@ __all__ = ["DEFAULT_RETRY_AFTER", "DEFAULT_WAIT_BUCKETS", "ChargeModel", "SizeOn
 _WORKER = "default"  # the one worker's name (not shown: grants carry worker=None)
 
 
-class SizeOneDispatcher(_Engine):
+class SizeOneDispatcher(Facade):
     """The waiting jobs of one size-1 resource, and which one goes next.
 
     Args:
@@ -113,27 +118,8 @@ class SizeOneDispatcher(_Engine):
         budgets: Mapping[int, LevelBudget] | None = None,
         backoff: Backoff | None = None,
     ) -> None:
-        super().__init__(
-            scorer,
-            policy=policy,
-            charge=charge,
-            lease_for=lease_for,
-            max_queued=max_queued,
-            max_queued_per_member=max_queued_per_member,
-            max_attempts=max_attempts,
-            fair_share=fair_share,
-            track_reorders=track_reorders,
-            crossing_share=crossing_share,
-            history=history,
-            history_bytes=history_bytes,
-            wait_buckets=wait_buckets,
-            budgets=budgets,
-            backoff=backoff,
-        )
-        self._one = self._workers[_WORKER] = _Worker(_WORKER, self._now)
-        self._live = 1
-
-    _name_in_grants = False
+        super().__init__(Config.checked(constructor_arguments(locals()), name_in_grants=False))
+        self._one = self._state.add_worker(_WORKER, self._state.now)
 
     @property
     def resident_model(self) -> str | None:
@@ -153,7 +139,7 @@ class SizeOneDispatcher(_Engine):
         Raises:
             ValueError: ``model`` is not a non-empty str or None.
         """
-        self._set_resident(self._one, None if model is None else checked_name("model", model))
+        self._state.set_resident(self._one, None if model is None else checked_name("model", model))
 
     @journaled(skip_when_empty=True)
     def expire(self, now: float) -> list[Expired]:
@@ -189,11 +175,12 @@ class SizeOneDispatcher(_Engine):
 
         Complexity: amortised O(log n + M) (times 4 with ``track_reorders``).
         """
-        self._fire(now)
-        t = self._tick(now)
+        state = self._state
+        fire(state, now)
+        t = state.tick(now)
         if self._one.held:
             return None
-        return self._pop(self._one, t)
+        return grant.pop(state, self._one, t)
 
     @classmethod
     def restore(
@@ -228,5 +215,4 @@ class SizeOneDispatcher(_Engine):
 
         Complexity: O(n log n) in the jobs.
         """
-        restored: SizeOneDispatcher = cls._restored(state, scorer, now, require_lease, options)
-        return restored
+        return restore.restored(cls, state, scorer, now, require_lease, options)

@@ -19,6 +19,8 @@ docs/design/fleet.md):
   silent for ``worker_timeout``; a job is reported failed after ``max_attempts`` grants, never
   dropped.
 * Sans-IO: every call that depends on time takes ``now``.
+* The class is a facade: it holds one ``prioqueue._core`` state and delegates every call to
+  it (docs/design/state.md).
 """
 
 from __future__ import annotations
@@ -26,18 +28,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from prioqueue._core import (
+from prioqueue._core import choose, grant, restore
+from prioqueue._core.config import (
     DEFAULT_CROSSING_SHARE,
     DEFAULT_HISTORY_BYTES,
     DEFAULT_WAIT_BUCKETS,
     ChargeModel,
+    Config,
+    constructor_arguments,
 )
-from prioqueue._engine import _Engine
+from prioqueue._core.facade import Facade
+from prioqueue._core.queue import fire
 from prioqueue._errors import ConfigError, InvalidState
 from prioqueue._journaled import journaled
 from prioqueue._lanes import QUEUED, RUNNING
-from prioqueue._validate import checked_name, finite
-from prioqueue._workers import _Worker, idle_reasons
+from prioqueue._validate import checked_name
+from prioqueue._workers import idle_reasons
 from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Grant, Job, WorkerInfo
@@ -49,28 +55,7 @@ _F = TypeVar("_F", bound="FleetDispatcher")
 _UNSET: Any = object()
 
 
-def _load_seconds(value: object) -> Mapping[str, float]:
-    """Check ``load_seconds``: None, or a mapping of model names to finite seconds >= 0."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(
-            f"load_seconds must be a mapping of model name to seconds (or None), got {value!r}"
-        )
-    loads: dict[str, float] = {}
-    for model, seconds in value.items():
-        try:
-            name = checked_name("load_seconds model", model)
-            number = finite(f"load_seconds[{model!r}]", seconds)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        if number < 0:
-            raise ConfigError(f"load_seconds[{model!r}] must be seconds >= 0, got {seconds!r}")
-        loads[name] = number
-    return loads
-
-
-class FleetDispatcher(_Engine):
+class FleetDispatcher(Facade):
     """The waiting jobs of a fleet of workers, and which job each worker pulls next.
 
     Args:
@@ -149,27 +134,7 @@ class FleetDispatcher(_Engine):
         budgets: Mapping[int, LevelBudget] | None = None,
         backoff: Backoff | None = None,
     ) -> None:
-        super().__init__(
-            scorer,
-            policy=policy,
-            charge=charge,
-            lease_for=lease_for,
-            max_queued=max_queued,
-            max_queued_per_member=max_queued_per_member,
-            max_running_per_member=max_running_per_member,
-            max_attempts=max_attempts,
-            worker_timeout=worker_timeout,
-            warm_hold=warm_hold,
-            fair_share=fair_share,
-            track_reorders=track_reorders,
-            crossing_share=crossing_share,
-            history=history,
-            history_bytes=history_bytes,
-            wait_buckets=wait_buckets,
-            budgets=budgets,
-            backoff=backoff,
-        )
-        self._load_seconds = _load_seconds(load_seconds)
+        super().__init__(Config.checked(constructor_arguments(locals())))
 
     # ------------------------------------------------------------------ workers
 
@@ -211,7 +176,8 @@ class FleetDispatcher(_Engine):
 
         Complexity: O(|models|).
         """
-        self._fire(now)
+        state = self._state
+        fire(state, now)
         name = checked_name("worker name", name)
         served = None
         if models is not None:
@@ -226,19 +192,18 @@ class FleetDispatcher(_Engine):
             raise ValueError(f"slow must be a bool, got {slow!r}")
         if accepts is not None and not callable(accepts):
             raise ValueError(f"accepts must be a callable job -> bool or None, got {accepts!r}")
-        t = self._tick(now)
-        worker = self._workers.get(name)
+        t = state.tick(now)
+        worker = state.workers.get(name)
         if worker is None:
-            worker = self._workers[name] = _Worker(name, t)
-            self._live += 1
+            worker = state.add_worker(name, t)
         else:
-            self._seen(worker, t)
+            state.seen(worker, t)
         worker.models = served
         worker.slots = slots
         worker.slow = slow
         worker.accepts = accepts
         if resident is not None:
-            self._set_resident(worker, resident)
+            state.set_resident(worker, resident)
         return worker.info()
 
     @journaled
@@ -260,14 +225,15 @@ class FleetDispatcher(_Engine):
 
         Complexity: O(1).
         """
-        self._fire(now)
-        worker = self._worker_of(name)
+        state = self._state
+        fire(state, now)
+        worker = state.worker_of(name)
         if resident is not _UNSET and resident is not None:
             resident = checked_name("resident", resident)
-        t = self._tick(now)
-        self._seen(worker, t)
+        t = state.tick(now)
+        state.seen(worker, t)
         if resident is not _UNSET:
-            self._set_resident(worker, resident)
+            state.set_resident(worker, resident)
         return worker.info()
 
     @journaled
@@ -290,14 +256,12 @@ class FleetDispatcher(_Engine):
 
         Complexity: O(slots log n).
         """
-        self._fire(now)
-        worker = self._worker_of(name)
-        t = self._tick(now)
-        taken = self._take_back(list(worker.held), t, always=True)
-        if not worker.timed_out:
-            self._live -= 1
-            self._drop_resident(worker)
-        del self._workers[worker.name]
+        state = self._state
+        fire(state, now)
+        worker = state.worker_of(name)
+        t = state.tick(now)
+        taken = grant.take_back(state, list(worker.held), t, always=True)
+        state.remove_worker(worker)
         return [entry.job for entry, _ in taken]
 
     def requeue(self, job_id: str, *, now: float) -> Job:
@@ -321,12 +285,13 @@ class FleetDispatcher(_Engine):
 
         Complexity: O(log n + slots).
         """
-        self._fire(now)
-        entry = self._entry(job_id)
+        state = self._state
+        fire(state, now)
+        entry = state.entry(job_id)
         if entry.state != RUNNING:  # queued, or delayed (docs/design/lifecycle.md)
             raise InvalidState(f"job {job_id!r} is queued, not held: nothing to requeue")
-        t = self._tick(now)
-        self._take_back([entry], t, always=True)
+        t = state.tick(now)
+        grant.take_back(state, [entry], t, always=True)
         return entry.job
 
     @journaled
@@ -356,11 +321,12 @@ class FleetDispatcher(_Engine):
 
         Complexity: see the class docstring.
         """
-        self._fire(now)
-        worker = self._worker_of(name)
-        t = self._tick(now)
-        self._seen(worker, t)
-        return self._pop(worker, t)
+        state = self._state
+        fire(state, now)
+        worker = state.worker_of(name)
+        t = state.tick(now)
+        state.seen(worker, t)
+        return grant.pop(state, worker, t)
 
     def idle_reasons(self, name: str, *, now: float) -> Mapping[str, int]:
         """Why ``pop`` finds nothing for this worker: queued jobs it may not take, by cause.
@@ -385,11 +351,12 @@ class FleetDispatcher(_Engine):
         Complexity: O(n) in the queued jobs (diagnostic), plus one ``accepts`` call per job
         that reaches that check.
         """
-        self._fire(now)
-        worker = self._worker_of(name)
-        t = self._tick(now)
-        entries = [e for e in self._entries.values() if e.state == QUEUED]
-        search = self._search(worker, t)
+        state = self._state
+        fire(state, now)
+        worker = state.worker_of(name)
+        t = state.tick(now)
+        entries = state.entries_in(QUEUED)
+        search = choose.search_for(state, worker, t)
         counts = idle_reasons(entries, worker, search)
         relaxed = search.relaxed()
         if relaxed is not None and sum(counts.values()) == len(entries):
@@ -413,12 +380,12 @@ class FleetDispatcher(_Engine):
 
         Complexity: O(workers x slots).
         """
-        hold = self._warm_hold
+        hold = self._state.warm_hold
         if not hold > 0:
             return None
-        t = self._now
+        t = self._state.now
         best: float | None = None
-        for worker in self._workers.values():
+        for worker in self._state.workers.values():
             resident = worker.resident
             if (
                 resident is None
@@ -434,7 +401,8 @@ class FleetDispatcher(_Engine):
 
     def workers(self) -> list[WorkerInfo]:
         """Every known worker (timed-out ones included), by name. O(workers x slots)."""
-        return [self._workers[name].info() for name in sorted(self._workers)]
+        workers = self._state.workers
+        return [workers[name].info() for name in sorted(workers)]
 
     def worker(self, name: str) -> WorkerInfo:
         """One worker as it stands.
@@ -442,7 +410,7 @@ class FleetDispatcher(_Engine):
         Raises:
             UnknownWorker: The worker has not joined (or left).
         """
-        return self._worker_of(name).info()
+        return self._state.worker_of(name).info()
 
     def holder(self, job_id: str) -> str | None:
         """The worker holding a job, or None when it is queued.
@@ -450,22 +418,18 @@ class FleetDispatcher(_Engine):
         Raises:
             UnknownJob: The id is not queued or held.
         """
-        entry = self._entry(job_id)
+        entry = self._state.entry(job_id)
         return entry.worker.name if entry.state == RUNNING else None
 
     @property
     def capacity(self) -> int:
         """The fleet's capacity: its live workers (at least 1; charges are divided by it)."""
-        return max(1, self._live)
+        return max(1, self._state.live)
 
     @property
     def held(self) -> list[Grant]:
         """The grants of every job the workers hold, by grant time. O(h log h)."""
-        entries = sorted(
-            (e for w in self._workers.values() for e in w.held),
-            key=lambda e: (e.granted_at, e.job.seq),
-        )
-        return [e.grant for e in entries]
+        return [e.grant for e in self._state.held_entries()]
 
     @classmethod
     def restore(
@@ -503,5 +467,4 @@ class FleetDispatcher(_Engine):
         """
         if "workers" in options:
             raise ConfigError("workers come from the snapshot")
-        restored: _F = cls._restored(state, scorer, now, require_lease, options)
-        return restored
+        return restore.restored(cls, state, scorer, now, require_lease, options)

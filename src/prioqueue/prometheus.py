@@ -168,97 +168,113 @@ class PrioqueueCollector(Collector):
 
     @staticmethod
     def _families(stats: Stats | None) -> Iterator[Metric]:
-        by_level = ["level"]
-        depth = GaugeMetricFamily(
-            "prioqueue_queue_depth", "Jobs waiting, per priority level.", labels=by_level
+        yield from _level_families(stats)
+        yield from _member_families(stats)
+        yield from _total_families(stats)
+
+
+def _level_families(stats: Stats | None) -> list[Metric]:
+    """Depth, waits, grants, the wait histogram and the reorder causes, per level."""
+    by_level = ["level"]
+    depth = GaugeMetricFamily(
+        "prioqueue_queue_depth", "Jobs waiting, per priority level.", labels=by_level
+    )
+    oldest = GaugeMetricFamily(
+        "prioqueue_oldest_wait_seconds",
+        "Seconds the oldest waiting job of the level has waited (0 when none waits).",
+        labels=by_level,
+    )
+    mean = GaugeMetricFamily(
+        "prioqueue_mean_wait_seconds",
+        "Mean seconds waited so far by the waiting jobs of the level.",
+        labels=by_level,
+    )
+    dispatched = CounterMetricFamily(
+        "prioqueue_dispatched", "Grants per priority level.", labels=by_level
+    )
+    waits = HistogramMetricFamily(
+        "prioqueue_wait_seconds",
+        "Seconds from arrival to grant of each dispatch, per priority level.",
+        labels=by_level,
+    )
+    reorders = CounterMetricFamily(
+        "prioqueue_reorders",
+        "Dispatches whose winner would have been another job without one score term.",
+        labels=["level", "cause"],
+    )
+    for number, level in ({} if stats is None else stats.levels).items():
+        label = [str(number)]
+        depth.add_metric(label, level.queued)
+        oldest.add_metric(label, level.oldest_wait)
+        mean.add_metric(label, level.mean_wait)
+        dispatched.add_metric(label, level.dispatched)
+        waits.add_metric(
+            label,
+            [(_le(bound), count) for bound, count in level.wait_buckets],
+            sum_value=level.total_wait,
         )
-        oldest = GaugeMetricFamily(
-            "prioqueue_oldest_wait_seconds",
-            "Seconds the oldest waiting job of the level has waited (0 when none waits).",
-            labels=by_level,
-        )
-        mean = GaugeMetricFamily(
-            "prioqueue_mean_wait_seconds",
-            "Mean seconds waited so far by the waiting jobs of the level.",
-            labels=by_level,
-        )
-        dispatched = CounterMetricFamily(
-            "prioqueue_dispatched", "Grants per priority level.", labels=by_level
-        )
-        waits = HistogramMetricFamily(
-            "prioqueue_wait_seconds",
-            "Seconds from arrival to grant of each dispatch, per priority level.",
-            labels=by_level,
-        )
-        reorders = CounterMetricFamily(
-            "prioqueue_reorders",
-            "Dispatches whose winner would have been another job without one score term.",
-            labels=["level", "cause"],
-        )
-        by_member = ["member"]
-        m_depth = GaugeMetricFamily(
-            "prioqueue_member_queue_depth", "Jobs waiting, per member.", labels=by_member
-        )
-        m_dispatched = CounterMetricFamily(
-            "prioqueue_member_dispatched", "Grants per member.", labels=by_member
-        )
-        m_completed = CounterMetricFamily(
-            "prioqueue_member_completed", "Completed jobs per member.", labels=by_member
-        )
-        m_seconds = CounterMetricFamily(
-            "prioqueue_member_gpu_seconds",
-            "GPU-seconds charged to each member's lanes (runtime or estimate by charge model).",
-            labels=by_member,
-        )
-        busy = GaugeMetricFamily("prioqueue_busy", "1 while a job holds the resource, else 0.")
-        groups = GaugeMetricFamily(
-            "prioqueue_groups_running", "Groups (films) with a job queued or running."
-        )
-        resident = InfoMetricFamily(
-            "prioqueue_resident_model", "The model believed loaded (no sample when none)."
-        )
-        totals = {
-            "swaps": CounterMetricFamily(
-                "prioqueue_swaps", "Grants whose model differed from the resident one."
-            ),
-            "completed": CounterMetricFamily("prioqueue_completed", "Jobs completed."),
-            "cancelled": CounterMetricFamily(
-                "prioqueue_cancelled", "Jobs cancelled, queued or running."
-            ),
-            "expired": CounterMetricFamily("prioqueue_lease_expired", "Leases that ran out."),
-            "failed": CounterMetricFamily(
-                "prioqueue_failed", "Jobs dropped after their last attempt, or reported failed."
-            ),
-        }
-        if stats is not None:
-            for number, level in stats.levels.items():
-                label = [str(number)]
-                depth.add_metric(label, level.queued)
-                oldest.add_metric(label, level.oldest_wait)
-                mean.add_metric(label, level.mean_wait)
-                dispatched.add_metric(label, level.dispatched)
-                waits.add_metric(
-                    label,
-                    [(_le(bound), count) for bound, count in level.wait_buckets],
-                    sum_value=level.total_wait,
-                )
-                counts = level.reorders.as_dict()
-                for cause in REORDER_CAUSES:
-                    reorders.add_metric([str(number), cause], counts[cause])
-            for name, member in stats.members.items():
-                m_depth.add_metric([name], member.queued)
-                m_dispatched.add_metric([name], member.dispatched)
-                m_completed.add_metric([name], member.completed)
-                m_seconds.add_metric([name], member.gpu_seconds)
-            busy.add_metric([], 0 if stats.running is None else 1)
-            groups.add_metric([], stats.groups)
-            if stats.resident_model is not None:
-                resident.add_metric([], {"model": stats.resident_model})
-            for field, family in totals.items():
-                family.add_metric([], getattr(stats, field))
-        yield from (depth, oldest, mean, dispatched, waits, reorders)
-        yield from (m_depth, m_dispatched, m_completed, m_seconds, busy, groups, resident)
-        yield from totals.values()
+        counts = level.reorders.as_dict()
+        for cause in REORDER_CAUSES:
+            reorders.add_metric([str(number), cause], counts[cause])
+    return [depth, oldest, mean, dispatched, waits, reorders]
+
+
+def _member_families(stats: Stats | None) -> list[Metric]:
+    """Per member counts, then whether the resource is busy, the groups and the resident."""
+    by_member = ["member"]
+    m_depth = GaugeMetricFamily(
+        "prioqueue_member_queue_depth", "Jobs waiting, per member.", labels=by_member
+    )
+    m_dispatched = CounterMetricFamily(
+        "prioqueue_member_dispatched", "Grants per member.", labels=by_member
+    )
+    m_completed = CounterMetricFamily(
+        "prioqueue_member_completed", "Completed jobs per member.", labels=by_member
+    )
+    m_seconds = CounterMetricFamily(
+        "prioqueue_member_gpu_seconds",
+        "GPU-seconds charged to each member's lanes (runtime or estimate by charge model).",
+        labels=by_member,
+    )
+    busy = GaugeMetricFamily("prioqueue_busy", "1 while a job holds the resource, else 0.")
+    groups = GaugeMetricFamily(
+        "prioqueue_groups_running", "Groups (films) with a job queued or running."
+    )
+    resident = InfoMetricFamily(
+        "prioqueue_resident_model", "The model believed loaded (no sample when none)."
+    )
+    if stats is not None:
+        for name, member in stats.members.items():
+            m_depth.add_metric([name], member.queued)
+            m_dispatched.add_metric([name], member.dispatched)
+            m_completed.add_metric([name], member.completed)
+            m_seconds.add_metric([name], member.gpu_seconds)
+        busy.add_metric([], 0 if stats.running is None else 1)
+        groups.add_metric([], stats.groups)
+        if stats.resident_model is not None:
+            resident.add_metric([], {"model": stats.resident_model})
+    return [m_depth, m_dispatched, m_completed, m_seconds, busy, groups, resident]
+
+
+def _total_families(stats: Stats | None) -> list[Metric]:
+    """The dispatcher-wide counters."""
+    totals = {
+        "swaps": CounterMetricFamily(
+            "prioqueue_swaps", "Grants whose model differed from the resident one."
+        ),
+        "completed": CounterMetricFamily("prioqueue_completed", "Jobs completed."),
+        "cancelled": CounterMetricFamily(
+            "prioqueue_cancelled", "Jobs cancelled, queued or running."
+        ),
+        "expired": CounterMetricFamily("prioqueue_lease_expired", "Leases that ran out."),
+        "failed": CounterMetricFamily(
+            "prioqueue_failed", "Jobs dropped after their last attempt, or reported failed."
+        ),
+    }
+    if stats is not None:
+        for field, family in totals.items():
+            family.add_metric([], getattr(stats, field))
+    return list(totals.values())
 
 
 _registered: weakref.WeakKeyDictionary[CollectorRegistry, PrioqueueCollector] = (

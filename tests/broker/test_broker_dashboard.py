@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from prioqueue.ui import _model
+from prioqueue.ui import model as _model
 
 from .broker_helpers import BOB, KEYS, SUBMITTER, WORKER, Api, api, run
 

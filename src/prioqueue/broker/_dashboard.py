@@ -20,7 +20,7 @@ through the rest of the API:
 overtakes, forecast start), for a submitter key that may read it (its own member's job, any
 job for an observer or admin key); others' jobs in the explanation lose id and member.
 
-Cost: one read of the engine, ``stats()`` and the bounded walks of :mod:`prioqueue.ui._model`:
+Cost: one read of the engine, ``stats()`` and the bounded walks of :mod:`prioqueue.ui.model`:
 O(levels + lanes + workers + groups) plus fixed bounds, never O(queued jobs).
 """
 
@@ -37,7 +37,8 @@ from pydantic import BaseModel, Field
 from prioqueue.broker._http import AnyKey
 from prioqueue.broker._records import FINISHED, Rejected
 from prioqueue.broker.config import BrokerKey
-from prioqueue.ui import CSP, _model, asset
+from prioqueue.ui import CSP, asset
+from prioqueue.ui import model as _model
 
 __all__ = ["DashboardView", "router"]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from prioqueue._groups import group_key
 from prioqueue.broker.config import BrokerConfig
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.records import Job
@@ -17,15 +18,6 @@ from prioqueue.scoring import Scorer
 __all__ = ["group_key", "make_fleet", "restore_fleet"]
 
 LeaseFor = Callable[[Job, Any], float]
-
-
-def group_key(member: str, label: str) -> str:
-    """The dispatcher's group for ``member``'s ``label`` (the gateway's form). O(len).
-
-    The member's length prefix makes the key unambiguous, so two members' groups with the
-    same label never mix (``"a/b"`` of member ``"x"`` is not ``"b"`` of member ``"x/a"``).
-    """
-    return f"{len(member)}:{member}/{label}"
 
 
 def _options(config: BrokerConfig, lease_for: LeaseFor) -> dict[str, Any]:

@@ -16,8 +16,8 @@ from typing import Any
 import attrs
 
 from prioqueue._core import DEFAULT_EXPECTED_RUNTIME
+from prioqueue._core.queue import forecast_wait
 from prioqueue._errors import ConfigError, DuplicateJob, Overloaded, QueueFull
-from prioqueue._lifecycle import forecast_wait
 from prioqueue.broker import _groups
 from prioqueue.broker._budget import size_of
 from prioqueue.broker._fleet import group_key
@@ -215,7 +215,7 @@ def _check_budgets(state: EngineState, jobs: list[dict[str, Any]], now: float) -
                     recent = core._recent_level.get(number)
                     mean = sum(recent) / len(recent) if recent else DEFAULT_EXPECTED_RUNTIME
                     extra += count * mean
-            wait = forecast_wait(core, level) + extra / max(1, core._live)
+            wait = forecast_wait(core._state, level) + extra / max(1, core._live)
             if wait > budget.max_wait:
                 raise Rejected(
                     503,

@@ -9,7 +9,7 @@ level aggregates, its own member's lanes, jobs and groups, and the upstreams wit
 model, URL or swaps (others' jobs appear as ``{"hidden": true}``). ``?job=ID`` adds the job
 panel (the same rules as ``/prioqueue/jobs/{id}``).
 
-Cost: ``stats()`` plus the bounded walks of :mod:`prioqueue.ui._model`; never O(queued).
+Cost: ``stats()`` plus the bounded walks of :mod:`prioqueue.ui.model`; never O(queued).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from urllib.parse import parse_qs
 from prioqueue._errors import UnknownJob
 from prioqueue.gateway import _observe
 from prioqueue.gateway._forward import Send, send_json
-from prioqueue.ui import CSP, _model, asset
+from prioqueue.ui import CSP, asset
+from prioqueue.ui import model as _model
 
 if TYPE_CHECKING:
     from prioqueue.gateway._host import Host as Gateway
@@ -68,7 +69,7 @@ def dashboard(gateway: Gateway, who: Identity, job: str | None = None) -> dict[s
         JSON-ready data in the shape of the broker's ``GET /v1/dashboard``.
 
     Complexity: O(levels + lanes + workers + groups) plus the fixed bounds of
-    :mod:`prioqueue.ui._model`.
+    :mod:`prioqueue.ui.model`.
     """
     d = gateway.dispatcher
     now = gateway.gate.now()

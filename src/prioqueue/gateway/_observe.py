@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from prioqueue._errors import UnknownJob
+from prioqueue._groups import group_key
 from prioqueue.gateway._record import record_finished
 
 if TYPE_CHECKING:
@@ -58,11 +59,6 @@ STATUS_LIMIT = 100
 """Queued jobs listed by ``/prioqueue/status`` unless ``?limit=`` says otherwise."""
 STATUS_MAX = 1000
 """The most queued jobs ``?limit=`` may ask for (the counts are always complete)."""
-
-
-def group_key(member: str, label: str) -> str:
-    """The dispatcher's group label for a member's ``X-Prioqueue-Group`` (unambiguous)."""
-    return f"{len(member)}:{member}/{label}"
 
 
 def _held(gateway: Gateway) -> list[Grant]:

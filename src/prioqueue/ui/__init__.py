@@ -6,7 +6,7 @@ service that served it (``GET /v1/dashboard`` on the broker, ``GET /prioqueue/da
 the gateway) every 2 s with the API key the user typed (kept in ``sessionStorage``, sent as
 ``Authorization: Bearer``), and renders the answer with ``textContent`` only.
 
-:func:`asset` answers the services' static routes; :mod:`prioqueue.ui._model` builds the
+:func:`asset` answers the services' static routes; :mod:`prioqueue.ui.model` builds the
 parts of the JSON answer both services share.
 """
 

@@ -1,4 +1,4 @@
-"""What both services' dashboard endpoints show, read from a dispatcher (private).
+"""What both services' dashboard endpoints show, read from a dispatcher.
 
 Theory of operation
 -------------------
@@ -38,11 +38,32 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from prioqueue._core.facade import state_of
+from prioqueue._core.observe import predict, runtime_estimator
+from prioqueue._groups import split_group
 from prioqueue._lanes import QUEUED
-from prioqueue._observe import predict, runtime_estimator
 from prioqueue.records import Explanation, Stats
 
-__all__: list[str] = []  # private module
+__all__ = [
+    "FORECAST_EVERY",
+    "FORECAST_LIMIT",
+    "GROUP_LIMIT",
+    "HISTORY_SCAN",
+    "LANE_HEADS",
+    "LANE_SCAN",
+    "SAMPLE_EVERY",
+    "SWAPS_PER_WORKER",
+    "WINDOW",
+    "ForecastCache",
+    "Recent",
+    "explanation",
+    "groups",
+    "history",
+    "job",
+    "lanes",
+    "split_group",
+    "workers",
+]
 
 WINDOW: Final = 600.0
 """Seconds of recent activity behind the per-level rates and quantiles and the lane shares."""
@@ -194,7 +215,7 @@ def history(d: Any, view_now: float) -> list[Any]:
     """The dispatcher's remembered grants of the recent window, newest first (bounded)."""
     records: list[Any] = []
     since = view_now - WINDOW
-    for record in reversed(d._history):
+    for record in reversed(state_of(d).history.records):
         if record.at < since or len(records) >= HISTORY_SCAN:
             break
         records.append(record)
@@ -231,7 +252,7 @@ def lanes(d: Any, view_now: float, visible: Visible, recent: list[Any]) -> list[
         grants[record.priority][record.member] += 1
     active: dict[int, set[str]] = defaultdict(set)
     shown = []
-    for key, lane in d._lanes.items():
+    for key, lane in state_of(d).lanes.items():
         if not isinstance(key, tuple) or not (lane.live or lane.holding):
             continue
         if lane.live:
@@ -287,8 +308,9 @@ def workers(d: Any, view_now: float, visible: Visible, recent: list[Any]) -> lis
                  "from": record.resident}
             )  # fmt: skip
     rows = []
-    for name in sorted(d._workers):
-        worker = d._workers[name]
+    workers_of = state_of(d).workers
+    for name in sorted(workers_of):
+        worker = workers_of[name]
         held = [job(entry, view_now, visible) for entry in worker.held]
         rows.append(
             {
@@ -306,14 +328,6 @@ def workers(d: Any, view_now: float, visible: Visible, recent: list[Any]) -> lis
             }
         )
     return rows
-
-
-def split_group(key: str) -> tuple[str, str] | None:
-    """``(member, label)`` of a service's group key ``"<len>:<member>/<label>"``, or None."""
-    size, colon, rest = key.partition(":")
-    if not colon or not size.isdigit() or len(rest) <= int(size) or rest[int(size)] != "/":
-        return None
-    return rest[: int(size)], rest[int(size) + 1 :]
 
 
 def groups(
@@ -340,13 +354,13 @@ def groups(
     Returns:
         JSON-ready rows, active groups first, then by label.
     """
-    book = d._groups
+    book = state_of(d).groups
     chosen: list[tuple[str, str, str, bool]] = []
-    for key, record in book._groups.items():
+    for key, active in book.listing():
         parts = split_group(key)
         if parts is None or not visible(parts[0]) or (known is not None and not known(key)):
             continue
-        chosen.append((key, parts[0], parts[1], bool(record.jobs)))
+        chosen.append((key, parts[0], parts[1], active))
     chosen.sort(key=lambda c: (not c[3], c[2], c[1]))
     chosen = chosen[:GROUP_LIMIT]
     statuses = {key: book.status(key, now=t, finish=None) for key, *_ in chosen}
@@ -385,11 +399,12 @@ def _forecast(
     """Each wanted group's predicted finish from one bounded dry run: ``(finish, beyond)``."""
     if not wanted:
         return {}
-    book = d._groups
-    expected = runtime_estimator(d)
+    state = state_of(d)
+    book = state.groups
+    expected = runtime_estimator(state)
     finish: dict[str, float | None] = {}
     unknown: set[str] = set()
-    for worker in d._workers.values():
+    for worker in state.workers.values():
         for entry in worker.held:
             key = book.group_of(entry.job.id)
             if key in wanted:
@@ -402,7 +417,7 @@ def _forecast(
     left = {key: statuses[key].queued for key in wanted}
     waiting = sum(left.values())
     if waiting:
-        for step in predict(d, t, stop_at=None, limit=FORECAST_LIMIT):
+        for step in predict(state, t, stop_at=None, limit=FORECAST_LIMIT):
             key = book.group_of(step.entry.job.id)
             if key not in left:
                 continue

@@ -23,7 +23,7 @@ import bisect
 import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
 
@@ -94,62 +94,17 @@ def forecast_order(
         on the way is unknown).
     """
     sims = [_SimLane(lane, lane.queued()) for lane in lanes]
-    main: list[tuple[float, float, int, int, _SimLane]] = []
-    models: dict[str, list[tuple[float, float, int, int, _SimLane]]] = {}
-
-    def push(sim: _SimLane) -> None:
-        head = sim.head
-        if head is None:
-            return
-        job = head.job
-        base = sim.lane.level + job.tier_bonus
-        heapq.heappush(main, (-(base - sim.s / divisor), sim.s, job.seq, sim.version, sim))
-        if job.model is not None:
-            aff = affinity(job.model)
-            if aff > 0.0:
-                item = (-(base + aff - sim.s / divisor), sim.s, job.seq, sim.version, sim)
-                heapq.heappush(models.setdefault(job.model, []), item)
-
-    def top(
-        heap: list[tuple[float, float, int, int, _SimLane]],
-    ) -> tuple[float, float, int, int, _SimLane] | None:
-        while heap and heap[0][3] != heap[0][4].version:
-            heapq.heappop(heap)
-        return heap[0] if heap else None
-
+    heaps = _SimHeaps(divisor, affinity)
     clock: float | None = busy_until
     nominal = now if busy_until is None else busy_until
-    # Backlogged lanes per level: a lane alone at its level is re-anchored after a charge.
-    per_level: dict[int, int] = {}
-    for sim in sims:
-        per_level[sim.lane.level] = per_level.get(sim.lane.level, 0) + 1
-    by_lane = {id(sim.lane): sim for sim in sims}
-    for lane, charged in pending:
-        held = by_lane.get(id(lane))
-        if held is not None and fair_share:
-            held.s = min(held.s + charged, nominal)
-            if per_level[held.lane.level] == 1:
-                held.s = nominal
-    for sim in sims:
-        push(sim)
+    per_level = _settle(sims, pending, nominal, fair_share)
+    for each in sims:
+        heaps.push(each)
     out: list[Predicted] = []
     while limit is None or len(out) < limit:
-        best = top(main)
-        if best is None:
+        sim = heaps.best(resident)
+        if sim is None:
             break
-        if resident is not None:
-            heap = models.get(resident)
-            other = top(heap) if heap is not None else None
-            head = best[4].head
-            assert head is not None
-            if head.job.model == resident and affinity(resident) > 0.0:
-                aff = affinity(resident)
-                sim = best[4]
-                base = sim.lane.level + head.job.tier_bonus
-                best = (-(base + aff - sim.s / divisor), sim.s, head.job.seq, sim.version, sim)
-            if other is not None and other[:3] < best[:3]:
-                best = other
-        sim = best[4]
         entry = sim.head
         assert entry is not None
         out.append(Predicted(entry=entry, start=clock))
@@ -171,8 +126,89 @@ def forecast_order(
                 sim.s = nominal
         if entry.job.model is not None:
             resident = entry.job.model
-        push(sim)
+        heaps.push(sim)
     return out
+
+
+def _settle(
+    sims: list[_SimLane],
+    pending: Iterable[tuple[_Lane, float]],
+    nominal: float,
+    fair_share: bool,
+) -> dict[int, int]:
+    """Apply the held jobs' pending charges; return the backlogged lanes per level.
+
+    A lane alone at its level is re-anchored after a charge (as the dispatcher does).
+    """
+    per_level: dict[int, int] = {}
+    for sim in sims:
+        per_level[sim.lane.level] = per_level.get(sim.lane.level, 0) + 1
+    by_lane = {id(sim.lane): sim for sim in sims}
+    for lane, charged in pending:
+        held = by_lane.get(id(lane))
+        if held is not None and fair_share:
+            held.s = min(held.s + charged, nominal)
+            if per_level[held.lane.level] == 1:
+                held.s = nominal
+    return per_level
+
+
+class _SimItem(NamedTuple):
+    """A simulated lane's offer: ordered by key, then ``s``, then seq (stale by version)."""
+
+    neg_key: float
+    s: float
+    seq: int
+    version: int
+    sim: _SimLane
+
+
+class _SimHeaps:
+    """The dry run's ranking: a main heap of lane heads and one per model with the bonus."""
+
+    def __init__(self, divisor: float, affinity: Callable[[str], float]) -> None:
+        self.divisor = divisor
+        self.affinity = affinity
+        self.main: list[_SimItem] = []
+        self.models: dict[str, list[_SimItem]] = {}
+
+    def item(self, sim: _SimLane, bonus: float) -> _SimItem:
+        head = sim.head
+        assert head is not None
+        key = sim.lane.level + head.job.tier_bonus + bonus - sim.s / self.divisor
+        return _SimItem(-key, sim.s, head.job.seq, sim.version, sim)
+
+    def push(self, sim: _SimLane) -> None:
+        head = sim.head
+        if head is None:
+            return
+        heapq.heappush(self.main, self.item(sim, 0.0))
+        model = head.job.model
+        if model is not None:
+            aff = self.affinity(model)
+            if aff > 0.0:
+                heapq.heappush(self.models.setdefault(model, []), self.item(sim, aff))
+
+    @staticmethod
+    def top(heap: list[_SimItem]) -> _SimItem | None:
+        while heap and heap[0].version != heap[0].sim.version:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
+
+    def best(self, resident: str | None) -> _SimLane | None:
+        """The lane the dry run grants next for the resident model, or None."""
+        best = self.top(self.main)
+        if best is None or resident is None:
+            return None if best is None else best.sim
+        heap = self.models.get(resident)
+        other = self.top(heap) if heap is not None else None
+        head = best.sim.head
+        assert head is not None
+        if head.job.model == resident and self.affinity(resident) > 0.0:
+            best = self.item(best.sim, self.affinity(resident))
+        if other is not None and other[:3] < best[:3]:
+            best = other
+        return best.sim
 
 
 def ahead_jobs(
@@ -219,7 +255,7 @@ def overtakes(
     Args:
         job: The explained job.
         until: The end of its wait (its grant, or now).
-        history: The grant records (``_engine.DispatchRecord``), oldest first.
+        history: The grant records (``items.DispatchRecord``), oldest first.
         tier_bonus: The tier bonus the job's lane competes with (its head's).
         s_at: ``time -> the job's lane's virtual start at that time``.
         divisor: The aging divisor.

@@ -1,9 +1,9 @@
 """Snapshot and restore: a dispatcher's state as plain JSON data (private).
 
-``dump`` writes every queued job in lane order, each lane's settled virtual start, every held
-job with its worker, lease and up-front charge, and the workers; ``load`` rebuilds them into a
-new dispatcher without lifting anything, so no queued job, lane age or lease is lost. Counters
-and the grant history are not kept.
+``dump`` writes every queued job in lane order, each lane's settled start, every held job
+with its worker, lease and up-front charge, the workers and the groups; ``load`` rebuilds them
+without lifting anything (no queued job, lane age or lease is lost). Counters and the grant
+history are not kept.
 
 ``SizeOneDispatcher`` keeps its format (``prioqueue.dispatcher/1``: one ``running`` job and the
 ``resident_model``); ``FleetDispatcher`` writes ``prioqueue.fleet/1`` (``held`` and
@@ -17,12 +17,13 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
-from prioqueue import _lifecycle
-from prioqueue._core import _RECENT_PER_KEY, LEVEL_LIMIT
+from prioqueue._core.config import LEVEL_LIMIT, RECENT_PER_KEY
+from prioqueue._core.items import PARKED
+from prioqueue._core.state import State
 from prioqueue._errors import DuplicateJob
 from prioqueue._lanes import RUNNING, _Entry
 from prioqueue._validate import checked_name, finite, positive_or_none
@@ -32,26 +33,23 @@ from prioqueue.lifecycle import Backoff
 from prioqueue.records import Expired, Grant, Job
 from prioqueue.scoring import ScoreBreakdown
 
-if TYPE_CHECKING:
-    from prioqueue._core import _Core as _Engine
-
 __all__: list[str] = []  # private module
 
 SNAPSHOT_FORMAT = "prioqueue.dispatcher/1"
 FLEET_FORMAT = "prioqueue.fleet/1"
 
 
-def dump(d: _Engine, t: float) -> dict[str, Any]:
+def dump(d: State, t: float) -> dict[str, Any]:
     """Return ``d``'s state at time ``t`` as JSON-serialisable data. O(n)."""
     lanes = []
     queued = []
-    for lane in d._lanes.values():
-        if d._fair_share:
+    for lane in d.lanes.values():
+        if d.fair_share:
             lanes.append({"member": lane.member, "level": lane.level, "s": lane.settled})
         for entry in lane.queued():
             queued.append(_job_record(entry))
     held = []
-    for worker in d._workers.values():
+    for worker in d.workers.values():
         for entry in worker.held:
             record = _job_record(entry)
             grant = entry.grant
@@ -62,42 +60,43 @@ def dump(d: _Engine, t: float) -> dict[str, Any]:
             record["swap"] = grant.swap
             record["charged"] = entry.charged
             record["capacity"] = entry.capacity
-            moved = d._crossings.get(entry)
+            moved = d.crossings.get(entry)
             if moved is not None:
                 record["crossing"] = {"weight": moved[0], "basis": moved[1]}
             record["expected_end"] = entry.expected_end
             held.append(record)
     state: dict[str, Any] = {
         "taken_at": t,
-        "seq": d._seq,
-        "fair_share": d._fair_share,
+        "seq": d.seq,
+        "fair_share": d.fair_share,
         "lanes": lanes,
         "queued": queued,
         # The crossing credit (bounded crossings): restoring it makes the next deferrals the
         # same as without the restart.
-        "crossing_credit": d._credit,
-        "crossing_share": d._share,
+        "crossing_credit": d.credit,
+        "crossing_share": d.share,
         # The runtimes behind the expected charge: restoring them makes the next grants the
         # same as without the restart.
         "recent": {
-            "models": {model: list(r) for model, r in d._recent_model.items()},
-            "levels": {str(level): list(r) for level, r in d._recent_level.items()},
+            "models": {model: list(r) for model, r in d.recent_model.items()},
+            "levels": {str(level): list(r) for level, r in d.recent_level.items()},
         },
     }
     # The job lifecycle (docs/design/lifecycle.md): delayed jobs with their release times,
     # and the ttl expiries no ``expire`` has reported yet. Absent when there are none.
     parked = [
         {**_job_record(e), "release_at": e.queued_at}
-        for e in d._entries.values()
-        if e.state == _lifecycle.PARKED
+        for e in d.entries.values()
+        if e.state == PARKED
     ]
     if parked:
         state["delayed"] = parked
-    if d._lapsed:
+    if d.timers.lapsed:
         state["lapsed"] = [
-            {"job": _job_record_of(x.job, x.attempt), "deadline": x.deadline} for x in d._lapsed
+            {"job": _job_record_of(x.job, x.attempt), "deadline": x.deadline}
+            for x in d.timers.lapsed
         ]
-    if d._name_in_grants:
+    if d.name_in_grants:
         state["format"] = FLEET_FORMAT
         state["held"] = held
         state["workers"] = [
@@ -110,12 +109,13 @@ def dump(d: _Engine, t: float) -> dict[str, Any]:
                 "timed_out": w.timed_out,
                 "last_seen": w.last_seen,
             }
-            for w in d._workers.values()
+            for w in d.workers.values()
         ]
     else:
         state["format"] = SNAPSHOT_FORMAT
         state["running"] = held[0] if held else None
-        state["resident_model"] = next(iter(d._workers.values())).resident
+        state["resident_model"] = next(iter(d.workers.values())).resident
+    state["groups"] = d.groups.dump()
     return state
 
 
@@ -134,14 +134,14 @@ def _bool(name: str, value: object) -> bool:
 
 
 def load(
-    d: _Engine, state: Mapping[str, Any], now: float | None, *, require_lease: bool = False
+    d: State, state: Mapping[str, Any], now: float | None, *, require_lease: bool = False
 ) -> None:
     """Fill the new dispatcher ``d`` from ``state`` (see ``restore``).
 
     Raises:
         ValueError: The state is not a valid snapshot; the message says what is wrong.
     """
-    fleet = d._name_in_grants
+    fleet = d.name_in_grants
     expected_format = FLEET_FORMAT if fleet else SNAPSHOT_FORMAT
     try:
         if state.get("format") != expected_format:
@@ -150,24 +150,11 @@ def load(
         shift = 0.0 if now is None else finite("now", now) - taken_at
         snapshot_fair = _bool("fair_share", state["fair_share"])
         top_seq = _int("seq", state["seq"], 0)
-        d._seq = top_seq
-        d._now = finite("taken_at + shift", taken_at + shift)
-        if d._fair_share:
-            for record in state["lanes"]:
-                member = checked_name("member", record["member"])
-                level = _level(record["level"])
-                s = finite("lane s", record["s"])
-                if s > taken_at:
-                    raise ValueError(
-                        f"lane ({member!r}, {level}) starts at {s!r}, after the snapshot was "
-                        f"taken ({taken_at!r})"
-                    )
-                if (member, level) in d._lanes:
-                    raise ValueError(f"lane ({member!r}, {level}) appears twice")
-                d._lanes[(member, level)] = d._new_lane(member, level, s + shift)
+        d.restore_start(top_seq, finite("taken_at + shift", taken_at + shift))
+        if d.fair_share:
+            _load_lanes(d, state["lanes"], taken_at, shift)
         seqs: set[int] = set()
-        d._credit = finite("crossing_credit", state.get("crossing_credit", 0.0))
-        _load_recent(d, state.get("recent"))
+        _load_recent(d, finite("crossing_credit", state.get("crossing_credit", 0.0)), state)
         if fleet:
             _load_workers(d, state["workers"], shift)
         held = [r for r in (state["held"] if fleet else [state["running"]]) if r is not None]
@@ -177,40 +164,25 @@ def load(
                 _restore_held(d, record, shift, seqs, top_seq, require_lease)
                 continue
             job = _job_from_record(d, record, shift, seqs, top_seq)
-            if snapshot_fair and d._fair_share and (job.member, job.priority) not in d._lanes:
+            if snapshot_fair and d.fair_share and (job.member, job.priority) not in d.lanes:
                 raise ValueError(f"job {job.id!r} has no lane record")
             # From a snapshot without fair share, a new lane starts at its oldest job's
             # arrival (an enqueue without a lift does that).
-            entry = d._enqueue(
+            entry = d.enqueue(
                 job,
                 attempt=_int("attempt", record["attempt"], 1),
-                now=d._now,
+                now=d.now,
                 requeue=False,
                 lift=False,
             )
             queued_at = record.get("queued_at")
             if queued_at is not None:  # a requeued job's warm hold counts from its requeue
                 entry.queued_at = finite("queued_at", finite("queued_at", queued_at) + shift)
-        for record in state.get("delayed", ()):
-            job = _job_from_record(d, record, shift, seqs, top_seq)
-            release_at = finite("release_at", finite("release_at", record["release_at"]) + shift)
-            _lifecycle.park(d, job, _int("attempt", record["attempt"], 1), release_at)
-        for record in state.get("lapsed", ()):
-            # An expired job is gone: its id may be queued again (not "twice").
-            job = _job_from_record(d, record["job"], shift, set(), top_seq, known=False)
-            d._lapsed.append(
-                Expired(
-                    job=job,
-                    attempt=_int("attempt", record["job"]["attempt"], 1),
-                    deadline=finite("deadline", finite("deadline", record["deadline"]) + shift),
-                    requeued=False,
-                    cause="ttl",
-                )
-            )
+        _load_lifecycle(d, state, shift, seqs, top_seq)
         if not fleet:
             resident = state["resident_model"]
-            one = next(iter(d._workers.values()))
-            d._set_resident(one, None if resident is None else checked_name("model", resident))
+            one = next(iter(d.workers.values()))
+            d.set_resident(one, None if resident is None else checked_name("model", resident))
     except KeyError as exc:
         raise ValueError(
             f"invalid snapshot: missing key {exc.args[0]!r} (KeyError; every field snapshot() "
@@ -225,6 +197,44 @@ def load(
         raise ValueError(f"invalid snapshot: {exc}") from exc
 
 
+def _load_lanes(d: State, records: Any, taken_at: float, shift: float) -> None:
+    """Make every lane of a fair-share snapshot again, at its settled start."""
+    for record in records:
+        member = checked_name("member", record["member"])
+        level = _level(record["level"])
+        s = finite("lane s", record["s"])
+        if s > taken_at:
+            raise ValueError(
+                f"lane ({member!r}, {level}) starts at {s!r}, after the snapshot was "
+                f"taken ({taken_at!r})"
+            )
+        if (member, level) in d.lanes:
+            raise ValueError(f"lane ({member!r}, {level}) appears twice")
+        d.lane_for((member, level), member, level, s + shift)
+
+
+def _load_lifecycle(
+    d: State, state: Mapping[str, Any], shift: float, seqs: set[int], top_seq: int
+) -> None:
+    """The delayed jobs (parked again) and the ttl expiries not yet reported."""
+    for record in state.get("delayed", ()):
+        job = _job_from_record(d, record, shift, seqs, top_seq)
+        release_at = finite("release_at", finite("release_at", record["release_at"]) + shift)
+        d.park(job, _int("attempt", record["attempt"], 1), release_at)
+    for record in state.get("lapsed", ()):
+        # An expired job is gone: its id may be queued again (not "twice").
+        job = _job_from_record(d, record["job"], shift, set(), top_seq, known=False)
+        d.timers.report(
+            Expired(
+                job=job,
+                attempt=_int("attempt", record["job"]["attempt"], 1),
+                deadline=finite("deadline", finite("deadline", record["deadline"]) + shift),
+                requeued=False,
+                cause="ttl",
+            )
+        )
+
+
 def _level(value: object) -> int:
     level = _int("level", value)
     if not -LEVEL_LIMIT <= level <= LEVEL_LIMIT:
@@ -232,37 +242,40 @@ def _level(value: object) -> int:
     return level
 
 
-def _load_recent(d: _Engine, recent: Any) -> None:
-    """Restore the recent runtimes (absent from older snapshots: then none are known)."""
-    if recent is None:
-        return
-    for model, runtimes in recent["models"].items():
-        d._recent_model[checked_name("model", model)] = _runtimes(runtimes)
-    for level, runtimes in recent["levels"].items():
-        d._recent_level[_level(int(level))] = _runtimes(runtimes)
+def _load_recent(d: State, credit: float, state: Mapping[str, Any]) -> None:
+    """Restore the crossing credit and the recent runtimes (older snapshots lack them)."""
+    recent = state.get("recent")
+    models: dict[str, deque[float]] = {}
+    levels: dict[int, deque[float]] = {}
+    if recent is not None:
+        for model, runtimes in recent["models"].items():
+            models[checked_name("model", model)] = _runtimes(runtimes)
+        for level, runtimes in recent["levels"].items():
+            levels[_level(int(level))] = _runtimes(runtimes)
+    d.restore_recent(credit, models, levels)
 
 
 def _runtimes(values: Any) -> deque[float]:
     runtimes = [finite("recent runtime", value) for value in values]
-    if any(value < 0 for value in runtimes) or len(runtimes) > _RECENT_PER_KEY:
+    if any(value < 0 for value in runtimes) or len(runtimes) > RECENT_PER_KEY:
         raise ValueError(
-            f"recent runtimes must be at most {_RECENT_PER_KEY} numbers >= 0, got {values!r}"
+            f"recent runtimes must be at most {RECENT_PER_KEY} numbers >= 0, got {values!r}"
         )
-    return deque(runtimes, maxlen=_RECENT_PER_KEY)
+    return deque(runtimes, maxlen=RECENT_PER_KEY)
 
 
-def _load_workers(d: _Engine, records: Any, shift: float) -> None:
+def _load_workers(d: State, records: Any, shift: float) -> None:
     for record in records:
         name = checked_name("worker name", record["name"])
-        if name in d._workers:
+        if name in d.workers:
             raise ValueError(f"worker {name!r} appears twice")
         seen = record.get("last_seen")
         last_seen = (
-            d._now if seen is None else finite("last_seen", finite("last_seen", seen) + shift)
+            d.now if seen is None else finite("last_seen", finite("last_seen", seen) + shift)
         )
-        if last_seen > d._now:
+        if last_seen > d.now:
             raise ValueError(f"worker {name!r} was last seen after the snapshot was taken")
-        worker = d._workers[name] = _Worker(name, last_seen)
+        worker = _Worker(name, last_seen)
         models = record["models"]
         if models is not None and not isinstance(models, (list, tuple, set, frozenset)):
             raise ValueError(
@@ -276,16 +289,13 @@ def _load_workers(d: _Engine, records: Any, shift: float) -> None:
         resident = record["resident"]
         if resident is not None:
             worker.resident = checked_name("resident", resident)
-        if _bool("timed_out", record.get("timed_out", False)):
-            worker.timed_out = True  # it stays out of the capacity until it speaks again
-        else:
-            d._live += 1
-            if worker.resident is not None:
-                d._residents[worker.resident] = d._residents.get(worker.resident, 0) + 1
+        # A timed-out worker stays out of the capacity until it speaks again.
+        worker.timed_out = _bool("timed_out", record.get("timed_out", False))
+        d.restore_worker(worker)
 
 
 def _job_from_record(
-    d: _Engine,
+    d: State,
     record: Mapping[str, Any],
     shift: float,
     seqs: set[int],
@@ -297,7 +307,7 @@ def _job_from_record(
     model = record["model"]
     estimate = record["estimate"]
     job_id = checked_name("job id", record["id"])
-    if known and job_id in d._entries:
+    if known and job_id in d.entries:
         raise DuplicateJob(f"job {job_id!r} appears twice")
     seq = _int("seq", record["seq"], 1)
     if seq in seqs:
@@ -315,7 +325,7 @@ def _job_from_record(
         member=checked_name("member", record["member"]),
         priority=_level(record["priority"]),
         tier=tier,
-        tier_bonus=d._scorer.tier_bonus(tier),
+        tier_bonus=d.scorer.tier_bonus(tier),
         model=None if model is None else checked_name("model", model),
         estimate=positive_or_none("estimate", estimate),
         arrival=finite("arrival", arrival + shift),
@@ -331,7 +341,7 @@ def _job_from_record(
 
 
 def _in_lane_order(
-    d: _Engine, queued: list[dict[str, Any]], held: list[dict[str, Any]]
+    d: State, queued: list[dict[str, Any]], held: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """The queued and held records in the order their lanes must be made again.
 
@@ -342,13 +352,13 @@ def _in_lane_order(
     order of ``snapshot()["queued"]``, once that job is requeued).
     """
     records = [*queued, *held]
-    if d._fair_share:
+    if d.fair_share:
         return records
     return sorted(records, key=lambda record: _int("seq", record["seq"], 0))
 
 
 def _restore_held(
-    d: _Engine,
+    d: State,
     record: Mapping[str, Any],
     shift: float,
     seqs: set[int],
@@ -356,10 +366,10 @@ def _restore_held(
     require_lease: bool,
 ) -> None:
     job = _job_from_record(d, record, shift, seqs, top_seq)
-    name = record.get("worker") if d._name_in_grants else None
-    if d._name_in_grants and name is None:
+    name = record.get("worker") if d.name_in_grants else None
+    if d.name_in_grants and name is None:
         raise ValueError(f"held job {job.id!r} names no worker (each held job needs its 'worker')")
-    found = next(iter(d._workers.values())) if name is None else d._workers.get(name)
+    found = next(iter(d.workers.values())) if name is None else d.workers.get(name)
     if found is None:
         raise ValueError(f"job {job.id!r} is held by unknown worker {name!r}")
     worker = found
@@ -380,10 +390,8 @@ def _restore_held(
     capacity = _int("capacity", record.get("capacity", 1), 1)
     if charged < 0:
         raise ValueError(f"charged must be >= 0, got {charged!r}")
-    key: tuple[str, int] | str = (job.member, job.priority) if d._fair_share else job.id
-    lane = d._lanes.get(key)
-    if lane is None:
-        lane = d._lanes[key] = d._new_lane(job.member, job.priority, job.arrival)
+    key: tuple[str, int] | str = (job.member, job.priority) if d.fair_share else job.id
+    lane = d.lane_for(key, job.member, job.priority, job.arrival)
     queued_at = record.get("queued_at")
     entry = _Entry(
         job,
@@ -395,21 +403,11 @@ def _restore_held(
     entry.granted_at = granted_at
     entry.worker = worker
     entry.capacity = capacity
-    entry.charged = charged if d._fair_share else 0.0
-    crossing = record.get("crossing")
-    if crossing is not None:
-        weight = finite("crossing weight", crossing["weight"])
-        basis = finite("crossing basis", crossing["basis"])
-        if not -1 <= weight <= 1 or basis < 0:
-            raise ValueError(
-                f"held job {job.id!r}: crossing weight must lie within [-1, 1] and its basis "
-                f"be >= 0, got {crossing!r}"
-            )
-        if weight:
-            d._crossings[entry] = (weight, basis)
+    entry.charged = charged if d.fair_share else 0.0
+    crossing = _crossing(job, record.get("crossing"))
     end = record.get("expected_end")  # absent in older snapshots: from the recent runtimes
     entry.expected_end = (
-        granted_at + d._expected_runtime(job)
+        granted_at + d.expected_runtime(job)
         if end is None
         else finite("expected_end", finite("expected_end", end) + shift)
     )
@@ -422,21 +420,23 @@ def _restore_held(
         attempt=entry.attempt,
         waited=granted_at - job.arrival,
         swap=bool(record["swap"]),
-        worker=worker.name if d._name_in_grants else None,
+        worker=worker.name if d.name_in_grants else None,
     )
-    d._entries[job.id] = entry
-    d._held += 1
-    worker.held.append(entry)
-    lane.holding += 1
-    lane.owner.running += 1
-    lane.held += entry.charged
-    lane.set_s()
-    if lane.live:
-        d._note_s(lane)
-        d._touch(lane)
-    if lease is not None:
-        d._deadlines.append((lease.deadline, job.seq, id(entry), entry))
-        d._deadlines.sort(key=lambda item: (item[0], item[1], item[2]))
+    d.restore_held(entry, crossing)
+
+
+def _crossing(job: Job, crossing: Any) -> tuple[float, float] | None:
+    """A held job's move of the crossing credit (absent when its grant crossed nothing)."""
+    if crossing is None:
+        return None
+    weight = finite("crossing weight", crossing["weight"])
+    basis = finite("crossing basis", crossing["basis"])
+    if not -1 <= weight <= 1 or basis < 0:
+        raise ValueError(
+            f"held job {job.id!r}: crossing weight must lie within [-1, 1] and its basis "
+            f"be >= 0, got {crossing!r}"
+        )
+    return weight, basis
 
 
 def _job_record(entry: _Entry) -> dict[str, Any]:

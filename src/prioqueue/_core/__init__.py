@@ -1,0 +1,45 @@
+"""The core: one dispatcher state, its transitions, its reads and its facades (private).
+
+Theory of operation (docs/design/state.md describes the object; docs/design/dispatcher.md,
+fleet.md and lifecycle.md the rules):
+
+* ``config``: the validated constructor options and the shared constants.
+* ``items``: the records the state is built from (levels, members, reorder counts, history,
+  timers, NamedTuple heap items).
+* ``state``: ``State``, the one object holding lanes, entries, levels, members, workers,
+  rankings, timers and groups, with its primitive changes; its attributes are the read API.
+* ``queue`` (submit, the lifecycle's timers and budgets) and ``grant`` (pop, complete, cancel,
+  fail, take-backs, expire): the transitions, functions of a ``State``.
+* ``choose``: which job a worker gets (reads only).
+* ``observe``, ``forecast``, ``persist``, ``check``: stats, forecasts, explanations,
+  snapshots and the invariants, reading the state.
+* ``facade``: ``Facade``, what ``SizeOneDispatcher`` and ``FleetDispatcher`` share: it holds a
+  ``State`` and delegates.
+
+The import order is that list's: no module imports one after it, so the package has no
+circle. Other packages import the constants from here.
+"""
+
+from __future__ import annotations
+
+from prioqueue._core.config import (
+    DEFAULT_CROSSING_SHARE,
+    DEFAULT_EXPECTED_RUNTIME,
+    DEFAULT_HISTORY_BYTES,
+    DEFAULT_RETRY_AFTER,
+    DEFAULT_WAIT_BUCKETS,
+    LEAST_SERVED,
+    LEVEL_LIMIT,
+    ChargeModel,
+)
+
+__all__ = [
+    "DEFAULT_CROSSING_SHARE",
+    "DEFAULT_EXPECTED_RUNTIME",
+    "DEFAULT_HISTORY_BYTES",
+    "DEFAULT_RETRY_AFTER",
+    "DEFAULT_WAIT_BUCKETS",
+    "LEAST_SERVED",
+    "LEVEL_LIMIT",
+    "ChargeModel",
+]

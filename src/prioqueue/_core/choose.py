@@ -1,0 +1,334 @@
+"""Which job a worker gets: the ranking's winner, bounded crossings, the warm hold (private).
+
+Theory of operation (the model is docs/design/fleet.md and docs/design/dispatcher.md):
+
+* ``pick`` finds the winner for one worker (the ranking's best when the worker serves every
+  model with no filter and no warm hold applies, else ``_workers.best_for`` over the
+  ``Search`` that ``search_for`` builds), then applies bounded crossings: a winner below the
+  highest eligible level is granted while the crossing credit is not negative (to the level
+  whose oldest job waited longest, its least-served lane), else deferred in favour of the
+  higher level's least-served offer.
+* Nothing here changes the state (stale heap items are dropped, which changes nothing
+  observable); ``grant.pop`` applies the pick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from contextlib import closing
+from heapq import heappop as _heappop
+from heapq import heappush as _heappush
+from heapq import heapreplace as _heapreplace
+from itertools import islice
+
+from prioqueue._core.config import LEAST_SERVED
+from prioqueue._core.items import Arrival, Backlog, Level, new_item
+from prioqueue._core.state import State
+from prioqueue._lanes import QUEUED, _Entry, _Lane
+from prioqueue._workers import Search, _Worker, best_for
+from prioqueue.records import Job
+
+__all__: list[str] = []  # private module
+
+
+#: What ``pick`` chose, unpacked by ``grant.pop`` (a plain tuple: built once per grant):
+#: the lane, entry and affinity to grant; the score's winner (the reorder counts compare
+#: against it); whether the ranking's best was eligible as it stands (no search needed);
+#: the crossing this grant deferred, if any; and how the grant moves the crossing credit
+#: (per expected second).
+Pick = tuple[_Lane, _Entry, float, Job, bool, "_Entry | None", float]
+
+
+def pick(d: State, worker: _Worker, t: float) -> Pick | None:
+    """The job to grant the worker, or None: the ranking's winner, or a crossing's choice.
+
+    Reads the state and changes nothing but stale heap items (see the design note).
+    """
+    d.flush()
+    resident = worker.resident
+    search: Search | None = None
+    fast = worker.models is None and worker.accepts is None
+    if fast and d.warm_hold > 0:
+        search = search_for(d, worker, t)
+        fast = not search.warm
+    best = d.ranking.best(resident) if fast else None
+    cap = d.config.max_running
+    if cap is not None and best is not None:
+        best_lane, _, _ = best
+        fast = best_lane.owner.running < cap
+    if not fast:
+        if search is None:
+            search = search_for(d, worker, t)
+        best = best_for(d.ranking, search, d.window)
+        if best is None:
+            # The longer hold applies only while the worker has something else to run.
+            relaxed = search.relaxed()
+            if relaxed is not None:
+                best = best_for(d.ranking, relaxed, d.window)
+    if best is None:
+        return None
+    lane, entry, aff = best
+    winner = entry.job  # the score's winner (the reorder counts compare against it)
+    # Bounded crossings (docs/design/dispatcher.md): a winner below the top eligible level
+    # crosses it; it is granted while the credit is not negative, else deferred.
+    deferred: _Entry | None = None
+    weight = 0.0
+    share = d.share
+    if share < 1.0:
+        top = d.top_level()
+        if top is not None and lane.level < top:
+            if search is None:
+                search = search_for(d, worker, t)
+            every = fast and cap is None  # every queued job is eligible: B is top
+            higher = None if every else above(d, search, lane.level, top, every)
+            if every or higher is not None:
+                if d.credit >= 0.0:
+                    # The crossing goes to the level whose oldest job has waited
+                    # longest for its band, to that level's least-served choice.
+                    weight = share - 1.0
+                    b = top if higher is None else higher[0].level  # (lane, entry, aff)
+                    starving = oldest_below(d, b).job.priority
+                    if starving != lane.level:
+                        offer = least_served(d, starving, search, every)
+                        if offer is not None:
+                            lane, entry, aff = offer
+                else:
+                    if higher is None:
+                        higher = above(d, search, lane.level, top, every)
+                    assert higher is not None
+                    deferred = entry
+                    lane, entry, aff = higher
+                    weight = share
+    return lane, entry, aff, winner, fast, deferred, weight
+
+
+def aging_exemption(d: State) -> float:
+    """``(T + A) * d``: the offsets' spread in seconds (the aging bound's constant)."""
+    config = d.scorer.config
+    bonuses = list(config.tier_bonuses.values())
+    spread = max(bonuses) - min(bonuses) if bonuses else 0.0
+    return (spread + config.max_affinity) * d.divisor
+
+
+def search_for(d: State, worker: _Worker, t: float) -> Search:
+    """The pop's eligibility view, with the warm hold's workers (the design note's rule).
+
+    With ``warm_hold = h > 0``, each other live worker that has a model resident and
+    serves it is *warm* for it: free now (a free slot), or busy (``slots`` jobs held) and
+    expected to free a slot at ``e`` with ``t - h < e <= t + h`` (``free_at`` lists the
+    busy ones' ``e`` per model). O(workers x slots).
+    """
+    hold = d.warm_hold
+    if not hold > 0:
+        return Search(worker, d.config.max_running)
+    low = t - hold
+    high = t + hold
+    free: set[str] = set()
+    free_at: dict[str, list[float]] = {}
+    for other in d.workers.values():
+        resident = other.resident
+        if other is worker or resident is None or other.timed_out or not other.serves(resident):
+            continue
+        if len(other.held) < other.slots:
+            free.add(resident)
+            continue
+        at = other.expected_free()
+        if not low < at <= high:
+            continue
+        times = free_at.get(resident)
+        if times is None:
+            free_at[resident] = [at]
+        else:
+            times.append(at)
+    return Search(
+        worker,
+        d.config.max_running,
+        frozenset(free),
+        free_at,
+        d.lanes.values(),
+        d.expected_runtime,
+        d.config.load_seconds,
+        hold,
+        t,
+        max((level for level, counts in d.levels.items() if counts.queued), default=0),
+        aging_exemption(d),
+        d.divisor,
+    )
+
+
+# ------------------------------------------------------------------ pop
+
+
+def oldest_below(d: State, top: int) -> _Entry:
+    """The queued job below level ``top`` that waited longest for its band.
+
+    That is the highest ``level - arrival / d`` (band plus the aging of its own wait);
+    ties by arrival, then seq. There is one: the caller found a backlogged lane below
+    ``top``. O(levels).
+    """
+    best: tuple[tuple[float, float, int], _Entry] | None = None
+    div = d.divisor
+    levels = d.levels
+    for number in d.level_order:
+        if number >= top:
+            continue
+        level = levels[number]
+        if not level.queued:
+            continue
+        arrivals = level.arrivals
+        while arrivals[0].entry.state != QUEUED:
+            _heappop(arrivals)
+        arrival, seq, _, entry = arrivals[0]
+        key = (-(number - arrival / div), arrival, seq)
+        if best is None or key < best[0]:
+            best = (key, entry)
+    assert best is not None
+    return best[1]
+
+
+def above(
+    d: State, search: Search, level: int, top: int, every: bool
+) -> tuple[_Lane, _Entry, float] | None:
+    """The least-served lane's offer at the highest level above ``level`` with one.
+
+    None when the worker has no eligible job above ``level``; ``top`` is the highest
+    backlogged level. With ``every`` (the fast path, no member cap) every job is
+    eligible, so that level is ``top``: amortised O(log n). Otherwise the levels are
+    tried from ``top`` down (see ``_least_served``).
+    """
+    if every:
+        return least_served(d, top, search, True)
+    for number in d.level_order:
+        if number <= level:
+            break
+        if number > top or not d.levels[number].lanes:
+            continue
+        offer = least_served(d, number, search, False)
+        if offer is not None:
+            return offer
+    return None
+
+
+def least_served(
+    d: State, number: int, search: Search, every: bool
+) -> tuple[_Lane, _Entry, float] | None:
+    """The offer a crossing or a deferral takes at level ``number``, or None.
+
+    Of the ``LEAST_SERVED`` lanes with the smallest ``s`` (ties: the lane created first;
+    without fair share each job is its own lane: by arrival, then seq) that offer the
+    search's worker a job, the one whose offer the ranking puts first (its key, then
+    ``s``, then its tie seq). A lane offers as in the ranking: its affinity job for the
+    worker's resident model (with the bonus) when it has an eligible one within the
+    window, else its first eligible job. Amortised O(K log n) for K = ``LEAST_SERVED``
+    plus the lanes skipped (that offer the worker nothing).
+    """
+    level = d.levels[number]
+    resident = search.resident
+    bonus = d.affinity(resident) if resident is not None else 0.0
+    div = d.divisor
+    if every:
+        return least_served_fast(d, level, resident, bonus)
+    found: list[tuple[tuple[float, float, int], _Lane, _Entry, float]] = []
+
+    def offer(lane: _Lane) -> None:
+        if search.at_cap(lane):
+            return
+        if bonus > 0.0:
+            assert resident is not None
+            chosen = search.affinity_job(lane, resident, d.window)
+            if chosen is not None:
+                first = lane.first_for(resident)
+                assert first is not None
+                key = lane.level + lane.head().job.tier_bonus + bonus - lane.s / div
+                found.append(((-key, lane.s, first.job.seq), lane, chosen, bonus))
+                return
+        chosen = search.first(lane)
+        if chosen is not None:
+            head = lane.head()
+            key = lane.level + head.job.tier_bonus + 0.0 - lane.s / div
+            found.append(((-key, lane.s, head.job.seq), lane, chosen, 0.0))
+
+    with closing(_by_service(d, level)) as lanes:
+        for lane in lanes:
+            offer(lane)
+            if len(found) >= LEAST_SERVED:
+                break
+    if not found:
+        return None
+    _, lane, entry, aff = min(found, key=lambda row: row[0])
+    return lane, entry, aff
+
+
+def least_served_fast(
+    d: State, level: Level, resident: str | None, bonus: float
+) -> tuple[_Lane, _Entry, float] | None:
+    """``_least_served`` for a worker that may take every job (the fast path)."""
+    # With fair share, at most the level's backlogged lanes (the scan stops there).
+    want = min(LEAST_SERVED, level.lanes) if d.fair_share else LEAST_SERVED
+    with closing(_by_service(d, level)) as found:
+        lanes = list(islice(found, want))
+    div = d.divisor
+    ranking = d.ranking
+    best: tuple[float, float, int] | None = None
+    won: tuple[_Lane, _Entry, float] | None = None
+    for lane in lanes:
+        head = lane.head()
+        s = lane.s
+        chosen = None
+        if bonus > 0.0:
+            assert resident is not None
+            chosen = ranking.candidate(lane, resident)
+        if chosen is not None:
+            key = lane.level + head.job.tier_bonus + bonus - s / div
+            order = (-key, s, chosen.job.seq)
+            offer = (lane, chosen, bonus)
+        else:
+            key = lane.level + head.job.tier_bonus + 0.0 - s / div
+            order = (-key, s, head.job.seq)
+            offer = (lane, head, 0.0)
+        if best is None or order < best:
+            best, won = order, offer
+    return won
+
+
+def _by_service(d: State, level: Level) -> Generator[_Lane, None, None]:
+    """The level's backlogged lanes, least served first, each once (for ``least_served``).
+
+    With fair share: by ``s`` (ties: the lane created first), read from the level's backlog
+    heap; without it each queued job is its own lane: by arrival, then seq. Items are popped
+    as the lanes are yielded and the live ones filed back when the iteration is closed
+    (``contextlib.closing``); stale ones are dropped, and an item below its lane's ``s`` (a
+    grant raised it) is re-filed first.
+    """
+    if d.fair_share:
+        backlog = level.backlog
+        scratch: list[Backlog] = []
+        seen: set[int] = set()
+        try:
+            while backlog:
+                s, ident, lane = backlog[0]
+                if not lane.live or s > lane.s:
+                    _heappop(backlog)  # gone, or a duplicate of a re-filed item
+                    continue
+                if s < lane.s:
+                    _heapreplace(backlog, new_item(Backlog, (lane.s, ident, lane)))
+                    continue
+                scratch.append(_heappop(backlog))
+                if ident not in seen:
+                    seen.add(ident)
+                    yield lane
+        finally:
+            for filed in scratch:
+                _heappush(backlog, filed)
+        return
+    arrivals = level.arrivals
+    taken: list[Arrival] = []
+    try:
+        while arrivals:
+            queued = _heappop(arrivals)
+            if queued.entry.state == QUEUED:
+                taken.append(queued)
+                yield queued.entry.lane
+    finally:
+        for kept in taken:
+            _heappush(arrivals, kept)

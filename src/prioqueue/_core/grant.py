@@ -1,0 +1,493 @@
+"""The grant side's transitions: pops, completions, cancels, failures and take-backs (private).
+
+Theory of operation (the model is docs/design/fleet.md):
+
+* ``pop`` grants what ``choose.pick`` chose: it sizes the lease and the expected charge
+  *before* changing anything, then hands the job to the worker and charges its lane up front:
+  ``held += expected / N`` for the fleet's capacity ``N``.
+* ``finish`` (complete, or cancel of a held job) corrects the lane: the up-front charge leaves
+  ``held`` and the settled part advances by ``final / N`` (clamped at ``now``), so the lane ends
+  exactly where charging at completion would have put it.
+* ``take_back`` (lease expiry, worker timeout, leave) refunds exactly the up-front charge and
+  requeues the job at the head of its lane, or reports it failed after ``max_attempts``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+from collections.abc import Iterable
+from heapq import heappop as _heappop
+from heapq import heappush as _heappush
+from typing import Literal
+
+from prioqueue._core.choose import pick
+from prioqueue._core.config import RECENT_PER_KEY
+from prioqueue._core.items import Deadline, DispatchRecord, Level, new_item
+from prioqueue._core.queue import fire, fire_due, remove_waiting
+from prioqueue._core.state import State
+from prioqueue._errors import ChargeError, InvalidState, LeaseError, LeaseExpired
+from prioqueue._groups import checked_group, checked_running
+from prioqueue._lanes import RUNNING, _Entry
+from prioqueue._validate import checked_name, finite
+from prioqueue._workers import _Worker
+from prioqueue.lease import Lease
+from prioqueue.records import Completed, Expired, Grant, Job
+from prioqueue.scoring import ScoreBreakdown
+
+__all__: list[str] = []  # private module
+
+_RECORD_BYTES = 200  # the fixed part of a history record's estimated size
+
+
+def pop(d: State, worker: _Worker, t: float) -> Grant | None:
+    """Grant the worker what ``choose.pick`` chose, or None (slots full, nothing eligible).
+
+    The lease and the expected charge are computed before the first change: nothing
+    changes on any error.
+    """
+    if len(worker.held) >= worker.slots:
+        return None
+    picked = pick(d, worker, t)
+    if picked is None:
+        return None
+    lane, entry, aff, winner, fast, deferred, weight = picked
+    resident = worker.resident
+    job = entry.job
+    lease = None if d.lease_for is None else lease_of(d, job, worker, t)
+    charged = 0.0
+    capacity = d.live or 1
+    expected = runtime = d.expected_runtime(job)
+    if d.fair_share:
+        if not d.plain_charge:
+            expected = checked_charge(d, job, expected, "expected charge")
+        charged = expected / capacity
+    # The reported term is never negative; the ranking uses s itself (a lane charged up
+    # front for jobs still running may be ahead of the clock).
+    aging = (t - lane.s) / d.divisor
+    aging = aging if aging >= 0.0 else 0.0  # max(aging, 0.0) without the call
+    # Positional arguments: band, tier_bonus, swap_affinity, aging (the hot path).
+    score = ScoreBreakdown(job.priority, lane.head().job.tier_bonus, aff, aging)
+    level = d.levels[job.priority]
+    if d.track and fast:
+        count_reorders(d, level if winner is job else d.levels[winner.priority], winner, resident)
+    model = job.model
+    name = worker.name if d.name_in_grants else None
+    # Positional: job, score, lease, granted_at, attempt, waited, swap, worker.
+    wait = t - job.arrival
+    grant = Grant(
+        job, score, lease, t, entry.attempt, wait, model is not None and model != resident, name
+    )
+    d.dispatches += 1
+    if d.history.limit:
+        # Remember the grant for ``explain``, within ``history`` entries and bytes. O(1).
+        size = _RECORD_BYTES + len(job.id) + len(job.member) + (len(model) if model else 0)
+        history = d.history  # History.add, inlined (the hot path)
+        records = history.records
+        records.append(
+            new_item(
+                DispatchRecord,
+                (t, d.dispatches, job.id, job.member, job.priority, job.seq, model,
+                 score, resident, name, deferred is not None, size),
+            )
+        )  # fmt: skip
+        total = history.size + size
+        while len(records) > history.limit or total > history.bytes:
+            total -= records.popleft().size
+        history.size = total
+    # State changes start here; nothing below can fail.
+    entry.state = RUNNING
+    entry.granted_at = t
+    entry.worker = worker
+    entry.charged = charged
+    entry.expected_end = t + runtime
+    entry.capacity = capacity
+    entry.grant = grant
+    if weight:
+        d.crossings[entry] = (weight, runtime)
+        d.credit += weight * runtime
+        if deferred is not None:
+            d.levels[deferred.job.priority].reorders.deferred += 1
+    _hand_over(d, entry, worker, t, charged)
+    level.dispatched += 1
+    level.total_wait += wait
+    level.buckets[bisect.bisect_left(d.buckets, wait)] += 1
+    d.totals["dispatched"] += 1
+    d.groups.move(job.id, "running")
+    return grant
+
+
+def _hand_over(d: State, entry: _Entry, worker: _Worker, t: float, charged: float) -> None:
+    """Move a granted entry to its worker (its model resident there); charge its lane."""
+    lane = entry.lane
+    d.dequeue(entry)
+    d.held += 1
+    worker.held.append(entry)
+    worker.last_seen = t
+    lane.holding += 1
+    owner = lane.owner
+    owner.running += 1
+    owner.dispatched += 1
+    if charged:
+        lane.held += charged
+        lane.s = lane.settled + lane.held
+        # s only grew: the lift's minimum re-files the lane when its old item surfaces
+        # (``State.lift_floor``), and ``s_log``, for explain, follows the settled part.
+    model = entry.job.model
+    resident = worker.resident
+    if model is not None and model != resident:  # that is, ``grant.swap``
+        # set_resident inlined (the hot path; the popping worker is live).
+        residents = d.residents
+        if resident is not None:
+            left = residents[resident] - 1
+            if left:
+                residents[resident] = left
+            else:
+                del residents[resident]
+        residents[model] = residents.get(model, 0) + 1
+        worker.resident = model
+        d.swaps += 1
+    lease = entry.grant.lease
+    if lease is not None:
+        _heappush(
+            d.deadlines, new_item(Deadline, (lease.deadline, entry.job.seq, id(entry), entry))
+        )
+
+
+def lease_of(d: State, job: Job, worker: _Worker, t: float) -> Lease:
+    """Size the winner's lease; any failure becomes a ``LeaseError`` naming the job."""
+    assert d.lease_for is not None
+    try:
+        seconds = d.lease_for(job, worker)
+    except Exception as exc:
+        raise LeaseError(
+            f"lease_for raised for job {job.id!r}: {exc!r}; the job is still queued",
+            job_id=job.id,
+        ) from exc
+    if (
+        not isinstance(seconds, (int, float))
+        or isinstance(seconds, bool)
+        or not 0 < seconds < math.inf
+    ):
+        raise LeaseError(
+            f"lease_for returned {seconds!r} for job {job.id!r}; a lease must be a finite "
+            "number of seconds > 0; the job is still queued",
+            job_id=job.id,
+        )
+    return Lease(granted_at=t, seconds=seconds)
+
+
+def count_reorders(d: State, level: Level, job: Job, resident: str | None) -> None:
+    """Count the score terms without which ``job`` would not have won (``Stats.reorders``).
+
+    Each ranking's ``best`` is an offer ``(lane, entry, affinity)``.
+    """
+    counts = level.reorders
+    # Without affinity: the real ranking's main heap, each lane offering its head.
+    if resident is not None and (offer := d.ranking.best(None)) is not None:
+        _, entry, _ = offer
+        counts.affinity += entry.job is not job
+    no_aging, no_tier, no_fair = d.counterfactuals
+    if (offer := no_aging.best(resident)) is not None:
+        _, entry, _ = offer
+        counts.aging += entry.job is not job
+    if (offer := no_tier.best(resident)) is not None:
+        _, entry, _ = offer
+        counts.tier += entry.job is not job
+    if (offer := no_fair.best(resident)) is not None:
+        _, entry, _ = offer
+        counts.fair_share += entry.job is not job
+
+
+def finish(d: State, entry: _Entry, runtime: float, now: float, final: float) -> None:
+    """Free a held entry and correct its lane with its final charge."""
+    job = entry.job
+    lane = entry.lane
+    d.release(entry)
+    moved = d.crossings.pop(entry, None)
+    if moved is not None:  # the crossing credit moves by the measured, not expected, time
+        d.credit += moved[0] * (runtime - moved[1])
+    lane.owner.gpu_seconds += final
+    if d.fair_share:
+        settled = lane.settled + final / entry.capacity
+        if settled > now or (lane.live and d.levels[lane.level].lanes == 1):
+            # Clamped at now; and alone at its level, the lane is re-anchored at now,
+            # exactly as a producer that resubmits one job at a time would be lifted: lag
+            # accrued while other levels used the GPU is not fair-share debt.
+            settled = now
+        lane.settled = settled
+        lane.s = settled + lane.held if lane.holding else settled  # set_s, inlined
+        if lane.live:  # d.refile(lane, now), inlined (the hot path)
+            lane.log_s(now)
+            d.note_s(lane)
+            d.touch(lane)
+    else:
+        d.drop_lane(lane, job.id)
+    # The recent runtimes: for the retry-after estimate and, per model and per level,
+    # for the expected charge.
+    model = job.model
+    d.recent.append((now, runtime, model))
+    if model is not None:
+        recent = d.recent_model.get(model)
+        if recent is None:
+            recent = d.recent_model[model] = deque(maxlen=RECENT_PER_KEY)
+        recent.append(runtime)
+    by_level = d.recent_level.get(job.priority)
+    if by_level is None:
+        by_level = d.recent_level[job.priority] = deque(maxlen=RECENT_PER_KEY)
+    by_level.append(runtime)
+
+
+def take_back(
+    d: State, entries: Iterable[_Entry], now: float, *, always: bool
+) -> list[tuple[_Entry, bool]]:
+    """Refund and requeue (or fail) held entries; returns ``(entry, requeued)`` by seq."""
+    done = []
+    for entry in sorted(entries, key=lambda e: e.job.seq, reverse=True):
+        job = entry.job
+        lane = entry.lane
+        d.release(entry)
+        moved = d.crossings.pop(entry, None)
+        if moved is not None:  # a take-back refunds the crossing credit exactly
+            d.credit -= moved[0] * moved[1]
+        if d.fair_share:
+            lane.set_s()
+            d.refile(lane, now)
+        requeued = always or entry.attempt < (job.max_attempts or d.max_attempts)
+        held = max(0.0, now - entry.granted_at)
+        if requeued:
+            d.enqueue(job, attempt=entry.attempt + 1, now=now, requeue=True)
+            d.groups.move(job.id, "queued", used=held)
+        else:
+            d.groups.move(job.id, "failed", used=held)
+            d.totals["failed"] += 1
+            d.drop_lane(lane, job.id)
+        done.append((entry, requeued))
+    done.reverse()
+    return done
+
+
+def held_entry(d: State, job_id: str, worker: object, action: str) -> _Entry:
+    entry = d.entry(job_id)
+    if worker is not None:
+        name = checked_name("worker", worker)
+        holder = entry.worker.name if entry.state == RUNNING else None
+        if holder != name:
+            where = "queued" if holder is None else f"held by worker {holder!r}"
+            raise InvalidState(
+                f"job {job_id!r} is {where}, not by worker {name!r}: a worker that lost "
+                f"the job cannot {action} it; nothing changed"
+            )
+    return entry
+
+
+def complete(
+    d: State,
+    job_id: str,
+    now: float,
+    runtime: float | None,
+    worker: str | None,
+    charge: float | None,
+) -> Completed:
+    """The body of ``complete`` (see ``FleetDispatcher.complete``)."""
+    fire(d, now)
+    t = finite("now", now)
+    entry = d.entry(job_id) if worker is None else held_entry(d, job_id, worker, "complete")
+    if entry.state != RUNNING:
+        raise InvalidState(f"job {job_id!r} is queued, not running; cancel() removes it")
+    grant = entry.grant
+    if grant.lease is not None and grant.lease.expired(t):
+        raise LeaseExpired(
+            f"job {job_id!r} finished at {t!r}, at or after its lease deadline "
+            f"{grant.lease.deadline!r}; call expire() to requeue or fail it"
+        )
+    if runtime is None:
+        measured = t - entry.granted_at
+    else:
+        measured = finite("runtime", runtime)
+        if measured < 0:
+            raise ValueError(f"runtime must be >= 0 seconds, got {runtime!r}")
+    measured = measured if measured >= 0.0 else 0.0  # max(measured, 0.0), no call
+    if charge is None and d.plain_charge:
+        final = measured
+    else:
+        final = final_charge(d, entry.job, measured, charge)
+    d.tick(t)
+    entry.worker.last_seen = t
+    finish(d, entry, measured, t, final)
+    d.groups.move(job_id, "done", used=measured)
+    entry.lane.owner.completed += 1
+    d.totals["completed"] += 1
+    return Completed(job=entry.job, runtime=measured, charge=final)
+
+
+def cancel_group(d: State, group: str, now: float, running: str) -> list[Job]:
+    """The body of ``cancel_group`` (after ``fire``): ``cancel`` each chosen job in turn."""
+    group = checked_group(group)
+    mode = checked_running(running)
+    live = d.groups.live(group)
+    t = d.tick(now)
+    return [
+        cancel(d, job_id, t, None, None)
+        for job_id, job_state in live
+        if job_state == "queued" or mode == "cancel"
+    ]
+
+
+def checked_charge(d: State, job: Job, runtime: float, what: str) -> float:
+    """The charge model's value, checked: finite and ``>= 0``, else ``ChargeError``."""
+    value = d.charge(job, runtime)
+    charge = value if isinstance(value, (int, float)) and not isinstance(value, bool) else -1
+    if not 0 <= charge < math.inf:
+        raise ChargeError(
+            f"the charge model returned {value!r} for job {job.id!r} ({what}); a charge "
+            "must be a finite number of seconds >= 0; nothing changed",
+            job_id=job.id,
+        )
+    return float(charge)
+
+
+def final_charge(d: State, job: Job, runtime: float, charge: object) -> float:
+    if charge is None:
+        return checked_charge(d, job, runtime, "at completion")
+    value = finite("charge", charge)
+    if value < 0:
+        raise ValueError(f"charge must be >= 0 seconds, got {charge!r}")
+    return value
+
+
+def cancel(d: State, job_id: str, now: float, worker: str | None, charge: float | None) -> Job:
+    """The body of ``cancel``."""
+    fire(d, now)
+    job = remove(d, job_id, now, worker, charge, "cancelled")
+    d.totals["cancelled"] += 1
+    return job
+
+
+def fail(
+    d: State, job_id: str, now: float, worker: str | None, charge: float | None, retry: bool
+) -> Job:
+    """The body of ``fail``."""
+    fire(d, now)
+    if not isinstance(retry, bool):
+        raise ValueError(f"retry must be a bool, got {retry!r}")
+    job = remove(d, job_id, now, worker, charge, "failed", retry=retry)
+    if job.id in d.entries:
+        d.totals["retried"] += 1
+    else:
+        d.totals["failed"] += 1
+    return job
+
+
+def remove(
+    d: State,
+    job_id: str,
+    now: float,
+    worker: str | None,
+    charge: float | None,
+    outcome: Literal["cancelled", "failed"],
+    retry: bool = False,
+) -> Job:
+    """The body of ``cancel`` and ``fail``: nothing changes on any error.
+
+    (The caller fired the timers due at ``now``: a job whose ttl ran out is gone.)
+    """
+    t = finite("now", now)
+    entry = held_entry(d, job_id, worker, "cancel" if outcome == "cancelled" else "fail")
+    if t < d.now:
+        d.tick(t)  # raises: time went backwards
+    if entry.state == RUNNING:
+        runtime = max(0.0, t - entry.granted_at)
+        final = final_charge(d, entry.job, runtime, charge)
+        d.tick(t)
+        if worker is not None:
+            entry.worker.last_seen = t  # the worker spoke (a client's cancel does not)
+        finish(d, entry, runtime, t, final)
+        job = entry.job
+        if retry and entry.attempt < (job.max_attempts or d.max_attempts):
+            d.groups.move(job_id, "queued", used=runtime)
+            backoff = job.backoff or d.config.backoff
+            delay = backoff.delay(job.id, entry.attempt)
+            if delay > 0:
+                d.park(job, entry.attempt + 1, t + delay)
+            else:
+                again = d.enqueue(job, attempt=entry.attempt + 1, now=t, requeue=False)
+                again.queued_at = t
+        else:
+            d.groups.move(job_id, outcome, used=runtime)
+    else:
+        d.tick(t)
+        remove_waiting(d, entry)
+        d.groups.move(job_id, outcome)
+    return entry.job
+
+
+def expire(d: State, now: float) -> list[Expired]:
+    """The body of ``expire`` (see ``FleetDispatcher.expire``)."""
+    fire(d, now)
+    t = d.tick(now)
+    lapsed = drain_lapsed(d, t)
+    taken: dict[int, tuple[_Entry, float, str]] = {}
+    deadlines = d.deadlines
+    while deadlines and deadlines[0].deadline <= t:
+        deadline, _, key, entry = _heappop(deadlines)
+        if entry.state == RUNNING:
+            taken[key] = (entry, deadline, "lease")
+    timeout = d.worker_timeout
+    if timeout is not None:
+        for worker in d.workers.values():
+            if not worker.timed_out and worker.last_seen + timeout <= t:
+                d.time_out(worker)
+                for entry in worker.held:
+                    if id(entry) not in taken:
+                        lease = entry.grant.lease
+                        due = worker.last_seen + timeout if lease is None else lease.deadline
+                        taken[id(entry)] = (entry, due, "worker_timeout")
+    if not taken:
+        return lapsed
+    details = {id(entry): (due, cause) for entry, due, cause in taken.values()}
+    d.totals["expired"] += len(taken)
+    result = []
+    for entry, requeued in take_back(d, [entry for entry, _, _ in taken.values()], t, always=False):
+        due, cause = details[id(entry)]
+        worker = entry.worker
+        result.append(
+            Expired(
+                job=entry.job,
+                attempt=entry.attempt,
+                deadline=due,
+                requeued=requeued,
+                worker=worker.name if d.name_in_grants else None,
+                cause=cause,  # type: ignore[arg-type]
+            )
+        )
+    result.extend(lapsed)
+    result.extend(drain_lapsed(d, t))  # jobs requeued past their deadline
+    return result
+
+
+def drain_lapsed(d: State, t: float) -> list[Expired]:
+    """Fire the due timers and hand over the buffered ``cause="ttl"`` reports."""
+    if t >= d.timers.next:
+        fire_due(d, t)
+    return d.timers.drain()
+
+
+def next_deadline(d: State) -> float | None:
+    """The body of ``next_deadline`` (see ``FleetDispatcher.next_deadline``)."""
+    deadlines = d.deadlines
+    while deadlines and deadlines[0].entry.state != RUNNING:
+        _heappop(deadlines)
+    best = deadlines[0].deadline if deadlines else None
+    timer = d.timers.earliest()
+    if timer is not None and (best is None or timer < best):
+        best = timer
+    timeout = d.worker_timeout
+    if timeout is not None:
+        for worker in d.workers.values():
+            if not worker.timed_out:
+                due = worker.last_seen + timeout
+                if best is None or due < best:
+                    best = due
+    return best

@@ -1,0 +1,284 @@
+"""The small records the state is built from: per-level and per-member counts, heap items (private).
+
+Every heap of the state holds NamedTuple items, compared as the tuples they are (so the heap
+order is that of their fields, in order) and read by field name. Items on hot paths are built
+with ``tuple.__new__`` (``new_item``), which skips the NamedTuple's Python-level ``__new__``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Mapping
+from heapq import heappop, heappush, heapreplace
+from typing import NamedTuple
+
+from prioqueue._lanes import QUEUED, _Entry, _Lane, _Ranking
+from prioqueue.records import Expired, Job, Reorders
+from prioqueue.scoring import ScoreBreakdown
+
+__all__: list[str] = []  # private module
+
+new_item = tuple.__new__  # builds a NamedTuple item without its Python-level __new__
+
+
+class Arrival(NamedTuple):
+    """A queued entry in its level's arrival heap (lazy deletion: its entry may be gone)."""
+
+    arrival: float
+    seq: int
+    attempt: int  # keeps a requeued job's new entry apart from its old, dead one
+    entry: _Entry
+
+
+class Backlog(NamedTuple):
+    """A backlogged lane's ``s`` in its level's heap (the lift's minimum; lazy deletion)."""
+
+    s: float
+    ident: int
+    lane: _Lane
+
+
+class Deadline(NamedTuple):
+    """A held entry's lease deadline (lazy deletion: the entry may no longer be held)."""
+
+    deadline: float
+    seq: int
+    key: int  # id(entry)
+    entry: _Entry
+
+
+class Timer(NamedTuple):
+    """A lifecycle timer (docs/design/lifecycle.md): a lapse or a release of ``entry``."""
+
+    at: float
+    kind: int
+    seq: int
+    number: int
+    entry: _Entry
+
+
+class DispatchRecord(NamedTuple):
+    """One remembered grant (compact: never the payload)."""
+
+    at: float
+    number: int
+    job_id: str
+    member: str
+    priority: int
+    seq: int
+    model: str | None
+    score: ScoreBreakdown
+    resident: str | None
+    worker: str | None
+    deferred: bool  # the grant deferred a crossing (a lower level's job had the best score)
+    size: int  # estimated bytes, for the history's byte budget
+
+
+class ReorderCounts:
+    """Grants at one level that the winner changed without one term of the score."""
+
+    __slots__ = ("affinity", "aging", "deferred", "fair_share", "tier")
+
+    def __init__(self) -> None:
+        self.aging = 0
+        self.affinity = 0
+        self.tier = 0
+        self.fair_share = 0
+        self.deferred = 0  # crossings deferred (counted at the level of the job that would cross)
+
+    def frozen(self) -> Reorders:
+        """The public, frozen counts."""
+        return Reorders(self.aging, self.affinity, self.tier, self.fair_share, self.deferred)
+
+
+class Level:
+    """Per-level bookkeeping."""
+
+    __slots__ = (
+        "arrivals",
+        "backlog",
+        "buckets",
+        "dispatched",
+        "lanes",
+        "queued",
+        "reorders",
+        "sum_arrival",
+        "total_wait",
+    )
+
+    def __init__(self, buckets: int) -> None:
+        self.queued = 0
+        self.lanes = 0  # backlogged lanes
+        self.sum_arrival = 0.0
+        self.dispatched = 0
+        self.total_wait = 0.0
+        self.reorders = ReorderCounts()
+        self.buckets = [0] * (buckets + 1)
+        self.arrivals: list[Arrival] = []
+        self.backlog: list[Backlog] = []
+
+    def lift_floor(
+        self,
+        job: Job,
+        residents: Mapping[str, int],
+        affinity: Callable[[str], float],
+        ranking: _Ranking,
+        divisor: float,
+    ) -> float:
+        """Where a lane that becomes backlogged with ``job`` may start, before ``min(now, .)``.
+
+        The most-starved backlogged lane at the level (smallest ``s``; on a tie, the lane
+        created first) sets the floor: the newcomer starts level with it, later by the seconds
+        its bounded offsets (tier bonus, and affinity for a model resident on a live worker)
+        exceed that lane's, so offsets alone can never carry a newcomer past the lane that has
+        waited longest. ``inf`` when no lane is backlogged. O(log n + R) for R resident models.
+        """
+        backlog = self.backlog
+        while backlog:
+            s, ident, lane = backlog[0]
+            if lane.live and s < lane.s:
+                # A grant raised s (up-front charge) without re-filing the lane: do it now.
+                # (Every decrease of s re-files the lane at once, so no item is ever above.)
+                heapreplace(backlog, new_item(Backlog, (lane.s, ident, lane)))
+                continue
+            if s == lane.s and lane.live:
+                mine = job.tier_bonus
+                if job.model is not None and job.model in residents:
+                    mine += affinity(job.model)
+                theirs = lane.head().job.tier_bonus
+                best = 0.0
+                for resident in residents:
+                    bonus = affinity(resident)
+                    if bonus > best and ranking.candidate(lane, resident) is not None:
+                        best = bonus
+                theirs += best
+                return s + max(0.0, mine - theirs) * divisor
+            heappop(backlog)
+        return math.inf
+
+    def oldest(self) -> Arrival | None:
+        """The queued entry that arrived first (stale items at the top dropped). Amortised."""
+        arrivals = self.arrivals
+        while arrivals and arrivals[0].entry.state != QUEUED:
+            heappop(arrivals)
+        return arrivals[0] if arrivals else None
+
+
+class Member:
+    """Per-member counts."""
+
+    __slots__ = ("completed", "dispatched", "gpu_seconds", "queued", "running")
+
+    def __init__(self) -> None:
+        self.queued = 0
+        self.running = 0
+        self.dispatched = 0
+        self.completed = 0
+        self.gpu_seconds = 0.0
+
+
+class History:
+    """The remembered grants for ``explain``, within a count and an estimated byte budget."""
+
+    __slots__ = ("bytes", "limit", "records", "size")
+
+    def __init__(self, limit: int, budget: int) -> None:
+        self.limit = limit
+        self.bytes = budget
+        self.records: deque[DispatchRecord] = deque()
+        self.size = 0
+
+    def add(self, record: DispatchRecord) -> None:
+        """Remember a grant, dropping the oldest beyond the budgets. O(1) amortised."""
+        records = self.records
+        records.append(record)
+        total = self.size + record.size
+        while len(records) > self.limit or total > self.bytes:
+            total -= records.popleft().size
+        self.size = total
+
+
+#: The entry state of a delayed job (``_lanes`` has QUEUED 0, RUNNING 1, GONE 2).
+PARKED = 3
+
+LAPSE = 0  # before RELEASE at the same time: a job that expires at r never enters at r
+RELEASE = 1
+
+
+class Timers:
+    """The lifecycle's timers and counts (docs/design/lifecycle.md).
+
+    ``heap`` holds a ``Timer`` per deadline of a queued or delayed job with a ttl (``LAPSE``)
+    and per release of a delayed one (``RELEASE``); an item whose entry moved on is stale.
+    ``next`` is the earliest item's time (maybe stale): the calls' one comparison.
+    """
+
+    __slots__ = ("count", "heap", "lapsed", "levels", "next", "parked")
+
+    def __init__(self) -> None:
+        self.heap: list[Timer] = []
+        self.count = 0
+        self.next = math.inf
+        self.parked: dict[int, int] = {}  # level -> delayed jobs
+        self.lapsed: list[Expired] = []  # Expired(cause="ttl") not yet reported by expire()
+        self.levels: dict[int, list[int]] = {}  # level -> [ttl expired, refused]
+
+    def push(self, at: float, kind: int, entry: _Entry) -> None:
+        """Add a timer. O(log T)."""
+        self.count += 1
+        heappush(self.heap, Timer(at, kind, entry.job.seq, self.count, entry))
+        self.next = min(self.next, at)
+
+    def park(self, entry: _Entry) -> None:
+        """Count a delayed entry and set its timers (release, and lapse with a ttl)."""
+        job = entry.job
+        self.parked[job.priority] = self.parked.get(job.priority, 0) + 1
+        self.push(entry.queued_at, RELEASE, entry)
+        if job.deadline is not None:
+            self.push(job.deadline, LAPSE, entry)
+
+    def unpark(self, level: int) -> None:
+        """Uncount a delayed entry of ``level``."""
+        left = self.parked[level] - 1
+        if left:
+            self.parked[level] = left
+        else:
+            del self.parked[level]
+
+    def report(self, expired: Expired) -> None:
+        """Buffer a ``cause="ttl"`` report for the next ``expire``."""
+        self.lapsed.append(expired)
+
+    def life(self, level: int) -> list[int]:
+        """The level's ``[ttl expired, refused]`` counts, made on first use."""
+        return self.levels.setdefault(level, [0, 0])
+
+    def due(self, t: float) -> Timer | None:
+        """Pop the earliest timer due at ``t`` (stale or not), or None (and reset ``next``)."""
+        heap = self.heap
+        if heap and heap[0].at <= t:
+            return heappop(heap)
+        self.next = heap[0].at if heap else math.inf
+        return None
+
+    def earliest(self) -> float | None:
+        """The earliest live timer or buffered report (stale items dropped), or None."""
+        best = min((e.deadline for e in self.lapsed), default=None)  # due now: expire reports
+        heap = self.heap
+        while heap:
+            at, kind, _, _, entry = heap[0]
+            if entry.state == PARKED or (kind == LAPSE and entry.state == QUEUED):
+                # (a job requeued past its deadline has a timer earlier than the buffered ones)
+                return at if best is None or at < best else best
+            heappop(heap)
+        self.next = math.inf
+        return best
+
+    def drain(self) -> list[Expired]:
+        """Hand over the buffered ``cause="ttl"`` reports."""
+        lapsed = self.lapsed
+        if not lapsed:
+            return []
+        self.lapsed = []
+        return lapsed

@@ -1,0 +1,48 @@
+"""``restore``: a new dispatcher built from ``snapshot()`` data (private).
+
+``restored`` builds the facade with the snapshot's ``fair_share`` (and crossing share), then
+``persist.load`` fills its state and the group book is loaded against the restored entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from prioqueue._core.config import restored_options
+from prioqueue._core.persist import load
+from prioqueue._core.state import State
+from prioqueue._groups import restore_groups
+from prioqueue.scoring import Scorer
+
+__all__: list[str] = []  # private module
+
+_D = TypeVar("_D")
+
+
+def restored(
+    make: Callable[..., _D],
+    state: Mapping[str, Any],
+    scorer: Scorer | None,
+    now: float | None,
+    require_lease: bool,
+    options: dict[str, Any],
+) -> _D:
+    """A new dispatcher (``make(scorer, **options)``) filled from ``snapshot()`` data."""
+    # The constructor's own errors (ConfigError, TypeError) are not the snapshot's fault.
+    dispatcher = make(scorer, **restored_options(state, options))
+    built: Any = dispatcher  # a facade: it holds the state
+    restore(built._state, state, now, require_lease=require_lease)
+    return dispatcher
+
+
+def restore(
+    d: State, state: Mapping[str, Any], now: float | None, *, require_lease: bool = False
+) -> None:
+    """Fill the new state ``d`` from ``snapshot()`` data, its groups included.
+
+    Raises:
+        ValueError: The state is not a valid snapshot; the message says what is wrong.
+    """
+    load(d, state, now, require_lease=require_lease)
+    restore_groups(d.groups, state.get("groups"), d.entries)

@@ -1,0 +1,500 @@
+"""The one state of a dispatcher, and every change of it (private).
+
+Theory of operation (the model is docs/design/dispatcher.md and docs/design/fleet.md; the
+object itself is docs/design/state.md):
+
+* ``State`` owns the lanes (one per member and level, or per job without fair share), the
+  entries (every queued, delayed or held job), the levels and members (the counts behind
+  ``stats``), the workers, the rankings (lazy heaps, see ``_lanes``), the lifecycle's timers
+  and the group book. Its attributes are the read API: other modules read them and call its
+  methods, and no module but this one assigns to the state or its structures' counters.
+* ``submit`` files a job in its lane, lifting the lane's virtual start ``s`` when it becomes
+  backlogged. ``pop`` asks ``choose.pick`` (which reads and changes nothing) for the winner,
+  then hands it to the worker and charges its lane up front (``held += expected / N``).
+  ``finish`` corrects the lane with the final charge; ``take_back`` refunds it exactly and
+  requeues the job at the head of its lane (or fails it after ``max_attempts``).
+* Every call validates what it is given and computes what can fail before it changes
+  anything: nothing is lost and nothing runs twice.
+* Sans-IO: every time-dependent call takes ``now`` (monotonic seconds, never going
+  backwards, within ``+-1e15``); ``fire`` runs the lifecycle's timers first (``timers``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+from heapq import heapify, heappush
+
+from prioqueue._core.config import (
+    DEFAULT_EXPECTED_RUNTIME,
+    DEFAULT_RETRY_AFTER,
+    RECENT,
+    Config,
+)
+from prioqueue._core.items import (
+    LAPSE,
+    PARKED,
+    Arrival,
+    Backlog,
+    Deadline,
+    History,
+    Level,
+    Member,
+    Timers,
+    new_item,
+)
+from prioqueue._errors import UnknownJob, UnknownWorker
+from prioqueue._groups import GroupBook
+from prioqueue._lanes import GONE, QUEUED, _BonusCache, _Entry, _Lane, rankings
+from prioqueue._validate import TIME_LIMIT, finite
+from prioqueue._workers import _Worker
+from prioqueue.records import Expired, Job
+
+__all__: list[str] = []  # private module
+
+
+class State:
+    """Lanes, entries, levels, members, workers, rankings, timers and groups (private).
+
+    Built from a validated ``Config``; the facades (``SizeOneDispatcher``,
+    ``FleetDispatcher``) hold one and delegate to it.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.scorer = config.scorer
+        self.policy = config.policy
+        self.charge = config.charge
+        self.plain_charge = config.plain_charge
+        self.lease_for = config.lease_for
+        self.max_attempts = config.max_attempts
+        self.worker_timeout = config.worker_timeout
+        self.warm_hold = config.warm_hold
+        self.fair_share = config.fair_share
+        self.track = config.track
+        self.share = config.share
+        self.buckets = config.buckets
+        self.budgets = config.budgets
+        self.name_in_grants = config.name_in_grants
+        # Bounded crossings: the credit (GPU-seconds) that deferred crossings earn at
+        # ``share`` and granted crossings spend at ``1 - share``; and the held entries whose
+        # grant moved it: (weight, expected runtime). A dict: most grants cross nothing.
+        self.credit = 0.0
+        self.crossings: dict[_Entry, tuple[float, float]] = {}
+        d = self.divisor = config.scorer.config.aging_divisor
+        window = self.window = config.scorer.config.max_affinity * d
+        affinity = self.affinity = _BonusCache(config.scorer.affinity).__getitem__
+        self.ranking, self.counterfactuals = rankings(d, affinity, window, track=self.track)
+        self.all_rankings = (self.ranking, *self.counterfactuals)
+        self.dirty: dict[int, _Lane] = {}
+        self.idents = 0
+        self.lanes: dict[tuple[str, int] | str, _Lane] = {}
+        self.entries: dict[str, _Entry] = {}
+        self.levels: dict[int, Level] = {}
+        self.level_order: list[int] = []  # every level ever used, highest first
+        self.members: dict[str, Member] = {}
+        self.backlogged = 0
+        self.held = 0  # entries held by workers
+        self.deadlines: list[Deadline] = []  # held entries with a lease (lazy deletion)
+        self.workers: dict[str, _Worker] = {}
+        self.live = 0  # workers joined and not timed out
+        self.residents: dict[str, int] = {}  # resident model -> live workers with it
+        self.seq = 0
+        self.now = -TIME_LIMIT
+        self.recent: deque[tuple[float, float, str | None]] = deque(maxlen=RECENT)
+        self.recent_model: dict[str, deque[float]] = {}
+        self.recent_level: dict[int, deque[float]] = {}
+        self.history = History(config.history, config.history_bytes)
+        self.dispatches = 0  # grants so far (the history's record numbers)
+        self.totals = dict.fromkeys(
+            ("dispatched", "completed", "cancelled", "expired", "failed"), 0
+        )
+        self.totals.update(ttl_expired=0, refused=0, retried=0)
+        self.swaps = 0
+        self.groups = GroupBook()
+        self.timers = Timers()
+
+    # ------------------------------------------------------------------ reads
+
+    def __len__(self) -> int:
+        """The queued jobs (delayed ones included, held ones not). O(1)."""
+        return len(self.entries) - self.held
+
+    def entry(self, job_id: object) -> _Entry:
+        """The entry of a queued, delayed or held job; ``UnknownJob`` otherwise. O(1)."""
+        entry = self.entries.get(job_id) if isinstance(job_id, str) else None
+        if entry is None:
+            raise UnknownJob(f"job {job_id!r} is not queued or running")
+        return entry
+
+    def worker_of(self, name: object) -> _Worker:
+        """A joined worker; ``UnknownWorker`` otherwise. O(1)."""
+        worker = self.workers.get(name) if isinstance(name, str) else None
+        if worker is None:
+            raise UnknownWorker(f"worker {name!r} has not joined (or it left); join() it first")
+        return worker
+
+    def top_level(self) -> int | None:
+        """The highest level with a backlogged lane, or None. O(levels above it)."""
+        levels = self.levels
+        for number in self.level_order:
+            if levels[number].lanes:
+                return number
+        return None
+
+    def held_entries(self) -> list[_Entry]:
+        """Every held entry, by grant time, then submission. O(h log h)."""
+        return sorted(
+            (e for w in self.workers.values() for e in w.held),
+            key=lambda e: (e.granted_at, e.job.seq),
+        )
+
+    def entries_in(self, state: int) -> list[_Entry]:
+        """The entries in ``state`` (``QUEUED``, ``RUNNING`` or ``PARKED``). O(n)."""
+        return [e for e in self.entries.values() if e.state == state]
+
+    def expected_runtime(self, job: Job) -> float:
+        """The job's estimate, else the mean of its model's or level's last 8, else 60 s."""
+        if job.estimate is not None:
+            return job.estimate
+        if job.model is not None:
+            recent = self.recent_model.get(job.model)
+            if recent:
+                return sum(recent) / len(recent)
+        recent = self.recent_level.get(job.priority)
+        if recent:
+            return sum(recent) / len(recent)
+        return DEFAULT_EXPECTED_RUNTIME
+
+    def retry_after(self) -> float:
+        """``QueueFull.retry_after``: the recent completion interval (at least 1 s)."""
+        recent = self.recent
+        if len(recent) >= 2:
+            span = recent[-1][0] - recent[0][0]
+            if span > 0:
+                return max(1.0, math.ceil(span / (len(recent) - 1)))
+        if recent:
+            return max(1.0, math.ceil(recent[-1][1]))
+        return DEFAULT_RETRY_AFTER
+
+    # ------------------------------------------------------------------ time
+
+    def tick(self, now: object) -> float:
+        """Advance the clock to ``now``; ``ValueError`` when it is bad or goes backwards."""
+        if now.__class__ is float and self.now <= now <= TIME_LIMIT:  # type: ignore[operator,unused-ignore]
+            self.now = now  # type: ignore[assignment,unused-ignore]
+            return now  # type: ignore[return-value,unused-ignore]
+        t = finite("now", now)
+        if t < self.now:
+            raise ValueError(
+                f"now ({t!r}) is earlier than a time already seen ({self.now!r}); "
+                "pass monotonic seconds"
+            )
+        self.now = t
+        return t
+
+    # ------------------------------------------------------------------ structure
+
+    def level(self, level: int) -> Level:
+        """The level's counts, made (and put in ``level_order``) on first use. O(levels)."""
+        stats = self.levels.get(level)
+        if stats is None:
+            stats = self.levels[level] = Level(len(self.buckets))
+            order = self.level_order
+            order.insert(bisect.bisect_left(order, -level, key=lambda x: -x), level)
+        return stats
+
+    def member(self, member: str) -> Member:
+        """The member's counts, made on first use. O(1)."""
+        stats = self.members.get(member)
+        if stats is None:
+            stats = self.members[member] = Member()
+        return stats
+
+    def touch(self, lane: _Lane) -> None:
+        """Mark a lane for re-ranking after any change of its head, candidates or ``s``.
+
+        Its old heap items go stale at once (the version changes); fresh ones are pushed by
+        ``flush`` just before the next ranking query, so a lane changed twice between two
+        grants is re-ranked once.
+        """
+        lane.version += 1
+        self.dirty[id(lane)] = lane
+
+    def flush(self) -> None:
+        """Push the fresh heap items of every lane changed since the last flush."""
+        dirty = self.dirty
+        if not dirty:
+            return
+        rankings = self.all_rankings
+        window = self.window
+        affinity = self.affinity
+        for lane in dirty.values():
+            if lane.live:
+                head = lane.head()
+                windowed, anywhere = lane.candidates(head, window, affinity)
+                for ranking in rankings:
+                    ranking.push(lane, head, windowed if ranking.window is not None else anywhere)
+        dirty.clear()
+        live = self.backlogged
+        for ranking in rankings:
+            ranking.compact(live)
+
+    def new_lane(self, member: str, level: int, s: float) -> _Lane:
+        """Make a lane (the caller files it under its key) with its member's statistics."""
+        self.idents += 1
+        lane = _Lane(member, level, s, self.idents)
+        # Versions unique across lanes: a job's lane dropped and made again (a retry without
+        # fair share) has heap items equal to the old lane's but for the version.
+        lane.version = self.idents << 32
+        lane.owner = self.member(member)
+        self.level(level)
+        return lane
+
+    def note_s(self, lane: _Lane) -> None:
+        """Record a backlogged lane's current ``s`` for the lift's minimum (fair share only)."""
+        level = self.levels[lane.level]
+        heappush(level.backlog, new_item(Backlog, (lane.s, lane.ident, lane)))
+        if len(level.backlog) > 2 * self.backlogged + 64:
+            current = {item.lane.ident: item.lane for item in level.backlog if item.lane.live}
+            level.backlog = [Backlog(lane.s, key, lane) for key, lane in current.items()]
+            heapify(level.backlog)
+
+    def refile(self, lane: _Lane, now: float) -> None:
+        """Re-rank a lane whose ``s`` changed at ``now``, when it is backlogged."""
+        if lane.live:
+            lane.log_s(now)
+            self.note_s(lane)
+            self.touch(lane)
+
+    def drop_lane(self, lane: _Lane, job_id: str) -> None:
+        """Without fair share, forget a job's own lane once it is empty and holds nothing."""
+        if not self.fair_share and not lane.live and not lane.holding:
+            del self.lanes[job_id]
+
+    # ------------------------------------------------------------------ workers
+
+    def add_worker(self, name: str, t: float) -> _Worker:
+        """A worker joins (it counts in the capacity at once)."""
+        worker = self.workers[name] = _Worker(name, t)
+        self.live += 1
+        return worker
+
+    def remove_worker(self, worker: _Worker) -> None:
+        """A worker that holds nothing leaves."""
+        if not worker.timed_out:
+            self.live -= 1
+            self.drop_resident(worker)
+        del self.workers[worker.name]
+
+    def seen(self, worker: _Worker, t: float) -> None:
+        """Mark the worker heard from at ``t``, reviving it when it had timed out."""
+        worker.last_seen = t
+        if worker.timed_out:
+            worker.timed_out = False
+            self.live += 1
+            if worker.resident is not None:
+                self.residents[worker.resident] = self.residents.get(worker.resident, 0) + 1
+
+    def time_out(self, worker: _Worker) -> None:
+        """A worker silent for ``worker_timeout`` leaves the capacity (its jobs stay held)."""
+        worker.timed_out = True
+        self.live -= 1
+        self.drop_resident(worker)
+
+    def set_resident(self, worker: _Worker, model: str | None) -> None:
+        """Change the model a worker has loaded (a timed-out one counts nowhere)."""
+        if worker.resident == model:
+            return
+        if not worker.timed_out:
+            self.drop_resident(worker)
+        worker.resident = model
+        if not worker.timed_out and model is not None:
+            self.residents[model] = self.residents.get(model, 0) + 1
+
+    def drop_resident(self, worker: _Worker) -> None:
+        """Uncount a worker's resident model."""
+        old = worker.resident
+        if old is not None:
+            left = self.residents[old] - 1
+            if left:
+                self.residents[old] = left
+            else:
+                del self.residents[old]
+
+    # ------------------------------------------------------------------ queue
+
+    def enqueue(
+        self, job: Job, *, attempt: int, now: float, requeue: bool, lift: bool = True
+    ) -> _Entry:
+        """File a job's entry in its lane (at the head for a requeue), lifting a new lane."""
+        key: tuple[str, int] | str = (job.member, job.priority) if self.fair_share else job.id
+        lane = self.lanes.get(key)
+        level = self.level(job.priority)
+        if lane is None:
+            # A new lane has no own s: the lift gives it one. Without a lift (restore), a lane
+            # starts at its first job's arrival, as it would alone at its level.
+            start = -math.inf if self.fair_share and lift else job.arrival
+            lane = self.lanes[key] = self.new_lane(job.member, job.priority, start)
+        entry = _Entry(job, lane, attempt, now if requeue else job.arrival, self.dispatches)
+        self.entries[job.id] = entry
+        if job.deadline is not None:
+            self.timers.push(job.deadline, LAPSE, entry)
+        was_backlogged = lane.live > 0
+        if not was_backlogged and self.fair_share and not requeue and lift:
+            lane.settled = max(
+                lane.settled,
+                min(
+                    now,
+                    level.lift_floor(
+                        job, self.residents, self.affinity, self.ranking, self.divisor
+                    ),
+                ),
+            )
+            lane.set_s()
+        if requeue:
+            lane.appendleft(entry)
+        else:
+            lane.append(entry)
+        level.queued += 1
+        level.sum_arrival += job.arrival
+        heappush(level.arrivals, new_item(Arrival, (job.arrival, job.seq, attempt, entry)))
+        lane.owner.queued += 1
+        if not was_backlogged:
+            self.backlogged += 1
+            level.lanes += 1
+            lane.s_log.clear()
+            lane.log_s(now)
+            if self.fair_share:
+                self.note_s(lane)
+        if not was_backlogged or requeue:
+            self.touch(lane)
+        elif lane.first_for(job.model) is entry:
+            # The head and s are unchanged, but the lane may now be eligible for this model.
+            self.touch(lane)
+        if len(level.arrivals) > 2 * level.queued + 64:
+            level.arrivals = [a for a in level.arrivals if a.entry.state == QUEUED]
+            heapify(level.arrivals)
+        return entry
+
+    def dequeue(self, entry: _Entry) -> None:
+        """Take a queued entry out of its lane's accounting (the deques drop it lazily)."""
+        job = entry.job
+        lane = entry.lane
+        lane.live -= 1
+        level = self.levels[job.priority]
+        level.queued -= 1
+        level.sum_arrival -= job.arrival
+        if level.queued == 0:
+            level.sum_arrival = 0.0  # no float drift left behind
+        lane.owner.queued -= 1
+        if lane.live == 0:
+            self.backlogged -= 1
+            level.lanes -= 1
+            lane.jobs.clear()
+            lane.by_model.clear()
+        self.touch(lane)
+
+    def drop_queued(self, entry: _Entry) -> None:
+        """A queued entry leaves for good (cancelled, failed or lapsed)."""
+        entry.state = GONE
+        del self.entries[entry.job.id]
+        self.dequeue(entry)
+        self.drop_lane(entry.lane, entry.job.id)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def park(self, job: Job, attempt: int, release_at: float) -> _Entry:
+        """File a delayed job: known and ``"queued"``, in no lane until ``release_at``."""
+        entry = _Entry(job, None, attempt, release_at, self.dispatches)  # type: ignore[arg-type]
+        entry.state = PARKED
+        self.entries[job.id] = entry
+        self.level(job.priority)  # a level is known from its first job on, delayed or not
+        self.timers.park(entry)
+        return entry
+
+    def unpark(self, entry: _Entry) -> None:
+        """Take a parked entry out (released, lapsed, cancelled or failed). O(1)."""
+        entry.state = GONE
+        del self.entries[entry.job.id]
+        self.timers.unpark(entry.job.priority)
+
+    def lapsed(self, entry: _Entry, at: float) -> None:
+        """Count a job whose ttl ran out (queued or delayed) and buffer its report."""
+        job = entry.job
+        self.groups.move(job.id, "failed")
+        self.totals["ttl_expired"] += 1
+        self.timers.life(job.priority)[0] += 1
+        deadline = job.deadline if job.deadline is not None else at
+        self.timers.report(
+            Expired(job=job, attempt=entry.attempt, deadline=deadline, requeued=False, cause="ttl")
+        )
+
+    def refused(self, level: int) -> None:
+        """Count a submit refused by its level's budget."""
+        self.totals["refused"] += 1
+        self.timers.life(level)[1] += 1
+
+    # ------------------------------------------------------------------ grants
+
+    def release(self, entry: _Entry) -> None:
+        """Take a held entry off its worker and its lane's ``held`` (no state check)."""
+        entry.state = GONE
+        del self.entries[entry.job.id]
+        self.held -= 1
+        entry.worker.held.remove(entry)
+        lane = entry.lane
+        lane.owner.running -= 1
+        lane.holding -= 1
+        lane.held = lane.held - entry.charged if lane.holding else 0.0
+
+    # ------------------------------------------------------------------ restore
+
+    def restore_start(self, seq: int, now: float) -> None:
+        """A restored state's sequence number and clock (``persist.load``)."""
+        self.seq = seq
+        self.now = now
+
+    def restore_recent(
+        self, credit: float, models: dict[str, deque[float]], levels: dict[int, deque[float]]
+    ) -> None:
+        """A restored state's crossing credit and recent runtimes."""
+        self.credit = credit
+        self.recent_model.update(models)
+        self.recent_level.update(levels)
+
+    def lane_for(self, key: tuple[str, int] | str, member: str, level: int, s: float) -> _Lane:
+        """The lane filed under ``key``, made (starting at ``s``) when there is none."""
+        lane = self.lanes.get(key)
+        if lane is None:
+            lane = self.lanes[key] = self.new_lane(member, level, s)
+        return lane
+
+    def restore_worker(self, worker: _Worker) -> None:
+        """File a worker rebuilt from a snapshot (a timed-out one stays out of the capacity)."""
+        self.workers[worker.name] = worker
+        if not worker.timed_out:
+            self.live += 1
+            if worker.resident is not None:
+                self.residents[worker.resident] = self.residents.get(worker.resident, 0) + 1
+
+    def restore_held(self, entry: _Entry, crossing: tuple[float, float] | None) -> None:
+        """File a held entry rebuilt from a snapshot on its worker and its lane."""
+        lane = entry.lane
+        self.entries[entry.job.id] = entry
+        self.held += 1
+        entry.worker.held.append(entry)
+        lane.holding += 1
+        lane.owner.running += 1
+        lane.held += entry.charged
+        lane.set_s()
+        if lane.live:
+            self.note_s(lane)
+            self.touch(lane)
+        if crossing is not None and crossing[0]:
+            self.crossings[entry] = crossing
+        lease = entry.grant.lease
+        if lease is not None:
+            self.deadlines.append(Deadline(lease.deadline, entry.job.seq, id(entry), entry))
+            self.deadlines.sort(key=lambda item: (item.deadline, item.seq, item.key))
