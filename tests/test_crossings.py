@@ -21,7 +21,7 @@ from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.records import REORDER_CAUSES
 from prioqueue.scoring import Scorer, ScoringConfig
-from prioqueue.testing import ReferenceDispatcher
+from prioqueue.testing import ReferenceDispatcher, ReferenceFleet
 
 FAST = Scorer(ScoringConfig(aging_divisor=1.0))  # a point of aging per second
 IMPLEMENTATIONS = pytest.mark.parametrize(
@@ -78,6 +78,69 @@ def test_a_half_share_alternates_crossings_and_deferrals(make: Factory) -> None:
     assert stats.levels[100].reorders.deferred_crossings == 0
     assert "deferred_crossings" in REORDER_CAUSES
     assert stats.levels[-100].reorders.as_dict()["deferred_crossings"] == 3
+
+
+def _warm_fleet(make: Factory, *, workers: int = 2) -> Any:
+    """Two films' shots for ``flux`` (batch, at 0) on a fleet whose ``a`` has ``flux`` loaded.
+
+    With a point of aging per second, the films' lanes outrank any image submitted later: a
+    pop that grants a film over a waiting image is a crossing. The first crossing (at 300 s)
+    spends the credit, so the next one is past it. ``f.0`` is still running.
+    """
+    d = make(FAST, crossing_share=0.05, warm_hold=0.0)
+    d.join("a", resident="flux", now=0.0)
+    for k in range(1, workers):
+        d.join(f"w{k}", resident="sd", now=0.0)
+    for film in ("f", "g"):
+        d.submit(f"{film}.0", member=film, priority="batch", model="flux", estimate=100.0, now=0.0)
+    d.submit("img0", member="u", priority="interactive", model="sd", estimate=100.0, now=300.0)
+    first = d.pop("a", now=300.0)
+    assert first is not None
+    assert first.job.id == "f.0"  # a crossing: the credit goes negative
+    return d
+
+
+FLEETS = pytest.mark.parametrize(
+    "make", [FleetDispatcher, ReferenceFleet], ids=["real", "reference"]
+)
+
+
+@FLEETS
+def test_a_warm_crossing_on_a_fleet_is_not_deferred_for_a_fresh_cold_job(make: Factory) -> None:
+    """docs/design/fleet.md, "Warm crossings": a job for another model that has waited less
+    than the crossing's affinity is worth (10 points x 1 s) does not make ``a`` swap."""
+    d = _warm_fleet(make)
+    d.cancel("img0", now=395.0)
+    d.submit("img1", member="u", priority="interactive", model="sd", estimate=100.0, now=395.0)
+    d.complete("f.0", now=400.0)
+    grant = d.pop("a", now=400.0)
+    assert grant is not None
+    assert (grant.job.id, grant.swap) == ("g.0", False)  # waited 5 s < 10 s: not deferred
+    assert d.stats(now=400.0).levels[-100].reorders.deferred_crossings == 0
+
+
+@FLEETS
+def test_a_cold_job_that_waited_the_affinitys_worth_is_served_by_a_deferral(
+    make: Factory,
+) -> None:
+    d = _warm_fleet(make)
+    d.complete("f.0", now=400.0)
+    grant = d.pop("a", now=400.0)  # img0 has waited 100 s >= 10 s
+    assert grant is not None
+    assert (grant.job.id, grant.swap) == ("img0", True)
+    assert d.stats(now=400.0).levels[-100].reorders.deferred_crossings == 1
+
+
+@FLEETS
+def test_a_fleet_of_one_keeps_the_size_one_rule(make: Factory) -> None:
+    """With one live worker no other worker serves the higher level: the deferral stands."""
+    d = _warm_fleet(make, workers=1)
+    d.cancel("img0", now=395.0)
+    d.submit("img1", member="u", priority="interactive", model="sd", estimate=100.0, now=395.0)
+    d.complete("f.0", now=400.0)
+    grant = d.pop("a", now=400.0)
+    assert grant is not None
+    assert (grant.job.id, grant.swap) == ("img1", True)
 
 
 @IMPLEMENTATIONS

@@ -352,16 +352,7 @@ def test_warm_hold_reduces_swaps_on_fleet_night() -> None:
 
 
 SWAP_CASES = [
-    pytest.param(
-        "fleet-night",
-        "prioqueue",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="issue 17, open: with bounded crossings at the default share (0.05) a "
-            "deferred crossing can hand a worker a cold higher-level job; fleet-night swaps "
-            "1.28-1.33x warm-first (397/311, 403/303) against the 1.25x goal",
-        ),
-    ),
+    pytest.param("fleet-night", "prioqueue"),
     pytest.param("fleet-night", "prioqueue:crossing_share=1", id="fleet-night-placement-only"),
     pytest.param("overload", "prioqueue"),
 ]

@@ -273,6 +273,22 @@ class ReferenceFleet(_Workers):
             worker.last_seen, worker.timed_out = now, False  # heard from, whatever follows
             return self._pop(worker, now)
 
+    def _warm_crossing(self, worker: _Worker, win: _Offer, served: _Offer, now: float) -> bool:
+        """Whether a crossing past its credit is granted anyway (the design note's warm rule).
+
+        On a fleet (more than one live worker), a crossing that runs warm (its offer carries
+        the worker's affinity) is not deferred for a job that needs another model on this
+        worker and has waited less than that affinity is worth: ``affinity * divisor``.
+        """
+        job = served.entry.job
+        return (
+            self.capacity > 1
+            and win.affinity > 0
+            and job.model is not None
+            and job.model != worker.resident
+            and now - job.arrival < win.affinity * self._divisor
+        )
+
     def _pop(self, worker: _Worker, now: float) -> Grant | None:
         if len(worker.held) >= worker.slots:
             return None
@@ -294,11 +310,14 @@ class ReferenceFleet(_Workers):
                 if starving != win.level:
                     win = self._least_served(offers, starving) or win
             else:
-                deferred = win
-                weight = self._share
                 served = self._least_served(offers, top)
                 assert served is not None
-                win = served
+                if self._warm_crossing(worker, win, served, now):
+                    weight = -(1 - self._share)
+                else:
+                    deferred = win
+                    weight = self._share
+                    win = served
         entry = win.entry
         job = entry.job
         info = self._info(worker)
