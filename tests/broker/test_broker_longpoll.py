@@ -9,6 +9,7 @@ waiters, and the journal still replays into exactly the live state.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -26,12 +27,18 @@ async def _pop(a: Api, worker: str = "gpu-1", wait: float = 0, **body: Any) -> A
 
 
 async def _until_waiting(a: Api, count: int = 1) -> None:
-    """Let the waiting requests park. They run in this loop (ASGI in memory, no threads, no
-    I/O), so loop turns, not time, bring each to its wait: 2,000 turns, four times what a
-    request takes to park (about 500)."""
-    for _ in range(2000):
+    """Let the waiting requests park. They run in this loop (ASGI in memory), so loop turns,
+    not time, bring each to its wait: about 500 turns on a quiet machine, many more under a
+    tracer (coverage) on a loaded one. Turn until the first has parked (giving up after 10 s of
+    turns), then twice as many turns again for the others."""
+    deadline = time.monotonic() + 10.0
+    turns = 0
+    while count and a.broker.changes._future is None:
+        assert time.monotonic() < deadline, f"no waiting request parked in {turns} loop turns"
         await asyncio.sleep(0)
-    assert a.broker.changes._future is not None or count == 0
+        turns += 1
+    for _ in range(max(2000, 2 * turns)):
+        await asyncio.sleep(0)
 
 
 def test_empty_pops_write_nothing_and_liveness_is_journaled_once_per_half_timeout() -> None:

@@ -473,19 +473,6 @@ class Facade:
         """
         self._state.groups.forget(checked_group(group))
 
-    # The state as the broker (and some tests) read it today, until they use ``_state``.
-    _entries = property(lambda self: self._state.entries)
-    _workers = property(lambda self: self._state.workers)
-    _levels = property(lambda self: self._state.levels)
-    _members = property(lambda self: self._state.members)
-    _recent_level = property(lambda self: self._state.recent_level)
-    _live = property(lambda self: self._state.live)
-    _parked = property(lambda self: self._state.timers.parked)
-    _retry_after = property(lambda self: self._state.retry_after)
-    _budgets = property(lambda self: self._state.budgets)
-    _backoff = property(lambda self: self._state.config.backoff)
-    _now = property(lambda self: self._state.now, lambda self, t: setattr(self._state, "now", t))
-
     def _check(self) -> None:
         """Assert every internal invariant (for tests; O(n))."""
         check.check(self._state)

@@ -26,12 +26,7 @@ import math
 from collections import deque
 from heapq import heapify, heappush
 
-from prioqueue._core.config import (
-    DEFAULT_EXPECTED_RUNTIME,
-    DEFAULT_RETRY_AFTER,
-    RECENT,
-    Config,
-)
+from prioqueue._core.config import DEFAULT_EXPECTED_RUNTIME, DEFAULT_RETRY_AFTER, RECENT, Config
 from prioqueue._core.items import (
     LAPSE,
     PARKED,
@@ -166,6 +161,11 @@ class State:
         if recent:
             return sum(recent) / len(recent)
         return DEFAULT_EXPECTED_RUNTIME
+
+    def forget_empty_pop(self, worker: _Worker, last_seen: float, now: float) -> None:
+        """Undo an empty pop (the worker's last word, the clock): the broker journals none. O(1)."""
+        worker.last_seen = last_seen
+        self.now = now
 
     def retry_after(self) -> float:
         """``QueueFull.retry_after``: the recent completion interval (at least 1 s)."""

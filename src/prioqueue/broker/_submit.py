@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from prioqueue._core import DEFAULT_EXPECTED_RUNTIME
+from prioqueue._core.facade import state_of
 from prioqueue._core.queue import forecast_wait
 from prioqueue._errors import ConfigError, DuplicateJob, Overloaded, QueueFull
 from prioqueue.broker import _groups
@@ -187,7 +188,8 @@ def _check_budgets(state: EngineState, jobs: list[dict[str, Any]], now: float) -
     Complexity: O(b x levels) for b new jobs.
     """
     core = state.fleet
-    budgets = core._budgets
+    read = state_of(core)
+    budgets = read.budgets
     if not budgets:
         return
     added: dict[int, int] = {}  # queued (not delayed) jobs of the batch so far, per level
@@ -198,24 +200,24 @@ def _check_budgets(state: EngineState, jobs: list[dict[str, Any]], now: float) -
         not_before = args.get("not_before")
         delayed = not_before is not None and not_before > now
         if budget is not None and budget.max_queued is not None:
-            stats = core._levels.get(level)
-            queued = (0 if stats is None else stats.queued) + core._parked.get(level, 0)
+            stats = read.levels.get(level)
+            queued = (0 if stats is None else stats.queued) + read.timers.parked.get(level, 0)
             if queued + held.get(level, 0) >= budget.max_queued:
                 raise Rejected(
                     429,
                     f"the batch does not fit level {level}: it holds {queued} queued or "
                     f"delayed jobs, its limit max_queued={budget.max_queued}",
                     field="max_queued",
-                    retry_after=core._retry_after(),
+                    retry_after=read.retry_after(),
                 )
         if budget is not None and budget.max_wait is not None and not delayed:
             extra = 0.0
             for number, count in added.items():
                 if number >= level:
-                    recent = core._recent_level.get(number)
+                    recent = read.recent_level.get(number)
                     mean = sum(recent) / len(recent) if recent else DEFAULT_EXPECTED_RUNTIME
                     extra += count * mean
-            wait = forecast_wait(core._state, level) + extra / max(1, core._live)
+            wait = forecast_wait(read, level) + extra / max(1, read.live)
             if wait > budget.max_wait:
                 raise Rejected(
                     503,
@@ -244,7 +246,7 @@ def _check_room(state: EngineState, fresh: Mapping[str, int]) -> None:
     if per_member is None:
         return
     for member, count in fresh.items():
-        stats = state.fleet._members.get(member)  # the core's per-member counts
+        stats = state_of(state.fleet).members.get(member)  # the core's per-member counts
         queued = 0 if stats is None else int(stats.queued)
         if queued + count > per_member:
             raise Rejected(

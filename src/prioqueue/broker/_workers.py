@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from prioqueue._core.facade import state_of
 from prioqueue.broker._records import JobRecord, PopResult, Rejected, check_types, now_past
 from prioqueue.broker._state import EngineState
 
@@ -74,7 +75,7 @@ def fresh_worker(state: EngineState, worker: str, spec: Mapping[str, Any], now: 
     """The fleet's worker when a pop need not refresh or update it, else None. O(1)."""
     if state.workers.get(worker) != spec:
         return None
-    known = state.fleet._workers.get(worker)  # the core's worker record (last_seen, held)
+    known = state_of(state.fleet).workers.get(worker)  # the core's record (last_seen, held)
     timeout = state.config.worker_timeout_seconds
     if known is None or known.timed_out:
         return None
@@ -94,13 +95,13 @@ def quiet_pop(state: EngineState, now: float, worker: str, fresh: Any) -> PopRes
     """
     if len(fresh.held) >= fresh.slots or len(state.fleet) == 0:
         return None
-    seen, clock = fresh.last_seen, state.fleet._now
+    core = state_of(state.fleet)
+    seen, clock = fresh.last_seen, core.now
     grant = state.fleet.pop(worker, now=now)
     if grant is None:
         # As if the pop never happened: the worker's last word and the fleet's clock
         # (reads pass the engine's time, which a skipped pop does not advance).
-        fresh.last_seen = seen
-        state.fleet._now = clock
+        core.forget_empty_pop(fresh, seen, clock)
         return None
     state.now = now
     return PopResult(granted(state, worker, grant, now), {})
@@ -109,7 +110,7 @@ def quiet_pop(state: EngineState, now: float, worker: str, fresh: Any) -> PopRes
 def liveness_due(state: EngineState, worker: str) -> float | None:
     """When a waiting ``worker``'s liveness must next be journaled (None: never). O(1)."""
     timeout = state.config.worker_timeout_seconds
-    known = state.fleet._workers.get(worker)
+    known = state_of(state.fleet).workers.get(worker)
     if timeout is None or known is None:
         return None
     return float(known.last_seen) + timeout / 2
