@@ -41,8 +41,15 @@ class SubmitOptions(TypedDict, total=False):
 SUBMIT_OPTIONS: frozenset[str] = frozenset(SubmitOptions.__annotations__)
 
 
-def check_options(options: Mapping[str, Any]) -> None:
+def check_options(
+    options: Mapping[str, Any], *, call: str = "submit()", named: str = "job_id, member, now"
+) -> None:
     """Refuse a keyword that ``SubmitOptions`` does not name.
+
+    Args:
+        options: The call's ``**options``.
+        call: The call's name, for the message (``turn()`` checks the same options).
+        named: Its named keyword arguments, listed before the options as allowed.
 
     Raises:
         TypeError: ``options`` holds an unknown name (the message lists the allowed ones).
@@ -50,8 +57,8 @@ def check_options(options: Mapping[str, Any]) -> None:
     unknown = sorted(set(options) - SUBMIT_OPTIONS)
     if unknown:
         raise TypeError(
-            f"submit() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
-            f"allowed: job_id, member, now, {', '.join(sorted(SUBMIT_OPTIONS))}"
+            f"{call} got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
+            f"allowed: {named}, {', '.join(sorted(SUBMIT_OPTIONS))}"
         )
 
 

@@ -8,10 +8,10 @@ each other.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from prioqueue._spec import SUBMIT_OPTIONS, SubmitOptions
+from prioqueue._spec import SubmitOptions
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -24,7 +24,6 @@ __all__ = [
     "DrivenCore",
     "ExpiryCallback",
     "TurnOptions",
-    "check_turn_options",
 ]
 
 Clock = Callable[[], float]
@@ -40,20 +39,6 @@ class TurnOptions(SubmitOptions, total=False):
     """
 
     timeout: float | None
-
-
-def check_turn_options(options: Mapping[str, object]) -> None:
-    """Refuse a keyword ``turn()`` does not take (a submit's options; ``timeout`` is named).
-
-    Raises:
-        TypeError: ``options`` holds an unknown name (the message lists the allowed ones).
-    """
-    unknown = sorted(set(options) - SUBMIT_OPTIONS)
-    if unknown:
-        raise TypeError(
-            f"turn() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
-            f"allowed: job_id, member, timeout, {', '.join(sorted(SUBMIT_OPTIONS))}"
-        )
 
 
 class DrivenCore(Protocol):

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout, ttl_timeout
-from prioqueue._driver._core import Clock, DrivenCore, ExpiryCallback, check_turn_options
+from prioqueue._driver._core import Clock, DrivenCore, ExpiryCallback
 from prioqueue._driver._turn import Turn
 from prioqueue._errors import (
     ChargeError,
@@ -19,6 +19,7 @@ from prioqueue._errors import (
     UnknownJob,
     UnknownWorker,
 )
+from prioqueue._spec import check_options
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -155,7 +156,7 @@ class Driver(ABC, Generic[D_co]):
         """
         if timeout is not None and not timeout >= 0:  # also rejects NaN
             raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
-        check_turn_options(options)
+        check_options(options, call="turn()", named="job_id, member, timeout")
         kwargs: dict[str, Any] = {"member": member, **options}
         return Turn(self, job_id, kwargs, timeout)
 

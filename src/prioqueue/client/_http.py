@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 
@@ -119,7 +120,7 @@ def raise_for(response: httpx.Response) -> None:
     raise BrokerError(response.status_code, message, field=field, body=body)
 
 
-class _Transport(Generic[_C]):
+class _Transport(ABC, Generic[_C]):
     """What both transports share: the endpoint, the key, the budgets, one attempt's logic.
 
     A subclass adds only the I/O: its client class and the retry loop that sends (sync or
@@ -141,8 +142,9 @@ class _Transport(Generic[_C]):
         self.retry_timeout = retry_timeout
         self.client: _C = client if client is not None else self._new_client(timeout)
 
+    @abstractmethod
     def _new_client(self, timeout: float) -> _C:
-        raise NotImplementedError  # pragma: no cover - each transport names its client
+        """The transport's own httpx client (sync or async), made when none is given."""
 
     def _send_options(self, options: RequestOptions) -> dict[str, Any]:
         """The keyword arguments of the client's ``request`` (but the URL) for ``options``."""
