@@ -17,6 +17,7 @@ from typing import Any, Literal
 import attrs
 
 from prioqueue._errors import InvalidState, UnknownJob, UnknownWorker
+from prioqueue._readonly import ReadOnly
 from prioqueue.dispatcher import ChargeModel
 from prioqueue.lease import LeaseCalculator
 from prioqueue.priority import PriorityPolicy
@@ -244,15 +245,8 @@ class _Book:
 
     # -- reading -----------------------------------------------------------------------------
 
-    @property
-    def scorer(self) -> Scorer:
-        """The scorer."""
-        return self._scorer
-
-    @property
-    def policy(self) -> PriorityPolicy:
-        """The priority policy."""
-        return self._policy
+    scorer = ReadOnly[Scorer]("_scorer", "The scorer.")
+    policy = ReadOnly[PriorityPolicy]("_policy", "The priority policy.")
 
     @property
     def held(self) -> list[Grant]:
@@ -410,10 +404,14 @@ class _Book:
         return value
 
     @contextmanager
-    def _commit(self, now: float) -> Iterator[None]:
-        """Make ``now`` the latest time when the block succeeds (a call that raises does not)."""
-        yield
-        self._latest = now
+    def _at(self, now: float) -> Iterator[float]:
+        """Check ``now`` (``_time``); it becomes the latest time when the block succeeds.
+
+        A call that raises, in the check or in the block, leaves the latest time as it was.
+        """
+        checked = self._time(now)
+        yield checked
+        self._latest = checked
 
     def _queued(self) -> list[_Entry]:
         return [entry for lane in self._lanes.values() for entry in lane.jobs]

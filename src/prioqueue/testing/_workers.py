@@ -55,8 +55,7 @@ class _Workers(_ReferenceLifecycle):
             ValueError: ``now`` went backwards, or a bad argument.
             TypeError: An argument of the wrong type.
         """
-        now = self._time(now)
-        with self._commit(now):
+        with self._at(now) as t:
             if not isinstance(name, str) or not name:
                 raise ValueError(f"a worker name must be a non-empty str, got {name!r}")
             if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
@@ -70,7 +69,7 @@ class _Workers(_ReferenceLifecycle):
                 raise ValueError(f"accepts must be callable or None, got {accepts!r}")
             worker = self._workers.get(name)
             if worker is None:
-                worker = _Worker(name, served, resident, slots, bool(slow), accepts, now)
+                worker = _Worker(name, served, resident, slots, bool(slow), accepts, t)
                 self._workers[name] = worker
             else:
                 worker.models = served
@@ -79,7 +78,7 @@ class _Workers(_ReferenceLifecycle):
                 worker.slots = slots
                 worker.slow = bool(slow)
                 worker.accepts = accepts
-                worker.last_seen = now
+                worker.last_seen = t
                 worker.timed_out = False
             return self._info(worker)
 
@@ -98,10 +97,9 @@ class _Workers(_ReferenceLifecycle):
             ValueError: ``now`` went backwards.
             UnknownWorker: The name was never joined, or has left.
         """
-        now = self._time(now)
-        with self._commit(now):
+        with self._at(now) as t:
             worker = self._worker(name)
-            worker.last_seen = now
+            worker.last_seen = t
             worker.timed_out = False
             if resident is not _UNCHANGED:
                 worker.resident = resident
@@ -121,11 +119,10 @@ class _Workers(_ReferenceLifecycle):
             ValueError: ``now`` went backwards.
             UnknownWorker: The name was never joined, or has left.
         """
-        now = self._time(now)
-        with self._commit(now):
+        with self._at(now) as t:
             worker = self._worker(name)
             taken = list(worker.held)
-            self._take_back(taken, now, always_requeue=True)
+            self._take_back(taken, t, always_requeue=True)
             del self._workers[name]
             return sorted((held.grant.job for held in taken), key=lambda job: job.seq)
 
