@@ -56,15 +56,13 @@ from typing import TYPE_CHECKING, cast
 
 from prioqueue._errors import DuplicateJob, LeaseExpired
 from prioqueue._spec import check_options
-from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS
 from prioqueue.lifecycle import Backoff
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Completed, Expired, Grant, Job, Stats, Ticket
 from prioqueue.scoring import ScoreBreakdown, Scorer
 from prioqueue.testing._lifecycle import _Delayed
-from prioqueue.testing._options import FleetOptions, known_options
+from prioqueue.testing._options import DEFAULTS, FleetOptions, known_options
 from prioqueue.testing._state import (
-    DEFAULT_CROSSING_SHARE,
     DEFAULT_EXPECTED_RUNTIME,
     RECENT_RUNTIMES,
     CauseName,
@@ -121,26 +119,26 @@ class ReferenceFleet(_Workers):
 
     def __init__(self, scorer: Scorer | None = None, **options: Unpack[FleetOptions]) -> None:
         known_options("ReferenceFleet", options, FleetOptions)
-        policy = options.get("policy")
-        lease_for = options.get("lease_for")
+        o: FleetOptions = {**DEFAULTS, **options}
+        policy, lease_for = o["policy"], o["lease_for"]
         self._scorer = Scorer() if scorer is None else scorer
         self._policy = PriorityPolicy() if policy is None else policy
         self._divisor = self._scorer.config.aging_divisor
-        self._charge = options.get("charge", "runtime")
+        self._charge = o["charge"]
         self._lease_for = lease_for
         self._lease_takes_worker = lease_for is not None and _takes_worker(lease_for)
-        self._max_queued = options.get("max_queued")
-        self._max_per_member = options.get("max_queued_per_member")
-        self._max_running = options.get("max_running_per_member")
-        self._max_attempts = options.get("max_attempts", 3)
-        self._worker_timeout = options.get("worker_timeout")
-        self._warm_hold = float(options.get("warm_hold", 0.0))
-        self._load_seconds = dict(options.get("load_seconds") or {})
-        self._fair_share = options.get("fair_share", True)
-        self._track_reorders = options.get("track_reorders", True)
-        self._share = float(options.get("crossing_share", DEFAULT_CROSSING_SHARE))
+        self._max_queued = o["max_queued"]
+        self._max_per_member = o["max_queued_per_member"]
+        self._max_running = o["max_running_per_member"]
+        self._max_attempts = o["max_attempts"]
+        self._worker_timeout = o["worker_timeout"]
+        self._warm_hold = float(o["warm_hold"])
+        self._load_seconds = dict(o["load_seconds"] or {})
+        self._fair_share = o["fair_share"]
+        self._track_reorders = o["track_reorders"]
+        self._share = float(o["crossing_share"])
         self._credit = 0.0
-        bounds = tuple(float(b) for b in options.get("wait_buckets", DEFAULT_WAIT_BUCKETS))
+        bounds = tuple(float(bound) for bound in o["wait_buckets"])
         self._buckets = bounds if bounds and bounds[-1] == math.inf else (*bounds, math.inf)
         self._lanes: dict[tuple[str, int], _Lane] = {}
         self._workers: dict[str, _Worker] = {}
@@ -152,7 +150,7 @@ class ReferenceFleet(_Workers):
         self._recent_by_model: dict[str, list[float]] = {}
         self._recent_by_level: dict[int, list[float]] = {}
         self._counts = {"completed": 0, "cancelled": 0, "expired": 0, "failed": 0, "swaps": 0}
-        self._lifecycle_init(options.get("budgets"), options.get("backoff"))
+        self._lifecycle_init(o["budgets"], o["backoff"])
 
     # -- jobs --------------------------------------------------------------------------------
 

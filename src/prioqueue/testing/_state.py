@@ -18,6 +18,7 @@ import attrs
 
 from prioqueue._errors import InvalidState, UnknownJob, UnknownWorker
 from prioqueue._readonly import ReadOnly
+from prioqueue._worker_info import worker_info
 from prioqueue.dispatcher import ChargeModel
 from prioqueue.lease import LeaseCalculator
 from prioqueue.priority import PriorityPolicy
@@ -378,17 +379,7 @@ class _Book:
         return 0.0 if lane is None else lane.held
 
     def _info(self, worker: _Worker) -> WorkerInfo:
-        return WorkerInfo(
-            name=worker.name,
-            models=worker.models,
-            resident=worker.resident,
-            slots=worker.slots,
-            slow=worker.slow,
-            held=tuple(held.grant.job.id for held in worker.held),
-            last_seen=worker.last_seen,
-            timed_out=worker.timed_out,
-            filtered=worker.accepts is not None,
-        )
+        return worker_info(worker, tuple(held.grant.job.id for held in worker.held))
 
     def _worker(self, name: str) -> _Worker:
         worker = self._workers.get(name)

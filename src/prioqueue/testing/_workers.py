@@ -11,12 +11,16 @@ keys, charges) <- ``_ReferenceLifecycle`` (``_lifecycle``: deadlines, delays, re
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from prioqueue.records import Job, WorkerInfo
 from prioqueue.testing._lifecycle import _ReferenceLifecycle
+from prioqueue.testing._options import WorkerSettings, known_options
 from prioqueue.testing._state import IDLE_CAUSES, _Worker
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__: list[str] = []  # private module
 
@@ -26,35 +30,29 @@ _UNCHANGED: Any = object()
 class _Workers(_ReferenceLifecycle):
     """The worker calls of ``ReferenceFleet``."""
 
-    def join(
-        self,
-        name: str,
-        *,
-        models: Iterable[str] | None = None,
-        resident: str | None = None,
-        slots: int = 1,
-        slow: bool = False,
-        accepts: Callable[[Job], bool] | None = None,
-        now: float,
-    ) -> WorkerInfo:
+    def join(self, name: str, *, now: float, **settings: Unpack[WorkerSettings]) -> WorkerInfo:
         """Add a worker, or update every field of a known one (``resident=None`` keeps it).
 
         Args:
             name: The worker's name.
-            models: The models it serves, or None for every model.
-            resident: The model it has loaded, or None.
-            slots: How many jobs it holds at once (>= 1).
-            slow: Whether it is extra slow (its leases are longer).
-            accepts: A predicate over jobs it may take, or None.
             now: The current time.
+            **settings: ``FleetDispatcher.join``'s, each with its default: ``models`` (the
+                models it serves, or None for every model), ``resident`` (the model it has
+                loaded, or None), ``slots`` (how many jobs it holds at once, >= 1), ``slow``
+                (whether it is extra slow: its leases are longer) and ``accepts`` (a predicate
+                over jobs it may take, or None).
 
         Returns:
             The worker's info.
 
         Raises:
             ValueError: ``now`` went backwards, or a bad argument.
-            TypeError: An argument of the wrong type.
+            TypeError: An argument of the wrong type, or a setting ``join`` does not take.
         """
+        known_options("join", settings, WorkerSettings)
+        models, resident = settings.get("models"), settings.get("resident")
+        slots, slow = settings.get("slots", 1), settings.get("slow", False)
+        accepts = settings.get("accepts")
         with self._at(now) as t:
             if not isinstance(name, str) or not name:
                 raise ValueError(f"a worker name must be a non-empty str, got {name!r}")
