@@ -136,7 +136,7 @@ def _bool(name: str, value: object) -> bool:
 def load(
     d: State, state: Mapping[str, Any], now: float | None, *, require_lease: bool = False
 ) -> None:
-    """Fill the new dispatcher ``d`` from ``state`` (see ``restore``).
+    """Fill the new dispatcher ``d`` from ``state`` (``restore.restored`` then loads its groups).
 
     Raises:
         ValueError: The state is not a valid snapshot; the message says what is wrong.
