@@ -272,12 +272,6 @@ class _Book:
     def job(self, job_id: str) -> Job:
         """Return a queued or held job.
 
-        Args:
-            job_id: The job's id.
-
-        Returns:
-            The job.
-
         Raises:
             UnknownJob: The id is neither queued nor held.
         """
@@ -286,12 +280,6 @@ class _Book:
     def state(self, job_id: str) -> JobState:
         """Return ``"queued"`` or ``"running"`` (held by a worker).
 
-        Args:
-            job_id: The job's id.
-
-        Returns:
-            The job's state.
-
         Raises:
             UnknownJob: The id is neither queued nor held.
         """
@@ -299,12 +287,6 @@ class _Book:
 
     def holder(self, job_id: str) -> str | None:
         """Return the name of the worker holding ``job_id``, or None when it is queued.
-
-        Args:
-            job_id: The job's id.
-
-        Returns:
-            The worker's name, or None.
 
         Raises:
             UnknownJob: The id is neither queued nor held.
@@ -315,12 +297,6 @@ class _Book:
 
     def worker(self, name: str) -> WorkerInfo:
         """Return a known worker's info.
-
-        Args:
-            name: The worker's name.
-
-        Returns:
-            Its info.
 
         Raises:
             UnknownWorker: The name was never joined, or has left.
