@@ -46,6 +46,11 @@ class ReferenceDispatcher:
         budgets: ``{level: LevelBudget}`` (docs/design/lifecycle.md).
         backoff: The retry delays of ``fail(retry=True)`` for jobs without their own.
 
+    Attributes:
+        fleet: The one-worker fleet behind it (read-only, as the two below).
+        scorer: The scorer.
+        policy: The priority policy.
+
     Raises:
         TypeError: An option ``SizeOneDispatcher`` does not take.
     """

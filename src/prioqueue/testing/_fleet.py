@@ -89,6 +89,8 @@ __all__ = ["DEFAULT_EXPECTED_RUNTIME", "RECENT_RUNTIMES", "ReferenceFleet"]
 class ReferenceFleet(_Workers):
     """A brute-force model of ``FleetDispatcher`` for tests: same calls, same answers.
 
+    Each option left out takes ``FleetDispatcher``'s default.
+
     Args:
         scorer: The scoring weights (default ``Scorer()``).
         policy: Resolves priority numbers and aliases (default ``PriorityPolicy()``).
@@ -110,7 +112,9 @@ class ReferenceFleet(_Workers):
         budgets: ``{level: LevelBudget}`` (docs/design/lifecycle.md; ``_lifecycle``).
         backoff: The retry delays of ``fail(retry=True)`` for jobs without their own.
 
-        Each option left out takes ``FleetDispatcher``'s default.
+    Attributes:
+        scorer: The scorer (read-only).
+        policy: The priority policy (read-only).
 
     Raises:
         TypeError: An option ``FleetDispatcher`` does not take (or ``history``,
