@@ -8,11 +8,12 @@ test_dispatcher_scenarios.py.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import attrs
 import pytest
@@ -52,68 +53,35 @@ INF = float("inf")
 D = 60.0  # the default aging divisor
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _checked(method: F) -> F:
+    """``method``, then the dispatcher's ``_check()``, whether the call succeeded or raised."""
+
+    @functools.wraps(method)
+    def checked(self: SizeOneDispatcher, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._check()
+
+    return cast(F, checked)
+
+
 class Checked(SizeOneDispatcher):
     """A dispatcher that asserts its invariants after every public call, even a failing one."""
 
-    def submit(self, *args: Any, **kwargs: Any) -> Ticket:
-        try:
-            return super().submit(*args, **kwargs)
-        finally:
-            self._check()
-
-    def dispatch(self, *args: Any, **kwargs: Any) -> Grant | None:
-        try:
-            return super().dispatch(*args, **kwargs)
-        finally:
-            self._check()
-
-    def complete(self, *args: Any, **kwargs: Any) -> Completed:
-        try:
-            return super().complete(*args, **kwargs)
-        finally:
-            self._check()
-
-    def cancel(self, *args: Any, **kwargs: Any) -> Job:
-        try:
-            return super().cancel(*args, **kwargs)
-        finally:
-            self._check()
-
-    def expire(self, *args: Any, **kwargs: Any) -> list[Expired]:
-        try:
-            return super().expire(*args, **kwargs)
-        finally:
-            self._check()
-
-    def set_resident_model(self, *args: Any, **kwargs: Any) -> None:
-        try:
-            super().set_resident_model(*args, **kwargs)
-        finally:
-            self._check()
-
-    def forecast(self, *args: Any, **kwargs: Any) -> list[AheadJob]:
-        try:
-            return super().forecast(*args, **kwargs)
-        finally:
-            self._check()
-
-    def explain(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super().explain(*args, **kwargs)
-        finally:
-            self._check()
-
-    def stats(self, *args: Any, **kwargs: Any) -> Stats:
-        try:
-            return super().stats(*args, **kwargs)
-        finally:
-            self._check()
-
-    def snapshot(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        try:
-            return super().snapshot(*args, **kwargs)
-        finally:
-            self._check()
+    submit = _checked(SizeOneDispatcher.submit)
+    dispatch = _checked(SizeOneDispatcher.dispatch)
+    complete = _checked(SizeOneDispatcher.complete)
+    cancel = _checked(SizeOneDispatcher.cancel)
+    expire = _checked(SizeOneDispatcher.expire)
+    set_resident_model = _checked(SizeOneDispatcher.set_resident_model)
+    forecast = _checked(SizeOneDispatcher.forecast)
+    explain = _checked(SizeOneDispatcher.explain)
+    stats = _checked(SizeOneDispatcher.stats)
+    snapshot = _checked(SizeOneDispatcher.snapshot)
 
     @classmethod
     def restore(cls, *args: Any, **kwargs: Any) -> Checked:
@@ -1546,7 +1514,8 @@ def test_explanation_text_reads_like_sprio() -> None:
 
 def test_stats_levels_are_sorted_highest_first_and_keep_used_levels() -> None:
     d = make()
-    for job_id, priority in [("n", 0), ("b", "batch"), ("i", "interactive"), ("x", 7)]:
+    jobs: list[tuple[str, int | str]] = [("n", 0), ("b", "batch"), ("i", "interactive"), ("x", 7)]
+    for job_id, priority in jobs:
         d.submit(job_id, member="m", priority=priority, now=0)
     stats = d.stats(now=0)
     assert list(stats.levels) == [100, 7, 0, -100]
