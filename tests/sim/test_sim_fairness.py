@@ -212,3 +212,18 @@ def test_every_job_is_accounted_for_at_any_horizon(
             assert cut is not None
             assert row["censored_from"] == min(round(cut - jobs[i].arrival, 3) for i in mine)
             assert row["wait_max"] >= row["censored_from"]
+
+
+@pytest.mark.parametrize("last_out", ["a", "b", "c"])
+def test_service_gap_ties_go_to_the_least_pair(last_out: str) -> None:
+    """Three pairs end with the same gap; the answer is ("a", "b") whatever order they close in.
+
+    Before the tie-break, the pair closed first won, and pairs closed by one departure came in
+    the order of a set of names, so the report's ``service_gap_members`` hung on PYTHONHASHSEED.
+    """
+    events = [(0.0, ON, m, 0.0) for m in "abc"]
+    events += [(1.0, SERVICE, "a", 5.0), (2.0, SERVICE, "b", 5.0), (2.0, SERVICE, "c", 5.0)]
+    order = [m for m in "cba" if m != last_out] + [last_out]
+    events += [(3.0, OFF, m, 0.0) for m in order]
+    gap, pair, _ = service_gaps(events)
+    assert (gap, pair) == (5.0, ("a", "b"))
