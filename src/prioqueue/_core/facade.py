@@ -370,9 +370,10 @@ class Facade:
     def snapshot(self, *, now: float) -> dict[str, Any]:
         """Return the state as JSON-serialisable data, for ``restore``.
 
-        It holds every queued job (in lane order), each lane's virtual start, every held job
-        with its worker and lease, the workers (without their ``accepts`` filters), and every
-        group's counts and live jobs. Counters behind ``stats`` and the grant history are not
+        It holds every queued job (in lane order), each lane's virtual start (without fair
+        share: the order the jobs' own lanes were made in), every held job with its worker and
+        lease, the workers (without their ``accepts`` filters), and every group's counts and
+        live jobs. Counters behind ``stats`` and the grant history are not
         kept: they restart at zero.
 
         Args:
