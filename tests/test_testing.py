@@ -14,6 +14,7 @@ import pytest
 import prioqueue.testing
 from prioqueue import FleetDispatcher, SizeOneDispatcher
 from prioqueue.testing import ManualClock, ReferenceDispatcher, ReferenceFleet
+from prioqueue.testing._options import DEFAULTS
 
 
 def test_the_public_names_are_the_three_helpers() -> None:
@@ -22,15 +23,20 @@ def test_the_public_names_are_the_three_helpers() -> None:
         assert getattr(prioqueue.testing, name).__module__.startswith("prioqueue.testing.")
 
 
-@pytest.mark.parametrize(
-    ("model", "real"), [(ReferenceFleet, FleetDispatcher), (ReferenceFleet, SizeOneDispatcher)]
-)
-def test_the_models_defaults_are_the_dispatchers(model: type, real: type) -> None:
-    """The models keep their own copy of the defaults (the crossing share among them)."""
-    mine = inspect.signature(model).parameters
-    for name, parameter in inspect.signature(real).parameters.items():
-        if name in mine and parameter.default is not inspect.Parameter.empty:
-            assert mine[name].default == parameter.default, name
+@pytest.mark.parametrize("real", [FleetDispatcher, SizeOneDispatcher])
+def test_the_models_defaults_are_the_dispatchers(real: type) -> None:
+    """The models keep their own copy of the defaults (the crossing share among them).
+
+    ``ReferenceFleet`` takes ``scorer`` and ``**options``; the options' defaults are its table
+    ``DEFAULTS``, which names every option of the dispatchers but the history sizes.
+    """
+    assert inspect.signature(ReferenceFleet).parameters["scorer"].default is None
+    mine: dict[str, Any] = {"scorer": None, **DEFAULTS}
+    theirs = inspect.signature(real).parameters
+    assert set(theirs) - set(mine) == {"history", "history_bytes"}
+    for name, parameter in theirs.items():
+        if name in mine:
+            assert mine[name] == parameter.default, name
 
 
 def test_the_reference_dispatcher_takes_only_the_size_one_options() -> None:

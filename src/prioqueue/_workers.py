@@ -32,6 +32,7 @@ import attrs
 from prioqueue._errors import ConfigError
 from prioqueue._lanes import QUEUED, _Entry, _Item, _Lane, _Ranking
 from prioqueue._lease_values import _request_kwargs
+from prioqueue._worker_info import worker_info
 from prioqueue.lease import ImageRequest, LeaseCalculator, _request_source
 from prioqueue.records import WorkerInfo
 
@@ -87,17 +88,7 @@ class _Worker:
 
     def info(self) -> WorkerInfo:
         """The public record of the worker. O(slots)."""
-        return WorkerInfo(
-            name=self.name,
-            models=self.models,
-            resident=self.resident,
-            slots=self.slots,
-            slow=self.slow,
-            held=tuple(entry.job.id for entry in self.held),
-            last_seen=self.last_seen,
-            timed_out=self.timed_out,
-            filtered=self.accepts is not None,
-        )
+        return worker_info(self, tuple(entry.job.id for entry in self.held))
 
 
 def lease_function(lease_for: object) -> LeaseFunction | None:

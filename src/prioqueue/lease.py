@@ -459,16 +459,7 @@ def lease_seconds(
         ValueError: An argument is out of range, or a sampler name that differs from a known
             one only by case.
     """
-    return DEFAULT_CALCULATOR.seconds(
-        width=width,
-        height=height,
-        steps=steps,
-        sampler=sampler,
-        controlnet=controlnet,
-        baseline=baseline,
-        loras=loras,
-        extra_slow_worker=extra_slow_worker,
-    )
+    return DEFAULT_CALCULATOR.seconds(**locals())  # its keyword arguments, as given
 
 
 explain = DEFAULT_CALCULATOR.explain

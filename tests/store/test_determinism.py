@@ -184,3 +184,28 @@ def test_restore_keeps_the_lane_order_of_running_jobs_in_a_fleet() -> None:
     for x in (d, restored):
         x.expire(200.0)
     assert restored.snapshot(now=200.0) == d.snapshot(now=200.0)
+
+
+def test_restore_keeps_the_lane_order_of_a_released_job() -> None:
+    # Without fair share a delayed job's lane is made at its release, after the lanes of jobs
+    # submitted later but eligible at once: restore() made the lanes in seq order instead.
+    d = FleetDispatcher(fair_share=False)
+    d.submit("j0", member="ann", now=0.0, not_before=10.0)
+    d.submit("j1", member="ann", now=0.0)
+    d.expire(30.0)
+    snapshot = json.loads(json.dumps(d.snapshot(now=30.0)))
+    assert [job["id"] for job in snapshot["queued"]] == ["j1", "j0"]
+    assert FleetDispatcher.restore(snapshot).snapshot(now=30.0) == d.snapshot(now=30.0)
+
+
+def test_restore_keeps_each_workers_held_jobs_in_grant_order() -> None:
+    # Without fair share restore() gave a worker its held jobs in seq order, not grant order.
+    d = FleetDispatcher(fair_share=False)
+    d.join("w", slots=2, now=0.0)
+    d.submit("j0", member="ann", now=0.0)
+    d.submit("j1", member="ann", tier="pro", now=0.0)
+    grants = [d.pop("w", now=0.0), d.pop("w", now=0.0)]
+    assert [g.job.id for g in grants if g is not None] == ["j1", "j0"]  # the pro tier first
+    restored = FleetDispatcher.restore(json.loads(json.dumps(d.snapshot(now=0.0))))
+    assert restored.worker("w").held == d.worker("w").held == ("j1", "j0")
+    assert restored.snapshot(now=0.0) == d.snapshot(now=0.0)

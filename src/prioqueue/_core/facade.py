@@ -16,7 +16,9 @@ from prioqueue._core.state import State
 from prioqueue._groups import CancelRunning, GroupStatus, checked_group
 from prioqueue._journaled import journaled
 from prioqueue._lanes import RUNNING
+from prioqueue._readonly import ReadOnly
 from prioqueue._spec import SUBMIT_OPTIONS, JobSpec, SubmitOptions, check_options
+from prioqueue.priority import PriorityPolicy
 from prioqueue.records import (
     AheadJob,
     Completed,
@@ -32,31 +34,20 @@ from prioqueue.scoring import Scorer
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from prioqueue.priority import PriorityPolicy
-
 __all__: list[str] = []  # private module
 
 
 class Facade:
     """The public methods both dispatchers share, over the state they hold (private)."""
 
+    scorer = ReadOnly[Scorer]("_state.scorer", "The scorer (read-only).")
+    policy = ReadOnly[PriorityPolicy]("_state.policy", "The priority policy (read-only).")
+    fair_share = ReadOnly[bool](
+        "_state.fair_share", "Whether lanes are per member (True) or per job (False)."
+    )
+
     def __init__(self, config: Config) -> None:
         self._state = State(config)
-
-    @property
-    def scorer(self) -> Scorer:
-        """The scorer (read-only)."""
-        return self._state.scorer
-
-    @property
-    def policy(self) -> PriorityPolicy:
-        """The priority policy (read-only)."""
-        return self._state.policy
-
-    @property
-    def fair_share(self) -> bool:
-        """Whether lanes are per member (True) or per job (False)."""
-        return self._state.fair_share
 
     def __len__(self) -> int:
         """Return the number of queued jobs (held ones excluded). O(1)."""
@@ -379,9 +370,10 @@ class Facade:
     def snapshot(self, *, now: float) -> dict[str, Any]:
         """Return the state as JSON-serialisable data, for ``restore``.
 
-        It holds every queued job (in lane order), each lane's virtual start, every held job
-        with its worker and lease, the workers (without their ``accepts`` filters), and every
-        group's counts and live jobs. Counters behind ``stats`` and the grant history are not
+        It holds every queued job (in lane order), each lane's virtual start (without fair
+        share: the order the jobs' own lanes were made in), every held job with its worker and
+        lease, the workers (without their ``accepts`` filters), and every group's counts and
+        live jobs. Counters behind ``stats`` and the grant history are not
         kept: they restart at zero.
 
         Args:

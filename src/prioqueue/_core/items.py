@@ -13,8 +13,10 @@ from collections.abc import Callable, Mapping
 from heapq import heappop, heappush, heapreplace
 from typing import NamedTuple
 
+import attrs
+
 from prioqueue._lanes import QUEUED, _Entry, _Lane, _Ranking
-from prioqueue.records import Expired, Job, Reorders
+from prioqueue.records import Expired, Job, MemberStats, Reorders
 from prioqueue.scoring import ScoreBreakdown
 
 __all__: list[str] = []  # private module
@@ -75,17 +77,15 @@ class DispatchRecord(NamedTuple):
     size: int  # estimated bytes, for the history's byte budget
 
 
+@attrs.define(eq=False)
 class ReorderCounts:
     """Grants at one level that the winner changed without one term of the score."""
 
-    __slots__ = ("affinity", "aging", "deferred", "fair_share", "tier")
-
-    def __init__(self) -> None:
-        self.aging = 0
-        self.affinity = 0
-        self.tier = 0
-        self.fair_share = 0
-        self.deferred = 0  # crossings deferred (counted at the level of the job that would cross)
+    aging: int = 0
+    affinity: int = 0
+    tier: int = 0
+    fair_share: int = 0
+    deferred: int = 0  # crossings deferred (counted at the level of the job that would cross)
 
     def frozen(self) -> Reorders:
         """The public, frozen counts."""
@@ -165,17 +165,19 @@ class Level:
         return arrivals[0] if arrivals else None
 
 
+@attrs.define(eq=False)
 class Member:
     """Per-member counts."""
 
-    __slots__ = ("completed", "dispatched", "gpu_seconds", "queued", "running")
+    queued: int = 0
+    running: int = 0
+    dispatched: int = 0
+    completed: int = 0
+    gpu_seconds: float = 0.0
 
-    def __init__(self) -> None:
-        self.queued = 0
-        self.running = 0
-        self.dispatched = 0
-        self.completed = 0
-        self.gpu_seconds = 0.0
+    def frozen(self, member: str) -> MemberStats:
+        """The public, frozen counts of ``member`` (the fields are ``MemberStats``')."""
+        return MemberStats(member, **attrs.asdict(self, recurse=False))
 
 
 class History:

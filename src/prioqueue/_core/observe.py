@@ -25,7 +25,6 @@ from prioqueue.records import (
     Explanation,
     Job,
     LevelStats,
-    MemberStats,
     Stats,
 )
 from prioqueue.scoring import ScoreBreakdown
@@ -277,17 +276,7 @@ def _stats(d: State, t: float) -> Stats:
             reorders=level.reorders.frozen(),
             wait_buckets=tuple(buckets),
         )
-    members = {
-        name: MemberStats(
-            member=name,
-            queued=m.queued,
-            dispatched=m.dispatched,
-            completed=m.completed,
-            gpu_seconds=m.gpu_seconds,
-            running=m.running,
-        )
-        for name, m in sorted(d.members.items())
-    }
+    members = {name: m.frozen(name) for name, m in sorted(d.members.items())}
     held = d.held_entries()
     return Stats(
         now=t,

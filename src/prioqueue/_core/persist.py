@@ -91,6 +91,9 @@ def dump(d: State, t: float) -> dict[str, Any]:
     ]
     if parked:
         state["delayed"] = parked
+    if not d.fair_share:
+        # Each job's own lane, in the order they were made (see ``_in_lane_order``).
+        state["lane_order"] = list(d.lanes)
     if d.timers.lapsed:
         state["lapsed"] = [
             {"job": _job_record_of(x.job, x.attempt), "deadline": x.deadline}
@@ -136,7 +139,7 @@ def _bool(name: str, value: object) -> bool:
 def load(
     d: State, state: Mapping[str, Any], now: float | None, *, require_lease: bool = False
 ) -> None:
-    """Fill the new dispatcher ``d`` from ``state`` (see ``restore``).
+    """Fill the new dispatcher ``d`` from ``state`` (``restore.restored`` then loads its groups).
 
     Raises:
         ValueError: The state is not a valid snapshot; the message says what is wrong.
@@ -159,7 +162,7 @@ def load(
             _load_workers(d, state["workers"], shift)
         held = [r for r in (state["held"] if fleet else [state["running"]]) if r is not None]
         held_ids = {id(record) for record in held}
-        for record in _in_lane_order(d, state["queued"], held):
+        for record in _in_lane_order(d, state, held):
             if id(record) in held_ids:
                 _restore_held(d, record, shift, seqs, top_seq, require_lease)
                 continue
@@ -178,6 +181,8 @@ def load(
             queued_at = record.get("queued_at")
             if queued_at is not None:  # a requeued job's warm hold counts from its requeue
                 entry.queued_at = finite("queued_at", finite("queued_at", queued_at) + shift)
+        if not d.fair_share:
+            _held_in_grant_order(d, held)
         _load_lifecycle(d, state, shift, seqs, top_seq)
         if not fleet:
             resident = state["resident_model"]
@@ -341,20 +346,39 @@ def _job_from_record(
 
 
 def _in_lane_order(
-    d: State, queued: list[dict[str, Any]], held: list[dict[str, Any]]
+    d: State, state: Mapping[str, Any], held: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """The queued and held records in the order their lanes must be made again.
 
     With fair share the lanes come from the snapshot's ``lanes`` list (made before any job), so
     queued jobs go first and held ones after. Without it every job has a lane of its own, made
-    when it was submitted: the live lanes are in submission order, so the records go in ``seq``
-    order (a held job's lane made after every queued one would change the lane order, and the
-    order of ``snapshot()["queued"]``, once that job is requeued).
+    when the job entered it (its submit, or the release of a delayed or retried job), and the
+    records go in the snapshot's ``lane_order`` (job ids): a lane made elsewhere would change
+    the lane order, ``snapshot()["queued"]`` and the ties between lanes. A snapshot without
+    that list (older ones) gives ``seq`` order.
     """
-    records = [*queued, *held]
+    records = [*state["queued"], *held]
     if d.fair_share:
         return records
-    return sorted(records, key=lambda record: _int("seq", record["seq"], 0))
+    order = state.get("lane_order")
+    if order is None:
+        return sorted(records, key=lambda record: _int("seq", record["seq"], 0))
+    rank = {job_id: i for i, job_id in enumerate(order)}
+
+    def lane_rank(record: Mapping[str, Any]) -> int:
+        found = rank.get(record["id"])
+        if found is None:
+            raise ValueError(f"job {record['id']!r} is not in lane_order")
+        return found
+
+    return sorted(records, key=lane_rank)
+
+
+def _held_in_grant_order(d: State, held: list[dict[str, Any]]) -> None:
+    """Give each worker its held jobs in the snapshot's (grant) order, not in lane order."""
+    position = {record["id"]: i for i, record in enumerate(held)}
+    for worker in d.workers.values():
+        worker.held.sort(key=lambda entry: position[entry.job.id])
 
 
 def _restore_held(

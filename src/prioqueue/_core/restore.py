@@ -28,21 +28,18 @@ def restored(
     require_lease: bool,
     options: dict[str, Any],
 ) -> _D:
-    """A new dispatcher (``make(scorer, **options)``) filled from ``snapshot()`` data."""
-    # The constructor's own errors (ConfigError, TypeError) are not the snapshot's fault.
-    dispatcher = make(scorer, **restored_options(state, options))
-    built: Any = dispatcher  # a facade: it holds the state
-    restore(built._state, state, now, require_lease=require_lease)
-    return dispatcher
+    """A new dispatcher (``make(scorer, **options)``) filled from ``snapshot()`` data.
 
-
-def restore(
-    d: State, state: Mapping[str, Any], now: float | None, *, require_lease: bool = False
-) -> None:
-    """Fill the new state ``d`` from ``snapshot()`` data, its groups included.
+    ``persist.load`` fills its state, then its group book is loaded against the restored
+    entries.
 
     Raises:
         ValueError: The state is not a valid snapshot; the message says what is wrong.
     """
+    # The constructor's own errors (ConfigError, TypeError) are not the snapshot's fault.
+    dispatcher = make(scorer, **restored_options(state, options))
+    built: Any = dispatcher  # a facade: it holds the state
+    d: State = built._state
     load(d, state, now, require_lease=require_lease)
     restore_groups(d.groups, state.get("groups"), d.entries)
+    return dispatcher

@@ -5,17 +5,16 @@ See ``prioqueue.testing`` for the theory of operation.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
 import attrs
 
-from prioqueue.dispatcher import ChargeModel
-from prioqueue.lifecycle import Backoff, LevelBudget
+from prioqueue._readonly import ReadOnly
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Completed, Expired, Grant, Job, JobState, Stats, Ticket
 from prioqueue.scoring import Scorer
 from prioqueue.testing._fleet import ReferenceFleet
+from prioqueue.testing._options import SizeOneOptions, known_options
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -23,26 +22,6 @@ if TYPE_CHECKING:
     from prioqueue._spec import SubmitOptions
 
 __all__ = ["ReferenceDispatcher"]
-
-
-class SizeOneOptions(TypedDict, total=False):
-    """The keyword arguments ``ReferenceDispatcher`` takes: ``SizeOneDispatcher``'s.
-
-    Each defaults to ``ReferenceFleet``'s (and ``SizeOneDispatcher``'s) default.
-    """
-
-    policy: PriorityPolicy | None
-    charge: ChargeModel
-    lease_for: Callable[[Job], float] | None
-    max_queued: int | None
-    max_queued_per_member: int | None
-    max_attempts: int
-    fair_share: bool
-    track_reorders: bool
-    crossing_share: float
-    wait_buckets: Sequence[float]
-    budgets: Mapping[int, LevelBudget] | None
-    backoff: Backoff | None
 
 
 class ReferenceDispatcher:
@@ -67,33 +46,25 @@ class ReferenceDispatcher:
         budgets: ``{level: LevelBudget}`` (docs/design/lifecycle.md).
         backoff: The retry delays of ``fail(retry=True)`` for jobs without their own.
 
+    Attributes:
+        fleet: The one-worker fleet behind it (read-only, as the two below).
+        scorer: The scorer.
+        policy: The priority policy.
+
     Raises:
         TypeError: An option ``SizeOneDispatcher`` does not take.
     """
 
     _WORKER = "default"
 
+    fleet = ReadOnly[ReferenceFleet]("_fleet", "The one-worker fleet behind it.")
+    scorer = ReadOnly[Scorer]("_fleet.scorer", "The scorer.")
+    policy = ReadOnly[PriorityPolicy]("_fleet.policy", "The priority policy.")
+
     def __init__(self, scorer: Scorer | None = None, **options: Unpack[SizeOneOptions]) -> None:
-        unknown = sorted(set(options) - set(SizeOneOptions.__annotations__))
-        if unknown:
-            raise TypeError(f"ReferenceDispatcher() got unexpected keyword argument(s) {unknown}")
+        known_options("ReferenceDispatcher", options, SizeOneOptions)
         self._fleet = ReferenceFleet(scorer, **options)
         self._fleet._add_fixed_worker(self._WORKER)
-
-    @property
-    def fleet(self) -> ReferenceFleet:
-        """The one-worker fleet behind it."""
-        return self._fleet
-
-    @property
-    def scorer(self) -> Scorer:
-        """The scorer."""
-        return self._fleet.scorer
-
-    @property
-    def policy(self) -> PriorityPolicy:
-        """The priority policy."""
-        return self._fleet.policy
 
     @property
     def resident_model(self) -> str | None:

@@ -52,19 +52,17 @@ compare raises the same exception type as the real dispatcher.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
 from prioqueue._errors import DuplicateJob, LeaseExpired
 from prioqueue._spec import check_options
-from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
-from prioqueue.lifecycle import Backoff, LevelBudget
+from prioqueue.lifecycle import Backoff
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Completed, Expired, Grant, Job, Stats, Ticket
 from prioqueue.scoring import ScoreBreakdown, Scorer
 from prioqueue.testing._lifecycle import _Delayed
+from prioqueue.testing._options import DEFAULTS, FleetOptions, known_options
 from prioqueue.testing._state import (
-    DEFAULT_CROSSING_SHARE,
     DEFAULT_EXPECTED_RUNTIME,
     RECENT_RUNTIMES,
     CauseName,
@@ -91,6 +89,8 @@ __all__ = ["DEFAULT_EXPECTED_RUNTIME", "RECENT_RUNTIMES", "ReferenceFleet"]
 class ReferenceFleet(_Workers):
     """A brute-force model of ``FleetDispatcher`` for tests: same calls, same answers.
 
+    Each option left out takes ``FleetDispatcher``'s default.
+
     Args:
         scorer: The scoring weights (default ``Scorer()``).
         policy: Resolves priority numbers and aliases (default ``PriorityPolicy()``).
@@ -111,47 +111,38 @@ class ReferenceFleet(_Workers):
         wait_buckets: Upper bounds of the grant-wait histogram (``inf`` is appended).
         budgets: ``{level: LevelBudget}`` (docs/design/lifecycle.md; ``_lifecycle``).
         backoff: The retry delays of ``fail(retry=True)`` for jobs without their own.
+
+    Attributes:
+        scorer: The scorer (read-only).
+        policy: The priority policy (read-only).
+
+    Raises:
+        TypeError: An option ``FleetDispatcher`` does not take (or ``history``,
+            ``history_bytes``: the model keeps no history).
     """
 
-    def __init__(
-        self,
-        scorer: Scorer | None = None,
-        *,
-        policy: PriorityPolicy | None = None,
-        charge: ChargeModel = "runtime",
-        lease_for: Callable[..., float] | None = None,
-        max_queued: int | None = None,
-        max_queued_per_member: int | None = None,
-        max_running_per_member: int | None = None,
-        max_attempts: int = 3,
-        worker_timeout: float | None = None,
-        warm_hold: float = 0.0,
-        load_seconds: Mapping[str, float] | None = None,
-        fair_share: bool = True,
-        track_reorders: bool = True,
-        crossing_share: float = DEFAULT_CROSSING_SHARE,
-        wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
-        budgets: Mapping[int, LevelBudget] | None = None,
-        backoff: Backoff | None = None,
-    ) -> None:
+    def __init__(self, scorer: Scorer | None = None, **options: Unpack[FleetOptions]) -> None:
+        known_options("ReferenceFleet", options, FleetOptions)
+        o: FleetOptions = {**DEFAULTS, **options}
+        policy, lease_for = o["policy"], o["lease_for"]
         self._scorer = Scorer() if scorer is None else scorer
         self._policy = PriorityPolicy() if policy is None else policy
         self._divisor = self._scorer.config.aging_divisor
-        self._charge = charge
+        self._charge = o["charge"]
         self._lease_for = lease_for
         self._lease_takes_worker = lease_for is not None and _takes_worker(lease_for)
-        self._max_queued = max_queued
-        self._max_per_member = max_queued_per_member
-        self._max_running = max_running_per_member
-        self._max_attempts = max_attempts
-        self._worker_timeout = worker_timeout
-        self._warm_hold = float(warm_hold)
-        self._load_seconds = dict(load_seconds or {})
-        self._fair_share = fair_share
-        self._track_reorders = track_reorders
-        self._share = float(crossing_share)
+        self._max_queued = o["max_queued"]
+        self._max_per_member = o["max_queued_per_member"]
+        self._max_running = o["max_running_per_member"]
+        self._max_attempts = o["max_attempts"]
+        self._worker_timeout = o["worker_timeout"]
+        self._warm_hold = float(o["warm_hold"])
+        self._load_seconds = dict(o["load_seconds"] or {})
+        self._fair_share = o["fair_share"]
+        self._track_reorders = o["track_reorders"]
+        self._share = float(o["crossing_share"])
         self._credit = 0.0
-        bounds = tuple(float(bound) for bound in wait_buckets)
+        bounds = tuple(float(bound) for bound in o["wait_buckets"])
         self._buckets = bounds if bounds and bounds[-1] == math.inf else (*bounds, math.inf)
         self._lanes: dict[tuple[str, int], _Lane] = {}
         self._workers: dict[str, _Worker] = {}
@@ -163,7 +154,7 @@ class ReferenceFleet(_Workers):
         self._recent_by_model: dict[str, list[float]] = {}
         self._recent_by_level: dict[int, list[float]] = {}
         self._counts = {"completed": 0, "cancelled": 0, "expired": 0, "failed": 0, "swaps": 0}
-        self._lifecycle_init(budgets, backoff)
+        self._lifecycle_init(o["budgets"], o["backoff"])
 
     # -- jobs --------------------------------------------------------------------------------
 
@@ -199,9 +190,8 @@ class ReferenceFleet(_Workers):
         check_options(options)
         if options.get("group") is not None:
             raise TypeError("ReferenceFleet does not model groups")
-        now = self._time(now)
-        with self._commit(now):
-            job = self._new_job(job_id, member, now, options)
+        with self._at(now) as t:
+            job = self._new_job(job_id, member, t, options)
             self._seq += 1
             self._levels.setdefault(job.priority, _LevelCounters())
             self._members.setdefault(member, _MemberCounters())
@@ -210,8 +200,8 @@ class ReferenceFleet(_Workers):
                 return Ticket(job=job, queued=len(self))
             lane = self._lanes.setdefault((member, job.priority), _Lane(member, job.priority))
             if self._fair_share and not lane.jobs:  # the lift, of the settled part
-                lane.settled = max(lane.settled, min(now, self._lift_floor(job)))
-            lane.jobs.append(_Entry(job, now))
+                lane.settled = max(lane.settled, min(t, self._lift_floor(job)))
+            lane.jobs.append(_Entry(job, t))
             return Ticket(job=job, queued=len(self))
 
     def _new_job(self, job_id: str, member: str, now: float, options: SubmitOptions) -> Job:
@@ -267,11 +257,10 @@ class ReferenceFleet(_Workers):
             UnknownWorker: The name was never joined, or has left.
             LeaseError: ``lease_for`` failed (nothing changes).
         """
-        now = self._time(now)
-        with self._commit(now):
+        with self._at(now) as t:
             worker = self._worker(name)
-            worker.last_seen, worker.timed_out = now, False  # heard from, whatever follows
-            return self._pop(worker, now)
+            worker.last_seen, worker.timed_out = t, False  # heard from, whatever follows
+            return self._pop(worker, t)
 
     def _warm_crossing(self, worker: _Worker, win: _Offer, served: _Offer, now: float) -> bool:
         """Whether a crossing past its credit is granted anyway (the design note's warm rule).
@@ -391,16 +380,15 @@ class ReferenceFleet(_Workers):
             InvalidState: The job is queued, or ``worker`` does not hold it.
             LeaseExpired: Its lease deadline has passed (nothing changes).
         """
-        now = self._time(now)
-        with self._commit(now):
+        with self._at(now) as t:
             held = self._held_for(job_id, worker)
             grant = held.grant
-            if grant.lease is not None and now >= grant.lease.deadline:
+            if grant.lease is not None and t >= grant.lease.deadline:
                 raise LeaseExpired(f"the lease of {job_id!r} expired at {grant.lease.deadline}")
             if runtime is not None and not _finite("runtime", runtime) >= 0:
                 raise ValueError(f"runtime must be >= 0, got {runtime!r}")
-            ran = now - grant.granted_at if runtime is None else float(runtime)
-            charge = self._finish(held, ran, now)
+            ran = t - grant.granted_at if runtime is None else float(runtime)
+            charge = self._finish(held, ran, t)
             self._counts["completed"] += 1
             self._members[grant.job.member].completed += 1
             return Completed(job=grant.job, runtime=ran, charge=charge)
@@ -424,11 +412,10 @@ class ReferenceFleet(_Workers):
             UnknownJob: The id is neither queued nor held.
             InvalidState: ``worker`` is given and does not hold the job.
         """
-        now = self._time(now)
-        with self._commit(now):
+        with self._at(now) as t:
             job, state = self._found(job_id)
             if state == "running":
-                self._end_run(job_id, worker, now)
+                self._end_run(job_id, worker, t)
             else:
                 self._drop_queued(job)
             self._counts["cancelled"] += 1
@@ -447,18 +434,17 @@ class ReferenceFleet(_Workers):
         Raises:
             ValueError: ``now`` went backwards.
         """
-        now = self._time(now)
-        with self._commit(now):
+        with self._at(now) as t:
             due: list[tuple[_Held, float, CauseName]] = [
                 (held, held.grant.lease.deadline, "lease")
                 for held in self._held()
-                if held.grant.lease is not None and held.grant.lease.deadline <= now
+                if held.grant.lease is not None and held.grant.lease.deadline <= t
             ]
             if self._worker_timeout is not None:
                 taken = {id(held) for held, _, _ in due}
                 for worker in self._workers.values():
                     silent_since = worker.last_seen + self._worker_timeout
-                    if worker.timed_out or silent_since > now:
+                    if worker.timed_out or silent_since > t:
                         continue
                     worker.timed_out = True
                     for held in worker.held:
@@ -467,8 +453,8 @@ class ReferenceFleet(_Workers):
                             deadline = silent_since if lease is None else lease.deadline
                             due.append((held, deadline, "worker_timeout"))
             lapsed, self._lapsed = self._lapsed, []
-            requeued = self._take_back([held for held, _, _ in due], now, always_requeue=False)
-            self._advance(now)  # a job requeued past its deadline expires now
+            requeued = self._take_back([held for held, _, _ in due], t, always_requeue=False)
+            self._advance(t)  # a job requeued past its deadline expires t
             lapsed += self._lapsed
             self._lapsed = []
             records = [

@@ -187,21 +187,20 @@ class _ReferenceLifecycle(_Rules):
             UnknownJob: The id is neither queued, delayed nor held.
             InvalidState: ``worker`` is given and does not hold the job.
         """
-        now = self._time(now)
-        with self._commit(now):
+        with self._at(now) as t:
             if not isinstance(retry, bool):
                 raise ValueError(f"retry must be a bool, got {retry!r}")
             job, state = self._found(job_id)
             if state == "running":
-                held = self._end_run(job_id, worker, now)
+                held = self._end_run(job_id, worker, t)
                 limit = job.max_attempts or self._max_attempts
                 if retry and held.grants < limit:
                     backoff = job.backoff or self._backoff
                     delay = 0.0 if backoff is None else backoff.delay(job.id, held.grants)
                     if delay > 0:
-                        self._delayed.append(_Delayed(job, held.grants, now + delay))
+                        self._delayed.append(_Delayed(job, held.grants, t + delay))
                     else:
-                        self._queue(job, now, held.grants)
+                        self._queue(job, t, held.grants)
                     self._counts["retried"] += 1
                     return job
             elif worker is not None:

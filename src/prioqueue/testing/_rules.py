@@ -427,13 +427,12 @@ class _Rules(_Book):
         Raises:
             ValueError: ``now`` went backwards.
         """
-        now = self._time(now)
-        with self._commit(now):
+        with self._at(now) as t:
             queued = [entry.job for entry in self._queued()]
             levels: dict[int, LevelStats] = {}
             for level in sorted(self._levels, reverse=True):
                 counters = self._levels[level]
-                waits = [now - job.arrival for job in queued if job.priority == level]
+                waits = [t - job.arrival for job in queued if job.priority == level]
                 levels[level] = LevelStats(
                     level=level,
                     queued=len(waits),
@@ -461,7 +460,7 @@ class _Rules(_Book):
             held = self._held()
             first = next(iter(self._workers.values()), None)
             return Stats(
-                now=now,
+                now=t,
                 levels=levels,
                 members=members,
                 running=held[0].grant.job if held else None,

@@ -17,6 +17,8 @@ from typing import Any, Literal
 import attrs
 
 from prioqueue._errors import InvalidState, UnknownJob, UnknownWorker
+from prioqueue._readonly import ReadOnly
+from prioqueue._worker_info import worker_info
 from prioqueue.dispatcher import ChargeModel
 from prioqueue.lease import LeaseCalculator
 from prioqueue.priority import PriorityPolicy
@@ -244,15 +246,8 @@ class _Book:
 
     # -- reading -----------------------------------------------------------------------------
 
-    @property
-    def scorer(self) -> Scorer:
-        """The scorer."""
-        return self._scorer
-
-    @property
-    def policy(self) -> PriorityPolicy:
-        """The priority policy."""
-        return self._policy
+    scorer = ReadOnly[Scorer]("_scorer", "The scorer.")
+    policy = ReadOnly[PriorityPolicy]("_policy", "The priority policy.")
 
     @property
     def held(self) -> list[Grant]:
@@ -277,12 +272,6 @@ class _Book:
     def job(self, job_id: str) -> Job:
         """Return a queued or held job.
 
-        Args:
-            job_id: The job's id.
-
-        Returns:
-            The job.
-
         Raises:
             UnknownJob: The id is neither queued nor held.
         """
@@ -291,12 +280,6 @@ class _Book:
     def state(self, job_id: str) -> JobState:
         """Return ``"queued"`` or ``"running"`` (held by a worker).
 
-        Args:
-            job_id: The job's id.
-
-        Returns:
-            The job's state.
-
         Raises:
             UnknownJob: The id is neither queued nor held.
         """
@@ -304,12 +287,6 @@ class _Book:
 
     def holder(self, job_id: str) -> str | None:
         """Return the name of the worker holding ``job_id``, or None when it is queued.
-
-        Args:
-            job_id: The job's id.
-
-        Returns:
-            The worker's name, or None.
 
         Raises:
             UnknownJob: The id is neither queued nor held.
@@ -320,12 +297,6 @@ class _Book:
 
     def worker(self, name: str) -> WorkerInfo:
         """Return a known worker's info.
-
-        Args:
-            name: The worker's name.
-
-        Returns:
-            Its info.
 
         Raises:
             UnknownWorker: The name was never joined, or has left.
@@ -384,17 +355,7 @@ class _Book:
         return 0.0 if lane is None else lane.held
 
     def _info(self, worker: _Worker) -> WorkerInfo:
-        return WorkerInfo(
-            name=worker.name,
-            models=worker.models,
-            resident=worker.resident,
-            slots=worker.slots,
-            slow=worker.slow,
-            held=tuple(held.grant.job.id for held in worker.held),
-            last_seen=worker.last_seen,
-            timed_out=worker.timed_out,
-            filtered=worker.accepts is not None,
-        )
+        return worker_info(worker, tuple(held.grant.job.id for held in worker.held))
 
     def _worker(self, name: str) -> _Worker:
         worker = self._workers.get(name)
@@ -410,10 +371,14 @@ class _Book:
         return value
 
     @contextmanager
-    def _commit(self, now: float) -> Iterator[None]:
-        """Make ``now`` the latest time when the block succeeds (a call that raises does not)."""
-        yield
-        self._latest = now
+    def _at(self, now: float) -> Iterator[float]:
+        """Check ``now`` (``_time``); it becomes the latest time when the block succeeds.
+
+        A call that raises, in the check or in the block, leaves the latest time as it was.
+        """
+        checked = self._time(now)
+        yield checked
+        self._latest = checked
 
     def _queued(self) -> list[_Entry]:
         return [entry for lane in self._lanes.values() for entry in lane.jobs]

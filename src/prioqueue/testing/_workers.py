@@ -11,12 +11,16 @@ keys, charges) <- ``_ReferenceLifecycle`` (``_lifecycle``: deadlines, delays, re
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from prioqueue.records import Job, WorkerInfo
 from prioqueue.testing._lifecycle import _ReferenceLifecycle
+from prioqueue.testing._options import WorkerSettings, known_options
 from prioqueue.testing._state import IDLE_CAUSES, _Worker
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__: list[str] = []  # private module
 
@@ -26,37 +30,30 @@ _UNCHANGED: Any = object()
 class _Workers(_ReferenceLifecycle):
     """The worker calls of ``ReferenceFleet``."""
 
-    def join(
-        self,
-        name: str,
-        *,
-        models: Iterable[str] | None = None,
-        resident: str | None = None,
-        slots: int = 1,
-        slow: bool = False,
-        accepts: Callable[[Job], bool] | None = None,
-        now: float,
-    ) -> WorkerInfo:
+    def join(self, name: str, *, now: float, **settings: Unpack[WorkerSettings]) -> WorkerInfo:
         """Add a worker, or update every field of a known one (``resident=None`` keeps it).
 
         Args:
             name: The worker's name.
-            models: The models it serves, or None for every model.
-            resident: The model it has loaded, or None.
-            slots: How many jobs it holds at once (>= 1).
-            slow: Whether it is extra slow (its leases are longer).
-            accepts: A predicate over jobs it may take, or None.
             now: The current time.
+            **settings: ``FleetDispatcher.join``'s, each with its default: ``models`` (the
+                models it serves, or None for every model), ``resident`` (the model it has
+                loaded, or None), ``slots`` (how many jobs it holds at once, >= 1), ``slow``
+                (whether it is extra slow: its leases are longer) and ``accepts`` (a predicate
+                over jobs it may take, or None).
 
         Returns:
             The worker's info.
 
         Raises:
             ValueError: ``now`` went backwards, or a bad argument.
-            TypeError: An argument of the wrong type.
+            TypeError: An argument of the wrong type, or a setting ``join`` does not take.
         """
-        now = self._time(now)
-        with self._commit(now):
+        known_options("join", settings, WorkerSettings)
+        models, resident = settings.get("models"), settings.get("resident")
+        slots, slow = settings.get("slots", 1), settings.get("slow", False)
+        accepts = settings.get("accepts")
+        with self._at(now) as t:
             if not isinstance(name, str) or not name:
                 raise ValueError(f"a worker name must be a non-empty str, got {name!r}")
             if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
@@ -70,7 +67,7 @@ class _Workers(_ReferenceLifecycle):
                 raise ValueError(f"accepts must be callable or None, got {accepts!r}")
             worker = self._workers.get(name)
             if worker is None:
-                worker = _Worker(name, served, resident, slots, bool(slow), accepts, now)
+                worker = _Worker(name, served, resident, slots, bool(slow), accepts, t)
                 self._workers[name] = worker
             else:
                 worker.models = served
@@ -79,7 +76,7 @@ class _Workers(_ReferenceLifecycle):
                 worker.slots = slots
                 worker.slow = bool(slow)
                 worker.accepts = accepts
-                worker.last_seen = now
+                worker.last_seen = t
                 worker.timed_out = False
             return self._info(worker)
 
@@ -98,10 +95,9 @@ class _Workers(_ReferenceLifecycle):
             ValueError: ``now`` went backwards.
             UnknownWorker: The name was never joined, or has left.
         """
-        now = self._time(now)
-        with self._commit(now):
+        with self._at(now) as t:
             worker = self._worker(name)
-            worker.last_seen = now
+            worker.last_seen = t
             worker.timed_out = False
             if resident is not _UNCHANGED:
                 worker.resident = resident
@@ -121,11 +117,10 @@ class _Workers(_ReferenceLifecycle):
             ValueError: ``now`` went backwards.
             UnknownWorker: The name was never joined, or has left.
         """
-        now = self._time(now)
-        with self._commit(now):
+        with self._at(now) as t:
             worker = self._worker(name)
             taken = list(worker.held)
-            self._take_back(taken, now, always_requeue=True)
+            self._take_back(taken, t, always_requeue=True)
             del self._workers[name]
             return sorted((held.grant.job for held in taken), key=lambda job: job.seq)
 
