@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from prioqueue._errors import LeaseExpired
+from prioqueue._readonly import ReadOnly
 from prioqueue.chain import Chain, ChainProgress, ChainStep
 from prioqueue.records import Grant, Job, Ticket
 
@@ -121,6 +122,11 @@ class AsyncChain:
         **options: ``Chain``'s: ``depth`` (most jobs in flight), ``group`` (the group label;
             None: the first ``job_id``) and ``on_failure`` (the chain's failure policy).
 
+    Attributes:
+        chain: The sans-IO chain being driven (read it; the iterator drives it).
+        group: The chain's group label.
+        progress: The chain's progress.
+
     Raises:
         TypeError: ``run`` is not callable (and what ``Chain`` raises).
     """
@@ -144,20 +150,11 @@ class AsyncChain:
         self._error: Exception | None = None
         self._retry: asyncio.TimerHandle | None = None  # a top_up after a full queue
 
-    @property
-    def chain(self) -> Chain:
-        """The sans-IO chain being driven (read it; the iterator drives it)."""
-        return self._chain
-
-    @property
-    def group(self) -> str:
-        """The chain's group label."""
-        return self._chain.group
-
-    @property
-    def progress(self) -> ChainProgress:
-        """The chain's progress."""
-        return self._chain.progress
+    chain = ReadOnly[Chain](
+        "_chain", "The sans-IO chain being driven (read it; the iterator drives it)."
+    )
+    group = ReadOnly[str]("_chain.group", "The chain's group label.")
+    progress = ReadOnly[ChainProgress]("_chain.progress", "The chain's progress.")
 
     def status(self) -> GroupStatus:
         """Return the group's status now (see ``SizeOneDispatcher.group_status``).

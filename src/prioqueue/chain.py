@@ -35,6 +35,7 @@ import attrs
 from prioqueue._chain_specs import check_spec_keys, checked_policy, checked_specs
 from prioqueue._errors import ConfigError, InvalidState, QueueFull, UnknownGroup, UnknownJob
 from prioqueue._groups import CancelRunning, GroupStatus, checked_group, checked_running
+from prioqueue._readonly import ReadOnly
 from prioqueue._validate import finite
 from prioqueue.records import Job, Ticket
 
@@ -157,6 +158,11 @@ class Chain:
             running one may still complete), ``"skip"`` (go on with the next spec) or
             ``("retry", n)`` (resubmit the failed job, up to n times per job, then stop).
 
+    Attributes:
+        group: The group label of the chain's jobs.
+        depth: Most jobs in flight at once.
+        dispatcher: The dispatcher the jobs go to.
+
     Raises:
         TypeError: ``dispatcher`` lacks a method a chain needs, or ``specs`` is not an
             iterable of mappings.
@@ -216,20 +222,9 @@ class Chain:
 
     # ------------------------------------------------------------------ reading
 
-    @property
-    def group(self) -> str:
-        """The group label of the chain's jobs."""
-        return self._group
-
-    @property
-    def depth(self) -> int:
-        """Most jobs in flight at once."""
-        return self._depth
-
-    @property
-    def dispatcher(self) -> ChainTarget:
-        """The dispatcher the jobs go to."""
-        return self._d
+    group = ReadOnly[str]("_group", "The group label of the chain's jobs.")
+    depth = ReadOnly[int]("_depth", "Most jobs in flight at once.")
+    dispatcher = ReadOnly[ChainTarget]("_d", "The dispatcher the jobs go to.")
 
     @property
     def progress(self) -> ChainProgress:

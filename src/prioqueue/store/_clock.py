@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable
 from typing import Final
 
+from prioqueue._readonly import ReadOnly
+
 __all__ = ["DEFAULT_HORIZON", "WallClock"]
 
 _log = logging.getLogger("prioqueue.store")
@@ -50,6 +52,10 @@ class WallClock:
         horizon: Seconds (> 0): the longest lease or time-out that matters; a store ahead of
             the wall clock by more, or a wall-clock step larger than it, is logged, and the
             former makes time continue from the floor instead of standing still.
+
+    Attributes:
+        floor: The least value the next call may return (the high-water mark so far).
+        offset: Seconds by which this clock runs ahead of the wall clock after a bounded gap.
 
     Raises:
         ValueError: ``floor`` is not finite, or ``horizon`` is not a positive number.
@@ -86,15 +92,12 @@ class WallClock:
         self._offset = 0.0  # added to the wall-clock estimate after a bounded large gap
         self._warned_step = False
 
-    @property
-    def floor(self) -> float:
-        """The least value the next call may return (the high-water mark so far)."""
-        return self._last
-
-    @property
-    def offset(self) -> float:
-        """Seconds by which this clock runs ahead of the wall clock after a bounded gap."""
-        return self._offset
+    floor = ReadOnly[float](
+        "_last", "The least value the next call may return (the high-water mark so far)."
+    )
+    offset = ReadOnly[float](
+        "_offset", "Seconds by which this clock runs ahead of the wall clock after a bounded gap."
+    )
 
     def _wall(self) -> float:
         """The wall clock as this process sees it: the anchor plus monotonic time elapsed."""

@@ -52,6 +52,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Generic, TypeVar
 
+from prioqueue._readonly import ReadOnly
 from prioqueue.store._base import Recovery, Store
 from prioqueue.store._clock import WallClock
 from prioqueue.store._commit import FatalCallback, GroupCommit
@@ -135,6 +136,12 @@ class DurableDispatcher(Generic[D]):
 
     Make one with :meth:`open` (it recovers the dispatcher from the store). Every method
     must be called on the event loop that opened it.
+
+    Attributes:
+        store: The store the journal goes to.
+        epoch: The leader epoch this wrapper writes with.
+        committed_seq: The number of the last event known to be on disk.
+        applied_seq: The number of the last event applied in memory (>= ``committed_seq``).
     """
 
     def __init__(
@@ -254,25 +261,15 @@ class DurableDispatcher(Generic[D]):
         """
         return self._dispatcher
 
-    @property
-    def store(self) -> Store:
-        """The store the journal goes to."""
-        return self._writer.store
-
-    @property
-    def epoch(self) -> int:
-        """The leader epoch this wrapper writes with."""
-        return self._writer.epoch
-
-    @property
-    def committed_seq(self) -> int:
-        """The number of the last event known to be on disk."""
-        return self._writer.committed
-
-    @property
-    def applied_seq(self) -> int:
-        """The number of the last event applied in memory (>= ``committed_seq``)."""
-        return self._writer.applied
+    store = ReadOnly[Store]("_writer.store", "The store the journal goes to.")
+    epoch = ReadOnly[int]("_writer.epoch", "The leader epoch this wrapper writes with.")
+    committed_seq = ReadOnly[int](
+        "_writer.committed", "The number of the last event known to be on disk."
+    )
+    applied_seq = ReadOnly[int](
+        "_writer.applied",
+        "The number of the last event applied in memory (>= ``committed_seq``).",
+    )
 
     @property
     def fatal(self) -> StoreFatal | None:
