@@ -89,6 +89,11 @@ class SizeOneDispatcher(Facade):
         backoff: The retry delays of ``fail(retry=True)`` for jobs without their own
             (default: retry at once).
 
+    Attributes:
+        scorer: The scorer (read-only).
+        policy: The priority policy (read-only).
+        fair_share: Whether lanes are per member (True) or per job (False); read-only.
+
     Raises:
         ConfigError: An option is out of range.
         TypeError: ``scorer`` or ``policy`` has the wrong type.
