@@ -56,14 +56,17 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
     if cap is not None and best is not None:
         best_lane, _, _ = best
         fast = best_lane.owner.running < cap
+    view: Search | None = None  # the eligibility view of the pop (None: every job)
     if not fast:
         if search is None:
             search = search_for(d, worker, t)
+        view = search
         best = best_for(d.ranking, search, d.window)
         if best is None:
             # The longer hold applies only while the worker has something else to run.
             relaxed = search.relaxed()
             if relaxed is not None:
+                view = relaxed
                 best = best_for(d.ranking, relaxed, d.window)
     if best is None:
         return None
@@ -102,7 +105,82 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
                         deferred = entry
                         lane, entry, aff = higher
                         weight = share
+        if not weight and d.credit < 0.0 and waiting_below(d, lane.level):
+            # A grant at the highest eligible level while a lower level waits refills the
+            # credit too (not only a deferral): crossings get their share of that time.
+            weight = share
+    # Overdue jobs: the level's oldest job, past its aging bound, goes first when fair
+    # share allows it (its lane is within the offsets of the level's least-served lane).
+    old = overdue(d, entry, t)
+    if old is not None and eligible(d, worker, view, old):
+        lane, entry, aff = old.lane, old, offered_affinity(d, resident, old)
     return lane, entry, aff, winner, fast, deferred, weight
+
+
+def offered_affinity(d: State, resident: str | None, entry: _Entry) -> float:
+    """The affinity term of ``entry`` granted on its own: ``aff(r)`` when its model is the
+    resident ``r`` and it arrived within the window after its lane's head, else 0. O(1)."""
+    if resident is None or entry.job.model != resident:
+        return 0.0
+    bonus = d.affinity(resident)
+    if bonus > 0.0 and entry.job.arrival <= entry.lane.head().job.arrival + d.window:
+        return bonus
+    return 0.0
+
+
+def waiting_below(d: State, number: int) -> bool:
+    """Whether a level below ``number`` has a backlogged lane. O(levels)."""
+    levels = d.levels
+    for other in reversed(d.level_order):
+        if other >= number:
+            return False
+        if levels[other].lanes:
+            return True
+    return False
+
+
+def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
+    """The job that goes instead of ``entry`` because it is overdue, or None.
+
+    That is the oldest queued job at ``entry``'s level ``L`` (by arrival, then seq) when it is
+    not ``entry``, has waited more than its aging bound ``(B - L) * d + (T + A) * d`` (``B``
+    the highest backlogged level: the report's starvation bound), and its lane's ``s`` is at
+    most ``(T + A) * d`` above the smallest ``s`` of the level's backlogged lanes (always,
+    without fair share), so the fairness bound's invariant holds. Amortised O(log n) plus
+    O(levels).
+    """
+    number = entry.job.priority
+    level = d.levels[number]
+    arrivals = level.arrivals
+    while arrivals[0].entry.state != QUEUED:
+        _heappop(arrivals)
+    old = arrivals[0].entry
+    if old is entry:
+        return None
+    top = d.top_level()
+    assert top is not None  # entry is queued
+    band = (top - number) * d.divisor
+    wait = t - old.job.arrival
+    if not wait > band:  # cheap test first: most pops stop here
+        return None
+    spread = aging_exemption(d)
+    if not wait > band + spread:
+        return None
+    if d.fair_share:
+        with closing(_by_service(d, level)) as lanes:
+            least = next(lanes)
+        if not old.lane.s <= least.s + spread:
+            return None
+    return old
+
+
+def eligible(d: State, worker: _Worker, view: Search | None, entry: _Entry) -> bool:
+    """Whether ``entry`` may go to the worker under the pop's view (None: every job but
+    the member cap). O(1) (a warm hold's limit is computed once per model and pop)."""
+    if view is None:
+        cap = d.config.max_running
+        return cap is None or entry.lane.owner.running < cap
+    return worker.serves(entry.job.model) and not view.at_cap(entry.lane) and view.ok(entry)
 
 
 def warm_crossing(d: State, resident: str | None, aff: float, yielded: Job, t: float) -> bool:

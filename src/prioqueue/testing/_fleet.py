@@ -292,8 +292,10 @@ class ReferenceFleet(_Workers):
     def _pop(self, worker: _Worker, now: float) -> Grant | None:
         if len(worker.held) >= worker.slots:
             return None
+        capped = False
         offers = self._offers(worker, lambda e: self._ineligible(worker, e, now) is None)
         if not offers:  # nothing else to run: holds for busy warm workers capped at loads
+            capped = True
             offers = self._offers(worker, lambda e: self._ineligible(worker, e, now, True) is None)
         if not offers:
             return None
@@ -318,6 +320,13 @@ class ReferenceFleet(_Workers):
                     deferred = win
                     weight = self._share
                     win = served
+        # A grant at the highest eligible level refills a negative credit while a lower
+        # level waits (the note: not only a deferral).
+        if self._share < 1 and not weight and self._credit < 0:
+            if any(entry.job.priority < win.level for entry in self._queued()):
+                weight = self._share
+        # Overdue jobs: the level's oldest job past its aging bound, when fair share allows.
+        win = self._overdue(win, worker, now, capped)
         entry = win.entry
         job = entry.job
         info = self._info(worker)
