@@ -26,6 +26,7 @@ IMPLEMENTATIONS = pytest.mark.parametrize(
 )
 Factory = Callable[..., Any]
 OFFSETS = (2 + 10) * 1.0  # (T + A) * d with the default tiers (0..2) and max_affinity 10
+NORMAL_BOUND = 0.75 * 100 * 1.0 + OFFSETS  # normal's overdue bound: B = 100 (interactive)
 
 
 def _overdue_pair(make: Factory, runtime: float, dispatch_at: float) -> str:
@@ -48,43 +49,64 @@ def _overdue_pair(make: Factory, runtime: float, dispatch_at: float) -> str:
 
 @IMPLEMENTATIONS
 def test_an_overdue_job_goes_first_within_fair_shares_slack(make: Factory) -> None:
-    # s(a) = 10 is within OFFSETS of s(b) = 1, and a1 waited 20 s > OFFSETS (one level: the
-    # band term is 0): a1 goes first although fair share would pick b0.
-    assert _overdue_pair(make, 10.0, 20.0) == "a1"
+    # s(a) = 10 is within OFFSETS of s(b) = 1, and a1 waited 100 s > NORMAL_BOUND (87 s): a1
+    # goes first although fair share would pick b0.
+    assert _overdue_pair(make, 10.0, 100.0) == "a1"
 
 
 @IMPLEMENTATIONS
 def test_a_job_not_yet_overdue_waits_its_fair_share_turn(make: Factory) -> None:
-    # Same lanes, but a1 has waited only 11 s (<= OFFSETS): fair share picks b0.
-    assert _overdue_pair(make, 10.0, 11.0) == "b0"
+    # Same lanes, but a1 has waited only 80 s (<= NORMAL_BOUND): fair share picks b0.
+    assert _overdue_pair(make, 10.0, 80.0) == "b0"
 
 
 @IMPLEMENTATIONS
 def test_fair_share_wins_over_an_overdue_job_of_a_lane_far_ahead(make: Factory) -> None:
     # s(a) = 30 is more than OFFSETS above s(b) = 1: the fairness bound's invariant would
-    # break, so b0 goes although a1 (waited 30 s) is overdue.
-    assert _overdue_pair(make, 30.0, 30.0) == "b0"
+    # break, so b0 goes although a1 (waited 100 s) is overdue.
+    assert _overdue_pair(make, 30.0, 100.0) == "b0"
 
 
 @pytest.mark.parametrize("make", [FleetDispatcher, ReferenceFleet], ids=["real", "reference"])
-@pytest.mark.parametrize(("at", "expected"), [(20.0, "b0"), (120.0, "a1")])
-def test_the_band_term_delays_overdue_below_the_top_level(
-    make: Factory, at: float, expected: str
+@pytest.mark.parametrize(
+    ("top", "at", "expected"),
+    [(None, 160.0, "b0"), (None, 170.0, "a1"), (300, 300.0, "b0"), (300, 320.0, "a1")],
+)
+def test_the_band_term_sets_when_a_job_is_overdue(
+    make: Factory, top: int | None, at: float, expected: str
 ) -> None:
-    # Worker w runs only the LLM; an image (interactive) it cannot run stays queued, so the
-    # normal level's aging bound is 100 * d + OFFSETS = 112 s: a1 is overdue at 120 s, not
-    # at 20 s (the lanes as in _overdue_pair: s(a) = 10, s(b) = 1).
+    # Batch lanes as in _overdue_pair (s(a) = 10, s(b) = 1) on a worker that runs only the
+    # LLM. The batch level's bound is 0.75 * (B + 100) * d + OFFSETS with B the highest of
+    # the policy's named levels (100) and the queued levels: 162 s, or 312 s while a job at
+    # level 300 (for a model the worker cannot run) is queued.
     d = make(FAST, warm_hold=0.0)
     d.join("w", models=["llm"], now=0.0)
-    d.submit("img", member="u", priority=100, model="sd", estimate=10.0, now=0.0)
+    if top is not None:
+        d.submit("top", member="u", priority=top, model="sd", estimate=10.0, now=0.0)
     for job in ("a0", "a1"):
-        d.submit(job, member="a", priority=0, model="llm", estimate=10.0, now=0.0)
+        d.submit(job, member="a", priority=-100, model="llm", estimate=10.0, now=0.0)
     grant = d.pop("w", now=0.0)
     assert grant is not None and grant.job.id == "a0"
-    d.submit("b0", member="b", priority=0, model="llm", estimate=10.0, now=1.0)
+    d.submit("b0", member="b", priority=-100, model="llm", estimate=10.0, now=1.0)
     d.complete("a0", now=10.0)
     grant = d.pop("w", now=at)
     assert grant is not None and grant.job.id == expected
+
+
+@IMPLEMENTATIONS
+def test_without_fair_share_or_inside_a_lane_nothing_is_overdue(make: Factory) -> None:
+    # Per-job aging (fair share off): the warm job 60 s younger still wins after an hour.
+    d = make(FAST, fair_share=False)
+    d.submit("cold", member="a", priority=0, model="m2", estimate=10.0, now=0.0)
+    d.submit("warm", member="b", priority=0, model="m1", estimate=10.0, now=6.0)
+    d.set_resident_model("m1")
+    assert d.dispatch(now=3600.0).job.id == "warm"
+    # Inside one lane the affinity job passes the overdue head (within the window).
+    d = make(FAST)
+    d.submit("head", member="a", priority=0, model="m2", estimate=10.0, now=0.0)
+    d.submit("warm", member="a", priority=0, model="m1", estimate=10.0, now=6.0)
+    d.set_resident_model("m1")
+    assert d.dispatch(now=3600.0).job.id == "warm"
 
 
 def _film_then_images(make: Factory) -> list[str]:

@@ -139,38 +139,46 @@ def waiting_below(d: State, number: int) -> bool:
     return False
 
 
+#: The share of the band term ``(B - L) * d`` after which a job is overdue (the offsets
+#: ``(T + A) * d`` come on top): a quarter of its band's overtake horizon is left to reach a
+#: GPU before the report counts it starved (docs/design/dispatcher.md, "Overdue jobs").
+OVERDUE_BAND = 0.75
+
+
 def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
     """The job that goes instead of ``entry`` because it is overdue, or None.
 
-    That is the oldest queued job at ``entry``'s level ``L`` (by arrival, then seq) when it is
-    not ``entry``, has waited more than its aging bound ``(B - L) * d + (T + A) * d`` (``B``
-    the highest backlogged level: the report's starvation bound), and its lane's ``s`` is at
-    most ``(T + A) * d`` above the smallest ``s`` of the level's backlogged lanes (always,
-    without fair share), so the fairness bound's invariant holds. Amortised O(log n) plus
-    O(levels).
+    With fair share, that is the oldest queued job at ``entry``'s level ``L`` (by arrival,
+    then seq) when it is in another lane than ``entry``, has waited more than
+    ``OVERDUE_BAND * (B - L) * d + (T + A) * d`` (``B`` the highest of the policy's named
+    levels and the backlogged levels), and its lane's ``s`` is at most ``(T + A) * d`` above
+    the smallest ``s`` among the level's backlogged lanes (the fairness bound's invariant).
+    Amortised O(log n) plus O(levels + aliases).
     """
+    if not d.fair_share:
+        return None  # every job ages from its own arrival: none waits for a lane's turn
     number = entry.job.priority
     level = d.levels[number]
     arrivals = level.arrivals
     while arrivals[0].entry.state != QUEUED:
         _heappop(arrivals)
     old = arrivals[0].entry
-    if old is entry:
-        return None
+    if old.lane is entry.lane:
+        return None  # inside a lane the affinity window bounds the reordering already
     top = d.top_level()
     assert top is not None  # entry is queued
-    band = (top - number) * d.divisor
+    named = max(d.policy.aliases.values(), default=top)
+    band = ((named if named > top else top) - number) * d.divisor * OVERDUE_BAND
     wait = t - old.job.arrival
     if not wait > band:  # cheap test first: most pops stop here
         return None
     spread = aging_exemption(d)
     if not wait > band + spread:
         return None
-    if d.fair_share:
-        with closing(_by_service(d, level)) as lanes:
-            least = next(lanes)
-        if not old.lane.s <= least.s + spread:
-            return None
+    with closing(_by_service(d, level)) as lanes:
+        least = next(lanes)
+    if not old.lane.s <= least.s + spread:
+        return None
     return old
 
 
