@@ -148,16 +148,23 @@ OVERDUE_BAND = 0.75
 def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
     """The job that goes instead of ``entry`` because it is overdue, or None.
 
-    With fair share, that is the oldest queued job at ``entry``'s level ``L`` (by arrival,
-    then seq) when it is in another lane than ``entry``, has waited more than
-    ``OVERDUE_BAND * (B - L) * d + (T + A) * d`` (``B`` the highest of the policy's named
-    levels and the backlogged levels), and its lane's ``s`` is at most ``(T + A) * d`` above
-    the smallest ``s`` among the level's backlogged lanes (the fairness bound's invariant).
-    Amortised O(log n) plus O(levels + aliases).
+    With fair share and ``entry``'s level ``L`` below ``B`` (the highest of the policy's
+    named levels and the backlogged levels), that is the oldest queued job at ``L`` (by
+    arrival, then seq) when it is in another lane than ``entry``, has waited more than
+    ``OVERDUE_BAND * (B - L) * d + (T + A) * d``, and its lane's ``s`` is at most
+    ``(T + A) * d`` above the smallest ``s`` among the level's backlogged lanes (the fairness
+    bound's invariant). Amortised O(log n) plus O(levels + named levels).
     """
     if not d.fair_share:
         return None  # every job ages from its own arrival: none waits for a lane's turn
     number = entry.job.priority
+    top = d.top_level()
+    assert top is not None  # entry is queued
+    named = max(d.policy.aliases.values(), default=top)
+    if named > top:
+        top = named
+    if number >= top:
+        return None  # the highest level: the offsets and fair share decide there
     level = d.levels[number]
     arrivals = level.arrivals
     while arrivals[0].entry.state != QUEUED:
@@ -165,10 +172,7 @@ def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
     old = arrivals[0].entry
     if old.lane is entry.lane:
         return None  # inside a lane the affinity window bounds the reordering already
-    top = d.top_level()
-    assert top is not None  # entry is queued
-    named = max(d.policy.aliases.values(), default=top)
-    band = ((named if named > top else top) - number) * d.divisor * OVERDUE_BAND
+    band = (top - number) * d.divisor * OVERDUE_BAND
     wait = t - old.job.arrival
     if not wait > band:  # cheap test first: most pops stop here
         return None

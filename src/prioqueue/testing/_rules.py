@@ -84,8 +84,8 @@ class _Rules(_Book):
     def _overdue(self, win: _Offer, worker: _Worker, now: float, capped: bool) -> _Offer:
         """The offer granted instead of ``win`` by the note's overdue rule (else ``win``).
 
-        With fair share, the oldest queued job at ``win``'s level (by arrival, then seq) goes
-        instead when it is in another lane, waited more than ``0.75 * (top - level) * d +
+        With fair share and ``win``'s level below ``top``, the oldest queued job at that level
+        (by arrival, then seq) goes instead when it is in another lane, waited more than ``0.75 * (top - level) * d +
         (T + A) * d`` (``top`` the highest of the policy's named levels and the queued
         levels), its lane's ``s`` is at most ``(T + A) * d`` above the smallest ``s`` at that
         level, and it is eligible for ``worker`` (``capped`` as the offers).
@@ -108,6 +108,8 @@ class _Rules(_Book):
         )
         top = max([entry.job.priority for entry in self._queued()], default=level)
         top = max([top, *self._policy.aliases.values()])
+        if level >= top:
+            return win
         band = (top - level) * self._divisor * 0.75
         if not now - old.job.arrival > band + offsets:
             return win
