@@ -39,7 +39,8 @@ def _overdue_pair(make: Factory, runtime: float, dispatch_at: float) -> str:
     d.submit("a0", member="a", priority=0, estimate=runtime, now=0.0)
     d.submit("a1", member="a", priority=0, estimate=runtime, now=0.0)
     grant = d.dispatch(now=0.0)
-    assert grant is not None and grant.job.id == "a0"
+    assert grant is not None
+    assert grant.job.id == "a0"
     d.submit("b0", member="b", priority=0, estimate=runtime, now=1.0)
     d.complete("a0", now=runtime)
     grant = d.dispatch(now=dispatch_at)
@@ -86,11 +87,13 @@ def test_the_band_term_sets_when_a_job_is_overdue(
     for job in ("a0", "a1"):
         d.submit(job, member="a", priority=-100, model="llm", estimate=10.0, now=0.0)
     grant = d.pop("w", now=0.0)
-    assert grant is not None and grant.job.id == "a0"
+    assert grant is not None
+    assert grant.job.id == "a0"
     d.submit("b0", member="b", priority=-100, model="llm", estimate=10.0, now=1.0)
     d.complete("a0", now=10.0)
     grant = d.pop("w", now=at)
-    assert grant is not None and grant.job.id == expected
+    assert grant is not None
+    assert grant.job.id == expected
 
 
 @IMPLEMENTATIONS

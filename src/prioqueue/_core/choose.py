@@ -105,21 +105,31 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
                         deferred = entry
                         lane, entry, aff = higher
                         weight = share
-        if not weight and d.credit < 0.0 and waiting_below(d, lane.level):
-            # A grant at the highest eligible level while a lower level waits refills the
-            # credit too (not only a deferral): crossings get their share of that time.
-            weight = share
+        # A grant at the highest eligible level while a lower level waits refills the
+        # credit too (not only a deferral): crossings get their share of that time.
+        weight = weight or (share if d.credit < 0.0 and waiting_below(d, lane.level) else 0.0)
     # Overdue jobs: the level's oldest job, past its aging bound, goes first when fair
     # share allows it (its lane is within the offsets of the level's least-served lane).
-    old = overdue(d, entry, t)
-    if old is not None and eligible(d, worker, view, old):
-        lane, entry, aff = old.lane, old, offered_affinity(d, resident, old)
+    lane, entry, aff = overdue_offer(d, worker, view, (lane, entry, aff), t)
     return lane, entry, aff, winner, fast, deferred, weight
 
 
+def overdue_offer(
+    d: State, worker: _Worker, view: Search | None, offer: tuple[_Lane, _Entry, float], t: float
+) -> tuple[_Lane, _Entry, float]:
+    """``offer``, or the overdue job's offer that replaces it (see ``overdue``)."""
+    old = overdue(d, offer[1], t)
+    if old is None or not eligible(d, worker, view, old):
+        return offer
+    return old.lane, old, offered_affinity(d, worker.resident, old)
+
+
 def offered_affinity(d: State, resident: str | None, entry: _Entry) -> float:
-    """The affinity term of ``entry`` granted on its own: ``aff(r)`` when its model is the
-    resident ``r`` and it arrived within the window after its lane's head, else 0. O(1)."""
+    """The affinity term of ``entry`` granted on its own (O(1)).
+
+    That is ``aff(r)`` when its model is the resident ``r`` and it arrived within the window
+    after its lane's head, else 0.
+    """
     if resident is None or entry.job.model != resident:
         return 0.0
     bonus = d.affinity(resident)
@@ -160,9 +170,7 @@ def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
     number = entry.job.priority
     top = d.top_level()
     assert top is not None  # entry is queued
-    named = max(d.policy.aliases.values(), default=top)
-    if named > top:
-        top = named
+    top = max(top, *d.policy.aliases.values())
     if number >= top:
         return None  # the highest level: the offsets and fair share decide there
     level = d.levels[number]
@@ -187,8 +195,11 @@ def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
 
 
 def eligible(d: State, worker: _Worker, view: Search | None, entry: _Entry) -> bool:
-    """Whether ``entry`` may go to the worker under the pop's view (None: every job but
-    the member cap). O(1) (a warm hold's limit is computed once per model and pop)."""
+    """Whether ``entry`` may go to the worker under the pop's view.
+
+    ``view`` None: every job may, but for the member cap. O(1) (a warm hold's limit is
+    computed once per model and pop).
+    """
     if view is None:
         cap = d.config.max_running
         return cap is None or entry.lane.owner.running < cap

@@ -38,8 +38,8 @@ The rules it keeps (the note's words, in code order):
   winner when that level offers the worker nothing or is the winner's. Otherwise the same
   choice at that highest level is granted instead, the credit rises by ``share * x`` and the
   deferred job's level counts a deferred crossing (``x`` the granted job's expected runtime).
-  The completion moves the credit by ``weight * (runtime - x)``, a take-back by
-  ``-weight * x``.
+  The completion moves the credit by ``weight * (runtime - x)``, a take-back by ``-weight *
+  x``. The credit's refill and the overdue rule: ``_overdue``.
 * The lift on submit is the size-1 note's, applied to the settled part (``settled =
   max(settled, min(now, floor))``, so a lane's held charges stay on top of it), with affinity
   offsets taken over the models resident on live workers.
@@ -63,6 +63,7 @@ from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Completed, Expired, Grant, Job, Stats, Ticket
 from prioqueue.scoring import ScoreBreakdown, Scorer
 from prioqueue.testing._lifecycle import _Delayed
+from prioqueue.testing._overdue import overdue, refilled
 from prioqueue.testing._state import (
     DEFAULT_CROSSING_SHARE,
     DEFAULT_EXPECTED_RUNTIME,
@@ -292,10 +293,8 @@ class ReferenceFleet(_Workers):
     def _pop(self, worker: _Worker, now: float) -> Grant | None:
         if len(worker.held) >= worker.slots:
             return None
-        capped = False
         offers = self._offers(worker, lambda e: self._ineligible(worker, e, now) is None)
         if not offers:  # nothing else to run: holds for busy warm workers capped at loads
-            capped = True
             offers = self._offers(worker, lambda e: self._ineligible(worker, e, now, True) is None)
         if not offers:
             return None
@@ -320,13 +319,8 @@ class ReferenceFleet(_Workers):
                     deferred = win
                     weight = self._share
                     win = served
-        # A grant at the highest eligible level refills a negative credit while a lower
-        # level waits (the note: not only a deferral).
-        if self._share < 1 and not weight and self._credit < 0:
-            if any(entry.job.priority < win.level for entry in self._queued()):
-                weight = self._share
-        # Overdue jobs: the level's oldest job past its aging bound, when fair share allows.
-        win = self._overdue(win, worker, now, capped)
+        weight = refilled(self, win, weight)  # and the overdue rule (see ``_overdue``)
+        win = overdue(self, win, worker, now)
         entry = win.entry
         job = entry.job
         info = self._info(worker)

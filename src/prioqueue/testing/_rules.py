@@ -81,44 +81,6 @@ class _Rules(_Book):
         top = max(entry.job.priority for entry in self._queued())
         return now - job.arrival >= (top - job.priority) * self._divisor + offsets
 
-    def _overdue(self, win: _Offer, worker: _Worker, now: float, capped: bool) -> _Offer:
-        """The offer granted instead of ``win`` by the note's overdue rule (else ``win``).
-
-        With fair share and ``win``'s level below ``top``, the oldest queued job at that level
-        (by arrival, then seq) goes instead when it is in another lane, waited more than ``0.75 * (top - level) * d +
-        (T + A) * d`` (``top`` the highest of the policy's named levels and the queued
-        levels), its lane's ``s`` is at most ``(T + A) * d`` above the smallest ``s`` at that
-        level, and it is eligible for ``worker`` (``capped`` as the offers).
-        """
-        if not self._fair_share:
-            return win
-        level = win.level
-        old = min(
-            (entry for entry in self._queued() if entry.job.priority == level),
-            key=lambda entry: (entry.job.arrival, entry.job.seq),
-        )
-        lanes = [(s, entries, lane) for lv, s, entries, lane in self._backlogged() if lv == level]
-        s, entries, lane = next(row for row in lanes if any(e is old for e in row[1]))
-        if lane is win.lane:
-            return win
-        config = self._scorer.config
-        tiers = list(config.tier_bonuses.values())
-        offsets = ((max(tiers) - min(tiers) if tiers else 0.0) + config.max_affinity) * (
-            self._divisor
-        )
-        top = max([entry.job.priority for entry in self._queued()], default=level)
-        top = max([top, *self._policy.aliases.values()])
-        if level >= top:
-            return win
-        band = (top - level) * self._divisor * 0.75
-        if not now - old.job.arrival > band + offsets:
-            return win
-        if not s <= min(row[0] for row in lanes) + offsets:
-            return win
-        if self._ineligible(worker, old, now, capped) is not None:
-            return win
-        return self._offer(level, s, entries, [old], worker.resident, lane)
-
     def _kept_for_busy_warm(
         self, job: Job, others: list[_Worker], now: float, capped: bool
     ) -> bool:
