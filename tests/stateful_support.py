@@ -26,7 +26,6 @@ import math
 import os
 from collections.abc import Callable
 from typing import Any, ClassVar
-from unittest import TestCase
 
 import attrs
 import pytest
@@ -63,6 +62,22 @@ def settings_for(examples: int, steps: int) -> settings:
     )
 
 
+def machine_tests(
+    *machines: type[RuleBasedStateMachine],
+    machine_settings: settings,
+    marks: tuple[pytest.MarkDecorator, ...] = (),
+) -> Any:
+    """A test that runs each of ``machines`` with ``machine_settings``: one parametrised case
+    per machine, named after its class, each with ``marks``."""
+    cases = [pytest.param(machine, id=machine.__name__, marks=marks) for machine in machines]
+
+    @pytest.mark.parametrize("machine", cases)
+    def test_machine(machine: type[RuleBasedStateMachine]) -> None:
+        run_state_machine_as_test(machine, settings=machine_settings)
+
+    return test_machine
+
+
 def long_hunts(*machines: type[RuleBasedStateMachine], examples: int, steps: int) -> Any:
     """A ``slow`` test (``nox -s slow``) that runs each of ``machines`` ``examples`` times.
 
@@ -70,13 +85,7 @@ def long_hunts(*machines: type[RuleBasedStateMachine], examples: int, steps: int
     hunt for rare sequences, one parametrised case per machine.
     """
     hunt = settings(settings_for(examples, steps), max_examples=examples)
-
-    @pytest.mark.slow
-    @pytest.mark.parametrize("machine", machines, ids=[m.__name__ for m in machines])
-    def test_long_hunt(machine: type[RuleBasedStateMachine]) -> None:
-        run_state_machine_as_test(machine, settings=hunt)
-
-    return test_long_hunt
+    return machine_tests(*machines, machine_settings=hunt, marks=(pytest.mark.slow,))
 
 
 def norm(value: Any) -> Any:
@@ -528,10 +537,3 @@ class Comparison(RuleBasedStateMachine):
         self._mark(now)
         self.compare_stats(real, ref)
         self.check_history(ref)  # ... and both agree with the history this test recorded
-
-
-def as_test(machine: type[RuleBasedStateMachine], machine_settings: settings) -> type[TestCase]:
-    """The pytest-collectable test case of ``machine``, run with ``machine_settings``."""
-    case = machine.TestCase
-    case.settings = machine_settings
-    return case

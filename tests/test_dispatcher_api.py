@@ -8,11 +8,12 @@ test_dispatcher_scenarios.py.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import attrs
 import pytest
@@ -52,68 +53,35 @@ INF = float("inf")
 D = 60.0  # the default aging divisor
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _checked(method: F) -> F:
+    """``method``, then the dispatcher's ``_check()``, whether the call succeeded or raised."""
+
+    @functools.wraps(method)
+    def checked(self: SizeOneDispatcher, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._check()
+
+    return cast(F, checked)
+
+
 class Checked(SizeOneDispatcher):
     """A dispatcher that asserts its invariants after every public call, even a failing one."""
 
-    def submit(self, *args: Any, **kwargs: Any) -> Ticket:
-        try:
-            return super().submit(*args, **kwargs)
-        finally:
-            self._check()
-
-    def dispatch(self, *args: Any, **kwargs: Any) -> Grant | None:
-        try:
-            return super().dispatch(*args, **kwargs)
-        finally:
-            self._check()
-
-    def complete(self, *args: Any, **kwargs: Any) -> Completed:
-        try:
-            return super().complete(*args, **kwargs)
-        finally:
-            self._check()
-
-    def cancel(self, *args: Any, **kwargs: Any) -> Job:
-        try:
-            return super().cancel(*args, **kwargs)
-        finally:
-            self._check()
-
-    def expire(self, *args: Any, **kwargs: Any) -> list[Expired]:
-        try:
-            return super().expire(*args, **kwargs)
-        finally:
-            self._check()
-
-    def set_resident_model(self, *args: Any, **kwargs: Any) -> None:
-        try:
-            super().set_resident_model(*args, **kwargs)
-        finally:
-            self._check()
-
-    def forecast(self, *args: Any, **kwargs: Any) -> list[AheadJob]:
-        try:
-            return super().forecast(*args, **kwargs)
-        finally:
-            self._check()
-
-    def explain(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super().explain(*args, **kwargs)
-        finally:
-            self._check()
-
-    def stats(self, *args: Any, **kwargs: Any) -> Stats:
-        try:
-            return super().stats(*args, **kwargs)
-        finally:
-            self._check()
-
-    def snapshot(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        try:
-            return super().snapshot(*args, **kwargs)
-        finally:
-            self._check()
+    submit = _checked(SizeOneDispatcher.submit)
+    dispatch = _checked(SizeOneDispatcher.dispatch)
+    complete = _checked(SizeOneDispatcher.complete)
+    cancel = _checked(SizeOneDispatcher.cancel)
+    expire = _checked(SizeOneDispatcher.expire)
+    set_resident_model = _checked(SizeOneDispatcher.set_resident_model)
+    forecast = _checked(SizeOneDispatcher.forecast)
+    explain = _checked(SizeOneDispatcher.explain)
+    stats = _checked(SizeOneDispatcher.stats)
+    snapshot = _checked(SizeOneDispatcher.snapshot)
 
     @classmethod
     def restore(cls, *args: Any, **kwargs: Any) -> Checked:
@@ -1045,15 +1013,18 @@ def test_cancel_a_running_job_frees_the_resource_and_charges_the_time_it_ran() -
     assert grant_of(d, 45).job.id == "b1"  # bob's lane (s = 0) is older than alice's (35)
 
 
-def test_cancel_unknown_and_bad_times() -> None:
+@pytest.mark.parametrize("method", ["cancel", "explain"])
+def test_unknown_jobs_and_bad_times(method: str) -> None:
+    """``cancel`` and ``explain`` refuse an unknown job, time going backwards and a NaN."""
     d = make()
+    call = getattr(d, method)
     with pytest.raises(UnknownJob, match="job 'ghost' is not queued or running"):
-        d.cancel("ghost", now=0)
+        call("ghost", now=0)
     d.submit("j", member="m", now=10)
     with pytest.raises(ValueError, match="earlier than a time already seen"):
-        d.cancel("j", now=5)
+        call("j", now=5)
     with pytest.raises(ValueError, match="now must be a finite number"):
-        d.cancel("j", now=NAN)
+        call("j", now=NAN)
     assert d.state("j") == "queued"
     assert d.stats(now=10).cancelled == 0
 
@@ -1213,15 +1184,6 @@ def test_explain_a_queued_job() -> None:
     assert mine.ahead == ()
     assert mine.estimated_start == 60.0
     assert mine.estimated_wait == 0.0
-
-
-def test_explain_unknown_job_and_bad_now() -> None:
-    d = make()
-    with pytest.raises(UnknownJob, match="job 'x' is not queued or running"):
-        d.explain("x", now=0)
-    d.submit("x", member="m", now=10)
-    with pytest.raises(ValueError, match="earlier than a time already seen"):
-        d.explain("x", now=5)
 
 
 def test_estimated_start_accounts_for_the_running_job() -> None:
@@ -1451,22 +1413,23 @@ def test_explain_of_a_running_job_lists_what_overtook_it_before_its_grant() -> N
 
 
 def test_an_exact_tie_is_reported_as_fair_share() -> None:
-    d = make()
-    d.submit("first", member="a", now=0)
-    d.submit("victim", member="a", now=0)
-    d.submit("winner", member="b", now=0)
-    grant_of(d, 0)
-    d.complete("first", now=0, runtime=0)  # a's s stays 0: the lanes tie, b's head is older
-    assert grant_of(d, 0).job.id == "victim"
-    d2 = make(charge=1)
-    d2.submit("first", member="a", now=0)
-    d2.submit("victim", member="a", now=0)
-    d2.submit("winner", member="b", now=1)
-    grant_of(d2, 1)
-    d2.complete("first", now=1)  # a's s = min(0 + 1, 1) = 1 = b's... b lifted to 0
-    grant = grant_of(d2, 1)
+    def after_first(winner_at: float, **options: Any) -> tuple[Checked, Grant]:
+        """a submits "first" and "victim" at 0, b "winner" at ``winner_at``; "first" runs and
+        completes at ``winner_at`` in no time: the dispatcher and its next grant."""
+        d = make(**options)
+        d.submit("first", member="a", now=0)
+        d.submit("victim", member="a", now=0)
+        d.submit("winner", member="b", now=winner_at)
+        grant_of(d, winner_at)
+        d.complete("first", now=winner_at, runtime=0)
+        return d, grant_of(d, winner_at)
+
+    # a's s stays 0: the lanes tie, b's head is older.
+    assert after_first(0)[1].job.id == "victim"
+    # a's s = min(0 + 1, 1) = 1 = b's... b lifted to 0.
+    d, grant = after_first(1, charge=1)
     assert grant.job.id == "winner"
-    overtake = d2.explain("victim", now=1).overtaken_by
+    overtake = d.explain("victim", now=1).overtaken_by
     assert [(o.job_id, o.cause) for o in overtake] == [("winner", "fair share")]
 
 
@@ -1546,7 +1509,8 @@ def test_explanation_text_reads_like_sprio() -> None:
 
 def test_stats_levels_are_sorted_highest_first_and_keep_used_levels() -> None:
     d = make()
-    for job_id, priority in [("n", 0), ("b", "batch"), ("i", "interactive"), ("x", 7)]:
+    jobs: list[tuple[str, int | str]] = [("n", 0), ("b", "batch"), ("i", "interactive"), ("x", 7)]
+    for job_id, priority in jobs:
         d.submit(job_id, member="m", priority=priority, now=0)
     stats = d.stats(now=0)
     assert list(stats.levels) == [100, 7, 0, -100]

@@ -297,21 +297,38 @@ def _winner_with_resident(
 NEAR_TIES = [(60.0, "warm"), (599.0, "warm"), (600.0, "cold"), (601.0, "cold"), (1800.0, "cold")]
 
 
+def _check_near_tie(
+    make: Factory,
+    winner: str,
+    *,
+    warm_at: float,
+    now: float,
+    blocker: dict[str, Any] | None = None,
+    **options: Any,
+) -> None:
+    """A cold job (ann, m2) at 0 and a warm one (bob, m1) at ``warm_at``, granted at ``now``
+    after a blocker that loads m1 (see ``_winner_with_resident``): a ``make(**options)``
+    dispatcher grants ``winner``; where the warm job wins, the baseline without affinity
+    (``max_affinity=0``) grants the cold one."""
+    jobs = [
+        (0.0, "cold", {"member": "ann", "model": "m2"}),
+        (warm_at, "warm", {"member": "bob", "model": "m1"}),
+    ]
+    assert _winner_with_resident(make(**options), jobs, now=now, blocker=blocker) == winner
+    if winner == "warm":
+        no_affinity = Scorer(ScoringConfig(max_affinity=0))
+        baseline = _winner_with_resident(make(no_affinity, **options), jobs, now, blocker)
+        assert baseline == "cold"
+
+
 @IMPLEMENTATIONS
 @pytest.mark.parametrize(("behind", "winner"), NEAR_TIES)
 def test_affinity_breaks_near_ties_between_lanes(make: Factory, behind: float, winner: str) -> None:
     """A warm lane up to 10 points (600 s of charges) behind a cold one still wins; at exactly
-    10 points they tie and the lane with the smaller ``s`` (the cold one) wins."""
-    jobs = [
-        (0.0, "cold", {"member": "ann", "model": "m2"}),
-        (0.0, "warm", {"member": "bob", "model": "m1"}),
-    ]
+    10 points they tie and the lane with the smaller ``s`` (the cold one) wins. Baseline:
+    without affinity the lane that paid less wins."""
     blocker = {"member": "bob", "priority": 0, "model": "m1"}  # bob's lane pays `behind`
-    assert _winner_with_resident(make(), jobs, now=behind, blocker=blocker) == winner
-    if winner == "warm":  # baseline: without affinity the lane that paid less wins
-        no_affinity = Scorer(ScoringConfig(max_affinity=0))
-        found = _winner_with_resident(make(no_affinity), jobs, now=behind, blocker=blocker)
-        assert found == "cold"
+    _check_near_tie(make, winner, warm_at=0.0, now=behind, blocker=blocker)
 
 
 @IMPLEMENTATIONS
@@ -319,17 +336,9 @@ def test_affinity_breaks_near_ties_between_lanes(make: Factory, behind: float, w
 def test_affinity_breaks_near_ties_between_jobs(
     make: Factory, later_by: float, winner: str
 ) -> None:
-    """Per-job aging (fair share off): a warm job up to 600 s younger beats a cold one."""
-    jobs = [
-        (0.0, "cold", {"member": "ann", "model": "m2"}),
-        (later_by, "warm", {"member": "bob", "model": "m1"}),
-    ]
-    assert _winner_with_resident(make(fair_share=False), jobs, now=2000.0) == winner
-    if winner == "warm":  # baseline: without affinity the older job always wins
-        no_affinity = Scorer(ScoringConfig(max_affinity=0))
-        assert (
-            _winner_with_resident(make(no_affinity, fair_share=False), jobs, now=2000.0) == "cold"
-        )
+    """Per-job aging (fair share off): a warm job up to 600 s younger beats a cold one.
+    Baseline: without affinity the older job always wins."""
+    _check_near_tie(make, winner, warm_at=later_by, now=2000.0, fair_share=False)
 
 
 @IMPLEMENTATIONS

@@ -33,7 +33,14 @@ from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.records import Job, Stats
 from prioqueue.scoring import Scorer
 from prioqueue.testing import ReferenceDispatcher
-from stateful_support import Comparison, as_test, half_runtime, long_hunts, norm, settings_for
+from stateful_support import (
+    Comparison,
+    half_runtime,
+    long_hunts,
+    machine_tests,
+    norm,
+    settings_for,
+)
 from strategies import (
     dispatcher_models,
     dispatcher_runtimes,
@@ -191,18 +198,13 @@ class CallableCharge(DispatcherComparison):
         return half_runtime
 
 
-TestFairShare = as_test(DispatcherComparison, SETTINGS)
-TestWithoutFairShare = as_test(WithoutFairShare, SETTINGS)
-TestCountCharge = as_test(CountCharge, SETTINGS)
-TestEstimateChargeWithLimits = as_test(EstimateChargeWithLimits, SETTINGS)
-TestCallableCharge = as_test(CallableCharge, SETTINGS)
-
-test_long_hunt = long_hunts(
+MACHINES = (
     DispatcherComparison,
     WithoutFairShare,
     CountCharge,
     EstimateChargeWithLimits,
     CallableCharge,
-    examples=150,
-    steps=50,
 )
+
+test_machine = machine_tests(*MACHINES, machine_settings=SETTINGS)
+test_long_hunt = long_hunts(*MACHINES, examples=150, steps=50)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from fleet_support import leases
 from prioqueue import (
     ConfigError,
     FleetDispatcher,
@@ -163,15 +164,24 @@ def test_heartbeat_sets_the_resident_only_when_given() -> None:
         f.heartbeat("a", now=4, resident="")
 
 
-def test_leave_requeues_held_jobs_at_their_lane_heads_and_refunds_them() -> None:
+def holding_two(jobs: int) -> tuple[Checked, float]:
+    """Workers a (two slots) and b; x submits ``jobs`` jobs and a pops x0 and x1 at 0.
+
+    Returns the fleet and x's lane ``s`` before the pops (which charged it).
+    """
     f = fleet("a", "b")
     f.join("a", slots=2, now=0)
-    for i in range(4):
+    for i in range(jobs):
         f.submit(f"x{i}", member="x", now=0)
     s0 = lane_s(f, "x")
     assert popped(f, "a", 0) == "x0"
     assert popped(f, "a", 0) == "x1"
     assert lane_s(f, "x") > s0
+    return f, s0
+
+
+def test_leave_requeues_held_jobs_at_their_lane_heads_and_refunds_them() -> None:
+    f, s0 = holding_two(jobs=4)
     jobs = f.leave("a", now=1)
     assert [job.id for job in jobs] == ["x0", "x1"]
     assert lane_s(f, "x") == s0  # refunded exactly
@@ -185,13 +195,7 @@ def test_leave_requeues_held_jobs_at_their_lane_heads_and_refunds_them() -> None
 
 
 def test_requeue_gives_one_held_job_back_and_the_worker_keeps_the_others() -> None:
-    f = fleet("a", "b")
-    f.join("a", slots=2, now=0)
-    for i in range(3):
-        f.submit(f"x{i}", member="x", now=0)
-    s0 = lane_s(f, "x")
-    assert popped(f, "a", 0) == "x0"
-    assert popped(f, "a", 0) == "x1"
+    f, s0 = holding_two(jobs=3)
     job = f.requeue("x0", now=1)
     assert job.id == "x0"
     assert f.state("x0") == "queued"
@@ -386,19 +390,10 @@ def test_a_one_argument_lease_for_still_works_and_two_arguments_get_the_worker()
 
 def test_a_slow_worker_gets_three_times_the_calculated_lease() -> None:
     calculator = LeaseCalculator()
-    f = fleet(lease_for=calculator)
-    f.join("fast", now=0)
-    f.join("slow", slow=True, now=0)
     request: dict[str, Any] = {"width": 1024, "height": 1024, "steps": 30}
-    f.submit("a", member="m", payload=dict(request), now=0)
-    f.submit("b", member="n", payload=dict(request), now=0)
-    fast, slow = f.pop("fast", now=0), f.pop("slow", now=0)
-    assert fast is not None
-    assert slow is not None
-    assert fast.lease is not None
-    assert slow.lease is not None
-    assert slow.lease.seconds == calculator.seconds(**request, extra_slow_worker=True)
-    assert slow.lease.seconds == pytest.approx(3 * fast.lease.seconds, abs=3)
+    fast, slow = leases(fleet, calculator, request)
+    assert slow == calculator.seconds(**request, extra_slow_worker=True)
+    assert slow == pytest.approx(3 * fast, abs=3)
 
 
 # ============================================================================ completion

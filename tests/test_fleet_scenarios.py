@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fleet_support import Fleet, leases
 from prioqueue import (
     InvalidState,
     LeaseCalculator,
@@ -35,7 +36,6 @@ from prioqueue.scoring import Scorer, ScoringConfig
 from prioqueue.testing import ReferenceDispatcher, ReferenceFleet
 from strategies import two_tiers
 
-Fleet = FleetDispatcher | ReferenceFleet
 Factory = Callable[..., Fleet]
 
 IMPLEMENTATIONS = pytest.mark.parametrize(
@@ -295,15 +295,26 @@ def test_the_warm_hold_lasts_warm_hold_seconds_or_until_the_warm_worker_is_busy(
     assert second.job.id != first.job.id
 
 
-def _busy_warm_fleet(make: Factory, estimate: float) -> Fleet:
-    """The warm worker runs a job expected to take ``estimate`` seconds from time 0."""
-    fleet = make(warm_hold=30.0)
+def _busy_warm_fleet(make: Factory, estimate: float, **options: Any) -> Fleet:
+    """The warm worker runs a job expected to take ``estimate`` seconds from time 0 and
+    "second" (sdxl, no estimate) is queued; ``options`` for ``make`` (a 30 s warm hold unless
+    they say otherwise)."""
+    fleet = make(**{"warm_hold": 30.0, **options})
     fleet.join("cold", resident="flux", now=0.0)
     fleet.join("warm", resident="sdxl", now=0.0)
     fleet.submit("first", member="ann", model="sdxl", estimate=estimate, now=0.0)
     assert fleet.pop("warm", now=0.0) is not None
     fleet.submit("second", member="bob", model="sdxl", now=0.0)
     return fleet
+
+
+def _cold_pop_past_one_held(fleet: Fleet, now: float) -> Grant:
+    """The cold worker's pop at ``now``, after checking that one job is held from it for the
+    warm worker: it gets another job."""
+    assert fleet.idle_reasons("cold", now=now) == {"warm_hold": 1}
+    grant = fleet.pop("cold", now=now)
+    assert grant is not None
+    return grant
 
 
 @IMPLEMENTATIONS
@@ -331,12 +342,7 @@ def test_a_job_waits_for_a_warm_worker_expected_free_within_the_hold(make: Facto
     assert grant is not None
     assert (grant.job.id, grant.swap) == ("second", False)
     # Without a hold, nothing waits.
-    fleet = make(warm_hold=0.0)
-    fleet.join("cold", resident="flux", now=0.0)
-    fleet.join("warm", resident="sdxl", now=0.0)
-    fleet.submit("first", member="ann", model="sdxl", estimate=40.0, now=0.0)
-    assert fleet.pop("warm", now=0.0) is not None
-    fleet.submit("second", member="bob", model="sdxl", now=0.0)
+    fleet = _busy_warm_fleet(make, estimate=40.0, warm_hold=0.0)
     assert fleet.next_hold_end() is None
     assert fleet.pop("cold", now=10.0) is not None
 
@@ -353,10 +359,7 @@ def test_a_busy_warm_worker_keeps_only_the_jobs_it_can_start_within_the_hold(
         fleet.submit(f"more{k}", member=f"m{k}", model="sdxl", estimate=40.0, now=0.0)
     # At 10 with warm_hold 30: "second" starts at 40 <= 40 (kept); "more0" at 40 + 60
     # (no recent runtime yet: the default expected runtime) > 40: the cold worker may take it.
-    assert fleet.idle_reasons("cold", now=10.0) == {"warm_hold": 1}
-    grant = fleet.pop("cold", now=10.0)
-    assert grant is not None
-    assert grant.job.id == "more0"
+    assert _cold_pop_past_one_held(fleet, now=10.0).job.id == "more0"
 
 
 @IMPLEMENTATIONS
@@ -366,13 +369,7 @@ def test_a_worker_with_nothing_else_to_run_waits_no_longer_than_the_load(make: F
     it within the model's load time (a cold start would not start its work earlier)."""
 
     def busy(load: float) -> Fleet:
-        fleet = make(warm_hold=60.0, load_seconds={"sdxl": load})
-        fleet.join("cold", resident="flux", now=0.0)
-        fleet.join("warm", resident="sdxl", now=0.0)
-        fleet.submit("first", member="ann", model="sdxl", estimate=40.0, now=0.0)
-        assert fleet.pop("warm", now=0.0) is not None
-        fleet.submit("second", member="bob", model="sdxl", now=0.0)
-        return fleet
+        return _busy_warm_fleet(make, estimate=40.0, warm_hold=60.0, load_seconds={"sdxl": load})
 
     fleet = busy(load=30.0)  # the warm worker starts it at 40, 30 s from now: within the load
     assert fleet.pop("cold", now=10.0) is None
@@ -384,10 +381,7 @@ def test_a_worker_with_nothing_else_to_run_waits_no_longer_than_the_load(make: F
     assert (grant.job.id, grant.swap) == ("second", True)
     fleet = busy(load=20.0)  # with another job to run, the hold is warm_hold (60 s)
     fleet.submit("plain", member="cid", now=0.0)
-    assert fleet.idle_reasons("cold", now=10.0) == {"warm_hold": 1}
-    grant = fleet.pop("cold", now=10.0)
-    assert grant is not None
-    assert grant.job.id == "plain"
+    assert _cold_pop_past_one_held(fleet, now=10.0).job.id == "plain"
 
 
 @IMPLEMENTATIONS
@@ -525,19 +519,8 @@ def test_a_cancel_from_the_holder_is_word_from_it(make: Factory, named: bool) ->
 # --- 5. the slow worker's lease ----------------------------------------------------------------
 
 
-def _leases(make: Factory, lease_for: Any, slow: bool) -> tuple[float, float]:
-    fleet = make(lease_for=lease_for)
-    fleet.join("fast", now=0.0)
-    fleet.join("slow", slow=slow, now=0.0)
-    request = {"width": 1024, "height": 1024, "steps": 50, "sampler": "k_euler"}
-    fleet.submit("one", member="ann", payload=request, now=0.0)
-    fleet.submit("two", member="bob", payload=dict(request), now=0.0)
-    fast, slower = fleet.pop("fast", now=0.0), fleet.pop("slow", now=0.0)
-    assert fast is not None
-    assert slower is not None
-    assert fast.lease is not None
-    assert slower.lease is not None
-    return fast.lease.seconds, slower.lease.seconds
+#: A 1024x1024, 50-step k_euler image: a 430 s lease on a worker that is not slow.
+_IMAGE = {"width": 1024, "height": 1024, "steps": 50, "sampler": "k_euler"}
 
 
 def _per_worker(job: Job, worker: WorkerInfo) -> float:
@@ -546,12 +529,12 @@ def _per_worker(job: Job, worker: WorkerInfo) -> float:
 
 @IMPLEMENTATIONS
 def test_the_slow_worker_gets_three_times_the_lease(make: Factory) -> None:
-    fast, slow = _leases(make, LeaseCalculator(), slow=True)
+    fast, slow = leases(make, LeaseCalculator(), _IMAGE)
     assert fast == 430 == lease_seconds(width=1024, height=1024, steps=50, sampler="k_euler")
     assert slow == 3 * fast
-    assert _leases(make, _per_worker, slow=True) == (100.0, 300.0)
+    assert leases(make, _per_worker, _IMAGE) == (100.0, 300.0)
     # Baseline: the same worker not marked slow gets the ordinary lease.
-    assert _leases(make, LeaseCalculator(), slow=False) == (430, 430)
+    assert leases(make, LeaseCalculator(), _IMAGE, slow=False) == (430, 430)
 
 
 @IMPLEMENTATIONS

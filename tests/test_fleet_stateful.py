@@ -54,9 +54,9 @@ from prioqueue.testing import ReferenceFleet
 from stateful_support import (
     Comparison,
     Submission,
-    as_test,
     half_runtime,
     long_hunts,
+    machine_tests,
     norm,
     settings_for,
 )
@@ -447,19 +447,11 @@ class CallableChargeOneArgumentLease(FleetComparison):
         return half_runtime
 
 
-TestFleet = as_test(FleetComparison, SETTINGS)
-TestFleetWithoutFairShare = as_test(WithoutFairShare, SETTINGS)
-TestFleetCountChargeWithLimits = as_test(CountChargeWithLimits, SETTINGS)
-TestFleetCallableChargeOneArgumentLease = as_test(CallableChargeOneArgumentLease, SETTINGS)
+#: The machines the long hunt runs (``FleetComparison`` has its own: ``test_fleet_long_hunt``).
+HUNTED = (WithoutFairShare, CountChargeWithLimits, CallableChargeOneArgumentLease)
 
-
-test_long_hunt = long_hunts(
-    WithoutFairShare,
-    CountChargeWithLimits,
-    CallableChargeOneArgumentLease,
-    examples=100,
-    steps=40,
-)
+test_machine = machine_tests(FleetComparison, *HUNTED, machine_settings=SETTINGS)
+test_long_hunt = long_hunts(*HUNTED, examples=100, steps=40)
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from prioqueue._errors import LeaseExpired
-from prioqueue.chain import Chain, ChainProgress, ChainStep, FailurePolicy
+from prioqueue.chain import Chain, ChainProgress, ChainStep
 from prioqueue.records import Grant, Job, Ticket
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from prioqueue._driver import DrivenCore, Driver, Turn
     from prioqueue._driver._core import TurnOptions
     from prioqueue._groups import GroupStatus
+    from prioqueue.chain import ChainOptions
 
 __all__ = ["AsyncChain", "ChainResult"]
 
@@ -117,9 +118,8 @@ class AsyncChain:
         specs: As for :class:`~prioqueue.chain.Chain` (keyword arguments of ``turn()`` plus
             ``job_id``).
         run: ``async (grant) -> value``, awaited while the job holds the resource.
-        depth: Most jobs in flight.
-        group: The group label (None: the first ``job_id``).
-        on_failure: The chain's failure policy.
+        **options: ``Chain``'s: ``depth`` (most jobs in flight), ``group`` (the group label;
+            None: the first ``job_id``) and ``on_failure`` (the chain's failure policy).
 
     Raises:
         TypeError: ``run`` is not callable (and what ``Chain`` raises).
@@ -131,17 +131,13 @@ class AsyncChain:
         specs: Iterable[Mapping[str, Any]],
         *,
         run: Callable[[Grant], Awaitable[Any]],
-        depth: int = 1,
-        group: str | None = None,
-        on_failure: FailurePolicy = "stop",
+        **options: Unpack[ChainOptions],
     ) -> None:
         if not callable(run):
             raise TypeError(f"run must be an async callable grant -> value, got {run!r}")
         self._gate = gate
         self._run = run
-        self._chain = Chain(
-            _GateTarget(gate, self), specs, depth=depth, group=group, on_failure=on_failure
-        )
+        self._chain = Chain(_GateTarget(gate, self), specs, **options)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._ready: deque[ChainResult] = deque()
         self._wake: asyncio.Event | None = None

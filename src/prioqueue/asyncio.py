@@ -57,14 +57,18 @@ from __future__ import annotations
 import asyncio  # noqa: F401 - the stdlib module stays reachable as prioqueue.asyncio.asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout
 from prioqueue._asyncio_chain import AsyncChain, ChainResult
 from prioqueue._driver import Clock, Driver, ExpiryCallback, Turn
-from prioqueue.chain import FailurePolicy
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.records import Grant
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from prioqueue.chain import ChainOptions
 
 __all__ = [
     "AsyncChain",
@@ -155,9 +159,7 @@ class AsyncDispatcher(Driver[SizeOneDispatcher]):
         specs: Iterable[Mapping[str, Any]],
         *,
         run: Callable[[Grant], Awaitable[Any]],
-        depth: int = 1,
-        group: str | None = None,
-        on_failure: FailurePolicy = "stop",
+        **options: Unpack[ChainOptions],
     ) -> AsyncChain:
         """Run a sequence of jobs through :class:`~prioqueue.chain.Chain`, ``depth`` at a time.
 
@@ -170,9 +172,10 @@ class AsyncDispatcher(Driver[SizeOneDispatcher]):
         Args:
             specs: The jobs: mappings of :meth:`turn`'s keyword arguments plus ``job_id``.
             run: ``async (grant) -> value``: the work, done while the job holds the resource.
-            depth: Most jobs in flight at once.
-            group: The group label (None: the first ``job_id``).
-            on_failure: ``"stop"``, ``"skip"`` or ``("retry", n)`` (see ``Chain``).
+            **options: ``Chain``'s keyword arguments (:class:`~prioqueue.chain.ChainOptions`):
+                ``depth``, most jobs in flight at once (default 1); ``group``, the group label
+                (None, the default: the first ``job_id``); ``on_failure``, ``"stop"`` (the
+                default), ``"skip"`` or ``("retry", n)`` (see ``Chain``).
 
         Returns:
             The async iterator of results.
@@ -180,7 +183,7 @@ class AsyncDispatcher(Driver[SizeOneDispatcher]):
         Raises:
             TypeError, ValueError, ConfigError: As ``Chain`` does; ``run`` is not callable.
         """
-        return AsyncChain(self, specs, run=run, depth=depth, group=group, on_failure=on_failure)
+        return AsyncChain(self, specs, run=run, **options)
 
     # -- the one-worker hooks of the driver ----------------------------------------------
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypedDict
 
 import attrs
 
@@ -40,6 +40,7 @@ from prioqueue.records import Job, Ticket
 
 __all__ = [
     "Chain",
+    "ChainOptions",
     "ChainProgress",
     "ChainState",
     "ChainStep",
@@ -52,6 +53,18 @@ FailurePolicy = Literal["stop", "skip"] | tuple[Literal["retry"], int]
 #: Where a chain is: not started, submitting, every spec handled, stopped by a failure, or
 #: cancelled.
 ChainState = Literal["new", "running", "finished", "stopped", "cancelled"]
+
+
+class ChainOptions(TypedDict, total=False):
+    """The optional keyword arguments of :class:`Chain` (defaults and meaning there).
+
+    The asyncio driver's ``chain()`` takes them as ``**options: Unpack[ChainOptions]`` and
+    passes them on, so the list and its defaults are written once, in ``Chain``.
+    """
+
+    depth: int
+    group: str | None
+    on_failure: FailurePolicy
 
 
 class ChainTarget(Protocol):

@@ -14,9 +14,9 @@ fields (``timing``, ``wall_seconds``) are dropped. ``compare`` runs the same cas
 every file that differs (exit status 1 when one does).
 
 It was written to show that the engine's rewrite (issue 20: one loop for 1..N workers)
-changed no number: record with the old code, compare with the new. Run both with the same
-``PYTHONHASHSEED`` (e.g. 0): the report's ``service_gap_members`` breaks ties between members
-in set order, which string hashing varies from one process to the next.
+changed no number: record with the old code, compare with the new. (Before
+``service_gaps`` broke ties by name, the report's ``service_gap_members`` hung on
+``PYTHONHASHSEED``; code older than that must be recorded and compared with one fixed seed.)
 """
 
 from __future__ import annotations

@@ -180,6 +180,14 @@ def test_flags_build_the_policy(capsys: pytest.CaptureFixture[str]) -> None:
         (["--lease-factor", "0.5"], "--lease-factor must be"),
         (["--tier-bonus", "free=0", "--scenario", "film-night"], "tiers ['max', 'pro']"),
         (["--scenario", "overload", "--trace", "x.csv"], "either --scenario or --trace"),
+        # The fleet's options (the simulator's workers).
+        (["--scenario", "two-films", "--workers", "0"], "a count must be an integer"),
+        (["--scenario", "two-films", "--workers", "nope.toml"], "--workers expects a count"),
+        (["--scenario", "two-films", "--workers", "2", "--poll", "-1"], "--poll must be"),
+        (
+            ["--scenario", "two-films", "--policy", "prioqueue:warm_hold=-1"],
+            "warm_hold must be seconds >= 0",
+        ),
     ],
 )
 def test_usage_errors_exit_2(

@@ -125,26 +125,6 @@ def test_percentile_and_jain() -> None:
     assert report.jain_index([1, 0]) == 0.5
 
 
-def test_service_gaps() -> None:
-    on, off, service = 2, 1, 0
-    events = [
-        (0.0, on, "a", 0.0),
-        (0.0, on, "b", 0.0),
-        (10.0, service, "a", 10.0),
-        (20.0, service, "a", 10.0),
-        (30.0, service, "b", 10.0),
-        (30.0, off, "b", 0.0),
-        (40.0, service, "a", 10.0),  # b is not backlogged: no gap
-        (40.0, on, "c", 0.0),
-        (50.0, service, "c", 5.0),
-    ]
-    gap, pair, contended = report.service_gaps(events)
-    assert gap == 20
-    assert pair == ("a", "b")
-    assert contended == {"a": 20.0, "b": 10.0, "c": 5.0}
-    assert report.service_gaps([]) == (0.0, None, {})
-
-
 def test_charge_models_in_report() -> None:
     workload = scenarios.build("two-films", shots=4)
     for charge, expected in (("estimate", None), (3.0, 3.0)):

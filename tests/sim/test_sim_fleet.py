@@ -409,22 +409,6 @@ def test_config_file_workers_and_poll(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "--poll must be" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [
-        (["--workers", "0"], "a count must be an integer"),
-        (["--workers", "nope.toml"], "--workers expects a count"),
-        (["--workers", "2", "--poll", "-1"], "--poll must be"),
-        (["--policy", "prioqueue:warm_hold=-1"], "warm_hold must be seconds >= 0"),
-    ],
-)
-def test_cli_fleet_usage_errors(
-    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert main(["simulate", "--scenario", "two-films", *extra]) == 2
-    assert message in capsys.readouterr().err
-
-
 def test_cli_warm_hold_sweep(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["simulate", "--scenario", "fleet-night", "--param", "hours=2", "--param", "shots=10"]
     assert (
@@ -444,11 +428,8 @@ def test_plain_report_shows_workers_and_groups(capsys: pytest.CaptureFixture[str
     args = ["simulate", "--scenario", "fleet-night", "--param", "hours=1", "--param", "shots=4"]
     assert main([*args, "--plain", "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "Workers" in out
-    assert "utilisation" in out
-    assert "Groups (films)" in out
-    assert "film-ana" in out
-    assert "2*N*(T + A)*d + 10*K*C" in out
+    for text in ("Workers", "utilisation", "Groups (films)", "film-ana", "2*N*(T + A)*d + 10*K*C"):
+        assert text in out
 
 
 def test_one_gpu_warm_first() -> None:

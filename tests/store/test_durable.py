@@ -325,19 +325,16 @@ def test_a_failed_commit_is_fatal_and_nothing_is_served_after_it(
 
 
 def test_a_store_taken_over_fences_the_old_writer(make_store: MakeStore) -> None:
-    async def main() -> None:
-        store = make_store()
-        durable = await DurableDispatcher.open(store, FACTORY)
+    async def main(durable: Durable, spy: Spy) -> None:
         await durable.call("submit", job_id="a", member="ann")
-        store.claim()  # what a new leader does
+        spy.store.claim()  # what a new leader does
         with pytest.raises(Fenced):
             await durable.call("submit", job_id="b", member="ann")
         assert isinstance(durable.fatal, Fenced)
         await durable.aclose()
-        assert [e.args["job_id"] for e in store.recover().events] == ["a"]
-        store.close()
+        assert [e.args["job_id"] for e in spy.store.recover().events] == ["a"]
 
-    run(main)
+    serve(make_store, main)
 
 
 def test_time_never_goes_backwards_across_restarts(make_store: MakeStore) -> None:
@@ -399,30 +396,23 @@ def test_open_validates_its_options(
 
 
 def test_a_closed_wrapper_refuses_calls(make_store: MakeStore) -> None:
-    async def main() -> None:
-        store = make_store()
-        durable = await DurableDispatcher.open(store, FACTORY)
+    async def main(durable: Durable, spy: Spy) -> None:
         await durable.aclose()
         await durable.aclose()
         with pytest.raises(StoreFatal, match="closed"):
             await durable.call("submit", job_id="a", member="ann")
         with pytest.raises(TypeError, match="callable"):
             await durable.read(3)  # type: ignore[arg-type]
-        store.close()
 
-    run(main)
+    serve(make_store, main)
 
 
 def test_a_method_the_object_lacks_is_refused(make_store: MakeStore) -> None:
-    async def main() -> None:
-        store = make_store()
-        durable = await DurableDispatcher.open(store, FACTORY)
+    async def main(durable: Durable, spy: Spy) -> None:
         with pytest.raises(ValueError, match="has no method 'join'"):
             await durable.call("join", worker="w")
-        await durable.aclose()
-        store.close()
 
-    run(main)
+    serve(make_store, main)
 
 
 def test_any_error_of_the_append_is_fatal(make_store: MakeStore) -> None:

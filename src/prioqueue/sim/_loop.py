@@ -32,22 +32,18 @@ class _Worker:
 
     __slots__ = (
         "awake",
-        "busy",
+        "did",
         "held",
         "idle",
         "idle_from",
         "index",
-        "jobs",
-        "load",
         "loaded",
-        "lost",
         "name",
         "phase",
         "run_end",
         "running",
         "slots",
         "speed",
-        "swaps",
         "tick",
     )
 
@@ -62,29 +58,12 @@ class _Worker:
         self.run_end = _INF
         self.idle_from = 0.0
         self.idle = 0.0  # the idle gaps before its grants
-        self.busy = 0.0
-        self.load = 0.0
-        self.lost = 0.0
-        self.swaps = 0
-        self.jobs = 0
+        models = None if spec.models is None else sorted(spec.models)
+        # What it did (runs, swaps, loads, busy and lost seconds), counted where it happens.
+        self.did = WorkerStats(spec.name, spec.slots, spec.speed, models)
         self.phase = phase
         self.tick = _INF  # its next poll tick (when polling)
         self.awake = False  # pulls at the next instant whatever its ticks (a job ended)
-
-    def stats(self, spec: WorkerSpec, busy: float) -> WorkerStats:
-        """What it did, ``busy`` seconds in all."""
-        models = None if spec.models is None else sorted(spec.models)
-        return WorkerStats(
-            name=self.name,
-            slots=self.slots,
-            speed=self.speed,
-            models=models,
-            jobs=self.jobs,
-            swaps=self.swaps,
-            load_seconds=self.load,
-            busy_seconds=busy,
-            lost_seconds=self.lost,
-        )
 
 
 class Loop:
@@ -118,7 +97,6 @@ class Loop:
         self.began = time.perf_counter()
         self.workload = workload
         self.arrivals = arrivals = workload.arrivals
-        self.specs = workers
         self.one_gpu = one_gpu
         self.poll = poll
         self.progress = progress
@@ -275,7 +253,7 @@ class Loop:
             granted = start[j] if ran else now
             self.result.retries.append((j, granted, now, self.load[j] if ran else 0.0))
             if ran:
-                w.lost += now - start[j]
+                w.did.lost_seconds += now - start[j]
             self._stop_running(w, j)
             start[j] = math.nan
             if expired.requeued:
@@ -358,10 +336,10 @@ class Loop:
         if model is not None and model != w.loaded:
             cold = self.workload.load_time(model)
             w.loaded = model
-            w.swaps += 1
-            w.load += cold
+            w.did.swaps += 1
+            w.did.load_seconds += cold
         w.running = j
-        w.jobs += 1
+        w.did.jobs += 1
         self.status[j] = JobState.RUNNING
         self.start[j] = t
         self.load[j] = cold
@@ -381,7 +359,7 @@ class Loop:
         w.awake = True
         if w.running == j:
             self.runs.append((w.index, j, self.start[j], self.now))
-            w.busy += self.now - self.start[j]
+            w.did.busy_seconds += self.now - self.start[j]
             if w.run_end == _INF:
                 self.hung -= 1
             self._begin(w)
@@ -409,24 +387,25 @@ class Loop:
         """Fill in the result; ``cut`` is the horizon when it stopped the clock, else None."""
         result, start = self.result, self.start
         clock = self.now if cut is None else cut
-        busy = []
         for w in self.fleet:  # unfinished work at the horizon
             if w.running >= 0:
                 self.runs.append((w.index, w.running, start[w.running], clock))
+                w.did.busy_seconds += clock - start[w.running]
             for j in w.held:
                 if w.running != j:
                     self.status[j] = JobState.QUEUED  # prefetched, never started: still waiting
-            busy.append(w.busy + (clock - start[w.running] if w.running >= 0 else 0.0))
-        result.swaps = sum(w.swaps for w in self.fleet)
-        result.load_seconds = math.fsum(w.load for w in self.fleet)
-        result.lost_seconds = math.fsum(w.lost for w in self.fleet)
+        did = [w.did for w in self.fleet]
+        result.swaps = sum(d.swaps for d in did)
+        result.load_seconds = math.fsum(d.load_seconds for d in did)
+        result.lost_seconds = math.fsum(d.lost_seconds for d in did)
         result.idle_waiting_seconds = self.idle_waiting
         self.feeder.close(result, now=self.now, events=self.events, horizon=cut)
         if self.one_gpu:
             result.idle_seconds = self.fleet[0].idle
             return result
-        result.workers = [w.stats(s, b) for w, s, b in zip(self.fleet, self.specs, busy)]
+        result.workers = did
         result.worker_of = self.worker_of
         result.runs = self.runs
-        result.idle_seconds = max(0.0, len(self.fleet) * result.clock_end - math.fsum(busy))
+        busy = math.fsum(d.busy_seconds for d in did)
+        result.idle_seconds = max(0.0, len(self.fleet) * result.clock_end - busy)
         return result

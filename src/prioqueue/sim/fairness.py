@@ -73,9 +73,9 @@ def service_gaps(
             drift, at that moment, between two members backlogged together (for charts).
 
     Returns:
-        The largest gap, the pair of members it was between (None when no two members were
-        ever backlogged together), and each member's service received while it and another
-        member were backlogged.
+        The largest gap, the pair of members it was between (the least pair, in name
+        order, among equal gaps; None when no two members were ever backlogged together),
+        and each member's service received while it and another member were backlogged.
     """
     events.sort(key=lambda e: (e[0], e[1]))
     queued: dict[str, int] = defaultdict(int)
@@ -89,7 +89,9 @@ def service_gaps(
     def close(pair: tuple[str, str], track: list[float]) -> None:
         nonlocal best, best_pair
         gap = track[1] - track[2]
-        if best_pair is None or gap > best:
+        # Equal gaps go to the least pair, so the answer does not depend on the order in
+        # which a set of members is iterated (that is, on PYTHONHASHSEED).
+        if best_pair is None or gap > best or (gap == best and pair < best_pair):
             best, best_pair = gap, pair
 
     for when, kind, member, amount in events:

@@ -198,22 +198,43 @@ def _fair_table(policies: Mapping[str, Any], levels: list[str], fleet: bool) -> 
     )
 
 
+_Column = tuple[str, str, Callable[[Any], str]]
+"""A figure's column: ``(header, key in the report's section, format)``."""
+_SWAPS: _Column = ("swaps", "swaps", str)
+_LOADING: _Column = ("loading", "load_seconds", duration)
+_BUSY: _Column = ("busy", "busy_seconds", duration)
+_GPU_COLUMNS: tuple[_Column, ...] = (
+    _SWAPS,
+    _LOADING,
+    ("idle+waiting", "idle_waiting_seconds", duration),
+    ("hung", "lost_seconds", duration),
+    _BUSY,
+    ("makespan", "makespan", duration),
+)
+_WORKER_COLUMNS: tuple[_Column, ...] = (
+    ("runs", "jobs", str),
+    _SWAPS,
+    _LOADING,
+    _BUSY,
+    ("utilisation", "utilisation", percent),
+)
+
+
+def _headers(columns: tuple[_Column, ...]) -> Row:
+    return tuple(header for header, _, _ in columns)
+
+
+def _figures(row: Mapping[str, Any], columns: tuple[_Column, ...]) -> Row:
+    """``row``'s figures under ``columns``, each through its format."""
+    return tuple(form(row[key]) for _, key, form in columns)
+
+
 def _gpu_table(policies: Mapping[str, Any]) -> Table:
     rows = tuple(
-        (
-            name,
-            str(s["swaps"]),
-            duration(s["load_seconds"]),
-            duration(s["idle_waiting_seconds"]),
-            duration(s["lost_seconds"]),
-            duration(s["busy_seconds"]),
-            duration(s["makespan"]),
-            f"{s['completed']}/{s['cancelled']}/{s['failed']}",
-        )
+        (name, *_figures(s, _GPU_COLUMNS), f"{s['completed']}/{s['cancelled']}/{s['failed']}")
         for name, s in policies.items()
     )
-    headers = ("policy", "swaps", "loading", "idle+waiting", "hung", "busy", "makespan")
-    return Table("GPU", (*headers, "done/cxl/fail"), rows)
+    return Table("GPU", ("policy", *_headers(_GPU_COLUMNS), "done/cxl/fail"), rows)
 
 
 def _reorders_table(policies: Mapping[str, Any]) -> Table:
@@ -294,21 +315,13 @@ def _by_policy(
 
 
 def _worker_cells(worker: str, name: str, _: Mapping[str, Any], row: Mapping[str, Any]) -> Row:
-    return (
-        name,
-        worker,
-        str(row["jobs"]),
-        str(row["swaps"]),
-        duration(row["load_seconds"]),
-        duration(row["busy_seconds"]),
-        percent(row["utilisation"]),
-    )
+    return (name, worker, *_figures(row, _WORKER_COLUMNS))
 
 
 def _workers_table(policies: Mapping[str, Any]) -> Table:
     return Table(
         "Workers",
-        ("policy", "worker", "runs", "swaps", "loading", "busy", "utilisation"),
+        ("policy", "worker", *_headers(_WORKER_COLUMNS)),
         _by_policy(policies, "workers", _worker_cells, separate=True),
         "utilisation: busy seconds (loads and hung attempts included) over the run's clock",
         left=2,

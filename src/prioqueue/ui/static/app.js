@@ -31,6 +31,30 @@ function el(tag, props = {}, ...children) {
   return node;
 }
 
+// The dashboard's tables: [id, heading, caption, column headers, id of a line above the
+// table]. tableSection draws one (its rows come from the render functions below).
+const TABLES = [
+  ["levels", "Levels", "Queue depth, waits and reorder causes per priority level",
+    ["Level", "Queued", "Oldest wait", "p50 wait", "p95 wait", "Grants/min", "Reorder causes"],
+    "totals"],
+  ["lanes", "Lanes", "Each member's lane in each level: service received against the fair share",
+    ["Level", "Member", "Queued", "Running", "Service vs fair share", "Jobs"]],
+  ["gpus", "GPUs", "Workers and upstreams",
+    ["GPU", "Resident model", "Running", "Prefetched", "State", "Recent swaps"]],
+  ["films", "Films", "Groups: progress, GPU time and forecast finish",
+    ["Film", "Member", "Progress", "GPU-seconds", "Forecast finish", "Action"]],
+];
+
+function tableSection([id, heading, caption, columns, above]) {
+  return el("section", { "aria-labelledby": `h-${id}` },
+    el("h2", { id: `h-${id}`, text: heading }),
+    above ? el("p", { id: above }) : null,
+    el("table", { id },
+      el("caption", { text: caption }),
+      el("thead", {}, el("tr", {}, ...columns.map((name) => el("th", { scope: "col", text: name })))),
+      el("tbody")));
+}
+
 function seconds(value) {
   if (value === null || value === undefined) return "–";
   const s = Number(value);
@@ -307,6 +331,7 @@ function openJob(id) {
   poll();
 }
 
+$("job-section").before(...TABLES.map(tableSection));
 $("login").addEventListener("submit", (event) => {
   event.preventDefault();
   sessionStorage.setItem(STORE, $("key").value.trim());
