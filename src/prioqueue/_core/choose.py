@@ -7,7 +7,9 @@ Theory of operation (the model is docs/design/fleet.md and docs/design/dispatche
   ``Search`` that ``search_for`` builds), then applies bounded crossings: a winner below the
   highest eligible level is granted while the crossing credit is not negative (to the level
   whose oldest job waited longest, its least-served lane), else deferred in favour of the
-  higher level's least-served offer.
+  higher level's least-served offer; a grant at the highest eligible level refills a negative
+  credit while a lower level waits. Last, ``overdue_offer`` may swap the choice for its level's
+  oldest job when that job is overdue and fair share's slack allows it (same level).
 * Nothing here changes the state (stale heap items are dropped, which changes nothing
   observable); ``grant.pop`` applies the pick.
 """
