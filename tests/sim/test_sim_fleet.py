@@ -303,7 +303,10 @@ def test_strict_starves_batch_under_overload_and_prioqueue_fewer() -> None:
     assert reports["prioqueue:crossing_share=1"]["batch_starved"] == 0
     longest = max(a.duration + workload.load_time(a.model) for a in workload.arrivals)
     assert reports["prioqueue"]["interactive_p99"] <= reports["strict"]["interactive_p99"] + longest
-    assert reports["prioqueue:crossing_share=1"]["interactive_p99"] > 3600
+    # Without the limit interactive waits about an hour (57 min since the overdue rule of
+    # docs/design/dispatcher.md; 1 h before): far beyond strict's p99 plus the longest job.
+    unlimited = reports["prioqueue:crossing_share=1"]["interactive_p99"]
+    assert unlimited > 5 * (reports["strict"]["interactive_p99"] + longest)
 
 
 def test_the_verdict_uses_the_n_worker_bound() -> None:

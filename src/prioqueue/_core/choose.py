@@ -7,7 +7,9 @@ Theory of operation (the model is docs/design/fleet.md and docs/design/dispatche
   ``Search`` that ``search_for`` builds), then applies bounded crossings: a winner below the
   highest eligible level is granted while the crossing credit is not negative (to the level
   whose oldest job waited longest, its least-served lane), else deferred in favour of the
-  higher level's least-served offer.
+  higher level's least-served offer; a grant at the highest eligible level refills a negative
+  credit while a lower level waits. Last, ``overdue_offer`` may swap the choice for its level's
+  oldest job when that job is overdue and fair share's slack allows it (same level).
 * Nothing here changes the state (stale heap items are dropped, which changes nothing
   observable); ``grant.pop`` applies the pick.
 """
@@ -56,14 +58,17 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
     if cap is not None and best is not None:
         best_lane, _, _ = best
         fast = best_lane.owner.running < cap
+    view: Search | None = None  # the eligibility view of the pop (None: every job)
     if not fast:
         if search is None:
             search = search_for(d, worker, t)
+        view = search
         best = best_for(d.ranking, search, d.window)
         if best is None:
             # The longer hold applies only while the worker has something else to run.
             relaxed = search.relaxed()
             if relaxed is not None:
+                view = relaxed
                 best = best_for(d.ranking, relaxed, d.window)
     if best is None:
         return None
@@ -102,7 +107,105 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
                         deferred = entry
                         lane, entry, aff = higher
                         weight = share
+        # A grant at the highest eligible level while a lower level waits refills the
+        # credit too (not only a deferral): crossings get their share of that time.
+        weight = weight or (share if d.credit < 0.0 and waiting_below(d, lane.level) else 0.0)
+    # Overdue jobs: the level's oldest job, past its aging bound, goes first when fair
+    # share allows it (its lane is within the offsets of the level's least-served lane).
+    lane, entry, aff = overdue_offer(d, worker, view, (lane, entry, aff), t)
     return lane, entry, aff, winner, fast, deferred, weight
+
+
+def overdue_offer(
+    d: State, worker: _Worker, view: Search | None, offer: tuple[_Lane, _Entry, float], t: float
+) -> tuple[_Lane, _Entry, float]:
+    """``offer``, or the overdue job's offer that replaces it (see ``overdue``)."""
+    old = overdue(d, offer[1], t)
+    if old is None or not eligible(d, worker, view, old):
+        return offer
+    return old.lane, old, offered_affinity(d, worker.resident, old)
+
+
+def offered_affinity(d: State, resident: str | None, entry: _Entry) -> float:
+    """The affinity term of ``entry`` granted on its own (O(1)).
+
+    That is ``aff(r)`` when its model is the resident ``r`` and it arrived within the window
+    after its lane's head, else 0.
+    """
+    if resident is None or entry.job.model != resident:
+        return 0.0
+    bonus = d.affinity(resident)
+    if bonus > 0.0 and entry.job.arrival <= entry.lane.head().job.arrival + d.window:
+        return bonus
+    return 0.0
+
+
+def waiting_below(d: State, number: int) -> bool:
+    """Whether a level below ``number`` has a backlogged lane. O(levels)."""
+    levels = d.levels
+    for other in reversed(d.level_order):
+        if other >= number:
+            return False
+        if levels[other].lanes:
+            return True
+    return False
+
+
+#: The share of the band term ``(B - L) * d`` after which a job is overdue (the offsets
+#: ``(T + A) * d`` come on top): a quarter of its band's overtake horizon is left to reach a
+#: GPU before the report counts it starved (docs/design/dispatcher.md, "Overdue jobs").
+OVERDUE_BAND = 0.75
+
+
+def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
+    """The job that goes instead of ``entry`` because it is overdue, or None.
+
+    With fair share and ``entry``'s level ``L`` below ``B`` (the highest of the policy's
+    named levels and the backlogged levels), that is the oldest queued job at ``L`` (by
+    arrival, then seq) when it is in another lane than ``entry``, has waited more than
+    ``OVERDUE_BAND * (B - L) * d + (T + A) * d``, and its lane's ``s`` is at most
+    ``(T + A) * d`` above the smallest ``s`` among the level's backlogged lanes (the fairness
+    bound's invariant). Amortised O(log n) plus O(levels + named levels).
+    """
+    if not d.fair_share:
+        return None  # every job ages from its own arrival: none waits for a lane's turn
+    number = entry.job.priority
+    top = d.top_level()
+    assert top is not None  # entry is queued
+    top = max(top, *d.policy.aliases.values())
+    if number >= top:
+        return None  # the highest level: the offsets and fair share decide there
+    level = d.levels[number]
+    arrivals = level.arrivals
+    while arrivals[0].entry.state != QUEUED:
+        _heappop(arrivals)
+    old = arrivals[0].entry
+    if old.lane is entry.lane:
+        return None  # inside a lane the affinity window bounds the reordering already
+    band = (top - number) * d.divisor * OVERDUE_BAND
+    wait = t - old.job.arrival
+    if not wait > band:  # cheap test first: most pops stop here
+        return None
+    spread = aging_exemption(d)
+    if not wait > band + spread:
+        return None
+    with closing(_by_service(d, level)) as lanes:
+        least = next(lanes)
+    if not old.lane.s <= least.s + spread:
+        return None
+    return old
+
+
+def eligible(d: State, worker: _Worker, view: Search | None, entry: _Entry) -> bool:
+    """Whether ``entry`` may go to the worker under the pop's view.
+
+    ``view`` None: every job may, but for the member cap. O(1) (a warm hold's limit is
+    computed once per model and pop).
+    """
+    if view is None:
+        cap = d.config.max_running
+        return cap is None or entry.lane.owner.running < cap
+    return worker.serves(entry.job.model) and not view.at_cap(entry.lane) and view.ok(entry)
 
 
 def warm_crossing(d: State, resident: str | None, aff: float, yielded: Job, t: float) -> bool:

@@ -38,8 +38,8 @@ The rules it keeps (the note's words, in code order):
   winner when that level offers the worker nothing or is the winner's. Otherwise the same
   choice at that highest level is granted instead, the credit rises by ``share * x`` and the
   deferred job's level counts a deferred crossing (``x`` the granted job's expected runtime).
-  The completion moves the credit by ``weight * (runtime - x)``, a take-back by
-  ``-weight * x``.
+  The completion moves the credit by ``weight * (runtime - x)``, a take-back by ``-weight *
+  x``. The credit's refill and the overdue rule: ``_overdue``.
 * The lift on submit is the size-1 note's, applied to the settled part (``settled =
   max(settled, min(now, floor))``, so a lane's held charges stay on top of it), with affinity
   offsets taken over the models resident on live workers.
@@ -62,6 +62,7 @@ from prioqueue.records import Completed, Expired, Grant, Job, Stats, Ticket
 from prioqueue.scoring import ScoreBreakdown, Scorer
 from prioqueue.testing._lifecycle import _Delayed
 from prioqueue.testing._options import DEFAULTS, FleetOptions, known_options
+from prioqueue.testing._overdue import overdue, refilled
 from prioqueue.testing._state import (
     DEFAULT_EXPECTED_RUNTIME,
     RECENT_RUNTIMES,
@@ -307,6 +308,8 @@ class ReferenceFleet(_Workers):
                     deferred = win
                     weight = self._share
                     win = served
+        weight = refilled(self, win, weight)  # and the overdue rule (see ``_overdue``)
+        win = overdue(self, win, worker, now)
         entry = win.entry
         job = entry.job
         info = self._info(worker)

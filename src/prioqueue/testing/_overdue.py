@@ -1,0 +1,65 @@
+"""The reference's credit refill and overdue rule (private; docs/design/dispatcher.md).
+
+Written from the note alone, by rescanning the queued jobs, for :class:`ReferenceFleet`:
+
+* Refill: a grant that is no crossing and no deferral (``weight`` 0) moves a negative credit by
+  ``share * x`` while a job below the grant's level is queued.
+* Overdue jobs: with fair share and the grant's level ``L`` below ``top`` (the highest of the
+  policy's named levels and the queued levels), the oldest queued job at ``L`` (by arrival, then
+  seq) goes instead when it is in another lane, waited more than
+  ``0.75 * (top - L) * d + (T + A) * d``, its lane's ``s`` is at most ``(T + A) * d`` above the
+  smallest ``s`` at ``L``, and it is eligible for the worker (as in the pop's offers).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from prioqueue.testing._rules import _Rules
+    from prioqueue.testing._state import _Offer, _Worker
+
+__all__: list[str] = []  # private module
+
+
+def refilled(model: _Rules, win: _Offer, weight: float) -> float:
+    """The grant's credit weight after the refill rule."""
+    waiting = any(entry.job.priority < win.level for entry in model._queued())
+    if model._share < 1 and not weight and model._credit < 0 and waiting:
+        return model._share
+    return weight
+
+
+def overdue(model: _Rules, win: _Offer, worker: _Worker, now: float) -> _Offer:
+    """The offer granted instead of ``win`` by the overdue rule (else ``win``).
+
+    Eligibility is the pop's: with the warm hold capped at load times only when nothing was
+    eligible without the cap.
+    """
+    if not model._fair_share:
+        return win
+    level = win.level
+    queued = model._queued()
+    top = max([*(entry.job.priority for entry in queued), *model._policy.aliases.values()])
+    if level >= top:
+        return win
+    old = min(
+        (entry for entry in queued if entry.job.priority == level),
+        key=lambda entry: (entry.job.arrival, entry.job.seq),
+    )
+    lanes = [(s, entries, lane) for lv, s, entries, lane in model._backlogged() if lv == level]
+    s, entries, lane = next(row for row in lanes if any(e is old for e in row[1]))
+    if lane is win.lane:
+        return win
+    config = model._scorer.config
+    d = model._divisor
+    tiers = list(config.tier_bonuses.values())
+    offsets = ((max(tiers) - min(tiers) if tiers else 0.0) + config.max_affinity) * d
+    if not now - old.job.arrival > (top - level) * d * 0.75 + offsets:
+        return win
+    if not s <= min(row[0] for row in lanes) + offsets:
+        return win
+    capped = not model._offers(worker, lambda e: model._ineligible(worker, e, now) is None)
+    if model._ineligible(worker, old, now, capped) is not None:
+        return win
+    return model._offer(level, s, entries, [old], worker.resident, lane)

@@ -1,0 +1,143 @@
+"""Overdue jobs and the crossing credit's refill (issue 17: no starvation where it can be avoided).
+
+The rules are in docs/design/dispatcher.md, "Overdue jobs" and "Share and credit". Each is
+checked on the real dispatcher and on the brute-force reference (which implements it on its
+own): a level's oldest job that waited past its aging bound goes before the fair-share choice
+when its lane is within the offsets ``(T + A) * d`` of the level's least-served lane, and not
+otherwise; a grant at the highest level refills a negative crossing credit while a lower level
+waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from prioqueue.dispatcher import SizeOneDispatcher
+from prioqueue.fleet import FleetDispatcher
+from prioqueue.scoring import Scorer, ScoringConfig
+from prioqueue.testing import ReferenceDispatcher, ReferenceFleet
+
+FAST = Scorer(ScoringConfig(aging_divisor=1.0))  # a point of aging per second
+IMPLEMENTATIONS = pytest.mark.parametrize(
+    "make", [SizeOneDispatcher, ReferenceDispatcher], ids=["real", "reference"]
+)
+Factory = Callable[..., Any]
+OFFSETS = (2 + 10) * 1.0  # (T + A) * d with the default tiers (0..2) and max_affinity 10
+NORMAL_BOUND = 0.75 * 100 * 1.0 + OFFSETS  # normal's overdue bound: B = 100 (interactive)
+
+
+def _overdue_pair(make: Factory, runtime: float, dispatch_at: float) -> str:
+    """Member a's two jobs at 0 (a0 runs first), member b's one at 1; the next grant's job.
+
+    a0 runs ``runtime`` seconds up front-charged, so a's lane is at ``s = runtime`` and b's,
+    lifted while a0 ran, at ``s = 1``: fair share picks b0, while a1 is the level's oldest job.
+    """
+    d = make(FAST)
+    d.submit("a0", member="a", priority=0, estimate=runtime, now=0.0)
+    d.submit("a1", member="a", priority=0, estimate=runtime, now=0.0)
+    grant = d.dispatch(now=0.0)
+    assert grant is not None
+    assert grant.job.id == "a0"
+    d.submit("b0", member="b", priority=0, estimate=runtime, now=1.0)
+    d.complete("a0", now=runtime)
+    grant = d.dispatch(now=dispatch_at)
+    assert grant is not None
+    return str(grant.job.id)
+
+
+@IMPLEMENTATIONS
+def test_an_overdue_job_goes_first_within_fair_shares_slack(make: Factory) -> None:
+    # s(a) = 10 is within OFFSETS of s(b) = 1, and a1 waited 100 s > NORMAL_BOUND (87 s): a1
+    # goes first although fair share would pick b0.
+    assert _overdue_pair(make, 10.0, 100.0) == "a1"
+
+
+@IMPLEMENTATIONS
+def test_a_job_not_yet_overdue_waits_its_fair_share_turn(make: Factory) -> None:
+    # Same lanes, but a1 has waited only 80 s (<= NORMAL_BOUND): fair share picks b0.
+    assert _overdue_pair(make, 10.0, 80.0) == "b0"
+
+
+@IMPLEMENTATIONS
+def test_fair_share_wins_over_an_overdue_job_of_a_lane_far_ahead(make: Factory) -> None:
+    # s(a) = 30 is more than OFFSETS above s(b) = 1: the fairness bound's invariant would
+    # break, so b0 goes although a1 (waited 100 s) is overdue.
+    assert _overdue_pair(make, 30.0, 100.0) == "b0"
+
+
+@pytest.mark.parametrize("make", [FleetDispatcher, ReferenceFleet], ids=["real", "reference"])
+@pytest.mark.parametrize(
+    ("top", "at", "expected"),
+    [(None, 160.0, "b0"), (None, 170.0, "a1"), (300, 300.0, "b0"), (300, 320.0, "a1")],
+)
+def test_the_band_term_sets_when_a_job_is_overdue(
+    make: Factory, top: int | None, at: float, expected: str
+) -> None:
+    # Batch lanes as in _overdue_pair (s(a) = 10, s(b) = 1) on a worker that runs only the
+    # LLM. The batch level's bound is 0.75 * (B + 100) * d + OFFSETS with B the highest of
+    # the policy's named levels (100) and the queued levels: 162 s, or 312 s while a job at
+    # level 300 (for a model the worker cannot run) is queued.
+    d = make(FAST, warm_hold=0.0)
+    d.join("w", models=["llm"], now=0.0)
+    if top is not None:
+        d.submit("top", member="u", priority=top, model="sd", estimate=10.0, now=0.0)
+    for job in ("a0", "a1"):
+        d.submit(job, member="a", priority=-100, model="llm", estimate=10.0, now=0.0)
+    grant = d.pop("w", now=0.0)
+    assert grant is not None
+    assert grant.job.id == "a0"
+    d.submit("b0", member="b", priority=-100, model="llm", estimate=10.0, now=1.0)
+    d.complete("a0", now=10.0)
+    grant = d.pop("w", now=at)
+    assert grant is not None
+    assert grant.job.id == expected
+
+
+@IMPLEMENTATIONS
+def test_without_fair_share_or_inside_a_lane_nothing_is_overdue(make: Factory) -> None:
+    # Per-job aging (fair share off): the warm job 60 s younger still wins after an hour.
+    d = make(FAST, fair_share=False)
+    d.submit("cold", member="a", priority=0, model="m2", estimate=10.0, now=0.0)
+    d.submit("warm", member="b", priority=0, model="m1", estimate=10.0, now=6.0)
+    d.set_resident_model("m1")
+    assert d.dispatch(now=3600.0).job.id == "warm"
+    # Inside one lane the affinity job passes the overdue head (within the window).
+    d = make(FAST)
+    d.submit("head", member="a", priority=0, model="m2", estimate=10.0, now=0.0)
+    d.submit("warm", member="a", priority=0, model="m1", estimate=10.0, now=6.0)
+    d.set_resident_model("m1")
+    assert d.dispatch(now=3600.0).job.id == "warm"
+
+
+def _film_then_images(make: Factory) -> list[str]:
+    """One film (2 shots at 0, batch) against six images (interactive, at 300 s), 100 s each.
+
+    Share 0.5: the first shot crosses (credit -50); the film's lane is then re-anchored and
+    young, so the images win by score; the next crossing comes when the images' lane has
+    been charged past the film's by the band gap.
+    """
+    d = make(FAST, crossing_share=0.5)
+    d.submit("f.0", member="f", priority="batch", estimate=100.0, now=0.0)
+    d.submit("f.1", member="f", priority="batch", estimate=100.0, now=0.0)
+    t = 300.0
+    for k in range(6):
+        d.submit(f"img{k}", member="u", priority="interactive", estimate=100.0, now=t)
+    order = []
+    while (grant := d.dispatch(now=t)) is not None:
+        order.append(str(grant.job.id))
+        t += 100.0
+        d.complete(grant.job.id, now=t)
+    return order
+
+
+@IMPLEMENTATIONS
+def test_a_top_level_grant_refills_the_credit_while_a_lower_level_waits(make: Factory) -> None:
+    order = _film_then_images(make)
+    # img0 is no deferral (the images win by score: the film's lane was re-anchored) and
+    # refills the credit from -50 to 0 while the film waits, so when the film's lane crosses
+    # again (after img1) the crossing goes ahead. Refilled by deferrals alone, the credit
+    # would still be -50 there and f.1 would be deferred once more, for img2.
+    assert order == ["f.0", "img0", "img1", "f.1", "img2", "img3", "img4", "img5"]
