@@ -175,7 +175,7 @@ class SubmitRoute:
             errors.append({"type": "missing", "loc": ("body",), "msg": "Field required"})
         else:
             try:
-                body = SubmitRequest.model_validate(parsed)
+                body = SubmitRequest.model_validate(parsed, from_attributes=True)  # as FastAPI
             except ValidationError as exc:
                 errors += [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
         if errors or body is None:
