@@ -44,7 +44,8 @@ async def _client(lean: bool, serving: bool, **config: Any) -> AsyncIterator[Any
     journal = MemoryJournal(clock)
     data = {"store": "memory://", "keys": KEYS, **config}
     app = create_app(parse_config(data), journal, lean_submit=lean)
-    assert any(m.cls is SubmitRoute for m in app.user_middleware) is lean
+    layers: list[object] = [m.cls for m in app.user_middleware]
+    assert (SubmitRoute in layers) is lean
     transport = httpx.ASGITransport(app)
     async with contextlib.AsyncExitStack() as stack:
         if serving:
