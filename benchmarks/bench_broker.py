@@ -1,6 +1,8 @@
 """The broker over HTTP: acknowledged operations per second, failover time, and clients.
 
-Run: ``python benchmarks/bench_broker.py [--seconds S]``. PostgreSQL figures need
+Run: ``python benchmarks/bench_broker.py [--seconds S] [--only submits,latency,...]``
+(``--only`` runs some sections: throughput, recovery, failover, latency, idle, submits).
+PostgreSQL figures need
 ``PRIOQUEUE_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``) and are
 skipped, saying why, when it is unreachable.
 
@@ -20,6 +22,9 @@ skipped, saying why, when it is unreachable.
   job (p50/p99), the idle cost of 100 waiting workers (transactions/s, journal rows/s),
   batched and concurrent single submits, each beside PgQueuer on the same PostgreSQL in the
   same run (``_pgqueuer_side.py``; the column is skipped, saying why, without pgqueuer).
+  Goals (issue 18), each printed on a ``goal`` line: batched submit >= 5,000 jobs/s and
+  single submits from 20 concurrent producers >= 0.5x PgQueuer's concurrent enqueue, both
+  on PostgreSQL; the script exits 1 when one is missed, so ``nox -s bench`` says so.
 * **Failover.** Two brokers on one PostgreSQL schema; SIGKILL the leader and time until the
   standby answers 200 (target: 5 s), beside the time a fresh broker takes to start and serve
   (the baseline).
@@ -55,6 +60,12 @@ KEYS: dict[str, dict[str, Any]] = {
 }
 SUB = {"Authorization": "Bearer sk"}
 WRK = {"Authorization": "Bearer wk"}
+SECTIONS = ("throughput", "recovery", "failover", "latency", "idle", "submits")
+"""What ``--only`` may name (default: all, in this order)."""
+BATCH_GOAL = 5_000
+"""Issue 18: batched submits per second over HTTP on PostgreSQL, at least."""
+CONCURRENT_GOAL = 0.5
+"""Issue 18: single submits from concurrent producers, at least this times PgQueuer's."""
 MAIN = "import sys; from prioqueue.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
@@ -267,16 +278,35 @@ async def _serve(broker: _Broker) -> None:
         await broker.serving(client)
 
 
-def _client_figures(directory: Path, reason: str | None, seconds: float) -> None:
-    """Issue 18: long-poll latency, idle cost, batched and concurrent submits (and PgQueuer)."""
+def _client_figures(directory: Path, reason: str | None, seconds: float, only: set[str]) -> bool:
+    """Issue 18: long-poll latency, idle cost, batched and concurrent submits (and PgQueuer).
+
+    Returns:
+        False when a goal of issue 18 that this run measured is missed.
+    """
     import _broker_clients as bc
 
     pgq: dict[str, Any] | None = None
     why = reason or ""
-    if reason is None:
+    if reason is None and only & {"latency", "submits"}:
         pgq, why = bc.pgqueuer(POSTGRES_URL)
-    if pgq is None:
-        print(f"PgQueuer column skipped: {why}")
+        if pgq is None:
+            print(f"PgQueuer column skipped: {why}")
+    if "latency" in only:
+        _latency_figures(directory, reason, pgq)
+    if reason is not None:
+        print(f"PostgreSQL figures skipped: {reason}")
+        return True
+    if "idle" in only:
+        _idle_figures(directory)
+    if "submits" in only:
+        return _submit_figures(directory, seconds, pgq)
+    return True
+
+
+def _latency_figures(directory: Path, reason: str | None, pgq: dict[str, Any] | None) -> None:
+    import _broker_clients as bc
+
     section(f"submit -> a waiting worker holds the job, over HTTP ({bc.WAITING} long-polling)")
     stores: list[tuple[str, str, dict[str, Any]]] = [
         ("SQLite", f"sqlite:///{directory / 'latency.db'}", {})
@@ -284,20 +314,25 @@ def _client_figures(directory: Path, reason: str | None, seconds: float) -> None
     schema = f"pq_bench_{uuid.uuid4().hex[:10]}"
     if reason is None:
         stores.append(("PostgreSQL", POSTGRES_URL, {"store_schema": schema}))
-    for label, store, extra in stores:
-        broker = _Broker(directory, f"lat-{label}", store, **extra)
-        broker.start()
-        try:
-            asyncio.run(_serve(broker))
-            values = asyncio.run(bc.latency(broker.url))
-        finally:
-            broker.kill()
-        base = pgq["latency"] if pgq is not None and label == "PostgreSQL" else None
-        bc.report_latency(f"broker on {label}", values, base)
-    if reason is not None:
-        print(f"PostgreSQL figures skipped: {reason}")
-        return
-    _drop(schema)
+    try:
+        for label, store, extra in stores:
+            broker = _Broker(directory, f"lat-{label}", store, **extra)
+            broker.start()
+            try:
+                asyncio.run(_serve(broker))
+                values = asyncio.run(bc.latency(broker.url))
+            finally:
+                broker.kill()
+            base = pgq["latency"] if pgq is not None and label == "PostgreSQL" else None
+            bc.report_latency(f"broker on {label}", values, base)
+    finally:
+        if reason is None:
+            _drop(schema)
+
+
+def _idle_figures(directory: Path) -> None:
+    import _broker_clients as bc
+
     section(f"idle cost: {bc.IDLE_WORKERS} workers waiting in long polls (PostgreSQL)")
     dsn = bc.create_database(POSTGRES_URL)
     try:
@@ -322,6 +357,12 @@ def _client_figures(directory: Path, reason: str | None, seconds: float) -> None
         )
     finally:
         bc.drop_database(POSTGRES_URL, dsn)
+
+
+def _submit_figures(directory: Path, seconds: float, pgq: dict[str, Any] | None) -> bool:
+    """Batched and concurrent single submits on PostgreSQL, beside PgQueuer; goals checked."""
+    import _broker_clients as bc
+
     section("submits over HTTP (PostgreSQL), jobs/s")
     schema = f"pq_bench_{uuid.uuid4().hex[:10]}"
     broker = _Broker(directory, "submits", POSTGRES_URL, store_schema=schema)
@@ -342,53 +383,96 @@ def _client_figures(directory: Path, reason: str | None, seconds: float) -> None
             line += f"   PgQueuer {pgq[key]:>8.0f} jobs/s   ratio {rate / pgq[key]:>5.2f}x"
         print(line)
     print(f"({bc.environment_note()})")
+    ok = batch >= BATCH_GOAL
+    print(
+        f"goal (issue 18): batched submit >= {BATCH_GOAL:,} jobs/s over HTTP: "
+        f"{batch:,.0f} jobs/s, {'met' if ok else 'MISSED'}"
+    )
+    if pgq is None:
+        print("goal (issue 18): single submits >= 0.5x PgQueuer: not measured (no PgQueuer)")
+        return ok
+    ratio = single / pgq["concurrent"]
+    met = ratio >= CONCURRENT_GOAL
+    print(
+        f"goal (issue 18): single submits from {bc.PRODUCERS} concurrent producers >= "
+        f"{CONCURRENT_GOAL}x PgQueuer's concurrent enqueue (same run): {ratio:.2f}x, "
+        f"{'met' if met else 'MISSED'}"
+    )
+    return ok and met
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds per store")
     parser.add_argument("--jobs", type=int, default=100_000, help="queued jobs to recover")
+    parser.add_argument(
+        "--only",
+        default=",".join(SECTIONS),
+        help=f"comma-separated sections to run (default all: {','.join(SECTIONS)})",
+    )
     args = parser.parse_args()
+    only = set(args.only.split(","))
+    if only - set(SECTIONS):
+        parser.error(f"unknown sections {sorted(only - set(SECTIONS))}; have {SECTIONS}")
     reason = _postgres_reason()
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        section(f"acknowledged ops/s over HTTP ({SUBMITTERS} submitters, {WORKERS} workers)")
-        base = asyncio.run(_throughput(directory, "memory", "memory://", args.seconds))
-        print(f"{'no store (memory://), the baseline':<44} {base:>8.0f} ops/s")
-        runs: list[tuple[str, str, dict[str, Any]]] = [
-            ("SQLite (synchronous=full)", f"sqlite:///{directory / 'full.db'}", {})
-        ]
-        runs.append(
-            (
-                "SQLite (synchronous=normal)",
-                f"sqlite:///{directory / 'normal.db'}",
-                {"sqlite_synchronous": "normal"},
-            )
-        )
-        schema = f"pq_bench_{uuid.uuid4().hex[:10]}"
-        if reason is None:
-            runs.append(("PostgreSQL", POSTGRES_URL, {"store_schema": schema}))
+        if "throughput" in only:
+            _throughput_figures(directory, reason, args.seconds)
+        if "recovery" in only:
+            _recovery_figures(directory, args.jobs)
+        if "failover" in only:
+            _failover_figures(directory, reason)
+        met = _client_figures(directory, reason, args.seconds, only)
+    if not met:
+        print("GOAL MISSED (see the goal lines above)")
+    return 0 if met else 1
+
+
+def _throughput_figures(directory: Path, reason: str | None, seconds: float) -> None:
+    section(f"acknowledged ops/s over HTTP ({SUBMITTERS} submitters, {WORKERS} workers)")
+    base = asyncio.run(_throughput(directory, "memory", "memory://", seconds))
+    print(f"{'no store (memory://), the baseline':<44} {base:>8.0f} ops/s")
+    runs: list[tuple[str, str, dict[str, Any]]] = [
+        ("SQLite (synchronous=full)", f"sqlite:///{directory / 'full.db'}", {}),
+        (
+            "SQLite (synchronous=normal)",
+            f"sqlite:///{directory / 'normal.db'}",
+            {"sqlite_synchronous": "normal"},
+        ),
+    ]
+    schema = f"pq_bench_{uuid.uuid4().hex[:10]}"
+    if reason is None:
+        runs.append(("PostgreSQL", POSTGRES_URL, {"store_schema": schema}))
+    try:
         for label, store, extra in runs:
-            rate = asyncio.run(_throughput(directory, label[:6], store, args.seconds, **extra))
+            rate = asyncio.run(_throughput(directory, label[:6], store, seconds, **extra))
             ratio = base / rate if rate else float("inf")
             print(f"{label:<44} {rate:>8.0f} ops/s   baseline / this {ratio:>5.2f}x")
-        section(f"recovery of {args.jobs:,} queued jobs (SQLite): start until serving")
-        cold, replayed, snapshot = asyncio.run(_recovery(directory, args.jobs))
-        print(f"{'cold start, empty store (the baseline)':<44} {cold:>8.2f} s")
-        for label, seconds in (("replaying the journal", replayed), ("from a snapshot", snapshot)):
-            print(f"{label:<44} {seconds:>8.2f} s       ratio {seconds / cold:>5.1f}x")
+    finally:
         if reason is None:
             _drop(schema)
-            section("failover (PostgreSQL): SIGKILL the leader")
-            takeover, cold = asyncio.run(_failover(directory))
-            print(
-                f"{'standby serves after the kill':<44} {takeover:>8.2f} s       "
-                f"a cold start serving {cold:>5.2f} s   ratio {takeover / cold:>5.2f}x"
-            )
-        else:
-            print(f"PostgreSQL figures skipped: {reason}")
-        _client_figures(directory, reason, args.seconds)
+
+
+def _recovery_figures(directory: Path, jobs: int) -> None:
+    section(f"recovery of {jobs:,} queued jobs (SQLite): start until serving")
+    cold, replayed, snapshot = asyncio.run(_recovery(directory, jobs))
+    print(f"{'cold start, empty store (the baseline)':<44} {cold:>8.2f} s")
+    for label, seconds in (("replaying the journal", replayed), ("from a snapshot", snapshot)):
+        print(f"{label:<44} {seconds:>8.2f} s       ratio {seconds / cold:>5.1f}x")
+
+
+def _failover_figures(directory: Path, reason: str | None) -> None:
+    if reason is not None:
+        print(f"PostgreSQL figures skipped: {reason}")
+        return
+    section("failover (PostgreSQL): SIGKILL the leader")
+    takeover, cold = asyncio.run(_failover(directory))
+    print(
+        f"{'standby serves after the kill':<44} {takeover:>8.2f} s       "
+        f"a cold start serving {cold:>5.2f} s   ratio {takeover / cold:>5.2f}x"
+    )
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -13,6 +13,7 @@ Private. The route modules (``_job_routes``, ``_worker_routes``, ``_client_route
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
@@ -42,10 +43,16 @@ __all__ = [
     "acts_as",
     "api_key",
     "error_response",
+    "forbidden_response",
+    "http_error_response",
     "install_handlers",
     "job_view",
+    "key_for",
     "lifecycle_args",
+    "rejected_response",
     "resolve_priority",
+    "standby_response",
+    "validation_response",
     "whose",
 ]
 
@@ -101,10 +108,18 @@ def api_key(request: Request, authorization: str | None, role: str) -> BrokerKey
     Raises:
         Forbidden: 401 no or an unknown key; 403 a key of another role.
     """
+    return key_for(request.app.state.config.keys, authorization, role)
+
+
+def key_for(keys: Mapping[str, BrokerKey], authorization: str | None, role: str) -> BrokerKey:
+    """The key of ``keys`` an ``Authorization`` header value names, if it has ``role``. O(1).
+
+    Raises:
+        Forbidden: 401 no or an unknown key; 403 a key of another role.
+    """
     if authorization is None:
         raise Forbidden(401, "missing Authorization: Bearer <key>")
     scheme, _, token = authorization.partition(" ")
-    keys = request.app.state.config.keys
     key: BrokerKey | None = keys.get(token.strip()) if scheme.lower() == "bearer" else None
     if key is None:
         raise Forbidden(401, "unknown API key")
@@ -216,55 +231,85 @@ def resolve_priority(raw: str | int | None, key: BrokerKey, config: BrokerConfig
     return priority
 
 
+def rejected_response(exc: Rejected) -> JSONResponse:
+    """The answer to a refusal of the engine (``Retry-After`` on a 429 or 503)."""
+    headers = (
+        {"Retry-After": str(math.ceil(exc.retry_after))}
+        if exc.status in (429, 503) and exc.retry_after > 0
+        else {}
+    )
+    return error_response(exc.status, str(exc), exc.field, **headers)
+
+
+def forbidden_response(exc: Forbidden) -> JSONResponse:
+    """The answer to an auth failure (401 with ``WWW-Authenticate``, 403) or a refused body."""
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+    return error_response(
+        exc.status, str(exc), "Authorization" if exc.status < 413 else "body", **headers
+    )
+
+
+def standby_response(exc: Standby, retry: str) -> JSONResponse:
+    """503 from a replica that does not serve: ``Retry-After`` and the leader's address."""
+    headers = {"Retry-After": retry}
+    if exc.leader:
+        headers["X-Prioqueue-Leader"] = exc.leader
+    body = {"error": str(exc), "field": None, "leader": exc.leader}
+    return JSONResponse(body, status_code=503, headers=headers)
+
+
+def http_error_response(
+    status: int, detail: str, headers: Mapping[str, str] | None
+) -> JSONResponse:
+    """The answer to an HTTP error of the framework (400: an unparseable body)."""
+    field = "body" if status == 400 else None
+    return error_response(status, detail, field, **(headers or {}))
+
+
+def validation_response(errors: Sequence[Mapping[str, Any]]) -> JSONResponse:
+    """422 for pydantic's errors (``loc`` from ``("body", ...)`` or ``("header", name)``).
+
+    The message joins one ``name: problem`` per error; ``field`` names the first.
+    """
+    problems = []
+    first: str | None = None
+    for error in errors:
+        if error.get("type") == "json_invalid":  # loc is ("body", offset of the fault)
+            at = error.get("loc", ())[-1]
+            why = (error.get("ctx") or {}).get("error", "")
+            first = first or "body"
+            problems.append(f"body: not valid JSON at character {at}: {why}".rstrip(": "))
+            continue
+        loc = [
+            str(part)
+            for part in error.get("loc", ())
+            if part not in _LOC_NOISE and "[" not in str(part)
+        ]
+        name = ".".join(loc) or "body"
+        first = first or name
+        problems.append(f"{name}: {error.get('msg', 'invalid')}")
+    return error_response(422, "; ".join(problems), first)
+
+
 def install_handlers(app: FastAPI, retry: str) -> None:
     """Answer refusals, auth failures, standbys and invalid requests as JSON errors."""
 
     @app.exception_handler(Rejected)
     async def rejected(_request: Request, exc: Rejected) -> JSONResponse:
-        headers = (
-            {"Retry-After": str(math.ceil(exc.retry_after))}
-            if exc.status in (429, 503) and exc.retry_after > 0
-            else {}
-        )
-        return error_response(exc.status, str(exc), exc.field, **headers)
+        return rejected_response(exc)
 
     @app.exception_handler(Forbidden)
     async def forbidden(_request: Request, exc: Forbidden) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
-        return error_response(
-            exc.status, str(exc), "Authorization" if exc.status < 413 else "body", **headers
-        )
+        return forbidden_response(exc)
 
     @app.exception_handler(Standby)
     async def standby(_request: Request, exc: Standby) -> JSONResponse:
-        headers = {"Retry-After": retry}
-        if exc.leader:
-            headers["X-Prioqueue-Leader"] = exc.leader
-        body = {"error": str(exc), "field": None, "leader": exc.leader}
-        return JSONResponse(body, status_code=503, headers=headers)
+        return standby_response(exc, retry)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        field = "body" if exc.status_code == 400 else None  # 400: an unparseable body
-        return error_response(exc.status_code, str(exc.detail), field, **(exc.headers or {}))
+        return http_error_response(exc.status_code, str(exc.detail), exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = []
-        first: str | None = None
-        for error in exc.errors():
-            if error.get("type") == "json_invalid":  # loc is ("body", offset of the fault)
-                at = error.get("loc", ())[-1]
-                why = (error.get("ctx") or {}).get("error", "")
-                first = first or "body"
-                problems.append(f"body: not valid JSON at character {at}: {why}".rstrip(": "))
-                continue
-            loc = [
-                str(part)
-                for part in error.get("loc", ())
-                if part not in _LOC_NOISE and "[" not in str(part)
-            ]
-            name = ".".join(loc) or "body"
-            first = first or name
-            problems.append(f"{name}: {error.get('msg', 'invalid')}")
-        return error_response(422, "; ".join(problems), first)
+        return validation_response(exc.errors())

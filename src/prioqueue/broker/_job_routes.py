@@ -19,11 +19,10 @@ from prioqueue.broker._http import (
     WAIT,
     Submitter,
     job_view,
-    lifecycle_args,
-    resolve_priority,
     whose,
 )
 from prioqueue.broker._records import JobRecord
+from prioqueue.broker._submit_route import submit_job
 from prioqueue.broker._waiters import wait_job
 from prioqueue.broker.config import BrokerConfig
 from prioqueue.broker.engine import BrokerEngine
@@ -51,23 +50,13 @@ def _job_routes(router: APIRouter, broker: Broker, config: BrokerConfig) -> None
         idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200)] = None,
     ) -> JobCreated:
         """Queue a job for the fleet."""
-        raw = body.priority if body.priority is not None else x_llamaswap_priority
-        priority = resolve_priority(raw, key, config)
-        # The lease inputs' check reads only the configuration: no wait for the store here
-        # (issue 21: a read barrier per submit collapsed the durable broker under load).
-        image = None if body.image is None else broker.serving_engine().check_image(body.image)
-        record, created = await broker.run(
-            "submit",
-            {
-                "member": key.member, "tier": key.tier, "priority": priority,
-                "model": body.model, "estimate": body.estimate, "group": body.group,
-                "image": image, "payload": body.payload, "idempotency_key": idempotency_key,
-                **lifecycle_args(body),
-            },
-        )  # fmt: skip
+        # Served by SubmitRoute unless create_app(lean_submit=False): same steps, same answers.
+        job_id, created = await submit_job(
+            broker, config, key, body, x_llamaswap_priority, idempotency_key
+        )
         if not created:
             response.status_code = 200
-        return JobCreated(id=record.id)
+        return JobCreated(id=job_id)
 
     @router.get("/v1/jobs/{job_id}", response_model=JobView, tags=["submitters"])
     async def get_job(job_id: ID, key: Submitter, wait: WAIT = 0.0) -> JobView:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Awaitable
 from typing import Any
 
 from prioqueue.broker._content import Message, Receive, Send
@@ -82,10 +83,9 @@ class BodyLimit:
             self.in_flight -= 1
 
     async def _limited(self, scope: Message, receive: Receive, send: Send) -> None:
-        too_large = error_response(413, f"the body is over max_body_bytes={self.limit}", "body")
         for name, value in scope["headers"]:
             if name == b"content-length" and (not value.isdigit() or int(value) > self.limit):
-                await too_large(scope, receive, send)
+                await self._too_large()(scope, receive, send)
                 return
         # Read the body here, up to the limit and within the timeout, then replay it.
         chunks: list[bytes] = []
@@ -94,7 +94,7 @@ class BodyLimit:
         deadline = loop.time() + self.timeout
         while True:
             try:
-                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+                message = await _within(receive(), deadline)
             except (TimeoutError, asyncio.TimeoutError):
                 late = f"the request body did not arrive within body_timeout={self.timeout:g} s"
                 await error_response(408, late, "body", Connection="close")(scope, receive, send)
@@ -104,7 +104,7 @@ class BodyLimit:
             chunks.append(message.get("body", b""))
             seen += len(chunks[-1])
             if seen > self.limit:
-                await too_large(scope, receive, send)
+                await self._too_large()(scope, receive, send)
                 return
             if not message.get("more_body", False):
                 break
@@ -114,3 +114,20 @@ class BodyLimit:
             return replay.pop() if replay else await receive()
 
         await self.app(scope, replayed, send)
+
+    def _too_large(self) -> Any:
+        return error_response(413, f"the body is over max_body_bytes={self.limit}", "body")
+
+
+async def _within(awaitable: Awaitable[Message], deadline: float) -> Message:
+    """``await awaitable``, or TimeoutError at ``deadline`` (the loop's clock).
+
+    ``asyncio.timeout_at`` where there is one (3.11+: a timer, no task per call; the body
+    of most requests has arrived with their headers), else ``asyncio.wait_for``.
+    """
+    timeout_at = getattr(asyncio, "timeout_at", None)
+    if timeout_at is None:  # pragma: no cover - Python 3.10
+        loop = asyncio.get_running_loop()
+        return await asyncio.wait_for(awaitable, max(0.0, deadline - loop.time()))
+    async with timeout_at(deadline):
+        return await awaitable

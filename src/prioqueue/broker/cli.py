@@ -122,6 +122,9 @@ def _server_class() -> Any:
                 self.should_exit = True
                 return
             app.state.broker_started = True  # the lifespan only stops it
+            from prioqueue._service.serving import tune_collector
+
+            tune_collector()  # what it recovered is never scanned again; collections rarer
             await super().startup(sockets=sockets)
             if self.started and sockets:
                 service.say_listening(_COMMAND, sockets[0], f"store {app.state.config.store}")
