@@ -13,7 +13,7 @@ from typing import Any
 
 from prioqueue.broker._content import Message, Receive, Send
 from prioqueue.broker._http import error_response
-from prioqueue.broker.config import Connections
+from prioqueue.broker.config import BrokerConfig
 
 __all__ = ["BodyLimit"]
 
@@ -21,32 +21,25 @@ __all__ = ["BodyLimit"]
 class BodyLimit:
     """ASGI middleware: the request limits that hold whichever server runs the app.
 
-    A request body over ``limit`` bytes is answered 413 unread, and one that does not arrive
-    within ``timeout`` seconds 408. With ``connections`` given, headers over its size or count
-    limits are 431 and a request past ``max_connections`` requests in flight is 503 with
-    ``Retry-After`` (``prioqueue broker`` refuses those earlier, in its HTTP protocol; under
-    another server these still apply, though the header timeouts are that server's).
+    Its limits are the broker configuration's: a request body over ``max_body_bytes`` is
+    answered 413 unread, and one that does not arrive within ``connections.body_timeout``
+    seconds 408; headers over ``connections``' size or count limits are 431, and a request past
+    ``connections.max_connections`` requests in flight is 503 with ``Retry-After``
+    (``retry_after_seconds``). ``prioqueue broker`` refuses those earlier, in its HTTP
+    protocol; under another server these still apply, though the header timeouts are that
+    server's.
     """
 
-    def __init__(
-        self,
-        app: Any,
-        limit: int,
-        timeout: float = 60.0,
-        connections: Connections | None = None,
-        retry_after: float = 2.0,
-    ) -> None:
+    def __init__(self, app: Any, config: BrokerConfig) -> None:
         self.app = app
-        self.limit = limit
-        self.timeout = timeout
-        self.connections = connections
-        self.retry_after = str(max(1, math.ceil(retry_after)))
+        self.limit = config.max_body_bytes
+        self.connections = limits = config.connections
+        self.timeout = limits.body_timeout
+        self.retry_after = str(max(1, math.ceil(config.retry_after_seconds)))
         self.in_flight = 0
 
     def _header_problem(self, headers: list[tuple[bytes, bytes]]) -> str | None:
         limits = self.connections
-        if limits is None:
-            return None
         if len(headers) > limits.max_header_count:
             return f"{len(headers)} headers, over max_header_count={limits.max_header_count}"
         total = 0
@@ -69,7 +62,7 @@ class BodyLimit:
                 scope, receive, send
             )
             return
-        cap = None if self.connections is None else self.connections.max_connections
+        cap = self.connections.max_connections
         if cap is not None and self.in_flight >= cap:
             message = f"over max_connections={cap} requests in flight; retry later"
             await error_response(503, message, None, **{"Retry-After": self.retry_after})(

@@ -127,13 +127,7 @@ def create_app(
     if lean_submit:  # innermost: inside the body limits and the Content-Type rule
         app.add_middleware(SubmitRoute, broker=broker, config=config, retry=retry)
     app.add_middleware(JsonBodies)
-    app.add_middleware(
-        BodyLimit,
-        limit=config.max_body_bytes,
-        timeout=config.connections.body_timeout,
-        connections=config.connections,
-        retry_after=config.retry_after_seconds,
-    )
+    app.add_middleware(BodyLimit, config=config)
     return app
 
 
