@@ -134,9 +134,8 @@ class SubmitRoute:
             await self.app(scope, receive, send)
             return
         answer = await self._answer(scope, receive)
-        if isinstance(answer, bytes):  # the common case: no Response object to build
-            status = 201 if answer[:1] == b"1" else 200
-            body = answer[1:]
+        if isinstance(answer, tuple):  # the common case: no Response object to build
+            status, body = answer
             await send(
                 {
                     "type": "http.response.start",
@@ -148,8 +147,8 @@ class SubmitRoute:
             return
         await answer(scope, receive, send)
 
-    async def _answer(self, scope: Message, receive: Receive) -> Any:
-        """``b"1" + body`` (201) or ``b"0" + body`` (200), or an error response."""
+    async def _answer(self, scope: Message, receive: Receive) -> tuple[int, bytes] | Any:
+        """``(201, body)``, ``(200, body)`` for an idempotent replay, or an error response."""
         headers: dict[str, str] = {}
         for name, value in scope["headers"]:
             wanted = _WANTED.get(name)
@@ -188,9 +187,7 @@ class SubmitRoute:
             return rejected_response(exc)
         except Standby as exc:
             return standby_response(exc, self.retry)
-        return (b"1" if created else b"0") + json.dumps(
-            {"id": job_id}, separators=(",", ":")
-        ).encode()
+        return 201 if created else 200, json.dumps({"id": job_id}, separators=(",", ":")).encode()
 
 
 _MISSING: Any = object()
