@@ -9,7 +9,7 @@ job may carry is spelled here and nowhere else. The core validates the options i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple, TypedDict
 
 from prioqueue._validate import checked_name, finite, positive_or_none
@@ -42,23 +42,29 @@ SUBMIT_OPTIONS: frozenset[str] = frozenset(SubmitOptions.__annotations__)
 
 
 def check_options(
-    options: Mapping[str, Any], *, call: str = "submit()", named: str = "job_id, member, now"
+    options: Mapping[str, Any],
+    *,
+    call: str = "submit()",
+    named: str = "job_id, member, now",
+    allowed: Collection[str] = SUBMIT_OPTIONS,
 ) -> None:
-    """Refuse a keyword that ``SubmitOptions`` does not name.
+    """Refuse a keyword that ``allowed`` (by default ``SubmitOptions``) does not name. O(k).
 
     Args:
         options: The call's ``**options``.
         call: The call's name, for the message (``turn()`` checks the same options).
-        named: Its named keyword arguments, listed before the options as allowed.
+        named: Its named arguments, listed before the options as allowed ("" for none).
+        allowed: The option names the call takes (the keys of its ``TypedDict``).
 
     Raises:
         TypeError: ``options`` holds an unknown name (the message lists the allowed ones).
     """
-    unknown = sorted(set(options) - SUBMIT_OPTIONS)
+    unknown = sorted(set(options).difference(allowed))
     if unknown:
+        names = ", ".join(filter(None, [named, *sorted(allowed)]))
         raise TypeError(
             f"{call} got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
-            f"allowed: {named}, {', '.join(sorted(SUBMIT_OPTIONS))}"
+            f"allowed: {names}"
         )
 
 

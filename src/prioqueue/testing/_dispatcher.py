@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING
 import attrs
 
 from prioqueue._readonly import ReadOnly
+from prioqueue._spec import check_options
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Completed, Expired, Grant, Job, JobState, Stats, Ticket
 from prioqueue.scoring import Scorer
 from prioqueue.testing._fleet import ReferenceFleet
-from prioqueue.testing._options import SizeOneOptions, known_options
+from prioqueue.testing._options import SizeOneOptions
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -62,7 +63,12 @@ class ReferenceDispatcher:
     policy = ReadOnly[PriorityPolicy]("_fleet.policy", "The priority policy.")
 
     def __init__(self, scorer: Scorer | None = None, **options: Unpack[SizeOneOptions]) -> None:
-        known_options("ReferenceDispatcher", options, SizeOneOptions)
+        check_options(
+            options,
+            call="ReferenceDispatcher()",
+            named="scorer",
+            allowed=SizeOneOptions.__annotations__,
+        )
         self._fleet = ReferenceFleet(scorer, **options)
         self._fleet._add_fixed_worker(self._WORKER)
 

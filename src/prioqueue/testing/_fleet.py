@@ -61,7 +61,7 @@ from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Completed, Expired, Grant, Job, Stats, Ticket
 from prioqueue.scoring import ScoreBreakdown, Scorer
 from prioqueue.testing._lifecycle import _Delayed
-from prioqueue.testing._options import DEFAULTS, FleetOptions, known_options
+from prioqueue.testing._options import DEFAULTS, FleetOptions
 from prioqueue.testing._overdue import overdue, refilled
 from prioqueue.testing._state import (
     DEFAULT_EXPECTED_RUNTIME,
@@ -123,7 +123,9 @@ class ReferenceFleet(_Workers):
     """
 
     def __init__(self, scorer: Scorer | None = None, **options: Unpack[FleetOptions]) -> None:
-        known_options("ReferenceFleet", options, FleetOptions)
+        check_options(
+            options, call="ReferenceFleet()", named="scorer", allowed=FleetOptions.__annotations__
+        )
         o: FleetOptions = {**DEFAULTS, **options}
         policy, lease_for = o["policy"], o["lease_for"]
         self._scorer = Scorer() if scorer is None else scorer

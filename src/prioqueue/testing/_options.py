@@ -10,7 +10,7 @@ checks that it matches the dispatchers' signatures).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
 from prioqueue.lifecycle import Backoff, LevelBudget
@@ -82,14 +82,3 @@ DEFAULTS: FleetOptions = {
     "budgets": None,
     "backoff": None,
 }
-
-
-def known_options(caller: str, options: Mapping[str, Any], allowed: type[Any]) -> None:
-    """Refuse an option the ``TypedDict`` ``allowed`` does not name, as Python would.
-
-    Raises:
-        TypeError: ``caller() got unexpected keyword argument(s) [...]``.
-    """
-    unknown = sorted(set(options) - set(allowed.__annotations__))
-    if unknown:
-        raise TypeError(f"{caller}() got unexpected keyword argument(s) {unknown}")

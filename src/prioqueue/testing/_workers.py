@@ -14,9 +14,10 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from prioqueue._spec import check_options
 from prioqueue.records import Job, WorkerInfo
 from prioqueue.testing._lifecycle import _ReferenceLifecycle
-from prioqueue.testing._options import WorkerSettings, known_options
+from prioqueue.testing._options import WorkerSettings
 from prioqueue.testing._state import IDLE_CAUSES, _Worker
 
 if TYPE_CHECKING:
@@ -49,7 +50,9 @@ class _Workers(_ReferenceLifecycle):
             ValueError: ``now`` went backwards, or a bad argument.
             TypeError: An argument of the wrong type, or a setting ``join`` does not take.
         """
-        known_options("join", settings, WorkerSettings)
+        check_options(
+            settings, call="join()", named="name, now", allowed=WorkerSettings.__annotations__
+        )
         models, resident = settings.get("models"), settings.get("resident")
         slots, slow = settings.get("slots", 1), settings.get("slow", False)
         accepts = settings.get("accepts")
