@@ -20,8 +20,9 @@ from .test_client_fleet import _broker
 class _Recorder:
     """Stands in for the Worker behind a Job: records what the job reported."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Any = time.monotonic) -> None:
         self.reports: list[tuple[str, dict[str, Any]]] = []
+        self.clock = clock
 
     def _finish(self, job: Job, op: str, extra: dict[str, Any]) -> None:
         self.reports.append((op, extra))
