@@ -238,3 +238,35 @@ def test_the_supervisor_refuses_bad_usage_and_reports_a_missing_command() -> Non
     me = os.getpid()
     assert me not in descendants(me)
     assert os.getppid() not in descendants(me)
+
+
+def test_a_worker_stopped_while_it_long_polls_leaves_no_job_running_nowhere(env: Path) -> None:
+    # SIGTERM while the worker waits in a long poll, then a job is submitted: the broker may
+    # grant it to the abandoned poll (a broker that does not notice a closed connection
+    # does), but the stopping worker hands it back, so the job is queued for another worker,
+    # not running attempt 1 with nobody.
+    with _broker(env, "sqlite") as proc, Broker(proc.url, "sk-alice") as broker:
+        cli_env = {"PRIOQUEUE_BROKER_URL": proc.url, "PRIOQUEUE_KEY": "wk-1"}
+        log = env / "idle.log"
+        command = ["worker", "--name", "gpu-idle", "--wait", "5", "--", "sh", "-c", "echo 1"]
+        cli = _cli(*command, env=cli_env, log=log)
+        try:
+            end = time.monotonic() + 60
+            while broker.status()["workers"] != 1:  # its first pop joined: it is polling
+                assert time.monotonic() < end, log.read_text()
+                time.sleep(0.05)  # waiting for the worker process
+            cli.send_signal(signal.SIGTERM)
+            job_id = broker.submit({"n": 1})
+            assert cli.wait(timeout=60) == 0, log.read_text()
+            job = broker.get(job_id)
+            assert job["state"] == "queued", (job, log.read_text())
+            with Worker(proc.url, "wk-1", "gpu-next", wait=5, handle_signals=False) as other:
+                granted = other.pop()
+                assert granted is not None
+                assert granted.id == job_id
+                granted.complete("ran once")
+            assert broker.wait(job_id, timeout=30) == "ran once"
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+                cli.wait()
