@@ -204,6 +204,9 @@ def test_no_process_of_the_command_outlives_its_worker(env: Path, how: str) -> N
                 cli.send_signal(signal.SIGTERM)  # ...then: kill it, hand the job back
                 assert cli.wait(timeout=60) == 0, (env / "gpu-p.log").read_text()
                 assert broker.get(job_id)["state"] == "queued"
+                log = (env / "gpu-p.log").read_text()
+                assert f"{job_id} attempt 1: interrupted (a signal)" in log  # its one line
+                assert "HTTP Request" not in log  # httpx logs warnings only
             assert _all_gone(pids), [pid for pid in pids if _alive(pid)]
         finally:
             if cli.poll() is None:

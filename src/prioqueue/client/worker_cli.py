@@ -221,8 +221,14 @@ def run_command(
         proc, pipe = _supervised(cmd, env, stdin, stdout, stderr)
         try:
             why = _watch(proc, pipe, job)
+        except BaseException as exc:  # a second signal, or an error: handed back by leave
+            seconds = job.lease_seconds - job.remaining()
+            cause = f"{type(exc).__name__}: {exc}" if isinstance(exc, Exception) else "a signal"
+            _log.info("%s attempt %d: interrupted (%s) in %.1f s", job.id, job.attempt,
+                      cause, seconds)  # fmt: skip
+            raise
         finally:
-            _end(proc, pipe)  # a second signal (or any error) kills it too
+            _end(proc, pipe)  # every process of the job is killed on every path
         stdout.seek(0)
         out = stdout.read(result_max_bytes + 1)
         stderr.seek(0, os.SEEK_END)
