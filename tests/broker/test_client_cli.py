@@ -35,7 +35,7 @@ def _job(payload: Any, lease: float = 60.0) -> tuple[Job, _Recorder]:
         "id": "job-1", "payload": payload, "image": None, "model": "sdxl", "attempt": 2,
         "lease_seconds": lease, "deadline": time.time() + lease,
     }  # fmt: skip
-    return Job(recorder, data), recorder  # type: ignore[arg-type]
+    return Job(recorder, data), recorder
 
 
 def _run(script: str, payload: Any = None, lease: float = 60.0, **kw: Any) -> Any:
