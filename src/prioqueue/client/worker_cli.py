@@ -4,8 +4,11 @@ Runs ``CMD`` once per job: the job's payload as JSON on stdin; its id, attempt, 
 and deadline in ``PRIOQUEUE_*`` environment variables. Exit status 0 with JSON on stdout
 completes the job with that result (stdout that is not JSON is kept as a string, and stdout
 over ``--result-max-bytes`` fails the job); any other status fails it with the tail of
-stderr. The command (its whole process group) is killed when the job's lease runs out or
-the broker takes the job back.
+stderr. The command runs under a supervisor (:mod:`prioqueue.client._supervise`) in its own
+session: it gets SIGTERM shortly before the lease runs out by this host's monotonic clock and
+SIGKILL when it does, SIGKILL at once when the broker takes the job back, and no process it
+started outlives the job or the worker (SIGKILL of the worker included). One line per job is
+logged at INFO; HTTP requests only with ``--verbose``.
 
 Exit status of ``prioqueue worker``: 0 after a clean stop (SIGTERM or Ctrl-C: the job in
 hand finishes and is reported, then the worker leaves; a second signal kills the command and
