@@ -10,6 +10,7 @@ at (by ``/proc``) and killed.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from prioqueue.client import Broker, Job, Worker
+from prioqueue.client import Broker, Job, JobLost, Worker
 from prioqueue.client._supervise import descendants
 from prioqueue.client.worker_cli import SUPERVISOR, run_command
 
@@ -273,3 +274,62 @@ def test_a_worker_stopped_while_it_long_polls_leaves_no_job_running_nowhere(env:
             if cli.poll() is None:
                 cli.kill()
                 cli.wait()
+
+
+def test_in_process_a_signal_during_a_long_poll_hands_back_what_the_poll_is_granted(
+    env: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The same as above with Worker.jobs() in this process (its signal handlers installed in
+    # the main thread): one SIGTERM to this process once the worker polls.
+    with _broker(env, "sqlite") as proc, Broker(proc.url, "sk-alice") as broker:
+        submitted: list[str] = []
+
+        def signal_then_submit() -> None:
+            end = time.monotonic() + 60
+            while broker.status()["workers"] != 1 and time.monotonic() < end:
+                time.sleep(0.05)  # waiting for the worker's first pop (it joins the fleet)
+            os.kill(os.getpid(), signal.SIGTERM)  # handled by the worker: it stops
+            while broker.status()["workers"] != 0 and time.monotonic() < end:
+                time.sleep(0.05)  # waiting for its leave: the abandoned poll may still grant
+            submitted.append(broker.submit({"n": 2}))
+
+        thread = threading.Thread(target=signal_then_submit, daemon=True)
+        with Worker(proc.url, "wk-1", "gpu-in", wait=3) as worker, caplog.at_level(logging.INFO):
+            thread.start()
+            ran = list(worker.jobs())
+        thread.join(60)
+        assert ran == []
+        assert "watching the abandoned poll" in caplog.text
+        assert broker.get(submitted[0])["state"] == "queued"
+        if "handing back a job granted while stopping" not in caplog.text:
+            # A broker that noticed the closed connection granted nothing to the gone poll.
+            assert broker.get(submitted[0])["attempt"] == 0, caplog.text
+
+
+def test_an_error_in_the_worker_kills_every_process_of_the_job(
+    env: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    raised: list[bool] = []
+
+    def failing_clock() -> float:
+        if (env / "job-4.pid").exists() and not raised:
+            raised.append(True)
+            raise RuntimeError("the clock broke")
+        return 0.0
+
+    job = _job("job-4", _Recorder(failing_clock))
+    with caplog.at_level(logging.INFO), pytest.raises(RuntimeError, match="clock broke"):
+        run_command(["sh", "-c", LEAVES + "sleep 300"], job, worker="w", result_max_bytes=64)
+    assert "job-4 attempt 1: interrupted (RuntimeError: the clock broke)" in caplog.text
+    assert not [pid for pid in _pids(env, "job-4") if _alive(pid)]
+
+
+class _Lost(_Recorder):
+    def _finish(self, job: Job, op: str, extra: dict[str, Any]) -> None:
+        raise JobLost(409, f"job {job.id!r} was taken back")
+
+
+def test_a_report_answered_taken_back_is_the_outcome_lost(env: Path) -> None:
+    job = _job("job-5", _Lost())
+    said = run_command(["sh", "-c", "echo 1"], job, worker="w", result_max_bytes=64)
+    assert said == "lost (the broker took the job back)"

@@ -53,6 +53,8 @@ LEAVE_BUDGET = 10.0
 """Seconds ``leave`` retries an unreachable broker (a stopping worker must not hang)."""
 ABANDONED_POLL_CHECK = 0.5
 """Seconds between the checks of a stopping worker for a grant to its abandoned long poll."""
+ABANDONED_POLL_SLACK = 1.0
+"""Seconds added to an abandoned poll's wait for the way to the broker and its answer."""
 
 
 class _Interrupted(BaseException):
@@ -179,8 +181,10 @@ class Worker:
                 params={"wait": seconds}, wait=seconds, retried=retried,
             )  # fmt: skip
         except _Interrupted:
-            # The broker may grant to this poll until its wait runs out (see _shutdown).
-            self._abandoned_until = sent + seconds + 1.0
+            # The broker may grant to this poll until its wait runs out (see _shutdown); a
+            # retried poll began after ``sent``, at the latest now.
+            began = self.clock() if retried else sent
+            self._abandoned_until = began + seconds + ABANDONED_POLL_SLACK
             raise
         finally:
             self._in_pop = False
