@@ -33,12 +33,10 @@ runs as another user or that a privileged helper re-parents.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import select
 import signal
-import subprocess
 import sys
 import time
 
@@ -94,63 +92,100 @@ def descendants(root: int) -> list[int]:
 
 def signal_job(group: int, signum: int) -> None:
     """Send ``signum`` to the process group ``group`` and to every process below this one."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # empty, or zombies only
+    try:  # noqa: SIM105 - contextlib would cost the supervisor's start a few ms
         os.killpg(group, signum)
+    except (ProcessLookupError, PermissionError):  # empty, or zombies only
+        pass
     for pid in descendants(os.getpid()):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signum)
-
-
-def _reap() -> None:
-    while True:
         try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            continue
 
 
-def _alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except (ProcessLookupError, PermissionError):
-        return bool(descendants(os.getpid()))
-    return True
+class Command:
+    """The command's pid and, once it was reaped, its exit status (negative: a signal)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.code: int | None = None
+
+    def reap(self) -> None:
+        """Reap every child that ended (orphans of the job re-parented here included)."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.pid:
+                self.code = os.waitstatus_to_exitcode(status)
+
+    def alive(self) -> bool:
+        """Whether any process of the job is left (the group, or anything below this one)."""
+        try:
+            os.killpg(self.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return bool(descendants(os.getpid()))
+        return True
 
 
-def clean_up(proc: subprocess.Popen[bytes]) -> None:
+def clean_up(command: Command) -> None:
     """Kill the command (if it still runs) and everything it left; reap them all."""
-    if proc.poll() is None:
-        signal_job(proc.pid, signal.SIGKILL)
-        proc.wait()
     end = time.monotonic() + REAP_SECONDS
     while True:
-        signal_job(proc.pid, signal.SIGKILL)
-        _reap()
-        if not _alive(proc.pid) or time.monotonic() >= end:
+        command.reap()
+        if command.code is not None and not command.alive():
             return
-        time.sleep(0.01)  # SIGKILLed processes take a moment to become zombies
+        if time.monotonic() >= end:  # pragma: no cover - a process stuck in the kernel
+            if command.code is None:
+                command.code = -signal.SIGKILL
+            return
+        signal_job(command.pid, signal.SIGKILL)
+        time.sleep(0.005)  # SIGKILLed processes take a moment to become zombies
 
 
-def _start(cmd: list[str]) -> subprocess.Popen[bytes]:
+def start(cmd: list[str]) -> Command:
+    """Fork and exec ``cmd`` in a new session, to die with this process.
+
+    Raises:
+        OSError: It could not be executed (not found, not executable...).
+    """
     parent = os.getpid()
+    errors_r, errors_w = os.pipe()  # closed on exec: an empty read means it ran
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child, until exec
+        try:
+            os.close(errors_r)
+            os.setsid()
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != parent:  # the supervisor died meanwhile
+                os._exit(137)
+            os.execvp(cmd[0], cmd)
+        except OSError as exc:
+            os.write(errors_w, str(exc.errno).encode())
+        finally:
+            os._exit(127)
+    os.close(errors_w)
+    with os.fdopen(errors_r, "rb") as errors:
+        failed = errors.read()
+    if failed:
+        os.waitpid(pid, 0)
+        errno = int(failed)
+        raise OSError(errno, os.strerror(errno))
+    return Command(pid)
 
-    def in_child() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # pragma: no cover - the supervisor died meanwhile
-            os._exit(137)
 
-    # The supervisor has one thread, so preexec_fn is safe here.
-    return subprocess.Popen(cmd, start_new_session=True, preexec_fn=in_child)  # noqa: PLW1509
-
-
-def _watch(proc: subprocess.Popen[bytes], fd: int, wake: int, terms: list[int]) -> None:
+def _watch(command: Command, fd: int, wake: int, terms: list[int]) -> None:
     """Until the command exits or the worker's pipe ends; passes SIGTERM on."""
-    while proc.poll() is None:
+    while True:
+        command.reap()
+        if command.code is not None:
+            return
         if terms:
             terms.clear()
-            signal_job(proc.pid, signal.SIGTERM)
+            signal_job(command.pid, signal.SIGTERM)
         ready, _, _ = select.select([fd, wake], [], [])
         if wake in ready:
             try:
@@ -168,6 +203,7 @@ def main(argv: list[str]) -> int:
         print("usage: _supervise.py FD -- CMD ARGS...", file=sys.stderr)
         return 2
     fd, cmd = int(argv[0]), argv[2:]
+    os.set_inheritable(fd, False)  # the command has no business with it
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
@@ -177,15 +213,16 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGCHLD, lambda _s, _f: None)  # only to wake the select
     signal.signal(signal.SIGTERM, lambda s, _f: terms.append(s))
     try:
-        proc = _start(cmd)
+        command = start(cmd)
     except OSError as exc:
         print(f"prioqueue worker: cannot run {cmd[0]!r}: {exc}", file=sys.stderr)
         return 126 if isinstance(exc, PermissionError) else 127
     try:
-        _watch(proc, fd, wake_r, terms)
+        _watch(command, fd, wake_r, terms)
     finally:
-        clean_up(proc)
-    code = proc.returncode
+        clean_up(command)
+    code = command.code
+    assert code is not None  # clean_up reaped it
     if code < 0:  # killed by a signal: die of the same one
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
