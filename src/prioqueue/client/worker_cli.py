@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -142,22 +143,41 @@ def _watch(proc: subprocess.Popen[bytes], pipe: int, job: Job) -> str | None:
     """
     grace = min(KILL_GRACE, job.lease_seconds / 10)
     why = None
-    while proc.poll() is None:
-        left = job.remaining()
-        if job.lost:
-            why = "the broker took the job back"
-            break
-        if left <= 0:
-            why = "the lease ran out"
-            break
-        if left <= grace and why is None:
-            why = "the lease ran out"
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)  # passed on to every process of the job
-        until_next = left if left <= grace else left - grace
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=min(POLL_SECONDS, max(0.001, until_next)))
+    pidfd = _pidfd(proc)
+    try:
+        while proc.poll() is None:
+            left = job.remaining()
+            if job.lost:
+                return "the broker took the job back"
+            if left <= 0:
+                return "the lease ran out"
+            if left <= grace and why is None:
+                why = "the lease ran out"
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)  # passed on to every process of the job
+            until_next = left if left <= grace else left - grace
+            _wait_a_little(proc, pidfd, min(POLL_SECONDS, max(0.001, until_next)))
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
     return why
+
+
+def _pidfd(proc: subprocess.Popen[bytes]) -> int | None:
+    """A descriptor readable once ``proc`` exits (Linux 5.3+), else None."""
+    try:
+        return os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # pragma: no cover - not Linux, or an old kernel
+        return None
+
+
+def _wait_a_little(proc: subprocess.Popen[bytes], pidfd: int | None, seconds: float) -> None:
+    """Wait ``seconds`` at most for ``proc`` to exit (at once when it does, with a pidfd)."""
+    if pidfd is not None:
+        select.select([pidfd], [], [], seconds)
+        return
+    with contextlib.suppress(subprocess.TimeoutExpired):  # pragma: no cover - not Linux
+        proc.wait(timeout=seconds)  # polls: up to 50 ms late
 
 
 def _outcome(
