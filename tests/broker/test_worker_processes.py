@@ -215,6 +215,32 @@ def test_no_process_of_the_command_outlives_its_worker(env: Path, how: str) -> N
                 cli.wait()
 
 
+def test_a_job_cancelled_while_it_runs_leaves_no_process_of_its_command(env: Path) -> None:
+    # The submitter cancels the running job: the worker's next heartbeat (a quarter of the
+    # 8 s lease) no longer lists it, and every process of its command is killed at once.
+    with (
+        _broker(env, "sqlite", default_lease_seconds=8) as proc,
+        Broker(proc.url, "sk-alice") as broker,
+    ):
+        cli = _worker_cli(env, proc.url, "gpu-c")
+        try:
+            job_id = broker.submit({"n": 1})
+            _started(env / f"{job_id}.pid")
+            pids = _pids(env, job_id)
+            assert broker.cancel(job_id)["state"] == "cancelled"
+            assert _all_gone(pids), [pid for pid in pids if _alive(pid)]
+            _started_logging(env / "gpu-c.log", f"{job_id} attempt 1: lost")
+            assert cli.poll() is None  # the worker goes on
+        finally:
+            cli.send_signal(signal.SIGTERM)
+            try:
+                cli.wait(timeout=30)
+            finally:
+                if cli.poll() is None:
+                    cli.kill()
+                    cli.wait()
+
+
 def _started_logging(log: Path, text: str) -> None:
     end = time.monotonic() + 30
     while text not in log.read_text():
