@@ -20,8 +20,9 @@ from .test_client_fleet import _broker
 class _Recorder:
     """Stands in for the Worker behind a Job: records what the job reported."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Any = time.monotonic) -> None:
         self.reports: list[tuple[str, dict[str, Any]]] = []
+        self.clock = clock
 
     def _finish(self, job: Job, op: str, extra: dict[str, Any]) -> None:
         self.reports.append((op, extra))
@@ -34,7 +35,7 @@ def _job(payload: Any, lease: float = 60.0) -> tuple[Job, _Recorder]:
         "id": "job-1", "payload": payload, "image": None, "model": "sdxl", "attempt": 2,
         "lease_seconds": lease, "deadline": time.time() + lease,
     }  # fmt: skip
-    return Job(recorder, data), recorder  # type: ignore[arg-type]
+    return Job(recorder, data), recorder
 
 
 def _run(script: str, payload: Any = None, lease: float = 60.0, **kw: Any) -> Any:

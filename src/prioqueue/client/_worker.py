@@ -16,9 +16,15 @@ Theory of operation
   lost leaves a job granted to this worker that it never saw; the next idle moment finds it
   (the pop says ``slots_full`` while the worker holds nothing, or a heartbeat lists it) and
   the worker hands it back with ``leave`` (which requeues it whatever its attempt count).
-* **Stopping**: the first SIGTERM or SIGINT (Ctrl-C) stops popping (a pop in flight is
-  abandoned), lets the job in hand finish and reports it, then ``leave``; a second one
-  interrupts the handler and hands the job back with ``leave``.
+* **Stopping**: the first SIGTERM or SIGINT (Ctrl-C) stops popping, lets the job in hand
+  finish and reports it, then ``leave``; a second one interrupts the handler and hands the
+  job back with ``leave``. A pop in flight is abandoned (its connection closed); a job the
+  broker grants it in the race is handed back: one that arrived is not started, and since a
+  broker may still grant to an abandoned long poll until its ``wait`` runs out, the stopping
+  worker watches (a heartbeat per ``ABANDONED_POLL_CHECK`` seconds) until then and hands back
+  what it is granted. A second signal skips that watch.
+* **Leases** are measured on the worker's own monotonic ``clock``: :attr:`Job.expires_at` is
+  when the pop's answer arrived plus the lease's seconds, whatever the broker's clock says.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import contextlib
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
@@ -36,6 +43,7 @@ import httpx
 
 from prioqueue.client._errors import BrokerError, BrokerUnavailable, JobLost
 from prioqueue.client._http import SyncTransport, raise_for
+from prioqueue.client._job import Job
 
 __all__ = ["Job", "Worker"]
 
@@ -43,82 +51,14 @@ _log = logging.getLogger("prioqueue.client")
 
 LEAVE_BUDGET = 10.0
 """Seconds ``leave`` retries an unreachable broker (a stopping worker must not hang)."""
+ABANDONED_POLL_CHECK = 0.5
+"""Seconds between the checks of a stopping worker for a grant to its abandoned long poll."""
+ABANDONED_POLL_SLACK = 1.0
+"""Seconds added to an abandoned poll's wait for the way to the broker and its answer."""
 
 
 class _Interrupted(BaseException):
     """Raised from the signal handler to abandon a blocking pop (or, twice, a handler)."""
-
-
-class Job:
-    """A job granted to this worker, with its lease.
-
-    Attributes:
-        id: The job's id.
-        payload: The submitter's JSON payload.
-        image: The lease inputs, if any.
-        model: The model it needs, if any.
-        attempt: Which grant this is (1 for the first); sent back for you.
-        lease_seconds: The lease's length.
-        deadline: Unix time (the broker's clock) at which the lease runs out.
-    """
-
-    def __init__(self, worker: Worker, data: dict[str, Any]) -> None:
-        self._worker = worker
-        self.id: str = data["id"]
-        self.payload: Any = data.get("payload")
-        self.image: dict[str, Any] | None = data.get("image")
-        self.model: str | None = data.get("model")
-        self.attempt: int = int(data["attempt"])
-        self.lease_seconds: float = float(data["lease_seconds"])
-        self.deadline: float = float(data["deadline"])
-        self._lost = threading.Event()
-        self.finished = False
-        """True once ``complete`` or ``fail`` was accepted."""
-
-    def __repr__(self) -> str:
-        return f"Job(id={self.id!r}, attempt={self.attempt}, model={self.model!r})"
-
-    @property
-    def lost(self) -> bool:
-        """Whether the broker took the job back from this worker (stop working on it)."""
-        return self._lost.is_set()
-
-    def check(self) -> None:
-        """Raise :class:`JobLost` if the job was taken back. O(1).
-
-        Raises:
-            JobLost: It was.
-        """
-        if self.lost:
-            raise JobLost(409, f"job {self.id!r} (attempt {self.attempt}) was taken back")
-
-    def complete(self, result: Any = None) -> None:
-        """Report the job done with its ``result`` (JSON; at most ``result_max_bytes``).
-
-        Raises:
-            JobLost: The job was taken back (nothing was recorded).
-            BrokerError: The broker refused the result (413 too large).
-            BrokerUnavailable: No broker answered in time.
-        """
-        self._worker._finish(self, "complete", {"result": result})
-
-    def fail(self, reason: str, *, retry: bool = False, result: Any = None) -> None:
-        """Report the job failed: ``result`` (default ``{"error": reason}``) is kept.
-
-        Args:
-            reason: Why, for the submitter.
-            retry: Ask the broker to requeue it after its backoff while attempts remain.
-            result: The report to keep instead of ``{"error": reason}``.
-
-        Raises:
-            JobLost: The job was taken back.
-            BrokerError: The broker refused the report.
-            BrokerUnavailable: No broker answered in time.
-        """
-        body: dict[str, Any] = {"result": {"error": reason} if result is None else result}
-        if retry:
-            body["retry"] = True
-        self._worker._finish(self, "fail", body)
 
 
 Handler = Callable[[Job], Any]
@@ -148,6 +88,7 @@ class Worker:
         handle_signals: Install SIGTERM/SIGINT handlers during ``jobs``/``run`` (main
             thread only).
         client: An ``httpx.Client`` to send with (tests).
+        clock: Monotonic seconds, for the leases and the stop (tests inject their own).
 
     Raises:
         ValueError: An argument is out of range.
@@ -169,6 +110,7 @@ class Worker:
         retry_timeout: float = 300.0,
         handle_signals: bool = True,
         client: httpx.Client | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not name or "/" in name:
             raise ValueError(f"worker name must be non-empty without '/', got {name!r}")
@@ -189,6 +131,8 @@ class Worker:
         self.wait = float(wait)
         self.heartbeat_interval = float(heartbeat_interval)
         self.handle_signals = handle_signals
+        self.clock = clock
+        self._abandoned_until: float | None = None
         self._held: dict[str, Job] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -230,13 +174,21 @@ class Worker:
             body["slow"] = True
         retried: list[bool] = []
         self._in_pop = True
+        sent = self.clock()
         try:
             response = self._http.request(
                 "POST", f"/v1/workers/{self.name}/pop", json=body,
                 params={"wait": seconds}, wait=seconds, retried=retried,
             )  # fmt: skip
+        except _Interrupted:
+            # The broker may grant to this poll until its wait runs out (see _shutdown); a
+            # retried poll began after ``sent``, at the latest now.
+            began = self.clock() if retried else sent
+            self._abandoned_until = began + seconds + ABANDONED_POLL_SLACK
+            raise
         finally:
             self._in_pop = False
+        received = self.clock()
         if retried:
             self._orphans_checked = False  # a grant's answer may have been lost
         if response.status_code == 204:
@@ -245,7 +197,7 @@ class Worker:
                 self._hand_back_orphans()
             return None
         raise_for(response)
-        job = Job(self, response.json())
+        job = Job(self, response.json(), received_at=received)
         with self._lock:
             self._held[job.id] = job
         if job.model is not None:
@@ -272,6 +224,8 @@ class Worker:
                         break
                     if job is None:
                         continue
+                    if self._stopping.is_set():
+                        break  # granted as the signal came: leave() hands it back
                     try:
                         yield job
                     finally:
@@ -314,8 +268,10 @@ class Worker:
                     except BaseException:
                         free.release()
                         raise
-                    if granted is None:
+                    if granted is None or self._stopping.is_set():
                         free.release()
+                        if self._stopping.is_set():
+                            break  # granted as the signal came: leave() hands it back
                         continue
                     future = pool.submit(self._handle, handler, granted)
                     future.add_done_callback(lambda _f: free.release())
@@ -475,6 +431,32 @@ class Worker:
     def _shutdown(self) -> None:
         self._beat_stop.set()
         self.leave()
+        until, self._abandoned_until = self._abandoned_until, None
+        if until is not None and self._signals < 2:
+            self._watch_abandoned_poll(until)
+
+    def _watch_abandoned_poll(self, until: float) -> None:
+        """Hand back what a broker grants to the abandoned long poll until its wait ends.
+
+        A broker that notices the closed connection grants nothing (each check is then one
+        404); one that does not may grant a job to the gone poll, which this hands back with
+        ``leave`` within :data:`ABANDONED_POLL_CHECK` seconds. A second signal ends it.
+        """
+        _log.info("worker %s: watching the abandoned poll for a grant until it ends", self.name)
+        with contextlib.suppress(_Interrupted):
+            while self._signals < 2 and self.clock() < until:
+                pause = min(ABANDONED_POLL_CHECK, max(0.0, until - self.clock()))
+                threading.Event().wait(pause)  # a second signal interrupts it
+                try:
+                    response = self._http.request(
+                        "POST", f"/v1/workers/{self.name}/heartbeat",
+                        json={"resident": self.resident}, budget=LEAVE_BUDGET,
+                    )  # fmt: skip
+                except BrokerUnavailable:
+                    return
+                if response.status_code == 200 and response.json().get("jobs"):
+                    _log.warning("worker %s: handing back a job granted while stopping", self.name)
+                    self.leave()
 
     @contextlib.contextmanager
     def _signal_handlers(self) -> Iterator[None]:

@@ -1,7 +1,9 @@
 """``prioqueue jobs submit|get|wait|cancel|group``: the submitter's command line.
 
 The broker's URL and key come from ``--broker``/``--key`` or ``PRIOQUEUE_BROKER_URL`` and
-``PRIOQUEUE_KEY``. Each command prints JSON on stdout.
+``PRIOQUEUE_KEY``. Each command prints its answer on stdout: as JSON (``--json``, the default
+when stdout is not a terminal), or for a person (``--human``, the default on a terminal):
+times as local ISO-8601 with how long ago (or how soon), seconds as durations.
 
 Exit status:
 
@@ -21,11 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 from prioqueue.client._broker import Broker, Deadline
 from prioqueue.client._cli import add_broker_options
 from prioqueue.client._errors import BrokerError, WaitTimeout
+from prioqueue.client._human import render
 
 __all__ = ["EXIT_CODES", "add_arguments", "run"]
 
@@ -75,10 +79,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--running", choices=("keep", "cancel"), default="keep", help="with --cancel"
     )
+    for action in (submit, get, wait, cancel, group):
+        _add_format(action)
 
 
-def _print(value: Any) -> None:
-    print(json.dumps(value, indent=2, sort_keys=True))
+def _add_format(parser: argparse.ArgumentParser) -> None:
+    style = parser.add_mutually_exclusive_group()
+    style.add_argument(
+        "--human",
+        dest="format",
+        action="store_const",
+        const="human",
+        help="times and durations as a person reads them (the default on a terminal)",
+    )
+    style.add_argument(
+        "--json",
+        dest="format",
+        action="store_const",
+        const="json",
+        help="the broker's JSON as it is, Unix times included (the default otherwise)",
+    )
+
+
+def _print(value: Any, args: argparse.Namespace) -> None:
+    if args.human:
+        print(render(value, time.time()))
+    else:
+        print(json.dumps(value, indent=2, sort_keys=True))
 
 
 def _submit(broker: Broker, args: argparse.Namespace) -> int:
@@ -92,7 +119,7 @@ def _submit(broker: Broker, args: argparse.Namespace) -> int:
         if not isinstance(jobs, list):
             print("prioqueue jobs: --batch must hold a JSON list of jobs", file=sys.stderr)
             return 2
-        _print({"ids": broker.submit_many(jobs, idempotency_key=args.idempotency_key)})
+        _print({"ids": broker.submit_many(jobs, idempotency_key=args.idempotency_key)}, args)
         return 0
     fields: dict[str, Any] = {}
     for item in args.field:
@@ -120,20 +147,21 @@ def _submit(broker: Broker, args: argparse.Namespace) -> int:
         payload, priority=priority, model=args.model, estimate=args.estimate,
         group=args.group, idempotency_key=args.idempotency_key, **fields,
     )  # fmt: skip
-    _print({"id": job_id})
+    _print({"id": job_id}, args)
     return 0
 
 
-def _wait(broker: Broker, job_id: str, timeout: float | None) -> int:
-    deadline = Deadline(timeout)
+def _wait(broker: Broker, args: argparse.Namespace) -> int:
+    job_id = args.id
+    deadline = Deadline(args.timeout)
     try:
         job = broker.get(job_id, wait=deadline.next_poll())
         while not deadline.settled(job):
             job = broker.get(job_id, wait=deadline.next_poll())
     except WaitTimeout as exc:
-        _print(exc.job)
+        _print(exc.job, args)
         return EXIT_CODES["timeout"]
-    _print(job)
+    _print(job, args)
     return EXIT_CODES.get(str(job.get("state")), 1)
 
 
@@ -153,20 +181,23 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    style = getattr(args, "format", None)
+    args.human = style == "human" or (style is None and sys.stdout.isatty())
     try:
         with Broker(args.broker, args.key, retry_timeout=args.retry_timeout) as broker:
             if args.action == "submit":
                 return _submit(broker, args)
             if args.action == "get":
-                _print(broker.get(args.id))
+                _print(broker.get(args.id), args)
             elif args.action == "wait":
-                return _wait(broker, args.id, args.timeout)
+                return _wait(broker, args)
             elif args.action == "cancel":
-                _print(broker.cancel(args.id))
+                _print(broker.cancel(args.id), args)
             elif args.cancel:
-                _print(broker.cancel_group(args.id, running=args.running, member=args.member))
+                cancelled = broker.cancel_group(args.id, running=args.running, member=args.member)
+                _print(cancelled, args)
             else:
-                _print(broker.group(args.id, member=args.member))
+                _print(broker.group(args.id, member=args.member), args)
     except BrokerError as exc:
         print(f"prioqueue jobs: {exc}", file=sys.stderr)
         return 1
