@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Flight",
+    "LoadTimeout",
+    "LoadingState",
     "Request",
     "SlowReader",
     "UpstreamFailed",
@@ -50,6 +52,7 @@ __all__ = [
     "respond",
     "sse_error",
     "uncancel",
+    "upstream_reason",
     "upstream_url",
     "watch_disconnect",
     "watch_lease",
@@ -79,6 +82,13 @@ class UpstreamTimeout(Exception):
     """The upstream accepted the request but sent no response in time: 504."""
 
 
+class LoadTimeout(UpstreamTimeout):
+    """The model sent nothing within ``first_byte_timeout`` after llama-swap's loading state.
+
+    The stream was ended with an ``event: error`` (its status, 200, was sent already).
+    """
+
+
 class SlowReader(Exception):
     """The client did not take a chunk within ``drain_seconds``; it was cut."""
 
@@ -98,6 +108,69 @@ class Flight:
     first_byte: float | None = None
     exited: asyncio.Event = attrs.field(factory=asyncio.Event)
     """Set once the request's handler has left its turn's block (the gateway's own end)."""
+
+
+_LOADING_MARK = "\u2501\u2501\u2501\u2501\u2501"
+"""The first loading chunk llama-swap sends (``sendLoadingState``): a rule of five U+2501."""
+
+
+class LoadingState:
+    """Tells llama-swap's loading chunks (``sendLoadingState: true``) from the model's answer.
+
+    For a streamed chat completion that needs a cold load, llama-swap answers at once (200,
+    ``text/event-stream``) and streams the load's progress as events of the one shape
+    ``data: {"choices":[{"delta":{"reasoning_content":TEXT}}]}`` (no ``id``, no ``object``),
+    the first one's TEXT a rule of five U+2501 characters; the model's own chunks follow.
+    :meth:`feed` reads the response's chunks: while it returns False the load goes on (the
+    time to first byte and ``first_byte_timeout`` run on); it returns True from the first
+    chunk that holds anything else. A stream whose first event is not the mark is the
+    model's from its first byte. O(bytes) while loading, O(1) after.
+    """
+
+    __slots__ = ("_buffer", "loading", "over")
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self.loading = False
+        """Whether llama-swap's loading chunks were seen."""
+        self.over = False
+        """Whether the model's own answer began (or the stream is not a loading stream)."""
+
+    def feed(self, chunk: bytes) -> bool:
+        """Read one chunk of the stream; return whether the model's answer has begun."""
+        if self.over:
+            return True
+        self._buffer += chunk
+        while b"\n\n" in self._buffer:
+            event, _, self._buffer = self._buffer.partition(b"\n\n")
+            text = _loading_text(event)
+            if text is None or (not self.loading and text != _LOADING_MARK):
+                self.over = True
+                return True
+            self.loading = True
+        if len(self._buffer) > 65536:  # no loading event is that long
+            self.over = True
+        return self.over
+
+
+def _loading_text(event: bytes) -> str | None:
+    """The TEXT of one llama-swap loading event, or None when the event is anything else."""
+    if not event.startswith(b"data: "):
+        return None
+    try:
+        value = json.loads(event[6:])
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or list(value) != ["choices"]:
+        return None
+    choices = value["choices"]
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        return None
+    delta = choices[0].get("delta")
+    if list(choices[0]) != ["delta"] or not isinstance(delta, dict):
+        return None
+    text = delta.get("reasoning_content")
+    return text if list(delta) == ["reasoning_content"] and isinstance(text, str) else None
 
 
 def error_body(message: str, kind: str) -> bytes:
@@ -309,45 +382,147 @@ async def forward(
     finally:
         timer.cancel()
     flight.first_byte = loop.time() - started
-    on_first_byte(flight.first_byte)
-    complete = False
     try:
         status = response.status
-        headers = response_headers(response.raw_headers)
         if status >= 500 and extra:
-            headers.append((b"x-prioqueue-upstream-status", str(status).encode()))
-            status = 502
+            on_first_byte(flight.first_byte)
+            flight.done = True
+            return await _upstream_error(response, send, flight, extra, loop, drain_seconds)
+        headers = response_headers(response.raw_headers)
         headers.extend(extra)
         flight.sse = response.headers.get("content-type", "").startswith("text/event-stream")
+        # A gated stream may begin with llama-swap's loading state: the first byte is then
+        # the model's first chunk, and first_byte_timeout runs on until it comes.
+        loading = LoadingState() if flight.sse and extra else None
+        if loading is None:
+            on_first_byte(flight.first_byte)
         flight.started = True
         start = {"type": "http.response.start", "status": status, "headers": headers}
         await _send_within(send, start, flight, loop, drain_seconds)
-        # With a Content-Length, the last chunk ends the body (one message fewer); without
-        # one (SSE, chunked), every chunk goes out as it comes and an empty one ends it.
-        length = response.headers.get("content-length", "")
-        left = int(length) if length.isdigit() else -1
-        content = response.content
-        while True:
-            chunk = await content.readany()
-            if not chunk:
-                break
-            left -= len(chunk)
-            message = {"type": "http.response.body", "body": chunk, "more_body": left != 0}
-            if left == 0:
-                complete = True
-                flight.done = True
-            await _send_within(send, message, flight, loop, drain_seconds)
-            if left == 0:
-                return status
-        complete = True
-        flight.done = True
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await _relay(
+            response,
+            send,
+            flight,
+            drain_seconds,
+            (loading, started, first_byte_timeout, on_first_byte),
+        )
     finally:
-        if complete:
+        # A response read to its end gives its connection back; any other end closes it.
+        if flight.done:
             response.release()
         else:
             response.close()
     return status
+
+
+Loading = tuple["LoadingState | None", float, float, Callable[[float], None]]
+"""A stream's loading state, when the request started, ``first_byte_timeout``, the callback."""
+
+
+async def _relay(
+    response: Any, send: Send, flight: Flight, drain_seconds: float | None, load: Loading
+) -> None:
+    """Copy a response's body to the client (``flight.done`` once all of it was read)."""
+    loop = asyncio.get_running_loop()
+    loading, started, first_byte_timeout, on_first_byte = load
+    # With a Content-Length, the last chunk ends the body (one message fewer); without
+    # one (SSE, chunked), every chunk goes out as it comes and an empty one ends it.
+    length = response.headers.get("content-length", "")
+    left = int(length) if length.isdigit() else -1
+    content = response.content
+    while True:
+        if loading is None:
+            chunk = await content.readany()
+        else:
+            chunk = await _loading_chunk(content, started + first_byte_timeout, loop, send)
+            if not chunk or loading.feed(chunk):
+                flight.first_byte = loop.time() - started
+                on_first_byte(flight.first_byte)
+                loading = None
+        if not chunk:
+            break
+        left -= len(chunk)
+        message = {"type": "http.response.body", "body": chunk, "more_body": left != 0}
+        if left == 0:
+            flight.done = True
+        await _send_within(send, message, flight, loop, drain_seconds)
+        if left == 0:
+            return
+    flight.done = True
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _loading_chunk(
+    content: Any, deadline: float, loop: asyncio.AbstractEventLoop, send: Send
+) -> bytes:
+    """Read the next chunk of a stream still in llama-swap's loading state.
+
+    Raises:
+        LoadTimeout: Nothing but loading chunks by ``deadline``: the client's stream is
+            ended with an ``event: error``.
+    """
+    try:
+        chunk: bytes = await asyncio.wait_for(content.readany(), max(0.0, deadline - loop.time()))
+    except asyncio.TimeoutError:
+        message = "the model did not load within first_byte_timeout (llama-swap was loading it)"
+        error = sse_error(message, "upstream_timeout")
+        await send({"type": "http.response.body", "body": error, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        raise LoadTimeout(message) from None
+    return chunk
+
+
+_REASON_BYTES = 65536
+"""The most of an upstream's 5xx body read for its one-line reason."""
+
+
+async def _upstream_error(
+    response: Any,
+    send: Send,
+    flight: Flight,
+    extra: list[tuple[bytes, bytes]],
+    loop: asyncio.AbstractEventLoop,
+    drain_seconds: float | None,
+) -> int:
+    """Answer a gated request whose upstream answered 5xx: 502 with a one-line reason."""
+    status: int = response.status
+    try:
+        body = await response.content.read(_REASON_BYTES)
+    except Exception:  # the reason is a courtesy; the status says enough
+        body = b""
+    reason = upstream_reason(body)
+    message = f"the upstream answered {status}" + (f": {reason}" if reason else "")
+    data = error_body(message, "upstream_error")
+    headers = [
+        _JSON,
+        (b"content-length", str(len(data)).encode()),
+        (b"x-prioqueue-upstream-status", str(status).encode()),
+        *extra,
+    ]
+    flight.started = True
+    start = {"type": "http.response.start", "status": 502, "headers": headers}
+    await _send_within(send, start, flight, loop, drain_seconds)
+    await _send_within(send, {"type": "http.response.body", "body": data}, flight, loop, None)
+    return 502
+
+
+def upstream_reason(body: bytes, limit: int = 300) -> str:
+    """One line saying why an upstream failed, from its error body (JSON or text). O(len)."""
+    text = body.decode("utf-8", "replace")
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    found: Any = value
+    for key in ("error", "message"):
+        if isinstance(found, dict) and key in found:
+            found = found[key]
+    if isinstance(found, dict) and isinstance(found.get("message"), str):
+        found = found["message"]
+    if isinstance(found, str):
+        text = found
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 async def watch_disconnect(receive: Receive, flight: Flight) -> None:

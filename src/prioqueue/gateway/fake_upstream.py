@@ -1,11 +1,27 @@
 """A fake llama-swap: a real HTTP server for tests, benchmarks and trying the gateway out.
 
 It speaks enough of the OpenAI API (chat completions, completions, embeddings, images, audio;
-streaming chat as server-sent events) and of llama-swap's (``GET /running``, ``POST /unload``)
-for the gateway and the official ``openai`` client. It does *not* serialise requests itself:
-it counts the inferences in progress and records the most it ever saw (``max_active``, also
-answered by ``GET /fake/stats``), so a test can assert that the gateway never let two through
-at once.
+streaming chat as server-sent events) and of llama-swap's for the gateway and the official
+``openai`` client, in the shapes the real llama-swap answers (``tests/gateway/real`` checks the
+same cases against it):
+
+* ``GET /running``: every loaded model, sorted by id, each ``{"model", "state", "cmd",
+  "proxy", "ttl", "name", "description"}`` (plus ``inflight``, the fake's count of work in
+  progress). ``persistent`` models (a llama-swap group with ``persistent: true``) stay
+  loaded beside the one the others swap.
+* ``/upstream/<model>/...``: the path's model, whatever the body says; a bare
+  ``GET /upstream/<model>`` is 301 to ``/upstream/<model>/``.
+* ``api_keys`` (llama-swap's ``apiKeys``): every route but ``/health`` needs one of them, as
+  ``Authorization: Bearer``, ``Basic`` (the password) or ``X-API-Key``; else 401 with
+  ``WWW-Authenticate: Basic realm="llama-swap"``.
+* ``send_loading_state`` (``sendLoadingState: true``): a streamed chat completion that needs
+  a load is answered at once, with llama-swap's loading chunks (``reasoning_content``
+  deltas) during the load and the model's chunks after.
+* ``GET /metrics``: a few ``llamaswap_*`` Prometheus series; ``POST /unload``.
+
+It does *not* serialise requests itself: it counts the inferences in progress and records
+the most it ever saw (``max_active``, also answered by ``GET /fake/stats``), so a test can
+assert that the gateway never let two through at once.
 
 Like an image server (A1111, ComfyUI), it keeps running an inference whose client went away
 (``aborts=False``, the default): the work goes on to its end and counts in ``active`` until
@@ -34,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import threading
@@ -94,6 +111,9 @@ class FakeLlamaSwap:
         token_seconds: Delay between streamed tokens.
         models: The models ``GET /v1/models`` lists.
         aborts: Stop an inference when its client disconnects (default: finish it anyway).
+        persistent: Models that stay loaded once loaded (a persistent llama-swap group).
+        api_keys: llama-swap's ``apiKeys``: when given, every route but ``/health`` needs one.
+        send_loading_state: Stream llama-swap's loading chunks during a streamed load.
 
     Attributes:
         active: Inferences in progress (GPU work, including those whose client left).
@@ -110,8 +130,16 @@ class FakeLlamaSwap:
         token_seconds: float = 0.0,
         models: tuple[str, ...] = ("model-a", "model-b"),
         aborts: bool = False,
+        persistent: tuple[str, ...] = (),
+        api_keys: tuple[str, ...] = (),
+        send_loading_state: bool = False,
     ) -> None:
         self.aborts = aborts
+        self.persistent = frozenset(persistent)
+        self.api_keys = frozenset(k.encode("latin-1") for k in api_keys)
+        self.send_loading_state = send_loading_state
+        self.loaded_beside: set[str] = set()
+        self.refused = 0
         self.running_status = 200
         self.running_delay = 0.0
         self.running_polls = 0
@@ -137,14 +165,51 @@ class FakeLlamaSwap:
             return self._gates.setdefault(name, threading.Event())
 
     def report(self) -> list[dict[str, Any]]:
-        """What ``GET /running`` lists: the loaded (or loading) model and the work in progress."""
+        """What ``GET /running`` lists: each loaded (or loading) model, sorted by id."""
         with self._lock:
             active = self.active
+        states: dict[str, str] = dict.fromkeys(self.loaded_beside, "ready")
+        if self.loaded is not None:
+            states[self.loaded] = "ready"
         if self.loading is not None:
-            return [{"model": self.loading, "state": "starting", "inflight": active}]
-        if self.loaded is None and not active:
-            return []
-        return [{"model": self.loaded, "state": "ready", "inflight": active}]
+            states[self.loading] = "starting"
+        if not states and active:
+            states["unknown"] = "ready"
+        return [
+            {
+                "model": model,
+                "state": state,
+                "cmd": f"llama-server --port 9999 --model /models/{model}.gguf",
+                "proxy": "http://127.0.0.1:9999",
+                "ttl": 0,
+                "name": "",
+                "description": "",
+                # Not in llama-swap's: the work in progress, on the swapping model's entry.
+                "inflight": active if model in (self.loading, self.loaded) else 0,
+            }
+            for model, state in sorted(states.items())
+        ]
+
+    def is_loaded(self, model: Any) -> bool:
+        """Whether serving ``model`` needs no load."""
+        return model == self.loaded or model in self.loaded_beside
+
+    def _authorised(self, scope: Scope) -> bool:
+        if not self.api_keys:
+            return True
+        for name, value in scope["headers"]:
+            if name == b"x-api-key" and value.strip() in self.api_keys:
+                return True
+            if name == b"authorization":
+                scheme, _, token = value.strip().partition(b" ")
+                if scheme.lower() == b"basic":
+                    with contextlib.suppress(ValueError):
+                        token = base64.b64decode(token.strip()).partition(b":")[2]
+                elif scheme.lower() != b"bearer":
+                    continue
+                if token.strip() in self.api_keys:
+                    return True
+        return False
 
     def order(self) -> list[str | None]:
         """Return the tags of the inferences in the order they started."""
@@ -172,8 +237,50 @@ class FakeLlamaSwap:
             body += message.get("body", b"")
             if not message.get("more_body", False):
                 break
+        if path != "/health" and not path.startswith("/fake/") and not self._authorised(scope):
+            self.refused += 1
+            text = "unauthorized: invalid or missing API key"
+            await _json(
+                send,
+                401,
+                {"error": {"code": 401, "message": text, "type": "authentication_error"}},
+                extra=[(b"www-authenticate", b'Basic realm="llama-swap"')],
+            )
+            return
+        pinned = None
+        if path.startswith("/upstream/"):
+            pinned, slash, rest = path[len("/upstream/") :].partition("/")
+            if not slash and method in ("GET", "HEAD"):  # a bare /upstream/<model>
+                location = f"/upstream/{pinned}/".encode()
+                await _send(send, 301, [(b"location", location)], b"")
+                return
+            path = "/" + rest
+        await self._route(scope, (method, path, pinned), bytes(body), receive, send)
+
+    async def _route(
+        self,
+        scope: Scope,
+        where: tuple[str, str, str | None],
+        body: bytes,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        method, path, pinned = where
         if method == "POST" and path in _INFERENCE:
-            await self._inference(scope, bytes(body), receive, send)
+            await self._inference(scope, body, receive, send, pinned)
+        elif pinned is not None:
+            await _json(send, 200, {"model": pinned, "path": path})
+        elif path == "/metrics":
+            lines = [
+                "# HELP llamaswap_requests_total Requests served (fake).",
+                "# TYPE llamaswap_requests_total counter",
+                f"llamaswap_requests_total {self.requests}",
+                "# HELP llamaswap_loads_total Model loads (fake).",
+                "# TYPE llamaswap_loads_total counter",
+                f"llamaswap_loads_total {self.loads}",
+            ]
+            text = ("\n".join(lines) + "\n").encode()
+            await _send(send, 200, [(b"content-type", b"text/plain; version=0.0.4")], text)
         elif path == "/v1/models":
             data = [{"id": model, "object": "model", "owned_by": "fake"} for model in self.models]
             await _json(send, 200, {"object": "list", "data": data})
@@ -191,6 +298,7 @@ class FakeLlamaSwap:
             await _json(send, 200, stats)
         elif path == "/unload":
             self.loaded = None
+            self.loaded_beside.clear()
             await _json(send, 200, {"unloaded": True})
         elif path == "/health":
             await _send(send, 200, [(b"content-type", b"text/plain")], b"OK")
@@ -201,13 +309,15 @@ class FakeLlamaSwap:
                 "path": path,
                 "query": scope.get("query_string", b"").decode("latin-1"),
                 "headers": headers,
-                "body": bytes(body).decode("utf-8", "replace"),
+                "body": body.decode("utf-8", "replace"),
             }
             await _json(send, 200, echo, extra=[(b"x-fake", b"echo")])
         else:
             await _json(send, 404, {"error": f"no route {path}"}, extra=[(b"x-fake", b"404")])
 
-    async def _inference(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
+    async def _inference(
+        self, scope: Scope, body: bytes, receive: Receive, send: Send, pinned: str | None = None
+    ) -> None:
         try:
             request = json.loads(body)
             if not isinstance(request, dict):
@@ -217,7 +327,7 @@ class FakeLlamaSwap:
             return
         fake = request.get("fake") or {}
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        model = request.get("model")
+        model = request.get("model") if pinned is None else pinned
         entry = Served(
             model=model,
             tag=fake.get("tag") or headers.get("x-prioqueue-job"),
@@ -248,7 +358,8 @@ class FakeLlamaSwap:
 
         aborts = self.aborts
         try:
-            if model != self.loaded and await self._load(model, entry, disconnected):
+            loading_state = await self._cold(model, request, entry, disconnected, send)
+            if loading_state is False:
                 return
             entry.started = time.monotonic()
             with self._lock:
@@ -276,7 +387,7 @@ class FakeLlamaSwap:
                 await _json(send, status, {"error": {"message": f"fake error {status}"}})
             elif request.get("stream"):
                 entry.cancelled = await self._stream(
-                    send, model, int(fake.get("tokens", 3)), disconnected, done
+                    send, model, int(fake.get("tokens", 3)), disconnected, done, loading_state
                 )
             else:
                 done()
@@ -285,19 +396,69 @@ class FakeLlamaSwap:
             done()
             watcher.cancel()
 
-    async def _load(self, model: Any, entry: Served, disconnected: asyncio.Event) -> bool:
-        """Swap to ``model`` (a cold load); True when the client left and it stopped."""
+    async def _cold(
+        self,
+        model: Any,
+        request: dict[str, Any],
+        entry: Served,
+        disconnected: asyncio.Event,
+        send: Send,
+    ) -> float | bool | None:
+        """Load ``model`` if needed.
+
+        Returns:
+            False when the client left during the load, else the start of the loading state
+            streamed (None: none was).
+        """
+        if self.is_loaded(model):
+            return None
+        loading_state = None
+        if self.send_loading_state and request.get("stream"):
+            loading_state = await _loading_start(send, model)
+        if await self._load(model, entry, disconnected, loading_state, send):
+            return False
+        return loading_state
+
+    async def _load(
+        self,
+        model: Any,
+        entry: Served,
+        disconnected: asyncio.Event,
+        loading_state: float | None = None,
+        send: Send | None = None,
+    ) -> bool:
+        """Swap to ``model`` (a cold load); True when the client left and it stopped.
+
+        A persistent model is loaded beside the others; any other replaces the swapping one.
+        With ``loading_state`` (the load's start) llama-swap's loading chunks are streamed.
+        """
         entry.cold_load = True
         self.loads += 1
+        if model not in self.persistent:
+            self.loaded = None
         if self.load_seconds:
             self.loading = model
             try:
-                if await _work(disconnected, self.load_seconds, self.aborts):
+                if loading_state is not None:
+                    ticks = max(1, round(self.load_seconds / 0.1))
+                    for _ in range(ticks):
+                        if await _work(disconnected, self.load_seconds / ticks, self.aborts):
+                            entry.cancelled = True
+                            return True
+                        assert send is not None
+                        await _loading_chunk(send, ".")
+                elif await _work(disconnected, self.load_seconds, self.aborts):
                     entry.cancelled = True
                     return True
             finally:
                 self.loading = None
-        self.loaded = model
+        if loading_state is not None:
+            assert send is not None
+            await _loading_done(send, time.monotonic() - loading_state)
+        if model in self.persistent:
+            self.loaded_beside.add(model)
+        else:
+            self.loaded = model
         return False
 
     async def _stream(
@@ -307,18 +468,21 @@ class FakeLlamaSwap:
         tokens: int,
         disconnected: asyncio.Event,
         done: Callable[[], None],
+        loading_state: float | None = None,
     ) -> bool:
         """Stream ``tokens`` chat chunks as SSE; return True when the client went away.
 
         Without ``aborts`` the tokens are still generated after the client left (not sent).
+        With ``loading_state`` the response began with llama-swap's loading chunks.
         """
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"text/event-stream"), (b"x-fake", b"1")],
-            }
-        )
+        if loading_state is None:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream"), (b"x-fake", b"1")],
+                }
+            )
         for index in range(tokens):
             if self.token_seconds and await _work(disconnected, self.token_seconds, self.aborts):
                 return True
@@ -350,6 +514,31 @@ class FakeLlamaSwap:
             return True
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         return False
+
+
+_RULE = "\u2501" * 5
+
+
+async def _loading_chunk(send: Send, text: str) -> None:
+    """One of llama-swap's loading events: a ``reasoning_content`` delta, nothing else."""
+    data = json.dumps({"choices": [{"delta": {"reasoning_content": text}}]}).encode()
+    await send(
+        {"type": "http.response.body", "body": b"data: " + data + b"\n\n", "more_body": True}
+    )
+
+
+async def _loading_start(send: Send, model: Any) -> float:
+    """Answer at once, as llama-swap does with ``sendLoadingState``; return the load's start."""
+    headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    for text in (_RULE, "\n", f"llama-swap loading model: {model}", "\n"):
+        await _loading_chunk(send, text)
+    return time.monotonic()
+
+
+async def _loading_done(send: Send, seconds: float) -> None:
+    for text in ("\n", f"Done! ({seconds:.2f}s)", "\n", _RULE, "\n", " ", "\n"):
+        await _loading_chunk(send, text)
 
 
 async def _big(send: Send, size: int, disconnected: asyncio.Event) -> bool:
