@@ -93,7 +93,7 @@ def test_loaded_tracks_a_persistent_model_beside_the_swapped_one() -> None:
 
 @pytest.mark.parametrize("fleet", [False, True], ids=["single", "fleet"])
 def test_swaps_counted_equal_the_loads_with_a_persistent_group(front: Any, fleet: bool) -> None:
-    fake, gateway, url = front(
+    fake, _gateway, url = front(
         {"persistent": ("embed",)},
         {"resident": {"poll_seconds": 0.05}, "health_seconds": 0.05},
         fleet=fleet,
@@ -114,7 +114,7 @@ def test_swaps_counted_equal_the_loads_with_a_persistent_group(front: Any, fleet
 
 
 def test_resident_is_the_swapped_model_not_the_first_listed(front: Any) -> None:
-    fake, gateway, url = front({"persistent": ("embed",)}, {"resident": {"poll_seconds": 0.05}})
+    _fake, gateway, url = front({"persistent": ("embed",)}, {"resident": {"poll_seconds": 0.05}})
 
     async def main() -> None:
         await _serve(url, ["embed", "qwen"])
@@ -142,18 +142,20 @@ def test_upstream_route_takes_its_model_from_the_path(front: Any) -> None:
             return ignored, empty, bare
 
     ignored, empty, bare = run(main())
-    assert ignored.status_code == 200 and empty.status_code == 200, empty.text
+    assert ignored.status_code == 200, ignored.text
+    assert empty.status_code == 200, empty.text
     job = gateway.explain(ignored.headers["x-prioqueue-job"])
     assert job["model"] == "llama"
     assert [s.model for s in fake.served] == ["llama", "llama"]
-    assert bare.status_code == 301 and bare.headers["location"] == "/upstream/llama/"
+    assert bare.status_code == 301
+    assert bare.headers["location"] == "/upstream/llama/"
 
 
 # -- 4. llama-swap's UI: Basic and X-API-Key -------------------------------------------------
 
 
 def test_llama_swap_ui_keys_basic_and_x_api_key(front: Any) -> None:
-    fake, gateway, url = front()
+    _fake, _gateway, url = front()
     basic = "Basic " + base64.b64encode(b"anyone:k-root").decode()
 
     async def main() -> dict[str, httpx.Response]:
@@ -179,14 +181,15 @@ def test_llama_swap_ui_keys_basic_and_x_api_key(front: Any) -> None:
     assert got["api_member"].status_code == 403
     for name in ("basic", "x_api_key"):  # the gateway key never reaches the upstream
         headers = got[name].json()["headers"]
-        assert "authorization" not in headers and "x-api-key" not in headers
+        assert "authorization" not in headers
+        assert "x-api-key" not in headers
 
 
 # -- 5. an upstream 5xx: 502 with a one-line reason --------------------------------------------
 
 
 def test_upstream_5xx_is_a_502_with_a_one_line_reason_and_no_breaker_failure(front: Any) -> None:
-    fake, gateway, url = front(config={"limits": {"breaker_failures": 2}})
+    _fake, gateway, url = front(config={"limits": {"breaker_failures": 2}})
 
     async def main() -> list[httpx.Response]:
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
@@ -206,7 +209,7 @@ def test_upstream_5xx_is_a_502_with_a_one_line_reason_and_no_breaker_failure(fro
 
 
 def test_loading_state_is_not_the_first_byte(front: Any) -> None:
-    fake, gateway, url = front({"send_loading_state": True, "load_seconds": 0.4})
+    _fake, gateway, url = front({"send_loading_state": True, "load_seconds": 0.4})
 
     async def main() -> bytes:
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
@@ -216,12 +219,13 @@ def test_loading_state_is_not_the_first_byte(front: Any) -> None:
             return response.content
 
     content = run(main())
-    assert b"llama-swap loading model: qwen" in content and b"tok0" in content
+    assert b"llama-swap loading model: qwen" in content
+    assert b"tok0" in content
     assert gateway.http_stats.latency_sum >= 0.35  # the load, not the loading text's 1 ms
 
 
 def test_a_stuck_load_behind_the_loading_state_hits_first_byte_timeout(front: Any) -> None:
-    fake, gateway, url = front(
+    _fake, gateway, url = front(
         {"send_loading_state": True, "load_seconds": 3.0, "aborts": True},
         {"limits": {"first_byte_timeout": 0.5, "breaker_failures": 5}},
     )
@@ -253,14 +257,15 @@ def test_polls_carry_the_upstream_key_and_a_wrong_key_is_shown(front: Any) -> No
     async def main() -> None:
         await _serve(url, ["qwen"])
         await wait_for(lambda: fake.running_polls >= 3)
-        assert gateway.poll_error is None and gateway.loaded.models == {"qwen"}
+        assert gateway.poll_error is None
+        assert gateway.loaded.models == {"qwen"}
 
     run(main())
     assert fake.refused == 0
 
 
 def test_a_wrong_upstream_key_keeps_the_loaded_model_and_says_why(front: Any) -> None:
-    fake, gateway, url = front(
+    fake, _gateway, url = front(
         {"api_keys": ("sk-up",)},
         {"upstream_api_key": "sk-wrong", "resident": {"poll_seconds": 0.05}},
     )
@@ -277,7 +282,7 @@ def test_a_wrong_upstream_key_keeps_the_loaded_model_and_says_why(front: Any) ->
 
 @pytest.mark.parametrize("key", ["sk-up", "sk-wrong"])
 def test_upstreams_with_api_keys_come_up_or_say_why(front: Any, key: str) -> None:
-    fake, gateway, url = front(
+    _fake, _gateway, url = front(
         {"api_keys": ("sk-up",)}, {"upstream_api_key": key, "health_seconds": 0.05}, fleet=True
     )
 
@@ -290,11 +295,13 @@ def test_upstreams_with_api_keys_come_up_or_say_why(front: Any, key: str) -> Non
     answer, status = run(main())
     upstream = status["fleet"][0]
     if key == "sk-up":
-        assert answer.status_code == 200 and upstream["state"] == "up"
+        assert answer.status_code == 200
+        assert upstream["state"] == "up"
     else:
         assert answer.status_code == 503
         assert upstream["state"] == "down"
-        assert "401" in upstream["last_error"] and "upstream_api_key" in upstream["last_error"]
+        assert "401" in upstream["last_error"]
+        assert "upstream_api_key" in upstream["last_error"]
         assert "401" in answer.json()["error"]["message"]
 
 
@@ -302,7 +309,7 @@ def test_upstreams_with_api_keys_come_up_or_say_why(front: Any, key: str) -> Non
 
 
 def test_running_is_for_observers_and_upstream_metrics_for_admins(front: Any) -> None:
-    fake, gateway, url = front({"api_keys": ("sk-up",)}, {"upstream_api_key": "sk-up"})
+    _fake, _gateway, url = front({"api_keys": ("sk-up",)}, {"upstream_api_key": "sk-up"})
 
     async def main() -> dict[str, httpx.Response]:
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:

@@ -93,10 +93,14 @@ class Upstream:
     """What it has loaded (several models with llama-swap's groups), see ``_loaded``."""
 
     @classmethod
-    def of(cls, config: UpstreamConfig) -> Upstream:
-        """Build the state of a configured upstream (down until its first poll)."""
+    def of(cls, config: UpstreamConfig, persistent: frozenset[str] = frozenset()) -> Upstream:
+        """Build the state of a configured upstream (down until its first poll).
+
+        ``persistent``: the models ``[resident] persistent`` names (see ``_loaded``).
+        """
         parts = urlsplit(config.url)
-        return cls(config, f"{parts.scheme}://{parts.netloc}", parts.path, models=config.models)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        return cls(config, origin, parts.path, models=config.models, tracker=Loaded(persistent))
 
     @property
     def name(self) -> str:

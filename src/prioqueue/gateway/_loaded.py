@@ -13,8 +13,10 @@ whole picture and decides which model that is.
 * ``primary``: the model the dispatcher is told about, the one a swap replaces: the last
   model granted that was not already loaded beside another (a swap brought it in), or, from a
   poll that does not list it, the first listed model not known to stay.
-* ``sticky``: models seen to stay loaded across a swap (a persistent group): a poll after a
-  swap to ``primary`` that still lists another model marks it sticky.
+* ``sticky``: models that stay loaded across a swap (a persistent group): those the
+  configuration names (``[resident] persistent``), and those a poll after a swap to
+  ``primary`` still lists beside it (learnt: until then, the first poll's choice of primary
+  among several loaded models is a guess).
 
 A grant is a swap when its model is not loaded (it is what llama-swap will start): then the
 models loaded become the sticky ones plus the granted one. A grant of a loaded model that
@@ -53,12 +55,14 @@ def loaded_models(report: Any) -> list[str] | None:
 class Loaded:
     """One upstream's loaded models and the swaps counted against them (see the module)."""
 
-    __slots__ = ("_swapped", "grants", "models", "primary", "sticky", "swaps")
+    __slots__ = ("_swapped", "grants", "models", "persistent", "primary", "sticky", "swaps")
 
-    def __init__(self) -> None:
+    def __init__(self, persistent: frozenset[str] = frozenset()) -> None:
+        self.persistent = persistent
+        """Models known to stay (``[resident] persistent``): sticky whatever a poll says."""
         self.models: frozenset[str] = frozenset()
         self.primary: str | None = None
-        self.sticky: frozenset[str] = frozenset()
+        self.sticky: frozenset[str] = persistent
         self.swaps = 0
         self.grants = 0
         """Grants counted (a poll asked before one and answered after it is stale)."""
@@ -71,7 +75,7 @@ class Loaded:
             # What stayed loaded beside the model a swap brought in is sticky.
             self.sticky = self.sticky | (listed - {self.primary})
             self._swapped = False
-        self.sticky = self.sticky & listed
+        self.sticky = (self.sticky & listed) | self.persistent
         self.models = listed
         if self.primary not in listed:
             others = [m for m in models if m not in self.sticky]

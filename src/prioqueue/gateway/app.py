@@ -143,7 +143,9 @@ class Gateway(Routes):
         self.recorder = recorder
         self.record_loads: Mapping[str, float] = dict(record_loads or {})
         limits = config.limits
-        self.upstreams = {u.name: _upstreams.Upstream.of(u) for u in config.upstreams}
+        self.upstreams = {
+            u.name: _upstreams.Upstream.of(u, config.resident_persistent) for u in config.upstreams
+        }
         self.fleet_gate: FleetGate | None = None
         self.dispatcher: SizeOneDispatcher | FleetDispatcher
         self.gate: Driver[SizeOneDispatcher | FleetDispatcher]
@@ -181,7 +183,7 @@ class Gateway(Routes):
         self.metrics: Callable[[], bytes] | None = _metrics.metrics_renderer(self)
         self._poller: asyncio.Task[None] | None = None
         self.lingering = Lingering(self)
-        self.loaded = Loaded()
+        self.loaded = Loaded(config.resident_persistent)
         self._side_tasks: dict[asyncio.Task[None], str] = {}
         self.poll_error: str | None = None
         self._last_flight: Flight | None = None

@@ -336,6 +336,9 @@ def parse_config(
     resident = root.table("resident")
     resident_poll = resident.number("poll_seconds", 0.0, positive=False)
     resident_path = resident.string("path", "/running")
+    persistent = resident.get("persistent") or []
+    if not isinstance(persistent, list) or not all(isinstance(m, str) and m for m in persistent):
+        raise resident.fail("persistent", f"must be an array of model names, got {persistent!r}")
     resident.finish()
     estimate = root.number("estimate_seconds", None)
     busy = _busy(root, _Busy(aborts=False, busy_timeout=300.0, idle_path=None))
@@ -370,6 +373,7 @@ def parse_config(
         estimate_seconds=estimate,
         resident_poll_seconds=resident_poll,  # type: ignore[arg-type]
         resident_path=resident_path,
+        resident_persistent=frozenset(persistent),
         upstream_api_key=api_key,
         job_history=root.integer("job_history", 1000, minimum=0),  # type: ignore[arg-type]
         job_history_bytes=root.integer("job_history_bytes", 16 * 1024 * 1024, minimum=0),  # type: ignore[arg-type]

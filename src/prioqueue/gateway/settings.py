@@ -298,6 +298,9 @@ class GatewayConfig:
         resident_poll_seconds: Poll the upstream's model status every so many seconds
             (0: never).
         resident_path: The upstream path that lists loaded models (llama-swap: ``/running``).
+        resident_persistent: Models that stay loaded beside the swapped one (llama-swap's
+            ``persistent`` groups): never taken for the resident model, never counted as
+            evicted by a swap. Others are learnt (see ``_loaded``).
         upstream_api_key: Sent as ``Authorization: Bearer`` to the upstream when set. The
             client's own ``Authorization`` (its gateway key) is never forwarded.
         job_history: Finished jobs remembered for ``GET /prioqueue/jobs/{id}``.
@@ -346,6 +349,7 @@ class GatewayConfig:
     estimate_seconds: float | None = None
     resident_poll_seconds: float = 0.0
     resident_path: str = "/running"
+    resident_persistent: frozenset[str] = frozenset()
     upstream_api_key: str | None = None
     job_history: int = 1000
     job_history_bytes: int = 16 * 1024 * 1024
