@@ -30,7 +30,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 STANDIN = Path(__file__).resolve().parent / "standin.py"
-REQUIRE = os.environ.get("PRIOQUEUE_REQUIRE_LLAMA_SWAP") == "1"
 
 
 def binary() -> Path:
@@ -42,7 +41,7 @@ def binary() -> Path:
             f"the real llama-swap is not at {path} (a project checkout has it at "
             "../shared/llama-swap/llama-swap; PRIOQUEUE_LLAMA_SWAP names another)"
         )
-        if REQUIRE:
+        if os.environ.get("PRIOQUEUE_REQUIRE_LLAMA_SWAP") == "1":
             pytest.fail(f"PRIOQUEUE_REQUIRE_LLAMA_SWAP=1 but {reason}")
         pytest.skip(reason)
     return path
@@ -130,7 +129,9 @@ class LlamaSwap:
         **top: Other top-level keys (``groups``, ``apiKeys``, ``sendLoadingState``...).
     """
 
-    def __init__(self, workdir: Path, models: dict[str, dict[str, Any]], **top: Any) -> None:
+    def __init__(
+        self, workdir: Path, models: dict[str, dict[str, Any]], *, text: str = "", **top: Any
+    ) -> None:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_ports(1)
@@ -142,8 +143,8 @@ class LlamaSwap:
             **top,
         }
         self.config_path = workdir / "llama-swap.yaml"
-        # JSON is YAML: no YAML library needed to write it.
-        self.config_path.write_text(json.dumps(config, indent=2))
+        # JSON is YAML: no YAML library needed to write it. ``text``: a YAML file as is.
+        self.config_path.write_text(text or json.dumps(config, indent=2))
         self.url = f"http://127.0.0.1:{self.port}"
         self.keys: list[str] = list(top.get("apiKeys", []))
         self.process: subprocess.Popen[bytes] | None = None

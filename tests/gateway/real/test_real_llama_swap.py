@@ -14,9 +14,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -406,3 +408,29 @@ def test_llama_swap_ui_through_the_gateway_in_chromium(swap_a: LlamaSwap, front:
     member = base64.b64encode(b"x:k-alice").decode()
     refused = httpx.get(url + "/api/version", headers={"authorization": f"Basic {member}"})
     assert refused.status_code == 403
+
+
+# -- the documentation's pair of files ---------------------------------------------------------
+
+
+def test_the_documented_llama_swap_config_loads(tmp_path: Path) -> None:
+    from prioqueue._service.config import _load_toml
+
+    binary()
+    page = (ROOT / "docs" / "llama-swap.md").read_text(encoding="utf-8")
+    yaml = re.search(r"<!-- llama-swap-config -->\n```yaml\n(.*?)^```", page, re.M | re.S)
+    toml = re.search(r"<!-- gateway-config -->\n```toml\n(.*?)^```", page, re.M | re.S)
+    assert yaml is not None
+    assert toml is not None
+    config = parse_config(_load_toml(toml[1]))
+    swap = LlamaSwap(tmp_path, {}, text=yaml[1])
+    swap.keys = [str(config.upstream_api_key)]
+    try:
+        swap.start(Events(tmp_path / "events.log"))
+        headers = config.poll_headers()
+        listed = httpx.get(swap.url + "/v1/models", headers=headers, timeout=10).json()
+        assert sorted(m["id"] for m in listed["data"]) == ["embed", "llama", "qwen"]
+        assert httpx.get(swap.url + "/running", timeout=10).status_code == 401
+    finally:
+        swap.stop()
+    assert config.resident_persistent == {"embed"}
