@@ -106,6 +106,8 @@ class Flight:
     sse: bool = False
     timed_out: bool = False
     first_byte: float | None = None
+    swap: bool | None = None
+    """Whether its grant was a swap by the gateway's count of loaded models (None: not granted)."""
     exited: asyncio.Event = attrs.field(factory=asyncio.Event)
     """Set once the request's handler has left its turn's block (the gateway's own end)."""
 

@@ -364,4 +364,5 @@ def finished(
             first_byte=flight.first_byte,
             streamed=flight.sse,
             known_load=None if model is None else gateway.record_loads.get(model),
+            swap=flight.swap,
         )

@@ -419,7 +419,7 @@ class Gateway(Routes):
                 origin, prefix, upstream = self._origin(grant)
                 held_turn.upstream = upstream
                 await self._reads_settled(upstream)
-                swap = self._granted(grant, upstream)
+                swap = flight.swap = self._granted(grant, upstream)
                 url = upstream_url(scope, origin, prefix)
                 request = (scope["method"], url, self._with_key(forwarded, upstream))
                 try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import re
 import sys
@@ -169,6 +170,31 @@ def test_streaming_is_passed_byte_for_byte(swap_a: LlamaSwap, front: Any) -> Non
     assert expected.count(b"data: ") == 6
 
 
+def test_a_client_that_leaves_stops_the_model_and_frees_the_gpu(
+    swap_a: LlamaSwap, front: Any
+) -> None:
+    gateway, url = front({"aborts": True}, swap_a)
+    direct(swap_a, ask("qwen", "warm"))
+    mark = len(swap_a.events.lines())
+
+    async def main() -> int:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            long = asyncio.ensure_future(
+                client.post(CHAT, json=ask("qwen", "gone", work=20.0), headers=ALICE)
+            )
+            await wait_for(lambda: "gone" in swap_a.events.begun(mark))
+            long.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await long
+            answer = await client.post(CHAT, json=ask("qwen", "next"), headers=BOB)
+            return answer.status_code
+
+    assert run(main()) == 200
+    ends = {f[2]: f[4] for f in swap_a.events.lines()[mark:] if f[0] == "end"}
+    assert ends == {"gone": "left", "next": "done"}  # llama-server stops when its client left
+    assert swap_a.events.most_at_once(mark) == 1
+
+
 # -- several models loaded: a persistent group, swaps, affinity ---------------------------------
 
 
@@ -283,6 +309,7 @@ def test_loading_state_is_not_taken_for_the_first_byte(swap_a: LlamaSwap, front:
     assert b"llama-swap loading model: " not in answer.content  # it comes in 5-letter chunks
     assert "\u2501" * 5 in answer.content.decode()
     assert b"chat.completion.chunk" in answer.content
+    run(wait_for(lambda: len(recorder.rows) == 1))  # written as the handler ends
     (row,) = recorder.rows
     assert row["swap"]
     assert row["load"] >= 1.0
@@ -293,7 +320,8 @@ def test_loading_state_is_not_taken_for_the_first_byte(swap_a: LlamaSwap, front:
     last = cut.content.rstrip().split(b"\n\n")[-1]
     assert last.startswith(b"event: error")
     assert json.loads(last.split(b"data: ", 1)[1])["error"]["type"] == "upstream_timeout"
-    assert gateway.breaker.consecutive == 1
+    # Counted once the handler is past the stream's end (the client may see the end first).
+    run(wait_for(lambda: gateway.breaker.consecutive == 1))
 
 
 # -- apiKeys -----------------------------------------------------------------------------------
