@@ -173,7 +173,7 @@ def test_streaming_is_passed_byte_for_byte(swap_a: LlamaSwap, front: Any) -> Non
 def test_a_client_that_leaves_stops_the_model_and_frees_the_gpu(
     swap_a: LlamaSwap, front: Any
 ) -> None:
-    gateway, url = front({"aborts": True}, swap_a)
+    _gateway, url = front({"aborts": True}, swap_a)
     direct(swap_a, ask("qwen", "warm"))
     mark = len(swap_a.events.lines())
 
