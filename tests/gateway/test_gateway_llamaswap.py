@@ -331,3 +331,30 @@ def test_running_is_for_observers_and_upstream_metrics_for_admins(front: Any) ->
     assert got["metrics_observer"].status_code == 403
     assert got["metrics_admin"].status_code == 200
     assert "llamaswap_loads_total 1" in got["metrics_admin"].text
+
+
+# -- configuration -----------------------------------------------------------------------------
+
+
+def test_configuration_of_keys_persistent_models_and_observer_paths() -> None:
+    from prioqueue.gateway.config import ConfigError
+
+    config = parse_config(
+        {
+            "upstream_api_key": "sk-top",
+            "resident": {"persistent": ["embed"]},
+            "observer_paths": ["/running", "/api/metrics/*"],
+            "upstreams": [
+                {"url": "http://127.0.0.1:1", "name": "a"},
+                {"url": "http://127.0.0.1:2", "name": "b", "upstream_api_key": "sk-b"},
+            ],
+        }
+    )
+    assert [u.api_key for u in config.upstreams] == ["sk-top", "sk-b"]
+    assert config.poll_headers(config.upstreams[1]) == {"authorization": "Bearer sk-b"}
+    assert "sk-b" not in repr(config.upstreams[1])  # keys stay out of logs
+    assert config.resident_persistent == {"embed"}
+    assert config.is_observer_path("/api/metrics/activity")
+    assert parse_config({}).poll_headers() == {}
+    with pytest.raises(ConfigError, match=r"persistent.*array of model names"):
+        parse_config({"resident": {"persistent": "embed"}})
