@@ -27,9 +27,9 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from prioqueue.gateway._forward import upstream_reason
 from prioqueue.gateway._host import Upstream
 from prioqueue.gateway._idle import busy_count, idle_url
+from prioqueue.gateway._llamaswap import upstream_reason
 from prioqueue.gateway._loaded import loaded_models
 
 if TYPE_CHECKING:

@@ -48,18 +48,15 @@ Run it by hand with ``python -m prioqueue.gateway.fake_upstream --listen 127.0.0
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import base64
-import contextlib
 import json
 import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import attrs
-
+from prioqueue.gateway import _fake_wire as wire
+from prioqueue.gateway._fake_wire import Served, parser
 from prioqueue.gateway._thread import ServerThread, bind_loopback
 
 __all__ = ["FakeLlamaSwap", "Served", "ServerThread", "bind_loopback", "main"]
@@ -76,31 +73,6 @@ _INFERENCE = (
     "/v1/images/generations",
     "/v1/audio/speech",
 )
-
-
-@attrs.define
-class Served:
-    """One inference the fake saw.
-
-    Attributes:
-        model: The body's ``model``.
-        tag: ``fake.tag`` from the body, or the gateway's ``X-Prioqueue-Job`` header.
-        path: The request path.
-        started: ``time.monotonic()`` when the inference began (after any cold load).
-        finished: When it ended, or None while running.
-        cancelled: True when the client went away before the end.
-        cold_load: True when serving it switched models.
-        headers: The request headers (lower-case names).
-    """
-
-    model: str | None
-    tag: str | None
-    path: str
-    started: float
-    finished: float | None = None
-    cancelled: bool = False
-    cold_load: bool = False
-    headers: dict[str, str] = attrs.field(factory=dict)
 
 
 class FakeLlamaSwap:
@@ -175,41 +147,11 @@ class FakeLlamaSwap:
             states[self.loading] = "starting"
         if not states and active:
             states["unknown"] = "ready"
-        return [
-            {
-                "model": model,
-                "state": state,
-                "cmd": f"llama-server --port 9999 --model /models/{model}.gguf",
-                "proxy": "http://127.0.0.1:9999",
-                "ttl": 0,
-                "name": "",
-                "description": "",
-                # Not in llama-swap's: the work in progress, on the swapping model's entry.
-                "inflight": active if model in (self.loading, self.loaded) else 0,
-            }
-            for model, state in sorted(states.items())
-        ]
+        return wire.running_entries(states, active, (self.loading, self.loaded))
 
     def is_loaded(self, model: Any) -> bool:
         """Whether serving ``model`` needs no load."""
         return model == self.loaded or model in self.loaded_beside
-
-    def _authorised(self, scope: Scope) -> bool:
-        if not self.api_keys:
-            return True
-        for name, value in scope["headers"]:
-            if name == b"x-api-key" and value.strip() in self.api_keys:
-                return True
-            if name == b"authorization":
-                scheme, _, token = value.strip().partition(b" ")
-                if scheme.lower() == b"basic":
-                    with contextlib.suppress(ValueError):
-                        token = base64.b64decode(token.strip()).partition(b":")[2]
-                elif scheme.lower() != b"bearer":
-                    continue
-                if token.strip() in self.api_keys:
-                    return True
-        return False
 
     def order(self) -> list[str | None]:
         """Return the tags of the inferences in the order they started."""
@@ -237,22 +179,21 @@ class FakeLlamaSwap:
             body += message.get("body", b"")
             if not message.get("more_body", False):
                 break
-        if path != "/health" and not path.startswith("/fake/") and not self._authorised(scope):
+        keys = self.api_keys
+        if (
+            path != "/health"
+            and not path.startswith("/fake/")
+            and not wire.authorised(keys, scope["headers"])
+        ):
             self.refused += 1
-            text = "unauthorized: invalid or missing API key"
-            await _json(
-                send,
-                401,
-                {"error": {"code": 401, "message": text, "type": "authentication_error"}},
-                extra=[(b"www-authenticate", b'Basic realm="llama-swap"')],
-            )
+            await wire.unauthorised(send)
             return
         pinned = None
         if path.startswith("/upstream/"):
             pinned, slash, rest = path[len("/upstream/") :].partition("/")
             if not slash and method in ("GET", "HEAD"):  # a bare /upstream/<model>
                 location = f"/upstream/{pinned}/".encode()
-                await _send(send, 301, [(b"location", location)], b"")
+                await wire.send_raw(send, 301, [(b"location", location)], b"")
                 return
             path = "/" + rest
         await self._route(scope, (method, path, pinned), bytes(body), receive, send)
@@ -269,39 +210,31 @@ class FakeLlamaSwap:
         if method == "POST" and path in _INFERENCE:
             await self._inference(scope, body, receive, send, pinned)
         elif pinned is not None:
-            await _json(send, 200, {"model": pinned, "path": path})
+            await wire.send_json(send, 200, {"model": pinned, "path": path})
         elif path == "/metrics":
-            lines = [
-                "# HELP llamaswap_requests_total Requests served (fake).",
-                "# TYPE llamaswap_requests_total counter",
-                f"llamaswap_requests_total {self.requests}",
-                "# HELP llamaswap_loads_total Model loads (fake).",
-                "# TYPE llamaswap_loads_total counter",
-                f"llamaswap_loads_total {self.loads}",
-            ]
-            text = ("\n".join(lines) + "\n").encode()
-            await _send(send, 200, [(b"content-type", b"text/plain; version=0.0.4")], text)
+            text = wire.metrics_text(self.requests, self.loads)
+            await wire.send_raw(send, 200, [(b"content-type", b"text/plain; version=0.0.4")], text)
         elif path == "/v1/models":
             data = [{"id": model, "object": "model", "owned_by": "fake"} for model in self.models]
-            await _json(send, 200, {"object": "list", "data": data})
+            await wire.send_json(send, 200, {"object": "list", "data": data})
         elif path == "/running":
             self.running_polls += 1
             if self.running_delay:
                 await asyncio.sleep(self.running_delay)
             if self.running_status != 200:
-                await _json(send, self.running_status, {"error": "fake /running failure"})
+                await wire.send_json(send, self.running_status, {"error": "fake /running failure"})
             else:
-                await _json(send, 200, {"running": self.report()})
+                await wire.send_json(send, 200, {"running": self.report()})
         elif path == "/fake/stats":
             stats = {"active": self.active, "max_active": self.max_active}
             stats.update(requests=self.requests, loads=self.loads)
-            await _json(send, 200, stats)
+            await wire.send_json(send, 200, stats)
         elif path == "/unload":
             self.loaded = None
             self.loaded_beside.clear()
-            await _json(send, 200, {"unloaded": True})
+            await wire.send_json(send, 200, {"unloaded": True})
         elif path == "/health":
-            await _send(send, 200, [(b"content-type", b"text/plain")], b"OK")
+            await wire.send_raw(send, 200, [(b"content-type", b"text/plain")], b"OK")
         elif path == "/echo":
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
             echo = {
@@ -311,9 +244,11 @@ class FakeLlamaSwap:
                 "headers": headers,
                 "body": body.decode("utf-8", "replace"),
             }
-            await _json(send, 200, echo, extra=[(b"x-fake", b"echo")])
+            await wire.send_json(send, 200, echo, extra=[(b"x-fake", b"echo")])
         else:
-            await _json(send, 404, {"error": f"no route {path}"}, extra=[(b"x-fake", b"404")])
+            await wire.send_json(
+                send, 404, {"error": f"no route {path}"}, extra=[(b"x-fake", b"404")]
+            )
 
     async def _inference(
         self, scope: Scope, body: bytes, receive: Receive, send: Send, pinned: str | None = None
@@ -323,7 +258,7 @@ class FakeLlamaSwap:
             if not isinstance(request, dict):
                 raise TypeError("not an object")
         except (ValueError, TypeError):
-            await _json(send, 400, {"error": {"message": "invalid JSON"}})
+            await wire.send_json(send, 400, {"error": {"message": "invalid JSON"}})
             return
         fake = request.get("fake") or {}
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
@@ -356,7 +291,6 @@ class FakeLlamaSwap:
                 with self._lock:
                     self.active -= 1
 
-        aborts = self.aborts
         try:
             loading_state = await self._cold(model, request, entry, disconnected, send)
             if loading_state is False:
@@ -364,15 +298,7 @@ class FakeLlamaSwap:
             entry.started = time.monotonic()
             with self._lock:
                 self.served.append(entry)
-            hold = fake.get("hold")
-            if hold is not None:
-                gate = self._gate(str(hold))
-                while not gate.is_set():
-                    if await _work(disconnected, 0.002, aborts):
-                        entry.cancelled = True
-                        return
-            seconds = float(fake.get("seconds", 0.0))
-            if seconds and await _work(disconnected, seconds, aborts):
+            if await self._work(fake, disconnected):
                 entry.cancelled = True
                 return
             status = int(fake.get("status", 200))
@@ -381,20 +307,33 @@ class FakeLlamaSwap:
                 entry.cancelled = True  # the client left; the work was done all the same
             elif size > 0:
                 done()
-                entry.cancelled = await _big(send, size, disconnected)
+                entry.cancelled = await wire.big(send, size, disconnected)
             elif status != 200:
                 done()
-                await _json(send, status, {"error": {"message": f"fake error {status}"}})
+                await wire.send_json(send, status, {"error": {"message": f"fake error {status}"}})
             elif request.get("stream"):
                 entry.cancelled = await self._stream(
                     send, model, int(fake.get("tokens", 3)), disconnected, done, loading_state
                 )
             else:
                 done()
-                await _json(send, 200, _completion(scope["path"], model), extra=[(b"x-fake", b"1")])
+                await wire.send_json(
+                    send, 200, wire.completion(scope["path"], model), extra=[(b"x-fake", b"1")]
+                )
         finally:
             done()
             watcher.cancel()
+
+    async def _work(self, fake: dict[str, Any], disconnected: asyncio.Event) -> bool:
+        """The request's work: its ``hold`` gate, then its ``seconds``; True when it stopped."""
+        hold = fake.get("hold")
+        if hold is not None:
+            gate = self._gate(str(hold))
+            while not gate.is_set():
+                if await wire.work(disconnected, 0.002, self.aborts):
+                    return True
+        seconds = float(fake.get("seconds", 0.0))
+        return bool(seconds) and await wire.work(disconnected, seconds, self.aborts)
 
     async def _cold(
         self,
@@ -414,7 +353,7 @@ class FakeLlamaSwap:
             return None
         loading_state = None
         if self.send_loading_state and request.get("stream"):
-            loading_state = await _loading_start(send, model)
+            loading_state = await wire.loading_start(send, model)
         if await self._load(model, entry, disconnected, loading_state, send):
             return False
         return loading_state
@@ -442,19 +381,19 @@ class FakeLlamaSwap:
                 if loading_state is not None:
                     ticks = max(1, round(self.load_seconds / 0.1))
                     for _ in range(ticks):
-                        if await _work(disconnected, self.load_seconds / ticks, self.aborts):
+                        if await wire.work(disconnected, self.load_seconds / ticks, self.aborts):
                             entry.cancelled = True
                             return True
                         assert send is not None
-                        await _loading_chunk(send, ".")
-                elif await _work(disconnected, self.load_seconds, self.aborts):
+                        await wire.loading_chunk(send, ".")
+                elif await wire.work(disconnected, self.load_seconds, self.aborts):
                     entry.cancelled = True
                     return True
             finally:
                 self.loading = None
         if loading_state is not None:
             assert send is not None
-            await _loading_done(send, time.monotonic() - loading_state)
+            await wire.loading_done(send, time.monotonic() - loading_state)
         if model in self.persistent:
             self.loaded_beside.add(model)
         else:
@@ -484,7 +423,9 @@ class FakeLlamaSwap:
                 }
             )
         for index in range(tokens):
-            if self.token_seconds and await _work(disconnected, self.token_seconds, self.aborts):
+            if self.token_seconds and await wire.work(
+                disconnected, self.token_seconds, self.aborts
+            ):
                 return True
             if disconnected.is_set():
                 if self.aborts:
@@ -516,136 +457,19 @@ class FakeLlamaSwap:
         return False
 
 
-_RULE = "\u2501" * 5
-
-
-async def _loading_chunk(send: Send, text: str) -> None:
-    """One of llama-swap's loading events: a ``reasoning_content`` delta, nothing else."""
-    data = json.dumps({"choices": [{"delta": {"reasoning_content": text}}]}).encode()
-    await send(
-        {"type": "http.response.body", "body": b"data: " + data + b"\n\n", "more_body": True}
-    )
-
-
-async def _loading_start(send: Send, model: Any) -> float:
-    """Answer at once, as llama-swap does with ``sendLoadingState``; return the load's start."""
-    headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    for text in (_RULE, "\n", f"llama-swap loading model: {model}", "\n"):
-        await _loading_chunk(send, text)
-    return time.monotonic()
-
-
-async def _loading_done(send: Send, seconds: float) -> None:
-    for text in ("\n", f"Done! ({seconds:.2f}s)", "\n", _RULE, "\n", " ", "\n"):
-        await _loading_chunk(send, text)
-
-
-async def _big(send: Send, size: int, disconnected: asyncio.Event) -> bool:
-    """Send ``size`` bytes in 64 KiB chunks; return True when the client went away."""
-    headers = [(b"content-type", b"application/octet-stream")]
-    headers.append((b"content-length", str(size).encode()))
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    chunk = b"x" * 65536
-    while size > 0:
-        if disconnected.is_set():
-            return True
-        part = chunk[: min(size, len(chunk))]
-        size -= len(part)
-        await send({"type": "http.response.body", "body": part, "more_body": size > 0})
-    return False
-
-
-async def _work(event: asyncio.Event, seconds: float, aborts: bool) -> bool:
-    """Work ``seconds``; return True when the client left and the work stops (``aborts``)."""
-    if not aborts:
-        await asyncio.sleep(seconds)
-        return False
-    return await _wait(event, seconds)
-
-
-async def _wait(event: asyncio.Event, seconds: float) -> bool:
-    """Sleep ``seconds`` unless ``event`` is set first; return whether it was set."""
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(event.wait(), seconds)
-    return event.is_set()
-
-
-def _completion(path: str, model: str | None) -> dict[str, Any]:
-    if path == "/v1/embeddings":
-        return {
-            "object": "list",
-            "model": model,
-            "data": [{"object": "embedding", "index": 0, "embedding": [0.0, 1.0]}],
-            "usage": {"prompt_tokens": 1, "total_tokens": 1},
-        }
-    if path == "/v1/chat/completions":
-        return {
-            "id": "chatcmpl-fake",
-            "object": "chat.completion",
-            "created": 0,
-            "model": model or "fake",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": "hello"},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        }
-    return {"id": "fake", "object": "text_completion", "model": model, "choices": [{"text": "hi"}]}
-
-
-async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-    headers = [*headers, (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _json(
-    send: Send, status: int, value: object, *, extra: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    headers = [(b"content-type", b"application/json"), *(extra or [])]
-    await _send(send, status, headers, json.dumps(value).encode())
-
-
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - run as a script
     """Run the fake llama-swap in the foreground: ``--listen HOST:PORT --load-seconds S``."""
     import uvicorn
 
-    parser = argparse.ArgumentParser(
-        prog="python -m prioqueue.gateway.fake_upstream",
-        description="A fake llama-swap for trying the gateway without a GPU: OpenAI-style "
-        "inference routes (chat and text completions, embeddings, images, speech; streaming "
-        "chat as server-sent events), GET /v1/models, /running, /health and /unload. It does "
-        "not serialise requests: put `prioqueue gateway --upstream URL` in front of it.",
-        epilog="A request may steer its own handling with a 'fake' object in its JSON body, "
-        'e.g. {"model": "m", "messages": [], "fake": {"seconds": 0.5, "tokens": 5, '
-        '"status": 500, "bytes": 1048576}}: inference time, streamed tokens, an error status, '
-        "a response body of that many bytes. GET /fake/stats answers the most inferences it ever "
-        "ran at once (max_active).",
-    )
-    parser.add_argument(
-        "--listen", default="127.0.0.1:8080", metavar="HOST:PORT", help="default 127.0.0.1:8080"
-    )
-    parser.add_argument(
-        "--load-seconds", type=float, default=0.0, metavar="S", help="cold-load time per swap"
-    )
-    parser.add_argument(
-        "--token-seconds", type=float, default=0.0, metavar="S", help="delay between tokens"
-    )
-    parser.add_argument(
-        "--aborts",
-        action="store_true",
-        help="stop an inference when its client disconnects (default: finish it, as image "
-        "servers do)",
-    )
-    parser.add_argument("--quiet", action="store_true", help="log warnings only, no access log")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     host, _, port = args.listen.rpartition(":")
     app = FakeLlamaSwap(
-        load_seconds=args.load_seconds, token_seconds=args.token_seconds, aborts=args.aborts
+        load_seconds=args.load_seconds,
+        token_seconds=args.token_seconds,
+        aborts=args.aborts,
+        persistent=tuple(args.persistent),
+        api_keys=tuple(args.api_key),
+        send_loading_state=args.send_loading_state,
     )
     uvicorn.run(
         app,
