@@ -173,7 +173,9 @@ def test_streaming_is_passed_byte_for_byte(swap_a: LlamaSwap, front: Any) -> Non
 def test_a_client_that_leaves_stops_the_model_and_frees_the_gpu(
     swap_a: LlamaSwap, front: Any
 ) -> None:
-    _gateway, url = front({"aborts": True}, swap_a)
+    # Not `aborts`: plain llama-swap reports no requests in flight, so the gateway keeps the
+    # GPU for one poll after the close (0.2 s here), long enough for the stand-in to stop.
+    _gateway, url = front({"health_seconds": 0.2}, swap_a)
     direct(swap_a, ask("qwen", "warm"))
     mark = len(swap_a.events.lines())
 
