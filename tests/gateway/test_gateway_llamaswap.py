@@ -18,6 +18,7 @@ import httpx
 import pytest
 from gateway_helpers import CHAT, KEYS, as_key, chat, run, wait_for
 
+from prioqueue import ConfigError
 from prioqueue.gateway import Gateway, parse_config
 from prioqueue.gateway._loaded import Loaded, loaded_models
 from prioqueue.gateway.fake_upstream import FakeLlamaSwap, ServerThread
@@ -337,8 +338,6 @@ def test_running_is_for_observers_and_upstream_metrics_for_admins(front: Any) ->
 
 
 def test_configuration_of_keys_persistent_models_and_observer_paths() -> None:
-    from prioqueue.gateway.config import ConfigError
-
     config = parse_config(
         {
             "upstream_api_key": "sk-top",
@@ -358,3 +357,24 @@ def test_configuration_of_keys_persistent_models_and_observer_paths() -> None:
     assert parse_config({}).poll_headers() == {}
     with pytest.raises(ConfigError, match=r"persistent.*array of model names"):
         parse_config({"resident": {"persistent": "embed"}})
+
+
+def test_upstream_metrics_names_an_upstream_of_a_fleet(front: Any) -> None:
+    fake, _gateway, url = front(fleet=True)
+
+    async def main() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            path = "/prioqueue/upstream-metrics"
+            return [
+                await client.get(path + "?upstream=gpu0", headers=ROOT),
+                await client.get(path + "?upstream=nope", headers=ROOT),
+                await client.post(path, headers=ROOT),
+            ]
+
+    named, unknown, posted = run(main())
+    assert named.status_code == 200
+    assert "llamaswap_requests_total" in named.text
+    assert unknown.status_code == 404
+    assert "known: gpu0" in unknown.json()["error"]["message"]
+    assert posted.status_code == 405
+    assert fake.refused == 0
