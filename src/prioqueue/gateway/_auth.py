@@ -1,14 +1,16 @@
 """Who is calling: the trusted header, the API keys, the anonymous member (private).
 
 :class:`Callers` is built once from the configuration; :meth:`Callers.identify` answers per
-request in O(headers): a trusted header first (when the operator enabled one), then an
-``Authorization: Bearer`` key from the ``[keys]`` table (the scheme in any case), then the
-anonymous member (when allowed), else None (the gateway answers 401).
+request in O(headers): a trusted header first (when the operator enabled one), then a key
+from the ``[keys]`` table, given as llama-swap takes one (``Authorization: Bearer KEY``,
+``Authorization: Basic`` with the key as password, as a browser sends it for llama-swap's UI,
+or ``X-API-Key: KEY``; schemes in any case), then the anonymous member (when allowed), else
+None (the gateway answers 401).
 """
 
 from __future__ import annotations
 
-from prioqueue.gateway.settings import GatewayConfig, Identity, bearer
+from prioqueue.gateway.settings import GatewayConfig, Identity, api_key, bearer
 
 __all__ = ["Callers"]
 
@@ -52,7 +54,7 @@ class Callers:
             in any case), then the anonymous member (when allowed).
         """
         trusted = self._config.trusted_header
-        authorization = None
+        authorization = x_api_key = None
         if trusted is not None:
             found = {name.decode("latin-1"): value for name, value in headers}
             member = found.get(trusted.member)
@@ -64,13 +66,17 @@ class Callers:
                         tier = named
                 return Identity(member.decode("latin-1"), tier, trusted.max_priority)
             authorization = found.get("authorization")
+            x_api_key = found.get("x-api-key")
         else:
             for name, value in headers:
                 if name == b"authorization":
                     authorization = value
-                    break
-        if authorization is not None:
-            token = bearer(authorization)
+                elif name == b"x-api-key":
+                    x_api_key = value
+        for token in (
+            None if authorization is None else api_key(authorization),
+            None if x_api_key is None else x_api_key.strip(),
+        ):
             known = None if token is None else self._keys.get(token)
             if known is not None:
                 return known

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -109,16 +109,26 @@ def extract_model(body: bytes, content_type: bytes) -> str | None:
     return _checked(value.get("model"))
 
 
-def model_from_url(path: str, query: bytes) -> str | None:
-    """Return the model a bodiless request names, as llama-swap reads it.
+def model_from_url(path: str, query: bytes, *, known: Iterable[str] = ()) -> str | None:
+    """Return the model a request names in its URL, as llama-swap reads it.
 
-    ``/upstream/{model}/...`` names it in the path; model GET routes (``/props``...) in the
-    ``model`` query parameter.
+    ``/upstream/{model}/...`` names it in the path (llama-swap then ignores the body): the
+    longest leading run of segments that is a ``known`` model (names may hold ``/``), else
+    the first segment. Model GET routes (``/props``...) name it in the ``model`` query
+    parameter.
 
-    Complexity: O(len(path) + len(query)).
+    Complexity: O(len(path) * segments + len(query)).
     """
     if path.startswith("/upstream/"):
-        return path[len("/upstream/") :].partition("/")[0] or None
+        rest = path[len("/upstream/") :]
+        found = rest.partition("/")[0] or None
+        names = set(known)
+        if names:
+            parts = [p for p in rest.split("/") if p]
+            for end in range(1, len(parts) + 1):
+                if "/".join(parts[:end]) in names:
+                    found = "/".join(parts[:end])
+        return found
     if b"model=" in query:
         values = parse_qs(query.decode("latin-1")).get("model")
         return values[0] if values and values[0] else None

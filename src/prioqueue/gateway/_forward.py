@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from prioqueue.gateway._llamaswap import LoadingState, upstream_reason
 from prioqueue.gateway.proxy import response_headers
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Flight",
+    "LoadTimeout",
     "Request",
     "SlowReader",
     "UpstreamFailed",
@@ -79,6 +81,13 @@ class UpstreamTimeout(Exception):
     """The upstream accepted the request but sent no response in time: 504."""
 
 
+class LoadTimeout(UpstreamTimeout):
+    """The model sent nothing within ``first_byte_timeout`` after llama-swap's loading state.
+
+    The stream was ended with an ``event: error`` (its status, 200, was sent already).
+    """
+
+
 class SlowReader(Exception):
     """The client did not take a chunk within ``drain_seconds``; it was cut."""
 
@@ -96,6 +105,8 @@ class Flight:
     sse: bool = False
     timed_out: bool = False
     first_byte: float | None = None
+    swap: bool | None = None
+    """Whether its grant was a swap by the gateway's count of loaded models (None: not granted)."""
     exited: asyncio.Event = attrs.field(factory=asyncio.Event)
     """Set once the request's handler has left its turn's block (the gateway's own end)."""
 
@@ -309,45 +320,128 @@ async def forward(
     finally:
         timer.cancel()
     flight.first_byte = loop.time() - started
-    on_first_byte(flight.first_byte)
-    complete = False
     try:
         status = response.status
-        headers = response_headers(response.raw_headers)
         if status >= 500 and extra:
-            headers.append((b"x-prioqueue-upstream-status", str(status).encode()))
-            status = 502
+            on_first_byte(flight.first_byte)
+            flight.done = True
+            return await _upstream_error(response, send, flight, extra, loop, drain_seconds)
+        headers = response_headers(response.raw_headers)
         headers.extend(extra)
         flight.sse = response.headers.get("content-type", "").startswith("text/event-stream")
+        # A gated stream may begin with llama-swap's loading state: the first byte is then
+        # the model's first chunk, and first_byte_timeout runs on until it comes.
+        loading = LoadingState() if flight.sse and extra else None
+        if loading is None:
+            on_first_byte(flight.first_byte)
         flight.started = True
         start = {"type": "http.response.start", "status": status, "headers": headers}
         await _send_within(send, start, flight, loop, drain_seconds)
-        # With a Content-Length, the last chunk ends the body (one message fewer); without
-        # one (SSE, chunked), every chunk goes out as it comes and an empty one ends it.
-        length = response.headers.get("content-length", "")
-        left = int(length) if length.isdigit() else -1
-        content = response.content
-        while True:
-            chunk = await content.readany()
-            if not chunk:
-                break
-            left -= len(chunk)
-            message = {"type": "http.response.body", "body": chunk, "more_body": left != 0}
-            if left == 0:
-                complete = True
-                flight.done = True
-            await _send_within(send, message, flight, loop, drain_seconds)
-            if left == 0:
-                return status
-        complete = True
-        flight.done = True
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await _relay(
+            response,
+            send,
+            flight,
+            drain_seconds,
+            (loading, started, first_byte_timeout, on_first_byte),
+        )
     finally:
-        if complete:
+        # A response read to its end gives its connection back; any other end closes it.
+        if flight.done:
             response.release()
         else:
             response.close()
     return status
+
+
+Loading = tuple["LoadingState | None", float, float, Callable[[float], None]]
+"""A stream's loading state, when the request started, ``first_byte_timeout``, the callback."""
+
+
+async def _relay(
+    response: Any, send: Send, flight: Flight, drain_seconds: float | None, load: Loading
+) -> None:
+    """Copy a response's body to the client (``flight.done`` once all of it was read)."""
+    loop = asyncio.get_running_loop()
+    loading, started, first_byte_timeout, on_first_byte = load
+    # With a Content-Length, the last chunk ends the body (one message fewer); without
+    # one (SSE, chunked), every chunk goes out as it comes and an empty one ends it.
+    length = response.headers.get("content-length", "")
+    left = int(length) if length.isdigit() else -1
+    content = response.content
+    while True:
+        if loading is None:
+            chunk = await content.readany()
+        else:
+            chunk = await _loading_chunk(content, started + first_byte_timeout, loop, send)
+            if not chunk or loading.feed(chunk):
+                flight.first_byte = loop.time() - started
+                on_first_byte(flight.first_byte)
+                loading = None
+        if not chunk:
+            break
+        left -= len(chunk)
+        message = {"type": "http.response.body", "body": chunk, "more_body": left != 0}
+        if left == 0:
+            flight.done = True
+        await _send_within(send, message, flight, loop, drain_seconds)
+        if left == 0:
+            return
+    flight.done = True
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _loading_chunk(
+    content: Any, deadline: float, loop: asyncio.AbstractEventLoop, send: Send
+) -> bytes:
+    """Read the next chunk of a stream still in llama-swap's loading state.
+
+    Raises:
+        LoadTimeout: Nothing but loading chunks by ``deadline``: the client's stream is
+            ended with an ``event: error``.
+    """
+    try:
+        chunk: bytes = await asyncio.wait_for(content.readany(), max(0.0, deadline - loop.time()))
+    except asyncio.TimeoutError:
+        message = "the model did not load within first_byte_timeout (llama-swap was loading it)"
+        error = sse_error(message, "upstream_timeout")
+        await send({"type": "http.response.body", "body": error, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        raise LoadTimeout(message) from None
+    return chunk
+
+
+_REASON_BYTES = 65536
+"""The most of an upstream's 5xx body read for its one-line reason."""
+
+
+async def _upstream_error(
+    response: Any,
+    send: Send,
+    flight: Flight,
+    extra: list[tuple[bytes, bytes]],
+    loop: asyncio.AbstractEventLoop,
+    drain_seconds: float | None,
+) -> int:
+    """Answer a gated request whose upstream answered 5xx: 502 with a one-line reason."""
+    status: int = response.status
+    try:
+        body = await response.content.read(_REASON_BYTES)
+    except Exception:  # the reason is a courtesy; the status says enough
+        body = b""
+    reason = upstream_reason(body)
+    message = f"the upstream answered {status}" + (f": {reason}" if reason else "")
+    data = error_body(message, "upstream_error")
+    headers = [
+        _JSON,
+        (b"content-length", str(len(data)).encode()),
+        (b"x-prioqueue-upstream-status", str(status).encode()),
+        *extra,
+    ]
+    flight.started = True
+    start = {"type": "http.response.start", "status": 502, "headers": headers}
+    await _send_within(send, start, flight, loop, drain_seconds)
+    await _send_within(send, {"type": "http.response.body", "body": data}, flight, loop, None)
+    return 502
 
 
 async def watch_disconnect(receive: Receive, flight: Flight) -> None:

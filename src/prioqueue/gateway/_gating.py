@@ -28,6 +28,7 @@ from prioqueue.gateway._body import (
 )
 from prioqueue.gateway._forward import (
     Flight,
+    LoadTimeout,
     Receive,
     Send,
     UpstreamFailed,
@@ -124,9 +125,12 @@ async def read_gated(
         body = await read_body(receive, limit, limits.body_timeout)
         if body is None:
             return 499  # the client left before sending its body (nginx's number)
-        model = extract_model(body, content_type) or model_from_url(
-            path, scope.get("query_string", b"")
-        )
+        query = scope.get("query_string", b"")
+        if path.startswith("/upstream/"):
+            # llama-swap pins the path's model and never reads the body (issue 27).
+            model = model_from_url(path, query, known=config.known_models)
+        else:
+            model = extract_model(body, content_type) or model_from_url(path, query)
     except TooLarge:
         return await respond(send, 413, too_large)
     except BodyTimeout:
@@ -187,6 +191,8 @@ async def refusal(
     if isinstance(exc, UpstreamFailed):
         await respond(send, 502, error_body(str(exc), "upstream_error"), ours)
         return 502, "upstream unreachable"
+    if isinstance(exc, LoadTimeout):  # the stream had begun: it ended with an event: error
+        return 200, "the model did not load in time"
     if isinstance(exc, UpstreamTimeout):
         await respond(send, 504, error_body(str(exc), "upstream_timeout"), ours)
         return 504, "upstream sent no response in time"

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from prioqueue.gateway._loaded import Loaded
 from prioqueue.gateway.settings import UpstreamConfig
 
 if TYPE_CHECKING:
@@ -52,6 +53,10 @@ class Host(Protocol):
     metrics: Callable[[], bytes] | None
     recorder: Recorder | None
     record_loads: Mapping[str, float]
+    loaded: Loaded
+    """The single upstream's loaded models and swaps (each fleet upstream has its own)."""
+    poll_error: str | None
+    """Why the single upstream's last ``/running`` poll failed, or None."""
 
     def take_out(self, upstream: Upstream, why: str) -> None:
         """Take an upstream out of the fleet (see ``Routes.take_out``)."""
@@ -67,8 +72,8 @@ class Upstream:
         path: The path prefix of its URL.
         up: Whether it is in the fleet now.
         models: The models it serves (configured or last read), None: not known yet.
-        loaded: The model last known loaded on it (polled, or of its last grant).
-        swaps: Grants that needed another model than ``loaded``.
+        loaded: The model the dispatcher counts as resident on it (``tracker.primary``).
+        swaps: Grants of a model it had not loaded (``tracker.swaps``).
         last_error: Why it was last taken out, or None.
         outages: Times it was taken out.
         models_read_at: When ``/v1/models`` was last read (monotonic).
@@ -84,24 +89,35 @@ class Upstream:
     last_error: str | None = None
     outages: int = 0
     models_read_at: float = -math.inf
+    tracker: Loaded = attrs.field(factory=Loaded)
+    """What it has loaded (several models with llama-swap's groups), see ``_loaded``."""
 
     @classmethod
-    def of(cls, config: UpstreamConfig) -> Upstream:
-        """Build the state of a configured upstream (down until its first poll)."""
+    def of(cls, config: UpstreamConfig, persistent: frozenset[str] = frozenset()) -> Upstream:
+        """Build the state of a configured upstream (down until its first poll).
+
+        ``persistent``: the models ``[resident] persistent`` names (see ``_loaded``).
+        """
         parts = urlsplit(config.url)
-        return cls(config, f"{parts.scheme}://{parts.netloc}", parts.path, models=config.models)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        return cls(config, origin, parts.path, models=config.models, tracker=Loaded(persistent))
 
     @property
     def name(self) -> str:
         """The upstream's name."""
         return self.config.name
 
-    def granted(self, grant: Grant) -> None:
-        """Count a swap when the granted job needs another model than the loaded one."""
-        model = grant.job.model
-        if model is not None and model != self.loaded:
-            self.swaps += 1
-            self.loaded = model
+    def granted(self, grant: Grant) -> bool:
+        """Count a swap when the granted job needs a model it has not loaded; return it."""
+        swap = self.tracker.granted(grant.job.model)
+        self.swaps = self.tracker.swaps
+        self.loaded = self.tracker.primary
+        return swap
+
+    def polled(self, models: list[str]) -> str | None:
+        """Take the loaded models its ``/running`` lists; return the primary one."""
+        self.loaded = self.tracker.polled(models)
+        return self.loaded
 
     def as_dict(self, gateway: Host, *, observer: bool) -> dict[str, Any]:
         """What ``/prioqueue/status`` shows of it (URL and resident model to observers only)."""
@@ -115,6 +131,7 @@ class Upstream:
             "url": self.config.url if observer else None,
             "state": "up" if self.up else "down",
             "resident_model": self.loaded if observer else None,
+            "loaded_models": sorted(self.tracker.models) if observer else None,
             "models": list(self.models) if self.models is not None else None,
             "slots": self.config.slots,
             "slow": self.config.slow,

@@ -104,8 +104,10 @@ class _Unreachable(Exception):
     """The report could not be fetched (connection error, 5xx): keep waiting."""
 
 
-async def fetch_busy(gateway: Gateway, url: str) -> int | None:
-    """GET an idle report and read it with :func:`busy_count`.
+async def fetch_busy(
+    gateway: Gateway, url: str, headers: dict[str, str] | None = None
+) -> int | None:
+    """GET an idle report (``headers``: the upstream's key); read it with :func:`busy_count`.
 
     Raises:
         _Unreachable: A connection error, a time-out or a 5xx (the upstream cannot answer now).
@@ -118,7 +120,10 @@ async def fetch_busy(gateway: Gateway, url: str) -> int | None:
     total = gateway.config.limits.connect_timeout + gateway.config.health_seconds
     try:
         async with client.get(
-            url, allow_redirects=False, timeout=aiohttp.ClientTimeout(total=total)
+            url,
+            allow_redirects=False,
+            timeout=aiohttp.ClientTimeout(total=total),
+            headers=headers or {},
         ) as response:
             if response.status >= 500:
                 raise _Unreachable(f"{url} answered {response.status}")
@@ -167,10 +172,12 @@ class Lingering:
         if upstream is None:
             aborts, timeout, path = config.aborts, config.busy_timeout, config.idle_path
             base, name = config.upstream, ""
+            headers = config.poll_headers()
         else:
             own = upstream.config
             aborts, timeout, path = own.aborts, own.busy_timeout, own.idle_path
             base, name = upstream.origin + upstream.path, upstream.name
+            headers = config.poll_headers(own)
         if aborts:
             return False
         self.hold(
@@ -181,6 +188,7 @@ class Lingering:
             timeout=timeout,
             ours=lambda: 0 if turn is None else gateway.gate.holding(name),
             job_id="(cut by its lease)" if turn is None else turn.job_id,
+            headers=headers,
         )
         return True
 
@@ -194,6 +202,7 @@ class Lingering:
         timeout: float,
         ours: Callable[[], int],
         job_id: str,
+        headers: dict[str, str] | None = None,
     ) -> None:
         """Keep a turn until its upstream is idle, then call ``exit(*exc_info)``.
 
@@ -206,11 +215,12 @@ class Lingering:
             timeout: ``busy_timeout`` (seconds).
             ours: How many of the gateway's requests the upstream holds now (this one too).
             job_id: For the log.
+            headers: Sent with each poll of the report (the upstream's key).
         """
         token = object()
         self.by_upstream.setdefault(upstream, []).append(token)
         task = asyncio.get_running_loop().create_task(
-            self._run(exit, exc_info, upstream, url, timeout, ours, job_id, token)
+            self._run(exit, exc_info, upstream, (url, headers or {}), timeout, ours, job_id, token)
         )
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -220,7 +230,7 @@ class Lingering:
         exit: Callable[..., Any] | None,
         exc_info: tuple[Any, Any, Any],
         upstream: str,
-        url: str,
+        report: tuple[str, dict[str, str]],
         timeout: float,
         ours: Callable[[], int],
         job_id: str,
@@ -236,7 +246,7 @@ class Lingering:
                 mine = self.by_upstream.get(upstream, [])
                 before = self._others(ours(), mine)
                 try:
-                    busy = await fetch_busy(self.gateway, url)
+                    busy = await fetch_busy(self.gateway, *report)
                 except _Unreachable:
                     continue
                 mine = self.by_upstream.get(upstream, [])

@@ -152,15 +152,25 @@ def status(
         "queued": len(dispatcher),
         "yours": None if mine is None else {"member": mine.member, "queued": mine.queued},
         "listed_up_to": limit,
-        "upstream": gateway.breaker.as_dict(),
+        "upstream": _upstream_state(gateway, observer),
         "dispatched": stats.dispatched,
         "completed": stats.completed,
         "cancelled": stats.cancelled,
         "expired": stats.expired,
-        "swaps": stats.swaps,
+        "swaps": stats.swaps if fleet is not None else gateway.loaded.swaps,
         "closing": gateway.gate.closed,
         "levels": levels,
     }
+
+
+def _upstream_state(gateway: Gateway, observer: bool) -> dict[str, Any]:
+    """The breaker, and for the single upstream what the gateway last read of it."""
+    state = gateway.breaker.as_dict()
+    if not gateway.upstreams:
+        state["poll_error"] = gateway.poll_error
+        loaded = gateway.loaded.models
+        state["loaded_models"] = sorted(loaded) if observer else None
+    return state
 
 
 _HIDDEN = ("job_id", "member")
@@ -354,4 +364,5 @@ def finished(
             first_byte=flight.first_byte,
             streamed=flight.sse,
             known_load=None if model is None else gateway.record_loads.get(model),
+            swap=flight.swap,
         )

@@ -65,8 +65,13 @@ def record_finished(
     first_byte: float | None,
     streamed: bool,
     known_load: float | None = None,
+    swap: bool | None = None,
 ) -> None:
-    """Write one finished gated request (see the module's docstring). O(1) plus the write."""
+    """Write one finished gated request (see the module's docstring). O(1) plus the write.
+
+    ``swap``: whether the gateway counted its grant as a swap (its upstream had not loaded
+    the model, see ``_loaded``); None: the dispatcher's ``grant.swap``.
+    """
     fields: dict[str, Any] = {
         "arrival": arrival,
         "member": member,
@@ -83,7 +88,7 @@ def record_finished(
         fields["runtime"] = 0.0
     else:
         held = max(0.0, now - grant.granted_at)
-        fields["swap"] = grant.swap and model is not None
+        fields["swap"] = (grant.swap if swap is None else swap) and model is not None
         if fields["swap"] and streamed and first_byte is not None and first_byte <= held:
             fields["load"] = first_byte
             held -= first_byte

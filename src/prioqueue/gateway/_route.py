@@ -42,6 +42,7 @@ from prioqueue.gateway._forward import (
 )
 from prioqueue.gateway._gating import PRIORITY_HEADER
 from prioqueue.gateway._health import Breaker, HttpStats
+from prioqueue.gateway._loaded import Loaded, loaded_models
 from prioqueue.gateway.proxy import request_headers
 from prioqueue.gateway.settings import GatewayConfig, Identity
 from prioqueue.records import Grant, Job, WorkerInfo
@@ -54,8 +55,9 @@ __all__ = ["Routes"]
 log = logging.getLogger("prioqueue.gateway")
 
 Scope = MutableMapping[str, Any]
-_CLIENT_DECIDES = frozenset({b"authorization", PRIORITY_HEADER})
-"""Request headers never forwarded as the client sent them (``x-prioqueue-*`` neither)."""
+_CLIENT_DECIDES = frozenset({b"authorization", b"x-api-key", PRIORITY_HEADER})
+"""Request headers never forwarded as the client sent them (``x-prioqueue-*`` neither): the
+client's gateway key (``Authorization`` or llama-swap's ``X-API-Key``) and its priority."""
 
 
 class Routes:
@@ -72,6 +74,9 @@ class Routes:
     _upstream_path: str
     _authorization: bytes | None
     _closing: bool
+    loaded: Loaded
+    poll_error: str | None
+    _side_tasks: dict[asyncio.Task[None], str]
     breaker: Breaker
     http_stats: HttpStats
 
@@ -92,35 +97,127 @@ class Routes:
         if upstream.up:
             upstream.up = False
             upstream.outages += 1
-            upstream.last_error = why
             log.warning("upstream %s is out of the fleet: %s", upstream.name, why)
+        elif why != upstream.last_error:  # never up yet, or failing another way: say why
+            log.warning("upstream %s is not up: %s", upstream.name, why)
+        upstream.last_error = why
         if self.fleet_gate is not None:
             self.fleet_gate.take_out(upstream.name)
 
     def _busy(self) -> bool:
         return self.gate.holding() > 0
 
+    def upstream_key(self, upstream: _upstreams.Upstream | None) -> str | None:
+        """The ``upstream_api_key`` sent to an upstream (None: the single one's, or none)."""
+        return self.config.upstream_api_key if upstream is None else upstream.config.api_key
+
+    async def _read_running(self, upstream: _upstreams.Upstream | None) -> list[str]:
+        """GET the upstream's ``/running``: its loaded models.
+
+        Raises:
+            ValueError: It answered >= 400 or no ``/running`` report (the message says which).
+            aiohttp.ClientError, asyncio.TimeoutError: It could not be read.
+        """
+        import aiohttp
+
+        client = self.client
+        assert client is not None, "the gateway was not started (lifespan)"
+        base = self._upstream if upstream is None else upstream.origin + upstream.path
+        url = base + self.config.resident_path
+        total = self.config.limits.connect_timeout + self.config.health_seconds
+        async with client.get(
+            url,
+            allow_redirects=False,
+            headers=self.config.poll_headers(None if upstream is None else upstream.config),
+            timeout=aiohttp.ClientTimeout(total=total),
+        ) as response:
+            body = await response.read()
+            if response.status >= 400:
+                raise ValueError(_upstreams.refused(url, response.status, body))
+        models = loaded_models(json.loads(body))
+        if models is None:
+            raise ValueError(f"{url} answered no {{'running': [...]}} report")
+        return models
+
     async def _poll_resident(self) -> None:
-        """Refresh the resident model from the upstream's status endpoint, while idle."""
-        url = self._upstream + self.config.resident_path
+        """Refresh the resident model from the upstream's status endpoint, while idle.
+
+        A poll that fails (unreachable, 4xx such as a wrong ``upstream_api_key``, another
+        shape) changes nothing: it is logged once and shown in ``/prioqueue/status``.
+        """
         while True:
             await asyncio.sleep(self.config.resident_poll_seconds)
             if self.client is None or self._busy():
                 continue
+            grants = self.loaded.grants
             try:
-                async with self.client.get(url, allow_redirects=False) as response:
-                    running = json.loads(await response.read()).get("running", [])
+                models = await self._read_running(None)
             except Exception as exc:
-                log.debug("resident-model poll failed: %s", exc)
+                error = f"resident-model poll failed: {str(exc) or type(exc).__name__}"
+                if error != self.poll_error:
+                    log.warning("%s", error)
+                self.poll_error = error
                 continue
-            if self._busy():
+            self.poll_error = None
+            if self._busy() or grants != self.loaded.grants:
                 continue  # a dispatch happened meanwhile and set it
-            models = [
-                entry.get("model")
-                for entry in running
-                if isinstance(entry, dict) and entry.get("state", "ready") == "ready"
-            ]
-            self.gate.set_resident("", models[0] if models else None)
+            self.gate.set_resident("", self.loaded.polled(models))
+
+    def _granted(self, grant: Grant, upstream: _upstreams.Upstream | None) -> bool:
+        """Count a grant on its upstream's loaded models; return whether it is a swap.
+
+        A grant of a model loaded beside the primary one (a persistent group's) leaves the
+        dispatcher's resident model at the primary one.
+        """
+        if upstream is not None:
+            return upstream.granted(grant)
+        model = grant.job.model
+        swap = self.loaded.granted(model)
+        primary = self.loaded.primary
+        if model is not None and primary is not None and primary != model:
+            self.gate.set_resident("", primary)
+        return swap
+
+    def _after_swap(self, upstream: _upstreams.Upstream | None) -> None:
+        """Read ``/running`` once a swap's model answers: what stayed loaded beside it.
+
+        Runs in the background: the response is not delayed; the next request forwarded to
+        that upstream waits for it first (:meth:`_reads_settled`), so the answer cannot
+        predate that request's own swap.
+        """
+        tracker = self.loaded if upstream is None else upstream.tracker
+        grants = tracker.grants
+
+        async def read() -> None:
+            try:
+                models = await self._read_running(upstream)
+            except Exception as exc:  # the regular polls will say it
+                log.debug("reading the loaded models after a swap failed: %s", exc)
+                return
+            if tracker.grants == grants:
+                primary = tracker.polled(models)
+                if upstream is not None:
+                    upstream.loaded = primary
+
+        task = asyncio.get_running_loop().create_task(read())
+        self._side_tasks[task] = "" if upstream is None else upstream.name
+        task.add_done_callback(self._side_tasks.pop)
+
+    async def _reads_settled(self, upstream: _upstreams.Upstream | None) -> None:
+        """Wait for the reads of an upstream's ``/running`` after a swap.
+
+        Each is bounded by its time-out; a caller cancelled meanwhile leaves them running.
+        """
+        name = "" if upstream is None else upstream.name
+        reads = [task for task, where in self._side_tasks.items() if where == name]
+        if reads:
+            await asyncio.wait(reads)
+
+    def _with_key(
+        self, headers: list[tuple[str, str]], upstream: _upstreams.Upstream | None
+    ) -> list[tuple[str, str]]:
+        key = self.upstream_key(upstream)
+        return headers if key is None else [*headers, ("authorization", f"Bearer {key}")]
 
     def _origin(self, grant: Grant | None) -> tuple[str, str, _upstreams.Upstream | None]:
         """Where a request goes: its grant's upstream, or the first live one (pass-through)."""
@@ -155,14 +252,19 @@ class Routes:
         return await turn.regrant()
 
     def _request_headers(
-        self, headers: list[tuple[bytes, bytes]], extra: list[tuple[bytes, bytes]]
+        self,
+        headers: list[tuple[bytes, bytes]],
+        extra: list[tuple[bytes, bytes]],
+        *,
+        key: bool = True,
     ) -> list[tuple[str, str]]:
+        """The forwarded headers; ``key``: with the single upstream's ``upstream_api_key``."""
         return request_headers(
             headers,
             extra=extra,
             drop=_CLIENT_DECIDES,
             drop_prefix=b"x-prioqueue-",
-            authorization=self._authorization,
+            authorization=self._authorization if key else None,
         )
 
     def _first_byte(self, seconds: float) -> None:
@@ -170,11 +272,31 @@ class Routes:
         self.http_stats.upstream_latency(seconds)
 
     async def _send_upstream(
-        self, request: Request, send: Send, flight: Flight, extra: list[tuple[bytes, bytes]]
+        self,
+        request: Request,
+        send: Send,
+        flight: Flight,
+        extra: list[tuple[bytes, bytes]],
+        *,
+        swap: bool = False,
+        upstream: _upstreams.Upstream | None = None,
     ) -> int:
+        """Forward a request (see :func:`._forward.forward`).
+
+        After a ``swap`` on ``upstream`` its ``/running`` is read again once the new model
+        answers (:meth:`_after_swap`).
+        """
         client = self.client
         assert client is not None, "the gateway was not started (lifespan)"
         limits = self.config.limits
+        on_first_byte = self._first_byte
+        # The single upstream's /running is read only when the operator asked for polls.
+        if swap and (upstream is not None or self.config.resident_poll_seconds > 0):
+
+            def on_first_byte(seconds: float) -> None:
+                self._first_byte(seconds)
+                self._after_swap(upstream)
+
         try:
             return await forward(
                 client,
@@ -184,14 +306,21 @@ class Routes:
                 extra,
                 first_byte_timeout=limits.first_byte_timeout,
                 drain_seconds=limits.drain_seconds if extra else None,
-                on_first_byte=self._first_byte,
+                on_first_byte=on_first_byte,
             )
         except (UpstreamFailed, UpstreamTimeout) as exc:
             if not self.upstreams:  # a fleet takes failing upstreams out instead
                 self.breaker.failure(str(exc))
             raise
 
-    async def _passthrough(self, scope: Scope, receive: Receive, send: Send) -> int:
+    async def _passthrough(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        to: tuple[str, str, _upstreams.Upstream | None] | None = None,
+    ) -> int:
+        """Forward a request that does not wait (to ``to``: origin, prefix, upstream)."""
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         has_body = any(name in (b"content-length", b"transfer-encoding") for name, _ in headers)
 
@@ -204,9 +333,9 @@ class Routes:
                 if not message.get("more_body", False):
                     return
 
-        origin, prefix, _ = self._origin(None)
+        origin, prefix, upstream = self._origin(None) if to is None else to
         url = upstream_url(scope, origin, prefix)
-        forwarded = self._request_headers(headers, [])
+        forwarded = self._with_key(self._request_headers(headers, [], key=False), upstream)
         request = (scope["method"], url, forwarded, body() if has_body else None)
         flight = Flight(task=asyncio.current_task())
         try:

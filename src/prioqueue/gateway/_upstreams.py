@@ -29,11 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 from prioqueue.gateway._host import Upstream
 from prioqueue.gateway._idle import busy_count, idle_url
+from prioqueue.gateway._llamaswap import upstream_reason
+from prioqueue.gateway._loaded import loaded_models
 
 if TYPE_CHECKING:
     from prioqueue.gateway._host import Host as Gateway
 
-__all__ = ["MODELS_REFRESH", "Upstream", "check", "watch"]
+__all__ = ["MODELS_REFRESH", "Upstream", "check", "refused", "watch"]
 
 log = logging.getLogger("prioqueue.gateway")
 
@@ -41,7 +43,16 @@ MODELS_REFRESH = 60.0
 """Seconds between two reads of an upstream's ``/v1/models`` (when not configured)."""
 
 
-async def _get_json(gateway: Gateway, url: str) -> Any:
+def refused(url: str, status: int, body: bytes) -> str:
+    """Say in one line why a poll of ``url`` was answered ``status`` (>= 400)."""
+    reason = upstream_reason(body[:4096], limit=160)
+    text = f"{url} answered {status}" + (f" ({reason})" if reason else "")
+    if status in (401, 403):
+        text += ": check upstream_api_key against llama-swap's apiKeys"
+    return text
+
+
+async def _get_json(gateway: Gateway, url: str, upstream: Upstream) -> Any:
     client = gateway.client
     assert client is not None, "the gateway was not started (lifespan)"
     import aiohttp
@@ -50,10 +61,12 @@ async def _get_json(gateway: Gateway, url: str) -> Any:
     # cancellation that lands as the request completes, and the poller would never stop.
     total = gateway.config.limits.connect_timeout + gateway.config.health_seconds
     timeout = aiohttp.ClientTimeout(total=total)
-    async with client.get(url, allow_redirects=False, timeout=timeout) as response:
+    headers = gateway.config.poll_headers(upstream.config)
+    async with client.get(url, allow_redirects=False, timeout=timeout, headers=headers) as response:
+        body = await response.read()
         if response.status >= 400:
-            raise ValueError(f"{url} answered {response.status}")
-        return json.loads(await response.read())
+            raise ValueError(refused(url, response.status, body))
+        return json.loads(body)
 
 
 async def check(gateway: Gateway, upstream: Upstream) -> None:
@@ -64,20 +77,22 @@ async def check(gateway: Gateway, upstream: Upstream) -> None:
     name = upstream.name
     config = gateway.config
     ours = gate.holding(name)
+    grants = upstream.tracker.grants
     asked = gate.now()
     try:
-        report = await _get_json(gateway, base + config.resident_path)
-        running = report.get("running", []) if isinstance(report, dict) else []
+        report = await _get_json(gateway, base + config.resident_path, upstream)
+        loaded = loaded_models(report) or []
         idle_path = upstream.config.idle_path
         if idle_path is not None and idle_path != config.resident_path:
-            report = await _get_json(gateway, idle_url(base, idle_path))
+            report = await _get_json(gateway, idle_url(base, idle_path), upstream)
         busy = busy_count(report)
         models = upstream.models
         now = gate.now()
         if upstream.config.models is None and (
             not upstream.up or now - upstream.models_read_at >= MODELS_REFRESH
         ):
-            data = (await _get_json(gateway, base + "/v1/models")).get("data", [])
+            listing = await _get_json(gateway, base + "/v1/models", upstream)
+            data = listing.get("data", []) if isinstance(listing, dict) else []
             models = tuple(
                 str(entry["id"]) for entry in data if isinstance(entry, dict) and entry.get("id")
             )
@@ -87,12 +102,11 @@ async def check(gateway: Gateway, upstream: Upstream) -> None:
     except Exception as exc:  # any failure of the poll: the upstream is not healthy
         gateway.take_out(upstream, f"health check failed: {str(exc) or type(exc).__name__}")
         return
-    ready = [
-        entry.get("model")
-        for entry in running
-        if isinstance(entry, dict) and entry.get("state", "ready") == "ready"
-    ]
-    resident = ready[0] if ready and isinstance(ready[0], str) and ready[0] else None
+    # What it has loaded (several models with llama-swap's groups) is read only from a poll
+    # asked and answered while the gateway held nothing there: one asked during a request
+    # may predate its swap.
+    idle = not ours and not gate.holding(name) and grants == upstream.tracker.grants
+    resident = upstream.polled(loaded) if idle else upstream.loaded
     # Work it reports beyond the gateway's own requests there (held during the poll) counts
     # against its slots until the next poll: new work only when idle by both counts.
     ours = max(ours, gate.holding(name))
@@ -100,7 +114,6 @@ async def check(gateway: Gateway, upstream: Upstream) -> None:
     if not upstream.up or models != upstream.models:
         upstream.models = models
         upstream.up = True
-        upstream.loaded = resident
         gate.put_back(
             name,
             models=models,
@@ -110,8 +123,7 @@ async def check(gateway: Gateway, upstream: Upstream) -> None:
             aborts=upstream.config.aborts,
         )
         log.info("upstream %s is up (models: %s)", name, ", ".join(models or ()) or "any")
-    elif not gate.holding(name):
-        upstream.loaded = resident
+    elif idle:
         gate.set_resident(name, resident)
 
 

@@ -55,7 +55,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from prioqueue._driver import Driver
 from prioqueue.asyncio import AsyncDispatcher
@@ -86,6 +86,7 @@ from prioqueue.gateway._gating import (
 )
 from prioqueue.gateway._health import Breaker, HttpStats
 from prioqueue.gateway._idle import Lingering
+from prioqueue.gateway._loaded import Loaded
 from prioqueue.gateway._record import Recorder
 from prioqueue.gateway._route import Routes
 from prioqueue.gateway.proxy import make_client
@@ -107,6 +108,8 @@ log = logging.getLogger("prioqueue.gateway")
 
 _CLIENT_DECIDES = frozenset({b"authorization", PRIORITY_HEADER})
 """Request headers never forwarded as the client sent them (``x-prioqueue-*`` neither)."""
+UPSTREAM_METRICS = "/prioqueue/upstream-metrics"
+"""llama-swap's own Prometheus ``/metrics`` through the gateway (admin keys only)."""
 GRANT_RING = 10_000
 """Recent grants kept for explaining finished jobs (what overtook them)."""
 
@@ -140,7 +143,9 @@ class Gateway(Routes):
         self.recorder = recorder
         self.record_loads: Mapping[str, float] = dict(record_loads or {})
         limits = config.limits
-        self.upstreams = {u.name: _upstreams.Upstream.of(u) for u in config.upstreams}
+        self.upstreams = {
+            u.name: _upstreams.Upstream.of(u, config.resident_persistent) for u in config.upstreams
+        }
         self.fleet_gate: FleetGate | None = None
         self.dispatcher: SizeOneDispatcher | FleetDispatcher
         self.gate: Driver[SizeOneDispatcher | FleetDispatcher]
@@ -178,6 +183,9 @@ class Gateway(Routes):
         self.metrics: Callable[[], bytes] | None = _metrics.metrics_renderer(self)
         self._poller: asyncio.Task[None] | None = None
         self.lingering = Lingering(self)
+        self.loaded = Loaded(config.resident_persistent)
+        self._side_tasks: dict[asyncio.Task[None], str] = {}
+        self.poll_error: str | None = None
         self._last_flight: Flight | None = None
         self._closing = False
         self._closer: asyncio.Future[None] | None = None
@@ -218,6 +226,7 @@ class Gateway(Routes):
         await self.lingering.aclose()
         await self.gate.aclose()
         watchers, self._watchers = self._watchers, []
+        watchers.extend(list(self._side_tasks))
         for task in watchers:
             task.cancel()
         for task in watchers:
@@ -275,8 +284,16 @@ class Gateway(Routes):
         identity = self.identify(headers)
         if identity is None:
             body = error_body("a valid API key is required", "invalid_api_key")
-            await respond(send, 401, body, [(b"www-authenticate", b"Bearer")])
+            challenge = [(b"www-authenticate", b'Bearer realm="prioqueue"')]
+            if not path.startswith("/prioqueue/"):
+                # llama-swap's own UI (/ui/, /api/*, /logs) in a browser: a Basic login with
+                # the key as password (never on the dashboard's paths: no browser dialog).
+                challenge.append((b"www-authenticate", b'Basic realm="prioqueue"'))
+            await respond(send, 401, body, challenge)
             stats.answered("refused", 401)
+            return
+        if path == UPSTREAM_METRICS:
+            stats.answered("admin", await self._upstream_metrics(scope, receive, send, identity))
             return
         if path.startswith("/prioqueue/") or path == "/metrics":
             stats.answered("observe", await _paths.serve(self, scope, send, identity, path))
@@ -284,6 +301,10 @@ class Gateway(Routes):
         config = self.config
         if config.is_admin(path) and not identity.admin:
             body = error_body(f"{path} needs an admin key", "permission_denied")
+            stats.answered("refused", await respond(send, 403, body))
+            return
+        if config.is_observer_path(path) and not identity.observer:
+            body = error_body(f"{path} needs an observer or admin key", "permission_denied")
             stats.answered("refused", await respond(send, 403, body))
             return
         retry_in = self.breaker.retry_in()
@@ -381,7 +402,7 @@ class Gateway(Routes):
         self.grants.append(grant)
         ours.append((b"x-prioqueue-queue-wait", f"{grant.waited:.3f}".encode()))
         extra = [(PRIORITY_HEADER, str(asked.priority).encode()), ours[0]]
-        forwarded = self._request_headers(scope["headers"], extra)
+        forwarded = self._request_headers(scope["headers"], extra, key=False)
         if not self.upstreams:
             # One upstream: the previous request may have been cut by its lease a moment
             # ago (the GPU given to this one at its deadline) and still run.
@@ -397,11 +418,14 @@ class Gateway(Routes):
                     lease_watch = asyncio.get_running_loop().create_task(watch_lease(turn, flight))
                 origin, prefix, upstream = self._origin(grant)
                 held_turn.upstream = upstream
-                if upstream is not None:
-                    upstream.granted(grant)
-                request = (scope["method"], upstream_url(scope, origin, prefix), forwarded)
+                await self._reads_settled(upstream)
+                swap = flight.swap = self._granted(grant, upstream)
+                url = upstream_url(scope, origin, prefix)
+                request = (scope["method"], url, self._with_key(forwarded, upstream))
                 try:
-                    return await self._send_upstream((*request, asked.body), send, flight, ours)
+                    return await self._send_upstream(
+                        (*request, asked.body), send, flight, ours, swap=swap, upstream=upstream
+                    )
                 except UpstreamFailed as exc:
                     if lease_watch is not None:
                         lease_watch.cancel()
@@ -410,6 +434,37 @@ class Gateway(Routes):
         finally:
             if lease_watch is not None:
                 lease_watch.cancel()
+
+    async def _upstream_metrics(
+        self, scope: Scope, receive: Receive, send: Send, who: Identity
+    ) -> int:
+        """``GET /prioqueue/upstream-metrics[?upstream=NAME]``: llama-swap's ``/metrics``.
+
+        Admin keys only (it names the models and the machine's load). Over ``[[upstreams]]``
+        ``upstream`` names which (default: the first); it is forwarded like a pass-through
+        request, with that upstream's ``upstream_api_key``.
+        """
+        if not who.admin:
+            body = error_body(f"{UPSTREAM_METRICS} needs an admin key", "permission_denied")
+            return await respond(send, 403, body)
+        if scope["method"] not in ("GET", "HEAD"):
+            return await respond(send, 405, error_body("only GET is allowed here", "method"))
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        upstream = None
+        if self.upstreams:
+            name = query.get("upstream", [next(iter(self.upstreams))])[0]
+            upstream = self.upstreams.get(name)
+            if upstream is None:
+                known = ", ".join(self.upstreams)
+                message = f"no upstream {name!r} (known: {known})"
+                return await respond(send, 404, error_body(message, "not_found"))
+        inner = dict(scope, path="/metrics", raw_path=b"/metrics", query_string=b"")
+        to: tuple[str, str, _upstreams.Upstream | None]
+        if upstream is None:
+            to = (self._upstream_origin, self._upstream_path, None)
+        else:
+            to = (upstream.origin, upstream.path, upstream)
+        return await self._passthrough(inner, receive, send, to)
 
     def explain(self, job_id: str, who: Identity | None = None) -> dict[str, Any]:
         """Return what is known of a job: the dispatcher's explanation, or its history record.

@@ -53,6 +53,7 @@ from prioqueue.gateway.settings import (
     DEFAULT_GATED_METHODS,
     DEFAULT_GATED_PATHS,
     DEFAULT_LISTEN,
+    DEFAULT_OBSERVER_PATHS,
     DEFAULT_PASSTHROUGH_PATHS,
     DEFAULT_UPSTREAM,
     ApiKey,
@@ -111,10 +112,11 @@ def _busy(table: Table, default: _Busy) -> _Busy:
     )
 
 
-def _upstreams(root: Table, busy: _Busy) -> tuple[UpstreamConfig, ...]:
+def _upstreams(root: Table, busy: _Busy, default_key: str | None) -> tuple[UpstreamConfig, ...]:
     """Read ``[[upstreams]]``: ``url``, ``name``, ``models``, ``slots``, ``slow`` and more.
 
-    ``aborts``, ``busy_timeout`` and ``idle_path`` default to the top level's.
+    ``aborts``, ``busy_timeout``, ``idle_path`` and ``upstream_api_key`` default to the top
+    level's.
     """
     value = root.get("upstreams")
     if value is None:
@@ -151,6 +153,7 @@ def _upstreams(root: Table, busy: _Busy) -> tuple[UpstreamConfig, ...]:
         slots = table.integer("slots", 1, minimum=1)
         slow = table.boolean("slow", False)
         own = _busy(table, busy)
+        api_key = table.optional_string("upstream_api_key")
         table.finish()
         result.append(
             UpstreamConfig(
@@ -162,6 +165,7 @@ def _upstreams(root: Table, busy: _Busy) -> tuple[UpstreamConfig, ...]:
                 aborts=own.aborts,
                 busy_timeout=own.busy_timeout,
                 idle_path=own.idle_path,
+                api_key=api_key if api_key is not None else default_key,
             )
         )
     return tuple(result)
@@ -332,10 +336,14 @@ def parse_config(
     resident = root.table("resident")
     resident_poll = resident.number("poll_seconds", 0.0, positive=False)
     resident_path = resident.string("path", "/running")
+    persistent = resident.get("persistent") or []
+    if not isinstance(persistent, list) or not all(isinstance(m, str) and m for m in persistent):
+        raise resident.fail("persistent", f"must be an array of model names, got {persistent!r}")
     resident.finish()
     estimate = root.number("estimate_seconds", None)
     busy = _busy(root, _Busy(aborts=False, busy_timeout=300.0, idle_path=None))
-    upstreams = _upstreams(root, busy)
+    api_key = root.optional_string("upstream_api_key")
+    upstreams = _upstreams(root, busy, api_key)
     if upstreams and upstream is None and "upstream" in data:
         raise root.fail("upstream", "give either upstream or [[upstreams]], not both")
     if upstreams and upstream is not None:
@@ -355,6 +363,7 @@ def parse_config(
         gated_methods=_methods(root, "gated_methods", DEFAULT_GATED_METHODS),
         passthrough_paths=_paths(root, "passthrough_paths", DEFAULT_PASSTHROUGH_PATHS),
         admin_paths=_paths(root, "admin_paths", DEFAULT_ADMIN_PATHS),
+        observer_paths=_paths(root, "observer_paths", DEFAULT_OBSERVER_PATHS),
         metrics_key=root.optional_string("metrics_key"),
         policy=policy,
         scoring=scoring,
@@ -364,7 +373,8 @@ def parse_config(
         estimate_seconds=estimate,
         resident_poll_seconds=resident_poll,  # type: ignore[arg-type]
         resident_path=resident_path,
-        upstream_api_key=root.optional_string("upstream_api_key"),
+        resident_persistent=frozenset(persistent),
+        upstream_api_key=api_key,
         job_history=root.integer("job_history", 1000, minimum=0),  # type: ignore[arg-type]
         job_history_bytes=root.integer("job_history_bytes", 16 * 1024 * 1024, minimum=0),  # type: ignore[arg-type]
         upstreams=upstreams,

@@ -1,11 +1,27 @@
 """A fake llama-swap: a real HTTP server for tests, benchmarks and trying the gateway out.
 
 It speaks enough of the OpenAI API (chat completions, completions, embeddings, images, audio;
-streaming chat as server-sent events) and of llama-swap's (``GET /running``, ``POST /unload``)
-for the gateway and the official ``openai`` client. It does *not* serialise requests itself:
-it counts the inferences in progress and records the most it ever saw (``max_active``, also
-answered by ``GET /fake/stats``), so a test can assert that the gateway never let two through
-at once.
+streaming chat as server-sent events) and of llama-swap's for the gateway and the official
+``openai`` client, in the shapes the real llama-swap answers (``tests/gateway/real`` checks the
+same cases against it):
+
+* ``GET /running``: every loaded model, sorted by id, each ``{"model", "state", "cmd",
+  "proxy", "ttl", "name", "description"}`` (plus ``inflight``, the fake's count of work in
+  progress). ``persistent`` models (a llama-swap group with ``persistent: true``) stay
+  loaded beside the one the others swap.
+* ``/upstream/<model>/...``: the path's model, whatever the body says; a bare
+  ``GET /upstream/<model>`` is 301 to ``/upstream/<model>/``.
+* ``api_keys`` (llama-swap's ``apiKeys``): every route but ``/health`` needs one of them, as
+  ``Authorization: Bearer``, ``Basic`` (the password) or ``X-API-Key``; else 401 with
+  ``WWW-Authenticate: Basic realm="llama-swap"``.
+* ``send_loading_state`` (``sendLoadingState: true``): a streamed chat completion that needs
+  a load is answered at once, with llama-swap's loading chunks (``reasoning_content``
+  deltas) during the load and the model's chunks after.
+* ``GET /metrics``: a few ``llamaswap_*`` Prometheus series; ``POST /unload``.
+
+It does *not* serialise requests itself: it counts the inferences in progress and records
+the most it ever saw (``max_active``, also answered by ``GET /fake/stats``), so a test can
+assert that the gateway never let two through at once.
 
 Like an image server (A1111, ComfyUI), it keeps running an inference whose client went away
 (``aborts=False``, the default): the work goes on to its end and counts in ``active`` until
@@ -32,17 +48,15 @@ Run it by hand with ``python -m prioqueue.gateway.fake_upstream --listen 127.0.0
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import json
 import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import attrs
-
+from prioqueue.gateway import _fake_wire as wire
+from prioqueue.gateway._fake_wire import Served, parser
 from prioqueue.gateway._thread import ServerThread, bind_loopback
 
 __all__ = ["FakeLlamaSwap", "Served", "ServerThread", "bind_loopback", "main"]
@@ -61,31 +75,6 @@ _INFERENCE = (
 )
 
 
-@attrs.define
-class Served:
-    """One inference the fake saw.
-
-    Attributes:
-        model: The body's ``model``.
-        tag: ``fake.tag`` from the body, or the gateway's ``X-Prioqueue-Job`` header.
-        path: The request path.
-        started: ``time.monotonic()`` when the inference began (after any cold load).
-        finished: When it ended, or None while running.
-        cancelled: True when the client went away before the end.
-        cold_load: True when serving it switched models.
-        headers: The request headers (lower-case names).
-    """
-
-    model: str | None
-    tag: str | None
-    path: str
-    started: float
-    finished: float | None = None
-    cancelled: bool = False
-    cold_load: bool = False
-    headers: dict[str, str] = attrs.field(factory=dict)
-
-
 class FakeLlamaSwap:
     """The ASGI application. Thread-safe to inspect; every counter is read-only from outside.
 
@@ -94,6 +83,9 @@ class FakeLlamaSwap:
         token_seconds: Delay between streamed tokens.
         models: The models ``GET /v1/models`` lists.
         aborts: Stop an inference when its client disconnects (default: finish it anyway).
+        persistent: Models that stay loaded once loaded (a persistent llama-swap group).
+        api_keys: llama-swap's ``apiKeys``: when given, every route but ``/health`` needs one.
+        send_loading_state: Stream llama-swap's loading chunks during a streamed load.
 
     Attributes:
         active: Inferences in progress (GPU work, including those whose client left).
@@ -110,8 +102,16 @@ class FakeLlamaSwap:
         token_seconds: float = 0.0,
         models: tuple[str, ...] = ("model-a", "model-b"),
         aborts: bool = False,
+        persistent: tuple[str, ...] = (),
+        api_keys: tuple[str, ...] = (),
+        send_loading_state: bool = False,
     ) -> None:
         self.aborts = aborts
+        self.persistent = frozenset(persistent)
+        self.api_keys = frozenset(k.encode("latin-1") for k in api_keys)
+        self.send_loading_state = send_loading_state
+        self.loaded_beside: set[str] = set()
+        self.refused = 0
         self.running_status = 200
         self.running_delay = 0.0
         self.running_polls = 0
@@ -137,14 +137,21 @@ class FakeLlamaSwap:
             return self._gates.setdefault(name, threading.Event())
 
     def report(self) -> list[dict[str, Any]]:
-        """What ``GET /running`` lists: the loaded (or loading) model and the work in progress."""
+        """What ``GET /running`` lists: each loaded (or loading) model, sorted by id."""
         with self._lock:
             active = self.active
+        states: dict[str, str] = dict.fromkeys(self.loaded_beside, "ready")
+        if self.loaded is not None:
+            states[self.loaded] = "ready"
         if self.loading is not None:
-            return [{"model": self.loading, "state": "starting", "inflight": active}]
-        if self.loaded is None and not active:
-            return []
-        return [{"model": self.loaded, "state": "ready", "inflight": active}]
+            states[self.loading] = "starting"
+        if not states and active:
+            states["unknown"] = "ready"
+        return wire.running_entries(states, active, (self.loading, self.loaded))
+
+    def is_loaded(self, model: Any) -> bool:
+        """Whether serving ``model`` needs no load."""
+        return model == self.loaded or model in self.loaded_beside
 
     def order(self) -> list[str | None]:
         """Return the tags of the inferences in the order they started."""
@@ -172,28 +179,62 @@ class FakeLlamaSwap:
             body += message.get("body", b"")
             if not message.get("more_body", False):
                 break
+        keys = self.api_keys
+        if (
+            path != "/health"
+            and not path.startswith("/fake/")
+            and not wire.authorised(keys, scope["headers"])
+        ):
+            self.refused += 1
+            await wire.unauthorised(send)
+            return
+        pinned = None
+        if path.startswith("/upstream/"):
+            pinned, slash, rest = path[len("/upstream/") :].partition("/")
+            if not slash and method in ("GET", "HEAD"):  # a bare /upstream/<model>
+                location = f"/upstream/{pinned}/".encode()
+                await wire.send_raw(send, 301, [(b"location", location)], b"")
+                return
+            path = "/" + rest
+        await self._route(scope, (method, path, pinned), bytes(body), receive, send)
+
+    async def _route(
+        self,
+        scope: Scope,
+        where: tuple[str, str, str | None],
+        body: bytes,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        method, path, pinned = where
         if method == "POST" and path in _INFERENCE:
-            await self._inference(scope, bytes(body), receive, send)
+            await self._inference(scope, body, receive, send, pinned)
+        elif pinned is not None:
+            await wire.send_json(send, 200, {"model": pinned, "path": path})
+        elif path == "/metrics":
+            text = wire.metrics_text(self.requests, self.loads)
+            await wire.send_raw(send, 200, [(b"content-type", b"text/plain; version=0.0.4")], text)
         elif path == "/v1/models":
             data = [{"id": model, "object": "model", "owned_by": "fake"} for model in self.models]
-            await _json(send, 200, {"object": "list", "data": data})
+            await wire.send_json(send, 200, {"object": "list", "data": data})
         elif path == "/running":
             self.running_polls += 1
             if self.running_delay:
                 await asyncio.sleep(self.running_delay)
             if self.running_status != 200:
-                await _json(send, self.running_status, {"error": "fake /running failure"})
+                await wire.send_json(send, self.running_status, {"error": "fake /running failure"})
             else:
-                await _json(send, 200, {"running": self.report()})
+                await wire.send_json(send, 200, {"running": self.report()})
         elif path == "/fake/stats":
             stats = {"active": self.active, "max_active": self.max_active}
             stats.update(requests=self.requests, loads=self.loads)
-            await _json(send, 200, stats)
+            await wire.send_json(send, 200, stats)
         elif path == "/unload":
             self.loaded = None
-            await _json(send, 200, {"unloaded": True})
+            self.loaded_beside.clear()
+            await wire.send_json(send, 200, {"unloaded": True})
         elif path == "/health":
-            await _send(send, 200, [(b"content-type", b"text/plain")], b"OK")
+            await wire.send_raw(send, 200, [(b"content-type", b"text/plain")], b"OK")
         elif path == "/echo":
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
             echo = {
@@ -201,23 +242,27 @@ class FakeLlamaSwap:
                 "path": path,
                 "query": scope.get("query_string", b"").decode("latin-1"),
                 "headers": headers,
-                "body": bytes(body).decode("utf-8", "replace"),
+                "body": body.decode("utf-8", "replace"),
             }
-            await _json(send, 200, echo, extra=[(b"x-fake", b"echo")])
+            await wire.send_json(send, 200, echo, extra=[(b"x-fake", b"echo")])
         else:
-            await _json(send, 404, {"error": f"no route {path}"}, extra=[(b"x-fake", b"404")])
+            await wire.send_json(
+                send, 404, {"error": f"no route {path}"}, extra=[(b"x-fake", b"404")]
+            )
 
-    async def _inference(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
+    async def _inference(
+        self, scope: Scope, body: bytes, receive: Receive, send: Send, pinned: str | None = None
+    ) -> None:
         try:
             request = json.loads(body)
             if not isinstance(request, dict):
                 raise TypeError("not an object")
         except (ValueError, TypeError):
-            await _json(send, 400, {"error": {"message": "invalid JSON"}})
+            await wire.send_json(send, 400, {"error": {"message": "invalid JSON"}})
             return
         fake = request.get("fake") or {}
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        model = request.get("model")
+        model = request.get("model") if pinned is None else pinned
         entry = Served(
             model=model,
             tag=fake.get("tag") or headers.get("x-prioqueue-job"),
@@ -246,22 +291,14 @@ class FakeLlamaSwap:
                 with self._lock:
                     self.active -= 1
 
-        aborts = self.aborts
         try:
-            if model != self.loaded and await self._load(model, entry, disconnected):
+            loading_state = await self._cold(model, request, entry, disconnected, send)
+            if loading_state is False:
                 return
             entry.started = time.monotonic()
             with self._lock:
                 self.served.append(entry)
-            hold = fake.get("hold")
-            if hold is not None:
-                gate = self._gate(str(hold))
-                while not gate.is_set():
-                    if await _work(disconnected, 0.002, aborts):
-                        entry.cancelled = True
-                        return
-            seconds = float(fake.get("seconds", 0.0))
-            if seconds and await _work(disconnected, seconds, aborts):
+            if await self._work(fake, disconnected):
                 entry.cancelled = True
                 return
             status = int(fake.get("status", 200))
@@ -270,34 +307,97 @@ class FakeLlamaSwap:
                 entry.cancelled = True  # the client left; the work was done all the same
             elif size > 0:
                 done()
-                entry.cancelled = await _big(send, size, disconnected)
+                entry.cancelled = await wire.big(send, size, disconnected)
             elif status != 200:
                 done()
-                await _json(send, status, {"error": {"message": f"fake error {status}"}})
+                await wire.send_json(send, status, {"error": {"message": f"fake error {status}"}})
             elif request.get("stream"):
                 entry.cancelled = await self._stream(
-                    send, model, int(fake.get("tokens", 3)), disconnected, done
+                    send, model, int(fake.get("tokens", 3)), disconnected, done, loading_state
                 )
             else:
                 done()
-                await _json(send, 200, _completion(scope["path"], model), extra=[(b"x-fake", b"1")])
+                await wire.send_json(
+                    send, 200, wire.completion(scope["path"], model), extra=[(b"x-fake", b"1")]
+                )
         finally:
             done()
             watcher.cancel()
 
-    async def _load(self, model: Any, entry: Served, disconnected: asyncio.Event) -> bool:
-        """Swap to ``model`` (a cold load); True when the client left and it stopped."""
+    async def _work(self, fake: dict[str, Any], disconnected: asyncio.Event) -> bool:
+        """The request's work: its ``hold`` gate, then its ``seconds``; True when it stopped."""
+        hold = fake.get("hold")
+        if hold is not None:
+            gate = self._gate(str(hold))
+            while not gate.is_set():
+                if await wire.work(disconnected, 0.002, self.aborts):
+                    return True
+        seconds = float(fake.get("seconds", 0.0))
+        return bool(seconds) and await wire.work(disconnected, seconds, self.aborts)
+
+    async def _cold(
+        self,
+        model: Any,
+        request: dict[str, Any],
+        entry: Served,
+        disconnected: asyncio.Event,
+        send: Send,
+    ) -> float | bool | None:
+        """Load ``model`` if needed.
+
+        Returns:
+            False when the client left during the load, else the start of the loading state
+            streamed (None: none was).
+        """
+        if self.is_loaded(model):
+            return None
+        loading_state = None
+        if self.send_loading_state and request.get("stream"):
+            loading_state = await wire.loading_start(send, model)
+        if await self._load(model, entry, disconnected, loading_state, send):
+            return False
+        return loading_state
+
+    async def _load(
+        self,
+        model: Any,
+        entry: Served,
+        disconnected: asyncio.Event,
+        loading_state: float | None = None,
+        send: Send | None = None,
+    ) -> bool:
+        """Swap to ``model`` (a cold load); True when the client left and it stopped.
+
+        A persistent model is loaded beside the others; any other replaces the swapping one.
+        With ``loading_state`` (the load's start) llama-swap's loading chunks are streamed.
+        """
         entry.cold_load = True
         self.loads += 1
+        if model not in self.persistent:
+            self.loaded = None
         if self.load_seconds:
             self.loading = model
             try:
-                if await _work(disconnected, self.load_seconds, self.aborts):
+                if loading_state is not None:
+                    ticks = max(1, round(self.load_seconds / 0.1))
+                    for _ in range(ticks):
+                        if await wire.work(disconnected, self.load_seconds / ticks, self.aborts):
+                            entry.cancelled = True
+                            return True
+                        assert send is not None
+                        await wire.loading_chunk(send, ".")
+                elif await wire.work(disconnected, self.load_seconds, self.aborts):
                     entry.cancelled = True
                     return True
             finally:
                 self.loading = None
-        self.loaded = model
+        if loading_state is not None:
+            assert send is not None
+            await wire.loading_done(send, time.monotonic() - loading_state)
+        if model in self.persistent:
+            self.loaded_beside.add(model)
+        else:
+            self.loaded = model
         return False
 
     async def _stream(
@@ -307,20 +407,25 @@ class FakeLlamaSwap:
         tokens: int,
         disconnected: asyncio.Event,
         done: Callable[[], None],
+        loading_state: float | None = None,
     ) -> bool:
         """Stream ``tokens`` chat chunks as SSE; return True when the client went away.
 
         Without ``aborts`` the tokens are still generated after the client left (not sent).
+        With ``loading_state`` the response began with llama-swap's loading chunks.
         """
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"text/event-stream"), (b"x-fake", b"1")],
-            }
-        )
+        if loading_state is None:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream"), (b"x-fake", b"1")],
+                }
+            )
         for index in range(tokens):
-            if self.token_seconds and await _work(disconnected, self.token_seconds, self.aborts):
+            if self.token_seconds and await wire.work(
+                disconnected, self.token_seconds, self.aborts
+            ):
                 return True
             if disconnected.is_set():
                 if self.aborts:
@@ -352,111 +457,19 @@ class FakeLlamaSwap:
         return False
 
 
-async def _big(send: Send, size: int, disconnected: asyncio.Event) -> bool:
-    """Send ``size`` bytes in 64 KiB chunks; return True when the client went away."""
-    headers = [(b"content-type", b"application/octet-stream")]
-    headers.append((b"content-length", str(size).encode()))
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    chunk = b"x" * 65536
-    while size > 0:
-        if disconnected.is_set():
-            return True
-        part = chunk[: min(size, len(chunk))]
-        size -= len(part)
-        await send({"type": "http.response.body", "body": part, "more_body": size > 0})
-    return False
-
-
-async def _work(event: asyncio.Event, seconds: float, aborts: bool) -> bool:
-    """Work ``seconds``; return True when the client left and the work stops (``aborts``)."""
-    if not aborts:
-        await asyncio.sleep(seconds)
-        return False
-    return await _wait(event, seconds)
-
-
-async def _wait(event: asyncio.Event, seconds: float) -> bool:
-    """Sleep ``seconds`` unless ``event`` is set first; return whether it was set."""
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(event.wait(), seconds)
-    return event.is_set()
-
-
-def _completion(path: str, model: str | None) -> dict[str, Any]:
-    if path == "/v1/embeddings":
-        return {
-            "object": "list",
-            "model": model,
-            "data": [{"object": "embedding", "index": 0, "embedding": [0.0, 1.0]}],
-            "usage": {"prompt_tokens": 1, "total_tokens": 1},
-        }
-    if path == "/v1/chat/completions":
-        return {
-            "id": "chatcmpl-fake",
-            "object": "chat.completion",
-            "created": 0,
-            "model": model or "fake",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": "hello"},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        }
-    return {"id": "fake", "object": "text_completion", "model": model, "choices": [{"text": "hi"}]}
-
-
-async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-    headers = [*headers, (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _json(
-    send: Send, status: int, value: object, *, extra: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    headers = [(b"content-type", b"application/json"), *(extra or [])]
-    await _send(send, status, headers, json.dumps(value).encode())
-
-
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - run as a script
     """Run the fake llama-swap in the foreground: ``--listen HOST:PORT --load-seconds S``."""
     import uvicorn
 
-    parser = argparse.ArgumentParser(
-        prog="python -m prioqueue.gateway.fake_upstream",
-        description="A fake llama-swap for trying the gateway without a GPU: OpenAI-style "
-        "inference routes (chat and text completions, embeddings, images, speech; streaming "
-        "chat as server-sent events), GET /v1/models, /running, /health and /unload. It does "
-        "not serialise requests: put `prioqueue gateway --upstream URL` in front of it.",
-        epilog="A request may steer its own handling with a 'fake' object in its JSON body, "
-        'e.g. {"model": "m", "messages": [], "fake": {"seconds": 0.5, "tokens": 5, '
-        '"status": 500, "bytes": 1048576}}: inference time, streamed tokens, an error status, '
-        "a response body of that many bytes. GET /fake/stats answers the most inferences it ever "
-        "ran at once (max_active).",
-    )
-    parser.add_argument(
-        "--listen", default="127.0.0.1:8080", metavar="HOST:PORT", help="default 127.0.0.1:8080"
-    )
-    parser.add_argument(
-        "--load-seconds", type=float, default=0.0, metavar="S", help="cold-load time per swap"
-    )
-    parser.add_argument(
-        "--token-seconds", type=float, default=0.0, metavar="S", help="delay between tokens"
-    )
-    parser.add_argument(
-        "--aborts",
-        action="store_true",
-        help="stop an inference when its client disconnects (default: finish it, as image "
-        "servers do)",
-    )
-    parser.add_argument("--quiet", action="store_true", help="log warnings only, no access log")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     host, _, port = args.listen.rpartition(":")
     app = FakeLlamaSwap(
-        load_seconds=args.load_seconds, token_seconds=args.token_seconds, aborts=args.aborts
+        load_seconds=args.load_seconds,
+        token_seconds=args.token_seconds,
+        aborts=args.aborts,
+        persistent=tuple(args.persistent),
+        api_keys=tuple(args.api_key),
+        send_loading_state=args.send_loading_state,
     )
     uvicorn.run(
         app,

@@ -15,8 +15,10 @@ Three path sets decide how a request is routed (on its *normalised* path: ``//``
   every POST, PUT, PATCH and DELETE: anything that may make llama-swap run a model).
 
 ``admin_paths`` (``/unload``, ``/logs``, ``/api/*`` by default) answer 403 unless the
-caller's key has ``admin = true``. A pattern ending in ``*`` matches any suffix; any other
-pattern matches exactly.
+caller's key has ``admin = true``; ``observer_paths`` (``/running``, which names every loaded
+model and its full ``cmd`` line) unless it is an observer (or admin), as
+``/prioqueue/status`` hides the loaded model from others. A pattern ending in ``*`` matches
+any suffix; any other pattern matches exactly.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ __all__ = [
     "DEFAULT_GATED_METHODS",
     "DEFAULT_GATED_PATHS",
     "DEFAULT_LISTEN",
+    "DEFAULT_OBSERVER_PATHS",
     "DEFAULT_PASSTHROUGH_PATHS",
     "DEFAULT_UPSTREAM",
     "ApiKey",
@@ -45,6 +48,7 @@ __all__ = [
     "PathSet",
     "TrustedHeader",
     "UpstreamConfig",
+    "api_key",
     "bearer",
 ]
 
@@ -79,6 +83,8 @@ DEFAULT_PASSTHROUGH_PATHS: Final[tuple[str, ...]] = (
 """Paths that never wait in the queue (read-only or management routes of llama-swap)."""
 DEFAULT_ADMIN_PATHS: Final[tuple[str, ...]] = ("/unload", "/logs", "/logs/*", "/api/*")
 """llama-swap's management routes: only keys with ``admin = true`` may call them."""
+DEFAULT_OBSERVER_PATHS: Final[tuple[str, ...]] = ("/running",)
+"""llama-swap's routes that show what runs (models, ``cmd`` lines): observers and admins only."""
 
 _MAX_BODY: Final = 16 * 1024 * 1024
 
@@ -247,6 +253,8 @@ class UpstreamConfig:
         idle_path: Where it reports its activity (a path under its URL, or a URL); None: the
             gateway's ``resident_path`` (llama-swap's ``/running``). See
             :func:`prioqueue.gateway._idle.busy_count` for the reports understood.
+        api_key: Sent as ``Authorization: Bearer`` on every request to it, forwarded or the
+            gateway's own polls (its ``upstream_api_key``; default: the top level's).
     """
 
     url: str
@@ -257,6 +265,7 @@ class UpstreamConfig:
     aborts: bool = False
     busy_timeout: float = 300.0
     idle_path: str | None = None
+    api_key: str | None = attrs.field(default=None, repr=False)
 
 
 @attrs.frozen
@@ -278,6 +287,7 @@ class GatewayConfig:
         gated_methods: Methods queued on any path not in ``passthrough_paths``.
         passthrough_paths: Paths never queued.
         admin_paths: Paths only admin keys may call (403 otherwise).
+        observer_paths: Paths only observer (or admin) keys may call (403 otherwise).
         metrics_key: A key that may read ``/metrics`` (and nothing else), or None.
         policy: How ``X-LlamaSwap-Priority`` values become numbers.
         scoring: The score's weights (tier bonuses included).
@@ -288,6 +298,9 @@ class GatewayConfig:
         resident_poll_seconds: Poll the upstream's model status every so many seconds
             (0: never).
         resident_path: The upstream path that lists loaded models (llama-swap: ``/running``).
+        resident_persistent: Models that stay loaded beside the swapped one (llama-swap's
+            ``persistent`` groups): never taken for the resident model, never counted as
+            evicted by a swap. Others are learnt (see ``_loaded``).
         upstream_api_key: Sent as ``Authorization: Bearer`` to the upstream when set. The
             client's own ``Authorization`` (its gateway key) is never forwarded.
         job_history: Finished jobs remembered for ``GET /prioqueue/jobs/{id}``.
@@ -326,6 +339,7 @@ class GatewayConfig:
     gated_methods: tuple[str, ...] = DEFAULT_GATED_METHODS
     passthrough_paths: tuple[str, ...] = DEFAULT_PASSTHROUGH_PATHS
     admin_paths: tuple[str, ...] = DEFAULT_ADMIN_PATHS
+    observer_paths: tuple[str, ...] = DEFAULT_OBSERVER_PATHS
     metrics_key: str | None = None
     policy: PriorityPolicy = attrs.field(factory=PriorityPolicy)
     scoring: ScoringConfig = attrs.field(factory=ScoringConfig)
@@ -335,6 +349,7 @@ class GatewayConfig:
     estimate_seconds: float | None = None
     resident_poll_seconds: float = 0.0
     resident_path: str = "/running"
+    resident_persistent: frozenset[str] = frozenset()
     upstream_api_key: str | None = None
     job_history: int = 1000
     job_history_bytes: int = 16 * 1024 * 1024
@@ -350,11 +365,13 @@ class GatewayConfig:
     _gated: PathSet = attrs.field(init=False, repr=False, eq=False)
     _passthrough: PathSet = attrs.field(init=False, repr=False, eq=False)
     _admin: PathSet = attrs.field(init=False, repr=False, eq=False)
+    _observer: PathSet = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "_gated", PathSet.of(self.gated_paths))
         object.__setattr__(self, "_passthrough", PathSet.of(self.passthrough_paths))
         object.__setattr__(self, "_admin", PathSet.of(self.admin_paths))
+        object.__setattr__(self, "_observer", PathSet.of(self.observer_paths))
 
     @property
     def listen(self) -> str:
@@ -377,6 +394,23 @@ class GatewayConfig:
     def is_admin(self, path: str) -> bool:
         """Return whether a normalised ``path`` is a management route (admin keys only)."""
         return path in self._admin
+
+    def is_observer_path(self, path: str) -> bool:
+        """Return whether a normalised ``path`` shows what runs (observer keys only)."""
+        return path in self._observer
+
+    def poll_headers(self, upstream: UpstreamConfig | None = None) -> dict[str, str]:
+        """Headers of the gateway's own requests to an upstream (None: the single one).
+
+        ``Authorization: Bearer`` with its ``upstream_api_key`` when one is set, else none.
+        """
+        key = self.upstream_api_key if upstream is None else upstream.api_key
+        return {} if key is None else {"authorization": f"Bearer {key}"}
+
+    @property
+    def known_models(self) -> frozenset[str]:
+        """The models named in ``[[upstreams]]`` ``models`` lists (empty when none are)."""
+        return frozenset(m for u in self.upstreams for m in (u.models or ()))
 
 
 @attrs.frozen
@@ -404,3 +438,25 @@ def bearer(value: bytes) -> bytes | None:
     if scheme.lower() != b"bearer":
         return None
     return token.strip() or None
+
+
+def api_key(value: bytes) -> bytes | None:
+    """Return the key an ``Authorization`` value carries, as llama-swap reads one.
+
+    ``Bearer KEY``, or ``Basic`` with the key as the password (any user name: what a browser
+    sends for llama-swap's own UI). Schemes in any case. O(len).
+    """
+    token = bearer(value)
+    if token is not None:
+        return token
+    scheme, _, encoded = value.strip().partition(b" ")
+    if scheme.lower() != b"basic":
+        return None
+    import base64
+    import binascii
+
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return decoded.partition(b":")[2] or None
