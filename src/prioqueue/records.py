@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 if TYPE_CHECKING:
+    from prioqueue.capabilities import Capabilities, Needs
     from prioqueue.lease import Lease
     from prioqueue.lifecycle import Backoff
     from prioqueue.scoring import ScoreBreakdown
@@ -71,6 +72,10 @@ class Job:
             None.
         max_attempts: Its own grant budget, or None for the dispatcher's.
         backoff: Its own retry backoff, or None for the dispatcher's.
+        needs: What a worker must offer to run it (``prioqueue.capabilities.Needs``: its
+            accepted models, pixels, steps, features...), or None: any worker that serves
+            ``model`` may. A grant of a job that accepts several models carries the job with
+            ``model`` set to the one the grant chose.
     """
 
     id: str
@@ -87,6 +92,7 @@ class Job:
     not_before: float | None = None
     max_attempts: int | None = None
     backoff: Backoff | None = None
+    needs: Needs | None = None
 
 
 @attrs.frozen
@@ -433,6 +439,7 @@ class WorkerInfo:
         timed_out: True when ``worker_timeout`` passed without a word from it (its jobs were
             taken back; its next pop or heartbeat revives it).
         filtered: Whether it has an ``accepts`` filter.
+        capabilities: What it declared it can run (``prioqueue.capabilities``), or None.
     """
 
     name: str
@@ -444,3 +451,4 @@ class WorkerInfo:
     last_seen: float
     timed_out: bool
     filtered: bool
+    capabilities: Capabilities | None = None
