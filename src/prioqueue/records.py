@@ -233,6 +233,9 @@ class Explanation:
         deadline: When it expires if still queued (its ttl), or None.
         attempt: The job's current attempt (1-based; a queued retry counts the next one).
         max_attempts: The grants it may get (its own, else the dispatcher's).
+        unfit: For a queued job, the live workers that may not run it and the first cause
+            (``"model"``, ``"max_pixels"``, ``"lora"``...: ``prioqueue.capabilities``), by
+            worker name; the ``FleetDispatcher`` skips it on their pops.
     """
 
     job: Job
@@ -250,6 +253,7 @@ class Explanation:
     deadline: float | None = None
     attempt: int = 1
     max_attempts: int | None = None
+    unfit: Mapping[str, str] = attrs.field(factory=dict)
 
     @property
     def estimated_wait(self) -> float | None:
@@ -285,6 +289,9 @@ class Explanation:
                 )
             if len(self.ahead) > 10:
                 lines.append(f"    ... and {len(self.ahead) - 10} more")
+        if self.unfit:
+            skipped = ", ".join(f"{name} ({cause})" for name, cause in sorted(self.unfit.items()))
+            lines.append(f"  does not fit: {skipped}")
         for overtake in self.overtaken_by:
             lines.append(
                 f"  overtaken at {overtake.at:.1f} by {overtake.job_id} "
