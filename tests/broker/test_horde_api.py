@@ -1,0 +1,229 @@
+"""The AI Horde compatible routes (/api/v2/) on the broker app in memory (issue 28).
+
+The answers are validated with horde-sdk's own response models (unmodified; strict:
+``TESTS_ONGOING`` makes them refuse unknown fields) where horde-sdk is installed. The
+round trip against a real ``prioqueue broker`` process is ``test_horde_sdk.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+import pytest
+
+from broker_helpers import WORKER, api, run
+from prioqueue.lease import lease_seconds
+
+os.environ.setdefault("TESTS_ONGOING", "1")  # horde-sdk's models refuse unknown fields
+sdk = pytest.importorskip("horde_sdk.ai_horde_api.apimodels", reason="horde-sdk is not installed")
+generic = pytest.importorskip("horde_sdk.generic_api.apimodels")
+
+CLIENT_KEY = "c" * 22  # the Horde's keys are 22 characters long
+OTHER_KEY = "d" * 22
+WORKER_KEY = "w" * 22
+KEYS: dict[str, Any] = {
+    CLIENT_KEY: {"role": "submitter", "member": "alice", "tier": "pro"},
+    OTHER_KEY: {"role": "submitter", "member": "bob", "tier": "pro"},
+    WORKER_KEY: {"role": "worker", "workers_prefix": "horde-"},
+    "sk-alice": {"role": "submitter", "member": "alice", "tier": "pro"},
+    "sk-bob": {"role": "submitter", "member": "bob", "tier": "pro"},
+    "wk-1": {"role": "worker", "workers_prefix": ""},
+}
+CLIENT = {"apikey": CLIENT_KEY}
+WORKER_H = {"apikey": WORKER_KEY}
+LIMITS = {"keys": KEYS, "result_max_bytes": 4 * 1024 * 1024, "max_body_bytes": 8 * 1024 * 1024}
+SDXL_REQUEST = {
+    "prompt": "a lighthouse at dusk",
+    "models": ["sdxl"],
+    "params": {
+        "width": 1024, "height": 1024, "steps": 30, "sampler_name": "k_dpmpp_2s_a",
+        "control_type": "canny", "loras": [{"name": "a"}, {"name": "b"}], "n": 1,
+    },
+    "source_image": "aGVsbG8=",
+}  # fmt: skip
+POP = {
+    "name": "horde-big", "models": ["sdxl", "flux_1"], "max_pixels": 2048 * 2048,
+    "allow_img2img": True, "allow_controlnet": True, "allow_lora": True, "nsfw": True,
+}  # fmt: skip
+
+
+async def _submit(client: httpx.AsyncClient, body: dict[str, Any], key: str = CLIENT_KEY) -> str:
+    r = await client.post("/api/v2/generate/async", json=body, headers={"apikey": key})
+    assert r.status_code == 202, r.text
+    answer = sdk.ImageGenerateAsyncResponse.model_validate(r.json())
+    assert answer.kudos == 0
+    return str(answer.id_)
+
+
+async def _pop(client: httpx.AsyncClient, **body: Any) -> Any:
+    r = await client.post("/api/v2/generate/pop", json={**POP, **body}, headers=WORKER_H)
+    assert r.status_code == 200, r.text
+    return sdk.ImageGenerateJobPopResponse.model_validate(r.json())
+
+
+def test_the_lease_of_the_issue_example_is_the_ttl_on_sdxl_and_flux() -> None:
+    async def main() -> None:
+        async with api(**LIMITS) as a:
+            for model, expected in (("sdxl", 1234), ("flux_1", 3274)):
+                await _submit(a.client, {**SDXL_REQUEST, "models": [model]})
+                popped = await _pop(a.client)
+                assert popped.model == model
+                assert popped.ttl == expected
+                assert popped.ttl == lease_seconds(
+                    width=1024, height=1024, steps=30, sampler="k_dpmpp_2s_a",
+                    controlnet=True, loras=2,
+                    baseline="flux_1" if model == "flux_1" else None,
+                )  # fmt: skip
+                assert popped.payload.ddim_steps == 30
+                assert popped.source_image == "aGVsbG8="
+                assert a.replays()
+
+    run(main())
+
+
+def test_a_request_of_n_images_is_a_group_checked_and_read_whole() -> None:
+    async def main() -> None:
+        async with api(**LIMITS) as a:
+            request = await _submit(a.client, {"prompt": "x", "params": {"n": 3}})
+            r = await a.client.get(f"/api/v2/generate/check/{request}")
+            check = sdk.ImageGenerateCheckResponse.model_validate(r.json())
+            assert (check.waiting, check.finished, check.done) == (3, 0, False)
+            assert check.queue_position == 1
+            ids = []
+            for _ in range(3):
+                popped = await _pop(a.client, threads=3)
+                ids.append(str(popped.id_))
+            for seed, job in enumerate(ids):
+                body = {"id": job, "generation": "aW1n", "state": "ok", "seed": seed}
+                r = await a.client.post("/api/v2/generate/submit", json=body, headers=WORKER_H)
+                assert r.status_code == 200, r.text
+                assert sdk.JobSubmitResponse.model_validate(r.json()).reward == 0
+            r = await a.client.get(f"/api/v2/generate/status/{request}")
+            status = sdk.ImageGenerateStatusResponse.model_validate(r.json())
+            assert status.done
+            assert status.finished == 3
+            assert sorted(str(g.id_) for g in status.generations) == sorted(ids)
+            assert {g.worker_name for g in status.generations} == {"horde-big"}
+            assert a.replays()
+
+    run(main())
+
+
+def test_a_worker_too_small_or_without_lora_gets_nothing_and_says_why() -> None:
+    async def main() -> None:
+        async with api(**LIMITS) as a:
+            await _submit(a.client, {"prompt": "big", "params": {"width": 2048, "height": 2048}})
+            lora = {"prompt": "lora", "params": {"loras": [{"name": "x"}]}}
+            await _submit(a.client, lora)
+            popped = await _pop(a.client, name="horde-small", max_pixels=1024 * 1024,
+                                allow_lora=False)  # fmt: skip
+            assert popped.id_ is None
+            assert popped.ids == []
+            assert popped.skipped.max_pixels == 1
+            assert popped.skipped.lora == 1
+            popped = await _pop(a.client)
+            assert popped.id_ is not None
+
+    run(main())
+
+
+def test_a_job_for_either_model_goes_to_the_worker_with_one_resident() -> None:
+    async def main() -> None:
+        async with api(**LIMITS) as a:
+            await _submit(a.client, {"prompt": "x", "models": ["sdxl", "flux_1"]})
+            idle = await _pop(a.client, name="horde-other", models=["anything_v5"])
+            assert idle.id_ is None
+            assert idle.skipped.models == 1
+            popped = await _pop(a.client, name="horde-flux", models=["flux_1"])
+            assert popped.model == "flux_1"
+            assert popped.ttl == lease_seconds(
+                width=512, height=512, steps=30, sampler="k_euler_a", baseline="flux_1"
+            )
+
+    run(main())
+
+
+def test_keys_and_the_anonymous_key() -> None:
+    async def main() -> None:
+        body = {"prompt": "x"}
+        async with api(**LIMITS) as a:
+            for headers in ({}, {"apikey": "0000000000"}, {"apikey": "e" * 22}):
+                r = await a.client.post("/api/v2/generate/async", json=body, headers=headers)
+                assert r.status_code == 401, r.text
+                assert generic.RequestErrorResponse.model_validate(r.json()).rc == "InvalidAPIKey"
+            r = await a.client.post("/api/v2/generate/async", json=body, headers=WORKER_H)
+            assert r.status_code == 403
+            r = await a.client.post("/api/v2/generate/pop", json=POP, headers=CLIENT)
+            assert r.status_code == 403
+            r = await a.client.post(
+                "/api/v2/generate/pop", json={**POP, "name": "gpu-x"}, headers=WORKER_H
+            )
+            assert r.status_code == 403
+        async with api(**LIMITS, horde={"anonymous_member": "anon"}) as a:
+            r = await a.client.post(
+                "/api/v2/generate/async", json=body, headers={"apikey": "0000000000"}
+            )
+            assert r.status_code == 202, r.text
+
+    run(main())
+
+
+def test_bad_bodies_get_the_hordes_validation_answer() -> None:
+    async def main() -> None:
+        async with api(**LIMITS, horde={"max_image_bytes": 16}) as a:
+            r = await a.client.post("/api/v2/generate/async", json={"params": {}}, headers=CLIENT)
+            assert r.status_code == 400
+            assert "prompt" in r.json()["errors"]
+            big = {"prompt": "x", "source_image": "a" * 17}
+            r = await a.client.post("/api/v2/generate/async", json=big, headers=CLIENT)
+            assert r.status_code == 413
+            r = await a.client.get("/api/v2/generate/check/not-a-uuid")
+            assert r.status_code == 404
+            r = await a.client.get("/api/v2/generate/check/00000000-0000-0000-0000-000000000001")
+            assert r.status_code == 404
+            dry = {"prompt": "x", "dry_run": True}
+            r = await a.client.post("/api/v2/generate/async", json=dry, headers=CLIENT)
+            assert r.status_code == 200
+            assert r.json() == {"kudos": 0.0}
+            assert await a.queued() == 0
+
+    run(main())
+
+
+def test_delete_cancels_the_rest_and_answers_the_status() -> None:
+    async def main() -> None:
+        async with api(**LIMITS) as a:
+            request = await _submit(a.client, {"prompt": "x", "params": {"n": 2}})
+            popped = await _pop(a.client)
+            r = await a.client.delete(f"/api/v2/generate/status/{request}")
+            assert r.status_code == 200, r.text
+            status = sdk.ImageGenerateStatusResponse.model_validate(r.json())
+            assert status.done
+            assert status.generations == []
+            body = {"id": str(popped.id_), "generation": "x", "state": "ok"}
+            r = await a.client.post("/api/v2/generate/submit", json=body, headers=WORKER_H)
+            assert r.status_code == 409
+            assert a.replays()
+
+    run(main())
+
+
+def test_fair_share_holds_across_the_horde_and_v1_routes() -> None:
+    """Alice floods through /api/v2, Bob submits through /v1: one queue, alternating grants."""
+
+    async def main() -> None:
+        async with api(**LIMITS) as a:
+            await _submit(a.client, {"prompt": "flood", "params": {"n": 6}})
+            for _ in range(3):
+                await a.submit(headers={"Authorization": "Bearer sk-bob"}, priority=0)
+            members = []
+            for _ in range(6):
+                r = await a.client.post("/v1/workers/gpu-1/pop", json={"slots": 16}, headers=WORKER)
+                assert r.status_code == 200
+                members.append("bob" if r.json()["payload"] is None else "alice")
+            assert members.count("bob") == 3
+            assert members.count("alice") == 3
+
+    run(main())
