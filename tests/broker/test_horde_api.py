@@ -12,8 +12,8 @@ from typing import Any
 
 import httpx
 import pytest
-
 from broker_helpers import WORKER, api, run
+
 from prioqueue.lease import lease_seconds
 
 os.environ.setdefault("TESTS_ONGOING", "1")  # horde-sdk's models refuse unknown fields

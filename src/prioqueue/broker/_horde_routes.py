@@ -117,30 +117,7 @@ def horde_router(broker: Broker, config: BrokerConfig) -> APIRouter:
     @_horde_errors
     async def generate_async(request: Request) -> Any:
         """Queue a request of ``params.n`` images (one job each); 202 ``{id, kudos: 0}``."""
-        body = await _body(request, AsyncRequest)
-        key = _key(request, config, "submitter")
-        view.check_request(body, config)
-        if body.dry_run:
-            return JSONResponse({"kudos": 0.0}, 200)
-        secret = 0
-        while secret in (0, view.JOB_TAG):
-            secret = secrets.randbits(64)
-        n = body.params.n
-        common = {
-            "member": key.member, "tier": key.tier,
-            "priority": resolve_priority(horde.priority, key, config),
-            "model": body.models[0] if len(body.models) == 1 else None,
-            "group": group_label(secret), "image": body.image(horde),
-            "needs": body.needs().as_dict(),
-        }  # fmt: skip
-        jobs = [{**common, "payload": {"horde": body.payload(i)}} for i in range(n)]
-        results = await broker.run("submit_many", {"jobs": jobs})
-        first = results[0][0].id
-        return JSONResponse(
-            {"id": request_uuid(secret, first, n), "kudos": 0.0, "warnings": [],
-             "message": f"{n} image(s) queued; kudos are not used by this broker (0)"},
-            202,
-        )  # fmt: skip
+        return await _queue_request(broker, config, request)
 
     async def request_view(request_id: str, generations: bool) -> dict[str, Any]:
         found = request_jobs(request_id)
@@ -189,24 +166,7 @@ def horde_router(broker: Broker, config: BrokerConfig) -> APIRouter:
     @_horde_errors
     async def generate_submit(request: Request) -> Any:
         """The worker's image: the job is done (``faulted``: failed); ``{reward: 0}``."""
-        body = await _body(request, SubmitRequest)
-        key = _key(request, config, "worker")
-        job_id = job_id_of(body.id)
-        if job_id is None:
-            raise Rejected(404, f"no job {body.id!r} (not a job id)")
-        if len(body.generation) > horde.max_generation_bytes:
-            limit = horde.max_generation_bytes
-            raise Rejected(
-                413, f"generation is {len(body.generation)} characters, over [horde] "
-                f"max_generation_bytes={limit}",
-            )  # fmt: skip
-        worker, attempt = await broker.query(lambda engine: view.holder(engine, job_id))
-        acts_as(key, worker)
-        op = "fail" if body.state == "faulted" else "complete"
-        args = {"job_id": job_id, "worker": worker, "attempt": attempt,
-                "result": view.result(body)}  # fmt: skip
-        await broker.run(op, args)
-        return {"reward": 0.0}
+        return await _submit_image(broker, config, request)
 
     @router.get("/status/heartbeat")
     async def heartbeat() -> Any:
@@ -222,3 +182,54 @@ class _Answer(Rejected):
     def __init__(self, response: JSONResponse) -> None:
         super().__init__(response.status_code, "invalid body")
         self.response = response
+
+
+async def _queue_request(broker: Broker, config: BrokerConfig, request: Request) -> Any:
+    """``POST generate/async``: ``params.n`` jobs of one group, in one operation."""
+    body = await _body(request, AsyncRequest)
+    key = _key(request, config, "submitter")
+    horde = config.horde
+    view.check_request(body, config)
+    if body.dry_run:
+        return JSONResponse({"kudos": 0.0}, 200)
+    secret = 0
+    while secret in (0, view.JOB_TAG):
+        secret = secrets.randbits(64)
+    n = body.params.n
+    common = {
+        "member": key.member, "tier": key.tier,
+        "priority": resolve_priority(horde.priority, key, config),
+        "model": body.models[0] if len(body.models) == 1 else None,
+        "group": group_label(secret), "image": body.image(horde),
+        "needs": body.needs().as_dict(),
+    }  # fmt: skip
+    jobs = [{**common, "payload": {"horde": body.payload(i)}} for i in range(n)]
+    results = await broker.run("submit_many", {"jobs": jobs})
+    first = results[0][0].id
+    return JSONResponse(
+        {"id": request_uuid(secret, first, n), "kudos": 0.0, "warnings": [],
+         "message": f"{n} image(s) queued; kudos are not used by this broker (0)"},
+        202,
+    )  # fmt: skip
+
+
+async def _submit_image(broker: Broker, config: BrokerConfig, request: Request) -> Any:
+    """``POST generate/submit``: complete the job (``faulted``: fail it) as its holder."""
+    body = await _body(request, SubmitRequest)
+    key = _key(request, config, "worker")
+    job_id = job_id_of(body.id)
+    if job_id is None:
+        raise Rejected(404, f"no job {body.id!r} (not a job id)")
+    limit = config.horde.max_generation_bytes
+    if len(body.generation) > limit:
+        raise Rejected(
+            413,
+            f"generation is {len(body.generation)} characters, over [horde] "
+            f"max_generation_bytes={limit}",
+        )
+    worker, attempt = await broker.query(lambda engine: view.holder(engine, job_id))
+    acts_as(key, worker)
+    op = "fail" if body.state == "faulted" else "complete"
+    args = {"job_id": job_id, "worker": worker, "attempt": attempt, "result": view.result(body)}
+    await broker.run(op, args)
+    return {"reward": 0.0}
