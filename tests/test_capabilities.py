@@ -74,7 +74,7 @@ def test_bad_needs_and_mappings_are_refused() -> None:
     with pytest.raises(ValueError, match="disagrees with model"):
         fleet.submit("j", member="m", model="a", needs={"models": ["b"]}, now=0.0)
     with pytest.raises(ValueError, match="needs must be a Needs"):
-        fleet.submit("j", member="m", needs=3, now=0.0)  # type: ignore[typeddict-item]
+        fleet.submit("j", member="m", needs=3, now=0.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="capabilities must be"):
         fleet.join("w", capabilities=3, now=0.0)  # type: ignore[arg-type]
 

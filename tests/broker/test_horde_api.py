@@ -12,9 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
-from broker_helpers import WORKER, api, run
 
 from prioqueue.lease import lease_seconds
+
+from .broker_helpers import WORKER, api, run
 
 os.environ.setdefault("TESTS_ONGOING", "1")  # horde-sdk's models refuse unknown fields
 sdk = pytest.importorskip("horde_sdk.ai_horde_api.apimodels", reason="horde-sdk is not installed")
