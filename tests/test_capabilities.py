@@ -167,3 +167,32 @@ def test_a_restored_grant_must_name_a_model_its_job_accepts() -> None:
     state["held"][0]["granted_model"] = "other"
     with pytest.raises(ValueError, match="not one it accepts"):
         FleetDispatcher.restore(state, lease_for=lambda job: 100.0)
+
+
+@pytest.mark.parametrize("make", [FleetDispatcher, ReferenceFleet])
+def test_pop_many_grants_several_jobs_in_one_pop(make: Any) -> None:
+    fleet = make()
+    fleet.join("w", slots=3, now=0.0)
+    for i in range(4):
+        fleet.submit(f"j{i}", member="a" if i % 2 else "b", now=float(i))
+    grants = fleet.pop_many("w", amount=5, now=5.0)
+    assert [g.job.id for g in grants] == ["j0", "j1", "j2"]  # stopped at its 3 slots
+    assert fleet.pop_many("w", amount=2, now=6.0) == []
+    with pytest.raises(ValueError, match=r"amount must be an int in 1\.\.100"):
+        fleet.pop_many("w", amount=0, now=6.0)
+
+
+def test_an_error_after_the_first_grant_ends_the_batch() -> None:
+    def lease_for(job: Job) -> float:
+        if job.id == "bad":
+            raise RuntimeError("no lease")
+        return 10.0
+
+    fleet = FleetDispatcher(lease_for=lease_for)
+    fleet.join("w", slots=3, now=0.0)
+    fleet.submit("good", member="a", now=0.0)
+    fleet.submit("bad", member="b", now=1.0)
+    assert [g.job.id for g in fleet.pop_many("w", amount=3, now=2.0)] == ["good"]
+    assert "bad" in fleet
+    with pytest.raises(Exception, match="no lease"):
+        fleet.pop_many("w", amount=3, now=3.0)

@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import attrs
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -282,6 +283,10 @@ class FleetComparison(Comparison):
         assert error is None, f"pop({name!r}) raised {error!r}"
         if grant is None:
             return None
+        return self.check_grant(grant, name, before)
+
+    def check_grant(self, grant: Grant, name: str, before: WorkerInfo) -> Grant:
+        """Check a grant to ``name`` (as it was ``before``) and record it."""
         assert grant.worker == name
         assert len(before.held) < before.slots, f"{name} popped past its {before.slots} slots"
         if self.cap is not None:
@@ -299,6 +304,20 @@ class FleetComparison(Comparison):
         self.record_grant(grant, name)
         assert isinstance(grant, Grant)
         return grant
+
+    @precondition(lambda self: self.ready and self.slots)
+    @rule(data=st.data(), amount=st.integers(min_value=1, max_value=3))
+    def pop_many(self, data: st.DataObject, amount: int) -> None:
+        """Several grants in one pop: ``pop`` repeated, on both."""
+        name = data.draw(st.sampled_from(sorted(self.slots)))
+        before = self.ref.worker(name)
+        grants, error = self.both("pop_many", name, amount=amount, now=self.clock())
+        assert error is None, f"pop_many({name!r}) raised {error!r}"
+        assert len(grants) <= amount
+        for grant in grants:
+            self.check_grant(grant, name, before)
+            resident = before.resident if grant.job.model is None else grant.job.model
+            before = attrs.evolve(before, held=(*before.held, grant.job.id), resident=resident)
 
     @precondition(lambda self: self.ready)
     @rule(spec=dispatcher_job_specs(), needs=needs_specs())

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from prioqueue._batch import BatchPop
 from prioqueue._core import choose, grant, restore
 from prioqueue._core.config import (
     DEFAULT_CROSSING_SHARE,
@@ -56,7 +57,7 @@ _F = TypeVar("_F", bound="FleetDispatcher")
 _UNSET: Any = object()
 
 
-class FleetDispatcher(Facade):
+class FleetDispatcher(BatchPop, Facade):
     """The waiting jobs of a fleet of workers, and which job each worker pulls next.
 
     Args:

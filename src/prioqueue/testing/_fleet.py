@@ -54,6 +54,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, cast
 
+from prioqueue._batch import BatchPop
 from prioqueue._errors import DuplicateJob, LeaseExpired
 from prioqueue._spec import check_options
 from prioqueue.capabilities import checked_needs
@@ -88,7 +89,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_EXPECTED_RUNTIME", "RECENT_RUNTIMES", "ReferenceFleet"]
 
 
-class ReferenceFleet(_Workers):
+class ReferenceFleet(BatchPop, _Workers):
     """A brute-force model of ``FleetDispatcher`` for tests: same calls, same answers.
 
     Each option left out takes ``FleetDispatcher``'s default.
