@@ -196,3 +196,28 @@ def test_an_error_after_the_first_grant_ends_the_batch() -> None:
     assert "bad" in fleet
     with pytest.raises(Exception, match="no lease"):
         fleet.pop_many("w", amount=3, now=3.0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"models": "sdxl"}, "list of model names"),
+        ({"models": [""]}, "non-empty strs"),
+        ({"text": 3}, "text must be a str"),
+        ({"nsfw": "yes"}, "nsfw must be a bool"),
+    ],
+)
+def test_bad_needs_say_what_is_allowed(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Needs(**kwargs)
+
+
+def test_a_blacklist_must_be_a_collection_and_a_fleet_takes_mappings() -> None:
+    with pytest.raises(ValueError, match="collection of words"):
+        Capabilities(blacklist="castle")
+    fleet = FleetDispatcher()
+    info = fleet.join("w", capabilities={"max_pixels": 64, "features": []}, now=0.0)
+    assert info.capabilities == Capabilities(max_pixels=64, features=())
+    ticket = fleet.submit("j", member="m", needs={"pixels": 65}, now=0.0)
+    assert ticket.job.needs == Needs(pixels=65)
+    assert fleet.pop("w", now=1.0) is None

@@ -228,3 +228,78 @@ def test_fair_share_holds_across_the_horde_and_v1_routes() -> None:
             assert members.count("alice") == 3
 
     run(main())
+
+
+def test_the_horde_table_refuses_bad_values() -> None:
+    from prioqueue import ConfigError
+    from prioqueue.broker import parse_config
+
+    for horde, message in (
+        ({"anonymous_tier": "gold"}, "unknown tier"),
+        ({"priority": "high"}, "must be an integer"),
+        ({"max_images": 0}, "must be >= 1"),
+        ({"model_baselines": {"m": 3}}, "non-empty string"),
+        ({"colour": 1}, "colour"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            parse_config({"horde": horde})
+    config = parse_config({"horde": {"model_baselines": {"My Flux": "flux_1"}}}).horde
+    assert (config.baseline("My Flux"), config.baseline("flux_1"), config.baseline("x")) == (
+        "flux_1", "flux_1", None,
+    )  # fmt: skip
+
+
+def test_requests_past_the_limits_are_refused_before_anything_is_queued() -> None:
+    async def main() -> None:
+        limits = {**LIMITS, "horde": {"max_images": 2, "max_pixels": 1024 * 1024},
+                  "lease": {"strict_samplers": True}}  # fmt: skip
+        async with api(**limits) as a:
+            for body, message in (
+                ({"prompt": "x", "params": {"n": 3}}, "max_images=2"),
+                ({"prompt": "x", "params": {"width": 2048, "height": 1024}}, "max_pixels"),
+                ({"prompt": "x", "params": {"sampler_name": "bogus"}}, "sampler"),
+            ):
+                r = await a.client.post("/api/v2/generate/async", json=body, headers=CLIENT)
+                assert r.status_code == 400, r.text
+                assert message in r.json()["message"]
+            r = await a.client.post("/api/v2/generate/async", content=b"{", headers=CLIENT)
+            assert r.status_code == 400
+            r = await a.client.post("/api/v2/generate/pop", json=POP)
+            assert r.status_code == 401
+            assert await a.queued() == 0
+
+    run(main())
+
+
+def test_progress_a_fault_and_a_worker_that_fits_nothing() -> None:
+    async def main() -> None:
+        async with api(**LIMITS) as a:
+            big = {"prompt": "x", "params": {"width": 2048, "height": 2048, "n": 3}}
+            request = await _submit(a.client, big)
+            await _pop(a.client, name="horde-small", max_pixels=512 * 512)
+            r = await a.client.get(f"/api/v2/generate/check/{request}")
+            assert r.json()["is_possible"] is False  # the only worker is too small
+            first = await _pop(a.client)
+            a.clock.advance(30.0)
+            done = {"id": str(first.id_), "state": "ok", "generation": "aW1n"}
+            r = await a.client.post("/api/v2/generate/submit", json=done, headers=WORKER_H)
+            assert r.status_code == 200, r.text
+            job = await _pop(a.client)
+            r = await a.client.get(f"/api/v2/generate/check/{request}")
+            check = sdk.ImageGenerateCheckResponse.model_validate(r.json())
+            assert (check.finished, check.processing, check.waiting) == (1, 1, 1)
+            assert check.is_possible
+            assert check.wait_time > 0  # from the runtime measured: 30 s a job
+            faulted = {"id": str(job.id_), "state": "faulted", "generation": "Faulted"}
+            r = await a.client.post("/api/v2/generate/submit", json=faulted, headers=WORKER_H)
+            assert r.status_code == 200, r.text
+            r = await a.client.get(f"/api/v2/generate/check/{request}")
+            assert r.json()["faulted"] is True
+            for job_id, status in (("nope", 404), ("00000000-0000-0000-0000-000000000000", 404),
+                                   (str(job.id_), 409)):  # fmt: skip
+                body = {"id": job_id, "generation": "x", "state": "ok"}
+                r = await a.client.post("/api/v2/generate/submit", json=body, headers=WORKER_H)
+                assert r.status_code == status, r.text
+            assert a.replays()
+
+    run(main())
