@@ -7,7 +7,10 @@ round trip against a real ``prioqueue broker`` process is ``test_horde_sdk.py``.
 
 from __future__ import annotations
 
+import json
 import os
+import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -301,5 +304,42 @@ def test_progress_a_fault_and_a_worker_that_fits_nothing() -> None:
                 r = await a.client.post("/api/v2/generate/submit", json=body, headers=WORKER_H)
                 assert r.status_code == status, r.text
             assert a.replays()
+
+    run(main())
+
+
+def test_a_large_image_is_kept_outside_the_journal() -> None:
+    async def main() -> None:
+        async with api(**LIMITS, horde={"inline_max_bytes": 8}) as a:
+            request = await _submit(a.client, {"prompt": "x", "params": {"n": 2}})
+            image = "aW1hZ2UgYnl0ZXM="  # 16 characters: over the threshold
+            for generation in (image, "c21hbGw="):  # the second one stays inline
+                job = await _pop(a.client)
+                body = {"id": str(job.id_), "generation": generation, "state": "ok"}
+                r = await a.client.post("/api/v2/generate/submit", json=body, headers=WORKER_H)
+                assert r.status_code == 200, r.text
+            journal = json.dumps([entry.args for entry in a.journal.entries])
+            assert image not in journal
+            assert "c21hbGw=" in journal
+            r = await a.client.get(f"/api/v2/generate/status/{request}")
+            status = sdk.ImageGenerateStatusResponse.model_validate(r.json())
+            assert sorted(g.img for g in status.generations) == sorted([image, "c21hbGw="])
+            assert a.replays()
+
+    run(main())
+
+
+def test_a_sweep_removes_only_unreferenced_old_images(tmp_path: Path) -> None:
+    from prioqueue.broker._horde_blobs import GRACE_SECONDS, Blobs, FileBlobs
+
+    async def main() -> None:
+        for blobs in (Blobs(), FileBlobs(tmp_path / "blobs")):
+            assert await blobs.sweep(set(), time.time()) == 0
+            await blobs.put("kept", "a")
+            await blobs.put("gone", "b")
+            assert await blobs.sweep(set(), time.time()) == 0  # within the grace
+            later = time.time() + GRACE_SECONDS + 1
+            assert await blobs.sweep({"kept"}, later) == 1
+            assert (await blobs.get("kept"), await blobs.get("gone")) == ("a", None)
 
     run(main())

@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ def _config(folder: Path, store: str, schema: str | None = None) -> BrokerProces
         f'[keys."{CLIENT_KEY}"]', 'role = "submitter"', 'member = "alice"', 'tier = "pro"',
         f'[keys."{WORKER_KEY}"]', 'role = "worker"', 'workers_prefix = "horde-"',
         '[keys."wk-status"]', 'role = "worker"', 'workers_prefix = "status-"',
+        "[horde]", "inline_max_bytes = 8",  # the images go outside the journal rows
     ]  # fmt: skip
     path = folder / "broker.toml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -203,10 +205,14 @@ async def _capabilities_survive_a_kill(folder: Path, store: str, schema: str | N
             again = await _pop(client, broker.url, **small)
             assert (again.id_, again.skipped.lora, again.skipped.max_pixels) == (None, 1, 0)
             assert await _submit(client, broker.url, str(held.id_), 7) == 200
+            broker.signal(signal.SIGKILL)  # the image is outside the journal: still there
+            broker.proc.wait(timeout=10)
+            broker.start()
+            await _wait(broker, client)
             r = await client.get(f"{broker.url}/api/v2/generate/status/{ids[0]}")
             status = apimodels.ImageGenerateStatusResponse.model_validate(r.json())
-            assert [(g.model, g.worker_name) for g in status.generations] == [
-                ("flux_1", "horde-large")
+            assert [(g.model, g.worker_name, g.img) for g in status.generations] == [
+                ("flux_1", "horde-large", IMG)
             ]
             assert ttl == lease_seconds(
                 width=2048, height=2048, steps=20, sampler="k_euler_a", baseline="flux_1"
@@ -218,8 +224,30 @@ async def _capabilities_survive_a_kill(folder: Path, store: str, schema: str | N
 def test_capabilities_and_grants_survive_a_kill_sqlite(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'broker.db'}"
     run(_capabilities_survive_a_kill(tmp_path, store, None), timeout=120)
+    (blob,) = (tmp_path / "broker.db.blobs").iterdir()  # beside the database
+    assert blob.read_text(encoding="ascii") == IMG
 
 
 def test_capabilities_and_grants_survive_a_kill_postgresql(tmp_path: Path) -> None:
     with postgres_schema() as schema:
         run(_capabilities_survive_a_kill(tmp_path, POSTGRES_URL, schema), timeout=120)
+
+
+def test_postgresql_keeps_images_in_a_table_and_sweeps_them() -> None:
+    from prioqueue.broker._horde_blobs import GRACE_SECONDS, PostgresBlobs
+
+    async def main(schema: str) -> None:
+        blobs = PostgresBlobs(POSTGRES_URL, schema)
+        await blobs.put("kept", "a")
+        await blobs.put("gone", "b")
+        await blobs.put("gone", "b")  # a retried write changes nothing
+        later = time.time() + GRACE_SECONDS + 1
+        assert await blobs.sweep({"kept"}, later) == 1
+        assert (await blobs.get("kept"), await blobs.get("gone")) == ("a", None)
+
+    with postgres_schema() as schema:
+        import psycopg
+
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        run(main(schema), timeout=60)

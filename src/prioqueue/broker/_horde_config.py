@@ -53,6 +53,9 @@ class HordeConfig:
         max_generation_bytes: Largest submitted ``generation`` (base64 characters).
         limited_steps: The step limit of a worker that pops with ``limit_max_steps``.
         prefetch: Jobs a worker may hold beyond its ``threads`` (its look-ahead queue).
+        inline_max_bytes: A submitted image larger than this (base64 characters) is kept
+            outside the journal rows (``prioqueue.broker._horde_blobs``); 0: every image.
+        sweep_every: Seconds between two sweeps of the images whose jobs are gone.
     """
 
     anonymous_member: str | None = None
@@ -65,6 +68,8 @@ class HordeConfig:
     max_generation_bytes: int = 16 * 1024 * 1024
     limited_steps: int = 50
     prefetch: int = 1
+    inline_max_bytes: int = 64 * 1024
+    sweep_every: float = 600.0
 
     def baseline(self, model: str) -> str | None:
         """The baseline of ``model``, or None (no slow factor). O(1)."""
@@ -104,6 +109,8 @@ def horde_setting(root: Table, tiers: Mapping[str, float]) -> HordeConfig:
         max_generation_bytes=_int(table, "max_generation_bytes", defaults.max_generation_bytes),
         limited_steps=_int(table, "limited_steps", defaults.limited_steps),
         prefetch=_int(table, "prefetch", defaults.prefetch, minimum=0),
+        inline_max_bytes=_int(table, "inline_max_bytes", defaults.inline_max_bytes, minimum=0),
+        sweep_every=table.number("sweep_every", defaults.sweep_every) or defaults.sweep_every,
     )
     table.finish()
     return config

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -33,6 +34,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
 from prioqueue.broker import _horde_view as view
+from prioqueue.broker._horde_blobs import Blobs, blob_key, blobs_for
 from prioqueue.broker._horde_config import ANONYMOUS_KEY
 from prioqueue.broker._horde_models import (
     AsyncRequest,
@@ -112,11 +114,22 @@ def horde_router(broker: Broker, config: BrokerConfig) -> APIRouter:
     """The ``/api/v2/`` routes, bound to ``broker``."""
     router = APIRouter(prefix="/api/v2", tags=["horde"])
     horde = config.horde
+    blobs = blobs_for(config)
+
+    async def sweep() -> None:
+        """Delete the images of jobs past their retention (at most every ``sweep_every``)."""
+        now = time.time()
+        if now - blobs.swept_at < horde.sweep_every:
+            return
+        blobs.swept_at = now
+        referenced = await broker.query(view.referenced_blobs)
+        await blobs.sweep(referenced, now)
 
     @router.post("/generate/async", status_code=202)
     @_horde_errors
     async def generate_async(request: Request) -> Any:
         """Queue a request of ``params.n`` images (one job each); 202 ``{id, kudos: 0}``."""
+        await sweep()
         return await _queue_request(broker, config, request)
 
     async def request_view(request_id: str, generations: bool) -> dict[str, Any]:
@@ -124,7 +137,12 @@ def horde_router(broker: Broker, config: BrokerConfig) -> APIRouter:
         if found is None:
             raise Rejected(404, f"no request {request_id!r} (not a request id)")
         label, ids = found
-        return await broker.query(lambda engine: view.request(engine, label, ids, generations))
+        answer = await broker.query(lambda engine: view.request(engine, label, ids, generations))
+        for generation in answer.get("generations", ()):
+            key = generation.pop("img_blob", None)
+            if key is not None:
+                generation["img"] = await blobs.get(key) or ""
+        return answer
 
     @router.get("/generate/check/{request_id}")
     @_horde_errors
@@ -166,7 +184,8 @@ def horde_router(broker: Broker, config: BrokerConfig) -> APIRouter:
     @_horde_errors
     async def generate_submit(request: Request) -> Any:
         """The worker's image: the job is done (``faulted``: failed); ``{reward: 0}``."""
-        return await _submit_image(broker, config, request)
+        await sweep()
+        return await _submit_image(broker, config, request, blobs)
 
     @router.get("/status/heartbeat")
     async def heartbeat() -> Any:
@@ -213,7 +232,9 @@ async def _queue_request(broker: Broker, config: BrokerConfig, request: Request)
     )  # fmt: skip
 
 
-async def _submit_image(broker: Broker, config: BrokerConfig, request: Request) -> Any:
+async def _submit_image(
+    broker: Broker, config: BrokerConfig, request: Request, blobs: Blobs
+) -> Any:
     """``POST generate/submit``: complete the job (``faulted``: fail it) as its holder."""
     body = await _body(request, SubmitRequest)
     key = _key(request, config, "worker")
@@ -230,6 +251,11 @@ async def _submit_image(broker: Broker, config: BrokerConfig, request: Request) 
     worker, attempt = await broker.query(lambda engine: view.holder(engine, job_id))
     acts_as(key, worker)
     op = "fail" if body.state == "faulted" else "complete"
-    args = {"job_id": job_id, "worker": worker, "attempt": attempt, "result": view.result(body)}
+    blob = None
+    if len(body.generation) > config.horde.inline_max_bytes:  # kept outside the journal
+        blob = blob_key(job_id, attempt, body.generation)
+        await blobs.put(blob, body.generation)
+    result = view.result(body, blob)
+    args = {"job_id": job_id, "worker": worker, "attempt": attempt, "result": result}
     await broker.run(op, args)
     return {"reward": 0.0}

@@ -31,6 +31,7 @@ __all__ = [
     "holder",
     "no_job",
     "owner",
+    "referenced_blobs",
     "request",
     "result",
     "version",
@@ -140,8 +141,9 @@ def request(engine: BrokerEngine, label: str, ids: list[str], images: bool) -> d
 def _generation(record: JobRecord) -> dict[str, Any]:
     done: Mapping[str, Any] = record.result if isinstance(record.result, dict) else {}
     worker = record.worker or ""
+    image = {"img_blob": done["img_blob"]} if "img_blob" in done else {}
     return {
-        "id": job_uuid(record.id), "img": str(done.get("img", "")),
+        **image, "id": job_uuid(record.id), "img": str(done.get("img", "")),
         "seed": str(done.get("seed", "")), "worker_id": worker_uuid(worker),
         "worker_name": worker, "model": record.model or "", "state": done.get("state", "ok"),
         "censored": bool(done.get("censored", False)),
@@ -187,12 +189,25 @@ def holder(engine: BrokerEngine, job_id: str) -> tuple[str, int]:
     return record.worker, record.attempt
 
 
-def result(body: SubmitRequest) -> dict[str, Any]:
-    """What the broker keeps of a submitted image (the job's ``result``)."""
+def result(body: SubmitRequest, blob: str | None = None) -> dict[str, Any]:
+    """What the broker keeps of a submitted image (the job's ``result``).
+
+    With ``blob`` the image itself is kept outside the journal, under that key.
+    """
+    image = {"img": body.generation} if blob is None else {"img_blob": blob}
     return {
-        "img": body.generation, "seed": str(body.seed), "censored": body.censored,
-        "state": body.state, "gen_metadata": body.gen_metadata or [],
+        **image, "seed": str(body.seed), "censored": body.censored, "state": body.state,
+        "gen_metadata": body.gen_metadata or [],
     }  # fmt: skip
+
+
+def referenced_blobs(engine: BrokerEngine) -> set[str]:
+    """The image keys the kept job records refer to (a sweep keeps them). O(jobs)."""
+    return {
+        r.result["img_blob"]
+        for r in engine.jobs.values()
+        if isinstance(r.result, dict) and isinstance(r.result.get("img_blob"), str)
+    }
 
 
 def version() -> str:
