@@ -116,33 +116,15 @@ def horde_router(broker: Broker, config: BrokerConfig) -> APIRouter:
     horde = config.horde
     blobs = blobs_for(config)
 
-    async def sweep() -> None:
-        """Delete the images of jobs past their retention (at most every ``sweep_every``)."""
-        now = time.time()
-        if now - blobs.swept_at < horde.sweep_every:
-            return
-        blobs.swept_at = now
-        referenced = await broker.query(view.referenced_blobs)
-        await blobs.sweep(referenced, now)
-
     @router.post("/generate/async", status_code=202)
     @_horde_errors
     async def generate_async(request: Request) -> Any:
         """Queue a request of ``params.n`` images (one job each); 202 ``{id, kudos: 0}``."""
-        await sweep()
+        await _sweep(broker, config, blobs)
         return await _queue_request(broker, config, request)
 
-    async def request_view(request_id: str, generations: bool) -> dict[str, Any]:
-        found = request_jobs(request_id)
-        if found is None:
-            raise Rejected(404, f"no request {request_id!r} (not a request id)")
-        label, ids = found
-        answer = await broker.query(lambda engine: view.request(engine, label, ids, generations))
-        for generation in answer.get("generations", ()):
-            key = generation.pop("img_blob", None)
-            if key is not None:
-                generation["img"] = await blobs.get(key) or ""
-        return answer
+    async def request_view(request_id: str, generations: bool) -> Any:
+        return await _request_view(broker, blobs, request_id, generations)
 
     @router.get("/generate/check/{request_id}")
     @_horde_errors
@@ -184,7 +166,7 @@ def horde_router(broker: Broker, config: BrokerConfig) -> APIRouter:
     @_horde_errors
     async def generate_submit(request: Request) -> Any:
         """The worker's image: the job is done (``faulted``: failed); ``{reward: 0}``."""
-        await sweep()
+        await _sweep(broker, config, blobs)
         return await _submit_image(broker, config, request, blobs)
 
     @router.get("/status/heartbeat")
@@ -259,3 +241,29 @@ async def _submit_image(
     args = {"job_id": job_id, "worker": worker, "attempt": attempt, "result": result}
     await broker.run(op, args)
     return {"reward": 0.0}
+
+
+async def _sweep(broker: Broker, config: BrokerConfig, blobs: Blobs) -> None:
+    """Delete the images of jobs past their retention (at most every ``sweep_every``)."""
+    now = time.time()
+    if now - blobs.swept_at < config.horde.sweep_every:
+        return
+    blobs.swept_at = now
+    referenced = await broker.query(view.referenced_blobs)
+    await blobs.sweep(referenced, now)
+
+
+async def _request_view(
+    broker: Broker, blobs: Blobs, request_id: str, generations: bool
+) -> dict[str, Any]:
+    """A request's check (``generations``: its status, images read from ``blobs``)."""
+    found = request_jobs(request_id)
+    if found is None:
+        raise Rejected(404, f"no request {request_id!r} (not a request id)")
+    label, ids = found
+    answer = await broker.query(lambda engine: view.request(engine, label, ids, generations))
+    for generation in answer.get("generations", ()):
+        key = generation.pop("img_blob", None)
+        if key is not None:
+            generation["img"] = await blobs.get(key) or ""
+    return answer
