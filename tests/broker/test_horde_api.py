@@ -343,3 +343,21 @@ def test_a_sweep_removes_only_unreferenced_old_images(tmp_path: Path) -> None:
             assert (await blobs.get("kept"), await blobs.get("gone")) == ("a", None)
 
     run(main())
+
+
+def test_status_models_lists_workers_and_queued_images() -> None:
+    async def main() -> None:
+        async with api(**LIMITS) as a:
+            await _submit(a.client, {"prompt": "x", "models": ["sdxl", "flux_1"],
+                                     "params": {"n": 2}})  # fmt: skip
+            await _pop(a.client, name="horde-a", models=["flux_1"], max_pixels=64 * 64)
+            r = await a.client.get("/api/v2/status/models")
+            listed = sdk.HordeStatusModelsAllResponse.model_validate(r.json())
+            by_name = {m.name: (m.count, m.jobs) for m in listed}
+            assert by_name == {"flux_1": (1, 2.0), "sdxl": (0, 2.0)}
+            r = await a.client.get("/api/v2/status/models", params={"min_count": 1})
+            assert [m["name"] for m in r.json()] == ["flux_1"]
+            r = await a.client.get("/api/v2/status/models", params={"type": "text"})
+            assert r.json() == []
+
+    run(main())

@@ -169,6 +169,13 @@ def horde_router(broker: Broker, config: BrokerConfig) -> APIRouter:
         await _sweep(broker, config, blobs)
         return await _submit_image(broker, config, request, blobs)
 
+    @router.get("/status/models")
+    async def status_models(
+        type: str = "image", min_count: int = 0, max_count: int | None = None
+    ) -> Any:
+        """Per model: its live workers and queued images (horde-sdk's models list)."""
+        return await broker.query(lambda e: view.models(e, type, min_count, max_count))
+
     @router.get("/status/heartbeat")
     async def heartbeat() -> Any:
         """Whether the broker answers (horde-sdk's clients call it first)."""

@@ -29,6 +29,7 @@ __all__ = [
     "check_request",
     "granted",
     "holder",
+    "models",
     "no_job",
     "owner",
     "referenced_blobs",
@@ -208,6 +209,39 @@ def referenced_blobs(engine: BrokerEngine) -> set[str]:
         for r in engine.jobs.values()
         if isinstance(r.result, dict) and isinstance(r.result.get("img_blob"), str)
     }
+
+
+def models(engine: BrokerEngine, kind: str, least: int, most: int | None) -> list[dict[str, Any]]:
+    """``GET status/models``: per model, its live workers and queued images. O(jobs + workers).
+
+    ``count`` is the live workers that serve it (a worker serving every model counts for
+    each), ``jobs`` its queued images, ``queued`` their megapixel-steps; ``eta`` and
+    ``performance`` are not measured (0). Text models: none (this broker serves images).
+    """
+    if kind != "image":
+        return []
+    workers = [w for w in engine.fleet.workers() if not w.timed_out]
+    jobs: dict[str, int] = {}
+    work: dict[str, float] = {}
+    for record in engine.jobs.values():
+        if record.state != "queued" or not isinstance(record.payload, dict):
+            continue
+        image = record.image or {}
+        names = list((image.get("baselines") or {}).keys()) or [record.model or ""]
+        for name in filter(None, names):
+            jobs[name] = jobs.get(name, 0) + 1
+            size = image.get("width", 0) * image.get("height", 0) * image.get("steps", 0)
+            work[name] = work.get(name, 0.0) + size / 1e6
+    served = {name for w in workers for name in (w.models or ())} | set(jobs)
+    answer = []
+    for name in sorted(served):
+        count = sum(1 for w in workers if w.models is None or name in w.models)
+        if count < least or (most is not None and count > most):
+            continue
+        answer.append({"name": name, "count": count, "jobs": float(jobs.get(name, 0)),
+                       "queued": work.get(name, 0.0), "eta": 0, "performance": 0.0,
+                       "type": "image"})  # fmt: skip
+    return answer
 
 
 def version() -> str:
