@@ -221,3 +221,16 @@ def test_a_blacklist_must_be_a_collection_and_a_fleet_takes_mappings() -> None:
     ticket = fleet.submit("j", member="m", needs={"pixels": 65}, now=0.0)
     assert ticket.job.needs == Needs(pixels=65)
     assert fleet.pop("w", now=1.0) is None
+
+
+@pytest.mark.parametrize("make", [FleetDispatcher, ReferenceFleet])
+def test_a_declared_only_worker_never_gets_a_job_without_needs(make: Any) -> None:
+    fleet = make()
+    fleet.join("horde", slots=2, capabilities=Capabilities(declared_only=True), now=0.0)
+    fleet.submit("plain", member="a", now=1.0)
+    fleet.submit("declared", member="b", needs=Needs(pixels=64), now=2.0)
+    grant = fleet.pop("horde", now=3.0)
+    assert grant is not None
+    assert grant.job.id == "declared"
+    assert fleet.pop("horde", now=3.0) is None
+    assert dict(fleet.idle_reasons("horde", now=3.0)) == {"undeclared": 1}

@@ -121,6 +121,7 @@ def capabilities() -> st.SearchStrategy[Capabilities | None]:
         nsfw=st.booleans(),
         max_steps=st.sampled_from([None, 30, 60]),
         blacklist=st.sampled_from([(), ("castle",)]),
+        declared_only=st.booleans(),
     )
     return st.one_of(st.none(), declared)
 

@@ -94,8 +94,7 @@ class _Worker:
         """Why the job does not fit the worker (``prioqueue.capabilities.unfit``), or None."""
         if not self.serves(job.model):
             return "model"
-        needs = job.needs
-        return None if needs is None else unfit(self.models, self.capabilities, needs)
+        return unfit(self.models, self.capabilities, job.needs)
 
     def granted(self, job: Job) -> Job:
         """The job as granted to this worker: one accepting several models gets the chosen one.
@@ -300,8 +299,9 @@ class Search:
 
     def ok(self, entry: _Entry) -> bool:
         """Whether an entry of a served model may go to the worker (needs, accepts, warm hold)."""
+        caps = self.capabilities
         needs = entry.job.needs
-        if needs is not None and unfit(self.models, self.capabilities, needs) is not None:
+        if (needs is not None or caps is not None) and unfit(self.models, caps, needs):
             return False
         accepts = self.accepts
         if accepts is not None and not accepts(entry.job):

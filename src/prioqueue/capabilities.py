@@ -40,6 +40,7 @@ FEATURES: Final = ("img2img", "inpainting", "controlnet", "lora", "post_processi
 
 CAPABILITY_CAUSES: Final = (
     "model",
+    "undeclared",
     "max_pixels",
     "max_steps",
     *FEATURES,
@@ -120,6 +121,10 @@ def _nsfw(value: object) -> bool:
     return _flag("nsfw", value)
 
 
+def _declared_only(value: object) -> bool:
+    return _flag("declared_only", value)
+
+
 def _pixels(value: object) -> int:
     return _count("pixels", value)
 
@@ -156,6 +161,8 @@ class Capabilities:
         max_steps: The most sampler steps it runs, or None for no limit.
         blacklist: Words it refuses: a job whose text holds one (case-insensitive,
             substring) does not fit. Stored lower-case and sorted.
+        declared_only: Take only jobs that declare their needs: a job without ``needs``
+            (whose payload such a worker may not understand) does not fit (``"undeclared"``).
 
     Raises:
         ValueError: A value is out of range or a feature is unknown (the message lists the
@@ -167,6 +174,7 @@ class Capabilities:
     nsfw: bool = attrs.field(default=True, converter=_nsfw)
     max_steps: int | None = attrs.field(default=None, converter=_max_steps)
     blacklist: tuple[str, ...] = attrs.field(default=(), converter=_words)
+    declared_only: bool = attrs.field(default=False, converter=_declared_only)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> Capabilities:
@@ -186,6 +194,7 @@ class Capabilities:
             "nsfw": self.nsfw,
             "max_steps": self.max_steps,
             "blacklist": list(self.blacklist),
+            "declared_only": self.declared_only,
         }
 
 
@@ -263,18 +272,21 @@ def checked_capabilities(value: object) -> Capabilities | None:
 
 
 def unfit(
-    served: frozenset[str] | None, capabilities: Capabilities | None, needs: Needs
+    served: frozenset[str] | None, capabilities: Capabilities | None, needs: Needs | None
 ) -> str | None:
     """The first cause (:data:`CAPABILITY_CAUSES` order) that keeps a job from a worker.
 
     Args:
         served: The models the worker serves (None: every model).
         capabilities: What it declared (None: it runs anything).
-        needs: What the job needs.
+        needs: What the job needs (None: it declared nothing).
 
     Returns:
         The cause, or None when the job fits. O(models + features + blacklist x text).
     """
+    if needs is None:
+        declared_only = capabilities is not None and capabilities.declared_only
+        return "undeclared" if declared_only else None
     models = needs.models
     if models and served is not None and not any(model in served for model in models):
         return "model"

@@ -361,3 +361,16 @@ def test_status_models_lists_workers_and_queued_images() -> None:
             assert r.json() == []
 
     run(main())
+
+
+def test_a_horde_worker_never_gets_a_v1_job() -> None:
+    async def main() -> None:
+        async with api(**LIMITS) as a:
+            await a.submit(headers={"Authorization": "Bearer sk-bob"}, priority=0)
+            idle = await _pop(a.client)
+            assert idle.id_ is None  # the /v1/ job's payload is not a Horde request
+            await _submit(a.client, {"prompt": "x"})
+            popped = await _pop(a.client)
+            assert popped.payload.prompt == "x"
+
+    run(main())

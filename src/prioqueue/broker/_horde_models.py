@@ -157,6 +157,7 @@ class PopRequest(_Body):
             nsfw=self.nsfw,
             max_steps=config.limited_steps if self.limit_max_steps else None,
             blacklist=[word for word in self.blacklist if word.strip()],
+            declared_only=True,  # /v1/ jobs (no needs) carry payloads it cannot read
         )
 
     def spec(self, config: HordeConfig) -> dict[str, Any]:

@@ -36,8 +36,9 @@ RECENT_RUNTIMES = 8
 
 #: The causes ``idle_reasons`` reports, in the order they are tested.
 IDLE_CAUSES = (
-    "slots_full", "member_cap", "model", "max_pixels", "max_steps", "img2img", "inpainting",
-    "controlnet", "lora", "post_processing", "nsfw", "blacklist", "accepts", "warm_hold",
+    "slots_full", "member_cap", "model", "undeclared", "max_pixels", "max_steps", "img2img",
+    "inpainting", "controlnet", "lora", "post_processing", "nsfw", "blacklist", "accepts",
+    "warm_hold",
 )  # fmt: skip
 
 CauseName = Literal["lease", "worker_timeout"]
@@ -129,11 +130,11 @@ class _Worker:
         if not self.serves(job.model):
             return "model"
         needs = job.needs
+        caps = self.capabilities
         if needs is None:
-            return None
+            return "undeclared" if caps is not None and caps.declared_only else None
         if needs.models and not any(self.serves(model) for model in needs.models):
             return "model"
-        caps = self.capabilities
         if caps is None:
             return None
         checks = [
