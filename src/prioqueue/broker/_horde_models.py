@@ -13,7 +13,7 @@ number and image count; a job's id is a UUID holding its broker number.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
@@ -34,6 +34,9 @@ __all__ = [
 _JOB_TAG: Final = 0x70_72_69_6F_71_75_65_6A  # "prioquej": a job's UUID, high 64 bits
 _WORKER_NAMESPACE: Final = uuid.UUID("5b0c9a4e-6a61-4e0b-9d38-7072696f7175")
 _PAINTING: Final = frozenset(("inpainting", "outpainting"))
+
+
+ModelName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")]
 
 
 class _Body(BaseModel):
@@ -67,7 +70,7 @@ class AsyncRequest(_Body):
 
     prompt: str = Field(min_length=1, max_length=50_000)
     params: Params = Field(default_factory=Params)
-    models: list[str] = Field(default_factory=list, max_length=100)
+    models: list[ModelName] = Field(default_factory=list, max_length=100)
     nsfw: bool = False
     censor_nsfw: bool = False
     r2: bool = True
@@ -129,10 +132,12 @@ class PopRequest(_Body):
     """``POST /api/v2/generate/pop`` (``PopInputStable``)."""
 
     name: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")
-    models: list[str] = Field(default_factory=list, max_length=500)
+    models: list[ModelName] = Field(default_factory=list, max_length=500)
     max_pixels: int = Field(default=512 * 512, ge=1)
     nsfw: bool = False
-    blacklist: list[str] = Field(default_factory=list, max_length=500)
+    blacklist: list[Annotated[str, Field(max_length=200)]] = Field(
+        default_factory=list, max_length=500
+    )
     allow_img2img: bool = True
     allow_painting: bool = False
     allow_post_processing: bool = True
