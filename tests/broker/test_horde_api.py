@@ -33,6 +33,7 @@ KEYS: dict[str, Any] = {
     WORKER_KEY: {"role": "worker", "workers_prefix": "horde-"},
     "sk-alice": {"role": "submitter", "member": "alice", "tier": "pro"},
     "sk-bob": {"role": "submitter", "member": "bob", "tier": "pro"},
+    "sk-dave": {"role": "submitter", "member": "dave", "tier": "pro"},
     "wk-1": {"role": "worker", "workers_prefix": ""},
 }
 CLIENT = {"apikey": CLIENT_KEY}
@@ -372,5 +373,41 @@ def test_a_horde_worker_never_gets_a_v1_job() -> None:
             await _submit(a.client, {"prompt": "x"})
             popped = await _pop(a.client)
             assert popped.payload.prompt == "x"
+
+    run(main())
+
+
+def test_two_kinds_of_worker_share_one_fair_queue_across_the_routes() -> None:
+    """Alice floods /api/v2 (12 images), Bob asks for 4 there, Dave submits 4 on /v1/; a
+    Horde worker (Horde jobs only) and a /v1/ worker serve them: each member gets its share."""
+    from prioqueue.broker._horde_models import job_id_of
+
+    async def main() -> None:
+        async with api(**LIMITS) as a:
+            await _submit(a.client, {"prompt": "flood", "params": {"n": 12}})
+            await _submit(a.client, {"prompt": "some", "params": {"n": 4}}, key=OTHER_KEY)
+            for _ in range(4):
+                await a.submit(headers={"Authorization": "Bearer sk-dave"}, priority=0)
+            granted: list[str] = []
+            for _ in range(6):
+                popped = await _pop(a.client, name="horde-1", max_pixels=1024 * 1024)
+                job_id = job_id_of(str(popped.id_))
+                assert job_id is not None
+                r = await a.client.post("/v1/workers/gpu-1/pop", json={}, headers=WORKER)
+                assert r.status_code == 200, r.text
+                v1 = r.json()
+                a.clock.advance(10.0)
+                done = {"id": str(popped.id_), "generation": "aW1n", "state": "ok"}
+                r = await a.client.post("/api/v2/generate/submit", json=done, headers=WORKER_H)
+                assert r.status_code == 200, r.text
+                r = await a.finish(v1["id"], "gpu-1", v1["attempt"])
+                assert r.status_code == 200, r.text
+                granted += [job_id, v1["id"]]
+            engine = a.broker.engine
+            assert engine is not None
+            members = [engine.jobs[job_id].member for job_id in granted]
+            counts = {name: members.count(name) for name in ("alice", "bob", "dave")}
+            assert counts == {"alice": 4, "bob": 4, "dave": 4}, members
+            assert a.replays()
 
     run(main())
