@@ -411,3 +411,22 @@ def test_two_kinds_of_worker_share_one_fair_queue_across_the_routes() -> None:
             assert a.replays()
 
     run(main())
+
+
+def test_a_v1_worker_may_declare_capabilities_too() -> None:
+    async def main() -> None:
+        async with api(**LIMITS) as a:
+            await _submit(a.client, {"prompt": "x", "params": {"width": 1024, "height": 1024}})
+            small = {"capabilities": {"max_pixels": 512 * 512}}
+            r = await a.client.post("/v1/workers/gpu-1/pop", json=small, headers=WORKER)
+            assert r.status_code == 204
+            assert r.headers["X-Prioqueue-Idle"] == "max_pixels=1"
+            bad = {"capabilities": {"max_pixels": 0}}
+            r = await a.client.post("/v1/workers/gpu-1/pop", json=bad, headers=WORKER)
+            assert r.status_code == 422
+            assert "max_pixels" in r.json()["error"]
+            r = await a.client.post("/v1/workers/gpu-2/pop", json={}, headers=WORKER)
+            assert r.status_code == 200
+            assert a.replays()
+
+    run(main())
