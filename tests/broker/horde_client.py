@@ -2,7 +2,8 @@
 
 Run by ``test_horde_sdk.py`` in a subprocess (horde-sdk reads ``AI_HORDE_URL`` once, when
 it is imported). ``python horde_client.py KEY submit N`` submits a request of N images and
-checks it; ``... KEY status ID`` reads its status; ``... KEY cancel ID`` deletes it. Each
+checks it; ``... KEY status ID`` reads its status; ``... KEY cancel ID`` deletes it;
+``... KEY generate N`` runs the simple client's whole request (it polls until done). Each
 prints one JSON line.
 """
 
@@ -23,6 +24,16 @@ def main(argv: list[str]) -> dict[str, Any]:
     from horde_sdk.ai_horde_api.fields import JobID
 
     key, action, arg = argv
+    if action == "generate":  # the simple client: submit, poll check every 4 s, read status
+        from horde_sdk.ai_horde_api.ai_horde_clients import AIHordeAPISimpleClient
+
+        simple = AIHordeAPISimpleClient()
+        request = ImageGenerateAsyncRequest(
+            apikey=key, prompt="a castle", models=["sdxl"],
+            params=ImageGenerationInputPayload(n=int(arg)),
+        )  # fmt: skip
+        final, job_id = simple.image_generate_request(request, timeout=90)
+        return {"id": str(job_id), "models": [g.model for g in final.generations]}
     client = AIHordeAPIManualClient()
     if action == "submit":
         request = ImageGenerateAsyncRequest(

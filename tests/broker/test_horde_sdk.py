@@ -251,3 +251,41 @@ def test_postgresql_keeps_images_in_a_table_and_sweeps_them() -> None:
         with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
             conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
         run(main(schema), timeout=60)
+
+
+def test_horde_sdk_simple_client_waits_for_a_worker(tmp_path: Path) -> None:
+    """``AIHordeAPISimpleClient.image_generate_request``: submit, poll, read, as users do."""
+    broker = _config(tmp_path, f"sqlite:///{tmp_path / 'broker.db'}").start()
+
+    async def main() -> None:
+        async with httpx.AsyncClient(timeout=30) as client:
+            await _wait(broker, client)
+            env = {**os.environ, "AI_HORDE_URL": f"{broker.url}/api/"}
+            user = subprocess.Popen(
+                [sys.executable, str(SCRIPT), CLIENT_KEY, "generate", "2"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            )  # fmt: skip
+            try:
+                served = 0
+                for _ in range(600):  # until both images are served (the client imports first)
+                    job = await _pop(client, broker.url, name="horde-sdxl", models=["sdxl"],
+                                     max_pixels=1024 * 1024)  # fmt: skip
+                    if job.id_ is None:
+                        await asyncio.sleep(0.1)
+                        continue
+                    assert await _submit(client, broker.url, str(job.id_), 1) == 200
+                    served += 1
+                    if served == 2:
+                        break
+                out, err = await asyncio.to_thread(user.communicate, timeout=120)
+            finally:
+                if user.poll() is None:
+                    user.kill()
+            assert user.returncode == 0, err[-3000:]
+            answer = json.loads(out.strip().splitlines()[-1])
+            assert answer["models"] == ["sdxl", "sdxl"]
+
+    try:
+        run(main(), timeout=200)
+    finally:
+        broker.kill()
