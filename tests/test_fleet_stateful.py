@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import attrs
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -45,6 +46,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from prioqueue.capabilities import FEATURES, Capabilities, Needs, unfit
 from prioqueue.dispatcher import ChargeModel
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.lifecycle import Backoff, LevelBudget
@@ -62,6 +64,7 @@ from stateful_support import (
 )
 from strategies import (
     DISPATCHER_MODELS,
+    dispatcher_job_specs,
     dispatcher_runtimes,
     time_steps,
 )
@@ -109,6 +112,34 @@ def _lease_for_job(job: Job) -> float:
     return 480.0 if job.estimate is None else 2.0 * job.estimate
 
 
+def capabilities() -> st.SearchStrategy[Capabilities | None]:
+    """What a worker declares (docs/design/capabilities.md): None half of the time."""
+    declared = st.builds(
+        Capabilities,
+        max_pixels=st.sampled_from([None, 512 * 512, 1024 * 1024]),
+        features=st.sets(st.sampled_from(FEATURES)),
+        nsfw=st.booleans(),
+        max_steps=st.sampled_from([None, 30, 60]),
+        blacklist=st.sampled_from([(), ("castle",)]),
+        declared_only=st.booleans(),
+    )
+    return st.one_of(st.none(), declared)
+
+
+def needs_specs() -> st.SearchStrategy[dict[str, Any]]:
+    """``model`` and ``needs`` of a job that declares what it needs (one or several models)."""
+    needs = st.builds(
+        Needs,
+        models=st.lists(st.sampled_from(DISPATCHER_MODELS), max_size=3, unique=True),
+        pixels=st.sampled_from([0, 512 * 512, 1024 * 1024, 2048 * 2048]),
+        steps=st.sampled_from([0, 20, 50]),
+        features=st.sets(st.sampled_from(FEATURES), max_size=2),
+        nsfw=st.booleans(),
+        text=st.sampled_from(["", "a castle at dusk", "a lighthouse"]),
+    )
+    return needs.map(lambda n: {"model": n.models[0] if len(n.models) == 1 else None, "needs": n})
+
+
 def worker_specs() -> st.SearchStrategy[dict[str, Any]]:
     """Keyword arguments for one ``join`` (all but the name and ``now``)."""
     subsets = st.lists(st.sampled_from(DISPATCHER_MODELS), max_size=3, unique=True).map(sorted)
@@ -119,6 +150,7 @@ def worker_specs() -> st.SearchStrategy[dict[str, Any]]:
             "slots": st.sampled_from([1, 1, 2]),
             "slow": st.booleans(),
             "accepts": st.sampled_from([None, None, _interactive_only, _no_long_jobs]),
+            "capabilities": capabilities(),
         }
     )
 
@@ -252,15 +284,47 @@ class FleetComparison(Comparison):
         assert error is None, f"pop({name!r}) raised {error!r}"
         if grant is None:
             return None
+        return self.check_grant(grant, name, before)
+
+    def check_grant(self, grant: Grant, name: str, before: WorkerInfo) -> Grant:
+        """Check a grant to ``name`` (as it was ``before``) and record it."""
         assert grant.worker == name
         assert len(before.held) < before.slots, f"{name} popped past its {before.slots} slots"
         if self.cap is not None:
             member = self.live[grant.job.id].member
             mine = [s for s in self._status("running") if s.member == member]
             assert len(mine) < self.cap, f"{member} got past the cap of {self.cap}"
+        needs = grant.job.needs
+        if needs is not None:  # it fits: served, within every declared limit
+            assert unfit(before.models, before.capabilities, needs) is None, grant
+            if needs.models:
+                assert grant.job.model in needs.models, "the grant chose no accepted model"
+                if before.resident in needs.models and grant.job.model != before.resident:
+                    assert before.models is not None
+                    assert before.resident not in before.models
         self.record_grant(grant, name)
         assert isinstance(grant, Grant)
         return grant
+
+    @precondition(lambda self: self.ready and self.slots)
+    @rule(data=st.data(), amount=st.integers(min_value=1, max_value=3))
+    def pop_many(self, data: st.DataObject, amount: int) -> None:
+        """Several grants in one pop: ``pop`` repeated, on both."""
+        name = data.draw(st.sampled_from(sorted(self.slots)))
+        before = self.ref.worker(name)
+        grants, error = self.both("pop_many", name, amount=amount, now=self.clock())
+        assert error is None, f"pop_many({name!r}) raised {error!r}"
+        assert len(grants) <= amount
+        for grant in grants:
+            self.check_grant(grant, name, before)
+            resident = before.resident if grant.job.model is None else grant.job.model
+            before = attrs.evolve(before, held=(*before.held, grant.job.id), resident=resident)
+
+    @precondition(lambda self: self.ready)
+    @rule(spec=dispatcher_job_specs(), needs=needs_specs())
+    def submit_with_needs(self, spec: dict[str, Any], needs: dict[str, Any]) -> None:
+        """A job that declares what it needs: pixels, features, one or several models."""
+        self.submit_one({**spec, **needs})
 
     @precondition(lambda self: self.ready and self.slots)
     @rule(data=st.data())

@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple, TypedDict
 
 from prioqueue._validate import checked_name, finite, positive_or_none
+from prioqueue.capabilities import Needs, checked_needs
 from prioqueue.lifecycle import Backoff
 
 #: The largest magnitude of a priority level (after the policy's clamp).
@@ -35,6 +36,7 @@ class SubmitOptions(TypedDict, total=False):
     not_before: float | None
     max_attempts: int | None
     backoff: Backoff | Mapping[str, Any] | None
+    needs: Needs | Mapping[str, Any] | None
 
 
 #: The names ``SubmitOptions`` allows, for the run-time check of ``**options``.
@@ -87,6 +89,7 @@ class JobSpec(NamedTuple):
     not_before: float | None
     max_attempts: int | None
     backoff: Backoff | None
+    needs: Needs | None
 
     @classmethod
     def checked(
@@ -108,6 +111,7 @@ class JobSpec(NamedTuple):
         not_before: float | None = None,
         max_attempts: int | None = None,
         backoff: Backoff | Mapping[str, Any] | None = None,
+        needs: Needs | Mapping[str, Any] | None = None,
     ) -> JobSpec:
         """Validate ``submit(job_id, member=..., **options)`` (see ``FleetDispatcher.submit``).
 
@@ -146,11 +150,22 @@ class JobSpec(NamedTuple):
         return new_spec(
             cls,
             (member, level, tier, tier_bonus, model, estimate, payload, group, ttl, not_before,
-             max_attempts, backoff if backoff is None else _backoff(backoff)),
+             max_attempts, backoff if backoff is None else _backoff(backoff),
+             needs if needs is None else _needs(needs, model)),
         )  # fmt: skip
 
 
 new_spec = tuple.__new__  # builds a JobSpec without its Python-level __new__
+
+
+def _needs(needs: object, model: str | None) -> Needs | None:
+    checked = checked_needs(needs)
+    if checked is not None and model is not None and checked.models not in ((), (model,)):
+        raise ValueError(
+            f"needs.models {list(checked.models)!r} disagrees with model={model!r}: a job "
+            "that accepts several models is submitted with model=None"
+        )
+    return checked
 
 
 def _backoff(backoff: object) -> Backoff | None:

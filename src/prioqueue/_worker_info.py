@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from prioqueue.capabilities import Capabilities
 from prioqueue.records import Job, WorkerInfo
 
 __all__: list[str] = []  # private module
@@ -26,6 +27,7 @@ class WorkerRecord(Protocol):
     last_seen: float
     timed_out: bool
     accepts: Callable[[Job], bool] | None
+    capabilities: Capabilities | None
 
 
 #: The fields of ``WorkerInfo`` that a worker record keeps under the same name, copied as is.
@@ -35,4 +37,9 @@ COPIED = ("name", "models", "resident", "slots", "slow", "last_seen", "timed_out
 def worker_info(worker: WorkerRecord, held: tuple[str, ...]) -> WorkerInfo:
     """The public record of ``worker``, holding the jobs ``held`` (ids, in grant order). O(1)."""
     copied = {name: getattr(worker, name) for name in COPIED}
-    return WorkerInfo(**copied, held=held, filtered=worker.accepts is not None)
+    return WorkerInfo(
+        **copied,
+        held=held,
+        filtered=worker.accepts is not None,
+        capabilities=worker.capabilities,
+    )

@@ -33,6 +33,7 @@ from prioqueue._errors import ConfigError
 from prioqueue._lanes import QUEUED, _Entry, _Item, _Lane, _Ranking
 from prioqueue._lease_values import _request_kwargs
 from prioqueue._worker_info import worker_info
+from prioqueue.capabilities import CAPABILITY_CAUSES, Capabilities, chosen_model, unfit
 from prioqueue.lease import ImageRequest, LeaseCalculator, _request_source
 from prioqueue.records import WorkerInfo
 
@@ -44,8 +45,9 @@ __all__: list[str] = []  # private module
 #: ``(job, worker) -> seconds``: the dispatcher's lease function after adaptation.
 LeaseFunction = Callable[["Job", "_Worker"], float]
 
-#: The causes ``idle_reasons`` reports, in the order they are checked.
-IDLE_CAUSES = ("slots_full", "member_cap", "model", "accepts", "warm_hold")
+#: The causes ``idle_reasons`` reports, in the order they are checked: ``model`` and the
+#: capability causes (``prioqueue.capabilities.CAPABILITY_CAUSES``) come from one check.
+IDLE_CAUSES = ("slots_full", "member_cap", *CAPABILITY_CAUSES, "accepts", "warm_hold")
 
 
 class _Worker:
@@ -53,6 +55,7 @@ class _Worker:
 
     __slots__ = (
         "accepts",
+        "capabilities",
         "held",
         "last_seen",
         "models",
@@ -70,6 +73,7 @@ class _Worker:
         self.slots = 1
         self.slow = False
         self.accepts: Callable[[Job], bool] | None = None
+        self.capabilities: Capabilities | None = None
         self.held: list[_Entry] = []
         self.last_seen = now
         self.timed_out = False
@@ -85,6 +89,23 @@ class _Worker:
     def serves(self, model: str | None) -> bool:
         """Whether the worker runs jobs for ``model`` (a job without a model runs anywhere)."""
         return model is None or self.models is None or model in self.models
+
+    def unfit(self, job: Job) -> str | None:
+        """Why the job does not fit the worker (``prioqueue.capabilities.unfit``), or None."""
+        if not self.serves(job.model):
+            return "model"
+        return unfit(self.models, self.capabilities, job.needs)
+
+    def granted(self, job: Job) -> Job:
+        """The job as granted to this worker: one accepting several models gets the chosen one.
+
+        ``prioqueue.capabilities.chosen_model``: the resident when the job accepts it, else the
+        first of its models the worker serves (the lease is sized for it). O(models).
+        """
+        needs = job.needs
+        if needs is None or job.model is not None or not needs.models:
+            return job
+        return attrs.evolve(job, model=chosen_model(needs.models, self.models, self.resident))
 
     def info(self) -> WorkerInfo:
         """The public record of the worker. O(slots)."""
@@ -162,6 +183,7 @@ class Search:
         "accepts",
         "bound",
         "cap",
+        "capabilities",
         "capped",
         "divisor",
         "expected",
@@ -195,6 +217,7 @@ class Search:
     ) -> None:
         self.models = worker.models
         self.accepts = worker.accepts
+        self.capabilities = worker.capabilities
         self.resident = worker.resident
         self.cap = cap
         self.free_warm = free_warm
@@ -275,7 +298,11 @@ class Search:
         return limit
 
     def ok(self, entry: _Entry) -> bool:
-        """Whether an entry of a served model may go to the worker (accepts, warm hold)."""
+        """Whether an entry of a served model may go to the worker (needs, accepts, warm hold)."""
+        caps = self.capabilities
+        needs = entry.job.needs
+        if (needs is not None or caps is not None) and unfit(self.models, caps, needs):
+            return False
         accepts = self.accepts
         if accepts is not None and not accepts(entry.job):
             return False
@@ -383,8 +410,8 @@ def idle_reasons(entries: list[_Entry], worker: _Worker, search: Search) -> dict
             cause = "slots_full"
         elif search.at_cap(entry.lane):
             cause = "member_cap"
-        elif not worker.serves(entry.job.model):
-            cause = "model"
+        elif (unfit_cause := worker.unfit(entry.job)) is not None:
+            cause = unfit_cause
         elif worker.accepts is not None and not worker.accepts(entry.job):
             cause = "accepts"
         elif search.warm and search.held_back(entry):

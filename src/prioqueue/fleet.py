@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from prioqueue._batch import BatchPop
 from prioqueue._core import choose, grant, restore
 from prioqueue._core.config import (
     DEFAULT_CROSSING_SHARE,
@@ -44,6 +45,7 @@ from prioqueue._journaled import journaled
 from prioqueue._lanes import QUEUED, RUNNING
 from prioqueue._validate import checked_name
 from prioqueue._workers import idle_reasons
+from prioqueue.capabilities import Capabilities, checked_capabilities
 from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Grant, Job, WorkerInfo
@@ -55,7 +57,7 @@ _F = TypeVar("_F", bound="FleetDispatcher")
 _UNSET: Any = object()
 
 
-class FleetDispatcher(Facade):
+class FleetDispatcher(BatchPop, Facade):
     """The waiting jobs of a fleet of workers, and which job each worker pulls next.
 
     Args:
@@ -153,6 +155,7 @@ class FleetDispatcher(Facade):
         slots: int = 1,
         slow: bool = False,
         accepts: Callable[[Job], bool] | None = None,
+        capabilities: Capabilities | Mapping[str, Any] | None = None,
         now: float,
     ) -> WorkerInfo:
         """Add a worker, or update every setting of a known one (a re-join revives it).
@@ -169,6 +172,9 @@ class FleetDispatcher(Facade):
                 during ``pop`` and ``idle_reasons`` and must not call back into the fleet; its
                 result is read as a truth value, and an exception it raises propagates out of
                 those calls with nothing changed but the worker's last word.
+            capabilities: What it can run (:class:`~prioqueue.capabilities.Capabilities`,
+                or its ``as_dict()`` form), or None for anything. Unlike ``accepts`` it is
+                data: journaled, snapshotted, and a job's ``needs`` are checked against it.
             now: The current monotonic time.
 
         Returns:
@@ -177,9 +183,10 @@ class FleetDispatcher(Facade):
         Raises:
             ValueError: A name or model is not a non-empty str, ``models`` is not an iterable
                 of names (or None), ``slots`` is not an int >= 1,
-                ``slow`` is not a bool, ``accepts`` is not callable, or ``now`` is out of range.
+                ``slow`` is not a bool, ``accepts`` is not callable, ``capabilities`` is not
+                valid, or ``now`` is out of range.
 
-        Complexity: O(|models|).
+        Complexity: O(|models| + |capabilities|).
         """
         state = self._state
         fire(state, now)
@@ -197,6 +204,7 @@ class FleetDispatcher(Facade):
             raise ValueError(f"slow must be a bool, got {slow!r}")
         if accepts is not None and not callable(accepts):
             raise ValueError(f"accepts must be a callable job -> bool or None, got {accepts!r}")
+        caps = checked_capabilities(capabilities)
         t = state.tick(now)
         worker = state.workers.get(name)
         if worker is None:
@@ -207,6 +215,7 @@ class FleetDispatcher(Facade):
         worker.slots = slots
         worker.slow = slow
         worker.accepts = accepts
+        worker.capabilities = caps
         if resident is not None:
             state.set_resident(worker, resident)
         return worker.info()
@@ -338,7 +347,10 @@ class FleetDispatcher(Facade):
 
         Causes, checked in this order (each job counts once, under the first that applies):
         ``"slots_full"`` (the worker holds ``slots`` jobs), ``"member_cap"``, ``"model"`` (not
-        served), ``"accepts"`` (its filter said no), ``"warm_hold"`` (kept for a warm worker).
+        served, or a job that accepts several models none of which it serves), then the
+        capability causes of ``prioqueue.capabilities.CAPABILITY_CAUSES`` (``"max_pixels"``,
+        ``"lora"``...: the job's ``needs`` do not fit the worker's ``capabilities``),
+        ``"accepts"`` (its filter said no), ``"warm_hold"`` (kept for a warm worker).
 
         Args:
             name: A joined worker.

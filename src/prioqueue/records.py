@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 if TYPE_CHECKING:
+    from prioqueue.capabilities import Capabilities, Needs
     from prioqueue.lease import Lease
     from prioqueue.lifecycle import Backoff
     from prioqueue.scoring import ScoreBreakdown
@@ -71,6 +72,10 @@ class Job:
             None.
         max_attempts: Its own grant budget, or None for the dispatcher's.
         backoff: Its own retry backoff, or None for the dispatcher's.
+        needs: What a worker must offer to run it (``prioqueue.capabilities.Needs``: its
+            accepted models, pixels, steps, features...), or None: any worker that serves
+            ``model`` may. A grant of a job that accepts several models carries the job with
+            ``model`` set to the one the grant chose.
     """
 
     id: str
@@ -87,6 +92,7 @@ class Job:
     not_before: float | None = None
     max_attempts: int | None = None
     backoff: Backoff | None = None
+    needs: Needs | None = None
 
 
 @attrs.frozen
@@ -227,6 +233,9 @@ class Explanation:
         deadline: When it expires if still queued (its ttl), or None.
         attempt: The job's current attempt (1-based; a queued retry counts the next one).
         max_attempts: The grants it may get (its own, else the dispatcher's).
+        unfit: For a queued job, the live workers that may not run it and the first cause
+            (``"model"``, ``"max_pixels"``, ``"lora"``...: ``prioqueue.capabilities``), by
+            worker name; the ``FleetDispatcher`` skips it on their pops.
     """
 
     job: Job
@@ -244,6 +253,7 @@ class Explanation:
     deadline: float | None = None
     attempt: int = 1
     max_attempts: int | None = None
+    unfit: Mapping[str, str] = attrs.field(factory=dict)
 
     @property
     def estimated_wait(self) -> float | None:
@@ -279,6 +289,9 @@ class Explanation:
                 )
             if len(self.ahead) > 10:
                 lines.append(f"    ... and {len(self.ahead) - 10} more")
+        if self.unfit:
+            skipped = ", ".join(f"{name} ({cause})" for name, cause in sorted(self.unfit.items()))
+            lines.append(f"  does not fit: {skipped}")
         for overtake in self.overtaken_by:
             lines.append(
                 f"  overtaken at {overtake.at:.1f} by {overtake.job_id} "
@@ -433,6 +446,7 @@ class WorkerInfo:
         timed_out: True when ``worker_timeout`` passed without a word from it (its jobs were
             taken back; its next pop or heartbeat revives it).
         filtered: Whether it has an ``accepts`` filter.
+        capabilities: What it declared it can run (``prioqueue.capabilities``), or None.
     """
 
     name: str
@@ -444,3 +458,4 @@ class WorkerInfo:
     last_seen: float
     timed_out: bool
     filtered: bool
+    capabilities: Capabilities | None = None

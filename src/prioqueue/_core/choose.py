@@ -49,7 +49,7 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
     d.flush()
     resident = worker.resident
     search: Search | None = None
-    fast = worker.models is None and worker.accepts is None
+    fast = worker.models is None and worker.accepts is None and worker.capabilities is None
     if fast and d.warm_hold > 0:
         search = search_for(d, worker, t)
         fast = not search.warm

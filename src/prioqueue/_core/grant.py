@@ -54,7 +54,7 @@ def pop(d: State, worker: _Worker, t: float) -> Grant | None:
         return None
     lane, entry, aff, winner, fast, deferred, weight = picked
     resident = worker.resident
-    job = entry.job
+    job = worker.granted(entry.job)  # a multi-model job: with the model the grant chose
     lease = None if d.lease_for is None else lease_of(d, job, worker, t)
     charged = 0.0
     capacity = d.live or 1
@@ -134,7 +134,7 @@ def _hand_over(d: State, entry: _Entry, worker: _Worker, t: float, charged: floa
         lane.s = lane.settled + lane.held
         # s only grew: the lift's minimum re-files the lane when its old item surfaces
         # (``State.lift_floor``), and ``s_log``, for explain, follows the settled part.
-    model = entry.job.model
+    model = entry.grant.job.model  # a multi-model job's: the grant's choice
     resident = worker.resident
     if model is not None and model != resident:  # that is, ``grant.swap``
         # set_resident inlined (the hot path; the popping worker is live).

@@ -179,8 +179,14 @@ def explain(
             max_attempts=limit,
         )
     explanation = _explain(d, entry, t, ahead_limit, overtakes_limit)
+    unfit: dict[str, str] = {}
+    if entry.state != RUNNING and d.name_in_grants:  # a fleet's workers that skip the job
+        for worker in d.workers.values():
+            cause = None if worker.timed_out else worker.unfit(job)
+            if cause is not None:
+                unfit[worker.name] = cause
     return attrs.evolve(
-        explanation, deadline=job.deadline, attempt=entry.attempt, max_attempts=limit
+        explanation, deadline=job.deadline, attempt=entry.attempt, max_attempts=limit, unfit=unfit
     )
 
 

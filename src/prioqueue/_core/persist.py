@@ -23,11 +23,12 @@ import attrs
 
 from prioqueue._core.config import LEVEL_LIMIT, RECENT_PER_KEY
 from prioqueue._core.items import PARKED
+from prioqueue._core.persist_workers import _bool, _int, dump_workers, granted_as, load_workers
 from prioqueue._core.state import State
 from prioqueue._errors import DuplicateJob
 from prioqueue._lanes import RUNNING, _Entry
 from prioqueue._validate import checked_name, finite, positive_or_none
-from prioqueue._workers import _Worker
+from prioqueue.capabilities import checked_needs
 from prioqueue.lease import Lease
 from prioqueue.lifecycle import Backoff
 from prioqueue.records import Expired, Grant, Job
@@ -58,6 +59,8 @@ def dump(d: State, t: float) -> dict[str, Any]:
             record["lease_seconds"] = None if grant.lease is None else grant.lease.seconds
             record["score"] = attrs.asdict(grant.score)
             record["swap"] = grant.swap
+            if grant.job.model != entry.job.model:  # a multi-model job: the grant's choice
+                record["granted_model"] = grant.job.model
             record["charged"] = entry.charged
             record["capacity"] = entry.capacity
             moved = d.crossings.get(entry)
@@ -102,38 +105,13 @@ def dump(d: State, t: float) -> dict[str, Any]:
     if d.name_in_grants:
         state["format"] = FLEET_FORMAT
         state["held"] = held
-        state["workers"] = [
-            {
-                "name": w.name,
-                "models": None if w.models is None else sorted(w.models),
-                "resident": w.resident,
-                "slots": w.slots,
-                "slow": w.slow,
-                "timed_out": w.timed_out,
-                "last_seen": w.last_seen,
-            }
-            for w in d.workers.values()
-        ]
+        state["workers"] = dump_workers(d)
     else:
         state["format"] = SNAPSHOT_FORMAT
         state["running"] = held[0] if held else None
         state["resident_model"] = next(iter(d.workers.values())).resident
     state["groups"] = d.groups.dump()
     return state
-
-
-def _int(name: str, value: object, low: int | None = None) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(f"{name} must be an int, got {value!r}")
-    if low is not None and value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value!r}")
-    return value
-
-
-def _bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be a bool, got {value!r}")
-    return value
 
 
 def load(
@@ -159,7 +137,7 @@ def load(
         seqs: set[int] = set()
         _load_recent(d, finite("crossing_credit", state.get("crossing_credit", 0.0)), state)
         if fleet:
-            _load_workers(d, state["workers"], shift)
+            load_workers(d, state["workers"], shift)
         held = [r for r in (state["held"] if fleet else [state["running"]]) if r is not None]
         held_ids = {id(record) for record in held}
         for record in _in_lane_order(d, state, held):
@@ -269,36 +247,6 @@ def _runtimes(values: Any) -> deque[float]:
     return deque(runtimes, maxlen=RECENT_PER_KEY)
 
 
-def _load_workers(d: State, records: Any, shift: float) -> None:
-    for record in records:
-        name = checked_name("worker name", record["name"])
-        if name in d.workers:
-            raise ValueError(f"worker {name!r} appears twice")
-        seen = record.get("last_seen")
-        last_seen = (
-            d.now if seen is None else finite("last_seen", finite("last_seen", seen) + shift)
-        )
-        if last_seen > d.now:
-            raise ValueError(f"worker {name!r} was last seen after the snapshot was taken")
-        worker = _Worker(name, last_seen)
-        models = record["models"]
-        if models is not None and not isinstance(models, (list, tuple, set, frozenset)):
-            raise ValueError(
-                f"worker {name!r}: models must be a list of names or None, got {models!r}"
-            )
-        worker.models = (
-            None if models is None else frozenset(checked_name("model", m) for m in models)
-        )
-        worker.slots = _int("slots", record["slots"], 1)
-        worker.slow = _bool("slow", record["slow"])
-        resident = record["resident"]
-        if resident is not None:
-            worker.resident = checked_name("resident", resident)
-        # A timed-out worker stays out of the capacity until it speaks again.
-        worker.timed_out = _bool("timed_out", record.get("timed_out", False))
-        d.restore_worker(worker)
-
-
 def _job_from_record(
     d: State,
     record: Mapping[str, Any],
@@ -342,6 +290,7 @@ def _job_from_record(
         ),
         max_attempts=None if max_attempts is None else _int("max_attempts", max_attempts, 1),
         backoff=None if backoff is None else Backoff.from_mapping(backoff),
+        needs=checked_needs(record.get("needs")),
     )
 
 
@@ -436,8 +385,9 @@ def _restore_held(
         else finite("expected_end", finite("expected_end", end) + shift)
     )
     lease = None if seconds is None else Lease(granted_at=granted_at, seconds=seconds)
+    granted_model = record.get("granted_model")
     entry.grant = Grant(
-        job=job,
+        job=job if granted_model is None else granted_as(job, granted_model),
         score=ScoreBreakdown(**record["score"]),
         lease=lease,
         granted_at=granted_at,
@@ -494,4 +444,5 @@ def _job_record_of(job: Job, attempt: int) -> dict[str, Any]:
         "not_before": job.not_before,
         "max_attempts": job.max_attempts,
         "backoff": None if job.backoff is None else job.backoff.as_dict(),
+        "needs": None if job.needs is None else job.needs.as_dict(),
     }

@@ -105,11 +105,11 @@ def submit(d: State, job_id: str, spec: JobSpec, now: float) -> Ticket:
     d.seq += 1
     # Positional on purpose (the hot path; keywords cost about 20 % of the construction), in
     # Job's field order: id, member, priority, tier, tier_bonus, model, estimate, arrival,
-    # seq, payload, deadline, not_before, max_attempts, backoff.
+    # seq, payload, deadline, not_before, max_attempts, backoff, needs.
     job = Job(
         job_id, member, spec.level, spec.tier, spec.tier_bonus, spec.model, spec.estimate,
         eligible, d.seq, spec.payload, None if ttl is None else eligible + ttl,
-        not_before if delayed else None, spec.max_attempts, spec.backoff,
+        not_before if delayed else None, spec.max_attempts, spec.backoff, spec.needs,
     )  # fmt: skip
     if delayed:
         d.park(job, 1, eligible)

@@ -107,9 +107,12 @@ class PopSpec(TypedDict, total=False):
     resident: str | None
     slots: int
     slow: bool
+    capabilities: dict[str, Any] | None
 
 
-_POP_DEFAULTS: Final[dict[str, Any]] = {"models": None, "resident": None, "slots": 1, "slow": False}
+_POP_DEFAULTS: Final[dict[str, Any]] = {
+    "models": None, "resident": None, "slots": 1, "slow": False, "capabilities": None,
+}  # fmt: skip
 
 
 def pop_spec(given: Mapping[str, Any]) -> dict[str, Any]:

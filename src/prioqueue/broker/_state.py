@@ -81,6 +81,9 @@ class EngineState:
         if image is None:
             base = self.config.default_lease_seconds
             return base * float(self.config.lease.extra_slow_multiplier) if slow else base
+        if "baselines" in image:  # per accepted model (the Horde routes): the chosen one's
+            image = {k: v for k, v in image.items() if k != "baselines"}
+            image["baseline"] = job.payload["image"]["baselines"].get(job.model)
         request = ImageRequest.from_mapping({**image, "extra_slow_worker": slow})
         return float(self.config.lease.for_request(request))
 

@@ -24,6 +24,7 @@ from prioqueue.broker._budget import size_of
 from prioqueue.broker._fleet import group_key
 from prioqueue.broker._records import JobRecord, Rejected, check_types, submit_digest
 from prioqueue.broker._state import EngineState
+from prioqueue.capabilities import Needs
 from prioqueue.lifecycle import Backoff
 
 __all__ = ["check_batch", "submit"]
@@ -46,6 +47,7 @@ def submit(
     not_before: float | None = None,
     max_attempts: int | None = None,
     backoff: dict[str, Any] | None = None,
+    needs: dict[str, Any] | None = None,
 ) -> tuple[JobRecord, bool]:
     """``BrokerEngine.submit``: queue a job, or return the one its idempotency key names."""
     check_types(
@@ -71,7 +73,7 @@ def submit(
     ticket = _queue(
         state, job_id, now, member=member, priority=priority, tier=tier, model=model,
         estimate=estimate, image=image, group=group, ttl=ttl, not_before=not_before,
-        max_attempts=max_attempts, backoff=backoff,
+        max_attempts=max_attempts, backoff=backoff, **checked_needs(needs, model),
     )  # fmt: skip
     state.counter += 1
     state.counts["submitted"] += 1
@@ -87,6 +89,19 @@ def submit(
     if idempotency_key is not None:
         state.idempotency[(member, idempotency_key)] = (job_id, digest)
     return attrs.evolve(record), True
+
+
+def checked_needs(needs: dict[str, Any] | None, model: str | None) -> dict[str, Any]:
+    """``{"needs": Needs}`` for the fleet (nothing when None): 422 when they are not valid."""
+    if needs is None:
+        return {}
+    try:
+        value = Needs.from_mapping(needs)
+        if model is not None and value.models not in ((), (model,)):
+            raise ValueError(f"needs.models {list(value.models)!r} disagrees with model={model!r}")
+    except ValueError as exc:
+        raise Rejected(422, f"needs: {exc}", field="needs") from None
+    return {"needs": value}
 
 
 def _known(state: EngineState, member: str, key: str, digest: str) -> JobRecord | None:

@@ -18,6 +18,7 @@ import attrs
 from prioqueue._core.facade import state_of
 from prioqueue.broker._records import JobRecord, PopResult, Rejected, check_types, now_past
 from prioqueue.broker._state import EngineState
+from prioqueue.capabilities import Capabilities
 
 __all__ = [
     "complete",
@@ -48,6 +49,7 @@ def granted(state: EngineState, worker: str, grant: Any, now: float) -> JobRecor
     record.state = "running"
     record.attempt = grant.attempt
     record.worker = worker
+    record.model = grant.job.model  # a job that accepts several models: the one chosen
     lease = grant.lease
     record.lease_seconds = lease.seconds
     record.deadline = lease.deadline
@@ -60,8 +62,13 @@ def pop(state: EngineState, now: float, worker: str, spec: dict[str, Any]) -> Po
     check_types(
         "pop", worker=(worker, str), models=(spec["models"], (list, type(None))),
         resident=(spec["resident"], (str, type(None))), slots=(spec["slots"], int),
-        slow=(spec["slow"], (bool,)),
+        slow=(spec["slow"], (bool,)), capabilities=(spec["capabilities"], (dict, type(None))),
     )  # fmt: skip
+    if spec["capabilities"] is not None:
+        try:
+            Capabilities.from_mapping(spec["capabilities"])
+        except ValueError as exc:
+            raise Rejected(422, f"capabilities: {exc}", field="capabilities") from None
     join(state, now, worker, spec)
     state._touch(worker, now)
     grant = state.fleet.pop(worker, now=now)

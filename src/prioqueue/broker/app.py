@@ -19,6 +19,7 @@ route                                      role       answer
 ``POST /v1/workers/{id}/heartbeat``        worker     the jobs it holds
 ``GET /v1/status``                         any        counts, role and leader
 ``GET /metrics``                           observer   Prometheus text (``metrics_public``: none)
+``/api/v2/generate/...`` (the AI Horde's)  apikey     the Horde's answers (docs/horde.md)
 =========================================  =========  =========================================
 
 Errors are JSON ``{"error": message, "field": name}``. A standby answers 503 with
@@ -54,6 +55,7 @@ from fastapi import APIRouter, FastAPI, Header, Request, Response
 from prioqueue.broker._client_routes import client_router
 from prioqueue.broker._content import JsonBodies
 from prioqueue.broker._dashboard import router as dashboard_router
+from prioqueue.broker._horde_routes import horde_router
 from prioqueue.broker._http import ERRORS, AnyKey, Forbidden, api_key, install_handlers
 from prioqueue.broker._job_routes import submitter_router
 from prioqueue.broker._limits import BodyLimit
@@ -124,6 +126,7 @@ def create_app(
     app.include_router(_operator_router(broker, config))
     app.include_router(dashboard_router)  # GET /ui and /v1/dashboard (issue 19)
     app.include_router(client_router(broker, config))  # batch, leave (issue 18)
+    app.include_router(horde_router(broker, config))  # /api/v2/: the AI Horde's (issue 28)
     if lean_submit:  # innermost: inside the body limits and the Content-Type rule
         app.add_middleware(SubmitRoute, broker=broker, config=config, retry=retry)
     app.add_middleware(JsonBodies)

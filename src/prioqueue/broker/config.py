@@ -53,6 +53,7 @@ from prioqueue._service.config import (
 )
 from prioqueue._service.lifecycle import backoff_setting, budgets_setting
 from prioqueue._service.serving import ConnectionSettings
+from prioqueue.broker._horde_config import HordeConfig, horde_setting
 from prioqueue.lease import LeaseCalculator
 from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
@@ -209,6 +210,7 @@ class BrokerConfig:
             ``max_wait`` 503, ``ttl``); none by default (docs/design/lifecycle.md).
         backoff: The retry delays of ``fail`` with ``"retry": true`` for jobs without their own
             (``[backoff]``; None: retry at once).
+        horde: The AI Horde compatible routes (``[horde]``; docs/horde.md).
     """
 
     host: str = "127.0.0.1"
@@ -243,6 +245,7 @@ class BrokerConfig:
     forget_workers_seconds: float = 3600.0
     budgets: Mapping[int, LevelBudget] = attrs.field(factory=dict)
     backoff: Backoff | None = None
+    horde: HordeConfig = attrs.field(factory=HordeConfig)
 
     @property
     def listen(self) -> str:
@@ -441,6 +444,7 @@ def parse_config(
         forget_workers_seconds=root.number("forget_workers_seconds", 3600.0),  # type: ignore[arg-type]
         budgets=MappingProxyType(budgets_setting(root, policy)),
         backoff=backoff_setting(root),
+        horde=horde_setting(root, scoring.tier_bonuses),
     )
     root.finish()
     return config

@@ -195,6 +195,11 @@ class PopRequest(_Request):
     resident: Name | None = Field(default=None, description="The model loaded now.")
     slots: int = Field(default=1, ge=1, le=16, strict=True, description="Jobs it may hold at once.")
     slow: bool = Field(default=False, strict=True, description="Extra-slow worker: leases are 3x.")
+    capabilities: dict[str, Any] | None = Field(
+        default=None,
+        description="What it can run (prioqueue.capabilities.Capabilities: max_pixels, "
+        "features, nsfw, max_steps, blacklist, declared_only); null: anything.",
+    )
 
 
 class Granted(BaseModel):

@@ -54,8 +54,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, cast
 
+from prioqueue._batch import BatchPop
 from prioqueue._errors import DuplicateJob, LeaseExpired
 from prioqueue._spec import check_options
+from prioqueue.capabilities import checked_needs
 from prioqueue.lifecycle import Backoff
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Completed, Expired, Grant, Job, Stats, Ticket
@@ -87,7 +89,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_EXPECTED_RUNTIME", "RECENT_RUNTIMES", "ReferenceFleet"]
 
 
-class ReferenceFleet(_Workers):
+class ReferenceFleet(BatchPop, _Workers):
     """A brute-force model of ``FleetDispatcher`` for tests: same calls, same answers.
 
     Each option left out takes ``FleetDispatcher``'s default.
@@ -243,6 +245,7 @@ class ReferenceFleet(_Workers):
             not_before=arrival if delayed else None,
             max_attempts=options.get("max_attempts"),
             backoff=cast("Backoff | None", options.get("backoff")),
+            needs=checked_needs(options.get("needs")),
         )
 
     def pop(self, name: str, *, now: float) -> Grant | None:
@@ -313,7 +316,7 @@ class ReferenceFleet(_Workers):
         weight = refilled(self, win, weight)  # and the overdue rule (see ``_overdue``)
         win = overdue(self, win, worker, now)
         entry = win.entry
-        job = entry.job
+        job = worker.chosen(entry.job)  # a multi-model job carries the model it was granted
         info = self._info(worker)
         lease = None if self._lease_for is None else self._lease(job, info, now)
         runtime = self._expected_runtime(job)
@@ -350,7 +353,9 @@ class ReferenceFleet(_Workers):
         self._credit += weight * runtime
         if deferred is not None:
             self._levels[deferred.level].reorders["deferred_crossings"] += 1
-        worker.held.append(_Held(grant, worker.name, entry.grants + 1, c, n, runtime, weight))
+        worker.held.append(
+            _Held(grant, worker.name, entry.grants + 1, c, n, runtime, weight, entry.job)
+        )
         if job.model is not None:
             worker.resident = job.model
         level.dispatched += 1
@@ -395,8 +400,8 @@ class ReferenceFleet(_Workers):
             ran = t - grant.granted_at if runtime is None else float(runtime)
             charge = self._finish(held, ran, t)
             self._counts["completed"] += 1
-            self._members[grant.job.member].completed += 1
-            return Completed(job=grant.job, runtime=ran, charge=charge)
+            self._members[held.job.member].completed += 1
+            return Completed(job=held.job, runtime=ran, charge=charge)
 
     def cancel(self, job_id: str, *, now: float, worker: str | None = None) -> Job:
         """Drop a queued job, or finish a held one (charged for the time it ran).
@@ -464,10 +469,10 @@ class ReferenceFleet(_Workers):
             self._lapsed = []
             records = [
                 Expired(
-                    held.grant.job,
+                    held.job,
                     held.grants,
                     deadline,
-                    held.grant.job.seq in requeued,
+                    held.job.seq in requeued,
                     worker=held.worker,
                     cause=cause,
                 )

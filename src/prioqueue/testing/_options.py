@@ -10,8 +10,9 @@ checks that it matches the dispatchers' signatures).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TypedDict
+from typing import Any, TypedDict
 
+from prioqueue.capabilities import Capabilities
 from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
 from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
@@ -61,6 +62,7 @@ class WorkerSettings(TypedDict, total=False):
     slots: int
     slow: bool
     accepts: Callable[[Job], bool] | None
+    capabilities: Capabilities | Mapping[str, Any] | None
 
 
 #: Every option's default (``FleetDispatcher``'s and ``SizeOneDispatcher``'s).

@@ -45,11 +45,12 @@ class _Rules(_Book):
         if len(worker.held) >= worker.slots:
             return "slots_full"
         if self._max_running is not None:
-            running = sum(1 for held in self._held() if held.grant.job.member == job.member)
+            running = sum(1 for held in self._held() if held.job.member == job.member)
             if running >= self._max_running:
                 return "member_cap"
-        if not worker.serves(job.model):
-            return "model"
+        misfit = worker.misfit(job)
+        if misfit is not None:
+            return misfit
         if worker.accepts is not None and not worker.accepts(job):
             return "accepts"
         if (
@@ -119,7 +120,7 @@ class _Rules(_Book):
         member under the cap. Then the winner is the one the counterfactual rankings (which
         know nothing of eligibility) compete with.
         """
-        if worker.models is not None or worker.accepts is not None:
+        if worker.models is not None or worker.accepts is not None or worker.capabilities:
             return False
         if self._warm_hold > 0 and any(
             other is not worker
@@ -133,7 +134,7 @@ class _Rules(_Book):
         if self._max_running is not None:
             offers = self._offers(worker, lambda entry: True)
             win = min(offers, key=lambda o: (-self._key(o), o.s, o.tie))
-            mine = sum(1 for held in self._held() if held.grant.job.member == win.head.member)
+            mine = sum(1 for held in self._held() if held.job.member == win.head.member)
             return mine < self._max_running
         return True
 
@@ -371,7 +372,7 @@ class _Rules(_Book):
 
     def _finish(self, held: _Held, runtime: float, now: float) -> float:
         """Free a held job and correct its lane (complete, or cancel); return the charge."""
-        job = held.grant.job
+        job = held.job
         charge = self._charge_of(job, runtime)
         self._credit += held.weight * (runtime - held.expected_runtime)
         self._workers[held.worker].held.remove(held)
@@ -398,8 +399,8 @@ class _Rules(_Book):
     def _take_back(self, taken: list[_Held], now: float, *, always_requeue: bool) -> set[int]:
         """Refund and requeue (or fail) held jobs; return the ``seq`` of those requeued."""
         requeued: set[int] = set()
-        for held in sorted(taken, key=lambda h: h.grant.job.seq, reverse=True):
-            job = held.grant.job
+        for held in sorted(taken, key=lambda h: h.job.seq, reverse=True):
+            job = held.job
             self._workers[held.worker].held.remove(held)
             self._credit -= held.weight * held.expected_runtime  # the crossing credit, refunded
             if self._fair_share:
@@ -453,7 +454,7 @@ class _Rules(_Book):
                     dispatched=counters.dispatched,
                     completed=counters.completed,
                     gpu_seconds=counters.gpu_seconds,
-                    running=sum(1 for h in self._held() if h.grant.job.member == name),
+                    running=sum(1 for h in self._held() if h.job.member == name),
                 )
                 for name, counters in self._members.items()
             }
@@ -463,11 +464,11 @@ class _Rules(_Book):
                 now=t,
                 levels=levels,
                 members=members,
-                running=held[0].grant.job if held else None,
+                running=held[0].job if held else None,
                 resident_model=None if first is None else first.resident,
                 queued=len(queued),
                 dispatched=sum(counters.dispatched for counters in self._levels.values()),
                 **self._counts,
-                held=tuple(h.grant.job for h in held),
+                held=tuple(h.job for h in held),
                 workers=tuple(self.workers()),
             )

@@ -19,6 +19,7 @@ import attrs
 from prioqueue._errors import InvalidState, UnknownJob, UnknownWorker
 from prioqueue._readonly import ReadOnly
 from prioqueue._worker_info import worker_info
+from prioqueue.capabilities import FEATURES, Capabilities
 from prioqueue.dispatcher import ChargeModel
 from prioqueue.lease import LeaseCalculator
 from prioqueue.priority import PriorityPolicy
@@ -34,7 +35,11 @@ DEFAULT_EXPECTED_RUNTIME = 60.0
 RECENT_RUNTIMES = 8
 
 #: The causes ``idle_reasons`` reports, in the order they are tested.
-IDLE_CAUSES = ("slots_full", "member_cap", "model", "accepts", "warm_hold")
+IDLE_CAUSES = (
+    "slots_full", "member_cap", "model", "undeclared", "max_pixels", "max_steps", "img2img",
+    "inpainting", "controlnet", "lora", "post_processing", "nsfw", "blacklist", "accepts",
+    "warm_hold",
+)  # fmt: skip
 
 CauseName = Literal["lease", "worker_timeout"]
 
@@ -91,6 +96,13 @@ class _Held:
     n: int
     expected_runtime: float = 0.0
     weight: float = 0.0
+    queued: Job | None = None
+    """The job as it was queued, when the grant carries another (its chosen model)."""
+
+    @property
+    def job(self) -> Job:
+        """The job as queued (a take-back requeues it, a completion reports it)."""
+        return self.grant.job if self.queued is None else self.queued
 
 
 @attrs.define(eq=False)
@@ -104,9 +116,44 @@ class _Worker:
     last_seen: float
     timed_out: bool = False
     held: list[_Held] = attrs.field(factory=list)
+    capabilities: Capabilities | None = None
 
     def serves(self, model: str | None) -> bool:
         return model is None or self.models is None or model in self.models
+
+    def misfit(self, job: Job) -> str | None:
+        """The first reason (docs/design/capabilities.md's order) the job does not fit, or None.
+
+        Written from the note, by brute force: the job's model, then its accepted models,
+        then each declared limit and feature in turn.
+        """
+        if not self.serves(job.model):
+            return "model"
+        needs = job.needs
+        caps = self.capabilities
+        if needs is None:
+            return "undeclared" if caps is not None and caps.declared_only else None
+        if needs.models and not any(self.serves(model) for model in needs.models):
+            return "model"
+        if caps is None:
+            return None
+        checks = [
+            ("max_pixels", caps.max_pixels is not None and needs.pixels > caps.max_pixels),
+            ("max_steps", caps.max_steps is not None and needs.steps > caps.max_steps),
+            *((f, f in needs.features and f not in caps.features) for f in FEATURES),
+            ("nsfw", needs.nsfw and not caps.nsfw),
+            ("blacklist", any(word in needs.text.lower() for word in caps.blacklist)),
+        ]
+        return next((cause for cause, failed in checks if failed), None)
+
+    def chosen(self, job: Job) -> Job:
+        """The job as granted here: a multi-model job with the resident, else first served."""
+        needs = job.needs
+        if job.model is not None or needs is None or not needs.models:
+            return job
+        served = [model for model in needs.models if self.serves(model)]
+        model = self.resident if self.resident in served else served[0]
+        return attrs.evolve(job, model=model)
 
     def free_warm_for(self, model: str | None) -> bool:
         """Live, ``model`` loaded and served, and a free slot (the note's case 1)."""
@@ -355,7 +402,7 @@ class _Book:
         return 0.0 if lane is None else lane.held
 
     def _info(self, worker: _Worker) -> WorkerInfo:
-        return worker_info(worker, tuple(held.grant.job.id for held in worker.held))
+        return worker_info(worker, tuple(held.job.id for held in worker.held))
 
     def _worker(self, name: str) -> _Worker:
         worker = self._workers.get(name)
@@ -385,15 +432,15 @@ class _Book:
 
     def _held(self) -> list[_Held]:
         held = [h for worker in self._workers.values() for h in worker.held]
-        return sorted(held, key=lambda h: (h.grant.granted_at, h.grant.job.seq))
+        return sorted(held, key=lambda h: (h.grant.granted_at, h.job.seq))
 
     def _held_by_id(self, job_id: str) -> _Held | None:
-        return next((h for h in self._held() if h.grant.job.id == job_id), None)
+        return next((h for h in self._held() if h.job.id == job_id), None)
 
     def _find(self, job_id: str) -> tuple[Job, JobState] | None:
         held = self._held_by_id(job_id)
         if held is not None:
-            return held.grant.job, "running"
+            return held.job, "running"
         for entry in self._queued():
             if entry.job.id == job_id:
                 return entry.job, "queued"

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from prioqueue._spec import check_options
+from prioqueue.capabilities import checked_capabilities
 from prioqueue.records import Job, WorkerInfo
 from prioqueue.testing._lifecycle import _ReferenceLifecycle
 from prioqueue.testing._options import WorkerSettings
@@ -40,8 +41,9 @@ class _Workers(_ReferenceLifecycle):
             **settings: ``FleetDispatcher.join``'s, each with its default: ``models`` (the
                 models it serves, or None for every model), ``resident`` (the model it has
                 loaded, or None), ``slots`` (how many jobs it holds at once, >= 1), ``slow``
-                (whether it is extra slow: its leases are longer) and ``accepts`` (a predicate
-                over jobs it may take, or None).
+                (whether it is extra slow: its leases are longer), ``accepts`` (a predicate
+                over jobs it may take, or None) and ``capabilities`` (what it declared it can
+                run, or None).
 
         Returns:
             The worker's info.
@@ -56,6 +58,7 @@ class _Workers(_ReferenceLifecycle):
         models, resident = settings.get("models"), settings.get("resident")
         slots, slow = settings.get("slots", 1), settings.get("slow", False)
         accepts = settings.get("accepts")
+        caps = checked_capabilities(settings.get("capabilities"))
         with self._at(now) as t:
             if not isinstance(name, str) or not name:
                 raise ValueError(f"a worker name must be a non-empty str, got {name!r}")
@@ -71,6 +74,7 @@ class _Workers(_ReferenceLifecycle):
             worker = self._workers.get(name)
             if worker is None:
                 worker = _Worker(name, served, resident, slots, bool(slow), accepts, t)
+                worker.capabilities = caps
                 self._workers[name] = worker
             else:
                 worker.models = served
@@ -79,6 +83,7 @@ class _Workers(_ReferenceLifecycle):
                 worker.slots = slots
                 worker.slow = bool(slow)
                 worker.accepts = accepts
+                worker.capabilities = caps
                 worker.last_seen = t
                 worker.timed_out = False
             return self._info(worker)
@@ -125,7 +130,7 @@ class _Workers(_ReferenceLifecycle):
             taken = list(worker.held)
             self._take_back(taken, t, always_requeue=True)
             del self._workers[name]
-            return sorted((held.grant.job for held in taken), key=lambda job: job.seq)
+            return sorted((held.job for held in taken), key=lambda job: job.seq)
 
     def _add_fixed_worker(self, name: str) -> None:
         """Add a worker with the defaults (one slot, every model) outside time.
