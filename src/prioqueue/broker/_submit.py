@@ -280,11 +280,14 @@ def _refusal(exc: QueueFull) -> Rejected:
 
 
 def _named(exc: Rejected, index: int) -> Rejected:
-    """A refusal of a batch's job ``index``: the whole batch is refused, the job named."""
-    field = f"jobs.{index}" if exc.field is None else f"jobs.{index}.{exc.field}"
+    """A refusal of a batch's job ``index``: the message names it, the field stays the limit's.
+
+    The whole batch is refused; ``field`` is what a single submit's refusal names (as before
+    batches were checked whole), so a client reads the limit the same way on both paths.
+    """
     return Rejected(
         exc.status,
         f"jobs[{index}]: {exc} (the batch is refused whole: no job was queued)",
-        field=field,
+        field=exc.field,
         retry_after=exc.retry_after,
     )
