@@ -73,8 +73,7 @@ def submit_args(
     Raises:
         Rejected: 422 a priority outside the dispatcher's range.
     """
-    raw = body.priority if body.priority is not None else header_priority
-    priority = resolve_priority(raw, key, config)
+    priority = resolve_priority(body.priority, header_priority, key, config)
     fields = body.model_dump(exclude={"priority"})
     return {
         **fields,
