@@ -155,7 +155,10 @@ def refusal(d: State, specs: Sequence[JobSpec], t: float) -> Refusal | None:
     limit = d.config.max_queued
     cap = d.config.max_member
     budgets = d.budgets
+    if limit is None and cap is None and not budgets:  # no limit: the common case
+        return None
     queued = len(d)
+    last = len(specs) - 1
     held: dict[int, int] = {}  # the batch's jobs so far per level, delayed or not
     ready: dict[int, int] = {}  # those eligible at t, per level (what a forecast counts)
     members: dict[str, int] = {}  # those eligible at t, per member (its ``queued``)
@@ -189,6 +192,8 @@ def refusal(d: State, specs: Sequence[JobSpec], t: float) -> Refusal | None:
                     scope="member",
                 )
                 return Refusal(index, error)
+        if index == last:
+            break
         held[level] = held.get(level, 0) + 1
         if not delayed:
             ready[level] = ready.get(level, 0) + 1

@@ -5,18 +5,18 @@ Functions over :class:`~prioqueue.broker._state.EngineState`, called by the jour
 
 Theory of operation
 -------------------
-:func:`admit` is the broker's only admission check. It takes a batch (one job for
-``submit``) and refuses it, before anything changes, with what a submit would answer
-(:class:`~prioqueue.broker._records.Rejected`), each job checked as if the ones before it had
-been queued:
+:func:`admit` is the broker's admission check of a batch, built from the two checks a single
+``submit`` makes (no other): it refuses the batch, before anything changes, with what a
+submit would answer (:class:`~prioqueue.broker._records.Rejected`), each job checked as if
+the ones before it had been queued:
 
-* the broker's own rules, per job: the arguments' types, a reused ``Idempotency-Key`` (a
-  replay, or 422 for another body), the queued bytes (``max_queued_bytes`` and
-  ``max_queued_bytes_per_member``: 413 / 429, counting the batch's earlier jobs), ``backoff``
-  (422);
-* the core's, for a batch: ``FleetDispatcher.admit`` (``max_queued``,
+* the broker's own rules, per job (``_check``, which ``submit`` calls for its job): the
+  arguments' types, a reused ``Idempotency-Key`` (a replay, or 422 for another body), the
+  queued bytes (``max_queued_bytes`` and ``max_queued_bytes_per_member``: 413 / 429, counting
+  the batch's earlier jobs), ``backoff`` (422);
+* the core's: ``FleetDispatcher.admit`` over the batch (``max_queued``,
   ``max_queued_per_member``, a level's ``max_queued``: 429; its ``max_wait``: 503), the rule
-  the core's ``submit`` applies to one job.
+  (``_core.queue.refusal``) the core's ``submit`` applies to one job.
 
 The first job refused, in the batch's order, gives the answer; so a batch is admitted if
 and only if its jobs, submitted one by one, would all be, and a refusal added to either
@@ -45,17 +45,20 @@ from prioqueue.lifecycle import Backoff
 __all__ = ["admit", "submit", "submit_many"]
 
 _REQUIRED = frozenset(("member", "tier", "priority"))
-_KEYWORDS = _REQUIRED | {
+_OPTIONAL = dict.fromkeys((
     "model", "estimate", "group", "image", "payload", "idempotency_key", "ttl",
     "not_before", "max_attempts", "backoff",
-}  # fmt: skip
+))  # fmt: skip
+_KEYWORDS = _REQUIRED | _OPTIONAL.keys()
+_ALONE: tuple[dict[str, int], int, dict[tuple[str, str], tuple[int, str]]] = ({}, 0, {})
+"""A job submitted alone: no batch before it (never written to)."""
 _REUSED = "Idempotency-Key was already used with a different request body"
 
 
 class Fresh(NamedTuple):
     """A job the check admitted: its arguments, their digest, its bytes and its backoff."""
 
-    args: Mapping[str, Any]
+    args: Mapping[str, Any]  # every keyword of ``submit`` (absent ones None)
     digest: str
     size: int
     backoff: Backoff | None
@@ -63,11 +66,11 @@ class Fresh(NamedTuple):
 
 def submit(state: EngineState, now: float, args: Mapping[str, Any]) -> tuple[JobRecord, bool]:
     """``BrokerEngine.submit``: queue a job, or return the one its idempotency key names."""
-    (item,) = admit(state, now, (args,), batch=False)
+    item = _check(state, args, _ALONE)  # admit's check of one job, without its loop
     if isinstance(item, JobRecord):
         return item, False
     assert isinstance(item, Fresh)  # a batch's own replays need a batch
-    return _queue(state, now, item, args.get("idempotency_key")), True
+    return _queue(state, now, item, item.args["idempotency_key"]), True
 
 
 def submit_many(
@@ -94,7 +97,7 @@ def submit_many(
         known = _known(state, str(member), key, digest)
         if known is not None:
             return [(record, False) for record in known]
-    plan = admit(state, now, jobs, batch=True)
+    plan = admit(state, now, jobs)
     results: list[tuple[JobRecord, bool]] = []
     for index, item in enumerate(plan):
         if isinstance(item, JobRecord):
@@ -104,7 +107,7 @@ def submit_many(
             results.append((attrs.evolve(results[item][0]), False))
             continue
         try:
-            record = _queue(state, now, item, key or item.args.get("idempotency_key"))
+            record = _queue(state, now, item, key or item.args["idempotency_key"])
         except Rejected as exc:
             if index == 0:
                 raise
@@ -119,17 +122,18 @@ def submit_many(
 
 
 def admit(
-    state: EngineState, now: float, jobs: Sequence[Mapping[str, Any]], *, batch: bool
+    state: EngineState, now: float, jobs: Sequence[Mapping[str, Any]]
 ) -> list[JobRecord | Fresh | int]:
-    """The broker's admission check (see the module docstring): reads only.
+    """The broker's admission check of a batch (see the module docstring): reads only.
+
+    Each job gets :func:`_check`, the broker's rules that :func:`submit` applies to one job,
+    with the batch's earlier jobs counted; then the core's ``admit`` checks them all, the
+    rule the core's ``submit`` applies to one job. A refusal names the job (``jobs[i]``).
 
     Args:
         state: The engine.
         now: The time of the submit.
         jobs: ``submit``'s keywords, per job.
-        batch: True for ``submit_many``: the core's rule is checked here over the whole batch
-            and a refusal names the job (``jobs[i]``); False for one job, whose core check is
-            the core ``submit``'s own (the same rule, applied before it changes anything).
 
     Returns:
         Per job: the record its reused key names (a replay), the index of the batch's job
@@ -148,16 +152,16 @@ def admit(
         try:
             item = _check(state, args, (mine, everyone, keys))
         except Rejected as exc:
-            refused = _named(exc, index) if batch else exc
+            refused = _named(exc, index)
             break
         plan.append(item)
-        if isinstance(item, Fresh) and batch:
+        if isinstance(item, Fresh):
             fresh.append((index, item))
             mine[args["member"]] = mine.get(args["member"], 0) + item.size
             everyone += item.size
-            if args.get("idempotency_key") is not None:
-                keys[(args["member"], args["idempotency_key"])] = (index, item.digest)
-    if batch and fresh:
+            if item.args["idempotency_key"] is not None:
+                keys[(args["member"], item.args["idempotency_key"])] = (index, item.digest)
+    if fresh:
         found = state.fleet.admit([_core_args(item) for _, item in fresh], now=now)
         if found is not None:
             raise _named(_refusal(found.error), fresh[found.index][0])
@@ -176,25 +180,25 @@ def _check(
     ``before``: the batch's jobs before it, their bytes per member and in all, and their keys
     (journals older than batch keys carry a key per job).
     """
-    if not _REQUIRED <= args.keys() <= _KEYWORDS:
+    full = {**_OPTIONAL, **args}  # every keyword: read below without .get
+    if full.keys() != _KEYWORDS:
         raise TypeError(
             f"submit takes {', '.join(sorted(_REQUIRED))} and optionally "
-            f"{', '.join(sorted(_KEYWORDS - _REQUIRED))}; got {', '.join(sorted(args))}"
+            f"{', '.join(sorted(_OPTIONAL))}; got {', '.join(sorted(args))}"
         )
-    get = args.get
-    member = args["member"]
+    member = full["member"]
     none = type(None)
     check_types(
         "submit",
-        member=(member, str), tier=(args["tier"], str), priority=(args["priority"], int),
-        model=(get("model"), (str, none)), estimate=(get("estimate"), (int, float, none)),
-        group=(get("group"), (str, none)), image=(get("image"), (dict, none)),
-        idempotency_key=(get("idempotency_key"), (str, none)),
+        member=(member, str), tier=(full["tier"], str), priority=(full["priority"], int),
+        model=(full["model"], (str, none)), estimate=(full["estimate"], (int, float, none)),
+        group=(full["group"], (str, none)), image=(full["image"], (dict, none)),
+        idempotency_key=(full["idempotency_key"], (str, none)),
     )  # fmt: skip
     digest = ""
-    key = get("idempotency_key")
+    key = full["idempotency_key"]
     if key is not None:
-        digest = submit_digest(args)
+        digest = submit_digest(full)
         known = _known(state, member, key, digest)
         if known is not None:
             return known[0]
@@ -204,14 +208,14 @@ def _check(
                 raise Rejected(422, _REUSED, field="Idempotency-Key")
             return earlier[0]
     mine, everyone, _ = before
-    size = size_of(get("payload"), get("image"))
+    size = size_of(full["payload"], full["image"])
     state.queued_bytes.admit(state.config, member, size, (mine.get(member, 0), everyone))
-    backoff = get("backoff")
+    backoff = full["backoff"]
     try:
         retry = None if backoff is None else Backoff.from_mapping(backoff)
     except ConfigError as exc:
         raise Rejected(422, str(exc), field="backoff") from None
-    return Fresh(args, digest, size, retry)
+    return Fresh(full, digest, size, retry)
 
 
 def _known(state: EngineState, member: str, key: str, digest: str) -> tuple[JobRecord, ...] | None:
@@ -228,15 +232,15 @@ def _known(state: EngineState, member: str, key: str, digest: str) -> tuple[JobR
 def _core_args(item: Fresh) -> dict[str, Any]:
     """A job's keywords for the core (``FleetDispatcher.admit`` and ``submit``)."""
     args = item.args
-    group = args.get("group")
+    group = args["group"]
     priority = args["priority"]
     return {
         "member": args["member"], "priority": priority, "tier": args["tier"],
-        "model": args.get("model"), "estimate": args.get("estimate"),
+        "model": args["model"], "estimate": args["estimate"],
         "group": None if group is None else group_key(args["member"], group),
         "ceiling": priority,  # resolved under the key's ceiling: kept below the minimum
-        "ttl": args.get("ttl"), "not_before": args.get("not_before"),
-        "max_attempts": args.get("max_attempts"), "backoff": item.backoff,
+        "ttl": args["ttl"], "not_before": args["not_before"],
+        "max_attempts": args["max_attempts"], "backoff": item.backoff,
     }  # fmt: skip
 
 
@@ -249,7 +253,7 @@ def _queue(state: EngineState, now: float, item: Fresh, key: str | None) -> JobR
     del options["member"]
     try:
         ticket = state.fleet.submit(
-            job_id, member=member, payload={"image": args.get("image")}, now=now, **options
+            job_id, member=member, payload={"image": args["image"]}, now=now, **options
         )
     except QueueFull as exc:
         raise _refusal(exc) from None
@@ -258,15 +262,15 @@ def _queue(state: EngineState, now: float, item: Fresh, key: str | None) -> JobR
     state.counter += 1
     state.counts["submitted"] += 1
     record = JobRecord(
-        id=job_id, member=member, priority=args["priority"], model=args.get("model"),
-        estimate=args.get("estimate"), group=args.get("group"), image=args.get("image"),
-        payload=args.get("payload"), submitted_at=now, idempotency_key=key,
-        expires_at=ticket.job.deadline, max_attempts=args.get("max_attempts"),
+        id=job_id, member=member, priority=args["priority"], model=args["model"],
+        estimate=args["estimate"], group=args["group"], image=args["image"],
+        payload=args["payload"], submitted_at=now, idempotency_key=key,
+        expires_at=ticket.job.deadline, max_attempts=args["max_attempts"],
     )  # fmt: skip
     state.jobs[job_id] = record
     _groups.kept(state, record)
     state.queued_bytes.held(record, item.size)
-    if args.get("idempotency_key") is not None:
+    if args["idempotency_key"] is not None:
         state.idempotency[(member, args["idempotency_key"])] = ((job_id,), item.digest)
     return attrs.evolve(record)
 
