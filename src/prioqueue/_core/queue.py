@@ -90,6 +90,7 @@ def submit(d: State, job_id: str, spec: JobSpec, now: float) -> Ticket:
             ttl = budget.ttl
     queued = len(d)
     member = spec.member
+    d.member(member)  # a member is known from its first submit (a delayed one included)
     eligible = not_before if delayed and not_before is not None else t
     d.seq += 1
     # Positional on purpose (the hot path; keywords cost about 20 % of the construction), in
