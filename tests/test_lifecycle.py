@@ -500,3 +500,34 @@ def test_requeue_refuses_a_delayed_job() -> None:
     with pytest.raises(InvalidState):
         d.requeue("later", now=1.0)
     d._check()
+
+
+def test_admit_reads_whether_a_batch_would_be_queued_whole() -> None:
+    """``admit``: the first job ``submit`` would refuse, the jobs before it counted; a read."""
+    d = fleet(max_queued_per_member=2, budgets={0: LevelBudget(max_queued=3)})
+    d.submit("a", member="ann", now=1.0)
+    before = d.snapshot(now=2.0)
+    assert d.admit([{"member": "bob"}, {"member": "bob", "not_before": 50.0}], now=2.0) is None
+    refused = d.admit([{"member": "bob"}, {"member": "bob"}, {"member": "bob"}], now=2.0)
+    assert refused is not None
+    assert (refused.index, refused.error.scope) == (2, "level")  # 1 + 2 queued: the 3rd is over
+    late = d.admit([{"member": "ann"}, {"member": "ann"}], now=2.0)
+    assert late is not None
+    assert (late.index, late.error.scope) == (1, "member")
+    assert d.snapshot(now=2.0) == before  # nothing changed, the refusal counter included
+    assert d.stats(now=2.0).refused == 0
+    with pytest.raises(ValueError, match=r"jobs\[1\]: .*tier"):
+        d.admit([{"member": "bob"}, {"member": "bob", "tier": "gold"}], now=2.0)
+    with pytest.raises(TypeError, match=r"jobs\[0\]: admit\(\) got unexpected"):
+        d.admit([{"member": "bob", "prio": 1}], now=2.0)
+    with pytest.raises(ValueError, match="earlier than a time already seen"):
+        d.admit([{"member": "bob"}], now=0.5)
+    slow = fleet(budgets={0: LevelBudget(max_wait=100.0)})
+    slow.submit("a", member="ann", now=1.0)  # 60 s ahead of the next
+    wait = slow.admit(
+        [{"member": "bob"}, {"member": "bob", "not_before": 9.0}, {"member": "cy"}], now=2.0
+    )
+    assert wait is not None
+    assert wait.index == 2  # the delayed one is not in the forecast
+    assert isinstance(wait.error, Overloaded)
+    assert wait.error.forecast_wait == 120.0

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import enum
+import re
 from typing import Any
 
 import pytest
@@ -438,3 +439,43 @@ def test_a_dispatcher_submit_keeps_the_ceiling_even_below_the_minimum(
         ticket = dispatcher.submit("j", member="m", priority=value, ceiling=ceiling, now=0.0)
         assert ticket.job.priority == expected, type(dispatcher).__name__
     assert PriorityPolicy(minimum=-100).parse("batch", -150) == -150
+
+
+# --------------------------------------------------------------------------- stated values
+
+
+@given(policy=priority_policies(), value=header_texts(), ceiling=st.none() | priorities())
+def test_a_stated_priority_is_parsed_as_a_header_or_refused(
+    policy: PriorityPolicy, value: str, ceiling: int | None
+) -> None:
+    """``parse_stated`` agrees with ``parse`` on every value ``parse`` recognises, and refuses
+    the rest (where ``parse`` would quietly take the default)."""
+    text = value.strip(" \t") if len(value) <= MAX_HEADER_LENGTH else None
+    recognised = text is not None and (
+        re.fullmatch(r"[+-]?[0-9]+", text, flags=re.ASCII) is not None
+        or (text.isascii() and text.lower() in policy.aliases)
+    )
+    if recognised:
+        assert policy.parse_stated(value, ceiling) == policy.parse(value, ceiling)
+    else:
+        with pytest.raises(ValueError, match="neither an integer nor an alias") as caught:
+            policy.parse_stated(value, ceiling)
+        assert len(str(caught.value)) < 200 + 20 * len(policy.aliases)
+
+
+def test_a_stated_priority_names_the_allowed_forms() -> None:
+    policy = PriorityPolicy()
+    assert policy.parse_stated(" Interactive\t") == INTERACTIVE
+    assert policy.parse_stated("-7") == -7
+    assert policy.parse_stated(7, ceiling=5) == 5
+    for typo in ("interactiv", "9" * 100_000, "1.5", "", "\u0661\u0660\u0660"):
+        with pytest.raises(ValueError, match="neither an integer nor an alias") as caught:
+            policy.parse_stated(typo)
+        message = str(caught.value)
+        assert "send an integer (e.g. 100, 0, -100)" in message
+        assert "interactive (100), normal (0), batch (-100)" in message
+        assert len(message) < 250
+    with pytest.raises(TypeError, match="int \\(not bool\\) or a str"):
+        policy.parse_stated(True)
+    with pytest.raises(TypeError):
+        policy.parse_stated(b"100")  # type: ignore[arg-type]

@@ -263,6 +263,49 @@ class PriorityPolicy:
         _check_ceiling(ceiling)
         return self._bound(_parse(value, self.aliases, self.default), ceiling)
 
+    def parse_stated(self, value: str | int, ceiling: int | None = None) -> int:
+        """Parse a priority a caller *stated* (a JSON field, an argument): strictly.
+
+        A header that cannot be parsed means the default (:meth:`parse`): a header never fails
+        a request. A value a caller wrote on purpose is another matter: a typo'd alias
+        (``"interactiv"``) should not quietly run at the default level. The accepted forms are
+        :meth:`parse`'s (an integer, or an alias of :attr:`aliases`, case-insensitive ASCII,
+        surrounding spaces allowed); the result is bounded as by :meth:`parse`.
+
+        Args:
+            value: An ``int`` (not ``bool``) or a string.
+            ceiling: The caller's cap, or ``None`` (as in :meth:`parse`).
+
+        Returns:
+            The bounded priority.
+
+        Raises:
+            ValueError: ``value`` is a string that is neither an integer nor an alias; the
+                message lists the aliases and says that any integer is accepted.
+            TypeError: ``value`` is neither an int nor a str (or is a bool), or a bad
+                ``ceiling``.
+
+        Complexity: O(1) (at most :data:`MAX_HEADER_LENGTH` characters are examined).
+        """
+        _check_ceiling(ceiling)
+        if _is_int(value):
+            return self._bound(int(value), ceiling)
+        if not isinstance(value, str):
+            raise TypeError(f"a priority must be an int (not bool) or a str, got {value!r}")
+        if len(value) <= MAX_HEADER_LENGTH:  # before any other work
+            text = value.strip(_OWS)
+            if _NUMBER.fullmatch(text):
+                return self._bound(int(text), ceiling)
+            if text.isascii() and text.lower() in self.aliases:
+                return self._bound(self.aliases[text.lower()], ceiling)
+        shown = value if len(value) <= 40 else f"{value[:37]}..."
+        known = sorted(self.aliases.items(), key=lambda item: (-item[1], item[0]))
+        names = ", ".join(f"{name} ({number})" for name, number in known)
+        raise ValueError(
+            f"priority {shown!r} ({len(value)} characters) is neither an integer nor an alias: "
+            f"send an integer (e.g. 100, 0, -100) or one of {names or 'no aliases'}"
+        )
+
     def clamp(self, value: int, ceiling: int | None = None) -> int:
         """Bound an already-numeric priority: into ``[minimum, maximum]``, then under ``ceiling``.
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 if TYPE_CHECKING:
+    from prioqueue._errors import QueueFull
     from prioqueue.capabilities import Capabilities, Needs
     from prioqueue.lease import Lease
     from prioqueue.lifecycle import Backoff
@@ -30,6 +31,7 @@ __all__ = [
     "MemberStats",
     "Overtake",
     "OvertakeCause",
+    "Refusal",
     "Reorders",
     "Stats",
     "Ticket",
@@ -459,3 +461,18 @@ class WorkerInfo:
     timed_out: bool
     filtered: bool
     capabilities: Capabilities | None = None
+
+
+@attrs.frozen
+class Refusal:
+    """Why ``admit`` refuses a batch: its first job a submit would refuse, and how.
+
+    Attributes:
+        index: The position of that job in the batch (the jobs before it would be queued,
+            one by one, and take the room that refuses it).
+        error: What ``submit`` would raise for it: a ``QueueFull`` (``scope`` ``"queue"``,
+            ``"member"`` or ``"level"``) or an ``Overloaded`` (``max_wait``).
+    """
+
+    index: int
+    error: QueueFull

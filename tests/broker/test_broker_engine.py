@@ -136,8 +136,10 @@ def _check(engine: BrokerEngine) -> None:
             assert engine.fleet.holder(record.id) is None
     for worker, jobs in held.items():
         assert len(jobs) <= 2, (worker, jobs)
-    for (member, _key), (job_id, _digest) in engine.idempotency.items():
-        assert engine.jobs[job_id].member == member
+    for (member, key), (ids, _digest) in engine.idempotency.items():
+        for job_id in ids:  # a key names the jobs of one request, all kept
+            assert engine.jobs[job_id].member == member
+            assert engine.jobs[job_id].idempotency_key == key
     _check_groups(engine)
 
 

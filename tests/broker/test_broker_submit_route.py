@@ -122,6 +122,14 @@ CASES: dict[str, list[Request]] = {
     "header priority": [({**JSON, "X-LlamaSwap-Priority": "batch"}, b"{}")],
     "body priority wins": [({**JSON, "X-LlamaSwap-Priority": "batch"}, b'{"priority": 7}')],
     "unknown alias": [(JSON, _body({"priority": "urgent"}))],
+    "typo'd alias": [(JSON, _body({"priority": "interactiv"}))],
+    "alias case and spaces": [(JSON, _body({"priority": " Batch "}))],
+    "number as a string": [(JSON, _body({"priority": "-7"}))],
+    "100k-character priority": [(JSON, _body({"priority": "9" * 100_000}))],
+    "unparseable header still means 0": [({**JSON, "X-LlamaSwap-Priority": "interactiv"}, b"{}")],
+    "gzip body": [({**JSON, "content-encoding": "gzip"}, b"\x1f\x8b\x08\x00")],
+    "br body without a type": [({**SUBMITTER, "content-encoding": "br"}, b"{}")],
+    "identity encoding": [({**JSON, "content-encoding": "identity"}, b"{}")],
     "level out of range": [(JSON, _body({"priority": -(10**6)}))],
     "over the ceiling": [({"Authorization": "Bearer sk-bob"}, _body({"priority": 90}))],
     "long priority header": [({**JSON, "X-LlamaSwap-Priority": "9" * 65}, b"{}")],
@@ -164,6 +172,10 @@ def test_the_documented_answers() -> None:
             (JSON, b""),
             (JSON, _body({"prio": 1})),
             ({**SUBMITTER, "content-type": "application/xml"}, b"<job/>"),
+            (JSON, _body({"priority": "interactiv"})),
+            (JSON, _body({"priority": "x" * 100_000})),
+            ({**JSON, "content-encoding": "gzip"}, b"\x1f\x8b\x08\x00"),
+            ({**JSON, "X-LlamaSwap-Priority": "interactiv"}, b"{}"),
         ]
     )
     assert answers[0] == (201, {"id": "job-1"})
@@ -181,6 +193,16 @@ def test_the_documented_answers() -> None:
     assert answers[7][1]["field"] == "prio"
     assert answers[8][0] == 415
     assert answers[8][1]["field"] == "Content-Type"
+    for typo in answers[9:11]:  # a stated priority: strict, the aliases listed
+        assert typo[0] == 422
+        assert typo[1]["field"] == "priority"
+        assert "interactive (100), normal (0), batch (-100)" in typo[1]["error"]
+        assert "send an integer" in typo[1]["error"]
+    assert len(answers[10][1]["error"]) < 300  # the 100k characters are not echoed
+    assert answers[11][0] == 415
+    assert answers[11][1]["field"] == "Content-Encoding"
+    assert "uncompressed" in answers[11][1]["error"]
+    assert answers[12][0] == 201  # the header's rule: unparseable means the default
 
 
 def test_the_body_limit_holds_for_the_lean_route() -> None:
@@ -237,3 +259,26 @@ def test_a_root_path_is_stripped_as_the_router_does() -> None:
                 return r.status_code
 
     assert run(mounted()) == 201
+
+
+def test_the_batch_route_keeps_the_same_priority_and_encoding_rules() -> None:
+    async def batch() -> list[tuple[int, Any]]:
+        async with _client(True, True) as (client, journal):
+            answers = []
+            for headers, body in [
+                (JSON, {"jobs": [{"priority": "batch"}, {"priority": "interactiv"}]}),
+                ({**JSON, "X-LlamaSwap-Priority": "interactiv"}, {"jobs": [{}]}),
+                ({**JSON, "content-encoding": "gzip"}, {"jobs": [{}]}),
+            ]:
+                r = await client.post("/v1/jobs/batch", headers=headers, content=_body(body))
+                answers.append((r.status_code, r.json()))
+            assert [entry.op for entry in journal.entries] == ["submit_many"]
+            return answers
+
+    typo, header, gzip = run(batch())
+    assert typo[0] == 422
+    assert typo[1]["field"] == "jobs.1.priority"
+    assert typo[1]["error"].startswith("jobs[1]: priority 'interactiv'")
+    assert header[0] == 201
+    assert gzip[0] == 415
+    assert gzip[1]["field"] == "Content-Encoding"

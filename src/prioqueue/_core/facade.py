@@ -6,12 +6,13 @@ methods keep their signatures, docstrings and ``@journaled`` marks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prioqueue._core import check, grant, observe, persist
 from prioqueue._core.config import Config
 from prioqueue._core.items import PARKED
-from prioqueue._core.queue import fire, submit
+from prioqueue._core.queue import admit, fire, submit
 from prioqueue._core.state import State
 from prioqueue._groups import CancelRunning, GroupStatus, checked_group
 from prioqueue._journaled import journaled
@@ -26,6 +27,7 @@ from prioqueue.records import (
     Explanation,
     Job,
     JobState,
+    Refusal,
     Stats,
     Ticket,
 )
@@ -145,6 +147,28 @@ class Facade:
         fire(state, now)
         spec = JobSpec.checked(state.policy, state.scorer, job_id, member, **options)
         return submit(state, job_id, spec, now)
+
+    def admit(self, jobs: Sequence[Mapping[str, Any]], *, now: float) -> Refusal | None:
+        """Whether submitting ``jobs`` one by one at ``now`` would queue them all: a read.
+
+        ``submit``'s own admission rule over a batch, each job counted as if the ones before
+        it were queued: a caller queues a batch whole or not at all. It fires due timers first,
+        as every call taking ``now`` does (where a timer fires never changes what it leaves).
+
+        Args:
+            jobs: Each ``submit``'s keywords: ``member`` and the options (no id, no ``now``).
+            now: The time of the submits.
+
+        Returns:
+            None: every job would be queued; else the first refused one.
+
+        Raises:
+            ValueError, TypeError: A job ``submit`` would refuse as bad input (the message
+                names its index), or a bad ``now`` (not finite, or going backwards).
+
+        Complexity: O(b x levels) for b jobs.
+        """
+        return admit(self._state, jobs, now)
 
     @journaled
     def complete(

@@ -47,16 +47,23 @@ class QueuedBytes:
         self.member: dict[str, int] = {}
         self.total = 0
 
-    def admit(self, config: BrokerConfig, member: str, size: int) -> None:
+    def admit(
+        self, config: BrokerConfig, member: str, size: int, before: tuple[int, int] = (0, 0)
+    ) -> None:
         """Refuse a job of ``size`` bytes for ``member`` if it breaks a budget. O(1).
+
+        ``before``: the bytes of the same batch's jobs before it, the member's and everyone's
+        (a batch is admitted as its jobs submitted one by one would be).
 
         Raises:
             Rejected: 413 the job alone is over a limit; 429 the member or everyone is.
         """
+        mine, everyone = before
         limits = (
             ("max_queued_bytes_per_member", config.max_queued_bytes_per_member,
-             self.member.get(member, 0), f"member {member!r}'s unfinished jobs hold"),
-            ("max_queued_bytes", config.max_queued_bytes, self.total, "unfinished jobs hold"),
+             self.member.get(member, 0) + mine, f"member {member!r}'s unfinished jobs hold"),
+            ("max_queued_bytes", config.max_queued_bytes, self.total + everyone,
+             "unfinished jobs hold"),
         )  # fmt: skip
         for name, limit, _used, _whose in limits:
             if limit is not None and size > limit:
@@ -67,8 +74,8 @@ class QueuedBytes:
             if limit is not None and used + size > limit:
                 raise Rejected(
                     429,
-                    f"{whose} {used} bytes; this job's {size} would pass {name}={limit} "
-                    "(retry once some finish)",
+                    f"{whose} {used} bytes{' (the batch included)' if any(before) else ''}; "
+                    f"this job's {size} would pass {name}={limit} (retry once some finish)",
                     field="payload",
                     retry_after=config.retry_after_seconds,
                 )

@@ -7,9 +7,12 @@ route                                      role       answer
 ``POST /v1/workers/{id}/leave``            worker     ``{"requeued"}``: the jobs it handed back
 =========================================  =========  =========================================
 
-A batch is one journaled operation (``submit_many``): every job is queued or none is. Its
-``Idempotency-Key`` covers the whole batch: job ``i`` is kept under ``KEY#i``, so a retried
-batch answers the same ids (200) and a batch reusing the key with other jobs is a 422.
+A batch is one journaled operation (``submit_many``): every job is queued or none is; one
+admission check (``_submit.admit``) serves it and a single submit, so a batch over any budget
+is refused whole with the status its first refused job would get alone. Its
+``Idempotency-Key`` names the whole request (a digest of every job under the key, in the key
+space of single submits): a retried batch answers the same ids (200); the key reused with
+other jobs, fewer or more included, or for a single submit, is a 422.
 """
 
 from __future__ import annotations
@@ -64,22 +67,19 @@ def submit_args(
     key: Any,
     config: BrokerConfig,
     header_priority: str | None,
-    idempotency_key: str | None,
 ) -> dict[str, Any]:
     """The ``submit`` operation's arguments for one job body (every other field passes on).
 
     Raises:
         Rejected: 422 a priority outside the dispatcher's range.
     """
-    raw = body.priority if body.priority is not None else header_priority
-    priority = resolve_priority(raw, key, config)
+    priority = resolve_priority(body.priority, header_priority, key, config)
     fields = body.model_dump(exclude={"priority"})
     return {
         **fields,
         "member": key.member,
         "tier": key.tier,
         "priority": priority,
-        "idempotency_key": idempotency_key,
     }
 
 
@@ -103,20 +103,14 @@ def client_router(broker: Broker, config: BrokerConfig) -> APIRouter:
         key: Submitter,
         response: Response,
         x_llamaswap_priority: PRIORITY_HEADER = None,
-        idempotency_key: Annotated[str | None, Header(min_length=1, max_length=180)] = None,
+        idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200)] = None,
     ) -> BatchCreated:
         """Queue every job of the batch as one journaled operation, or none of them."""
         engine = broker.serving_engine()  # the image check reads its config, not its state
         jobs = []
         for index, job in enumerate(body.jobs):
             try:
-                args = submit_args(
-                    job,
-                    key,
-                    config,
-                    x_llamaswap_priority,
-                    None if idempotency_key is None else f"{idempotency_key}#{index}",
-                )
+                args = submit_args(job, key, config, x_llamaswap_priority)
                 if job.image is not None:
                     args["image"] = engine.check_image(job.image)
             except Rejected as exc:
@@ -124,7 +118,10 @@ def client_router(broker: Broker, config: BrokerConfig) -> APIRouter:
                     exc.status, f"jobs[{index}]: {exc}", field=f"jobs.{index}.{exc.field}"
                 ) from None
             jobs.append(args)
-        results = await broker.run("submit_many", {"jobs": jobs})
+        batch: dict[str, Any] = {"jobs": jobs}
+        if idempotency_key is not None:
+            batch["idempotency_key"] = idempotency_key
+        results = await broker.run("submit_many", batch)
         if not any(created for _, created in results):
             response.status_code = 200
         return BatchCreated(ids=[record.id for record, _ in results])

@@ -206,7 +206,7 @@ async def _queue_request(broker: Broker, config: BrokerConfig, request: Request)
     n = body.params.n
     common = {
         "member": key.member, "tier": key.tier,
-        "priority": resolve_priority(horde.priority, key, config),
+        "priority": resolve_priority(horde.priority, None, key, config),
         "model": body.models[0] if len(body.models) == 1 else None,
         "group": group_label(secret), "image": body.image(horde),
         "needs": body.needs().as_dict(),

@@ -214,13 +214,25 @@ def whose(key: BrokerKey, member: str | None, *, cancel: bool) -> str:
     )
 
 
-def resolve_priority(raw: str | int | None, key: BrokerKey, config: BrokerConfig) -> int:
-    """A submit's level: ``raw`` (body, else header) under the key's ceiling.
+def resolve_priority(
+    stated: str | int | None, header: str | None, key: BrokerKey, config: BrokerConfig
+) -> int:
+    """A submit's level: the body's ``priority`` (``stated``), else the header; key-capped.
+
+    The header keeps its contract (absent or unparseable: the policy's default); a priority
+    the body states must be an integer or one of the policy's aliases.
 
     Raises:
-        Rejected: 422 a level outside the dispatcher's range.
+        Rejected: 422 a body ``priority`` that is neither (the message lists the aliases),
+            or a level outside the dispatcher's range.
     """
-    priority = config.policy.parse(raw, ceiling=key.max_priority)
+    if stated is None:
+        priority = config.policy.parse(header, ceiling=key.max_priority)
+    else:
+        try:
+            priority = config.policy.parse_stated(stated, ceiling=key.max_priority)
+        except ValueError as exc:
+            raise Rejected(422, str(exc), field="priority") from None
     if not -LEVEL_LIMIT <= priority <= LEVEL_LIMIT:  # the dispatcher's range, else a 500
         raise Rejected(
             422,

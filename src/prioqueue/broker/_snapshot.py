@@ -36,7 +36,10 @@ def dump(state: EngineState, now: float | None) -> dict[str, Any]:
         # in place), so a snapshot costs O(jobs) on the loop, not O(bytes) (issue 21);
         # the store encodes them in its writer thread.
         "jobs": [attrs.asdict(r, recurse=False) for r in state.jobs.values()],
-        "idempotency": [[m, k, j, d] for (m, k), (j, d) in state.idempotency.items()],
+        "idempotency": [  # a single submit's one id as before, a batch's ids as a list
+            [m, k, j[0] if len(j) == 1 else list(j), d]
+            for (m, k), (j, d) in state.idempotency.items()
+        ],
         "retention": [list(entry) for entry in state._retention],
         "seen": [[worker, seen] for worker, seen in state.seen.items()],
     }
@@ -60,7 +63,7 @@ def load(state: EngineState, data: Mapping[str, Any]) -> None:
     else:  # a snapshot from before workers were forgotten: as the fleet last saw them
         infos = sorted(state.fleet.workers(), key=lambda info: (info.last_seen, info.name))
         state.seen = {info.name: float(info.last_seen) for info in infos}
-    for member, key, job_id, digest in data["idempotency"]:
-        state.idempotency[(member, key)] = (job_id, digest)
+    for member, key, ids, digest in data["idempotency"]:
+        state.idempotency[(member, key)] = ((ids,) if isinstance(ids, str) else tuple(ids), digest)
     state._retention = [(float(t), str(i)) for t, i in data["retention"]]
     heapq.heapify(state._retention)

@@ -36,7 +36,9 @@ class EngineState:
         self.config = config
         self.fleet: Any = make_fleet(config, self._lease_for)
         self.jobs: dict[str, JobRecord] = {}
-        self.idempotency: dict[tuple[str, str], tuple[str, str]] = {}
+        self.idempotency: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {}
+        """``(member, key)`` -> the ids of the jobs its request queued, and the request's
+        digest: one key space for single and batch submits."""
         self.counter = 0
         self.now = -math.inf
         self.counts = {
@@ -56,6 +58,17 @@ class EngineState:
         self._status: tuple[int, dict[str, Any]] | None = None
         self.on_change: Callable[[], None] | None = None
         """Called after each applied operation (the driver wakes long polls); not state."""
+
+    def forget_key(self, gone: JobRecord) -> None:
+        """A record with an idempotency key is gone: its request's key is free again.
+
+        Only if the key still names that record's request (a batch's first record gone
+        frees it; the key may since name another request). O(jobs of its request).
+        """
+        whose = (gone.member, str(gone.idempotency_key))
+        known = self.idempotency.get(whose)
+        if known is not None and gone.id in known[0]:
+            del self.idempotency[whose]
 
     @property
     def job_bytes(self) -> dict[str, int]:

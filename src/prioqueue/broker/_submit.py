@@ -1,272 +1,316 @@
-"""The broker's submits: one job, or a batch checked whole before any job is queued (private).
+"""The broker's submits: one admission check for one job and for a batch (private).
 
 Functions over :class:`~prioqueue.broker._state.EngineState`, called by the journaled
-``submit`` and ``submit_many`` of :class:`~prioqueue.broker.engine.BrokerEngine`. A submit
-is refused (:class:`~prioqueue.broker._records.Rejected`) before anything changes; a batch is
-checked for every refusal a submit could make, so it is queued whole or not at all.
-Complexity: the fleet's O(log n + M) per job, plus O(size of the arguments).
+``submit`` and ``submit_many`` of :class:`~prioqueue.broker.engine.BrokerEngine`.
+
+Theory of operation
+-------------------
+:func:`admit` is the broker's admission check of a batch, built from the two checks a single
+``submit`` makes (no other): it refuses the batch, before anything changes, with what a
+submit would answer (:class:`~prioqueue.broker._records.Rejected`), each job checked as if
+the ones before it had been queued:
+
+* the broker's own rules, per job (``_check``, which ``submit`` calls for its job): the
+  arguments' types, a reused ``Idempotency-Key`` (a replay, or 422 for another body), the
+  queued bytes (``max_queued_bytes`` and ``max_queued_bytes_per_member``: 413 / 429, counting
+  the batch's earlier jobs), ``backoff`` (422);
+* the core's: ``FleetDispatcher.admit`` over the batch (``max_queued``,
+  ``max_queued_per_member``, a level's ``max_queued``: 429; its ``max_wait``: 503), the rule
+  (``_core.queue.refusal``) the core's ``submit`` applies to one job.
+
+The first job refused, in the batch's order, gives the answer; so a batch is admitted if
+and only if its jobs, submitted one by one, would all be, and a refusal added to either
+place applies to both paths. A batch's ``Idempotency-Key`` names the whole request: one key
+space for single and batch submits, a digest of the whole body under the key.
+
+Complexity: the fleet's O(log n + M) per job, O(b x levels) for the check of b jobs, plus
+O(size of the arguments).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import attrs
 
-from prioqueue._core import DEFAULT_EXPECTED_RUNTIME
-from prioqueue._core.facade import state_of
-from prioqueue._core.queue import forecast_wait
 from prioqueue._errors import ConfigError, DuplicateJob, Overloaded, QueueFull
 from prioqueue.broker import _groups
 from prioqueue.broker._budget import size_of
 from prioqueue.broker._fleet import group_key
-from prioqueue.broker._records import JobRecord, Rejected, check_types, submit_digest
+from prioqueue.broker._records import JobRecord, Rejected, check_types, fingerprint, submit_digest
 from prioqueue.broker._state import EngineState
 from prioqueue.capabilities import Needs
 from prioqueue.lifecycle import Backoff
 
-__all__ = ["check_batch", "submit"]
+__all__ = ["admit", "submit", "submit_many"]
+
+_REQUIRED = frozenset(("member", "tier", "priority"))
+_OPTIONAL = dict.fromkeys((
+    "model", "estimate", "group", "image", "payload", "idempotency_key", "ttl",
+    "not_before", "max_attempts", "backoff", "needs",
+))  # fmt: skip
+_KEYWORDS = _REQUIRED | _OPTIONAL.keys()
+_ALONE: tuple[dict[str, int], int, dict[tuple[str, str], tuple[int, str]]] = ({}, 0, {})
+"""A job submitted alone: no batch before it (never written to)."""
+_REUSED = "Idempotency-Key was already used with a different request body"
 
 
-def submit(
-    state: EngineState,
-    now: float,
-    *,
-    member: str,
-    tier: str,
-    priority: int,
-    model: str | None = None,
-    estimate: float | None = None,
-    group: str | None = None,
-    image: dict[str, Any] | None = None,
-    payload: Any = None,
-    idempotency_key: str | None = None,
-    ttl: float | None = None,
-    not_before: float | None = None,
-    max_attempts: int | None = None,
-    backoff: dict[str, Any] | None = None,
-    needs: dict[str, Any] | None = None,
-) -> tuple[JobRecord, bool]:
+class Fresh(NamedTuple):
+    """A job the check admitted: its arguments, their digest, its bytes, backoff and needs."""
+
+    args: Mapping[str, Any]  # every keyword of ``submit`` (absent ones None)
+    digest: str
+    size: int
+    backoff: Backoff | None
+    needs: Needs | None
+
+
+def submit(state: EngineState, now: float, args: Mapping[str, Any]) -> tuple[JobRecord, bool]:
     """``BrokerEngine.submit``: queue a job, or return the one its idempotency key names."""
+    item = _check(state, args, _ALONE)  # admit's check of one job, without its loop
+    if isinstance(item, JobRecord):
+        return item, False
+    assert isinstance(item, Fresh)  # a batch's own replays need a batch
+    return _queue(state, now, item, item.args["idempotency_key"]), True
+
+
+def submit_many(
+    state: EngineState, now: float, jobs: Sequence[Mapping[str, Any]], key: str | None
+) -> list[tuple[JobRecord, bool]]:
+    """``BrokerEngine.submit_many``: queue every job or none; ``key`` names the whole batch.
+
+    Raises:
+        Rejected: what :func:`admit` raises; 422 an empty batch, a ``key`` over jobs of
+            several members, or a ``key`` already used with another request.
+    """
+    if not jobs:
+        raise Rejected(422, "jobs: a batch holds at least one job", field="jobs")
+    digest = ""
+    if key is not None:
+        member = jobs[0].get("member")
+        if any(args.get("member") != member or args.get("idempotency_key") for args in jobs):
+            raise Rejected(
+                422,
+                "a batch's Idempotency-Key covers jobs of one member without keys of their own",
+                field="jobs",
+            )
+        digest = fingerprint({"batch": [submit_digest(args) for args in jobs]})
+        known = _known(state, str(member), key, digest)
+        if known is not None:
+            return [(record, False) for record in known]
+    plan = admit(state, now, jobs)
+    results: list[tuple[JobRecord, bool]] = []
+    for index, item in enumerate(plan):
+        if isinstance(item, JobRecord):
+            results.append((item, False))
+            continue
+        if isinstance(item, int):  # the same key and body as the batch's job ``item``
+            results.append((attrs.evolve(results[item][0]), False))
+            continue
+        try:
+            record = _queue(state, now, item, key or item.args["idempotency_key"])
+        except Rejected as exc:
+            if index == 0:
+                raise
+            raise RuntimeError(f"a batch was refused half way (a bug): {exc}") from exc
+        results.append((record, True))
+    if key is not None:
+        state.idempotency[(str(jobs[0]["member"]), key)] = (
+            tuple(record.id for record, _ in results),
+            digest,
+        )
+    return results
+
+
+def admit(
+    state: EngineState, now: float, jobs: Sequence[Mapping[str, Any]]
+) -> list[JobRecord | Fresh | int]:
+    """The broker's admission check of a batch (see the module docstring): reads only.
+
+    Each job gets :func:`_check`, the broker's rules that :func:`submit` applies to one job,
+    with the batch's earlier jobs counted; then the core's ``admit`` checks them all, the
+    rule the core's ``submit`` applies to one job. A refusal names the job (``jobs[i]``).
+
+    Args:
+        state: The engine.
+        now: The time of the submit.
+        jobs: ``submit``'s keywords, per job.
+
+    Returns:
+        Per job: the record its reused key names (a replay), the index of the batch's job
+        with the same key and body (a replay of it), or what to queue.
+
+    Raises:
+        Rejected: the first refusal of a job, in order (see the module docstring).
+    """
+    plan: list[JobRecord | Fresh | int] = []
+    fresh: list[tuple[int, Fresh]] = []  # the jobs to queue, with their index
+    mine: dict[str, int] = {}  # the bytes of the batch's jobs so far, per member
+    keys: dict[tuple[str, str], tuple[int, str]] = {}  # the batch's own keys so far
+    everyone = 0
+    refused: Rejected | None = None
+    for index, args in enumerate(jobs):
+        try:
+            item = _check(state, args, (mine, everyone, keys))
+        except Rejected as exc:
+            refused = _named(exc, index)
+            break
+        plan.append(item)
+        if isinstance(item, Fresh):
+            fresh.append((index, item))
+            mine[args["member"]] = mine.get(args["member"], 0) + item.size
+            everyone += item.size
+            if item.args["idempotency_key"] is not None:
+                keys[(args["member"], item.args["idempotency_key"])] = (index, item.digest)
+    if fresh:
+        found = state.fleet.admit([_core_args(item) for _, item in fresh], now=now)
+        if found is not None:
+            raise _named(_refusal(found.error), fresh[found.index][0])
+    if refused is not None:
+        raise refused
+    return plan
+
+
+def _check(
+    state: EngineState,
+    args: Mapping[str, Any],
+    before: tuple[Mapping[str, int], int, Mapping[tuple[str, str], tuple[int, str]]],
+) -> JobRecord | Fresh | int:
+    """One job's broker rules: a replay (a kept job, or the batch's job ``int``), or a job.
+
+    ``before``: the batch's jobs before it, their bytes per member and in all, and their keys
+    (journals older than batch keys carry a key per job).
+    """
+    full = {**_OPTIONAL, **args}  # every keyword: read below without .get
+    if full.keys() != _KEYWORDS:
+        raise TypeError(
+            f"submit takes {', '.join(sorted(_REQUIRED))} and optionally "
+            f"{', '.join(sorted(_OPTIONAL))}; got {', '.join(sorted(args))}"
+        )
+    member = full["member"]
+    none = type(None)
     check_types(
         "submit",
-        member=(member, str), tier=(tier, str), priority=(priority, int),
-        model=(model, (str, type(None))), estimate=(estimate, (int, float, type(None))),
-        group=(group, (str, type(None))), image=(image, (dict, type(None))),
-        idempotency_key=(idempotency_key, (str, type(None))),
+        member=(member, str), tier=(full["tier"], str), priority=(full["priority"], int),
+        model=(full["model"], (str, none)), estimate=(full["estimate"], (int, float, none)),
+        group=(full["group"], (str, none)), image=(full["image"], (dict, none)),
+        idempotency_key=(full["idempotency_key"], (str, none)),
     )  # fmt: skip
     digest = ""
-    if idempotency_key is not None:
-        digest = submit_digest(
-            {"priority": priority, "model": model, "estimate": estimate, "group": group,
-             "image": image, "payload": payload, "ttl": ttl, "not_before": not_before,
-             "max_attempts": max_attempts, "backoff": backoff}
-        )  # fmt: skip
-        known = _known(state, member, idempotency_key, digest)
+    key = full["idempotency_key"]
+    if key is not None:
+        digest = submit_digest(full)
+        known = _known(state, member, key, digest)
         if known is not None:
-            return known, False
-    size = size_of(payload, image)
-    state.queued_bytes.admit(state.config, member, size)
-    job_id = f"job-{state.counter + 1}"
-    ticket = _queue(
-        state, job_id, now, member=member, priority=priority, tier=tier, model=model,
-        estimate=estimate, image=image, group=group, ttl=ttl, not_before=not_before,
-        max_attempts=max_attempts, backoff=backoff, **checked_needs(needs, model),
-    )  # fmt: skip
-    state.counter += 1
-    state.counts["submitted"] += 1
-    record = JobRecord(
-        id=job_id, member=member, priority=priority, model=model, estimate=estimate,
-        group=group, image=image, payload=payload, submitted_at=now,
-        idempotency_key=idempotency_key, expires_at=ticket.job.deadline,
-        max_attempts=max_attempts,
-    )  # fmt: skip
-    state.jobs[job_id] = record
-    _groups.kept(state, record)
-    state.queued_bytes.held(record, size)
-    if idempotency_key is not None:
-        state.idempotency[(member, idempotency_key)] = (job_id, digest)
-    return attrs.evolve(record), True
+            return known[0]
+        earlier = before[2].get((member, key))
+        if earlier is not None:
+            if earlier[1] != digest:
+                raise Rejected(422, _REUSED, field="Idempotency-Key")
+            return earlier[0]
+    mine, everyone, _ = before
+    size = size_of(full["payload"], full["image"])
+    state.queued_bytes.admit(state.config, member, size, (mine.get(member, 0), everyone))
+    backoff = full["backoff"]
+    try:
+        retry = None if backoff is None else Backoff.from_mapping(backoff)
+    except ConfigError as exc:
+        raise Rejected(422, str(exc), field="backoff") from None
+    return Fresh(full, digest, size, retry, checked_needs(full["needs"], full["model"]))
 
 
-def checked_needs(needs: dict[str, Any] | None, model: str | None) -> dict[str, Any]:
-    """``{"needs": Needs}`` for the fleet (nothing when None): 422 when they are not valid."""
+def checked_needs(needs: dict[str, Any] | None, model: str | None) -> Needs | None:
+    """A job's validated :class:`~prioqueue.capabilities.Needs` (None when it states none).
+
+    Raises:
+        Rejected: 422 when they are not valid, or name models that disagree with ``model``.
+    """
     if needs is None:
-        return {}
+        return None
     try:
         value = Needs.from_mapping(needs)
         if model is not None and value.models not in ((), (model,)):
             raise ValueError(f"needs.models {list(value.models)!r} disagrees with model={model!r}")
     except ValueError as exc:
         raise Rejected(422, f"needs: {exc}", field="needs") from None
-    return {"needs": value}
+    return value
 
 
-def _known(state: EngineState, member: str, key: str, digest: str) -> JobRecord | None:
-    """A copy of the job ``member``'s ``key`` already names, or None (422: another body)."""
+def _known(state: EngineState, member: str, key: str, digest: str) -> tuple[JobRecord, ...] | None:
+    """Copies of the jobs ``member``'s ``key`` already names, or None (422: another body)."""
     known = state.idempotency.get((member, key))
     if known is None:
         return None
-    job_id, previous = known
+    ids, previous = known
     if previous != digest:
-        raise Rejected(
-            422,
-            "Idempotency-Key was already used with a different request body",
-            field="Idempotency-Key",
-        )
-    return attrs.evolve(state.jobs[job_id])
+        raise Rejected(422, _REUSED, field="Idempotency-Key")
+    return tuple(attrs.evolve(state.jobs[job_id]) for job_id in ids)
 
 
-def _queue(
-    state: EngineState,
-    job_id: str,
-    now: float,
-    *,
-    member: str,
-    priority: int,
-    group: str | None,
-    image: dict[str, Any] | None,
-    backoff: dict[str, Any] | None,
-    **options: Any,
-) -> Any:
-    """Submit to the fleet; its refusals become :class:`Rejected` (422, 429, 503)."""
+def _core_args(item: Fresh) -> dict[str, Any]:
+    """A job's keywords for the core (``FleetDispatcher.admit`` and ``submit``)."""
+    args = item.args
+    group = args["group"]
+    priority = args["priority"]
+    return {
+        "member": args["member"], "priority": priority, "tier": args["tier"],
+        "model": args["model"], "estimate": args["estimate"],
+        "group": None if group is None else group_key(args["member"], group),
+        "ceiling": priority,  # resolved under the key's ceiling: kept below the minimum
+        "ttl": args["ttl"], "not_before": args["not_before"],
+        "max_attempts": args["max_attempts"], "backoff": item.backoff, "needs": item.needs,
+    }  # fmt: skip
+
+
+def _queue(state: EngineState, now: float, item: Fresh, key: str | None) -> JobRecord:
+    """Queue an admitted job in the fleet and keep its record; its copy is returned."""
+    args = item.args
+    member = args["member"]
+    job_id = f"job-{state.counter + 1}"
+    options = _core_args(item)
+    del options["member"]
     try:
-        retry = None if backoff is None else Backoff.from_mapping(backoff)
-    except ConfigError as exc:
-        raise Rejected(422, str(exc), field="backoff") from None
-    try:
-        return state.fleet.submit(
-            job_id,
-            member=member,
-            priority=priority,
-            payload={"image": image},
-            group=None if group is None else group_key(member, group),
-            ceiling=priority,  # resolved under the key's ceiling: kept below the minimum
-            now=now,
-            backoff=retry,
-            **options,
+        ticket = state.fleet.submit(
+            job_id, member=member, payload={"image": args["image"]}, now=now, **options
         )
-    except Overloaded as exc:
-        raise Rejected(503, str(exc), field="max_wait", retry_after=exc.retry_after) from None
     except QueueFull as exc:
-        field = "max_queued" if exc.scope == "level" else None
-        raise Rejected(429, str(exc), field=field, retry_after=exc.retry_after) from None
+        raise _refusal(exc) from None
     except DuplicateJob as exc:  # pragma: no cover - ids are never reused
         raise AssertionError(str(exc)) from None
+    state.counter += 1
+    state.counts["submitted"] += 1
+    record = JobRecord(
+        id=job_id, member=member, priority=args["priority"], model=args["model"],
+        estimate=args["estimate"], group=args["group"], image=args["image"],
+        payload=args["payload"], submitted_at=now, idempotency_key=key,
+        expires_at=ticket.job.deadline, max_attempts=args["max_attempts"],
+    )  # fmt: skip
+    state.jobs[job_id] = record
+    _groups.kept(state, record)
+    state.queued_bytes.held(record, item.size)
+    if args["idempotency_key"] is not None:
+        state.idempotency[(member, args["idempotency_key"])] = ((job_id,), item.digest)
+    return attrs.evolve(record)
 
 
-def check_batch(state: EngineState, now: float, jobs: list[dict[str, Any]]) -> None:
-    """Refuse a batch (``submit_many``) that any of its submits would refuse.
+def _refusal(exc: QueueFull) -> Rejected:
+    """The core's refusal as the broker answers it: 429, or 503 for ``max_wait``."""
+    if isinstance(exc, Overloaded):
+        return Rejected(503, str(exc), field="max_wait", retry_after=exc.retry_after)
+    field = "max_queued" if exc.scope == "level" else None
+    return Rejected(429, str(exc), field=field, retry_after=exc.retry_after)
 
-    Raises:
-        Rejected: 422 an empty batch, a reused key or a bad ``backoff``; 429 the batch does
-            not fit; 503 a level's forecast wait would pass its ``max_wait``.
+
+def _named(exc: Rejected, index: int) -> Rejected:
+    """A refusal of a batch's job ``index``: the message names it, the field stays the limit's.
+
+    The whole batch is refused; ``field`` is what a single submit's refusal names (as before
+    batches were checked whole), so a client reads the limit the same way on both paths.
     """
-    if not jobs:
-        raise Rejected(422, "jobs: a batch holds at least one job", field="jobs")
-    fresh: dict[str, int] = {}
-    new: list[dict[str, Any]] = []
-    for args in jobs:
-        key = args.get("idempotency_key")
-        member = args["member"]
-        if key is not None and (member, key) in state.idempotency:
-            if state.idempotency[(member, key)][1] != submit_digest(args):
-                raise Rejected(
-                    422,
-                    "Idempotency-Key was already used with a different request body",
-                    field="Idempotency-Key",
-                )
-            continue
-        fresh[member] = fresh.get(member, 0) + 1
-        if args.get("backoff") is not None:
-            try:
-                Backoff.from_mapping(args["backoff"])
-            except ConfigError as exc:
-                raise Rejected(422, str(exc), field="backoff") from None
-        new.append(args)
-    _check_room(state, fresh)
-    _check_budgets(state, new, now)
-
-
-def _check_budgets(state: EngineState, jobs: list[dict[str, Any]], now: float) -> None:
-    """Refuse a batch that a level's budget would refuse half way.
-
-    The core's checks (``max_queued``, ``max_wait``), run over the batch in order without
-    changing anything.
-
-    Raises:
-        Rejected: 429 a level's ``max_queued``; 503 a level's forecast wait over
-            ``max_wait``.
-
-    Complexity: O(b x levels) for b new jobs.
-    """
-    core = state.fleet
-    read = state_of(core)
-    budgets = read.budgets
-    if not budgets:
-        return
-    added: dict[int, int] = {}  # queued (not delayed) jobs of the batch so far, per level
-    held: dict[int, int] = {}  # queued or delayed, per level
-    for args in jobs:
-        level = int(core.policy.parse(args["priority"]))
-        budget = budgets.get(level)
-        not_before = args.get("not_before")
-        delayed = not_before is not None and not_before > now
-        if budget is not None and budget.max_queued is not None:
-            stats = read.levels.get(level)
-            queued = (0 if stats is None else stats.queued) + read.timers.parked.get(level, 0)
-            if queued + held.get(level, 0) >= budget.max_queued:
-                raise Rejected(
-                    429,
-                    f"the batch does not fit level {level}: it holds {queued} queued or "
-                    f"delayed jobs, its limit max_queued={budget.max_queued}",
-                    field="max_queued",
-                    retry_after=read.retry_after(),
-                )
-        if budget is not None and budget.max_wait is not None and not delayed:
-            extra = 0.0
-            for number, count in added.items():
-                if number >= level:
-                    recent = read.recent_level.get(number)
-                    mean = sum(recent) / len(recent) if recent else DEFAULT_EXPECTED_RUNTIME
-                    extra += count * mean
-            wait = forecast_wait(read, level) + extra / max(1, read.live)
-            if wait > budget.max_wait:
-                raise Rejected(
-                    503,
-                    f"the batch does not fit level {level}: the forecast wait would be "
-                    f"{wait:.0f} s, over its budget (max_wait={budget.max_wait:g} s)",
-                    field="max_wait",
-                    retry_after=float(max(1, math.ceil(wait - budget.max_wait))),
-                )
-        held[level] = held.get(level, 0) + 1
-        if not delayed:
-            added[level] = added.get(level, 0) + 1
-
-
-def _check_room(state: EngineState, fresh: Mapping[str, int]) -> None:
-    """Refuse (429) a batch that ``max_queued`` or ``max_queued_per_member`` cannot hold."""
-    total = sum(fresh.values())
-    limit = state.config.max_queued
-    if limit is not None and len(state.fleet) + total > limit:
-        raise Rejected(
-            429,
-            f"the batch of {total} new jobs does not fit: the queue holds "
-            f"{len(state.fleet)} jobs, its limit max_queued={limit}",
-            retry_after=state.config.retry_after_seconds,
-        )
-    per_member = state.config.max_queued_per_member
-    if per_member is None:
-        return
-    for member, count in fresh.items():
-        stats = state_of(state.fleet).members.get(member)  # the core's per-member counts
-        queued = 0 if stats is None else int(stats.queued)
-        if queued + count > per_member:
-            raise Rejected(
-                429,
-                f"the batch of {count} new jobs of member {member!r} does not fit: it has "
-                f"{queued} queued, its limit max_queued_per_member={per_member}",
-                retry_after=state.config.retry_after_seconds,
-            )
+    return Rejected(
+        exc.status,
+        f"jobs[{index}]: {exc} (the batch is refused whole: no job was queued)",
+        field=exc.field,
+        retry_after=exc.retry_after,
+    )

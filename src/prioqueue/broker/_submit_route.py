@@ -83,12 +83,12 @@ async def submit_job(
     """Queue one job for ``key``: ``(job id, created)`` (False: an idempotent replay).
 
     Raises:
-        Rejected: 422 a level outside the range or bad lease inputs; whatever the engine
+        Rejected: 422 a body priority neither an integer nor an alias, a level outside the
+            range or bad lease inputs; whatever the engine
             refuses (422, 429, 503).
         Standby: This replica does not serve.
     """
-    raw = body.priority if body.priority is not None else header_priority
-    priority = resolve_priority(raw, key, config)
+    priority = resolve_priority(body.priority, header_priority, key, config)
     # The lease inputs' check reads only the configuration: no wait for the store here
     # (issue 21: a read barrier per submit collapsed the durable broker under load).
     image = None if body.image is None else broker.serving_engine().check_image(body.image)

@@ -155,40 +155,40 @@ class BrokerEngine(EngineState):
                 budget would be passed; 413 the payload alone is over one; 503 the forecast
                 wait is over the level's ``max_wait``.
         """
-        return _submit.submit(self, now, **args)
+        return _submit.submit(self, now, args)
 
     @journaled
     @_in_order
     def submit_many(
-        self, now: float, *, jobs: list[dict[str, Any]]
+        self, now: float, *, jobs: list[dict[str, Any]], idempotency_key: str | None = None
     ) -> list[tuple[JobRecord, bool]]:
         """Submit every job of a batch, or none: one journaled operation.
 
-        Each item holds :meth:`submit`'s keyword arguments. The refusals :meth:`submit` can
-        make (a reused idempotency key with a different body, ``max_queued``,
-        ``max_queued_per_member``) are checked for the whole batch first, so a refused batch
-        changes nothing. A refusal that still happened half way would be a bug: it escapes
-        as ``RuntimeError`` and the driver stops (crash-only), so the batch is never half
-        applied.
+        Each item holds :meth:`submit`'s keyword arguments. One admission check serves
+        :meth:`submit` and this batch (``_submit.admit``): the batch is refused whole, before
+        anything changes, with the answer the first job a one-by-one submit would refuse
+        gets. A refusal that still happened half way would be a bug: it escapes as
+        ``RuntimeError`` and the driver stops (crash-only), so a batch is never half applied.
+
+        Args:
+            now: The time.
+            jobs: The jobs.
+            idempotency_key: Names the whole batch (one key space with :meth:`submit`'s
+                keys): the same key with the same jobs replays their records, with other
+                jobs (another count included) is a 422. Its jobs carry no key of their own.
 
         Returns:
             ``(record, created)`` per job, in order.
 
         Raises:
-            Rejected: 422 an empty batch or a reused key; 429 the batch does not fit.
+            Rejected: 422 an empty batch, a reused key, a bad ``backoff``; 413 a job's bytes
+                alone are over a budget; 429 the batch does not fit (a count, a level's
+                ``max_queued``, queued bytes); 503 a level's forecast wait over ``max_wait``.
+                The message names the job (``jobs[i]``).
 
-        Complexity: O(b (log n + M)) for b jobs.
+        Complexity: O(b (log n + M + levels)) for b jobs.
         """
-        _submit.check_batch(self, now, jobs)
-        results: list[tuple[JobRecord, bool]] = []
-        for index, args in enumerate(jobs):
-            try:
-                results.append(self.submit(now, **args))
-            except Rejected as exc:
-                if index == 0:
-                    raise
-                raise RuntimeError(f"a batch was refused half way (a bug): {exc}") from exc
-        return results
+        return _submit.submit_many(self, now, jobs, idempotency_key)
 
     @journaled
     @_in_order
@@ -384,7 +384,7 @@ class BrokerEngine(EngineState):
             gone = self.jobs.pop(job_id, None)
             if gone is not None:
                 if gone.idempotency_key is not None:
-                    self.idempotency.pop((gone.member, gone.idempotency_key), None)
+                    self.forget_key(gone)
                 _groups.released(self, gone)
         _workers.forget_silent(self, now)
         return taken

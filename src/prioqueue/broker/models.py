@@ -116,7 +116,9 @@ class SubmitRequest(_Request):
     priority: StrictInt | str | None = Field(
         default=None,
         description="A number or an alias (interactive, normal, batch); capped at the key's "
-        "max_priority. Absent: the X-LlamaSwap-Priority header, else the policy's default.",
+        "max_priority; anything else is a 422 that lists the aliases. Absent: the "
+        "X-LlamaSwap-Priority header (unparseable there: the default), else the policy's "
+        "default.",
     )
     model: Name | None = Field(default=None, description="The model the job needs loaded.")
     estimate: float | None = Field(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypedDict,
 import httpx
 
 from prioqueue.client._errors import (
+    BrokerError,
     JobCancelled,
     JobEnded,
     JobExpired,
@@ -66,13 +67,30 @@ class _Call(NamedTuple):
     path: str
     options: RequestOptions
     member: str | None = None  # the answer's JSON member returned; None: the whole body
+    kind: type = dict  # what the value returned must be
 
 
 def _read(call: _Call, response: httpx.Response) -> Any:
-    """The answer to ``call``: its JSON (or one member), or :class:`BrokerError` for a 4xx."""
+    """The answer to ``call``: its JSON (or one member).
+
+    Raises:
+        BrokerError: A 4xx; or an answer that is not the JSON the call expects (not JSON,
+            a member missing, a value of another type), with the answer's status.
+    """
     raise_for(response)
-    body = response.json()
-    return body if call.member is None else body[call.member]
+    try:
+        body = response.json()
+        value = body if call.member is None else body[call.member]
+    except (ValueError, KeyError, TypeError, IndexError):
+        value = None
+    if not isinstance(value, call.kind):
+        expected = "an object" if call.member is None else f"an object with {call.member!r}"
+        raise BrokerError(
+            response.status_code,
+            f"{call.method} {call.path}: the answer is not {expected} of the expected type: "
+            f"{response.text[:200]!r}",
+        )
+    return value
 
 
 def _key(idempotency_key: str | None) -> str:
@@ -87,13 +105,13 @@ def _submit(payload: Any, idempotency_key: str | None, fields: Mapping[str, Any]
     if payload is not None:
         body["payload"] = payload
     headers = {"Idempotency-Key": _key(idempotency_key)}
-    return _Call("POST", "/v1/jobs", {"json": body, "headers": headers}, "id")
+    return _Call("POST", "/v1/jobs", {"json": body, "headers": headers}, "id", str)
 
 
 def _submit_many(jobs: Iterable[Mapping[str, Any]], idempotency_key: str | None) -> _Call:
     body = {"jobs": [dict(job) for job in jobs]}
     headers = {"Idempotency-Key": _key(idempotency_key)}
-    return _Call("POST", "/v1/jobs/batch", {"json": body, "headers": headers}, "ids")
+    return _Call("POST", "/v1/jobs/batch", {"json": body, "headers": headers}, "ids", list)
 
 
 def _get(job_id: str, wait: float) -> _Call:
@@ -111,6 +129,15 @@ def _cancel_group(group: str, running: str, member: str | None) -> _Call:
     if member:
         params["member"] = member
     return _Call("DELETE", f"/v1/groups/{group}", {"params": params})
+
+
+def _cancel(job_id: str, retried: list[bool]) -> _Call:
+    return _Call("DELETE", f"/v1/jobs/{job_id}", {"retried": retried})
+
+
+def _lost_cancel(exc: BrokerError, retried: list[bool]) -> bool:
+    """Whether a cancel's 409 may answer the retry of a cancel that worked (then: GET it)."""
+    return exc.status == 409 and bool(retried)
 
 
 def _outcome(job: dict[str, Any]) -> Any:
@@ -285,10 +312,23 @@ class Broker(_Client[httpx.Client]):
     def cancel(self, job_id: str) -> dict[str, Any]:
         """Cancel a queued or running job; returns it.
 
+        A cancel whose answer was lost is retried; the broker answers the retry 409 (the job
+        is already cancelled): the client then reads the job and, cancelled, returns it as
+        the success it was.
+
         Raises:
-            BrokerError: 404 unknown; 409 already finished.
+            BrokerError: 404 unknown; 409 already finished (done, failed, expired, or
+                cancelled before this call).
         """
-        job: dict[str, Any] = self._send(_Call("DELETE", f"/v1/jobs/{job_id}", {}))
+        retried: list[bool] = []
+        try:
+            job: dict[str, Any] = self._send(_cancel(job_id, retried))
+        except BrokerError as exc:
+            if not _lost_cancel(exc, retried):
+                raise
+            job = self.get(job_id)
+            if job.get("state") != "cancelled":
+                raise
         return job
 
     def group(self, group: str, *, member: str | None = None) -> dict[str, Any]:
@@ -369,7 +409,15 @@ class AsyncBroker(_Client[httpx.AsyncClient]):
 
     async def cancel(self, job_id: str) -> dict[str, Any]:
         """See :meth:`Broker.cancel`."""
-        job: dict[str, Any] = await self._send(_Call("DELETE", f"/v1/jobs/{job_id}", {}))
+        retried: list[bool] = []
+        try:
+            job: dict[str, Any] = await self._send(_cancel(job_id, retried))
+        except BrokerError as exc:
+            if not _lost_cancel(exc, retried):
+                raise
+            job = await self.get(job_id)
+            if job.get("state") != "cancelled":
+                raise
         return job
 
     async def group(self, group: str, *, member: str | None = None) -> dict[str, Any]:

@@ -19,6 +19,10 @@ __all__ = [
 class BrokerError(Exception):
     """The broker refused a request (a 4xx): ``status``, its ``error`` text and ``field``.
 
+    Also raised, with the answer's status (0 for none), for an answer this client cannot read
+    (not JSON, not the shape the call expects, a broken content encoding): the client lets
+    no ``ValueError``, ``KeyError``, ``TypeError`` or httpx error through.
+
     Attributes:
         status: The HTTP status.
         field: The request field at fault, when the broker named one.

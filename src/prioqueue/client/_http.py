@@ -2,10 +2,17 @@
 
 * **Retries** (``stamina``: exponential backoff with jitter, bounded by ``retry_timeout``
   seconds in all): transport errors (the broker restarting, a connection dropped), 503 (a
-  standby or a stopping broker) and 429 (a full queue; its ``Retry-After`` is honoured).
-  Every other answer is final.
-* **Leader**: a 503 naming ``X-Prioqueue-Leader`` moves every later request to that address;
-  with several URLs given, a refused connection moves to the next one.
+  standby or a stopping broker) and 429 (a full queue; its ``Retry-After`` is honoured,
+  within [:data:`RETRY_AFTER_FLOOR`, :data:`RETRY_AFTER_CAP`]: a ``0``, negative, ``nan`` or
+  date value never makes the client retry without a pause). Every other answer is final.
+* **Leader**: a 503 naming ``X-Prioqueue-Leader`` moves every later request to that address
+  only when it is one of the URLs the user gave (same scheme, host and port): the key is
+  never sent to a host the user did not list, nor over ``http`` where ``https`` was given.
+  A leader not listed moves to the next listed URL instead; with several URLs given, a
+  refused connection moves to the next one too.
+* **Errors**: every failure is a :class:`BrokerError` (or a subclass) with a message, an
+  answer this client cannot read included; no ``JSONDecodeError``, ``KeyError`` or httpx
+  error escapes.
 * A request that is not idempotent by itself carries what makes it so: a submit's
   ``Idempotency-Key`` is made once per call and reused by each of its retries.
 """
@@ -13,6 +20,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,12 +34,39 @@ from prioqueue.client._errors import BrokerError, BrokerUnavailable
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["AsyncTransport", "Endpoint", "RequestOptions", "SyncTransport", "raise_for"]
+__all__ = [
+    "RETRY_AFTER_CAP",
+    "RETRY_AFTER_FLOOR",
+    "AsyncTransport",
+    "Endpoint",
+    "RequestOptions",
+    "SyncTransport",
+    "raise_for",
+    "retry_after",
+]
 
 _C = TypeVar("_C", httpx.Client, httpx.AsyncClient)
 
 RETRY_AFTER_CAP = 5.0
 """The longest wait (seconds) a ``Retry-After`` may ask between two retries."""
+RETRY_AFTER_FLOOR = 0.5
+"""The shortest wait (seconds) between two retries a ``Retry-After`` sets (``0`` included)."""
+
+
+def retry_after(value: str | None) -> float | None:
+    """A ``Retry-After`` header's wait, within [floor, cap]; None when it is not a number.
+
+    An HTTP date, ``nan`` or ``inf`` is not taken (the exponential backoff applies). O(1).
+    """
+    if value is None or len(value) > 32:
+        return None
+    try:
+        delay = float(value)
+    except ValueError:
+        return None
+    if not math.isfinite(delay):
+        return None
+    return min(max(delay, RETRY_AFTER_FLOOR), RETRY_AFTER_CAP)
 
 
 class RequestOptions(TypedDict, total=False):
@@ -51,10 +86,7 @@ class _Retry(Exception):
     def __init__(self, response: httpx.Response) -> None:
         super().__init__(f"{response.status_code}: {response.text[:200]}")
         self.response = response
-        delay: float | None = None
-        with contextlib.suppress(ValueError):
-            delay = float(response.headers.get("retry-after", ""))
-        self.delay = None if delay is None else min(max(delay, 0.0), RETRY_AFTER_CAP)
+        self.delay = retry_after(response.headers.get("retry-after"))
 
 
 def _backoff(exc: Exception) -> bool | float:
@@ -86,14 +118,25 @@ class Endpoint:
                 raise ValueError(f"broker URL {u!r} must start with http:// or https://")
         self.urls = urls
         self.current = urls[0]
+        self._origins = {_origin(u): u for u in reversed(urls)}  # the first URL of an origin
         self._lock = threading.Lock()
 
-    def follow(self, response: httpx.Response) -> None:
-        """Move to the leader a 503 names (``X-Prioqueue-Leader``). O(1)."""
+    def follow(self, response: httpx.Response, asked: str) -> None:
+        """Move to the leader a 503 names (``X-Prioqueue-Leader``), if it is listed. O(urls).
+
+        A leader is followed only to a URL the user gave with the same origin (scheme, host
+        and port); one not listed moves from ``asked`` (the URL that answered) to the next
+        listed URL instead.
+        """
         leader = response.headers.get("x-prioqueue-leader")
-        if leader and leader.startswith(("http://", "https://")):
-            with self._lock:
-                self.current = leader.rstrip("/")
+        if not leader:
+            return
+        listed = self._origins.get(_origin(leader))
+        if listed is None:
+            self.rotate(asked)
+            return
+        with self._lock:
+            self.current = listed
 
     def rotate(self, failed: str) -> None:
         """After a refused connection to ``failed``, try the next configured URL. O(urls)."""
@@ -102,6 +145,18 @@ class Endpoint:
                 return
             index = self.urls.index(failed) if failed in self.urls else -1
             self.current = self.urls[(index + 1) % len(self.urls)]
+
+
+def _origin(url: str) -> tuple[str, str, int] | None:
+    """``(scheme, host, port)`` of a URL (default ports filled in), or None if unreadable."""
+    try:
+        parsed = httpx.URL(url.strip())
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        return None
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    return parsed.scheme, parsed.host.lower(), port
 
 
 def raise_for(response: httpx.Response) -> None:
@@ -174,10 +229,10 @@ class _Transport(ABC, Generic[_C]):
             retried.append(True)
         return self.endpoint.current
 
-    def _answer(self, response: httpx.Response) -> httpx.Response:
+    def _answer(self, response: httpx.Response, base: str) -> httpx.Response:
         """``response``, or :class:`_Retry` for a 503/429 (following a named leader)."""
         if response.status_code in (429, 503):
-            self.endpoint.follow(response)
+            self.endpoint.follow(response, base)
             raise _Retry(response)
         return response
 
@@ -199,6 +254,10 @@ class _Transport(ABC, Generic[_C]):
             raise BrokerUnavailable(exc.response.status_code, str(exc)) from None
         except httpx.TransportError as exc:
             raise BrokerUnavailable(0, f"no answer from {self.endpoint.current}: {exc!r}") from exc
+        except httpx.HTTPError as exc:  # an answer httpx could not read (a bad encoding)
+            raise BrokerError(
+                0, f"unreadable answer from {self.endpoint.current}: {exc!r}"
+            ) from exc
 
 
 class SyncTransport(_Transport[httpx.Client]):
@@ -240,7 +299,7 @@ class SyncTransport(_Transport[httpx.Client]):
                     base = self._base(attempt, options)
                     with self._rotating(base):
                         response = self.client.request(method, base + path, **send)
-                    return self._answer(response)
+                    return self._answer(response, base)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:
@@ -265,7 +324,7 @@ class AsyncTransport(_Transport[httpx.AsyncClient]):
                     base = self._base(attempt, options)
                     with self._rotating(base):
                         response = await self.client.request(method, base + path, **send)
-                    return self._answer(response)
+                    return self._answer(response, base)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def aclose(self) -> None:
