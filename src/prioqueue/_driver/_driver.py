@@ -63,10 +63,6 @@ class _Waiter:
     entered: bool = False
     requeued: bool = False
     attempts: int = 0
-    turn: Turn = attrs.field(init=False)
-
-    def __attrs_post_init__(self) -> None:
-        self.turn = Turn(self)
 
     def revoked_event(self) -> asyncio.Event:
         if self.revoked is None:
@@ -189,7 +185,7 @@ class Driver(CoreReader[D_co]):
 
         Complexity: O(1); entering costs a submit and a dispatch of the core.
         """
-        return self._new(job_id, member, timeout, options, "turn()").turn
+        return Turn(self._new(job_id, member, timeout, options, "turn()"))
 
     def chain_turn(
         self,
@@ -207,7 +203,7 @@ class Driver(CoreReader[D_co]):
         """
         waiter = self._new(job_id, member, timeout, options, "chain_turn()")
         waiter.fails = True
-        return waiter.turn
+        return Turn(waiter)
 
     def _new(
         self, job_id: str, member: str, timeout: float | None, opts: Any, call: str
@@ -337,7 +333,8 @@ class Driver(CoreReader[D_co]):
     def _requeue(self, turn: Turn, requeue: Callable[[str, float], object]) -> bool:
         """Give a held job back with ``requeue``: its turn waits for a regrant (False: no-op)."""
         waiter = self._waiters.get(turn.job_id)
-        if waiter is None or waiter.turn is not turn or waiter.grant is None:
+        # A ticket is made once per submit: the same ticket is the same turn.
+        if waiter is None or waiter.grant is None or waiter.ticket is not turn.ticket:
             return False
         now = self.now()
         try:
