@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -74,19 +74,21 @@ class _Waiter:
             raise RuntimeError(f"turn {self.job_id!r} was already submitted")
         return self.driver._submit(self)
 
-    async def enter(self) -> Grant:
+    # enter and regrant return the waiting coroutine rather than being coroutines: one
+    # frame less between a woken task and its grant.
+    def enter(self) -> Coroutine[Any, Any, Grant]:
         if self.entered:
             raise RuntimeError(f"turn {self.job_id!r} was already entered")
         self.entered = True
         if self.ticket is None:
             self.driver._submit(self)
-        return await self._wait()
+        return self._wait()
 
-    async def regrant(self) -> Grant:
+    def regrant(self) -> Coroutine[Any, Any, Grant]:
         if not self.requeued or self.future is None:
             raise RuntimeError(f"turn {self.job_id!r} is not waiting for a new grant")
         self.requeued = False
-        return await self._wait()
+        return self._wait()
 
     async def _wait(self) -> Grant:
         future = self.future

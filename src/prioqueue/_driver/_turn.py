@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import asyncio
+    from collections.abc import Awaitable
 
     from prioqueue.records import Expired, Grant, Ticket
 
@@ -45,9 +46,9 @@ class TurnRecord(Protocol):
 
     def submit(self) -> Ticket: ...
 
-    async def enter(self) -> Grant: ...
+    def enter(self) -> Awaitable[Grant]: ...
 
-    async def regrant(self) -> Grant: ...
+    def regrant(self) -> Awaitable[Grant]: ...
 
     def leave(self, *, failed: bool) -> None: ...
 
