@@ -95,19 +95,19 @@ class FleetPull:
             self._busy.setdefault(name, 0.0)
             self._grants.setdefault(name, 0)
 
-    def taken_out(self, name: str, *, holding: bool) -> bool:
-        """Stop a live upstream from pulling; False when it was not live.
+    def taken_out(self, name: str, *, holding: bool) -> None:
+        """Stop a live upstream from pulling.
 
         Args:
-            name: The upstream.
+            name: The upstream (live: the gate checks).
             holding: Whether it still holds jobs (it leaves the fleet once it holds none).
+
+        Raises:
+            ValueError: The upstream is not live.
         """
-        if name not in self._live:
-            return False
         self._live.remove(name)
         if holding:
             self._out.add(name)
-        return True
 
     def reported(self, name: str, extra: int, since: float | None) -> bool:
         """Record the work an upstream reports beyond the gate's jobs; True when it fell.
