@@ -8,19 +8,45 @@ rules; ``tests/test_architecture.py`` asserts them:
 * no module imports another package's private module (``a._x`` may be imported from ``a``
   and below it only);
 * no module over ``MAX_MODULE_LINES`` lines, no function over ``MAX_FUNCTION_LINES`` lines
-  (its docstring not counted; a nested function counts within the one that holds it).
+  (its docstring not counted; a nested function counts within the one that holds it);
+* state has one owner (issue 29): no attribute is assigned on an object other than ``self``
+  or ``cls`` outside the module that defines its class (:func:`foreign_assignments`), and no
+  ``obj._private`` is reached from a module that does not define it (:func:`private_reaches`).
+  Both are asserted for ``OWNED`` (the driver and its users, so far) and can be widened to
+  the whole tree (``modules=None``); ``python tests/architecture.py`` prints the whole-tree
+  counts.
+
+Without types, "the module that defines its class" is read as: the module defines a class
+that declares the attribute (a class-level name or annotation, a method, a ``__slots__``
+entry, or an assignment to ``self.<name>`` in one of its methods). A breach is therefore never
+a false alarm about a class of the same module; an attribute of the same name declared by an
+unrelated class of the module would hide one (rare, and visible in review).
 """
 
 from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
+OWNED = (
+    "prioqueue._driver",
+    "prioqueue._driver._alarm",
+    "prioqueue._driver._core",
+    "prioqueue._driver._driver",
+    "prioqueue._driver._policy",
+    "prioqueue._driver._reader",
+    "prioqueue._driver._turn",
+    "prioqueue._asyncio_chain",
+    "prioqueue.asyncio",
+    "prioqueue.gateway._fleetgate",
+    "prioqueue.gateway._fleetpull",
+)
+"""The modules held to the ownership rules so far (issue 29, item 2: the driver and its users)."""
 
 
 def _name(path: Path) -> str:
@@ -165,6 +191,128 @@ def long_functions() -> list[str]:
     return out
 
 
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _is_self(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id in ("self", "cls")
+
+
+def declared(tree: ast.Module) -> set[str]:
+    """The attribute names the classes of one module declare (see the module notes)."""
+    names: set[str] = set()
+    for cls in ast.walk(tree):
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for item in cls.body:
+            if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(item.name)
+            targets: list[ast.expr] = []
+            if isinstance(item, ast.Assign):
+                targets = item.targets
+            elif isinstance(item, ast.AnnAssign):
+                targets = [item.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    names.add(target.id)
+                    if target.id == "__slots__" and isinstance(item, ast.Assign):
+                        names.update(
+                            elt.value
+                            for elt in ast.walk(item.value)
+                            if isinstance(elt, ast.Constant) and isinstance(elt.value, str)
+                        )
+        for node in ast.walk(cls):
+            if (
+                isinstance(node, ast.Attribute)
+                and _is_self(node.value)
+                and isinstance(node.ctx, ast.Store)
+            ):
+                names.add(node.attr)
+    return names
+
+
+def _reaching(graph: dict[str, set[str]], targets: set[str]) -> set[str]:
+    """The modules that import one of ``targets``, directly or through others (and those)."""
+    found = set(targets)
+    grew = True
+    while grew:
+        grew = False
+        for mod, deps in graph.items():
+            if mod not in found and deps & found:
+                found.add(mod)
+                grew = True
+    return found
+
+
+def _sources(scope: Iterable[str] | None) -> dict[str, ast.Module]:
+    known = modules()
+    chosen = sorted(known) if scope is None else list(scope)
+    return {mod: ast.parse(known[mod].read_text(encoding="utf-8")) for mod in chosen}
+
+
+def foreign_assignments(
+    scope: Iterable[str] | None = OWNED, *, trees: dict[str, ast.Module] | None = None
+) -> list[str]:
+    """``module:line obj.attr`` for each assignment (or ``del``) of an attribute on an object
+    other than ``self``/``cls`` that no class of the module declares.
+
+    Args:
+        scope: The modules to check (None: every module under ``src``).
+        trees: Parsed modules to check instead (for planted examples).
+    """
+    out = []
+    for mod, tree in sorted((trees if trees is not None else _sources(scope)).items()):
+        own = declared(tree)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store | ast.Del)
+                and not _is_self(node.value)
+                and node.attr not in own
+            ):
+                out.append(f"{mod}:{node.lineno} {ast.unparse(node)}")
+    return out
+
+
+def private_reaches(
+    scope: Iterable[str] | None = OWNED,
+    *,
+    into: str | None = None,
+    trees: dict[str, ast.Module] | None = None,
+) -> list[str]:
+    """``module:line obj._name`` for each private attribute reached on an object other than
+    ``self``/``cls`` that no class of the module declares.
+
+    Args:
+        scope: The modules to check (None: every module under ``src``).
+        into: Only reaches of names that the classes of this package (or module) declare,
+            from modules that import it (directly or through others), e.g.
+            ``"prioqueue._driver"``: who reaches into the driver.
+        trees: Parsed modules to check instead (for planted examples).
+    """
+    chosen = trees if trees is not None else _sources(scope)
+    targets: set[str] | None = None
+    if into is not None:
+        inside = _sources(m for m in modules() if m == into or m.startswith(into + "."))
+        targets = set().union(*(declared(tree) for tree in inside.values()))
+        users = _reaching(import_graph(), set(inside))
+        chosen = {mod: tree for mod, tree in chosen.items() if mod in users}
+    out = []
+    for mod, tree in sorted(chosen.items()):
+        own = declared(tree)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and _is_private(node.attr)
+                and not _is_self(node.value)
+                and node.attr not in own
+                and (targets is None or node.attr in targets)
+            ):
+                out.append(f"{mod}:{node.lineno} {ast.unparse(node)}")
+    return out
+
+
 def main() -> int:
     """Print the graph and the breaches; exit 1 if there is any."""
     graph = import_graph()
@@ -175,11 +323,19 @@ def main() -> int:
         "private imports": private_imports(graph),
         f"modules over {MAX_MODULE_LINES} lines": long_modules(),
         f"functions over {MAX_FUNCTION_LINES} lines": long_functions(),
+        "foreign attribute assignments (owned modules)": foreign_assignments(),
+        "private reaches (owned modules)": private_reaches(),
+        "private reaches into prioqueue._driver (whole tree)": private_reaches(
+            None, into="prioqueue._driver"
+        ),
     }
     for title, items in problems.items():
         print(f"\n{title}: {len(items)}")
         for item in items:
             print(f"  {item}")
+    # Not yet enforced beyond OWNED: other areas are being rewritten (issue 29).
+    print(f"\nwhole tree, foreign attribute assignments: {len(foreign_assignments(None))}")
+    print(f"whole tree, private reaches: {len(private_reaches(None))}")
     return 1 if any(problems.values()) else 0
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 import architecture
 
 
@@ -32,3 +34,48 @@ def test_the_graph_sees_every_kind_of_import() -> None:
     assert architecture.private_imports(
         {"prioqueue.broker.cli": {"prioqueue.gateway._server"}}
     ) == ["prioqueue.broker.cli -> prioqueue.gateway._server"]
+
+
+def test_the_driver_and_its_users_assign_only_what_they_own() -> None:
+    # Issue 29: no attribute assignment on an object other than self/cls outside the module
+    # that defines its class; the driver package and its users so far (OWNED), widened as
+    # each area is rewritten (``python tests/architecture.py`` prints the whole-tree count).
+    assert architecture.foreign_assignments(architecture.OWNED) == []
+
+
+def test_nothing_reaches_into_private_fields_of_the_driver_or_its_users() -> None:
+    assert architecture.private_reaches(architecture.OWNED) == []
+    assert architecture.private_reaches(None, into="prioqueue._driver") == []
+
+
+def test_the_ownership_checks_find_planted_breaches() -> None:
+    owner = ast.parse(
+        "class Waiter:\n"
+        "    __slots__ = ('grant', '_timer')\n"
+        "class Driver:\n"
+        "    def __init__(self):\n"
+        "        self._waiters = {}\n"
+        "    def hand(self, waiter, grant):\n"
+        "        waiter.grant = grant\n"
+        "        waiter._timer = None\n"
+        "        self._waiters[grant] = waiter\n"
+    )
+    user = ast.parse(
+        "def requeue(gate, turn):\n"
+        "    turn.grant = None\n"
+        "    del turn.note\n"
+        "    turn.state.count += 1\n"
+        "    gate._waiters.pop(turn.job_id)\n"
+        "    gate._release(turn)\n"
+        "    return type(gate).__name__\n"
+    )
+    trees = {"pkg._driver": owner, "pkg.user": user}
+    assert architecture.foreign_assignments(trees=trees) == [
+        "pkg.user:2 turn.grant",
+        "pkg.user:3 turn.note",
+        "pkg.user:4 turn.state.count",
+    ]
+    assert sorted(architecture.private_reaches(trees=trees)) == [
+        "pkg.user:5 gate._waiters",
+        "pkg.user:6 gate._release",
+    ]

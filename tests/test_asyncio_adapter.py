@@ -309,7 +309,7 @@ def test_lease_expiry_timer_fires_without_polling() -> None:
         assert stats.expired == 1
         assert stats.completed == 1  # "next" only: leaving after expiry completes nothing
         assert expire_calls <= 3  # one timer, no polling
-        assert gate._timer is None  # nothing runs: no timer armed
+        assert not gate._alarm.armed  # nothing runs: no timer armed
 
     run_virtual(main)
 
@@ -622,7 +622,7 @@ def test_a_job_whose_lease_cannot_be_computed_fails_its_waiter_only() -> None:
         assert isinstance(results[1].__cause__, ValueError)
         assert rec.order == ["blocker", "good"]
         assert "bad" not in gate.dispatcher
-        assert gate._timer is None
+        assert not gate._alarm.armed
 
     run(main)
 

@@ -78,8 +78,7 @@ class _GateTarget:
         self, job_id: str, *, member: str, now: float, **options: Unpack[TurnOptions]
     ) -> Ticket:
         del now  # the gate stamps every call with its own clock
-        turn = self._gate.turn(job_id, member=member, **options)
-        turn._fails = True
+        turn = self._gate.chain_turn(job_id, member=member, **options)
         ticket = turn.submit()
         self._owner._spawn(turn)
         return ticket

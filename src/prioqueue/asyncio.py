@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout
 from prioqueue._asyncio_chain import AsyncChain, ChainResult
-from prioqueue._driver import Clock, Driver, ExpiryCallback, Turn
+from prioqueue._driver import Clock, Driver, ExpiryCallback, Remove, Turn
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.records import Grant
 
@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from prioqueue.chain import ChainOptions
+    from prioqueue.records import Expired
 
 __all__ = [
     "AsyncChain",
@@ -80,7 +81,53 @@ __all__ = [
     "Turn",
 ]
 
-Turn.__module__ = __name__  # documented here, defined with the driver
+_ONE = ("",)
+
+
+class _OneWorker:
+    """The pull policy of one worker (a ``PullPolicy``): ``dispatch(now)``, resident model kept.
+
+    A grant nobody takes, or one its holder never used, loaded no model: the resident model
+    seen before the pull is restored. One resource holds one grant at a time, so one model
+    remembered is enough.
+    """
+
+    __slots__ = ("_before", "_d", "_seen")
+
+    def __init__(self, d: SizeOneDispatcher) -> None:
+        self._d = d
+        self._seen: str | None = None  # the resident model before the last dispatch
+        self._before: str | None = None  # ... before the held job's grant
+
+    def order(self, now: float) -> tuple[str]:
+        return _ONE
+
+    def full(self, worker: str) -> bool:
+        return False
+
+    def pop(self, worker: str, now: float) -> Grant | None:
+        self._seen = self._d.resident_model
+        return self._d.dispatch(now)
+
+    def refused(self, worker: str) -> bool:
+        return False
+
+    def give_back(self, grant: Grant, now: float, remove: Remove) -> None:
+        remove(grant.job.id, now, None)
+        self._d.set_resident_model(self._seen)  # nothing was loaded for it
+
+    def granted(self, grant: Grant) -> None:
+        self._before = self._seen
+
+    def unused(self, grant: Grant) -> None:
+        if self._d.resident_model == grant.job.model:
+            self._d.set_resident_model(self._before)
+
+    def ended(self, grant: Grant, now: float) -> None:
+        pass
+
+    def on_expiry(self, record: Expired, now: float) -> None:
+        pass
 
 
 class AsyncDispatcher(Driver[SizeOneDispatcher]):
@@ -126,8 +173,7 @@ class AsyncDispatcher(Driver[SizeOneDispatcher]):
                 "it, so nothing would ever free the resource; cancel it first, or restore "
                 "with lease_for and require_lease=True"
             )
-        super().__init__(d, clock=clock, on_expired=on_expired)
-        self._resident_seen: str | None = None  # the resident model before the last dispatch
+        super().__init__(d, _OneWorker(d), clock=clock, on_expired=on_expired)
 
     def holding(self, worker: str = "") -> int:
         """Return 1 while a job holds the resource, else 0. O(1).
@@ -184,21 +230,3 @@ class AsyncDispatcher(Driver[SizeOneDispatcher]):
             TypeError, ValueError, ConfigError: As ``Chain`` does; ``run`` is not callable.
         """
         return AsyncChain(self, specs, run=run, **options)
-
-    # -- the one-worker hooks of the driver ----------------------------------------------
-
-    def _pop(self, worker: str, now: float) -> Grant | None:
-        self._resident_seen = self._d.resident_model
-        return self._d.dispatch(now)
-
-    def _give_back(self, grant: Grant, now: float) -> None:
-        self._remove(grant.job.id, now)
-        self._d.set_resident_model(self._resident_seen)  # nothing was loaded for it
-
-    def _granted(self, turn: Turn, grant: Grant) -> None:
-        turn._resident_before = self._resident_seen
-
-    def _unused(self, turn: Turn, grant: Grant) -> None:
-        # No model was loaded for a grant its holder never used: restore the resident one.
-        if self._d.resident_model == grant.job.model:
-            self._d.set_resident_model(turn._resident_before)

@@ -46,7 +46,7 @@ def test_the_warm_hold_decides_when_the_cold_upstream_pulls_first(
 ) -> None:
     async def main() -> str | None:
         gate = _gate(hold=hold)
-        gate._next = 1  # the next pump lets b pull first (rotation: b, a)
+        gate._pull._next = 1  # the next pump lets b pull first (rotation: b, a)
         async with gate.turn("j", member="m", model="model-a") as grant:
             return grant.worker
 

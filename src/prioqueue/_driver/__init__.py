@@ -4,8 +4,10 @@
 job, pull after every change, one lease timer, one attempt per turn, leaving frees the
 resource. :class:`~prioqueue.asyncio.AsyncDispatcher` is its one-worker case (over a
 ``SizeOneDispatcher``); the gateway's ``FleetGate`` its case of one worker per upstream (over
-a ``FleetDispatcher``). ``_turn.py`` holds the turn both hand out, ``_core.py`` what the driver
-needs of a core. See ``docs/design/driver.md``.
+a ``FleetDispatcher``). ``_turn.py`` holds the read-only turn both hand out, ``_policy.py``
+the pull policy a driver is composed with, ``_alarm.py`` its loop and timers, ``_reader.py``
+its reads of the core, ``_core.py`` what the driver needs of a core. See
+``docs/design/driver.md``.
 
 Theory of operation
 -------------------
@@ -15,15 +17,16 @@ one event loop, and keeps these rules whatever the number of workers, so that th
 adapter (:class:`~prioqueue.asyncio.AsyncDispatcher`) and the gateway's fleet gate cannot
 drift apart:
 
-1. **One waiter per job.** ``turn()`` submits the job and registers a waiter
-   (a :class:`~prioqueue._driver._turn.Turn` whose future only :meth:`Driver._pump`
-   resolves). While a waiter is registered its job is known to the core (queued or held),
+1. **One waiter per job.** ``turn()`` submits the job and registers a waiter (the
+   driver's own record, whose future only the driver's pump resolves; the caller holds a
+   read-only :class:`~prioqueue._driver._turn.Turn` over it). While a waiter is
+   registered its job is known to the core (queued or held),
    and the other way round for every job submitted through the driver. Removing a waiter
    and removing its job happen in the same synchronous step, so a job id can be reused as
    soon as its turn is over.
 2. **Pull after every change.** Submit, completion, cancel, time-out, expiry (and, with
    workers, a worker joining or coming back) all end in ``_pump()``: each worker with a free
-   slot pulls (:meth:`Driver._pop`, in :meth:`Driver._order`) until it gets nothing, and each
+   slot pulls (the policy's ``pop``, in its ``order``) until it gets nothing, and each
    grant goes to its waiter. A grant that nobody can take (its waiter was cancelled in the
    same instant, or the job was submitted behind the driver's back) is given back at once,
    so the resource never leaks. A job whose ``lease_for`` raises, or whose charge model gives
@@ -47,11 +50,13 @@ default). Sleeping (the lease timer, queue timeouts) uses the event loop's timer
 computed from that clock. With an injected manual clock, call :meth:`Driver.tick` after
 moving it.
 
-Who calls what: the turn calls ``_submit``, ``_wait`` and ``_release``; the timers call
-``_on_timer``, ``_on_retry`` and ``_on_timeout``; every path ends in ``_pump`` and ``_arm``.
-What differs with the number of workers is in a few hooks (``_order``, ``_pop``, ``_full``,
-``_refused``, ``_give_back``, ``_granted``, ``_ended``, ``_on_expiry``, ``_unused``) that the
-one-worker adapter and the fleet gate define.
+Who owns what: the driver owns its waiter records (``_Waiter``, created and changed in
+``_driver.py`` only); a turn reads its record and asks it to submit, wait and leave. The
+alarm (``_alarm.py``) owns the loop and the timers. What differs with the number of workers
+is one :class:`PullPolicy` (``order``, ``full``, ``pop``, ``refused``, ``give_back``,
+``granted``, ``unused``, ``ended``, ``on_expiry``) the driver is composed with: the
+one-worker adapter's, and the fleet gate's (``prioqueue.gateway._fleetpull``). Nothing
+outside this package assigns to a driver's or a turn's fields or reaches their private ones.
 
 Everything here must run on the event loop's thread; a driver is not thread-safe.
 """
@@ -60,6 +65,7 @@ from __future__ import annotations
 
 from prioqueue._driver._core import Clock, DrivenCore, ExpiryCallback
 from prioqueue._driver._driver import Driver
+from prioqueue._driver._policy import PullPolicy, Remove
 from prioqueue._driver._turn import Turn
 
-__all__ = ["Clock", "DrivenCore", "Driver", "ExpiryCallback", "Turn"]
+__all__ = ["Clock", "DrivenCore", "Driver", "ExpiryCallback", "PullPolicy", "Remove", "Turn"]

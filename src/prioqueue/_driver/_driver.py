@@ -1,15 +1,26 @@
-"""The one asyncio driver over a core (private): the rules are in ``prioqueue._driver``."""
+"""The one asyncio driver over a core (private): the rules are in ``prioqueue._driver``.
+
+The driver owns its waiters: :class:`_Waiter` is its record of one turn, created, changed and
+read here only; callers get a read-only :class:`~prioqueue._driver._turn.Turn` over it. What
+differs with the number of workers is the :class:`~prioqueue._driver._policy.PullPolicy` the
+driver is composed with.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from abc import abstractmethod
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout, ttl_timeout
+from prioqueue._driver._alarm import Alarm
 from prioqueue._driver._core import Clock, DrivenCore, ExpiryCallback
+from prioqueue._driver._policy import PullPolicy
+from prioqueue._driver._reader import CoreReader, D_co
 from prioqueue._driver._turn import Turn
 from prioqueue._errors import (
     ChargeError,
@@ -24,20 +35,95 @@ from prioqueue._spec import check_options
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from prioqueue._groups import CancelRunning, GroupStatus
+    from prioqueue._groups import CancelRunning
     from prioqueue._spec import SubmitOptions
-    from prioqueue.records import Expired, Explanation, Grant, Job, Stats, Ticket
+    from prioqueue.records import Expired, Grant, Job, Ticket
 
 __all__ = ["Driver"]
 
-D_co = TypeVar("D_co", bound=DrivenCore, covariant=True)
+
+@attrs.define(eq=False)
+class _Waiter:
+    """The driver's record of one turn (a :class:`~prioqueue._driver._turn.TurnRecord`).
+
+    Only this module creates or changes it; the turn handed to the caller reads it.
+    """
+
+    driver: Driver[DrivenCore]
+    job_id: str
+    kwargs: dict[str, Any]
+    timeout: float | None
+    fails: bool = False  # a block that raises fails the job (a chain's turn), not cancel
+    ticket: Ticket | None = None
+    future: asyncio.Future[Grant] | None = None
+    timer: asyncio.TimerHandle | None = None
+    grant: Grant | None = None
+    expired: Expired | None = None
+    revoked: asyncio.Event | None = None
+    entered: bool = False
+    requeued: bool = False
+    attempts: int = 0
+
+    def revoked_event(self) -> asyncio.Event:
+        if self.revoked is None:
+            self.revoked = asyncio.Event()
+        return self.revoked
+
+    def submit(self) -> Ticket:
+        if self.ticket is not None:
+            raise RuntimeError(f"turn {self.job_id!r} was already submitted")
+        return self.driver._submit(self)
+
+    # enter and regrant return the waiting coroutine rather than being coroutines: one
+    # frame less between a woken task and its grant.
+    def enter(self) -> Coroutine[Any, Any, Grant]:
+        if self.entered:
+            raise RuntimeError(f"turn {self.job_id!r} was already entered")
+        self.entered = True
+        if self.ticket is None:
+            self.driver._submit(self)
+        return self._wait()
+
+    def regrant(self) -> Coroutine[Any, Any, Grant]:
+        if not self.requeued or self.future is None:
+            raise RuntimeError(f"turn {self.job_id!r} is not waiting for a new grant")
+        self.requeued = False
+        return self._wait()
+
+    async def _wait(self) -> Grant:
+        future = self.future
+        assert future is not None
+        try:
+            grant = await future
+            if self.driver._waiters.get(self.job_id) is not self:
+                # Revoked between the grant and this task's wake-up (cancel or expiry).
+                why = "its lease expired" if self.expired else "it was cancelled"
+                raise JobCancelled(f"job {self.job_id!r} lost its grant before it began: {why}")
+        except BaseException:
+            # Cancelled while waiting, or failed by timeout/close/cancel. In the first case
+            # the job may still be queued, or may even have been granted in the same
+            # instant: give it back either way (a no-op when the driver removed it).
+            self.driver._release(self, failed=True, unused=True)
+            raise
+        self.attempts += 1
+        return grant
+
+    def leave(self, *, failed: bool) -> None:
+        self.driver._release(self, failed=failed)
+
+    def stop_timer(self) -> None:
+        """Cancel the queue time-out's timer (granted, removed or released)."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
 
-class Driver(ABC, Generic[D_co]):
+class Driver(CoreReader[D_co]):
     """Drive a core on an asyncio event loop: turns, waiters, timers (see the module notes).
 
     Args:
         core: The core to drive. The driver must be the only caller that changes it.
+        policy: How its workers pull (:class:`~prioqueue._driver._policy.PullPolicy`).
         clock: A zero-argument callable returning monotonic seconds; every ``now`` given to
             the core comes from it. Inject a manual clock in tests and call :meth:`tick`
             after moving it.
@@ -49,75 +135,22 @@ class Driver(ABC, Generic[D_co]):
     def __init__(
         self,
         core: D_co,
+        policy: PullPolicy,
         *,
         clock: Clock = time.monotonic,
         on_expired: ExpiryCallback | None = None,
         hold: float = 0.0,
     ) -> None:
-        self._d = core
-        self._clock = clock
-        self._hold = hold
-        self._callbacks: list[ExpiryCallback] = [] if on_expired is None else [on_expired]
-        self._waiters: dict[str, Turn] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_deadline: float | None = None
-        self._retry: asyncio.TimerHandle | None = None
+        super().__init__(core, clock)
+        self._policy = policy
+        self._waiters: dict[str, _Waiter] = {}
+        self._alarm = Alarm(clock, hold, self.tick, self._on_retry, on_expired, source=self)
         self._closed = False
-
-    # -- reading -------------------------------------------------------------------------
-
-    @property
-    def dispatcher(self) -> D_co:
-        """The driven dispatcher, for ``stats``, ``explain``, ``forecast`` and ``snapshot``."""
-        return self._d
 
     @property
     def closed(self) -> bool:
         """True after :meth:`aclose`."""
         return self._closed
-
-    def now(self) -> float:
-        """Return the clock's current time (the ``now`` the driver gives the dispatcher)."""
-        return self._clock()
-
-    def stats(self) -> Stats:
-        """Return ``dispatcher.stats(now=self.now())`` (e.g. for the Prometheus collector)."""
-        return self._d.stats(now=self.now())
-
-    def explain(self, job_id: str) -> Explanation:
-        """Return ``dispatcher.explain(job_id, now=self.now())``.
-
-        Raises:
-            UnknownJob: The job is neither queued nor running.
-        """
-        return self._d.explain(job_id, now=self.now())
-
-    def group_status(self, group: str) -> GroupStatus:
-        """Return ``dispatcher.group_status(group, now=self.now())``.
-
-        Raises:
-            UnknownGroup: No job was ever submitted in the group.
-        """
-        return self._d.group_status(group, now=self.now())
-
-    @abstractmethod
-    def holding(self, worker: str = "") -> int:
-        """Return how many jobs a worker holds now (the one resource: ``""``). O(1).
-
-        Args:
-            worker: The worker's name (ignored with one resource).
-        """
-        ...
-
-    @abstractmethod
-    def held(self) -> list[Grant]:
-        """Return the grants held now, by worker. O(held)."""
-        ...
-
-    def holder(self, job_id: str) -> str | None:
-        """Return the worker holding a job, or None (queued, unknown, or one resource). O(1)."""
-        return None
 
     # -- changing ------------------------------------------------------------------------
 
@@ -154,11 +187,33 @@ class Driver(ABC, Generic[D_co]):
 
         Complexity: O(1); entering costs a submit and a dispatch of the core.
         """
+        return Turn(self._new(job_id, member, timeout, options, "turn()"))
+
+    def chain_turn(
+        self,
+        job_id: str,
+        *,
+        member: str,
+        timeout: float | None = None,
+        **options: Unpack[SubmitOptions],
+    ) -> Turn:
+        """Make a chain's turn: :meth:`turn` whose raising block *fails* the job (not cancel).
+
+        Raises:
+            ValueError: ``timeout`` is negative or not a number.
+            TypeError: An unknown keyword argument.
+        """
+        waiter = self._new(job_id, member, timeout, options, "chain_turn()")
+        waiter.fails = True
+        return Turn(waiter)
+
+    def _new(
+        self, job_id: str, member: str, timeout: float | None, opts: Any, call: str
+    ) -> _Waiter:
         if timeout is not None and not timeout >= 0:  # also rejects NaN
             raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
-        check_options(options, call="turn()", named="job_id, member, timeout")
-        kwargs: dict[str, Any] = {"member": member, **options}
-        return Turn(self, job_id, kwargs, timeout)
+        check_options(opts, call=call, named="job_id, member, timeout")
+        return _Waiter(self, job_id, {"member": member, **opts}, timeout)
 
     def cancel(self, job_id: str) -> None:
         """Cancel a queued or running job and dispatch the next one.
@@ -177,11 +232,11 @@ class Driver(ABC, Generic[D_co]):
         """
         now = self.now()
         self._remove(job_id, now)  # raises UnknownJob before anything changes
-        turn = self._waiters.pop(job_id, None)
-        if turn is not None:
-            if turn._grant is not None:
-                self._ended(turn._grant, now)
-            self._drop(turn, JobCancelled(f"job {job_id!r} was cancelled"))
+        waiter = self._waiters.pop(job_id, None)
+        if waiter is not None:
+            if waiter.grant is not None:
+                self._policy.ended(waiter.grant, now)
+            self._drop(waiter, JobCancelled(f"job {job_id!r} was cancelled"))
         self._pump(now)
 
     def cancel_group(self, group: str, *, running: CancelRunning = "keep") -> list[Job]:
@@ -194,9 +249,9 @@ class Driver(ABC, Generic[D_co]):
         now = self.now()
         cancelled = self._d.cancel_group(group, now=now, running=running)
         for job in cancelled:
-            turn = self._waiters.pop(job.id, None)
-            if turn is not None:
-                self._drop(turn, JobCancelled(f"job {job.id!r} was cancelled"))
+            waiter = self._waiters.pop(job.id, None)
+            if waiter is not None:
+                self._drop(waiter, JobCancelled(f"job {job.id!r} was cancelled"))
         self._pump(now)
         return cancelled
 
@@ -209,13 +264,7 @@ class Driver(ABC, Generic[D_co]):
         Returns:
             A function that removes the callback.
         """
-        self._callbacks.append(callback)
-
-        def remove() -> None:
-            if callback in self._callbacks:
-                self._callbacks.remove(callback)
-
-        return remove
+        return self._alarm.listen(callback)
 
     @abstractmethod
     def set_resident(self, worker: str, model: str | None) -> None:
@@ -249,149 +298,108 @@ class Driver(ABC, Generic[D_co]):
             return
         self._closed = True
         now = self.now()
-        for turn in list(self._waiters.values()):
-            if turn._grant is None:
-                del self._waiters[turn.job_id]
-                self._d.cancel(turn.job_id, now=now)
-                self._drop(turn, DispatcherClosed("the dispatcher was closed"))
-        if self._retry is not None:
-            self._retry.cancel()
-            self._retry = None
+        for waiter in list(self._waiters.values()):
+            if waiter.grant is None:
+                del self._waiters[waiter.job_id]
+                self._d.cancel(waiter.job_id, now=now)
+                self._drop(waiter, DispatcherClosed("the dispatcher was closed"))
+        self._alarm.cancel_retry()
         self._pump(now)
         await asyncio.sleep(0)  # let the failed waiters run
-
-    # -- the hooks of the number of workers ------------------------------------------------
-
-    def _order(self, now: float) -> Sequence[str]:
-        """The workers that may pull now, in the order they pull (called once per pump)."""
-        return ("",)
-
-    @abstractmethod
-    def _pop(self, worker: str, now: float) -> Grant | None:
-        """Let a worker pull the next job (None: nothing for it now)."""
-        ...
-
-    def _full(self, worker: str) -> bool:
-        """Whether a worker must not pull although the core would give it a job."""
-        return False
-
-    def _refused(self, worker: str) -> bool:
-        """Whether a worker that got nothing had a free slot (a warm hold kept a job)."""
-        return False
-
-    def _give_back(self, grant: Grant, now: float) -> None:
-        """Give back a grant nobody can take."""
-        self._d.cancel(grant.job.id, now=now, charge=0.0)
-
-    def _granted(self, turn: Turn, grant: Grant) -> None:
-        """A grant reached its waiter."""
-
-    def _ended(self, grant: Grant, now: float) -> None:
-        """A grant ended (completed, cancelled, expired, given back)."""
-
-    def _on_expiry(self, record: Expired, now: float) -> None:
-        """A job's lease ran out (called before its holder is told)."""
-
-    def _unused(self, turn: Turn, grant: Grant) -> None:
-        """A grant was given back before its holder entered its block."""
 
     # -- internals -----------------------------------------------------------------------
 
     def _bind_loop(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            if self._loop is not None and not self._loop.is_closed() and self._waiters:
+        bound = self._alarm.loop
+        if bound is not loop:
+            if bound is not None and not bound.is_closed() and self._waiters:
                 raise RuntimeError(f"this {type(self).__name__} is in use on another event loop")
-            self._loop = loop
-            self._timer = self._retry = None
-            self._timer_deadline = None
+            self._alarm.bind(loop)
         return loop
 
-    def _submit(self, turn: Turn) -> Ticket:
+    def _submit(self, waiter: _Waiter) -> Ticket:
         if self._closed:
             raise DispatcherClosed("the dispatcher was closed")
         loop = self._bind_loop()
         now = self.now()
-        ticket = self._d.submit(turn.job_id, now=now, **turn._kwargs)
-        turn._ticket = ticket
-        turn._future = loop.create_future()
-        self._waiters[turn.job_id] = turn
-        if turn._timeout is not None:
-            turn._timer = loop.call_later(turn._timeout, self._on_timeout, turn)
+        ticket = self._d.submit(waiter.job_id, now=now, **waiter.kwargs)
+        waiter.ticket = ticket
+        waiter.future = loop.create_future()
+        self._waiters[waiter.job_id] = waiter
+        if waiter.timeout is not None:
+            waiter.timer = loop.call_later(waiter.timeout, self._on_timeout, waiter)
         self._pump(now)
         return ticket
+
+    def _requeue(self, turn: Turn, requeue: Callable[[str, float], object]) -> bool:
+        """Give a held job back with ``requeue``: its turn waits for a regrant (False: no-op)."""
+        waiter = self._waiters.get(turn.job_id)
+        # A ticket is made once per submit: the same ticket is the same turn.
+        if waiter is None or waiter.grant is None or waiter.ticket is not turn.ticket:
+            return False
+        now = self.now()
+        try:
+            requeue(turn.job_id, now)
+        except (UnknownJob, InvalidState):
+            return False
+        self._policy.ended(waiter.grant, now)
+        waiter.grant = None
+        waiter.requeued = True
+        waiter.revoked = None
+        loop = self._alarm.loop
+        waiter.future = None if loop is None else loop.create_future()
+        self._pump(now)
+        return True
 
     def _pump(self, now: float) -> None:
         """Let every worker with a free slot pull until it gets nothing; re-arm the timers."""
         d = self._d
+        policy = self._policy
         refused = False
-        for worker in self._order(now):
+        for worker in policy.order(now):
             while len(d):  # an empty queue has nothing to give: skip the call
                 try:
-                    if self._full(worker):
+                    if policy.full(worker):
                         break
-                    grant = self._pop(worker, now)
+                    grant = policy.pop(worker, now)
                 except UnknownWorker:
                     break
                 except (LeaseError, ChargeError) as exc:  # the core is unchanged
                     self._drop_unleasable(exc, now)
                     continue
                 if grant is None:
-                    refused = refused or self._refused(worker)
+                    refused = refused or policy.refused(worker)
                     break
                 self._hand(grant, now)
-        self._arm(refused and len(d) > 0)
+        self._alarm.arm(d.next_deadline(), refused and len(d) > 0 and not self._closed)
 
     def _hand(self, grant: Grant, now: float) -> None:
         """Give a grant to its waiter, or give it back when nobody can take it."""
-        turn = self._waiters.get(grant.job.id)
-        future = None if turn is None else turn._future
-        if turn is None or future is None or future.done():
-            # Nobody can take it: its waiter was cancelled in this very instant, or the job
-            # was not submitted through the driver. Give it back at once.
-            if turn is not None:
-                del self._waiters[turn.job_id]
-            self._give_back(grant, now)
+        waiter = self._waiters.get(grant.job.id)
+        future = None if waiter is None else waiter.future
+        if waiter is None or future is None or future.done():
+            # Nobody can take it (its waiter was cancelled this instant, or no waiter): give back.
+            if waiter is not None:
+                del self._waiters[waiter.job_id]
+            self._policy.give_back(grant, now, self._remove)
             return
-        turn._grant = grant
-        self._granted(turn, grant)
-        turn._stop_timer()
+        waiter.grant = grant
+        self._policy.granted(grant)
+        waiter.stop_timer()
         future.set_result(grant)
 
     def _drop_unleasable(self, exc: LeaseError | ChargeError, now: float) -> None:
         """Remove a job whose lease or expected charge fails (it would block the resource)."""
         job_id = exc.job_id
         self._d.cancel(job_id, now=now)
-        turn = self._waiters.pop(job_id, None)
-        if turn is None:
-            self._report(exc, f"job {job_id!r} could not be granted; the job was cancelled")
+        waiter = self._waiters.pop(job_id, None)
+        if waiter is None:
+            self._alarm.report(exc, f"job {job_id!r} could not be granted; the job was cancelled")
         else:
-            self._drop(turn, exc)
-
-    def _arm(self, retry: bool = False) -> None:
-        """Keep exactly one timer, at ``next_deadline()``; none when nothing is due."""
-        loop = self._loop
-        deadline = self._d.next_deadline()
-        if deadline != self._timer_deadline or (deadline is not None and self._timer is None):
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            self._timer_deadline = deadline
-            if deadline is not None and loop is not None and not loop.is_closed():
-                delay = max(0.0, deadline - self.now())
-                self._timer = loop.call_later(delay, self._on_timer)
-        live = loop is not None and not loop.is_closed()
-        if retry and live and self._hold > 0 and self._retry is None and not self._closed:
-            assert loop is not None
-            self._retry = loop.call_later(min(1.0, self._hold / 4), self._on_retry)
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_deadline = None
-        self.tick()
+            self._drop(waiter, exc)
 
     def _on_retry(self) -> None:
-        self._retry = None
         self._pump(self.now())
 
     def _run_due(self, now: float) -> list[Expired]:
@@ -402,67 +410,59 @@ class Driver(ABC, Generic[D_co]):
                 # The holder cannot take a second grant from inside its block: one attempt
                 # per turn, so the requeued job is removed (queued: no charge).
                 self._d.cancel(job_id, now=now)
-            self._on_expiry(record, now)
-            turn = self._waiters.pop(job_id, None)
-            if turn is not None and record.cause == "ttl":  # expired queued: never granted
-                self._drop(turn, ttl_timeout(record))
-            elif turn is not None:
-                if turn._grant is not None:
-                    self._ended(turn._grant, now)
-                turn._expired = record
-                turn.revoked.set()
-            for callback in list(self._callbacks):
-                try:
-                    callback(record)
-                except Exception as exc:  # a callback's bug must not stop the driver
-                    self._report(exc, "an on_expired callback raised")
+            self._policy.on_expiry(record, now)
+            waiter = self._waiters.pop(job_id, None)
+            if waiter is not None and record.cause == "ttl":  # expired queued: never granted
+                self._drop(waiter, ttl_timeout(record))
+            elif waiter is not None:
+                if waiter.grant is not None:
+                    self._policy.ended(waiter.grant, now)
+                waiter.expired = record
+                waiter.revoked_event().set()
+            self._alarm.notify(record)
         self._pump(now)
         return expired
 
-    def _on_timeout(self, turn: Turn) -> None:
-        turn._timer = None
-        if self._waiters.get(turn.job_id) is not turn or turn._grant is not None:
+    def _on_timeout(self, waiter: _Waiter) -> None:
+        waiter.timer = None
+        if self._waiters.get(waiter.job_id) is not waiter or waiter.grant is not None:
             return
         now = self.now()
-        del self._waiters[turn.job_id]
-        self._d.cancel(turn.job_id, now=now)
-        timeout = turn._timeout if turn._timeout is not None else 0.0
-        error = QueueTimeout(
-            f"job {turn.job_id!r} waited more than {timeout:g} s in the queue",
-            job_id=turn.job_id,
-            timeout=timeout,
-        )
-        self._drop(turn, error)
+        del self._waiters[waiter.job_id]
+        self._d.cancel(waiter.job_id, now=now)
+        job_id, timeout = waiter.job_id, waiter.timeout or 0.0
+        why = f"job {job_id!r} waited more than {timeout:g} s in the queue"
+        self._drop(waiter, QueueTimeout(why, job_id=job_id, timeout=timeout))
         self._pump(now)
 
-    def _drop(self, turn: Turn, error: BaseException) -> None:
+    def _drop(self, waiter: _Waiter, error: BaseException) -> None:
         """Fail a waiter that was just removed (its job too), or revoke a holder."""
-        turn._stop_timer()
-        if turn._grant is not None:
-            turn.revoked.set()
-        elif turn._future is not None and not turn._future.done():
-            turn._future.set_exception(error)
+        waiter.stop_timer()
+        if waiter.grant is not None:
+            waiter.revoked_event().set()
+        elif waiter.future is not None and not waiter.future.done():
+            waiter.future.set_exception(error)
 
-    def _release(self, turn: Turn, *, failed: bool, unused: bool = False) -> None:
+    def _release(self, waiter: _Waiter, *, failed: bool, unused: bool = False) -> None:
         """Give the resource (or the queue place) back when a turn ends.
 
         ``unused``: the holder never entered its block (cancelled in the instant of the grant).
         """
-        if self._waiters.get(turn.job_id) is not turn:
+        if self._waiters.get(waiter.job_id) is not waiter:
             return  # already removed: timeout, close, cancel or lease expiry
-        turn._stop_timer()
+        waiter.stop_timer()
         now = self.now()
-        grant = turn._grant
-        job_id = turn.job_id
+        grant = waiter.grant
+        job_id = waiter.job_id
         try:
             if grant is not None and not failed:
                 self._complete(job_id, now, max(0.0, now - grant.granted_at))
-            elif turn._fails and failed and not unused and grant is not None:
+            elif waiter.fails and failed and not unused and grant is not None:
                 self._remove(job_id, now, fail=True)  # a chain's run raised: failed
             else:
                 self._remove(job_id, now)
                 if unused and grant is not None:
-                    self._unused(turn, grant)
+                    self._policy.unused(grant)
         except LeaseExpired:
             self._run_due(now)  # the timer had not fired yet: expire now, tell the holder
             return
@@ -472,7 +472,7 @@ class Driver(ABC, Generic[D_co]):
             # Given back by a take-out while its request went on and ended: it was served.
             self._d.cancel(job_id, now=now)
         if grant is not None:
-            self._ended(grant, now)
+            self._policy.ended(grant, now)
         del self._waiters[job_id]
         self._pump(now)
 
@@ -481,20 +481,16 @@ class Driver(ABC, Generic[D_co]):
             self._d.complete(job_id, now=now, runtime=runtime)
         except ChargeError as exc:
             # The resource must be freed all the same: finish with no charge, say why.
-            self._report(exc, f"the charge model failed for job {job_id!r}")
+            self._alarm.report(exc, f"the charge model failed for job {job_id!r}")
             self._d.complete(job_id, now=now, runtime=runtime, charge=0.0)
 
-    def _remove(self, job_id: str, now: float, *, fail: bool = False) -> None:
+    def _remove(
+        self, job_id: str, now: float, charge: float | None = None, *, fail: bool = False
+    ) -> None:
         """Cancel (or fail) a job; a held one whose charge model fails gets no charge."""
         remove = self._d.fail if fail else self._d.cancel
         try:
-            remove(job_id, now=now)
+            remove(job_id, now=now, charge=charge)
         except ChargeError as exc:
-            self._report(exc, f"the charge model failed for job {job_id!r}")
+            self._alarm.report(exc, f"the charge model failed for job {job_id!r}")
             remove(job_id, now=now, charge=0.0)
-
-    def _report(self, exc: BaseException, message: str) -> None:
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_exception_handler(
-                {"message": message, "exception": exc, "dispatcher": self}
-            )

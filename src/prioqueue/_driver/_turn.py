@@ -1,33 +1,56 @@
-"""One job's turn at a driven resource: the async context manager of every driver (private).
+"""One job's turn at a driven resource: the read-only handle every driver hands out (private).
 
 A :class:`Turn` is made by ``Driver.turn()`` (``AsyncDispatcher.turn``, the gateway's fleet
 gate): entering submits the job and waits for its grant, leaving completes it (or cancels it
-when the block raised). Only the driver resolves its future; see ``prioqueue._driver``.
+when the block raised). The turn holds no state of its own: it reads the driver's record of
+its waiter (a :class:`TurnRecord`, which only the driver's module changes) and asks the
+record to submit, wait and release. Documented as ``prioqueue.asyncio.Turn``, where it is
+re-exported. See ``prioqueue._driver``.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
-
-from prioqueue._async_errors import JobCancelled
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Awaitable
+
     from prioqueue.records import Expired, Grant, Ticket
 
-__all__ = ["Turn", "TurnOwner"]
+__all__ = ["Turn", "TurnRecord"]
 
 
-class TurnOwner(Protocol):
-    """What a turn calls on its driver (``prioqueue._driver.Driver``)."""
+class TurnRecord(Protocol):
+    """What a turn reads and asks of the driver's record of its waiter."""
 
     @property
-    def _waiters(self) -> Mapping[str, Turn]: ...
+    def job_id(self) -> str: ...
 
-    def _submit(self, turn: Turn) -> Ticket: ...
+    @property
+    def ticket(self) -> Ticket | None: ...
 
-    def _release(self, turn: Turn, *, failed: bool, unused: bool = False) -> None: ...
+    @property
+    def grant(self) -> Grant | None: ...
+
+    @property
+    def expired(self) -> Expired | None: ...
+
+    @property
+    def requeued(self) -> bool: ...
+
+    @property
+    def attempts(self) -> int: ...
+
+    def revoked_event(self) -> asyncio.Event: ...
+
+    def submit(self) -> Ticket: ...
+
+    def enter(self) -> Awaitable[Grant]: ...
+
+    def regrant(self) -> Awaitable[Grant]: ...
+
+    def leave(self, *, failed: bool) -> None: ...
 
 
 class Turn:
@@ -47,65 +70,46 @@ class Turn:
     A ``Turn`` is used once. Callers that want to act between submitting and waiting (e.g.
     answer 429 at once, or report the queue position) call :meth:`submit` first; a turn that
     was submitted must then be entered, or cancelled with :meth:`AsyncDispatcher.cancel`.
+
+    A turn is a read-only handle: every property reads the driver's record of the waiter,
+    which only the driver changes.
     """
 
-    __slots__ = (
-        "_entered",
-        "_expired",
-        "_fails",
-        "_future",
-        "_gate",
-        "_grant",
-        "_kwargs",
-        "_requeued",
-        "_resident_before",
-        "_revoked",
-        "_ticket",
-        "_timeout",
-        "_timer",
-        "attempts",
-        "job_id",
-    )
+    __slots__ = ("_record",)
+    __module__ = "prioqueue.asyncio"  # documented there, where it is re-exported
 
-    def __init__(
-        self, gate: TurnOwner, job_id: str, kw: dict[str, Any], timeout: float | None
-    ) -> None:
-        self._gate = gate
-        self.job_id = job_id
-        self._kwargs = kw
-        self._timeout = timeout
-        self._ticket: Ticket | None = None
-        self._future: asyncio.Future[Grant] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._grant: Grant | None = None
-        self._expired: Expired | None = None
-        self._revoked: asyncio.Event | None = None
-        self._resident_before: str | None = None
-        self._entered = False
-        self._requeued = False
-        self._fails = False  # a block that raises fails the job (a chain's turn), not cancel
-        self.attempts = 0
+    def __init__(self, record: TurnRecord) -> None:
+        self._record = record
+
+    @property
+    def job_id(self) -> str:
+        """The job's id."""
+        return self._record.job_id
+
+    @property
+    def attempts(self) -> int:
         """How many grants the turn has taken (more than one after :meth:`regrant`)."""
+        return self._record.attempts
 
     @property
     def ticket(self) -> Ticket | None:
         """The submit's ticket (the job and the queue depth after it), None before submit."""
-        return self._ticket
+        return self._record.ticket
 
     @property
     def grant(self) -> Grant | None:
         """The grant once the job runs, else None (also after its worker gave it back)."""
-        return self._grant
+        return self._record.grant
 
     @property
     def expired(self) -> Expired | None:
         """The expiry record when the job's lease ran out while it held the resource."""
-        return self._expired
+        return self._record.expired
 
     @property
     def requeued(self) -> bool:
         """True when the job was given back (its worker was taken out) and awaits a new grant."""
-        return self._requeued
+        return self._record.requeued
 
     @property
     def revoked(self) -> asyncio.Event:
@@ -115,9 +119,7 @@ class Turn:
         running job is cancelled through :meth:`AsyncDispatcher.cancel`. The holder should
         stop its work: another job may already be running.
         """
-        if self._revoked is None:
-            self._revoked = asyncio.Event()
-        return self._revoked
+        return self._record.revoked_event()
 
     def submit(self) -> Ticket:
         """Submit the job to the dispatcher without waiting; the first half of entering.
@@ -138,9 +140,7 @@ class Turn:
 
         Complexity: one ``submit`` and one ``dispatch`` of the core.
         """
-        if self._ticket is not None:
-            raise RuntimeError(f"turn {self.job_id!r} was already submitted")
-        return self._gate._submit(self)
+        return self._record.submit()
 
     async def __aenter__(self) -> Grant:
         """Submit if :meth:`submit` was not called, then wait until the job is granted.
@@ -160,12 +160,7 @@ class Turn:
                 original exception is the ``__cause__``.
             Exception: Everything :meth:`submit` raises, at once, without waiting.
         """
-        if self._entered:
-            raise RuntimeError(f"turn {self.job_id!r} was already entered")
-        self._entered = True
-        if self._ticket is None:
-            self._gate._submit(self)
-        return await self._wait()
+        return await self._record.enter()
 
     async def regrant(self) -> Grant:
         """Wait for the next grant after this job was given back (see :attr:`requeued`).
@@ -180,38 +175,12 @@ class Turn:
             RuntimeError: The job is not waiting for a new grant.
             DispatcherClosed, JobCancelled, QueueTimeout: As when entering.
         """
-        if not self._requeued or self._future is None:
-            raise RuntimeError(f"turn {self.job_id!r} is not waiting for a new grant")
-        self._requeued = False
-        return await self._wait()
-
-    async def _wait(self) -> Grant:
-        future = self._future
-        assert future is not None
-        try:
-            grant = await future
-            if self._gate._waiters.get(self.job_id) is not self:
-                # Revoked between the grant and this task's wake-up (cancel or expiry).
-                why = "its lease expired" if self._expired else "it was cancelled"
-                raise JobCancelled(f"job {self.job_id!r} lost its grant before it began: {why}")
-        except BaseException:
-            # Cancelled while waiting, or failed by timeout/close/cancel. In the first case
-            # the job may still be queued, or may even have been granted in the same
-            # instant: give it back either way (a no-op when the adapter removed it).
-            self._gate._release(self, failed=True, unused=True)
-            raise
-        self.attempts += 1
-        return grant
+        return await self._record.regrant()
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
-        self._gate._release(self, failed=exc_type is not None)
-
-    def _stop_timer(self) -> None:
-        """Cancel the queue time-out's timer (granted, removed or released)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._record.leave(failed=exc_type is not None)
 
     def __repr__(self) -> str:
-        state = "granted" if self._grant else "submitted" if self._ticket else "new"
-        return f"<Turn {self.job_id!r} {'expired' if self._expired else state}>"
+        record = self._record
+        state = "granted" if record.grant else "submitted" if record.ticket else "new"
+        return f"<Turn {record.job_id!r} {'expired' if record.expired else state}>"

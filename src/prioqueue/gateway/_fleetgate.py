@@ -8,11 +8,12 @@ Theory of operation
 ``pop(worker, now)``. The driver keeps the rules (see ``docs/design/driver.md``); this module
 adds what upstreams need (see ``docs/design/gateway.md``, "Several upstreams"):
 
-1. **One waiter per job.** ``turn()`` submits the job and registers a :class:`FleetTurn`
-   whose future only :meth:`FleetGate._pump` resolves. While a waiter is registered its job is
-   queued or held in the fleet, and the other way round.
+1. **One waiter per job.** ``turn()`` submits the job and registers a waiter (the driver's
+   record, read through a :class:`FleetTurn`) whose future only the driver's pump
+   resolves. While a waiter is registered its job is queued or held in the fleet, and the
+   other way round.
 2. **Every free worker pulls after every change.** Submit, completion, cancel, time-out,
-   expiry, a worker joining or coming back all end in ``_pump()``: each live upstream with a
+   expiry, a worker joining or coming back all end in the driver's pump: each live upstream with a
    free slot pops, in rotating order, until it gets nothing. A grant nobody can take is
    cancelled at once.
 3. **Timers.** One timer at the fleet's ``next_deadline()`` (lease expiry), and while some
@@ -38,6 +39,10 @@ upstream's resident model, affinity and warm hold apply), ``"round-robin"`` and
 ``"least-busy"`` (the fleet never sees a resident model; free upstreams pull in rotating
 order, or the least-used first).
 
+The gate is the driver composed with a :class:`~prioqueue.gateway._fleetpull.FleetPull`
+(the pull policy: order, slots, rotation, busy seconds), which owns the upstreams'
+bookkeeping; the gate's methods below change the fleet and tell the policy.
+
 Costs: a turn costs one submit, one pop per free upstream per change, and one complete.
 Everything runs on the event loop's thread.
 """
@@ -45,18 +50,15 @@ Everything runs on the event loop's thread.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
-from typing import Literal
+from collections.abc import Callable, Iterable, Mapping
 
 from prioqueue._driver import Driver, Turn
-from prioqueue._errors import InvalidState, UnknownJob, UnknownWorker
+from prioqueue._errors import UnknownWorker
 from prioqueue.fleet import FleetDispatcher
-from prioqueue.records import Expired, Grant, WorkerInfo
+from prioqueue.gateway._fleetpull import ROUTINGS, FleetPull, Routing
+from prioqueue.records import Grant, WorkerInfo
 
 __all__ = ["ROUTINGS", "FleetGate", "FleetTurn", "Routing"]
-
-Routing = Literal["warm", "round-robin", "least-busy"]
-ROUTINGS: tuple[Routing, ...] = ("warm", "round-robin", "least-busy")
 
 FleetTurn = Turn
 """One request's turn on some upstream (the driver's turn; ``grant.worker`` names it)."""
@@ -88,23 +90,30 @@ class FleetGate(Driver[FleetDispatcher]):
             raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
         if not warm_hold >= 0:
             raise ValueError(f"warm_hold must be >= 0 seconds, got {warm_hold!r}")
-        super().__init__(fleet, clock=clock, hold=warm_hold)
-        self.routing: Routing = routing
-        self._live: list[str] = []
-        self._out: set[str] = set()
-        self._extra: dict[str, int] = {}
-        self._goes_on: set[str] = set()
-        self._bumped: dict[str, float] = {}
-        self._next = 0
-        self.busy_seconds: dict[str, float] = {}
-        self.grants: dict[str, int] = {}
+        self._pull = FleetPull(fleet, routing)
+        super().__init__(fleet, self._pull, clock=clock, hold=warm_hold)
 
     # -- reading -------------------------------------------------------------------------
 
     @property
+    def routing(self) -> Routing:
+        """How the gate routes: ``"warm"``, ``"round-robin"`` or ``"least-busy"``."""
+        return self._pull.routing
+
+    @property
     def live(self) -> tuple[str, ...]:
         """The upstreams in the fleet now (taken-out ones are not)."""
-        return tuple(self._live)
+        return self._pull.live
+
+    @property
+    def busy_seconds(self) -> Mapping[str, float]:
+        """Seconds each upstream held the gate's jobs, summed over ended grants."""
+        return self._pull.busy_seconds
+
+    @property
+    def grants(self) -> Mapping[str, int]:
+        """Grants each upstream took."""
+        return self._pull.grants
 
     def workers(self) -> list[WorkerInfo]:
         """The fleet's workers (live upstreams), by name."""
@@ -137,18 +146,7 @@ class FleetGate(Driver[FleetDispatcher]):
             since: When the report was asked for (the gate's clock); a report asked before
                 a lease cut a job there cannot lower the count (it may not know of it).
         """
-        before = self._extra.get(name, 0)
-        bumped = self._bumped.get(name)
-        if bumped is not None:
-            if since is not None and since < bumped:
-                extra = max(extra, before)
-            else:
-                del self._bumped[name]
-        if extra > 0:
-            self._extra[name] = extra
-        else:
-            self._extra.pop(name, None)
-        if extra < before:
+        if self._pull.reported(name, extra, since):
             self._pump(self.now())
 
     def put_back(
@@ -181,18 +179,9 @@ class FleetGate(Driver[FleetDispatcher]):
         # A worker taken out while holding jobs is still joined: join updates it and its
         # held jobs keep counting against its slots.
         self._d.join(name, models=models, slots=slots, slow=slow, resident=warm, now=now)
-        if warm is None and self.routing == "warm" and (name in self._live or name in self._out):
+        if warm is None and self.routing == "warm" and self._pull.known(name):
             self._d.heartbeat(name, now=now, resident=None)
-        self._out.discard(name)
-        if aborts:
-            self._goes_on.discard(name)
-        else:
-            self._goes_on.add(name)
-        if name not in self._live:
-            self._live.append(name)
-            self._live.sort()
-            self.busy_seconds.setdefault(name, 0.0)
-            self.grants.setdefault(name, 0)
+        self._pull.joined(name, aborts=aborts)
         self._pump(now)
 
     def set_resident(self, worker: str, model: str | None) -> None:
@@ -217,13 +206,12 @@ class FleetGate(Driver[FleetDispatcher]):
         Returns:
             The ids of the jobs still held on it.
         """
-        if name not in self._live:
+        if name not in self._pull.live:
             return []
         now = self.now()
-        self._live.remove(name)
         held = list(self._d.worker(name).held)
+        self._pull.taken_out(name, holding=bool(held))
         if held:
-            self._out.add(name)
             if self.routing == "warm":
                 self._d.heartbeat(name, now=now, resident=None)  # attracts no warm hold
         else:
@@ -240,79 +228,4 @@ class FleetGate(Driver[FleetDispatcher]):
         Returns:
             False when the turn holds no grant any more (its lease ran out): nothing changed.
         """
-        grant = turn._grant
-        if self._waiters.get(turn.job_id) is not turn or grant is None:
-            return False
-        now = self.now()
-        try:
-            self._d.requeue(turn.job_id, now=now)
-        except (UnknownJob, InvalidState):
-            return False
-        self._ended(grant, now)
-        turn._grant = None
-        turn._requeued = True
-        turn._revoked = None
-        loop = self._loop
-        turn._future = None if loop is None else loop.create_future()
-        self._pump(now)
-        return True
-
-    # -- the N-worker hooks of the driver ------------------------------------------------
-
-    def _order(self, now: float) -> list[str]:
-        if self._out:
-            self._settle(now)
-        live = self._live
-        if not live:
-            return []
-        if self.routing == "least-busy":
-            return sorted(live, key=lambda name: (self.busy_seconds.get(name, 0.0), name))
-        start = self._next % len(live)
-        self._next += 1
-        return live[start:] + live[:start]
-
-    def _settle(self, now: float) -> None:
-        """Let taken-out workers that hold nothing any more leave the fleet."""
-        for name in sorted(self._out):
-            try:
-                empty = not self._d.worker(name).held
-            except UnknownWorker:
-                self._out.discard(name)
-                continue
-            if empty:
-                self._out.discard(name)
-                self._d.leave(name, now=now)
-
-    def _full(self, worker: str) -> bool:
-        """Whether an upstream's held jobs plus the work it reports beyond them fill it."""
-        if not self._extra:
-            return False
-        info = self._d.worker(worker)
-        return len(info.held) + self._extra.get(worker, 0) >= info.slots
-
-    def _pop(self, worker: str, now: float) -> Grant | None:
-        grant = self._d.pop(worker, now=now)
-        if grant is not None and self.routing != "warm":
-            self._d.heartbeat(worker, now=now, resident=None)  # blind routing: forget residency
-        return grant
-
-    def _refused(self, worker: str) -> bool:
-        info = self._d.worker(worker)
-        return len(info.held) < info.slots
-
-    def _granted(self, turn: Turn, grant: Grant) -> None:
-        worker = grant.worker
-        assert worker is not None
-        self.grants[worker] = self.grants.get(worker, 0) + 1
-
-    def _ended(self, grant: Grant, now: float) -> None:
-        if grant.worker is not None:
-            held = max(0.0, now - grant.granted_at)
-            self.busy_seconds[grant.worker] = self.busy_seconds.get(grant.worker, 0.0) + held
-
-    def _on_expiry(self, record: Expired, now: float) -> None:
-        worker = record.worker
-        if worker is not None and worker in self._goes_on:
-            # Cut by its lease, it still runs there until the upstream says otherwise.
-            self._extra[worker] = self._extra.get(worker, 0) + 1
-            self._bumped[worker] = now
+        return self._requeue(turn, lambda job_id, now: self._d.requeue(job_id, now=now))
