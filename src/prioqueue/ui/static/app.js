@@ -368,4 +368,7 @@ $("search").addEventListener("submit", (event) => {
   poll();
 });
 
+// The page's formatter of durations, for tests/ui (a module's functions are not global).
+window.prioqueueSeconds = seconds;
+
 poll();
