@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -116,7 +115,6 @@ def test_docs_install_lines_work_from_a_clone() -> None:
             assert "release" in line, line  # the index name only with its caveat
 
 
-def test_startup_is_quick_enough_to_measure() -> None:
-    start = time.monotonic()
+def test_the_gateway_check_passes_from_a_clone() -> None:
+    # Behaviour only (no wall-clock bound: a busy machine must not fail it).
     assert main(["gateway", "--check"]) == 0
-    assert time.monotonic() - start < 10
