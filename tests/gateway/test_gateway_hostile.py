@@ -200,7 +200,8 @@ def test_extract_model_reads_forms_and_opaque_bodies() -> None:
 def test_a_stream_cut_by_its_lease_says_so(
     make_stack: StackFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
-    stack = make_stack({"limits": {"lease_seconds": 0.6}}, token_seconds=0.1)
+    # A lease of 3 s (the stream would take 10): its first token surely comes inside it.
+    stack = make_stack({"limits": {"lease_seconds": 3.0}}, token_seconds=0.1)
     caplog.set_level(logging.WARNING, logger="prioqueue.gateway")
     request = {**chat(tokens=100), "stream": True}
     with (
@@ -211,7 +212,7 @@ def test_a_stream_cut_by_its_lease_says_so(
         text = "".join(response.iter_text())
     last = text.strip().split("\n\n")[-1]
     assert last.startswith("event: error")
-    assert "lease of 0.6 s ran out" in last
+    assert "lease of 3 s ran out" in last
     assert "tok0" in text
     job = response.headers["x-prioqueue-job"]
     assert any(job in r.getMessage() and "lease" in r.getMessage() for r in caplog.records)

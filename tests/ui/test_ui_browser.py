@@ -111,7 +111,7 @@ def _write_config(path: Path, port: int, store: Path) -> Path:
     return path
 
 
-def _wait_serving(proc: BrokerProcess, timeout: float = 30.0, key: str = "wk-1") -> None:
+def _wait_serving(proc: BrokerProcess, timeout: float = 60.0, key: str = "wk-1") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.proc is not None
@@ -385,7 +385,7 @@ def test_the_page_survives_a_broker_restart(chrome: Any, broker: BrokerProcess) 
     wait_until(lambda: "unreachable" in chrome.find_element("id", "banner").text, "the outage")
     broker.start()
     _wait_serving(broker)
-    wait_until(lambda: chrome.find_element("id", "banner").text == "", "the recovery", 30.0)
+    wait_until(lambda: chrome.find_element("id", "banner").text == "", "the recovery")
     fresh(chrome)
     assert set(column(chrome, "#lanes tbody tr", "member")) == before
 
