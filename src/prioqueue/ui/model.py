@@ -91,20 +91,11 @@ Visible = Callable[[str], bool]
 
 
 def level_names(aliases: Mapping[str, int]) -> dict[str, str]:
-    """The name the page shows beside each level a priority alias names.
+    """The policy's name of each level an alias names (the first, where several do).
 
-    Args:
-        aliases: The service policy's aliases (``PriorityPolicy.aliases``: name to level).
-
-    Returns:
-        Level (a decimal string: a JSON object's key) to name; where several aliases name one
-        level, the first in the policy's order. Levels no alias names are absent (the page
-        shows their number alone). O(aliases).
+    ``aliases`` maps name to level; levels come back as decimal strings (JSON keys). O(aliases).
     """
-    names: dict[str, str] = {}
-    for name, level in aliases.items():
-        names.setdefault(str(level), name)
-    return names
+    return {str(level): name for name, level in reversed(list(aliases.items()))}
 
 
 def _r(value: float | None) -> float | None:
