@@ -69,7 +69,7 @@ def _stop(workers: list[Worker], threads: list[threading.Thread]) -> None:
     for w in workers:
         w.stop()
     for thread in threads:
-        thread.join(30)
+        thread.join(120)
     for w in workers:
         w.close()
 
@@ -228,7 +228,7 @@ def test_the_worker_cli_runs_a_command_per_job(tmp_path: Path, store: str) -> No
                     raise AssertionError("the command outlived its lease")
                 assert not (tmp_path / "slept").exists()
             cli.send_signal(signal.SIGTERM)
-            assert cli.wait(timeout=30) == 0, log.read_text()
+            assert cli.wait(timeout=120) == 0, log.read_text()
         finally:
             if cli.poll() is None:
                 cli.kill()
@@ -239,7 +239,7 @@ def test_jobs_wait_returns_when_the_job_ends_with_its_exit_status(tmp_path: Path
     with _broker(tmp_path, "sqlite") as proc:
         env = {"PRIOQUEUE_BROKER_URL": proc.url, "PRIOQUEUE_KEY": "sk-alice"}
         submit = _cli("jobs", "submit", "--payload", '{"n": 1}', env=env)
-        out, err = submit.communicate(timeout=30)
+        out, err = submit.communicate(timeout=120)
         assert submit.returncode == 0, err
         job_id = json.loads(out)["id"]
         waiting = _cli("jobs", "wait", job_id, env=env)
@@ -249,27 +249,27 @@ def test_jobs_wait_returns_when_the_job_ends_with_its_exit_status(tmp_path: Path
             job = worker.pop()
             assert job is not None
             job.complete({"answer": 42})
-            out, err = waiting.communicate(timeout=30)
+            out, err = waiting.communicate(timeout=120)
             assert waiting.returncode == 0, err
             assert json.loads(out)["result"] == {"answer": 42}
-            failing = json.loads(_cli("jobs", "submit", env=env).communicate(timeout=30)[0])
+            failing = json.loads(_cli("jobs", "submit", env=env).communicate(timeout=120)[0])
             job = worker.pop()
             assert job is not None
             job.fail("no")
             waited = _cli("jobs", "wait", failing["id"], env=env)
-            waited.communicate(timeout=30)
+            waited.communicate(timeout=120)
             assert waited.returncode == 3
         timeout = _cli("jobs", "wait", "--timeout", "0.2", _submit_one(env), env=env)
-        timeout.communicate(timeout=30)
+        timeout.communicate(timeout=120)
         assert timeout.returncode == 6
         missing = _cli("jobs", "get", "job-999", env=env)
-        _, err = missing.communicate(timeout=30)
+        _, err = missing.communicate(timeout=120)
         assert missing.returncode == 1
         assert b"404" in err
 
 
 def _submit_one(env: dict[str, str]) -> str:
-    out, _ = _cli("jobs", "submit", env=env).communicate(timeout=30)
+    out, _ = _cli("jobs", "submit", env=env).communicate(timeout=120)
     job_id: str = json.loads(out)["id"]
     return job_id
 
@@ -287,7 +287,7 @@ def test_a_worker_waiting_in_a_long_poll_gets_a_job_submitted_meanwhile(tmp_path
         assert thread.is_alive()  # waiting, not polling
         with Broker(proc.url, "sk-alice") as broker:
             job_id = broker.submit({"n": 1})
-        thread.join(30)
+        thread.join(120)
         assert got
         assert got[0] is not None
         assert got[0].id == job_id
@@ -320,7 +320,7 @@ def test_100_waiting_pops_and_a_sigterm_end_cleanly(tmp_path: Path) -> None:
 
         answers = asyncio.run(scenario())
         assert proc.proc is not None
-        assert proc.proc.wait(timeout=30) == 0
+        assert proc.proc.wait(timeout=120) == 0
         assert set(answers) <= {503, "RemoteProtocolError", "ReadError", "ConnectError"}
         assert 503 in answers
 

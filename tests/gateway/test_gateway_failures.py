@@ -234,7 +234,7 @@ def _gateway_process(
     output: list[str] = []
     try:
         yield process, f"http://127.0.0.1:{port}", output
-        assert process.wait(timeout=20) == 0
+        assert process.wait(timeout=60) == 0
     finally:
         if process.poll() is None:
             process.kill()

@@ -70,7 +70,7 @@ def test_listening_is_printed_once_the_port_accepts_connections() -> None:
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
     finally:
         process.terminate()
-        assert process.wait(timeout=20) == 0
+        assert process.wait(timeout=60) == 0
         assert process.stderr is not None
         process.stderr.close()
 
