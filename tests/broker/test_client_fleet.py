@@ -158,6 +158,51 @@ def test_500_jobs_5_kills(tmp_path: Path, store: str) -> None:
         _fleet_under_kills(proc, jobs=500, kills=5, seed=8)
 
 
+def test_a_job_popped_while_a_heartbeat_is_in_flight_is_not_taken_back(tmp_path: Path) -> None:
+    # Found by the busy-machine runs (issue 30): a heartbeat answered before a pop's grant was
+    # read after the job had joined held(), so the new job, missing from that answer, was
+    # dropped as "taken back" (and later handed back and run again elsewhere). Here the
+    # heartbeat thread is held between its answer and reading it while the second job is
+    # popped: the order a loaded machine made by chance.
+    with _submitter_and_worker(tmp_path, slots=2, heartbeat_interval=0.05) as (broker, worker):
+        first, second = broker.submit({"n": 1}), broker.submit({"n": 2})
+        answered, go_on = threading.Event(), threading.Event()
+        beats_after = [0]
+        real = worker._http.request
+
+        def request(method: str, path: str, **kwargs: Any) -> Any:
+            response = real(method, path, **kwargs)
+            beating = threading.current_thread().name.startswith("prioqueue-heartbeat")
+            if beating and path.endswith("/heartbeat"):
+                if go_on.is_set():
+                    beats_after[0] += 1
+                else:
+                    answered.set()
+                    go_on.wait(60)  # "hung" bound: the test sets it
+            return response
+
+        worker._http.request = request  # type: ignore[method-assign]
+        one = worker.pop()
+        assert one is not None
+        assert one.id == first
+        assert answered.wait(60)  # a heartbeat answered while only the first was held...
+        two = worker.pop()  # ...then the second granted
+        assert two is not None
+        assert two.id == second
+        go_on.set()  # the heartbeat thread reads the answer that does not list the second
+        for _ in range(1200):  # two more heartbeats (60 s: "hung")
+            if beats_after[0] >= 2:
+                break
+            time.sleep(0.05)
+        assert beats_after[0] >= 2
+        assert not two.lost
+        assert not one.lost
+        two.complete({"n": 2})
+        one.complete({"n": 1})
+        assert broker.wait(second, timeout=60) == {"n": 2}
+        assert broker.get(second)["attempt"] == 1  # never handed back, never run twice
+
+
 def test_a_job_taken_back_raises_job_lost_and_its_handler_stops(tmp_path: Path) -> None:
     with _submitter_and_worker(tmp_path, wait=5, heartbeat_interval=0.1) as (broker, worker):
         job_id = broker.submit({"n": 1})

@@ -450,6 +450,9 @@ class Worker:
             interval = min([self.heartbeat_interval] + [j.lease_seconds / 4 for j in held])
             if self._beat_stop.wait(interval):
                 return
+            # Only jobs held when the heartbeat leaves can be missing from its answer: one
+            # popped while it is in flight may be granted after the broker answered it.
+            sent_with = self.held()
             try:
                 response = self._http.request(
                     "POST",
@@ -467,7 +470,7 @@ class Worker:
                 listed = {(j["id"], int(j["attempt"])) for j in response.json()["jobs"]}
             else:
                 continue
-            for job in self.held():
+            for job in sent_with:
                 if (job.id, job.attempt) not in listed and not job.finished:
                     _log.warning("worker %s: %r was taken back", self.name, job)
                     self._drop(job, lost=True)
