@@ -88,3 +88,9 @@ def test_a_member_sees_nothing_of_the_others(steps: list[tuple[Any, ...]], who: 
     for worker in shown["workers"]:
         assert len(worker["swaps"]) <= _model.SWAPS_PER_WORKER
         assert len(worker["prefetched"]) <= 1  # slots = 2: one runs, one waits
+
+
+def test_level_names_invert_the_aliases_first_name_first() -> None:
+    assert _model.level_names({}) == {}
+    names = _model.level_names({"interactive": 100, "normal": 0, "default": 0, "batch": -100})
+    assert names == {"100": "interactive", "0": "normal", "-100": "batch"}

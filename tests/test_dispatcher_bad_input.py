@@ -154,7 +154,7 @@ def test_the_gate_frees_the_resource_when_the_charge_model_returns_nan() -> None
                 order.append(grant.job.id)
                 clock[0] += 1
 
-        await asyncio.wait_for(asyncio.gather(one("first"), one("second")), timeout=5)
+        await asyncio.wait_for(asyncio.gather(one("first"), one("second")), timeout=60)
         assert [type(ctx["exception"]) for ctx in reported] == [ChargeError]
         assert gate.dispatcher.stats(now=clock[0]).completed == 2
         return order

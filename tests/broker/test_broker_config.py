@@ -264,6 +264,6 @@ def test_sigterm_stops_the_broker_cleanly(tmp_path: Path) -> None:
         run(serve())
         broker.signal(signal.SIGTERM)
         assert broker.proc is not None
-        assert broker.proc.wait(timeout=30) == 0
+        assert broker.proc.wait(timeout=120) == 0
     finally:
         broker.kill()

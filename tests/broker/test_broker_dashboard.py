@@ -88,6 +88,8 @@ def test_an_observer_sees_every_member() -> None:
         assert not films["bob", "film"]["can_cancel"]  # an observer reads, never cancels
         levels = [level["level"] for level in data["levels"]]
         assert levels == [5, 0]
+        # The policy's names of the levels (its aliases), for the page to show beside them.
+        assert data["level_names"] == {"100": "interactive", "0": "normal", "-100": "batch"}
         assert set(data["levels"][0]["reorders"]) >= {"aging", "affinity", "tier"}
         root = await _dash(a, ROOT)
         assert all(g["can_cancel"] for g in root["groups"] if g["running"] + g["queued"])
@@ -324,5 +326,37 @@ def test_a_new_reorder_cause_reaches_the_page(monkeypatch: pytest.MonkeyPatch) -
             (level,) = (await _dash(a, SUBMITTER))["levels"]
             assert level["reorders"]["deferred_crossings"] == 3
             assert list(level["reorders"])[:4] == ["aging", "affinity", "tier", "fair_share"]
+
+    run(main())
+
+
+def test_the_level_names_are_the_policys_aliases() -> None:
+    async def main() -> None:
+        policy = {"aliases": {"urgent": 50, "asap": 50, "bulk": -20}}
+        async with api(keys=DASH_KEYS, policy=policy) as a:
+            await a.submit(priority="urgent")
+            data = await _dash(a, OPS)
+            names = data["level_names"]
+            assert (names["50"], names["-20"]) == ("urgent", "bulk")  # urgent: the first of two
+            assert names["100"] == "interactive"  # the built-in aliases stay
+            assert [level["level"] for level in data["levels"]] == [50]
+
+    run(main())
+
+
+def test_a_finished_shot_counts_its_gpu_time() -> None:
+    """GPU time is what the finished attempts held the GPU (the clock is moved by hand)."""
+
+    async def main() -> None:
+        async with api(keys=DASH_KEYS) as a:
+            shots = [await a.submit(model="m1", group="film", estimate=10.0) for _ in range(2)]
+            granted = (await a.pop("gpu-1")).json()
+            assert granted["id"] == shots[0]
+            a.clock.advance(42.5)
+            assert (await a.finish(shots[0], "gpu-1", granted["attempt"])).status_code == 200
+            (film,) = (await _dash(a, OPS))["groups"]
+            assert (film["done"], film["queued"]) == (1, 1)
+            assert film["gpu_seconds"] == 42.5
+            assert film["mean_runtime"] == 42.5
 
     run(main())

@@ -36,7 +36,7 @@ class Gate:
     def append(
         self, events: Sequence[Event], *, epoch: int, snapshot: Snapshot | None = None
     ) -> None:
-        self.event.wait(10)
+        self.event.wait(60)  # a test that forgets to open it fails instead of hanging
         self._append(events, epoch=epoch, snapshot=snapshot)
 
 
@@ -49,17 +49,23 @@ async def served(store: str, **config: Any) -> AsyncIterator[tuple[httpx.AsyncCl
             yield client, app.state.broker
 
 
-async def _until(predicate: Any, turns: int = 500) -> bool:
-    for _ in range(turns):
-        if predicate():
-            return True
-        await asyncio.sleep(0)
-    return bool(predicate())
+async def _until(predicate: Any, turns: int = 500, hung: float = 60.0) -> bool:
+    """Whether ``predicate`` became true: ``turns`` loop turns, then short sleeps (the commit
+    thread may need the GIL on a busy machine) until ``hung`` seconds of loop time."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + hung
+    turn = 0
+    while not predicate():
+        if loop.time() > deadline:
+            return False
+        turn += 1
+        await asyncio.sleep(0 if turn < turns else 0.01)
+    return True
 
 
 async def _no_barrier(store: str, **config: Any) -> None:
     async with served(store, **config) as (client, broker):
-        for _ in range(200):  # PostgreSQL: the elector wins first
+        for _ in range(1200):  # PostgreSQL: the elector wins first (60 s: "hung")
             if broker.serving:
                 break
             await asyncio.sleep(0.05)

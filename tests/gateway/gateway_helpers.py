@@ -135,9 +135,13 @@ def chat(model: str = "model-a", **fake: Any) -> dict[str, Any]:
 
 
 async def wait_for(
-    probe: Callable[[], Awaitable[bool]] | Callable[[], bool], timeout: float = 10.0
+    probe: Callable[[], Awaitable[bool]] | Callable[[], bool], timeout: float = 60.0
 ) -> None:
-    """Poll ``probe`` until it is true (a sync or async callable)."""
+    """Poll ``probe`` until it is true (a sync or async callable).
+
+    ``timeout`` means "hung", never "slow": generous, so a busy machine (a load of 4-7 on two
+    cores, coverage tracing) does not fail a test that would pass.
+    """
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         result = probe()
@@ -161,7 +165,9 @@ async def queued(client: httpx.AsyncClient) -> int:
     return int((await status(client))["queued"])
 
 
-def run(coro: Awaitable[Any], timeout: float = 30.0) -> Any:
+def run(coro: Awaitable[Any], timeout: float = 120.0) -> Any:
+    """Run ``coro`` with a bound that means "hung" (generous: see ``wait_for``)."""
+
     async def bounded() -> Any:
         return await asyncio.wait_for(coro, timeout)
 

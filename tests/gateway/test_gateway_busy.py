@@ -278,8 +278,10 @@ def test_a_flapping_or_slow_health_endpoint_never_runs_two_jobs_on_one_upstream(
             assert set(statuses) == {200}, statuses  # a flap cuts no request
             assert statuses.count(200) >= 50
 
-    run(main(), timeout=120)
-    assert up.outages == 50
+    run(main(), timeout=300)
+    # Each flap is an outage; a poll slower than its 0.1 s time-out on a busy machine may add
+    # one more (harmless: the purpose is below, one job per upstream through every flap).
+    assert up.outages >= 50
     for name, each in fleet.fakes.items():
         assert each.max_active == 1, name
 
@@ -287,11 +289,12 @@ def test_a_flapping_or_slow_health_endpoint_never_runs_two_jobs_on_one_upstream(
 def test_a_request_cut_by_its_lease_keeps_its_upstream_busy_until_it_says_idle(
     make_fleet: Any,
 ) -> None:
-    fleet: Fleet = make_fleet(
-        {"a": ("model-a",)}, {"health_seconds": 0.05, "limits": {"lease_seconds": 0.3}}
-    )
-    long = chat(tag="long", seconds=1.5)
-    _a_cut_request_delays_the_next(fleet.url, fleet.fakes["a"], CHAT, long)
+    # Only the long request's path has the short lease: the next one's own lease runs while
+    # it waits, and 0.3 s is too short for it on a busy machine.
+    limits = {"lease_seconds_by_path": {"/v1/completions": 0.3}}
+    fleet: Fleet = make_fleet({"a": ("model-a",)}, {"health_seconds": 0.05, "limits": limits})
+    long = {"model": "model-a", "prompt": "hi", "fake": {"tag": "long", "seconds": 1.5}}
+    _a_cut_request_delays_the_next(fleet.url, fleet.fakes["a"], "/v1/completions", long)
 
 
 def test_with_one_upstream_a_lease_cut_request_delays_the_next_until_idle(

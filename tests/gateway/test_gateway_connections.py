@@ -175,7 +175,7 @@ def test_idle_sockets_past_the_file_limit_do_not_lock_legitimate_clients_out(
             for sock in sockets:
                 sock.close()
             process.terminate()
-            process.wait(20)
+            process.wait(60)
             if process.stderr is not None:
                 process.stderr.close()
 

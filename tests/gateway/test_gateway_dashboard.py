@@ -47,6 +47,7 @@ def test_one_upstream_observer_and_submitter_views(make_stack: StackFactory) -> 
             seen = (await client.get("/prioqueue/dashboard", headers=as_key("k-watch"))).json()
             assert seen["service"] == "gateway"
             assert seen["scope"] == "all"
+            assert seen["level_names"] == {"100": "interactive", "0": "normal", "-100": "batch"}
             (upstream,) = seen["workers"]
             assert upstream["name"] == "upstream"
             assert upstream["resident"] == "model-a"

@@ -176,11 +176,13 @@ def test_upstream_5xx_is_502_and_frees_gpu(make_stack: StackFactory) -> None:
 
 
 def test_running_past_the_lease_is_504_and_frees_gpu(make_stack: StackFactory) -> None:
-    stack = make_stack({"aborts": True, "limits": {"lease_seconds": 0.3}}, aborts=True)
+    # The lease is every request's: 2 s, so that the next one (granted when the slow one is
+    # cut) is answered inside its own on a busy machine; the slow one would take 30 s.
+    stack = make_stack({"aborts": True, "limits": {"lease_seconds": 2.0}}, aborts=True)
 
     async def go() -> None:
-        async with httpx.AsyncClient(base_url=stack.url, timeout=10) as client:
-            slow = asyncio.ensure_future(client.post(CHAT, json=chat(tag="slow", seconds=5)))
+        async with httpx.AsyncClient(base_url=stack.url, timeout=60) as client:
+            slow = asyncio.ensure_future(client.post(CHAT, json=chat(tag="slow", seconds=30)))
             await wait_for(lambda: _eq(_running(client), 1))
             waiting = asyncio.ensure_future(client.post(CHAT, json=chat(tag="next")))
             response = await slow
@@ -232,7 +234,7 @@ def _gateway_process(
     output: list[str] = []
     try:
         yield process, f"http://127.0.0.1:{port}", output
-        assert process.wait(timeout=20) == 0
+        assert process.wait(timeout=60) == 0
     finally:
         if process.poll() is None:
             process.kill()
@@ -294,7 +296,7 @@ def test_command_runs_in_process_until_sigterm(make_stack: StackFactory) -> None
     seen: list[int] = []
 
     def client() -> None:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # "hung", not "slow"
         while time.monotonic() < deadline:
             try:
                 response = httpx.post(f"http://127.0.0.1:{port}{CHAT}", json=chat(), timeout=5)

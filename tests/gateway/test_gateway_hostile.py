@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 import socket
-import time
 from urllib.parse import urlsplit
 
 import httpx
@@ -20,7 +19,8 @@ from prioqueue.gateway.fake_upstream import FakeLlamaSwap, ServerThread
 def _connect(url: str) -> socket.socket:
     address = urlsplit(url)
     assert address.port is not None
-    return socket.create_connection((address.hostname, address.port), timeout=10)
+    # A generous bound that means "hung" (a read past it raises): never a speed check.
+    return socket.create_connection((address.hostname, address.port), timeout=60)
 
 
 def _read_all(sock: socket.socket) -> bytes:
@@ -61,10 +61,9 @@ def test_idle_and_slow_header_connections_are_closed(make_stack: StackFactory) -
     stack = make_stack({"limits": {"header_timeout": 0.5}})
     with _connect(stack.url) as idle, _connect(stack.url) as slow:
         slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
-        start = time.monotonic()
-        assert _read_all(idle) == b""  # closed without a word
+        # Closed without a word (nothing else closes a connection that sent no full head).
+        assert _read_all(idle) == b""
         assert _read_all(slow) == b""
-        assert time.monotonic() - start < 5
     with httpx.Client(base_url=stack.url, timeout=10) as client:  # normal requests still work
         assert client.post(CHAT, json=chat()).status_code == 200
 
@@ -114,13 +113,12 @@ def test_a_slow_reader_does_not_hold_the_gpu(make_stack: StackFactory) -> None:
         async def go() -> None:
             async with httpx.AsyncClient(base_url=stack.url, timeout=10) as client:
                 await wait_for(lambda: len(stack.fake.served) == 1)
-                start = time.monotonic()
 
                 async def freed() -> bool:
                     return (await status(client))["running"] is None
 
-                await wait_for(freed, timeout=10)
-                assert time.monotonic() - start < 8
+                # Freed by the drain limit (the lease is 900 s; the outcome below says why).
+                await wait_for(freed, timeout=60)
                 assert (await client.post(CHAT, json=chat())).status_code == 200
 
         run(go())
@@ -202,7 +200,8 @@ def test_extract_model_reads_forms_and_opaque_bodies() -> None:
 def test_a_stream_cut_by_its_lease_says_so(
     make_stack: StackFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
-    stack = make_stack({"limits": {"lease_seconds": 0.6}}, token_seconds=0.1)
+    # A lease of 3 s (the stream would take 10): its first token surely comes inside it.
+    stack = make_stack({"limits": {"lease_seconds": 3.0}}, token_seconds=0.1)
     caplog.set_level(logging.WARNING, logger="prioqueue.gateway")
     request = {**chat(tokens=100), "stream": True}
     with (
@@ -213,7 +212,7 @@ def test_a_stream_cut_by_its_lease_says_so(
         text = "".join(response.iter_text())
     last = text.strip().split("\n\n")[-1]
     assert last.startswith("event: error")
-    assert "lease of 0.6 s ran out" in last
+    assert "lease of 3 s ran out" in last
     assert "tok0" in text
     job = response.headers["x-prioqueue-job"]
     assert any(job in r.getMessage() and "lease" in r.getMessage() for r in caplog.records)
@@ -226,12 +225,10 @@ def test_an_upstream_that_never_answers_is_504_and_frees_the_gpu(
     # that goes on keeps the GPU busy until it says it is idle (test_gateway_busy.py).
     config = {"aborts": True, "limits": {"first_byte_timeout": 0.5, "lease_seconds": 60}}
     stack = make_stack(config, aborts=True)
-    with httpx.Client(base_url=stack.url, timeout=10) as client:
-        start = time.monotonic()
+    with httpx.Client(base_url=stack.url, timeout=60) as client:
         silent = client.post(CHAT, json=chat(hold="never"))
-        assert silent.status_code == 504
+        assert silent.status_code == 504  # by the first-byte timeout (the lease is 60 s)
         assert "no response within 0.5 s" in silent.json()["error"]["message"]
-        assert time.monotonic() - start < 5
         assert client.get("/prioqueue/status").json()["running"] is None
         assert client.post(CHAT, json=chat()).status_code == 200
 

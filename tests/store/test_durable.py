@@ -96,7 +96,7 @@ class Spy:
         self, events: Sequence[Event], *, epoch: int, snapshot: Snapshot | None = None
     ) -> None:
         if self.gate is not None:
-            self.gate.wait(5)
+            self.gate.wait(60)  # a test that forgets to release fails instead of hanging
         if self.fail is not None:
             raise self.fail
         self._append(events, epoch=epoch, snapshot=snapshot)

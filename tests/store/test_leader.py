@@ -30,6 +30,13 @@ from .pg import POSTGRES_URL
 T = TypeVar("T")
 FACTORY = dispatcher_factory(SizeOneDispatcher)
 FAST_LEASE = 2.0
+HANG = 60.0
+"""Every wait here is bounded by this: it means "hung", never "slow" (a busy machine, a load of
+4-7 on two cores, must not fail a test). How fast a takeover is belongs to
+benchmarks/bench_broker.py (its failover figure)."""
+PATIENT_LEASE = 2 * HANG
+"""The lease of electors whose takeover must not come from expiry: longer than any wait here,
+so a takeover inside ``HANG`` cannot be the lease running out."""
 
 
 def fast(schema: str, name: str, address: str | None = None) -> Elector:
@@ -41,6 +48,19 @@ def fast(schema: str, name: str, address: str | None = None) -> Elector:
         address=address,
         lease=FAST_LEASE,
         renew_interval=0.5,
+        poll_interval=0.05,
+    )
+
+
+def patient(schema: str, name: str, address: str | None = None) -> Elector:
+    """An elector whose lease outlasts every wait (a takeover inside ``HANG`` is not expiry)."""
+    return Elector(
+        POSTGRES_URL,
+        schema=schema,
+        name=name,
+        address=address,
+        lease=PATIENT_LEASE,
+        renew_interval=5.0,
         poll_interval=0.05,
     )
 
@@ -70,24 +90,41 @@ async def until(predicate: Callable[[], bool], timeout: float) -> float:
 
 def test_one_leader_and_a_standby_that_knows_where_it_is(pg_schema: str) -> None:
     async def main() -> None:
-        a = fast(pg_schema, "a", "http://a:1")
-        b = fast(pg_schema, "b", "http://b:2")
+        # A 4 s lease renewed every second (each renewal may take a second on a busy machine).
+        a, b = (
+            Elector(POSTGRES_URL, schema=pg_schema, name=name, address=address, lease=4.0,
+                    renew_interval=1.0, poll_interval=0.05)
+            for name, address in (("a", "http://a:1"), ("b", "http://b:2"))
+        )  # fmt: skip
         await a.start()
         epoch = await a.wait_leader()
         assert a.is_leader
         assert a.epoch == epoch == 1
         await b.start()
-        await asyncio.sleep(FAST_LEASE + 0.5)  # more than a lease: a renews, b stays a standby
+        await until(lambda: b.leader_name == "a", HANG)  # b has looked
+        await asyncio.sleep(4.5)  # more than a lease: a renews, b stays a standby
         assert a.is_leader
         assert not b.is_leader
         assert b.epoch is None
         assert b.leader_address == "http://a:1"
         assert b.leader_name == "a"
-        # A clean hand-over: the leader closes, the standby takes over at once.
-        start = time.monotonic()
         await a.aclose()
-        assert await asyncio.wait_for(b.wait_leader(), 2.0) == 2
-        assert time.monotonic() - start < FAST_LEASE  # not by expiry: at once
+        await b.aclose()
+
+    run(main)
+
+
+def test_a_leader_that_closes_hands_over_at_once(pg_schema: str) -> None:
+    async def main() -> None:
+        a, b = patient(pg_schema, "a", "http://a:1"), patient(pg_schema, "b", "http://b:2")
+        await a.start()
+        assert await a.wait_leader() == 1
+        await b.start()
+        await until(lambda: b.leader_name == "a", HANG)
+        # A clean hand-over: the leader closes, the standby takes over at once (within HANG,
+        # half the lease: not by expiry).
+        await a.aclose()
+        assert await asyncio.wait_for(b.wait_leader(), HANG) == 2
         assert b.leader_address == "http://b:2"
         await b.aclose()
 
@@ -107,7 +144,7 @@ def test_a_hung_leader_is_replaced_and_fenced(pg_schema: str) -> None:
         a._task.cancel()
         b = fast(pg_schema, "b")
         await b.start()
-        epoch_b = await asyncio.wait_for(b.wait_leader(), FAST_LEASE + 5)
+        epoch_b = await asyncio.wait_for(b.wait_leader(), HANG)
         assert epoch_b == epoch_a + 1
         assert not a.is_leader  # its own clock says its lease ran out
         store_b = open_store(POSTGRES_URL, schema=pg_schema)
@@ -141,11 +178,11 @@ def test_a_deposed_leader_steps_down_when_it_renews(pg_schema: str) -> None:
         a, epoch = await leading(pg_schema, "a")
         store = PostgresStore(POSTGRES_URL, schema=pg_schema)
         assert store.claim() == epoch + 1  # someone else took the store
-        await asyncio.wait_for(a.wait_step_down(), 2.0)
+        await asyncio.wait_for(a.wait_step_down(), HANG)
         assert not a.is_leader
         assert a.epoch is None
         # It keeps campaigning: with nobody renewing the new term, it leads again.
-        assert await asyncio.wait_for(a.wait_leader(), FAST_LEASE + 3) == epoch + 2
+        assert await asyncio.wait_for(a.wait_leader(), HANG) == epoch + 2
         a.step_down()
         assert not a.is_leader
         await a.aclose()
@@ -165,9 +202,9 @@ def test_a_leader_that_loses_its_connection_steps_down_and_campaigns_again(
         epoch = await a.wait_leader()
         store = PostgresStore(POSTGRES_URL, schema=pg_schema)
         store._execute("SELECT pg_terminate_backend(%s)", (a._conn.info.backend_pid,))
-        await asyncio.wait_for(a.wait_step_down(), FAST_LEASE + 2)
+        await asyncio.wait_for(a.wait_step_down(), HANG)
         # Its session died, so its lock is free: it reconnects and wins a new term.
-        assert await asyncio.wait_for(a.wait_leader(), FAST_LEASE + 5) == epoch + 1
+        assert await asyncio.wait_for(a.wait_leader(), HANG) == epoch + 1
         await a.aclose()
         store.close()
 
@@ -178,18 +215,15 @@ def test_a_leader_that_steps_down_hands_over_without_waiting_for_its_lease(
     pg_schema: str,
 ) -> None:
     async def main() -> None:
-        a, b = fast(pg_schema, "a"), fast(pg_schema, "b")
+        a, b = patient(pg_schema, "a"), patient(pg_schema, "b")
         await a.start()
         epoch = await a.wait_leader()
         await b.start()
-        # b campaigns in a thread against the database: no hook tells when it is between two
-        # polls (stepping down while its check is in flight can cost an extra epoch), so wait.
-        await asyncio.sleep(0.3)
+        await until(lambda: b.leader_name == "a", HANG)  # b campaigns: it has read the row
         a.step_down()  # e.g. its append was fenced
         assert not a.is_leader
-        start = time.monotonic()
-        await until(lambda: a.is_leader or b.is_leader, FAST_LEASE)
-        assert time.monotonic() - start < FAST_LEASE  # not by expiry
+        # Within HANG, half the lease: not by expiry.
+        await until(lambda: a.is_leader or b.is_leader, HANG)
         assert a.is_leader != b.is_leader
         assert (a.epoch or b.epoch) == epoch + 1
         await a.aclose()
@@ -235,7 +269,7 @@ class Child:
         assert self.proc.stdout is not None
         return self.proc.stdout
 
-    def wait_line(self, prefix: str, timeout: float = 20.0) -> str:
+    def wait_line(self, prefix: str, timeout: float = HANG) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             line = self.out.readline()
@@ -249,7 +283,7 @@ class Child:
     def acked(self) -> list[str]:
         return [line.split()[1] for line in self.lines if line.startswith("ACK ")]
 
-    def finish(self, timeout: float = 10.0) -> int:
+    def finish(self, timeout: float = HANG) -> int:
         rest, _ = self.proc.communicate(timeout=timeout)
         self.lines.extend(line.strip() for line in rest.splitlines())
         return self.proc.returncode
@@ -260,33 +294,33 @@ class Child:
             self.proc.wait(5)
 
 
-def test_a_standby_serves_within_5_s_of_the_leaders_sigkill(pg_schema: str) -> None:
-    child = Child(pg_schema, "old", 0)  # default timings
+def test_a_standby_serves_after_the_leaders_sigkill_without_waiting_for_its_lease(
+    pg_schema: str,
+) -> None:
+    # The old leader's lease outlasts every wait: the takeover comes from its session ending
+    # (the lock freed), not from expiry. How fast (5 s with the defaults) is a benchmark's.
+    child = Child(pg_schema, "old", PATIENT_LEASE)
     try:
         child.wait_line("LEADER")
         child.wait_line("ACK")
 
-        async def main() -> float:
-            b = Elector(POSTGRES_URL, schema=pg_schema, name="new")  # default timings
+        async def main() -> None:
+            b = patient(pg_schema, "new")
             await b.start()
-            await until(lambda: b.leader_name == "old", 5)
+            await until(lambda: b.leader_name == "old", HANG)
             os.kill(child.proc.pid, signal.SIGKILL)
-            killed = time.monotonic()
-            epoch = await asyncio.wait_for(b.wait_leader(), 10)
+            epoch = await asyncio.wait_for(b.wait_leader(), HANG)
             store = open_store(POSTGRES_URL, schema=pg_schema)
             durable = await DurableDispatcher.open(store, FACTORY, epoch=epoch)
             await durable.call("submit", job_id="after", member="new")
-            serving = time.monotonic() - killed
             child.finish()
             held = await durable.read(lambda d: set(state_of(d).entries))
             assert set(child.acked()) <= held  # every acknowledged submit survived
             await durable.aclose()
             store.close()
             await b.aclose()
-            return serving
 
-        serving = run(main)
-        assert serving < 5.0, serving
+        run(main)
     finally:
         child.kill()
 
@@ -302,16 +336,14 @@ def test_a_sigstopped_leader_is_replaced_then_fenced_when_it_resumes(pg_schema: 
         async def main() -> None:
             b = Elector(POSTGRES_URL, schema=pg_schema, name="new", lease=lease, renew_interval=0.5)
             await b.start()
-            await until(lambda: b.leader_name == "old", 5)
+            await until(lambda: b.leader_name == "old", HANG)
             os.kill(child.proc.pid, signal.SIGSTOP)
-            stopped = time.monotonic()
-            epoch = await asyncio.wait_for(b.wait_leader(), lease + 10)
+            epoch = await asyncio.wait_for(b.wait_leader(), HANG)  # by expiry
             store = open_store(POSTGRES_URL, schema=pg_schema)
             durable = await DurableDispatcher.open(store, FACTORY, epoch=epoch)
             await durable.call("submit", job_id="after", member="new")
-            assert time.monotonic() - stopped < lease + 5
             os.kill(child.proc.pid, signal.SIGCONT)
-            code = await asyncio.to_thread(child.finish, 15)
+            code = await asyncio.to_thread(child.finish)
             # Fenced (3), or its session was ended while stopped mid-append (4): either way
             # it stopped without appending.
             assert code in (3, 4), child.lines[-5:]

@@ -88,8 +88,10 @@ def chrome() -> Iterator[Any]:
         browser.quit()
 
 
-def wait_until(probe: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what``."""
+def wait_until(probe: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what``.
+
+    ``timeout`` means "hung", never "slow" (a busy machine must not fail a test)."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:

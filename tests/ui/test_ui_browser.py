@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import signal
 import threading
 import time
@@ -20,6 +21,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker.broker_helpers import BrokerProcess, free_port
 
@@ -108,14 +111,14 @@ def _write_config(path: Path, port: int, store: Path) -> Path:
     return path
 
 
-def _wait_serving(proc: BrokerProcess, timeout: float = 30.0) -> None:
+def _wait_serving(proc: BrokerProcess, timeout: float = 60.0, key: str = "wk-1") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.proc is not None
         if proc.proc.poll() is not None:
             raise AssertionError(f"the broker exited: {proc.log.read_text()[-2000:]}")
         with contextlib.suppress(httpx.HTTPError):
-            r = httpx.get(f"{proc.url}/v1/status", headers=_bearer("wk-1"), timeout=1.0)
+            r = httpx.get(f"{proc.url}/v1/status", headers=_bearer(key), timeout=1.0)
             if r.status_code == 200:
                 return
         time.sleep(0.1)
@@ -229,6 +232,15 @@ def test_observer_sees_every_member_worker_and_film(chrome: Any, broker: BrokerP
     assert forecast.startswith("in "), forecast
     levels = column(chrome, "#levels tbody tr", "level")
     assert levels == [str(level["level"]) for level in api["levels"]] == ["5", "2", "0"]
+    # Levels an alias of the policy names show that name beside the number.
+    assert column(chrome, "#levels tbody th") == ["5", "2", "normal (0)"]
+    # The finished shot ran for a few milliseconds: its GPU time is not shown as nothing.
+    gpu = chrome.find_element("css selector", '#films tr[data-group="film-1"] td.gpu').text
+    assert expected["gpu_seconds"] > 0
+    assert gpu == chrome.execute_script(
+        "return prioqueueSeconds(arguments[0])", expected["gpu_seconds"]
+    )
+    assert gpu != "0.0 s"
     causes = column(chrome, '#levels tr[data-level="0"] li', "cause")
     assert {"aging", "affinity", "tier", "fair_share"} <= set(causes)
     no_injection(chrome)
@@ -373,7 +385,7 @@ def test_the_page_survives_a_broker_restart(chrome: Any, broker: BrokerProcess) 
     wait_until(lambda: "unreachable" in chrome.find_element("id", "banner").text, "the outage")
     broker.start()
     _wait_serving(broker)
-    wait_until(lambda: chrome.find_element("id", "banner").text == "", "the recovery", 30.0)
+    wait_until(lambda: chrome.find_element("id", "banner").text == "", "the recovery")
     fresh(chrome)
     assert set(column(chrome, "#lanes tbody tr", "member")) == before
 
@@ -392,6 +404,163 @@ def test_cancelling_a_film_from_the_page(chrome: Any, broker: BrokerProcess) -> 
         ),
         "the film's new progress",
     )
+
+
+# ------------------------------------------------------------- a real-looking fleet (README)
+
+FLEET_KEYS: dict[str, dict[str, Any]] = {
+    "sk-kiri": {"role": "submitter", "member": "kiri-chat", "tier": "pro", "max_priority": 100},
+    "sk-northlight": {
+        "role": "submitter", "member": "northlight-studio", "tier": "max", "max_priority": 100,
+    },
+    "sk-nightly": {"role": "submitter", "member": "nightly-renders", "max_priority": 0},
+    "sk-ops": {"role": "submitter", "member": "ops", "observer": True, "admin": True},
+    "wk-fleet": {"role": "worker", "workers_prefix": "gpu-"},
+}  # fmt: skip
+FILM = "lighthouse-teaser"
+SHOT_SECONDS = 1.5  # how long the film's first shot holds its GPU (wall time: a real broker)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker that looks like a fleet in use: three members on three levels, a film, four
+    GPUs with their models. Its page is the README's screenshot."""
+    root = tmp_path_factory.mktemp("ui-fleet")
+    port = free_port()
+    config = root / "broker.toml"
+    lines = [f'listen = "127.0.0.1:{port}"', f'store = "sqlite:///{root / "broker.db"}"']
+    lines.append("worker_timeout_seconds = 0")
+    for name, entry in FLEET_KEYS.items():
+        lines.append(f"[keys.{json.dumps(name)}]")
+        lines.extend(f"{k} = {json.dumps(v)}" for k, v in entry.items())
+    config.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    proc = BrokerProcess(config, port, root / "broker.log").start()
+    try:
+        _wait_serving(proc, key="wk-fleet")
+        _seed_fleet(proc.url)
+        yield proc
+    finally:
+        proc.kill()
+
+
+def _seed_fleet(url: str) -> None:
+    with httpx.Client(base_url=url, timeout=10.0) as client:
+
+        def submit(key: str, model: str, priority: str, estimate: float, **body: Any) -> str:
+            body.update(model=model, priority=priority, estimate=estimate)
+            r = client.post("/v1/jobs", json=body, headers=_bearer(key))
+            assert r.status_code == 201, r.text
+            job_id: str = r.json()["id"]
+            return job_id
+
+        def pop(worker: str, models: list[str], **body: Any) -> dict[str, Any]:
+            r = client.post(
+                f"/v1/workers/{worker}/pop",
+                json={"models": models, **body},
+                headers=_bearer("wk-fleet"),
+            )
+            assert r.status_code == 200, r.text
+            granted: dict[str, Any] = r.json()
+            return granted
+
+        video = ["wan2.1-t2v"]
+        shots = [
+            submit("sk-northlight", "wan2.1-t2v", "normal", 240.0, group=FILM) for _ in range(6)
+        ]
+        first = pop("gpu-h100-1", video)
+        started = time.monotonic()
+        assert first["id"] == shots[0]
+        for _ in range(3):
+            submit("sk-kiri", "sdxl-turbo", "interactive", 6.0)
+        submit("sk-kiri", "llama-3.1-8b", "interactive", 12.0)
+        for _ in range(2):
+            submit("sk-northlight", "flux-dev", "normal", 60.0)
+        for _ in range(5):
+            submit("sk-nightly", "flux-dev", "batch", 90.0)
+        pop("gpu-a100-1", ["sdxl-turbo", "flux-dev"], slots=2)
+        pop("gpu-a100-1", ["sdxl-turbo", "flux-dev"], slots=2)  # prefetched
+        pop("gpu-4090-1", ["sdxl-turbo"])
+        pop("gpu-4090-2", ["llama-3.1-8b"])
+        time.sleep(max(0.0, SHOT_SECONDS - (time.monotonic() - started)))  # the shot runs
+        r = client.post(
+            f"/v1/jobs/{first['id']}/complete",
+            json={"worker": "gpu-h100-1", "attempt": first["attempt"], "result": None},
+            headers=_bearer("wk-fleet"),
+        )
+        assert r.status_code == 200, r.text
+        assert pop("gpu-h100-1", video)["id"] == shots[1]
+
+
+def test_a_real_looking_fleet_reads_as_a_person_expects(chrome: Any, fleet: BrokerProcess) -> None:
+    api = _dashboard(fleet.url, "sk-ops")
+    login(chrome, f"{fleet.url}/ui", "sk-ops")
+    assert column(chrome, "#levels tbody th") == [
+        "interactive (100)",
+        "normal (0)",
+        "batch (-100)",
+    ]
+    assert column(chrome, "#lanes tbody td:first-child") == [
+        "interactive (100)",
+        "normal (0)",
+        "batch (-100)",
+    ]
+    film = next(g for g in api["groups"] if g["group"] == FILM)
+    assert (film["done"], film["running"], film["queued"]) == (1, 1, 4)
+    assert film["gpu_seconds"] >= SHOT_SECONDS
+    gpu = chrome.find_element("css selector", f'#films tr[data-group="{FILM}"] td.gpu').text
+    assert gpu == chrome.execute_script(
+        "return prioqueueSeconds(arguments[0])", film["gpu_seconds"]
+    )
+    assert gpu.endswith(" s")
+    assert float(gpu.removesuffix(" s")) >= SHOT_SECONDS
+    text = chrome.find_element("tag name", "main").text
+    assert not re.search(r"\b60 (s|min)\b", text), text
+    assert re.search(r"lease 1[45] min \d\d? s left", text), text  # 900 s leases
+    assert column(chrome, "#gpus tbody tr", "worker") == [
+        "gpu-4090-1",
+        "gpu-4090-2",
+        "gpu-a100-1",
+        "gpu-h100-1",
+    ]
+    screenshot(chrome, "broker-fleet")
+
+
+# Each shown form, parsed back to seconds: (value, half of the unit shown).
+_SHOWN = (
+    (re.compile(r"< 0\.1 s"), lambda m: (0.025, 0.025)),
+    (re.compile(r"(\d)\.(\d) s"), lambda m: (int(m[1]) + int(m[2]) / 10, 0.05)),
+    (re.compile(r"([1-5]\d) s"), lambda m: (int(m[1]), 0.5)),
+    (re.compile(r"([1-9]|[1-5]\d) min ([1-5]?\d) s"), lambda m: (60 * int(m[1]) + int(m[2]), 0.5)),
+    (re.compile(r"([1-9]\d*) h ([1-5]?\d) min"), lambda m: (3600 * int(m[1]) + 60 * int(m[2]), 30)),
+)
+
+
+def _shown_seconds(shown: str) -> tuple[float, float]:
+    for pattern, value in _SHOWN:
+        match = pattern.fullmatch(shown)
+        if match:
+            return value(match)
+    raise AssertionError(f"not a duration the page shows: {shown!r}")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(0, 10**7, allow_nan=False), min_size=1, max_size=40))
+def test_the_duration_formatter_never_shows_60_and_never_runs_backwards(
+    chrome: Any, fleet: BrokerProcess, values: list[float]
+) -> None:
+    if not chrome.current_url.startswith(fleet.url):
+        chrome.get(f"{fleet.url}/ui")
+    edges = [0.04, 9.95, 59.5, 59.6, 899.6, 3599.4, 3599.5, 3599.6, 86399.9]
+    xs = sorted([*values, *edges])
+    shown: list[str] = chrome.execute_script("return arguments[0].map(prioqueueSeconds)", xs)
+    parsed = [_shown_seconds(text) for text in shown]  # no "60 s", no "60 min": no match
+    for x, text, (value, half) in zip(xs, shown, parsed, strict=True):
+        if text == "< 0.1 s":
+            assert 0 < x < 0.05
+        else:
+            assert abs(value - x) <= half + 1e-9, (x, text)
+    assert [v for v, _ in parsed] == sorted(v for v, _ in parsed)  # longer never reads shorter
+    assert shown[xs.index(899.6)] == "15 min 0 s"  # was "14 min 60 s"
 
 
 # ---------------------------------------------------------------------------- the gateway

@@ -65,6 +65,10 @@ class DashboardView(BaseModel):
     queued: int = Field(description="Jobs queued now (all members).")
     running: int = Field(description="Jobs held by workers now (all members).")
     totals: dict[str, int] = Field(description="Counts since the first start, by outcome.")
+    level_names: dict[str, str] = Field(
+        description="The policy's name of each level an alias names (level, as a string, to "
+        'name: "100": "interactive" by default); the page shows it beside the number.'
+    )
     levels: list[dict[str, Any]] = Field(
         description="Per priority level, highest first: queued, oldest_wait, mean_wait, "
         "dispatched, recent_grants, grants_per_minute, wait_p50 and wait_p95 (upper bounds of "
@@ -144,6 +148,7 @@ async def dashboard(
     broker = state.broker
     recent = _state(state, "dashboard_recent", _model.Recent)
     forecasts = _state(state, "dashboard_forecast", _model.ForecastCache)
+    names = _model.level_names(broker.config.policy.aliases)
 
     def build(engine: Any) -> dict[str, Any]:
         # Runs inside the broker's query: it sees applied state and writers never wait for it
@@ -188,6 +193,7 @@ async def dashboard(
             "queued": stats.queued,
             "running": len(stats.held),
             "totals": dict(engine.counts),
+            "level_names": names,
             "levels": recent.levels(stats, wall),
             "lanes": lanes,
             "workers": workers,

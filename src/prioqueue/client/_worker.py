@@ -406,6 +406,7 @@ class Worker:
             interval = min([self.heartbeat_interval] + [j.lease_seconds / 4 for j in held])
             if self._beat_stop.wait(interval):
                 return
+            sent_with = self.held()  # one popped from now on may be granted after the answer
             try:
                 response = self._http.request(
                     "POST",
@@ -417,13 +418,11 @@ class Worker:
             except Exception:  # pragma: no cover - keep beating whatever happened
                 _log.exception("worker %s: heartbeat failed", self.name)
                 continue
-            if response.status_code == 404:
-                listed: set[tuple[str, int]] = set()
-            elif response.status_code == 200:
-                listed = {(j["id"], int(j["attempt"])) for j in response.json()["jobs"]}
-            else:
+            if response.status_code not in (200, 404):
                 continue
-            for job in self.held():
+            jobs = response.json()["jobs"] if response.status_code == 200 else []
+            listed = {(j["id"], int(j["attempt"])) for j in jobs}
+            for job in sent_with:  # not self.held(): a newer job is missing yet still ours
                 if (job.id, job.attempt) not in listed and not job.finished:
                     _log.warning("worker %s: %r was taken back", self.name, job)
                     self._drop(job, lost=True)

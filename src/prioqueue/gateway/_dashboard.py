@@ -123,6 +123,7 @@ def dashboard(gateway: Gateway, who: Identity, job: str | None = None) -> dict[s
             "expired": stats.expired,
             "failed": stats.failed,
         },
+        "level_names": _model.level_names(gateway.config.policy.aliases),
         "levels": recent.levels(stats, now),
         "lanes": _model.lanes(d, now, visible, history),
         "workers": workers,

@@ -7,6 +7,8 @@ A dashboard poll reads the dispatcher the service already holds; it never change
 the gateway at its gate's). Every function here costs O(levels + lanes + workers + groups)
 plus fixed bounds, never O(queued jobs):
 
+* **Level names**: levels are numbers; :func:`level_names` gives the policy's names for
+  them (its aliases: ``interactive``, ``normal``, ``batch`` by default), shown beside them.
 * **Levels** come from ``stats()`` (O(levels + members + workers)). "Recent" figures (grants
   per minute, p50/p95 of the grant waits) are the change of the level's cumulative counters
   over the last :data:`WINDOW` seconds, kept by :class:`Recent` as one sample of the counters
@@ -61,6 +63,7 @@ __all__ = [
     "history",
     "job",
     "lanes",
+    "level_names",
     "split_group",
     "workers",
 ]
@@ -85,6 +88,14 @@ FORECAST_EVERY: Final = 10.0
 """Seconds a finish forecast is reused for before the next poll computes it again."""
 
 Visible = Callable[[str], bool]
+
+
+def level_names(aliases: Mapping[str, int]) -> dict[str, str]:
+    """The policy's name of each level an alias names (the first, where several do).
+
+    ``aliases`` maps name to level; levels come back as decimal strings (JSON keys). O(aliases).
+    """
+    return {str(level): name for name, level in reversed(list(aliases.items()))}
 
 
 def _r(value: float | None) -> float | None:

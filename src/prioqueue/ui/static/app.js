@@ -42,7 +42,7 @@ const TABLES = [
   ["gpus", "GPUs", "Workers and upstreams",
     ["GPU", "Resident model", "Running", "Prefetched", "State", "Recent swaps"]],
   ["films", "Films", "Groups: progress, GPU time and forecast finish",
-    ["Film", "Member", "Progress", "GPU-seconds", "Forecast finish", "Action"]],
+    ["Film", "Member", "Progress", "GPU time", "Forecast finish", "Action"]],
 ];
 
 function tableSection([id, heading, caption, columns, above]) {
@@ -55,12 +55,28 @@ function tableSection([id, heading, caption, columns, above]) {
       el("tbody")));
 }
 
+// A duration as a person reads it: "4.2 s", "42 s", "14 min 5 s", "2 h 7 min". The value is
+// rounded to the unit shown first and split after, so a part never reads 60 ("14 min 60 s"
+// was 14 min 59.6 s) and a longer duration never reads shorter. A positive duration too
+// short for a tenth reads "< 0.1 s", not "0.0 s".
 function seconds(value) {
   if (value === null || value === undefined) return "–";
-  const s = Number(value);
-  if (s < 60) return `${s.toFixed(s < 10 ? 1 : 0)} s`;
-  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
-  return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
+  const s = Math.max(0, Number(value));
+  if (!Number.isFinite(s)) return "–";
+  const tenths = Math.round(s * 10);
+  if (tenths < 100) return tenths === 0 && s > 0 ? "< 0.1 s" : `${(tenths / 10).toFixed(1)} s`;
+  const whole = Math.round(s);
+  if (whole < 60) return `${whole} s`;
+  if (whole < 3600) return `${Math.floor(whole / 60)} min ${whole % 60} s`;
+  const minutes = Math.round(s / 60);
+  return `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
+}
+
+// A level as the policy names it ("interactive (100)"), or its number where no alias names it.
+let levelNames = {};
+function levelName(level) {
+  const name = levelNames[String(level)];
+  return name === undefined ? String(level) : `${name} (${level})`;
 }
 
 function bar(fraction, label, kind = "") {
@@ -117,7 +133,7 @@ function renderLevels(data) {
         bar(n / most, `${cause}: ${n}`), el("span", { class: "num", text: n }))));
     const q = (v) => (v === null ? "–" : `≤ ${seconds(v)}${level.wait_open ? "+" : ""}`);
     return el("tr", { "data-level": level.level },
-      el("th", { scope: "row", text: level.level }),
+      el("th", { scope: "row", text: levelName(level.level) }),
       el("td", { text: level.queued }),
       el("td", { text: seconds(level.oldest_wait) }),
       el("td", { text: q(level.wait_p50) }),
@@ -137,7 +153,7 @@ function renderLanes(data) {
       el("span", { class: "num", text: `${(service * 100).toFixed(0)}% / ${(lane.fair_share * 100).toFixed(0)}%` }));
     const jobs = el("ul", { class: "jobs" }, ...lane.jobs.map((job) => el("li", {}, jobButton(job))));
     return el("tr", { "data-member": lane.member, "data-level": lane.level },
-      el("td", { text: lane.level }),
+      el("td", { text: levelName(lane.level) }),
       el("th", { scope: "row", class: "member", text: lane.member }),
       el("td", { text: lane.queued }),
       el("td", { text: lane.running }),
@@ -222,7 +238,7 @@ function renderFilms(data) {
       el("th", { scope: "row", text: g.group }),
       el("td", { text: g.member }),
       el("td", {}, progress, counts),
-      el("td", { text: g.gpu_seconds === null ? "–" : Number(g.gpu_seconds).toFixed(1) }),
+      el("td", { class: "gpu", text: seconds(g.gpu_seconds) }),
       el("td", { class: "forecast", text: forecast }),
       el("td", {}, action));
   });
@@ -247,7 +263,7 @@ function renderJob(data) {
     return;
   }
   const parts = [el("h3", { text: `Job ${job.id}` }), dl([
-    ["State", job.state], ["Member", job.member ?? "–"], ["Priority", job.priority ?? "–"],
+    ["State", job.state], ["Member", job.member ?? "–"], ["Priority", job.priority === null || job.priority === undefined ? "–" : levelName(job.priority)],
     ["Model", job.model ?? "–"], ["Film", job.group ?? "–"], ["Worker", job.worker ?? "–"],
     ["Lease left", seconds(job.lease_remaining)],
   ])];
@@ -268,10 +284,10 @@ function renderJob(data) {
     parts.push(el("h4", { text: `Ahead (${ex.ahead.length})` }),
       el("ol", { class: "ahead" }, ...ex.ahead.map((a) => el("li", {},
         a.hidden ? who(a) : jobButton({ id: a.id, model: null }),
-        ` level ${a.priority}, score ${a.score}${a.start_in === null ? "" : `, starts in ${seconds(a.start_in)}`}`))));
+        ` level ${levelName(a.priority)}, score ${a.score}${a.start_in === null ? "" : `, starts in ${seconds(a.start_in)}`}`))));
     parts.push(el("h4", { text: `Overtaken by (${ex.overtaken_by.length})` }),
       el("ol", { class: "overtakes" }, ...ex.overtaken_by.map((o) => el("li", {
-        text: `${who(o)}: level ${o.priority}, by ${o.cause.replaceAll("_", " ")} (margin ${o.margin}), ${seconds(o.ago)} ago` }))));
+        text: `${who(o)}: level ${levelName(o.priority)}, by ${o.cause.replaceAll("_", " ")} (margin ${o.margin}), ${seconds(o.ago)} ago` }))));
   }
   box.replaceChildren(...parts);
 }
@@ -281,6 +297,7 @@ function render(data) {
     : `${data.member} (${data.scope === "all" ? (data.admin ? "admin" : "observer") : "submitter"})`;
   $("who").textContent = `Signed in as ${who}`;
   $("job-section").hidden = data.role === "worker";
+  levelNames = data.level_names || {};
   renderLevels(data);
   renderLanes(data);
   renderGpus(data);
@@ -350,5 +367,8 @@ $("search").addEventListener("submit", (event) => {
   selectedJob = id || null;
   poll();
 });
+
+// The page's formatter of durations, for tests/ui (a module's functions are not global).
+window.prioqueueSeconds = seconds;
 
 poll();
