@@ -86,6 +86,7 @@ def submit(
     state.queued_bytes.held(record, size)
     if idempotency_key is not None:
         state.idempotency[(member, idempotency_key)] = (job_id, digest)
+    state._note_queued(record)
     return attrs.evolve(record), True
 
 

@@ -27,11 +27,14 @@ Theory of operation (the invariants are in docs/design/long-poll.md):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+import contextlib
+import functools
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-from prioqueue.broker._changes import Changes
-from prioqueue.broker._records import FINISHED, JobRecord
+from prioqueue.broker import _workers
+from prioqueue.broker._changes import Changes, PopWaiter
+from prioqueue.broker._records import FINISHED, JobRecord, Rejected
 from prioqueue.broker.engine import BrokerEngine
 from prioqueue.broker.service import Broker, Stopping
 
@@ -47,7 +50,11 @@ async def _sleep_on(token: asyncio.Future[None], timeout: float) -> None:
 
 
 async def long_pop(
-    broker: Broker, worker: str, spec: Mapping[str, Any], wait: float
+    broker: Broker,
+    worker: str,
+    spec: Mapping[str, Any],
+    wait: float,
+    gone: Callable[[], Awaitable[bool]] | None = None,
 ) -> tuple[JobRecord | None, Mapping[str, int]]:
     """Pop for ``worker``, waiting up to ``wait`` seconds for a job it may take.
 
@@ -56,30 +63,62 @@ async def long_pop(
         worker: The worker's name.
         spec: Its settings (``models``, ``resident``, ``slots``, ``slow``).
         wait: Seconds to wait (0: answer at once).
+        gone: Says whether the client has gone (its connection closed). Asked before each
+            try and after a grant: a pop whose client has gone takes nothing, and a grant
+            made as it left is given back at once (a journaled ``release``).
 
     Returns:
-        ``(record, {})`` for a grant, or ``(None, idle reasons)`` when the time ran out.
+        ``(record, {})`` for a grant, or ``(None, idle reasons)`` when the time ran out
+        (``(None, {})`` when the client has gone).
 
     Raises:
         Standby: The replica does not serve (or stopped serving while waiting), or it is
             stopping (``Stopping``).
         Rejected: The engine refused the settings.
 
-    Complexity: one ``try_pop`` per change while it waits (O(1) when nothing is queued).
+    Complexity: one ``try_pop`` per wake-up that concerns this worker (a job it could take
+    became takeable, its own job ended); none for other changes.
     """
     loop = asyncio.get_running_loop()
     end = loop.time() + wait
     args = {"worker": worker, **spec}
     changes = broker.changes
     changes.waiting[worker] = changes.waiting.get(worker, 0) + 1
+    waiter = PopWaiter(worker, spec.get("models"), spec.get("resident"))
+    changes.file(waiter)  # before the first try: a job queued from now on wakes it
+    held: list[str | None] = []
     try:
-        return await _long_pop(broker, worker, args, loop, end)
+        record, idle = await _long_pop(broker, waiter, args, (loop, end), held, gone)
+        if record is not None and gone is not None and await gone():
+            await _give_back(broker, record)
+            return None, {}
+        return record, idle
     finally:
+        changes.unfile(waiter)
+        # A grant (perhaps of another job) or a departure: what it was woken for goes on.
+        changes.hand_on([*held, *waiter.tokens])
+        waiter.tokens.clear()
         left = changes.waiting[worker] - 1
         if left:
             changes.waiting[worker] = left
         else:
             del changes.waiting[worker]
+
+
+async def _give_back(broker: Broker, record: JobRecord) -> None:
+    """The client left while its grant was made: the job goes back now, journaled."""
+    assert record.worker is not None
+    args = {"job_id": record.id, "worker": record.worker, "attempt": record.attempt}
+    with contextlib.suppress(Rejected):  # already taken back (a tick, a leave): nothing to do
+        await broker.run("release", args)
+
+
+def _liveness_due(broker: Broker, worker: str) -> bool:
+    engine = broker.engine
+    if engine is None:
+        return False
+    due = engine.liveness_due(worker)
+    return due is not None and broker.now() >= due
 
 
 async def _refresh(broker: Broker, worker: str) -> None:
@@ -96,40 +135,77 @@ async def _refresh(broker: Broker, worker: str) -> None:
         done.set_result(None)
 
 
+def _settle(
+    broker: Broker, engine: BrokerEngine, waiter: PopWaiter, held: list[str | None]
+) -> None:
+    """The waiter's pop found nothing: decide what becomes of the wake-ups it held.
+
+    A worker whose slots are full could take nothing whatever the job: the wake-ups go on to
+    other waiters. Otherwise the job is not takeable by any waiter it was offered to (it was
+    taken, or its member is at its cap, or it is delayed: news that the engine notes when it
+    changes), so the wake-up is dropped, except for the warm hold, which lapses with time:
+    then the job is offered again when the hold must have lapsed.
+    """
+    changes = broker.changes
+    if _workers.slots_full(engine, waiter.worker):
+        changes.hand_on(held)
+    else:
+        changes.dropped += len(held)
+        hold = engine.config.warm_hold_seconds
+        if hold > 0:
+            loop = asyncio.get_running_loop()
+            for model in held:
+                loop.call_later(hold, changes.offer, model)
+    held.clear()
+
+
 async def _long_pop(
     broker: Broker,
-    worker: str,
+    waiter: PopWaiter,
     args: Mapping[str, Any],
-    loop: asyncio.AbstractEventLoop,
-    end: float,
+    until: tuple[asyncio.AbstractEventLoop, float],
+    held: list[str | None],
+    gone: Callable[[], Awaitable[bool]] | None,
 ) -> tuple[JobRecord | None, Mapping[str, int]]:
     changes = broker.changes
+    worker = waiter.worker
+    loop, end = until
+    woken = False  # the first try joins or refreshes the worker itself if it must
     while True:
-        token = changes.token()
+        held.extend(waiter.tokens)
+        waiter.tokens.clear()
+        waiter.nudged = False
+        if gone is not None and await gone():
+            return None, {}  # nobody to answer: take nothing (its wake-ups go on)
+        if woken and _liveness_due(broker, worker):
+            await _refresh(broker, worker)  # one event for the fleet, not a pop each
+        woken = True
         result = await broker.run("try_pop", args)
         if result is not None and result.record is not None:
             return result.record, {}
-        while True:
+        while not (waiter.tokens or waiter.nudged):  # else: news came during the try
+            engine = broker.engine
+            if engine is None:
+                break  # stepped down: try_pop raises Standby with the leader
+            if held:
+                _settle(broker, engine, waiter, held)
             left = end - loop.time()
             if left <= 0:
                 return None, await _idle(broker, worker, result)
             if changes.draining:
                 raise Stopping()
-            engine = broker.engine
-            if engine is None:
-                break  # stepped down: try_pop raises Standby with the leader
             due = engine.liveness_due(worker)
-            now = broker.now()
-            if due is not None and now >= due:
+            if _liveness_due(broker, worker):
                 await _refresh(broker, worker)
                 continue
-            timeout = left if due is None else min(left, due - now + 0.001)
-            await _sleep_on(token, timeout)
+            timeout = left if due is None else min(left, due - broker.now() + 0.001)
+            changes.file(waiter, full=_workers.slots_full(engine, worker))
+            waiter.future = future = loop.create_future()
+            try:
+                await _sleep_on(future, timeout)
+            finally:
+                waiter.future = None
             result = None  # its idle reasons are stale now
-            token = changes.token()
-            engine = broker.engine
-            if engine is None or changes.draining or len(engine.fleet) > 0:
-                break  # something may be eligible: try again
 
 
 async def _idle(broker: Broker, worker: str, result: Any) -> Mapping[str, int]:
@@ -183,14 +259,19 @@ async def wait_job(
     end = loop.time() + wait
     changes = broker.changes
 
-    def read(engine: BrokerEngine) -> tuple[bool, _T]:
+    def read(final: bool, engine: BrokerEngine) -> tuple[bool, _T | None]:
         record = engine.owned(job_id, member)
-        return record.state in FINISHED, render(engine, record)
+        if final or record.state in FINISHED:
+            return True, render(engine, record)
+        return False, None  # not rendered: a waiter's answer is built once
 
     while True:
-        token = changes.token()
-        finished, answer = await broker.query(read)
-        left = end - loop.time()
-        if finished or left <= 0 or changes.draining:
-            return answer
-        await _sleep_on(token, left)
+        future = changes.watch_job(job_id)  # before the read: its end wakes this waiter
+        try:
+            final = changes.draining or end - loop.time() <= 0
+            done, answer = await broker.query(functools.partial(read, final))
+            if done:
+                return answer  # type: ignore[return-value]  # rendered when done
+            await _sleep_on(future, end - loop.time())
+        finally:
+            changes.unwatch_job(job_id, future)
