@@ -2,13 +2,12 @@
 
 Theory of operation (the invariants are in docs/design/long-poll.md):
 
-* :class:`Changes` is one future, fired (and replaced) by the engine as soon as it applied an
-  operation (submit, complete, fail, cancel, a tick that took a lease back, a worker
-  leaving), and on a change of role (stepping down, stopping). Firing at apply time, not at
-  commit, lets a waiting worker's grant join the submit's group commit; the grant is still
-  answered only once it is durable (after the submit, which precedes it in the journal).
-  A waiter takes the current future *before* it looks at the state, so a change between
-  its look and its wait still wakes it: no change is missed and no timer loop runs.
+* :class:`Changes` (``_changes``) wakes only the waiters a change concerns: a job waiter
+  when its job finishes, a pop waiter when a job it could take became takeable (one waiter
+  per job, handed on) or its own worker's job ended. The engine notes what each operation
+  changed as it applies it, not at commit, so a waiting worker's grant joins the submit's
+  group commit; the grant is still answered only once it is durable. A waiter is filed
+  *before* it looks at the state, so a change between its look and its wait still wakes it.
 * :func:`long_pop` tries the engine's ``try_pop``, which is journaled only when it grants a
   job, joins or updates a worker, or refreshes a worker's liveness (at most once per
   ``worker_timeout / 2``); a pop that finds nothing writes nothing. While it waits, the only
@@ -16,8 +15,10 @@ Theory of operation (the invariants are in docs/design/long-poll.md):
   ``refresh`` for every waiting worker, so a waiting fleet writes one event per
   ``worker_timeout / 2`` whatever its size. A grant happens inside the journaled operation, so a
   crash between grant and answer is covered by the worker's next heartbeat.
-* :func:`wait_job` re-reads the job (committed state only) at each change until it is
-  finished or the time runs out.
+* :func:`wait_job` reads its job's state (committed state only) when it starts and when
+  the job finishes, and renders its answer once.
+* A pop whose client has gone takes nothing; a grant made as it left is given back at once
+  (a journaled ``release``).
 * A replica that stops serving wakes its waiters: they answer 503 with the leader's
   address (:class:`~prioqueue.broker.service.Standby`); a stopping broker answers waiting
   pops 503 at once, and waiting job reads with the job as it stands, so a SIGTERM never
