@@ -1,0 +1,227 @@
+"""Submits/s while long polls wait, and the cost of a fleet joining at once (issue 30).
+
+Run: ``python benchmarks/bench_broker_waiters.py [--waiters 200,500,2000] [--kind job,pop]
+[--seconds S] [--producers 20] [--join 500,2000]``.
+
+* **Submits with waiters.** ``prioqueue broker`` on SQLite runs as a subprocess on a loopback
+  port. N long polls wait on it, then ``--producers`` concurrent producers submit single jobs
+  (``model = "flux"``) for S seconds: submits/s and the p50/p99 answer time. ``job``: N
+  ``GET /v1/jobs/{id}?wait=60`` on N queued jobs that never finish. ``pop``: N workers
+  long-polling ``models = ["sdxl"]`` (a model nobody submits) with one job queued. The
+  baseline is the same producers with no waiter, on a fresh broker run just before each
+  point, so every ratio compares two neighbours (the machine is shared: absolute figures
+  move, ratios much less). Goal (issue 30): >= 0.8x of none at 2,000 waiters, both kinds.
+* **Joining.** N workers start to long-poll at once (each joins: a journaled pop); the
+  broker's CPU seconds (``/proc/<pid>/stat``) from the first request until all have joined,
+  and per worker: linear means the per-worker figure stays flat as N grows (before issue 30
+  each join woke every waiter: quadratic).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _harness import section
+from bench_broker import SUB, WRK, _Broker
+from bench_broker_load import _raise_nofile
+
+GOAL = 0.8
+"""Issue 30: submits/s with 2,000 waiters of either kind, at least this times none."""
+WAIT = 60
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _park(session: Any, kind: str, n: int) -> list[asyncio.Task[Any]]:
+    """Start ``n`` long polls of ``kind``; return their tasks once all are in the broker."""
+
+    async def request(method: str, path: str, **kw: Any) -> None:
+        async with session.request(method, path, timeout=None, **kw) as r:
+            await r.read()
+
+    if kind == "job":
+        jobs: list[str] = []
+        for start in range(0, n, 500):
+            body = {"jobs": [{"model": "flux"} for _ in range(min(500, n - start))]}
+            async with session.post("/v1/jobs/batch", json=body, headers=SUB) as r:
+                jobs += (await r.json())["ids"]
+        tasks = [
+            asyncio.create_task(request("GET", f"/v1/jobs/{j}?wait={WAIT}", headers=SUB))
+            for j in jobs
+        ]
+    else:
+        async with session.post("/v1/jobs", json={"model": "flux"}, headers=SUB) as r:
+            await r.read()
+        body = {"models": ["sdxl"]}
+        tasks = [
+            asyncio.create_task(
+                request("POST", f"/v1/workers/w{i}/pop?wait={WAIT}", json=body, headers=WRK)
+            )
+            for i in range(n)
+        ]
+        await _joined(session, n)
+    await asyncio.sleep(1.0 + n / 1000)  # the last ones park (job reads have no counter)
+    return tasks
+
+
+async def _joined(session: Any, n: int, timeout: float = 120.0) -> None:
+    end = time.perf_counter() + timeout
+    while time.perf_counter() < end:
+        async with session.get("/v1/status", headers=WRK) as r:
+            if (await r.json())["workers"] >= n:
+                return
+        await asyncio.sleep(0.05)
+    raise RuntimeError(f"{n} workers did not join within {timeout} s")
+
+
+async def _produce(session: Any, producers: int, seconds: float) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+    end = time.perf_counter() + seconds
+
+    async def producer() -> None:
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            async with session.post("/v1/jobs", json={"model": "flux"}, headers=SUB) as r:
+                await r.read()
+                if r.status == 201:
+                    latencies.append(time.perf_counter() - t0)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(producer() for _ in range(producers)))
+    return len(latencies) / (time.perf_counter() - start), latencies
+
+
+async def _point(url: str, kind: str, n: int, producers: int, seconds: float) -> Any:
+    import aiohttp
+
+    many = aiohttp.TCPConnector(limit=0)
+    async with (
+        aiohttp.ClientSession(url, connector=many) as waiters,
+        aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=0)) as session,
+    ):
+        tasks = await _park(waiters, kind, n) if n else []
+        try:
+            return await _produce(session, producers, seconds)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _run(directory: Path, name: str, kind: str, n: int, args: Any) -> tuple[float, list[float]]:
+    broker = _Broker(directory, name, f"sqlite:///{directory / name}.db")
+    broker.start()
+    try:
+        asyncio.run(_serve(broker))
+        result: tuple[float, list[float]] = asyncio.run(
+            _point(broker.url, kind, n, args.producers, args.seconds)
+        )
+        return result
+    finally:
+        broker.kill()
+
+
+async def _serve(broker: _Broker) -> None:
+    import httpx
+
+    async with httpx.AsyncClient() as client:
+        await broker.serving(client)
+
+
+def _ms(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def _submits(directory: Path, args: Any) -> bool:
+    section(f"submits/s with waiting long polls (SQLite, {args.producers} producers)")
+    print(f"{'kind':<5} {'waiters':>7} {'none/s':>8} {'with/s':>8} {'ratio':>6}  p50/p99 ms none | with")
+    met = True
+    for kind in args.kind:
+        for n in args.waiters:
+            base, base_lat = _run(directory, f"none-{kind}-{n}", kind, 0, args)
+            rate, lat = _run(directory, f"{kind}-{n}", kind, n, args)
+            ratio = rate / base if base else 0.0
+            print(
+                f"{kind:<5} {n:>7} {base:>8.0f} {rate:>8.0f} {ratio:>5.2f}x  "
+                f"{_ms(base_lat, 0.5):.1f}/{_ms(base_lat, 0.99):.1f} | "
+                f"{_ms(lat, 0.5):.1f}/{_ms(lat, 0.99):.1f}"
+            )
+            if n >= 2000:
+                ok = ratio >= GOAL
+                met = met and ok
+                print(f"goal (issue 30): {kind} waiters at {n}: >= {GOAL}x: {'met' if ok else 'MISSED'}")
+    return met
+
+
+async def _join(url: str, n: int, pid: int) -> float:
+    import aiohttp
+
+    async with aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=0)) as session:
+        before = _cpu_seconds(pid)
+
+        async def pop(i: int) -> None:
+            path = f"/v1/workers/j{i}/pop?wait={WAIT}"
+            async with session.post(path, json={"models": ["sdxl"]}, headers=WRK) as r:
+                await r.read()
+
+        tasks = [asyncio.create_task(pop(i)) for i in range(n)]
+        await _joined(session, n)
+        spent = _cpu_seconds(pid) - before
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return spent
+
+
+def _joins(directory: Path, args: Any) -> None:
+    section("workers joining at once: the broker's CPU seconds until all have joined")
+    for n in args.join:
+        broker = _Broker(directory, f"join-{n}", f"sqlite:///{directory}/join-{n}.db")
+        broker.start()
+        try:
+            asyncio.run(_serve(broker))
+            assert broker.proc is not None
+            spent = asyncio.run(_join(broker.url, n, broker.proc.pid))
+        finally:
+            broker.kill()
+        print(f"{n:>5} workers: {spent:6.2f} CPU s, {1000 * spent / n:6.2f} ms per worker")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+
+    def numbers(text: str) -> list[int]:
+        return [int(x) for x in text.split(",") if x]
+
+    parser.add_argument("--waiters", type=numbers, default=[200, 500, 2000])
+    parser.add_argument("--kind", type=lambda t: t.split(","), default=["job", "pop"])
+    parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds per point")
+    parser.add_argument("--producers", type=int, default=20)
+    parser.add_argument("--join", type=numbers, default=[500, 2000], help="join sizes ('' none)")
+    args = parser.parse_args()
+    if set(args.kind) - {"job", "pop"}:
+        parser.error(f"--kind takes job and/or pop, not {args.kind}")
+    _raise_nofile(2 * max([*args.waiters, *args.join, 0]) + 1000)
+    with tempfile.TemporaryDirectory() as tmp:
+        met = _submits(Path(tmp), args) if args.waiters else True
+        if args.join:
+            _joins(Path(tmp), args)
+    print("(a shared machine: each ratio compares neighbouring runs; absolute figures are noisy)")
+    if not met:
+        print("GOAL MISSED (see the goal lines above)")
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
