@@ -149,7 +149,9 @@ def _settle(
     """
     changes = broker.changes
     if _workers.slots_full(engine, waiter.worker):
+        changes.unfile(waiter, worker_too=False)  # not back to itself: to another waiter
         changes.hand_on(held)
+        changes.file(waiter, full=True)  # its worker's news wakes it
     else:
         changes.dropped += len(held)
         hold = engine.config.warm_hold_seconds
@@ -176,6 +178,9 @@ async def _long_pop(
         held.extend(waiter.tokens)
         waiter.tokens.clear()
         waiter.nudged = False
+        engine = broker.engine
+        if engine is not None:  # filed while it tries: news during the try is not lost
+            changes.file(waiter, full=_workers.slots_full(engine, worker))
         if gone is not None and await gone():
             return None, {}  # nobody to answer: take nothing (its wake-ups go on)
         if woken and _liveness_due(broker, worker):
