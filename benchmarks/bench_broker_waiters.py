@@ -79,8 +79,12 @@ async def _parked(session: Any, kind: str, n: int, timeout: float = 120.0) -> No
     end = time.perf_counter() + timeout
     while time.perf_counter() < end:
         async with session.get("/metrics") as r:
-            if line in await r.text():
-                return
+            text = await r.text()
+        if line in text:
+            return
+        if "prioqueue_broker_long_polls" not in text:  # a broker before issue 30: no gauge
+            await asyncio.sleep(1.0 + n / 250)
+            return
         await asyncio.sleep(0.05)
     raise RuntimeError(f"{n} {kind} long polls did not park within {timeout} s")
 

@@ -180,6 +180,10 @@ class Changes:
             self.woken += 1
             future.set_result(None)
 
+    def nudge(self, waiter: PopWaiter) -> None:
+        """Wake ``waiter`` without a wake-up (its client left, say). O(models)."""
+        self._wake_pop(waiter, None, counted=False)
+
     def _candidate(self, model: str | None) -> PopWaiter | None:
         if model is None:
             return _first(self.everyone)

@@ -45,9 +45,23 @@ MAX_WAIT = 60.0
 """The longest ``?wait=`` in seconds."""
 
 
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 async def _sleep_on(token: asyncio.Future[None], timeout: float) -> None:
+    """Sleep until ``token`` resolves or ``timeout`` seconds pass.
+
+    Awaited directly: a wake-up runs the waiter on the next loop turn, in time to join the
+    waker's group commit.
+    """
     if timeout > 0 and not token.done():
-        await asyncio.wait([token], timeout=timeout)
+        handle = asyncio.get_running_loop().call_later(timeout, _resolve, token)
+        try:
+            await token
+        finally:
+            handle.cancel()
 
 
 async def long_pop(
@@ -55,7 +69,7 @@ async def long_pop(
     worker: str,
     spec: Mapping[str, Any],
     wait: float,
-    gone: Callable[[], Awaitable[bool]] | None = None,
+    gone: Callable[[], Awaitable[object]] | None = None,
 ) -> tuple[JobRecord | None, Mapping[str, int]]:
     """Pop for ``worker``, waiting up to ``wait`` seconds for a job it may take.
 
@@ -64,9 +78,10 @@ async def long_pop(
         worker: The worker's name.
         spec: Its settings (``models``, ``resident``, ``slots``, ``slow``).
         wait: Seconds to wait (0: answer at once).
-        gone: Says whether the client has gone (its connection closed). Asked before each
-            try and after a grant: a pop whose client has gone takes nothing, and a grant
-            made as it left is given back at once (a journaled ``release``).
+        gone: Returns when the client has gone (its connection closed: the ASGI
+            ``http.disconnect``); watched while the pop sleeps. A pop whose client has gone
+            wakes, takes nothing and hands its wake-ups on; a grant made as it left is given
+            back at once (a journaled ``release``).
 
     Returns:
         ``(record, {})`` for a grant, or ``(None, idle reasons)`` when the time ran out
@@ -88,13 +103,15 @@ async def long_pop(
     waiter = PopWaiter(worker, spec.get("models"), spec.get("resident"))
     changes.file(waiter)  # before the first try: a job queued from now on wakes it
     held: list[str | None] = []
+    watch = _Watch(changes, waiter, gone)
     try:
-        record, idle = await _long_pop(broker, waiter, args, (loop, end), held, gone)
-        if record is not None and gone is not None and await gone():
+        record, idle = await _long_pop(broker, waiter, args, (loop, end), held, watch)
+        if record is not None and watch.gone:
             await _give_back(broker, record)
             return None, {}
         return record, idle
     finally:
+        watch.stop()
         changes.unfile(waiter)
         # A grant (perhaps of another job) or a departure: what it was woken for goes on.
         changes.hand_on([*held, *waiter.tokens])
@@ -104,6 +121,41 @@ async def long_pop(
             changes.waiting[worker] = left
         else:
             del changes.waiting[worker]
+
+
+class _Watch:
+    """Watches a sleeping pop's client: when it goes, the pop wakes and takes nothing."""
+
+    __slots__ = ("changes", "task", "until_gone", "waiter")
+
+    def __init__(
+        self,
+        changes: Changes,
+        waiter: PopWaiter,
+        until_gone: Callable[[], Awaitable[object]] | None,
+    ) -> None:
+        self.changes, self.waiter, self.until_gone = changes, waiter, until_gone
+        self.task: asyncio.Future[object] | None = None
+
+    @property
+    def gone(self) -> bool:
+        """Whether the client has gone (known once the pop has slept). O(1)."""
+        return self.task is not None and self.task.done() and not self.task.cancelled()
+
+    def start(self) -> None:
+        """Watch from now on (before the first sleep; a pop answered at once needs none)."""
+        if self.task is None and self.until_gone is not None:
+            self.task = asyncio.ensure_future(self.until_gone())
+            self.task.add_done_callback(self._left)
+
+    def _left(self, task: asyncio.Future[object]) -> None:
+        if not task.cancelled():
+            task.exception()  # retrieved: a failed receive means gone too
+            self.changes.nudge(self.waiter)
+
+    def stop(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
 
 
 async def _give_back(broker: Broker, record: JobRecord) -> None:
@@ -168,7 +220,7 @@ async def _long_pop(
     args: Mapping[str, Any],
     until: tuple[asyncio.AbstractEventLoop, float],
     held: list[str | None],
-    gone: Callable[[], Awaitable[bool]] | None,
+    watch: _Watch,
 ) -> tuple[JobRecord | None, Mapping[str, int]]:
     changes = broker.changes
     worker = waiter.worker
@@ -181,7 +233,7 @@ async def _long_pop(
         engine = broker.engine
         if engine is not None:  # filed while it tries: news during the try is not lost
             changes.file(waiter, full=_workers.slots_full(engine, worker))
-        if gone is not None and await gone():
+        if watch.gone:
             return None, {}  # nobody to answer: take nothing (its wake-ups go on)
         if woken and _liveness_due(broker, worker):
             await _refresh(broker, worker)  # one event for the fleet, not a pop each
@@ -206,6 +258,7 @@ async def _long_pop(
                 continue
             timeout = left if due is None else min(left, due - broker.now() + 0.001)
             changes.file(waiter, full=_workers.slots_full(engine, worker))
+            watch.start()
             waiter.future = future = loop.create_future()
             try:
                 await _sleep_on(future, timeout)

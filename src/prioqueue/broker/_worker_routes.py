@@ -45,8 +45,13 @@ def worker_router(broker: Broker) -> APIRouter:
 
         A pop whose client has gone (its connection closed) takes nothing.
         """
+
+        async def until_gone() -> None:  # the body was read: the next message is the end
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+
         spec = body.model_dump()
-        record, idle_reasons = await long_pop(broker, worker, spec, wait, request.is_disconnected)
+        record, idle_reasons = await long_pop(broker, worker, spec, wait, until_gone)
         if record is None:
             idle = ", ".join(f"{k}={v}" for k, v in sorted(idle_reasons.items())) or "empty"
             return Response(status_code=204, headers={"X-Prioqueue-Idle": idle})
