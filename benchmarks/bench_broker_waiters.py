@@ -9,8 +9,10 @@ Run: ``python benchmarks/bench_broker_waiters.py [--waiters 200,500,2000] [--kin
   ``GET /v1/jobs/{id}?wait=60`` on N queued jobs that never finish. ``pop``: N workers
   long-polling ``models = ["sdxl"]`` (a model nobody submits) with one job queued. The
   baseline is the same producers with no waiter, on a fresh broker run just before each
-  point, so every ratio compares two neighbours (the machine is shared: absolute figures
-  move, ratios much less). Goal (issue 30): >= 0.8x of none at 2,000 waiters, both kinds.
+  point (``--rounds R``: R such pairs, the median ratio), so every ratio compares two
+  neighbours (the machine is shared: absolute figures move, ratios much less). Beside it,
+  the broker's CPU milliseconds per submit (``/proc/<pid>/stat``), which other load moves
+  much less than a rate. Goal (issue 30): >= 0.8x of none at 2,000 waiters, both kinds.
 * **Joining.** N workers start to long-poll at once (each joins: a journaled pop); the
   broker's CPU seconds (``/proc/<pid>/stat``) from the first request until all have joined,
   and per worker: linear means the per-worker figure stays flat as N grows (before issue 30
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -62,10 +65,10 @@ async def _park(session: Any, kind: str, n: int) -> list[asyncio.Task[Any]]:
     else:
         async with session.post("/v1/jobs", json={"model": "flux"}, headers=SUB) as r:
             await r.read()
-        body = {"models": ["sdxl"]}
+        pop = {"models": ["sdxl"]}
         tasks = [
             asyncio.create_task(
-                request("POST", f"/v1/workers/w{i}/pop?wait={WAIT}", json=body, headers=WRK)
+                request("POST", f"/v1/workers/w{i}/pop?wait={WAIT}", json=pop, headers=WRK)
             )
             for i in range(n)
         ]
@@ -116,7 +119,11 @@ async def _produce(session: Any, producers: int, seconds: float) -> tuple[float,
     return len(latencies) / (time.perf_counter() - start), latencies
 
 
-async def _point(url: str, kind: str, n: int, producers: int, seconds: float) -> Any:
+Point = tuple[float, list[float], float]
+"""Submits/s, their answer times (s), and the broker's CPU milliseconds per submit."""
+
+
+async def _point(url: str, kind: str, n: int, args: Any, pid: int) -> Point:
     import aiohttp
 
     many = aiohttp.TCPConnector(limit=0)
@@ -126,22 +133,24 @@ async def _point(url: str, kind: str, n: int, producers: int, seconds: float) ->
     ):
         tasks = await _park(waiters, kind, n) if n else []
         try:
-            return await _produce(session, producers, seconds)
+            before = _cpu_seconds(pid)
+            rate, latencies = await _produce(session, args.producers, args.seconds)
+            cpu = _cpu_seconds(pid) - before
+            return rate, latencies, 1000 * cpu / max(1, len(latencies))
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _run(directory: Path, name: str, kind: str, n: int, args: Any) -> tuple[float, list[float]]:
+def _run(directory: Path, name: str, kind: str, n: int, args: Any) -> Point:
     broker = _Broker(directory, name, f"sqlite:///{directory / name}.db", metrics_public=True)
     broker.start()
     try:
         asyncio.run(_serve(broker))
-        result: tuple[float, list[float]] = asyncio.run(
-            _point(broker.url, kind, n, args.producers, args.seconds)
-        )
-        return result
+        assert broker.proc is not None
+        point: Point = asyncio.run(_point(broker.url, kind, n, args, broker.proc.pid))
+        return point
     finally:
         broker.kill()
 
@@ -162,17 +171,21 @@ def _submits(directory: Path, args: Any) -> bool:
     section(f"submits/s with waiting long polls (SQLite, {args.producers} producers)")
     print(
         f"{'kind':<5} {'waiters':>7} {'none/s':>8} {'with/s':>8} {'ratio':>6}"
-        "  p50/p99 ms none | with"
+        f"  {'CPU ms/submit none | with':>26}  p50/p99 ms none | with"
     )
     met = True
     for kind in args.kind:
         for n in args.waiters:
-            base, base_lat = _run(directory, f"none-{kind}-{n}", kind, 0, args)
-            rate, lat = _run(directory, f"{kind}-{n}", kind, n, args)
-            ratio = rate / base if base else 0.0
+            rounds = []
+            for r in range(args.rounds):  # alternate: none, with, none, with...
+                base = _run(directory, f"none-{kind}-{n}-{r}", kind, 0, args)
+                rounds.append((base, _run(directory, f"{kind}-{n}-{r}", kind, n, args)))
+            (base_rate, base_lat, base_cpu), (rate, lat, cpu) = _merged(rounds)
+            ratio = statistics.median(w[0] / b[0] for b, w in rounds if b[0])
             print(
-                f"{kind:<5} {n:>7} {base:>8.0f} {rate:>8.0f} {ratio:>5.2f}x  "
-                f"{_ms(base_lat, 0.5):.1f}/{_ms(base_lat, 0.99):.1f} | "
+                f"{kind:<5} {n:>7} {base_rate:>8.0f} {rate:>8.0f} {ratio:>5.2f}x"
+                f"  {base_cpu:>12.2f} | {cpu:<11.2f}"
+                f"  {_ms(base_lat, 0.5):.1f}/{_ms(base_lat, 0.99):.1f} | "
                 f"{_ms(lat, 0.5):.1f}/{_ms(lat, 0.99):.1f}"
             )
             if n >= 2000:
@@ -183,6 +196,19 @@ def _submits(directory: Path, args: Any) -> bool:
                     f"{'met' if ok else 'MISSED'}"
                 )
     return met
+
+
+def _merged(rounds: list[tuple[Point, Point]]) -> tuple[Point, Point]:
+    """Median rate and CPU of the rounds, latencies pooled; for none and for with."""
+
+    def merge(points: list[Point]) -> Point:
+        return (
+            statistics.median(p[0] for p in points),
+            [x for p in points for x in p[1]],
+            statistics.median(p[2] for p in points),
+        )
+
+    return merge([b for b, _ in rounds]), merge([w for _, w in rounds])
 
 
 async def _join(url: str, n: int, pid: int) -> float:
@@ -229,6 +255,7 @@ def main() -> int:
     parser.add_argument("--kind", type=lambda t: t.split(","), default=["job", "pop"])
     parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds per point")
     parser.add_argument("--producers", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=1, help="none/with pairs per point")
     parser.add_argument("--join", type=numbers, default=[500, 2000], help="join sizes ('' none)")
     args = parser.parse_args()
     if set(args.kind) - {"job", "pop"}:
