@@ -25,6 +25,8 @@ import argparse
 import asyncio
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -126,21 +128,40 @@ Point = tuple[float, list[float], float]
 async def _point(url: str, kind: str, n: int, args: Any, pid: int) -> Point:
     import aiohttp
 
-    many = aiohttp.TCPConnector(limit=0)
-    async with (
-        aiohttp.ClientSession(url, connector=many) as waiters,
-        aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=0)) as session,
-    ):
-        tasks = await _park(waiters, kind, n) if n else []
-        try:
+    holder = _hold(url, kind, n) if n else None  # the waiters live in another process
+    try:
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(url, connector=connector) as session:
             before = _cpu_seconds(pid)
             rate, latencies = await _produce(session, args.producers, args.seconds)
             cpu = _cpu_seconds(pid) - before
             return rate, latencies, 1000 * cpu / max(1, len(latencies))
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+
+
+def _hold(url: str, kind: str, n: int) -> subprocess.Popen[str]:
+    """A process holding ``n`` long polls of ``kind`` (the producers' process stays the same
+    in every run: its own collector does not pay for the waiters' objects)."""
+    command = [sys.executable, __file__, "--hold", f"{kind}:{n}:{url}"]
+    holder = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None
+    if holder.stdout.readline().strip() != "parked":
+        holder.kill()
+        raise RuntimeError(f"the {n} {kind} waiters did not park")
+    return holder
+
+
+async def _holding(spec: str) -> None:
+    import aiohttp
+
+    kind, n, url = spec.split(":", 2)
+    async with aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=0)) as session:
+        tasks = await _park(session, kind, int(n))
+        print("parked", flush=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _run(directory: Path, name: str, kind: str, n: int, args: Any) -> Point:
@@ -257,7 +278,12 @@ def main() -> int:
     parser.add_argument("--producers", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=1, help="none/with pairs per point")
     parser.add_argument("--join", type=numbers, default=[500, 2000], help="join sizes ('' none)")
+    parser.add_argument("--hold", help=argparse.SUPPRESS)  # KIND:N:URL, the waiters' process
     args = parser.parse_args()
+    if args.hold:
+        _raise_nofile(int(args.hold.split(":")[1]) + 1000)
+        asyncio.run(_holding(args.hold))
+        return 0
     if set(args.kind) - {"job", "pop"}:
         parser.error(f"--kind takes job and/or pop, not {args.kind}")
     _raise_nofile(2 * max([*args.waiters, *args.join, 0]) + 1000)
