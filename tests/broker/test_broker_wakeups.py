@@ -385,3 +385,39 @@ def test_after_a_step_down_the_waiters_503_does_not_name_this_replica() -> None:
                         await asyncio.sleep(0.05)
 
         run(scenario(), timeout=60)
+
+
+def test_a_full_worker_hands_its_wake_up_to_one_that_can_take_the_job() -> None:
+    async def scenario() -> None:
+        async with api() as a:
+            pops = [asyncio.create_task(_pop(a, "gpu-1", 30)) for _ in range(2)]  # one slot
+            await _settle(a, 2)
+            other = asyncio.create_task(_pop(a, "gpu-2", 30))
+            await _settle(a, 3)
+            batch = {"jobs": [{"payload": 1}, {"payload": 2}]}  # two wake-ups, one operation
+            r = await a.client.post("/v1/jobs/batch", json=batch, headers=SUBMITTER)
+            first, second = r.json()["ids"]
+            granted = await asyncio.wait_for(other, 10)  # gpu-1's second pop passed it on
+            assert granted.json()["id"] == second
+            done, waiting = await asyncio.wait(pops, timeout=10, return_when="FIRST_COMPLETED")
+            assert [t.result().json()["id"] for t in done] == [first]
+            a.broker.begin_stop()
+            await asyncio.gather(*waiting)
+
+    run(scenario())
+
+
+def test_a_job_held_back_for_a_warm_worker_reaches_a_cold_waiter_when_the_hold_lapses() -> None:
+    async def scenario() -> None:
+        async with api(warm_hold_seconds=0.2) as a:
+            assert (await _pop(a, "warm", resident="flux")).status_code == 204  # free, warm
+            cold = asyncio.create_task(_pop(a, "cold", 30))
+            await _settle(a, 1)
+            job = await a.submit(model="flux")
+            await _settle(a, 1)  # offered to the cold one, held back for the warm one
+            assert not cold.done()
+            a.clock.advance(1)  # the hold lapsed (the broker's clock); the re-offer follows
+            granted = await asyncio.wait_for(cold, 10)
+            assert granted.json()["id"] == job
+
+    run(scenario())

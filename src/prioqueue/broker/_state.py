@@ -46,9 +46,6 @@ class Changed:
         self.released = False
         """Delayed jobs left their wait (released, or cancelled): which ones is not noted."""
 
-    def __bool__(self) -> bool:
-        return bool(self.finished or self.queued or self.freed or self.released)
-
     def clear(self) -> None:
         """Forget every note (after ``on_change`` saw them). O(notes)."""
         self.finished.clear()
