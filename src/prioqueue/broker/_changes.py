@@ -109,6 +109,18 @@ class Changes:
         """Waiters woken so far, pop and job (tests count them: a change wakes only its own)."""
         self.dropped = 0
         """Wake-ups that found no waiter, or were dropped by a waiter that found nothing."""
+        self._next: asyncio.Future[None] | None = None
+
+    def token(self) -> asyncio.Future[None]:
+        """A future the next applied operation (or :meth:`fire`) resolves (tests). O(1)."""
+        if self._next is None:
+            self._next = asyncio.get_running_loop().create_future()
+        return self._next
+
+    def _resolve_next(self) -> None:
+        future, self._next = self._next, None
+        if future is not None and not future.done():
+            future.set_result(None)
 
     # ------------------------------------------------------------------ job waiters
 
@@ -227,6 +239,8 @@ class Changes:
         Complexity: O(notes + waiters woken x their models), plus O(models served) for a
         release, or a running job's end with ``member_cap``.
         """
+        if self._next is not None:
+            self._resolve_next()
         for job_id in notes.finished:
             if job_id in self.jobs:
                 self._wake_job(job_id)
@@ -243,6 +257,7 @@ class Changes:
     def fire(self) -> None:
         """Wake every waiter (the role changed: stepping down, stopping). O(waiters)."""
         self.fired += 1
+        self._resolve_next()
         for job_id in list(self.jobs):
             self._wake_job(job_id)
         for group in list(self.by_worker.values()):
