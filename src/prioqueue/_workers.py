@@ -112,6 +112,47 @@ class _Worker:
         return worker_info(self, tuple(entry.job.id for entry in self.held))
 
 
+class SeenOrder:
+    """The live workers by their last word, for the earliest worker timeout (a lazy heap).
+
+    An entry ``(last_seen, seq, worker)`` is pushed when a worker joins, is restored or
+    comes back from a time-out. A worker's ``last_seen`` only grows between two reads (an
+    empty pop's undo puts back the value it had, with no read in between), so its entry is
+    never later than its last word: :meth:`oldest` refreshes the stale entries it meets at
+    the top and drops those of workers gone or timed out. Each read costs O(log n) per
+    change of a worker since the last read, amortised, instead of a scan of the fleet.
+    """
+
+    __slots__ = ("heap", "seq")
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, _Worker]] = []
+        self.seq = 0
+
+    def push(self, worker: _Worker) -> None:
+        """File ``worker`` at its ``last_seen``. O(log n)."""
+        self.seq += 1
+        heappush(self.heap, (worker.last_seen, self.seq, worker))
+
+    def oldest(self, workers: Mapping[str, _Worker]) -> float | None:
+        """The least recent ``last_seen`` of a live (not timed-out) worker, or None."""
+        heap = self.heap
+        if len(heap) > 2 * len(workers) + 64:  # mostly stale: rebuild, O(n) now and then
+            self.seq += 1
+            heap[:] = [(w.last_seen, self.seq, w) for w in workers.values() if not w.timed_out]
+            heapify(heap)
+        while heap:
+            seen, _, worker = heap[0]
+            if worker.timed_out or workers.get(worker.name) is not worker:
+                heappop(heap)
+            elif worker.last_seen != seen:
+                self.seq += 1
+                heapreplace(heap, (worker.last_seen, self.seq, worker))
+            else:
+                return seen
+        return None
+
+
 def lease_function(lease_for: object) -> LeaseFunction | None:
     """Adapt ``lease_for`` to ``(job, worker) -> seconds``; the signature is read once.
 

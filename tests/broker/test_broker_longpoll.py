@@ -33,7 +33,7 @@ async def _until_waiting(a: Api, count: int = 1) -> None:
     turns), then twice as many turns again for the others. 60 s means "hung", not "slow"."""
     deadline = time.monotonic() + 60.0
     turns = 0
-    while count and a.broker.changes._future is None:
+    while count and a.broker.changes.sleeping == 0:
         assert time.monotonic() < deadline, f"no waiting request parked in {turns} loop turns"
         await asyncio.sleep(0)
         turns += 1

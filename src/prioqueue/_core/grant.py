@@ -485,9 +485,7 @@ def next_deadline(d: State) -> float | None:
         best = timer
     timeout = d.worker_timeout
     if timeout is not None:
-        for worker in d.workers.values():
-            if not worker.timed_out:
-                due = worker.last_seen + timeout
-                if best is None or due < best:
-                    best = due
+        oldest = d.seen_order.oldest(d.workers)  # amortised O(log n), not a scan
+        if oldest is not None and (best is None or oldest + timeout < best):
+            best = oldest + timeout
     return best

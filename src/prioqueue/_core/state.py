@@ -43,7 +43,7 @@ from prioqueue._errors import UnknownJob, UnknownWorker
 from prioqueue._groups import GroupBook
 from prioqueue._lanes import GONE, QUEUED, _BonusCache, _Entry, _Lane, rankings
 from prioqueue._validate import TIME_LIMIT, finite
-from prioqueue._workers import _Worker
+from prioqueue._workers import SeenOrder, _Worker
 from prioqueue.records import Expired, Job
 
 __all__: list[str] = []  # private module
@@ -52,8 +52,7 @@ __all__: list[str] = []  # private module
 class State:
     """Lanes, entries, levels, members, workers, rankings, timers and groups (private).
 
-    Built from a validated ``Config``; the facades (``SizeOneDispatcher``,
-    ``FleetDispatcher``) hold one and delegate to it.
+    Built from a validated ``Config``; the facades (``FleetDispatcher``...) delegate to it.
     """
 
     def __init__(self, config: Config) -> None:
@@ -72,9 +71,8 @@ class State:
         self.buckets = config.buckets
         self.budgets = config.budgets
         self.name_in_grants = config.name_in_grants
-        # Bounded crossings: the credit (GPU-seconds) that deferred crossings earn at
-        # ``share`` and granted crossings spend at ``1 - share``; and the held entries whose
-        # grant moved it: (weight, expected runtime). A dict: most grants cross nothing.
+        # Bounded crossings: the credit (GPU-s) deferred crossings earn at ``share``, granted
+        # ones spend at ``1 - share``; held entries whose grant moved it: (weight, runtime).
         self.credit = 0.0
         self.crossings: dict[_Entry, tuple[float, float]] = {}
         d = self.divisor = config.scorer.config.aging_divisor
@@ -93,6 +91,7 @@ class State:
         self.held = 0  # entries held by workers
         self.deadlines: list[Deadline] = []  # held entries with a lease (lazy deletion)
         self.workers: dict[str, _Worker] = {}
+        self.seen_order = SeenOrder()  # the live workers by last word (worker timeouts)
         self.live = 0  # workers joined and not timed out
         self.residents: dict[str, int] = {}  # resident model -> live workers with it
         self.seq = 0
@@ -102,10 +101,8 @@ class State:
         self.recent_level: dict[int, deque[float]] = {}
         self.history = History(config.history, config.history_bytes)
         self.dispatches = 0  # grants so far (the history's record numbers)
-        self.totals = dict.fromkeys(
-            ("dispatched", "completed", "cancelled", "expired", "failed"), 0
-        )
-        self.totals.update(ttl_expired=0, refused=0, retried=0)
+        totals = ("dispatched", "completed", "cancelled", "expired", "failed", "ttl_expired")
+        self.totals = dict.fromkeys((*totals, "refused", "retried"), 0)
         self.swaps = 0
         self.groups = GroupBook()
         self.timers = Timers()
@@ -278,6 +275,7 @@ class State:
     def add_worker(self, name: str, t: float) -> _Worker:
         """A worker joins (it counts in the capacity at once)."""
         worker = self.workers[name] = _Worker(name, t)
+        self.seen_order.push(worker)
         self.live += 1
         return worker
 
@@ -293,6 +291,7 @@ class State:
         worker.last_seen = t
         if worker.timed_out:
             worker.timed_out = False
+            self.seen_order.push(worker)
             self.live += 1
             if worker.resident is not None:
                 self.residents[worker.resident] = self.residents.get(worker.resident, 0) + 1
@@ -475,6 +474,7 @@ class State:
         """File a worker rebuilt from a snapshot (a timed-out one stays out of the capacity)."""
         self.workers[worker.name] = worker
         if not worker.timed_out:
+            self.seen_order.push(worker)
             self.live += 1
             if worker.resident is not None:
                 self.residents[worker.resident] = self.residents.get(worker.resident, 0) + 1

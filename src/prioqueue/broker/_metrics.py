@@ -12,6 +12,8 @@ name                                type     labels  from
 ``prioqueue_broker_workers``        gauge            workers that ever popped
 ``prioqueue_broker_ops_total``      counter  op      submitted, done, failed, cancelled, expired
 ``prioqueue_broker_recovered``      gauge            the journal's sequence number at the last start
+``prioqueue_broker_long_polls``     gauge    kind    requests in a long poll now (``pop``, ``job``)
+``prioqueue_broker_wakeups_total``  counter          long polls woken (each by what concerns it)
 ==================================  =======  ======  ==========================================
 """
 
@@ -48,6 +50,16 @@ class _BrokerCollector(Collector):
             "prioqueue_broker_recovered",
             "The journal's sequence number at the last start",
             value=self.broker.recovered_entries,
+        )
+        changes = self.broker.changes
+        polls = GaugeMetricFamily(
+            "prioqueue_broker_long_polls", "Requests in a long poll now", labels=["kind"]
+        )
+        polls.add_metric(["pop"], sum(changes.waiting.values()))
+        polls.add_metric(["job"], sum(len(futures) for futures in changes.jobs.values()))
+        yield polls
+        yield CounterMetricFamily(
+            "prioqueue_broker_wakeups", "Long polls woken so far", value=changes.woken
         )
         if engine is None:
             return

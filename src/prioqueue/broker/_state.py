@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from prioqueue._core.facade import state_of
 from prioqueue.broker._budget import QueuedBytes
 from prioqueue.broker._fleet import make_fleet
 from prioqueue.broker._records import MAX_IMAGE_LEASE, JobRecord, JobStatus, Rejected
@@ -22,7 +23,35 @@ from prioqueue.broker.config import BrokerConfig
 from prioqueue.lease import ImageRequest
 from prioqueue.records import Job
 
-__all__ = ["EngineState"]
+__all__ = ["Changed", "EngineState"]
+
+
+class Changed:
+    """What one operation changed that waiting requests care about (not state).
+
+    Filled by the engine while an operation runs, handed to ``on_change`` after it, then
+    emptied. The long-poll hub (:mod:`prioqueue.broker._changes`) wakes only the waiters these
+    concern. O(1) per note.
+    """
+
+    __slots__ = ("finished", "freed", "queued", "released")
+
+    def __init__(self) -> None:
+        self.finished: list[str] = []
+        """Jobs that finished (done, failed, cancelled, expired)."""
+        self.queued: list[str | None] = []
+        """The model of each job that became takeable now (a submit, a requeue)."""
+        self.freed: list[tuple[str, str]] = []
+        """``(worker, member)`` of each running job that ended or was taken back."""
+        self.released = False
+        """Delayed jobs left their wait (released, or cancelled): which ones is not noted."""
+
+    def clear(self) -> None:
+        """Forget every note (after ``on_change`` saw them). O(notes)."""
+        self.finished.clear()
+        self.queued.clear()
+        self.freed.clear()
+        self.released = False
 
 
 class EngineState:
@@ -56,8 +85,11 @@ class EngineState:
         self.version = 0
         """Counts the operations run (refused ones included); keys the read caches."""
         self._status: tuple[int, dict[str, Any]] | None = None
-        self.on_change: Callable[[], None] | None = None
-        """Called after each applied operation (the driver wakes long polls); not state."""
+        self.on_change: Callable[[Changed], None] | None = None
+        """Called after each applied operation with what it changed (the driver wakes the
+        long polls it concerns); not state. Notes are taken only while it is set."""
+        self.changed = Changed()
+        """The notes of the operation running now (see :class:`Changed`); not state."""
 
     def forget_key(self, gone: JobRecord) -> None:
         """A record with an idempotency key is gone: its request's key is free again.
@@ -181,7 +213,29 @@ class EngineState:
             raise Rejected(404, f"no job {job_id!r}", field="id")
         return record
 
+    def _parked(self) -> int:
+        """Delayed jobs in the fleet (waiting for ``not_before`` or a backoff). O(levels)."""
+        return sum(state_of(self.fleet).timers.parked.values())
+
+    def _note_queued(self, record: JobRecord) -> None:
+        """``record`` is queued now: note its model unless it is delayed. O(1)."""
+        if self.on_change is not None and self.fleet.not_before(record.id) is None:
+            self.changed.queued.append(record.model)
+
+    def _requeued(self, record: JobRecord) -> None:
+        """A running job went back to the queue (a retry, a worker left, a lease ran out)."""
+        if self.on_change is not None and record.worker is not None:
+            self.changed.freed.append((record.worker, record.member))
+        record.state = "queued"
+        record.worker = None
+        record.deadline = None
+        self._note_queued(record)
+
     def _finish(self, record: JobRecord, state: JobStatus, result: Any, now: float) -> None:
+        if self.on_change is not None:
+            self.changed.finished.append(record.id)
+            if record.state == "running" and record.worker is not None:
+                self.changed.freed.append((record.worker, record.member))
         record.state = state
         record.result = result
         record.finished_at = now

@@ -291,6 +291,7 @@ def _queue(state: EngineState, now: float, item: Fresh, key: str | None) -> JobR
     state.queued_bytes.held(record, item.size)
     if args["idempotency_key"] is not None:
         state.idempotency[(member, args["idempotency_key"])] = ((job_id,), item.digest)
+    state._note_queued(record)
     return attrs.evolve(record)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
 from prioqueue.broker._http import ID, WAIT, ActingWorker, WorkerKey, acts_as, job_view
 from prioqueue.broker._waiters import long_pop
@@ -38,9 +38,20 @@ def worker_router(broker: Broker) -> APIRouter:
         responses={204: {"description": "Nothing fits; X-Prioqueue-Idle says why."}},
         tags=["workers"],
     )
-    async def pop(worker: ActingWorker, body: PopRequest, wait: WAIT = 0.0) -> Any:
-        """Take the next job this worker should run, with its lease (``?wait=S``: long-poll)."""
-        record, idle_reasons = await long_pop(broker, worker, body.model_dump(), wait)
+    async def pop(
+        request: Request, worker: ActingWorker, body: PopRequest, wait: WAIT = 0.0
+    ) -> Any:
+        """Take the next job this worker should run, with its lease (``?wait=S``: long-poll).
+
+        A pop whose client has gone (its connection closed) takes nothing.
+        """
+
+        async def until_gone() -> None:  # the body was read: the next message is the end
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+
+        spec = body.model_dump()
+        record, idle_reasons = await long_pop(broker, worker, spec, wait, until_gone)
         if record is None:
             idle = ", ".join(f"{k}={v}" for k, v in sorted(idle_reasons.items())) or "empty"
             return Response(status_code=204, headers={"X-Prioqueue-Idle": idle})

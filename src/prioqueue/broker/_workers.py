@@ -9,6 +9,7 @@ to measure it.
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import attrs
 
 from prioqueue._core.facade import state_of
+from prioqueue.broker import _groups
 from prioqueue.broker._records import JobRecord, PopResult, Rejected, check_types, now_past
 from prioqueue.broker._state import EngineState
 from prioqueue.capabilities import Capabilities
@@ -31,6 +33,9 @@ __all__ = [
     "pop",
     "quiet_pop",
     "refresh",
+    "release",
+    "slots_full",
+    "tick",
 ]
 
 
@@ -114,6 +119,12 @@ def quiet_pop(state: EngineState, now: float, worker: str, fresh: Any) -> PopRes
     return PopResult(granted(state, worker, grant, now), {})
 
 
+def slots_full(state: EngineState, worker: str) -> bool:
+    """Whether ``worker`` is known and holds as many jobs as it has slots. O(1)."""
+    known = state_of(state.fleet).workers.get(worker)
+    return known is not None and len(known.held) >= known.slots
+
+
 def liveness_due(state: EngineState, worker: str) -> float | None:
     """When a waiting ``worker``'s liveness must next be journaled (None: never). O(1)."""
     timeout = state.config.worker_timeout_seconds
@@ -183,13 +194,45 @@ def fail(
     state._touch(worker, now)
     if job_id in state.fleet:  # requeued: still unfinished, its bytes stay counted
         state.counts["retried"] += 1
-        record.state = "queued"
-        record.worker = None
-        record.deadline = None
+        state._requeued(record)
         record.result = result
         return attrs.evolve(record)
     state._finish(record, "failed", result, now)
     return attrs.evolve(record)
+
+
+def release(state: EngineState, now: float, job_id: str, worker: str, attempt: int) -> JobRecord:
+    """``BrokerEngine.release``: a grant that never reached its worker goes back."""
+    record = _held(state, "release", job_id, worker, attempt)
+    state.fleet.requeue(job_id, now=now)
+    state._requeued(record)
+    return attrs.evolve(record)
+
+
+def tick(state: EngineState, now: float) -> list[str]:
+    """``BrokerEngine.tick``: expired leases, retention, silent workers."""
+    taken: list[str] = []
+    for expired in state.fleet.expire(now):
+        record = state.jobs[expired.job.id]
+        if expired.cause == "ttl":  # still queued at its deadline
+            state._finish(record, "expired", None, now)
+            continue
+        state.counts["expired"] += 1
+        taken.append(record.id)
+        if expired.requeued:
+            state._requeued(record)
+        else:
+            state._finish(record, "failed", {"error": "lease expired on every attempt"}, now)
+    retention = state._retention
+    while retention and retention[0][0] <= now:
+        _, job_id = heapq.heappop(retention)
+        gone = state.jobs.pop(job_id, None)
+        if gone is not None:
+            if gone.idempotency_key is not None:
+                state.forget_key(gone)
+            _groups.released(state, gone)
+    forget_silent(state, now)
+    return taken
 
 
 def heartbeat(
@@ -225,10 +268,7 @@ def leave(state: EngineState, now: float, worker: str) -> list[str]:
         raise Rejected(404, f"no worker {worker!r} (pop once to join)", field="worker")
     requeued = [job.id for job in state.fleet.leave(worker, now=now)]
     for job_id in requeued:
-        record = state.jobs[job_id]
-        record.state = "queued"
-        record.worker = None
-        record.deadline = None
+        state._requeued(state.jobs[job_id])
     del state.workers[worker]
     return requeued
 

@@ -37,7 +37,6 @@ O((e + r) log n) for e expired leases and r records past their retention.
 from __future__ import annotations
 
 import functools
-import heapq
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -89,10 +88,20 @@ def _in_order(method: _Op) -> _Op:
         if not now >= self.now:  # also refuses NaN
             raise Rejected(409, f"time went backwards: {now!r} after {self.now!r}")
         self.version += 1  # before: an operation that raises half way changed state too
+        notify = self.on_change
+        if notify is None:
+            result = method(self, now, **kwargs)
+            self.now = now
+            return result
+        changed = self.changed
+        changed.clear()  # a refusal (or a bug) half way leaves no stale notes
+        parked = self._parked()
         result = method(self, now, **kwargs)
         self.now = now
-        if self.on_change is not None:
-            self.on_change()
+        if self._parked() < parked:
+            changed.released = True
+        notify(changed)
+        changed.clear()
         return result
 
     return run  # type: ignore[return-value]
@@ -322,6 +331,19 @@ class BrokerEngine(EngineState):
 
     @journaled
     @_in_order
+    def release(self, now: float, *, job_id: str, worker: str, attempt: int) -> JobRecord:
+        """Give back a job whose grant never reached its worker (the client had gone).
+
+        The job goes back to the head of its lane, its charge refunded, whatever its attempt
+        count (not its fault); the worker keeps its other jobs.
+
+        Raises:
+            Rejected: 404 unknown; 409 not this worker's current grant.
+        """
+        return _workers.release(self, now, job_id, worker, attempt)
+
+    @journaled
+    @_in_order
     def refresh(self, now: float, *, workers: list[str]) -> int:
         """Waiting workers are alive: one journaled event for every long poll of the fleet.
 
@@ -365,29 +387,7 @@ class BrokerEngine(EngineState):
         Returns:
             The ids of the jobs whose lease ran out.
         """
-        taken: list[str] = []
-        for expired in self.fleet.expire(now):
-            record = self.jobs[expired.job.id]
-            if expired.cause == "ttl":  # still queued at its deadline
-                self._finish(record, "expired", None, now)
-                continue
-            self.counts["expired"] += 1
-            taken.append(record.id)
-            if expired.requeued:
-                record.state = "queued"
-                record.worker = None
-                record.deadline = None
-            else:
-                self._finish(record, "failed", {"error": "lease expired on every attempt"}, now)
-        while self._retention and self._retention[0][0] <= now:
-            _, job_id = heapq.heappop(self._retention)
-            gone = self.jobs.pop(job_id, None)
-            if gone is not None:
-                if gone.idempotency_key is not None:
-                    self.forget_key(gone)
-                _groups.released(self, gone)
-        _workers.forget_silent(self, now)
-        return taken
+        return _workers.tick(self, now)
 
     # ------------------------------------------------------------------ reads
 

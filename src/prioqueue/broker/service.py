@@ -156,8 +156,8 @@ class Broker:
         self._stopped = False
         self.recovered_entries = 0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.changes = Changes()
-        """Fired after every applied operation and on a change of role (long-poll waiters)."""
+        self.changes = Changes(member_cap=config.max_running_per_member is not None)
+        """Wakes the long polls an applied operation concerns, and all on a change of role."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -176,6 +176,8 @@ class Broker:
         """The leader's address as last seen (this replica's own while it leads)."""
         if self._elector is not None:
             address: str | None = self._elector.leader_address
+            if self._backend is None and address == self.config.advertise:
+                return None  # stepped down: not (or no longer) this replica; unknown yet
             return address
         return self.config.advertise if self.serving else None
 
@@ -192,7 +194,7 @@ class Broker:
         config = self.config
         if self._journal is not None or config.store == "memory://":
             self._backend = _Memory(config, self._journal or MemoryJournal())
-            self._backend.engine.on_change = self.changes.fire
+            self._backend.engine.on_change = self.changes.changed
         elif config.store.startswith(("postgresql:", "postgres:")):
             from prioqueue.store import Elector
 
@@ -241,7 +243,7 @@ class Broker:
             await asyncio.to_thread(store.close)
             raise
         backend = _Durable(durable, store)
-        backend.engine.on_change = self.changes.fire  # wakes long polls as soon as applied
+        backend.engine.on_change = self.changes.changed  # wakes long polls as soon as applied
         self.recovered_entries = durable.committed_seq
         _log.info("serving from %s at epoch %s", config.store, durable.epoch)
         return backend
@@ -287,8 +289,8 @@ class Broker:
                 lost.cancel()
                 fenced.cancel()
             self._backend = None
-            self.changes.fire()  # waiting requests answer 503 with the new leader
-            elector.step_down()
+            elector.step_down()  # first: the waiters' 503s must not name this replica
+            self.changes.fire()  # waiting requests answer 503 (with the leader when known)
             _log.warning("stepped down; the leader is now %s", elector.leader_address)
             await backend.close()
 
