@@ -160,9 +160,10 @@ OVERDUE_BAND = 0.75
 def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
     """The job that goes instead of ``entry`` because it is overdue, or None.
 
-    With fair share and ``entry``'s level ``L`` below ``B`` (the highest of the policy's
-    named levels and the backlogged levels), that is the oldest queued job at ``L`` (by
-    arrival, then seq) when it is in another lane than ``entry``, has waited more than
+    With fair share, at ``entry``'s level ``L`` (any level, ``B`` itself included since issue
+    26; ``B`` is the highest of the policy's named levels and the backlogged levels), that is
+    the oldest queued job at ``L`` (by arrival, then seq) when it is in another lane than
+    ``entry``, has waited more than
     ``OVERDUE_BAND * (B - L) * d + (T + A) * d``, and its lane's ``s`` is at most
     ``(T + A) * d`` above the smallest ``s`` among the level's backlogged lanes (the fairness
     bound's invariant). Amortised O(log n) plus O(levels + named levels).
@@ -173,8 +174,6 @@ def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
     top = d.top_level()
     assert top is not None  # entry is queued
     top = max(top, *d.policy.aliases.values())
-    if number >= top:
-        return None  # the highest level: the offsets and fair share decide there
     level = d.levels[number]
     arrivals = level.arrivals
     while arrivals[0].entry.state != QUEUED:
@@ -182,7 +181,7 @@ def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
     old = arrivals[0].entry
     if old.lane is entry.lane:
         return None  # inside a lane the affinity window bounds the reordering already
-    band = (top - number) * d.divisor * OVERDUE_BAND
+    band = max(0, top - number) * d.divisor * OVERDUE_BAND
     wait = t - old.job.arrival
     if not wait > band:  # cheap test first: most pops stop here
         return None

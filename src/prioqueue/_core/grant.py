@@ -248,14 +248,14 @@ def take_back(
         job = entry.job
         lane = entry.lane
         d.release(entry)
+        held = max(0.0, now - entry.granted_at)
         moved = d.crossings.pop(entry, None)
-        if moved is not None:  # a take-back refunds the crossing credit exactly
-            d.credit -= moved[0] * moved[1]
+        if moved is not None:  # the crossing credit counts the GPU time really held (issue 26)
+            d.credit += moved[0] * (held - moved[1])
         if d.fair_share:
             lane.set_s()
             d.refile(lane, now)
         requeued = always or entry.attempt < (job.max_attempts or d.max_attempts)
-        held = max(0.0, now - entry.granted_at)
         if requeued:
             d.enqueue(job, attempt=entry.attempt + 1, now=now, requeue=True)
             d.groups.move(job.id, "queued", used=held)

@@ -401,7 +401,10 @@ class _Rules(_Book):
         for held in sorted(taken, key=lambda h: h.grant.job.seq, reverse=True):
             job = held.grant.job
             self._workers[held.worker].held.remove(held)
-            self._credit -= held.weight * held.expected_runtime  # the crossing credit, refunded
+            # The crossing credit counts the GPU time the job really held (a hang up to its
+            # lease's expiry, a lost worker until it was given up), not its estimate.
+            spent = max(0.0, now - held.grant.granted_at)
+            self._credit += held.weight * (spent - held.expected_runtime)
             if self._fair_share:
                 self._lane_of(job).release(held.c)  # the refund: exactly what was charged
             self._counts["expired"] += not always_requeue
