@@ -22,7 +22,8 @@ test (``--policy``, default ``prioqueue``) on the same arrivals and checks the i
 * no interactive job starved where strict starves none; starved batch jobs <= strict's;
 * on fleets, swaps <= strict's and <= 1.25 x the fewest swaps of a baseline (fifo, strict,
   warm-first) that itself meets the interactive bound;
-* inverted pairs (``prioqueue.sim.fairness.inverted_pairs``, slack C) <= no-fair-share's at
+* inverted pairs (``prioqueue.sim.fairness.inverted_pairs``: half the demand or less, a mean
+  wait longer by more than C) <= no-fair-share's at
   every level, and 0 at the interactive level.
 
 It also prints each level's worst service gap as a multiple of C beside no-fair-share's.

@@ -163,10 +163,11 @@ def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
     With fair share, at ``entry``'s level ``L`` (any level, ``B`` itself included since issue
     26; ``B`` is the highest of the policy's named levels and the backlogged levels), that is
     the oldest queued job at ``L`` (by arrival, then seq) when it is in another lane than
-    ``entry``, has waited more than
-    ``OVERDUE_BAND * (B - L) * d + (T + A) * d``, and its lane's ``s`` is at most
-    ``(T + A) * d`` above the smallest ``s`` among the level's backlogged lanes (the fairness
-    bound's invariant). Amortised O(log n) plus O(levels + named levels).
+    ``entry``, has waited more than ``OVERDUE_BAND * (B - L) * d + (T + A) * d``, and its
+    lane's ``s`` is at most ``(T + A) * d`` above the smallest ``s`` among the level's
+    backlogged lanes (the fairness bound's invariant); at ``B`` itself, where that wait is the
+    level's aging bound (the job is starving), without the check on ``s``. Amortised
+    O(log n) plus O(levels + named levels).
     """
     if not d.fair_share:
         return None  # every job ages from its own arrival: none waits for a lane's turn
@@ -188,6 +189,8 @@ def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
     spread = aging_exemption(d)
     if not wait > band + spread:
         return None
+    if number >= top:
+        return old  # the highest level past its aging bound: starving, fair share yields
     with closing(_by_service(d, level)) as lanes:
         least = next(lanes)
     if not old.lane.s <= least.s + spread:

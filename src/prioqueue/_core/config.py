@@ -132,7 +132,7 @@ def checked_load_seconds(value: object) -> dict[str, float]:
 #: trade"): a model's affinity bonus is worth at most ``k * load_seconds[model]`` seconds of
 #: aging, the waiting a job may be asked to pay so that a worker keeps that model loaded.
 #: Models without a known load time keep the scorer's bonus.
-AFFINITY_PRICE = 4.0
+AFFINITY_PRICE = 1.0
 
 
 def priced_affinity(scorer: Scorer, load_seconds: Mapping[str, float]) -> Callable[[str], float]:

@@ -19,10 +19,14 @@ compare members only while they are **backlogged at the same level** (holding a 
 * **Jain's index** (:func:`jain_index`) over the service received while contended: kept as a
   secondary figure; it punishes members who simply asked for less.
 * **Inverted pairs** (:func:`inverted_pairs`): fair share must never invert demand. Two members
-  of the same tier at one level form an inverted pair when the one who asked for less GPU time
-  there (the sum of its jobs' warm durations) waited longer on average, by more than a slack
-  (the benchmark uses ``C``, the longest job: the one-job limit of non-preemption). A job still
-  queued when the clock stopped counts with the wait it had then.
+  of the same tier at one level form an inverted pair when the one who asked for at most half
+  the GPU time of the other there (the sum of its jobs' warm durations) waited longer on
+  average, by more than a slack (the benchmark uses ``C``, the longest job: the one-job limit
+  of non-preemption). A job still queued when the clock stopped counts with the wait it had
+  then. Demands within a factor of two are not compared: fair share equalises service, not
+  waits, and the mean wait of a member's handful of jobs depends on when they arrived (under
+  overload every policy, FIFO too, then shows "inversions" of hours between members whose
+  demands differ by 10 %).
 
 Worked example (also a test): ``A`` submits three 60-second jobs and ``B`` one, all at 0, at the
 same level. ``strict`` (FIFO) runs ``a1, a2, a3, b1``: during ``[0, 120)`` both are backlogged
@@ -203,7 +207,9 @@ def fair_shares(
     return {m: (received.get(m, 0.0), fair[m]) for m in sorted(fair)}
 
 
-def inverted_pairs(members: Iterable[tuple[str, str, float, float]], slack: float) -> int:
+def inverted_pairs(
+    members: Iterable[tuple[str, str, float, float]], slack: float, ratio: float = 0.5
+) -> int:
     """How many pairs of members invert demand: the one who asked for less waited longer.
 
     O(m^2) for ``m`` members (a level has tens to hundreds).
@@ -212,10 +218,12 @@ def inverted_pairs(members: Iterable[tuple[str, str, float, float]], slack: floa
         members: ``(member, tier, demand, mean wait)`` per member of one level: its GPU time
             asked for (seconds) and its jobs' mean wait (seconds).
         slack: Mean waits within ``slack`` seconds of each other count as equal.
+        ratio: Only pairs where one member asked for at most ``ratio`` times the other's
+            demand are compared.
 
     Returns:
-        The number of pairs of the same tier where the member with the strictly smaller demand
-        waited more than ``slack`` seconds longer on average than the other.
+        The number of pairs of the same tier where the member who asked for at most ``ratio``
+        times the other's demand waited more than ``slack`` seconds longer on average.
     """
     by_tier: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for _, tier, demand, wait in members:
@@ -224,6 +232,6 @@ def inverted_pairs(members: Iterable[tuple[str, str, float, float]], slack: floa
     for rows in by_tier.values():
         for demand_a, wait_a in rows:
             for demand_b, wait_b in rows:
-                if demand_a < demand_b and wait_a > wait_b + slack:
+                if demand_a <= ratio * demand_b and wait_a > wait_b + slack:
                     count += 1
     return count

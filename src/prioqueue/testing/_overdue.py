@@ -9,7 +9,8 @@ Written from the note alone, by rescanning the queued jobs, for :class:`Referenc
   oldest queued job at ``L`` (by arrival, then seq) goes instead when it is in another lane,
   waited more than
   ``0.75 * (top - L) * d + (T + A) * d``, its lane's ``s`` is at most ``(T + A) * d`` above the
-  smallest ``s`` at ``L``, and it is eligible for the worker (as in the pop's offers).
+  smallest ``s`` at ``L`` (below ``top`` only: at ``top`` the wait is the aging bound itself),
+  and it is eligible for the worker (as in the pop's offers).
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ def overdue(model: _Rules, win: _Offer, worker: _Worker, now: float) -> _Offer:
     offsets = ((max(tiers) - min(tiers) if tiers else 0.0) + config.max_affinity) * d
     if not now - old.job.arrival > max(0, top - level) * d * 0.75 + offsets:
         return win
-    if not s <= min(row[0] for row in lanes) + offsets:
-        return win
+    if level < top and not s <= min(row[0] for row in lanes) + offsets:
+        return win  # below the top only: at the top that wait is its aging bound
     capped = not model._offers(worker, lambda e: model._ineligible(worker, e, now) is None)
     if model._ineligible(worker, old, now, capped) is not None:
         return win

@@ -30,7 +30,7 @@ from prioqueue.testing._state import (
 __all__: list[str] = []  # private module
 
 
-_AFFINITY_PRICE = 4.0  # k of "Affinity as a priced trade" (docs/design/fleet.md)
+_AFFINITY_PRICE = 1.0  # k of "Affinity as a priced trade" (docs/design/fleet.md)
 
 
 class _Rules(_Book):
@@ -184,8 +184,8 @@ class _Rules(_Book):
     def _bonus(self, model: str) -> float:
         """The affinity bonus of ``model``: the scorer's, priced (docs/design/fleet.md).
 
-        With the model's load time ``L`` known, at most ``4 * L / d`` (``k = 4``: affinity may
-        cost a waiting job at most four cold loads of the model it keeps loaded).
+        With the model's load time ``L`` known, at most ``k * L / d`` with ``k = 1``: affinity
+        may cost a waiting job at most one cold load of the model it keeps loaded.
         """
         bonus = self._scorer.affinity(model)
         load = self._load_seconds.get(model)
