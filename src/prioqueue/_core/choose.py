@@ -38,7 +38,9 @@ __all__: list[str] = []  # private module
 #: against it); whether the ranking's best was eligible as it stands (no search needed);
 #: the crossing this grant deferred, if any; and how the grant moves the crossing credit
 #: (per expected second).
-Pick = tuple[_Lane, _Entry, float, Job, bool, "_Entry | None", float]
+#: Last, the rule that chose the grant instead of the ranking's winner (None: the ranking;
+#: ``explain`` names it when the explained job had out-scored the grant).
+Pick = tuple[_Lane, _Entry, float, Job, bool, "_Entry | None", float, "str | None"]
 
 
 def pick(d: State, worker: _Worker, t: float) -> Pick | None:
@@ -77,6 +79,7 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
     # Bounded crossings (docs/design/dispatcher.md): a winner below the top eligible level
     # crosses it; it is granted while the credit is not negative, else deferred.
     deferred: _Entry | None = None
+    rule: str | None = None
     weight = 0.0
     share = d.share
     if share < 1.0:
@@ -95,8 +98,9 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
                     starving = oldest_below(d, b).job.priority
                     if starving != lane.level:
                         offer = least_served(d, starving, search, every)
-                        if offer is not None:
+                        if offer is not None and offer[1] is not entry:
                             lane, entry, aff = offer
+                            rule = "least served"
                 else:
                     if higher is None:
                         higher = above(d, search, lane.level, top, every)
@@ -107,13 +111,17 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
                         deferred = entry
                         lane, entry, aff = higher
                         weight = share
+                        rule = "crossing deferred"
         # A grant at the highest eligible level while a lower level waits refills the
         # credit too (not only a deferral): crossings get their share of that time.
         weight = weight or (share if d.credit < 0.0 and waiting_below(d, lane.level) else 0.0)
     # Overdue jobs: the level's oldest job, past its aging bound, goes first when fair
     # share allows it (its lane is within the offsets of the level's least-served lane).
-    lane, entry, aff = overdue_offer(d, worker, view, (lane, entry, aff), t)
-    return lane, entry, aff, winner, fast, deferred, weight
+    chosen = overdue_offer(d, worker, view, (lane, entry, aff), t)
+    if chosen[1] is not entry:
+        lane, entry, aff = chosen
+        rule = "overdue"
+    return lane, entry, aff, winner, fast, deferred, weight, rule
 
 
 def overdue_offer(

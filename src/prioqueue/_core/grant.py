@@ -52,7 +52,7 @@ def pop(d: State, worker: _Worker, t: float) -> Grant | None:
     picked = pick(d, worker, t)
     if picked is None:
         return None
-    lane, entry, aff, winner, fast, deferred, weight = picked
+    lane, entry, aff, winner, fast, deferred, weight, rule = picked
     resident = worker.resident
     job = entry.job
     lease = None if d.lease_for is None else lease_of(d, job, worker, t)
@@ -89,7 +89,7 @@ def pop(d: State, worker: _Worker, t: float) -> Grant | None:
             new_item(
                 DispatchRecord,
                 (t, d.dispatches, job.id, job.member, job.priority, job.seq, model,
-                 score, resident, name, deferred is not None, size),
+                 score, resident, name, rule, size),
             )
         )  # fmt: skip
         total = history.size + size
