@@ -315,8 +315,8 @@ def test_explain_names_the_rule_when_the_job_out_scored_the_grant() -> None:
     from prioqueue.records import Job
     from prioqueue.scoring import ScoreBreakdown
 
-    job = Job(id="x", member="m", priority=0, tier="free", tier_bonus=0.0, model=None, estimate=None,
-              arrival=0.0, seq=1, payload=None)  # fmt: skip
+    job = Job(id="x", member="m", priority=0, tier="free", tier_bonus=0.0, model=None,
+              estimate=None, arrival=0.0, seq=1, payload=None)  # fmt: skip
     record = DispatchRecord(500.0, 1, "o", "n", 0, 2, None, ScoreBreakdown(0, 0.0, 0.0, 1.0),
                             None, None, "overdue", 64)  # fmt: skip
     (found,) = overtakes(

@@ -91,16 +91,9 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
             higher = None if every else above(d, search, lane.level, top, every)
             if every or higher is not None:
                 if d.credit >= 0.0:
-                    # The crossing goes to the level whose oldest job has waited
-                    # longest for its band, to that level's least-served choice.
                     weight = share - 1.0
                     b = top if higher is None else higher[0].level  # (lane, entry, aff)
-                    starving = oldest_below(d, b).job.priority
-                    if starving != lane.level:
-                        offer = least_served(d, starving, search, every)
-                        if offer is not None and offer[1] is not entry:
-                            lane, entry, aff = offer
-                            rule = "least served"
+                    lane, entry, aff, rule = cross_to(d, search, (lane, entry, aff), b, every)
                 else:
                     if higher is None:
                         higher = above(d, search, lane.level, top, every)
@@ -122,6 +115,23 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
         lane, entry, aff = chosen
         rule = "overdue"
     return lane, entry, aff, winner, fast, deferred, weight, rule
+
+
+def cross_to(
+    d: State, search: Search, offer: tuple[_Lane, _Entry, float], b: int, every: bool
+) -> tuple[_Lane, _Entry, float, str | None]:
+    """A crossing's grant, and its rule (None: the winner ``offer`` itself).
+
+    The crossing goes to the level whose oldest job below ``b`` has waited longest for its
+    band, to that level's least-served choice. Amortised O(K log n + levels).
+    """
+    lane, entry, aff = offer
+    starving = oldest_below(d, b).job.priority
+    if starving != lane.level:
+        found = least_served(d, starving, search, every)
+        if found is not None and found[1] is not entry:
+            return found[0], found[1], found[2], "least served"
+    return lane, entry, aff, None
 
 
 def overdue_offer(

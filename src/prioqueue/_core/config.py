@@ -176,6 +176,10 @@ class Config:
     backoff: Backoff
     name_in_grants: bool  # SizeOneDispatcher's grants (and snapshots) carry no worker
 
+    def priced_affinity(self) -> Callable[[str], float]:
+        """``model -> bonus``: the scorer's affinity priced by ``load_seconds`` (see above)."""
+        return priced_affinity(self.scorer, self.load_seconds)
+
     @classmethod
     def checked(cls, options: Mapping[str, Any], *, name_in_grants: bool = True) -> Config:
         """Validate a constructor's arguments (``constructor_arguments(locals())``).

@@ -26,13 +26,7 @@ import math
 from collections import deque
 from heapq import heapify, heappush
 
-from prioqueue._core.config import (
-    DEFAULT_EXPECTED_RUNTIME,
-    DEFAULT_RETRY_AFTER,
-    RECENT,
-    Config,
-    priced_affinity,
-)
+from prioqueue._core.config import DEFAULT_EXPECTED_RUNTIME, DEFAULT_RETRY_AFTER, RECENT, Config
 from prioqueue._core.items import (
     LAPSE,
     PARKED,
@@ -85,8 +79,7 @@ class State:
         self.crossings: dict[_Entry, tuple[float, float]] = {}
         d = self.divisor = config.scorer.config.aging_divisor
         window = self.window = config.scorer.config.max_affinity * d
-        priced = priced_affinity(config.scorer, config.load_seconds)
-        affinity = self.affinity = _BonusCache(priced).__getitem__
+        affinity = self.affinity = _BonusCache(config.priced_affinity()).__getitem__
         self.ranking, self.counterfactuals = rankings(d, affinity, window, track=self.track)
         self.all_rankings = (self.ranking, *self.counterfactuals)
         self.dirty: dict[int, _Lane] = {}
