@@ -210,11 +210,12 @@ def _pareto_mean(low: float, high: float, shape: float) -> float:
     """The mean of a Pareto(``shape``) distribution cut to ``[low, high]`` (by inversion)."""
     if high <= low:
         return low
-    ratio = (low / high) ** shape
+    ratio: float = (low / high) ** shape
     if abs(shape - 1.0) < 1e-9:
         return low * math.log(high / low) / (1.0 - ratio)
-    tail = low ** (1 - shape) - high ** (1 - shape)
-    return shape * low**shape * tail / ((shape - 1) * (1 - ratio))
+    tail: float = low ** (1 - shape) - high ** (1 - shape)
+    scale: float = low**shape
+    return shape * scale * tail / ((shape - 1) * (1 - ratio))
 
 
 def _pareto(rng: random.Random, low: float, high: float, shape: float) -> float:
