@@ -307,6 +307,9 @@ def main() -> int:
     parser.add_argument("--policy", default="prioqueue")
     parser.add_argument("--bursty", action="append", default=[], help="key=value")
     parser.add_argument("--json", help="write every cell's figures to this file")
+    parser.add_argument(
+        "--affinity-price", type=float, help="sweep: override the core's AFFINITY_PRICE (k)"
+    )
     parser.add_argument("--markdown", help="write the pass-count table to this file")
     args = parser.parse_args()
     families = [f.strip() for f in args.family.split(",") if f.strip()]
@@ -314,6 +317,10 @@ def main() -> int:
     if unknown:
         raise SystemExit(f"--family: unknown {sorted(unknown)}; known: {', '.join(FAMILIES)}")
     bursty = dict(item.split("=", 1) for item in args.bursty)
+    if args.affinity_price is not None:
+        import prioqueue._core.config as core_config  # noqa: PLC0415 (a sweep knob only)
+
+        core_config.AFFINITY_PRICE = args.affinity_price
     todo = cells(parse_seeds(args.seeds), families)
     if args.sample < 1.0:
         todo = sorted(random.Random(26).sample(todo, max(1, round(args.sample * len(todo)))))
