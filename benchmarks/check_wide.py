@@ -318,7 +318,7 @@ def main() -> int:
         raise SystemExit(f"--family: unknown {sorted(unknown)}; known: {', '.join(FAMILIES)}")
     bursty = dict(item.split("=", 1) for item in args.bursty)
     if args.affinity_price is not None:
-        import prioqueue._core.config as core_config  # noqa: PLC0415 (a sweep knob only)
+        import prioqueue._core.config as core_config  # a sweep knob only
 
         core_config.AFFINITY_PRICE = args.affinity_price
     todo = cells(parse_seeds(args.seeds), families)
