@@ -33,6 +33,8 @@ from prioqueue.sim.workload import Workload
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ("azure-llm-2023-conv.csv", "azure-llm-2023-code.csv")
 TABLE_POLICIES = ("fifo", "strict", "warm-first")
+#: The scenarios of the issue-17 matrix (``bursty``, added by issue 26, is in check_wide.py).
+MATRIX = ("film-night", "two-films", "swap-storm", "overload", "fleet-night")
 LEVEL_NAMES = {"100": "interactive", "0": "normal", "-100": "batch"}
 
 
@@ -145,7 +147,7 @@ def cells(seeds: int) -> list[tuple[str, int, int | None]]:
     """Every (source, seed, workers) of the matrix."""
     out: list[tuple[str, int, int | None]] = []
     for seed in range(1, seeds + 1):
-        for name in SCENARIOS:
+        for name in MATRIX:
             out.append((name, seed, None if name != "fleet-night" else 4))
             if name != "fleet-night":
                 out.append((name, seed, 4))

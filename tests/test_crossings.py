@@ -284,3 +284,49 @@ def test_crossings_take_at_most_the_share_plus_two_jobs(
                 if start <= began < end and level_of[job] < level
             )
             assert lower <= share * (end - start) + 2 * longest + 1e-6, (level, start, end)
+
+
+@IMPLEMENTATIONS
+def test_a_hung_crossing_pays_the_time_it_held_the_gpu(make: Factory) -> None:
+    """Issue 26 item 2: a crossed job that hangs until its lease runs out is charged to the
+    crossing credit for the GPU time it held, not refunded: the images go next."""
+    d = make(FAST, crossing_share=0.5, lease_for=lambda job: 1000.0)
+    for film in ("f1", "f2"):
+        d.submit(f"{film}.0", member=film, priority="batch", estimate=100.0, now=0.0)
+    for k in range(3):
+        d.submit(f"img{k}", member="u", priority="interactive", estimate=100.0, now=300.0)
+    assert d.dispatch(now=300.0).job.id == "f1.0"  # the crossing; then it hangs
+    assert [e.job.id for e in d.expire(now=1300.0)] == ["f1.0"]
+    order = []
+    t = 1300.0
+    for _ in range(3):
+        grant = d.dispatch(now=t)
+        order.append(grant.job.id)
+        t += 100.0
+        d.complete(grant.job.id, now=t)
+    # Refunded (before issue 26), the credit was back at 0 and a film crossed at once.
+    assert order == ["img0", "img1", "img2"]
+
+
+def test_explain_names_the_rule_when_the_job_out_scored_the_grant() -> None:
+    """Issue 26 item 6: a negative margin names the rule (here "overdue"), never a term."""
+    from prioqueue._core.forecast import overtakes
+    from prioqueue._core.items import DispatchRecord
+    from prioqueue.records import Job
+    from prioqueue.scoring import ScoreBreakdown
+
+    job = Job(id="x", member="m", priority=0, tier="free", tier_bonus=0.0, model=None,
+              estimate=None, arrival=0.0, seq=1, payload=None)  # fmt: skip
+    record = DispatchRecord(500.0, 1, "o", "n", 0, 2, None, ScoreBreakdown(0, 0.0, 0.0, 1.0),
+                            None, None, "overdue", 64)  # fmt: skip
+    (found,) = overtakes(
+        job, until=600.0, history=[record], tier_bonus=0.0, s_at=lambda at: 0.0,
+        divisor=100.0, affinity=lambda m: 0.0,
+    )  # fmt: skip
+    assert found.cause == "overdue"
+    assert found.margin == pytest.approx(-4.0)  # the job had 5 points of aging, the grant 1
+    untold = overtakes(
+        job, until=600.0, history=[record._replace(rule=None)], tier_bonus=0.0,
+        s_at=lambda at: 0.0, divisor=100.0, affinity=lambda m: 0.0,
+    )  # fmt: skip
+    assert untold[0].cause == "eligibility"

@@ -39,7 +39,16 @@ __all__ = [
 ]
 
 JobState = Literal["queued", "running"]
-OvertakeCause = Literal["priority", "tier", "affinity", "fair share", "crossing deferred"]
+OvertakeCause = Literal[
+    "priority",
+    "tier",
+    "affinity",
+    "fair share",
+    "crossing deferred",
+    "least served",
+    "overdue",
+    "eligibility",
+]
 
 #: The terms whose effect on the dispatch order `Stats` counts, in report order, and the
 #: crossings deferred by the crossing share (``deferred_crossings``).
@@ -195,11 +204,15 @@ class Overtake:
         priority: Its priority level.
         at: When it was dispatched.
         cause: The term that contributed most to its lead over the explained job at that
-            moment; ``"crossing deferred"`` when the explained job had the higher score but
-            would have crossed a higher level whose share crossings had used up (the grant
-            deferred the crossing; see ``crossing_share``).
-        margin: Its score minus the explained job's score at that moment (>= 0; 0 for a
-            deferred crossing).
+            moment. When the explained job had the *higher* score (a negative margin), the
+            rule that decided instead (issue 26): ``"crossing deferred"`` (the job would
+            have crossed a higher level whose share crossings had used up; see
+            ``crossing_share``), ``"least served"`` (a crossing went to its level's
+            least-served lane), ``"overdue"`` (that level's oldest job was overdue), or
+            ``"eligibility"`` (the job could not go to that worker: its models, filter,
+            member cap or warm hold).
+        margin: Its score minus the explained job's score at that moment: > 0 when a term
+            decided, 0 for an exact tie, < 0 when a rule decided (``cause`` names it).
     """
 
     job_id: str
@@ -298,7 +311,12 @@ class Explanation:
             lines.append(
                 f"  overtaken at {overtake.at:.1f} by {overtake.job_id} "
                 f"(member {overtake.member}, priority {overtake.priority}): "
-                f"{overtake.cause}, by {overtake.margin:.2f} points"
+                + (
+                    f"{overtake.cause}, by {overtake.margin:.2f} points"
+                    if overtake.margin >= 0
+                    else f"{overtake.cause} (the job had out-scored it by "
+                    f"{-overtake.margin:.2f} points)"
+                )
             )
         return "\n".join(lines)
 

@@ -227,3 +227,17 @@ def test_service_gap_ties_go_to_the_least_pair(last_out: str) -> None:
     events += [(3.0, OFF, m, 0.0) for m in order]
     gap, pair, _ = service_gaps(events)
     assert (gap, pair) == (5.0, ("a", "b"))
+
+
+def test_inverted_pairs_count_only_clear_inversions() -> None:
+    from prioqueue.sim.fairness import inverted_pairs
+
+    rows = [
+        ("a", "free", 100.0, 900.0),  # asked for half of b's, waited 800 s longer: inverted
+        ("b", "free", 200.0, 100.0),
+        ("c", "free", 150.0, 950.0),  # 0.75 of b's demand: not compared
+        ("d", "pro", 10.0, 5000.0),  # another tier: not compared
+    ]
+    assert inverted_pairs(rows, slack=60.0) == 1
+    assert inverted_pairs(rows, slack=900.0) == 0  # within the slack
+    assert inverted_pairs(rows, slack=60.0, ratio=0.8) == 2

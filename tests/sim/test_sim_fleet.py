@@ -362,21 +362,29 @@ SWAP_CASES = [
 
 
 @pytest.mark.parametrize(("scenario", "policy"), SWAP_CASES)
-def test_placement_swaps_no_more_than_warm_first_allows(scenario: str, policy: str) -> None:
-    """Issue 17 item 2: with 4 workers, prioqueue swaps at most 1.25x warm-first's, and its
-    interactive p99 stays within strict's plus the longest job."""
+def test_placement_swaps_no_more_than_the_baselines_allow(scenario: str, policy: str) -> None:
+    """Issue 26's swap check (issue 17 item 2's, amended): with 4 workers, prioqueue swaps at
+    most strict's and at most 1.25x the fewest swaps of a baseline that itself keeps the
+    interactive p99 within strict's plus the longest job (warm-first does not on fleet-night:
+    2.8 h); its own interactive p99 stays within that bound, and the warm hold saves swaps."""
     for seed in (1, 2):  # docs/simulator.md has seeds 1-5; the tests keep two
         workload = build(scenario, seed=seed)
         unheld = f"{policy},warm_hold=0" if ":" in policy else f"{policy}:warm_hold=0"
-        kinds = ("strict", "warm-first", policy, unheld)
+        kinds = ("fifo", "strict", "warm-first", policy, unheld)
         runs = {kind: simulate(workload, parse_spec(kind), workers=4) for kind in kinds}
         report = build_report(workload, list(runs.values()))["summary"]["policies"]
-        assert runs[policy].swaps <= 1.25 * runs["warm-first"].swaps
-        longest = max(a.duration for a in workload.arrivals)
-        p99 = report[policy]["interactive_p99"]
-        assert p99 <= report["strict"]["interactive_p99"] + longest
-        if scenario == "fleet-night":  # without the warm hold the same check fails there
-            assert runs[unheld].swaps > 1.25 * runs["warm-first"].swaps
+        longest = max(a.duration + workload.load_time(a.model) for a in workload.arrivals)
+        bound = report["strict"]["interactive_p99"] + longest
+        fewest = min(
+            runs[kind].swaps
+            for kind in ("fifo", "strict", "warm-first")
+            if report[kind]["interactive_p99"] <= bound
+        )
+        assert runs[policy].swaps <= runs["strict"].swaps
+        assert runs[policy].swaps <= 1.25 * fewest
+        assert report[policy]["interactive_p99"] <= bound
+        if scenario == "fleet-night":  # the warm hold is what keeps the swaps down there
+            assert runs[unheld].swaps > 1.5 * runs[policy].swaps
 
 
 # --------------------------------------------------------------------------- command line

@@ -228,3 +228,26 @@ def test_real_azure_trace() -> None:
     workload = traces.convert_azure(AZURE_DIR / "azure-llm-2023-code.csv", seed=1)
     assert len(workload.arrivals) == 8819
     assert json.dumps(dict(workload.params))  # serialisable for the report
+
+
+def test_bursty_is_heavy_tailed_skewed_and_bursty() -> None:
+    from collections import Counter
+
+    from prioqueue.sim import build
+
+    load = build("bursty", seed=3)
+    again = build("bursty", seed=3)
+    assert load.arrivals == again.arrivals
+    assert load.workers is None
+    assert build("bursty", gpus=4).workers == 4
+    durations = sorted(a.duration for a in load.arrivals)
+    assert durations[0] >= 4.0
+    assert durations[-1] <= 960.0
+    assert durations[len(durations) // 2] < 30.0 < durations[-1] / 10  # a heavy tail
+    by_member = Counter(a.member for a in load.arrivals).most_common()
+    assert by_member[0][1] > 4 * by_member[-1][1]  # Zipf-skewed demand
+    instants = Counter(round(a.arrival / 60) for a in load.arrivals)
+    assert max(instants.values()) >= 10  # a burst of at least 10 jobs within a minute
+    assert sum(a.hangs for a in build("bursty", seed=3, lost_fraction=0.05).arrivals) > 0
+    fewer = build("bursty", seed=3, burst_share=0.0, load=0.45)
+    assert len(fewer.arrivals) < len(load.arrivals)

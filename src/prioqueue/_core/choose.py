@@ -38,7 +38,9 @@ __all__: list[str] = []  # private module
 #: against it); whether the ranking's best was eligible as it stands (no search needed);
 #: the crossing this grant deferred, if any; and how the grant moves the crossing credit
 #: (per expected second).
-Pick = tuple[_Lane, _Entry, float, Job, bool, "_Entry | None", float]
+#: Last, the rule that chose the grant instead of the ranking's winner (None: the ranking;
+#: ``explain`` names it when the explained job had out-scored the grant).
+Pick = tuple[_Lane, _Entry, float, Job, bool, "_Entry | None", float, "str | None"]
 
 
 def pick(d: State, worker: _Worker, t: float) -> Pick | None:
@@ -77,6 +79,7 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
     # Bounded crossings (docs/design/dispatcher.md): a winner below the top eligible level
     # crosses it; it is granted while the credit is not negative, else deferred.
     deferred: _Entry | None = None
+    rule: str | None = None
     weight = 0.0
     share = d.share
     if share < 1.0:
@@ -88,15 +91,9 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
             higher = None if every else above(d, search, lane.level, top, every)
             if every or higher is not None:
                 if d.credit >= 0.0:
-                    # The crossing goes to the level whose oldest job has waited
-                    # longest for its band, to that level's least-served choice.
                     weight = share - 1.0
                     b = top if higher is None else higher[0].level  # (lane, entry, aff)
-                    starving = oldest_below(d, b).job.priority
-                    if starving != lane.level:
-                        offer = least_served(d, starving, search, every)
-                        if offer is not None:
-                            lane, entry, aff = offer
+                    lane, entry, aff, rule = cross_to(d, search, (lane, entry, aff), b, every)
                 else:
                     if higher is None:
                         higher = above(d, search, lane.level, top, every)
@@ -107,13 +104,34 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
                         deferred = entry
                         lane, entry, aff = higher
                         weight = share
+                        rule = "crossing deferred"
         # A grant at the highest eligible level while a lower level waits refills the
         # credit too (not only a deferral): crossings get their share of that time.
         weight = weight or (share if d.credit < 0.0 and waiting_below(d, lane.level) else 0.0)
     # Overdue jobs: the level's oldest job, past its aging bound, goes first when fair
     # share allows it (its lane is within the offsets of the level's least-served lane).
-    lane, entry, aff = overdue_offer(d, worker, view, (lane, entry, aff), t)
-    return lane, entry, aff, winner, fast, deferred, weight
+    chosen = overdue_offer(d, worker, view, (lane, entry, aff), t)
+    if chosen[1] is not entry:
+        lane, entry, aff = chosen
+        rule = "overdue"
+    return lane, entry, aff, winner, fast, deferred, weight, rule
+
+
+def cross_to(
+    d: State, search: Search, offer: tuple[_Lane, _Entry, float], b: int, every: bool
+) -> tuple[_Lane, _Entry, float, str | None]:
+    """A crossing's grant, and its rule (None: the winner ``offer`` itself).
+
+    The crossing goes to the level whose oldest job below ``b`` has waited longest for its
+    band, to that level's least-served choice. Amortised O(K log n + levels).
+    """
+    lane, entry, aff = offer
+    starving = oldest_below(d, b).job.priority
+    if starving != lane.level:
+        found = least_served(d, starving, search, every)
+        if found is not None and found[1] is not entry:
+            return found[0], found[1], found[2], "least served"
+    return lane, entry, aff, None
 
 
 def overdue_offer(
@@ -160,12 +178,14 @@ OVERDUE_BAND = 0.75
 def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
     """The job that goes instead of ``entry`` because it is overdue, or None.
 
-    With fair share and ``entry``'s level ``L`` below ``B`` (the highest of the policy's
-    named levels and the backlogged levels), that is the oldest queued job at ``L`` (by
-    arrival, then seq) when it is in another lane than ``entry``, has waited more than
-    ``OVERDUE_BAND * (B - L) * d + (T + A) * d``, and its lane's ``s`` is at most
-    ``(T + A) * d`` above the smallest ``s`` among the level's backlogged lanes (the fairness
-    bound's invariant). Amortised O(log n) plus O(levels + named levels).
+    With fair share, at ``entry``'s level ``L`` (any level, ``B`` itself included since issue
+    26; ``B`` is the highest of the policy's named levels and the backlogged levels), that is
+    the oldest queued job at ``L`` (by arrival, then seq) when it is in another lane than
+    ``entry``, has waited more than ``OVERDUE_BAND * (B - L) * d + (T + A) * d``, and its
+    lane's ``s`` is at most ``(T + A) * d`` above the smallest ``s`` among the level's
+    backlogged lanes (the fairness bound's invariant); at ``B`` itself, where that wait is the
+    level's aging bound (the job is starving), without the check on ``s``. Amortised
+    O(log n) plus O(levels + named levels).
     """
     if not d.fair_share:
         return None  # every job ages from its own arrival: none waits for a lane's turn
@@ -173,8 +193,6 @@ def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
     top = d.top_level()
     assert top is not None  # entry is queued
     top = max(top, *d.policy.aliases.values())
-    if number >= top:
-        return None  # the highest level: the offsets and fair share decide there
     level = d.levels[number]
     arrivals = level.arrivals
     while arrivals[0].entry.state != QUEUED:
@@ -182,13 +200,15 @@ def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
     old = arrivals[0].entry
     if old.lane is entry.lane:
         return None  # inside a lane the affinity window bounds the reordering already
-    band = (top - number) * d.divisor * OVERDUE_BAND
+    band = max(0, top - number) * d.divisor * OVERDUE_BAND
     wait = t - old.job.arrival
     if not wait > band:  # cheap test first: most pops stop here
         return None
     spread = aging_exemption(d)
     if not wait > band + spread:
         return None
+    if number >= top:
+        return old  # the highest level past its aging bound: starving, fair share yields
     with closing(_by_service(d, level)) as lanes:
         least = next(lanes)
     if not old.lane.s <= least.s + spread:

@@ -128,6 +128,28 @@ def checked_load_seconds(value: object) -> dict[str, float]:
     return loads
 
 
+#: ``k``, the price of swap affinity (issue 26, docs/design/fleet.md, "Affinity as a priced
+#: trade"): a model's affinity bonus is worth at most ``k * load_seconds[model]`` seconds of
+#: aging, the waiting a job may be asked to pay so that a worker keeps that model loaded.
+#: Models without a known load time keep the scorer's bonus.
+AFFINITY_PRICE = 1.0
+
+
+def priced_affinity(scorer: Scorer, load_seconds: Mapping[str, float]) -> Callable[[str], float]:
+    """``model -> bonus``: the scorer's affinity, at most ``AFFINITY_PRICE * L(m) / d``. O(1)."""
+    divisor = scorer.config.aging_divisor
+    affinity = scorer.affinity
+
+    def bonus(model: str) -> float:
+        aff = affinity(model)
+        load = load_seconds.get(model)
+        if load is None:
+            return aff
+        return min(aff, AFFINITY_PRICE * load / divisor)
+
+    return bonus
+
+
 @attrs.frozen
 class Config:
     """The validated constructor options of one dispatcher (private; see the module doc)."""
@@ -153,6 +175,10 @@ class Config:
     budgets: dict[int, LevelBudget]
     backoff: Backoff
     name_in_grants: bool  # SizeOneDispatcher's grants (and snapshots) carry no worker
+
+    def priced_affinity(self) -> Callable[[str], float]:
+        """``model -> bonus``: the scorer's affinity priced by ``load_seconds`` (see above)."""
+        return priced_affinity(self.scorer, self.load_seconds)
 
     @classmethod
     def checked(cls, options: Mapping[str, Any], *, name_in_grants: bool = True) -> Config:

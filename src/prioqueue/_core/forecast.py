@@ -282,10 +282,11 @@ def overtakes(
         ]
         lead, cause = max(leads, key=lambda item: item[0])
         margin = sum(value for value, _ in leads)
-        if getattr(record, "deferred", False) and margin < 0 and job.priority < score.band:
-            # The job outscored the winner, but its grant would have crossed the winner's
-            # level after crossings had used their share: the grant deferred it.
-            cause = "crossing deferred"
+        if margin < 0:
+            # The job out-scored the grant: a rule decided, not a term (a deferred crossing,
+            # a crossing's least-served choice, an overdue job), else the job was not
+            # eligible for that worker (model, filter, member cap, warm hold).
+            cause = record.rule or "eligibility"
         elif lead <= 0:
             cause = "fair share"  # an exact tie, broken by the older virtual start
         result.append(
@@ -295,7 +296,7 @@ def overtakes(
                 priority=record.priority,
                 at=at,
                 cause=cause,
-                margin=max(0.0, margin) if math.isfinite(margin) else 0.0,
+                margin=margin if math.isfinite(margin) else 0.0,
             )
         )
     return tuple(result)

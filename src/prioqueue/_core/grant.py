@@ -52,7 +52,7 @@ def pop(d: State, worker: _Worker, t: float) -> Grant | None:
     picked = pick(d, worker, t)
     if picked is None:
         return None
-    lane, entry, aff, winner, fast, deferred, weight = picked
+    lane, entry, aff, winner, fast, deferred, weight, rule = picked
     resident = worker.resident
     job = worker.granted(entry.job)  # a multi-model job: with the model the grant chose
     lease = None if d.lease_for is None else lease_of(d, job, worker, t)
@@ -89,7 +89,7 @@ def pop(d: State, worker: _Worker, t: float) -> Grant | None:
             new_item(
                 DispatchRecord,
                 (t, d.dispatches, job.id, job.member, job.priority, job.seq, model,
-                 score, resident, name, deferred is not None, size),
+                 score, resident, name, rule, size),
             )
         )  # fmt: skip
         total = history.size + size
@@ -248,14 +248,14 @@ def take_back(
         job = entry.job
         lane = entry.lane
         d.release(entry)
+        held = max(0.0, now - entry.granted_at)
         moved = d.crossings.pop(entry, None)
-        if moved is not None:  # a take-back refunds the crossing credit exactly
-            d.credit -= moved[0] * moved[1]
+        if moved is not None:  # the crossing credit counts the GPU time really held (issue 26)
+            d.credit += moved[0] * (held - moved[1])
         if d.fair_share:
             lane.set_s()
             d.refile(lane, now)
         requeued = always or entry.attempt < (job.max_attempts or d.max_attempts)
-        held = max(0.0, now - entry.granted_at)
         if requeued:
             d.enqueue(job, attempt=entry.attempt + 1, now=now, requeue=True)
             d.groups.move(job.id, "queued", used=held)

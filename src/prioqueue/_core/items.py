@@ -73,7 +73,9 @@ class DispatchRecord(NamedTuple):
     score: ScoreBreakdown
     resident: str | None
     worker: str | None
-    deferred: bool  # the grant deferred a crossing (a lower level's job had the best score)
+    # The rule that chose the grant instead of the score's winner: "crossing deferred",
+    # "least served" (a crossing's least-served choice), "overdue", or None (the ranking).
+    rule: str | None
     size: int  # estimated bytes, for the history's byte budget
 
 

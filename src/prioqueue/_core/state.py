@@ -77,7 +77,7 @@ class State:
         self.crossings: dict[_Entry, tuple[float, float]] = {}
         d = self.divisor = config.scorer.config.aging_divisor
         window = self.window = config.scorer.config.max_affinity * d
-        affinity = self.affinity = _BonusCache(config.scorer.affinity).__getitem__
+        affinity = self.affinity = _BonusCache(config.priced_affinity()).__getitem__
         self.ranking, self.counterfactuals = rankings(d, affinity, window, track=self.track)
         self.all_rankings = (self.ranking, *self.counterfactuals)
         self.dirty: dict[int, _Lane] = {}

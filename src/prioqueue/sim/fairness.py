@@ -18,6 +18,15 @@ compare members only while they are **backlogged at the same level** (holding a 
   than the level's longest job are listed but not rated.
 * **Jain's index** (:func:`jain_index`) over the service received while contended: kept as a
   secondary figure; it punishes members who simply asked for less.
+* **Inverted pairs** (:func:`inverted_pairs`): fair share must never invert demand. Two members
+  of the same tier at one level form an inverted pair when the one who asked for at most half
+  the GPU time of the other there (the sum of its jobs' warm durations) waited longer on
+  average, by more than a slack (the benchmark uses ``C``, the longest job: the one-job limit
+  of non-preemption). A job still queued when the clock stopped counts with the wait it had
+  then. Demands within a factor of two are not compared: fair share equalises service, not
+  waits, and the mean wait of a member's handful of jobs depends on when they arrived (under
+  overload every policy, FIFO too, then shows "inversions" of hours between members whose
+  demands differ by 10 %).
 
 Worked example (also a test): ``A`` submits three 60-second jobs and ``B`` one, all at 0, at the
 same level. ``strict`` (FIFO) runs ``a1, a2, a3, b1``: during ``[0, 120)`` both are backlogged
@@ -34,7 +43,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-__all__ = ["OFF", "ON", "SERVICE", "fair_shares", "jain_index", "service_gaps"]
+__all__ = ["OFF", "ON", "SERVICE", "fair_shares", "inverted_pairs", "jain_index", "service_gaps"]
 
 SERVICE, OFF, ON = 0, 1, 2
 """Event kinds of :func:`service_gaps`: service credited, one queued job fewer, one more."""
@@ -196,3 +205,33 @@ def fair_shares(
         else:
             running[member] += 1
     return {m: (received.get(m, 0.0), fair[m]) for m in sorted(fair)}
+
+
+def inverted_pairs(
+    members: Iterable[tuple[str, str, float, float]], slack: float, ratio: float = 0.5
+) -> int:
+    """How many pairs of members invert demand: the one who asked for less waited longer.
+
+    O(m^2) for ``m`` members (a level has tens to hundreds).
+
+    Args:
+        members: ``(member, tier, demand, mean wait)`` per member of one level: its GPU time
+            asked for (seconds) and its jobs' mean wait (seconds).
+        slack: Mean waits within ``slack`` seconds of each other count as equal.
+        ratio: Only pairs where one member asked for at most ``ratio`` times the other's
+            demand are compared.
+
+    Returns:
+        The number of pairs of the same tier where the member who asked for at most ``ratio``
+        times the other's demand waited more than ``slack`` seconds longer on average.
+    """
+    by_tier: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for _, tier, demand, wait in members:
+        by_tier[tier].append((demand, wait))
+    count = 0
+    for rows in by_tier.values():
+        for demand_a, wait_a in rows:
+            for demand_b, wait_b in rows:
+                if demand_a <= ratio * demand_b and wait_a > wait_b + slack:
+                    count += 1
+    return count

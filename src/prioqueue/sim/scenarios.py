@@ -16,6 +16,12 @@
   hang and need their lease to expire, a few are cancelled. The clock stops when the arrivals
   do (``horizon``): with the box overloaded for ever, what is still queued then is what a policy
   left waiting, and the report counts it.
+* ``bursty``: heavy-tailed traffic on ``gpus`` workers (1): job lengths from a Pareto
+  distribution (shape ``pareto_shape``) cut to ``min_seconds``-``max_seconds`` (4 s-16 min),
+  ``members`` members whose demand is Zipf-skewed (exponent ``zipf``), part of the jobs
+  (``burst_share``) arriving in bursts of ``burst_min``-``burst_max`` jobs from one member at
+  one level, and a few jobs (``lost_fraction``) that hang and hold their GPU until their lease
+  runs out. ``load`` is per worker; the clock stops at ``horizon``.
 
 Every scenario has a ``horizon`` parameter (hours; 0 runs until every job has left).
 
@@ -25,6 +31,7 @@ costs 2-3 times a warm one (the design's figure); the video model loads in 90 s.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -33,6 +40,7 @@ import attrs
 
 from prioqueue._errors import ConfigError
 from prioqueue.priority import BATCH, INTERACTIVE, NORMAL
+from prioqueue.sim._gen import _crowd, _Gen
 from prioqueue.sim.workload import Arrival, Workload
 
 __all__ = [
@@ -70,12 +78,16 @@ UNITS: dict[str, str] = {
     "gpus": "workers",
     "tail_models": "models",
     "tail_per_hour": "jobs/h",
+    "zipf": "exponent of the members' demand",
+    "pareto_shape": "shape of the job lengths",
+    "burst_share": "of the jobs",
+    "burst_min": "jobs",
+    "burst_max": "jobs",
 }
 """The unit of each scenario parameter, for ``--list-scenarios``."""
 
 _LOADS = {"image": 30.0, "video": 60.0, "llm": 15.0}
 _TAIL_LOAD = 45.0
-_TIERS = ("free", "pro", "max")
 
 Params = dict[str, Any]
 
@@ -96,58 +108,6 @@ class Scenario:
     summary: str
     defaults: Mapping[str, Any]
     make: Callable[[Params, random.Random], list[Arrival]]
-
-
-class _Gen:
-    """Small helpers around one seeded RNG."""
-
-    def __init__(self, rng: random.Random, params: Params) -> None:
-        self.rng = rng
-        self.cancel_fraction = float(params.get("cancel_fraction", 0.0))
-        self.lost_fraction = float(params.get("lost_fraction", 0.0))
-
-    def estimate(self, duration: float) -> float:
-        """A caller's estimate: the duration with about 20 % log-normal noise."""
-        return round(duration * self.rng.lognormvariate(0.0, 0.2), 3)
-
-    def job(
-        self, at: float, member: str, priority: int, tier: str, model: str, duration: float
-    ) -> Arrival:
-        rng = self.rng
-        cancel = None
-        if self.cancel_fraction and rng.random() < self.cancel_fraction:
-            cancel = round(rng.uniform(5.0, 1800.0), 3)
-        hangs = 1 if self.lost_fraction and rng.random() < self.lost_fraction else 0
-        duration = round(duration, 3)
-        return Arrival(
-            arrival=round(at, 3),
-            member=member,
-            priority=priority,
-            tier=tier,
-            model=model,
-            duration=duration,
-            estimate=self.estimate(duration),
-            cancel_after=cancel,
-            hangs=hangs,
-        )
-
-    def poisson(self, per_hour: float, hours: float) -> list[float]:
-        """Arrival times of a Poisson stream of ``per_hour`` jobs an hour over ``hours``."""
-        times: list[float] = []
-        if per_hour <= 0:
-            return times
-        rate = per_hour / 3600.0
-        end = hours * 3600.0
-        t = self.rng.expovariate(rate)
-        while t < end:
-            times.append(t)
-            t += self.rng.expovariate(rate)
-        return times
-
-
-def _crowd(members: int) -> list[tuple[str, str]]:
-    width = len(str(members))
-    return [(f"m{k:0{width}d}", _TIERS[k % 3]) for k in range(1, members + 1)]
 
 
 def _film(
@@ -246,6 +206,59 @@ def _overload(params: Params, rng: random.Random) -> list[Arrival]:
     return jobs
 
 
+def _pareto_mean(low: float, high: float, shape: float) -> float:
+    """The mean of a Pareto(``shape``) distribution cut to ``[low, high]`` (by inversion)."""
+    if high <= low:
+        return low
+    ratio: float = (low / high) ** shape
+    if abs(shape - 1.0) < 1e-9:
+        return low * math.log(high / low) / (1.0 - ratio)
+    tail: float = low ** (1 - shape) - high ** (1 - shape)
+    scale: float = low**shape
+    return shape * scale * tail / ((shape - 1) * (1 - ratio))
+
+
+def _pareto(rng: random.Random, low: float, high: float, shape: float) -> float:
+    """A Pareto(``shape``) length cut to ``[low, high]`` (inverse transform of the cut CDF)."""
+    if high <= low:
+        return low
+    ratio = (low / high) ** shape
+    return float(low / (1.0 - rng.random() * (1.0 - ratio)) ** (1.0 / shape))
+
+
+def _bursty(params: Params, rng: random.Random) -> list[Arrival]:
+    gen = _Gen(rng, params)
+    crowd = _crowd(int(params["members"]))
+    if not crowd:
+        return []
+    weights = [1.0 / rank ** float(params["zipf"]) for rank in range(1, len(crowd) + 1)]
+    low, high = float(params["min_seconds"]), float(params["max_seconds"])
+    shape = max(float(params["pareto_shape"]), 1e-3)
+    mean = _pareto_mean(low, high, shape)
+    hours = float(params["hours"])
+    per_hour = float(params["load"]) * int(params["gpus"]) * 3600.0 / mean
+    share = min(float(params["burst_share"]), 1.0)
+    small, big = int(params["burst_min"]), max(int(params["burst_min"]), int(params["burst_max"]))
+    levels = ((INTERACTIVE, "image"), (NORMAL, "llm"), (BATCH, "video"))
+    level_weights = (0.4, 0.3, 0.3)
+    jobs: list[Arrival] = []
+
+    def one(at: float, member: str, tier: str, level: int, model: str) -> None:
+        jobs.append(gen.job(at, member, level, tier, model, _pareto(rng, low, high, shape)))
+
+    for at in gen.poisson(per_hour * (1.0 - share), hours):
+        member, tier = rng.choices(crowd, weights)[0]
+        level, model = rng.choices(levels, level_weights)[0]
+        one(at, member, tier, level, model)
+    if share > 0 and small > 0:
+        for at in gen.poisson(per_hour * share / ((small + big) / 2.0), hours):
+            member, tier = rng.choices(crowd, weights)[0]
+            level, model = rng.choices(levels, level_weights)[0]
+            for k in range(rng.randint(small, big)):
+                one(at + k * rng.uniform(0.0, 2.0), member, tier, level, model)
+    return jobs
+
+
 _CROWD_DEFAULTS: dict[str, Any] = {
     "hours": 12.0,
     "members": 12,
@@ -336,6 +349,28 @@ SCENARIOS: dict[str, Scenario] = {
                 "horizon": 0.0,
             },
             _fleet_night,
+        ),
+        Scenario(
+            "bursty",
+            "heavy-tailed (4 s-16 min Pareto) jobs in bursts of 10-40 from members with "
+            "Zipf-skewed demand, a few hung jobs",
+            {
+                "gpus": 1,
+                "hours": 6.0,
+                "members": 12,
+                "load": 0.9,
+                "min_seconds": 4.0,
+                "max_seconds": 960.0,
+                "pareto_shape": 0.8,
+                "zipf": 1.1,
+                "burst_share": 0.5,
+                "burst_min": 10,
+                "burst_max": 40,
+                "cancel_fraction": 0.01,
+                "lost_fraction": 0.005,
+                "horizon": 6.0,
+            },
+            _bursty,
         ),
     )
 }
@@ -439,8 +474,15 @@ def build(name: str = DEFAULT_SCENARIO, *, seed: int = 1, **overrides: Any) -> W
         params={"seed": seed, **params},
         horizon=horizon if horizon > 0 else None,
         chains=dict.fromkeys(films, depth) if depth > 0 else {},
-        workers=int(params["gpus"]) if "gpus" in params else None,
+        workers=_workers(name, params),
     )
+
+
+def _workers(name: str, params: Params) -> int | None:
+    """The fleet a scenario names (None: one GPU); ``bursty`` on one worker is one GPU."""
+    if "gpus" not in params or (name != "fleet-night" and int(params["gpus"]) == 1):
+        return None
+    return int(params["gpus"])
 
 
 def _arrival_time(job: Arrival) -> float:

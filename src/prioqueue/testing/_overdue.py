@@ -4,11 +4,13 @@ Written from the note alone, by rescanning the queued jobs, for :class:`Referenc
 
 * Refill: a grant that is no crossing and no deferral (``weight`` 0) moves a negative credit by
   ``share * x`` while a job below the grant's level is queued.
-* Overdue jobs: with fair share and the grant's level ``L`` below ``top`` (the highest of the
-  policy's named levels and the queued levels), the oldest queued job at ``L`` (by arrival, then
-  seq) goes instead when it is in another lane, waited more than
+* Overdue jobs: with fair share, at the grant's level ``L`` (any level, the highest included:
+  issue 26; ``top`` is the highest of the policy's named levels and the queued levels), the
+  oldest queued job at ``L`` (by arrival, then seq) goes instead when it is in another lane,
+  waited more than
   ``0.75 * (top - L) * d + (T + A) * d``, its lane's ``s`` is at most ``(T + A) * d`` above the
-  smallest ``s`` at ``L``, and it is eligible for the worker (as in the pop's offers).
+  smallest ``s`` at ``L`` (below ``top`` only: at ``top`` the wait is the aging bound itself),
+  and it is eligible for the worker (as in the pop's offers).
 """
 
 from __future__ import annotations
@@ -41,8 +43,6 @@ def overdue(model: _Rules, win: _Offer, worker: _Worker, now: float) -> _Offer:
     level = win.level
     queued = model._queued()
     top = max([*(entry.job.priority for entry in queued), *model._policy.aliases.values()])
-    if level >= top:
-        return win
     old = min(
         (entry for entry in queued if entry.job.priority == level),
         key=lambda entry: (entry.job.arrival, entry.job.seq),
@@ -55,10 +55,10 @@ def overdue(model: _Rules, win: _Offer, worker: _Worker, now: float) -> _Offer:
     d = model._divisor
     tiers = list(config.tier_bonuses.values())
     offsets = ((max(tiers) - min(tiers) if tiers else 0.0) + config.max_affinity) * d
-    if not now - old.job.arrival > (top - level) * d * 0.75 + offsets:
+    if not now - old.job.arrival > max(0, top - level) * d * 0.75 + offsets:
         return win
-    if not s <= min(row[0] for row in lanes) + offsets:
-        return win
+    if level < top and not s <= min(row[0] for row in lanes) + offsets:
+        return win  # below the top only: at the top that wait is its aging bound
     capped = not model._offers(worker, lambda e: model._ineligible(worker, e, now) is None)
     if model._ineligible(worker, old, now, capped) is not None:
         return win

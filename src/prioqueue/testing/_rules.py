@@ -30,6 +30,9 @@ from prioqueue.testing._state import (
 __all__: list[str] = []  # private module
 
 
+_AFFINITY_PRICE = 1.0  # k of "Affinity as a priced trade" (docs/design/fleet.md)
+
+
 class _Rules(_Book):
     """The note's rules over the state (see the module docstring)."""
 
@@ -175,9 +178,21 @@ class _Rules(_Book):
         choice = self._affinity_entry(head, entries, resident, eligible)
         if choice is None or resident is None:
             return _Offer(level, s, head, eligible[0], head.tier_bonus, 0.0, lane, head.seq)
-        bonus = self._scorer.affinity(resident)
+        bonus = self._bonus(resident)
         first = next(e.job.seq for e in entries if e.job.model == resident)
         return _Offer(level, s, head, choice, head.tier_bonus, bonus, lane, first)
+
+    def _bonus(self, model: str) -> float:
+        """The affinity bonus of ``model``: the scorer's, priced (docs/design/fleet.md).
+
+        With the model's load time ``L`` known, at most ``k * L / d`` with ``k = 1``: affinity
+        may cost a waiting job at most one cold load of the model it keeps loaded.
+        """
+        bonus = self._scorer.affinity(model)
+        load = self._load_seconds.get(model)
+        if load is not None:
+            bonus = min(bonus, _AFFINITY_PRICE * load / self._scorer.config.aging_divisor)
+        return bonus
 
     def _affinity_entry(
         self,
@@ -192,7 +207,7 @@ class _Rules(_Book):
         ``W`` after ``head`` ends the search; otherwise the first in ``eligible`` (every one
         when None) is the affinity job.
         """
-        if model is None or not self._scorer.affinity(model) > 0:
+        if model is None or not self._bonus(model) > 0:
             return None
         config = self._scorer.config
         limit = head.arrival + config.max_affinity * config.aging_divisor
@@ -253,7 +268,7 @@ class _Rules(_Book):
         # Fair share: per-job aging over each lane's head and its oldest resident-model job.
         rows: list[tuple[float, float, int, Job]] = []
         model = worker.resident
-        bonus = 0.0 if model is None else self._scorer.affinity(model)
+        bonus = 0.0 if model is None else self._bonus(model)
         for level, _, entries, _ in self._backlogged():
             head = entries[0].job
             picks = [head]
@@ -286,11 +301,11 @@ class _Rules(_Book):
         residents.discard(None)
         mine = job.tier_bonus
         if job.model is not None and job.model in residents:
-            mine += self._scorer.affinity(job.model)
+            mine += self._bonus(job.model)
         head = starved.jobs[0].job
         theirs = head.tier_bonus
         bonuses = [
-            self._scorer.affinity(r)
+            self._bonus(r)
             for r in residents
             if r is not None and self._affinity_entry(head, starved.jobs, r) is not None
         ]
@@ -402,7 +417,10 @@ class _Rules(_Book):
         for held in sorted(taken, key=lambda h: h.job.seq, reverse=True):
             job = held.job
             self._workers[held.worker].held.remove(held)
-            self._credit -= held.weight * held.expected_runtime  # the crossing credit, refunded
+            # The crossing credit counts the GPU time the job really held (a hang up to its
+            # lease's expiry, a lost worker until it was given up), not its estimate.
+            spent = max(0.0, now - held.grant.granted_at)
+            self._credit += held.weight * (spent - held.expected_runtime)
             if self._fair_share:
                 self._lane_of(job).release(held.c)  # the refund: exactly what was charged
             self._counts["expired"] += not always_requeue
