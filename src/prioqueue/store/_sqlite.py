@@ -120,6 +120,14 @@ class SQLiteStore(Store):
             problems = "; ".join(str(r[0]) for r in rows[:5])
             raise CorruptStore(f"{self.url}: the file fails its integrity check: {problems}")
 
+    # SQLite 3.40 has no ORDER BY inside group_concat; an aggregate over a subquery that
+    # is ordered (here a scan of an INTEGER PRIMARY KEY, the rowid) takes its rows in that
+    # order (tests/store/test_snapshot_encoding.py checks it with many chunks).
+    _concat_parts_sql = (
+        "SELECT group_concat(text, '') FROM"
+        " (SELECT text FROM temp.prioqueue_snapshot_parts ORDER BY part)"
+    )
+
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         try:
             return self._conn.execute(sql.replace("%s", "?"), tuple(params)).fetchall()
