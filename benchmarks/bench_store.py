@@ -19,6 +19,17 @@ skipped, saying why, when it is unreachable.
 * **Recovery.** A store holding N queued jobs (default 10^5), recovered (a) from the journal
   alone (replaying N submits) and (b) from a snapshot; the baseline is building the same
   dispatcher with N direct submits. Goal: under 5 s.
+* **PostgreSQL append round trips** (``--append-only`` runs this alone): round trips per
+  append of one event (libpq's trace, ``ReadyForQuery`` messages) and sequential appends/s,
+  for the one-statement append and, as the baseline in the same run, the transaction that
+  the store used before issue 30 (BEGIN, epoch check, insert, fence, COMMIT).
+* **Snapshot stall** (``--stall-only`` runs this alone): a broker engine holding
+  ``--stall-jobs`` queued jobs (10^5) of ``--stall-payload`` bytes each (2,000: 200 MB),
+  recovered from a store; a loop-lag probe (a task that sleeps 1 ms in a loop and records how
+  late it wakes) runs while a snapshot is taken and written. Before issue 30 the loop built the
+  snapshot (``engine.snapshot()``, O(jobs)) and the writer thread joined and bound the whole
+  text; that path, measured the same way in the same run, is the baseline. Goal: the longest
+  stall <= 50 ms.
 * **Failover** (PostgreSQL, default elector timings): from the leader's end to the standby's
   first acknowledged call, when the leader's sessions die (what SIGKILL does; goal < 5 s) and
   when it hangs (stops renewing its 10 s lease; goal < lease + 5 s); the baseline is the
@@ -329,14 +340,188 @@ async def failover() -> dict[str, float]:
     return out
 
 
+def append_figures(store: Store, seconds: float) -> tuple[float, float]:
+    """(round trips per append, appends/s) for one-event appends on a PostgreSQL store."""
+    epoch = store.claim()
+    seq = 0
+
+    def one() -> None:
+        nonlocal seq
+        seq += 1
+        store.append([Event(seq, "submit", {"job_id": f"j{seq}"}, now=float(seq))], epoch=epoch)
+
+    with tempfile.TemporaryFile("w+") as trace:
+        conn: Any = store._conn  # type: ignore[attr-defined]
+        conn.pgconn.trace(trace.fileno())
+        for _ in range(100):
+            one()
+        conn.pgconn.untrace()
+        trace.seek(0)
+        trips = sum("ReadyForQuery" in line for line in trace) / 100
+    done, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        one()
+        done += 1
+    return trips, done / (time.perf_counter() - start)
+
+
+def append_section(seconds: float) -> None:
+    from functools import partial
+
+    reason = postgres_reason()
+    if reason:
+        print(f"(PostgreSQL appends skipped: {reason})")
+        return
+    section("PostgreSQL: one-event appends, fencing kept")
+    figures = {}
+    for how in ("transaction (before, baseline)", "one statement (now)"):
+        schema = f"pq_bench_{uuid.uuid4().hex[:8]}"
+        store = open_store(POSTGRES_URL, schema=schema)
+        if how.startswith("transaction"):
+            store._append_rows = partial(Store._append_rows, store)  # type: ignore[method-assign]
+        try:
+            figures[how] = append_figures(store, seconds)
+        finally:
+            store.close()
+            drop_schema(schema)
+    _, base_rate = figures["transaction (before, baseline)"]
+    for how, (trips, rate) in figures.items():
+        print(f"{how:<32} {trips:>4.1f} round trips/append {rate:>8.0f} appends/s   "
+              f"ratio {rate / base_rate:>5.2f}x of baseline")  # fmt: skip
+
+
+class LagProbe:
+    """A task that sleeps 1 ms in a loop and records how late it wakes (the loop's stalls)."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self._stop = False
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> LagProbe:
+        self._task = asyncio.create_task(self._run())
+        await asyncio.sleep(0.01)
+        self.worst = 0.0
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._stop = True
+        assert self._task is not None
+        await self._task
+
+    async def _run(self) -> None:
+        while not self._stop:
+            start = time.perf_counter()
+            await asyncio.sleep(0.001)
+            self.worst = max(self.worst, time.perf_counter() - start - 0.001)
+
+
+def broker_factory() -> Callable[[Any], Any]:
+    from prioqueue.broker import parse_config
+    from prioqueue.broker.engine import BrokerEngine
+
+    config = parse_config({"max_queued": 10_000_000})
+    return lambda state: (
+        BrokerEngine(config) if state is None else BrokerEngine.restore(state, config)
+    )
+
+
+def fill_broker(store: Store, jobs: int, payload: int) -> None:
+    """A snapshot of ``jobs`` queued broker jobs of ``payload`` bytes each, written directly."""
+    engine = broker_factory()(None)
+    for i in range(jobs):
+        text = f"{i:08d}" + "x" * (payload - 8)
+        engine.submit(float(i + 1), member=f"m{i % 50}", tier="free", priority=0,
+                      payload={"prompt": text})  # fmt: skip
+    epoch = store.claim()
+    state = engine.snapshot(now=float(jobs))
+    store.append([], epoch=epoch, snapshot=Snapshot(seq=0, taken_at=float(jobs), state=state))
+
+
+async def snapshot_stalls(store: Store, submits: int) -> dict[str, float]:
+    """The loop's longest stall while snapshots are taken, the old way and the replica's."""
+    from prioqueue.store._base import encode_in_pieces
+
+    durable: DurableDispatcher[Any] = await DurableDispatcher.open(
+        store, broker_factory(), snapshot_every=10**9, snapshot_interval=1e9
+    )
+    out: dict[str, float] = {}
+    engine = durable.dispatcher
+
+    async def some_submits(tag: str) -> None:
+        for i in range(submits):  # journal events for the replica to catch up with
+            await durable.call("submit", member="m", tier="free", priority=0,
+                               payload={"prompt": f"{tag}-{i}"})  # fmt: skip
+
+    async with LagProbe() as probe:  # before issue 30: built on the loop, joined in a thread
+        start = time.perf_counter()
+        state = engine.snapshot(now=durable.now())
+        await asyncio.to_thread(encode_in_pieces, state)
+        out["took before"] = time.perf_counter() - start
+    out["before"] = probe.worst
+    del state
+    await some_submits("a")
+    async with LagProbe() as probe:
+        start = time.perf_counter()
+        await durable.snapshot()  # the first one builds the replica from the recovery
+        out["took first"] = time.perf_counter() - start
+    out["first"] = probe.worst
+    await some_submits("b")
+    async with LagProbe() as probe:
+        start = time.perf_counter()
+        await durable.snapshot()
+        out["took next"] = time.perf_counter() - start
+    out["next"] = probe.worst
+    async with LagProbe() as probe:  # the loop's own jitter on this machine
+        await asyncio.sleep(1.0)
+    out["idle"] = probe.worst
+    await durable.aclose(snapshot=False)
+    return out
+
+
+def stall_section(backends: list[tuple[str, Callable[[], Store], Callable[[], None]]],
+                  jobs: int, payload: int) -> None:  # fmt: skip
+    section(f"Longest event-loop stall during a snapshot: {jobs:,} queued jobs x {payload:,} B "
+            f"({jobs * payload / 1e6:,.0f} MB of payloads); goal <= 50 ms")  # fmt: skip
+    for name, open_, cleanup in backends:
+        if name not in ("SQLite", "PostgreSQL"):
+            continue
+        store = open_()
+        fill_broker(store, jobs, payload)
+        t = asyncio.run(snapshot_stalls(store, 1_000))
+        store.close()
+        cleanup()
+        print(f"{name}: loop jitter with nothing to do {t['idle'] * 1e3:.1f} ms")
+        for label, key in (
+            ("built on the loop (before, baseline)", "before"),
+            ("replica, first (builds the replica)", "first"),
+            ("replica, next (1,000 events later)", "next"),
+        ):
+            ratio = t[key] / t["before"] if t["before"] else float("inf")
+            goal = "" if key == "before" else (
+                f"   goal <= 50 ms: {'met' if t[key] <= 0.05 else 'MISSED'}")  # fmt: skip
+            print(f"  {label:<38} stall {t[key] * 1e3:>7.1f} ms   snapshot took "
+                  f"{t['took ' + key]:>6.2f} s   ratio {ratio:>5.3f}x{goal}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="per throughput run")
     parser.add_argument("--jobs", type=int, default=100_000, help="queued jobs to recover")
+    parser.add_argument("--stall-jobs", type=int, default=100_000, help="queued for the stall")
+    parser.add_argument("--stall-payload", type=int, default=2_000, help="bytes per job")
+    parser.add_argument("--stall-only", action="store_true", help="only the snapshot stall")
+    parser.add_argument("--append-only", action="store_true", help="only PostgreSQL appends")
     args = parser.parse_args()
 
+    append_section(args.seconds)
+    if args.append_only:
+        return
     with tempfile.TemporaryDirectory() as tmp:
         backends = stores(tmp)
+        stall_section(backends, args.stall_jobs, args.stall_payload)
+        if args.stall_only:
+            return
 
         for kind, title in (
             ("callers", f"{WORKERS} callers, each looping submit/pop/complete"),
