@@ -80,7 +80,7 @@ def test_a_snapshot_of_many_chunks_is_joined_in_order_by_the_database(
     make_store: Callable[[], Store],
 ) -> None:
     """Hundreds of chunks (the store's size made small): the stored text is theirs, in order."""
-    import prioqueue.store._base as base
+    import prioqueue.store._encode as base
 
     state = {"jobs": [{"id": f"job-{i}", "payload": "é" * (i % 7) + str(i)} for i in range(700)]}
     store = make_store()

@@ -35,9 +35,18 @@ from typing import Any
 
 import attrs
 
+from prioqueue.store._encode import encode_chunks, encode_in_pieces
 from prioqueue.store._errors import CorruptStore, Fenced, SchemaVersionError, StoreError
 
-__all__ = ["SCHEMA_VERSION", "Event", "Recovery", "Snapshot", "Store"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "Event",
+    "Recovery",
+    "Snapshot",
+    "Store",
+    "encode_chunks",
+    "encode_in_pieces",
+]
 
 #: The schema version this prioqueue writes and the highest it reads.
 SCHEMA_VERSION = 1
@@ -130,11 +139,16 @@ class Recovery:
 
     @property
     def high_water(self) -> float | None:
-        """The latest ``now`` recorded (the clock's floor after a restart), or None."""
-        times = [e.now for e in self.events if e.now is not None]
-        if self.snapshot is not None:
-            times.append(self.snapshot.taken_at)
-        return max(times) if times else None
+        """The latest ``now`` recorded (the clock's floor after a restart), or None.
+
+        That is the last event's that has one (else the snapshot's ``taken_at``): times in a
+        journal never decrease except across a rebase (a saved forward clock step undone,
+        docs/durability.md), and the time after it is the one that counts.
+        """
+        for event in reversed(self.events):
+            if event.now is not None:
+                return event.now
+        return None if self.snapshot is None else self.snapshot.taken_at
 
 
 class Store(abc.ABC):
@@ -443,82 +457,6 @@ class Store(abc.ABC):
         if not isinstance(value, dict):
             raise CorruptStore(f"{self.url}: {what} is not a JSON object")
         return value
-
-
-#: About how many characters :func:`encode_chunks` puts in one chunk.
-CHUNK_CHARS = 1 << 20
-
-
-def encode_chunks(value: Any, depth: int = 3, size: int | None = None) -> list[str]:
-    """:func:`encode_in_pieces`'s text, as chunks of about ``size`` characters (or one item).
-
-    ``size`` defaults to :data:`CHUNK_CHARS`.
-
-    Joining the pieces of a 200 MB text is one C call that holds the GIL for 150-350 ms
-    (issue 30); chunks of a MiB are joined in well under a millisecond each, and the store
-    has the database concatenate them.
-
-    Raises:
-        ValueError: A float is not finite. TypeError: a value is not JSON data.
-
-    Complexity: O(size of the text).
-    """
-    size = CHUNK_CHARS if size is None else size
-    pieces: list[str] = []
-    _pieces(value, depth, pieces)
-    chunks: list[str] = []
-    group: list[str] = []
-    length = 0
-    for piece in pieces:
-        group.append(piece)
-        length += len(piece)
-        if length >= size:
-            chunks.append("".join(group))
-            group, length = [], 0
-    if group or not chunks:
-        chunks.append("".join(group))
-    return chunks
-
-
-def encode_in_pieces(value: Any, depth: int = 3) -> str:
-    """``json.dumps(value, allow_nan=False, separators=(",", ":"))``, encoded piece by piece.
-
-    The C encoder holds the GIL for a whole ``dumps``: a 200 MB snapshot encoded in the
-    writer thread in one call stalled the event loop for seconds (issue 21). Encoding the
-    first ``depth`` levels of lists and dicts item by item lets the loop run between items, so
-    the stall is bounded by the largest item (one job record, bounded by the body limit).
-    The text is the same as one ``dumps`` call would give.
-
-    Raises:
-        ValueError: A float is not finite. TypeError: a value is not JSON data.
-
-    Complexity: O(size of the text), like ``dumps``.
-    """
-    pieces: list[str] = []
-    _pieces(value, depth, pieces)
-    return "".join(pieces)  # one copy of the text, not one per level
-
-
-def _pieces(value: Any, depth: int, out: list[str]) -> None:
-    if depth > 0 and type(value) is dict and all(type(key) is str for key in value):
-        out.append("{")
-        for i, (key, item) in enumerate(value.items()):
-            out.append(f"{',' if i else ''}{_dumps(key)}:")
-            _pieces(item, depth - 1, out)
-        out.append("}")
-    elif depth > 0 and type(value) in (list, tuple):
-        out.append("[")
-        for i, item in enumerate(value):
-            if i:
-                out.append(",")
-            _pieces(item, depth - 1, out)
-        out.append("]")
-    else:
-        out.append(_dumps(value))
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, allow_nan=False, separators=(",", ":"))
 
 
 def default_path() -> str:
