@@ -55,6 +55,8 @@ def load(state: EngineState, data: Mapping[str, Any]) -> None:
         _groups.kept(state, record)
         if record.state not in FINISHED:
             state.queued_bytes.held(record)
+        else:  # a snapshot from before issue 30 kept finished payloads: they go now
+            record.payload = None
     if "seen" in data:
         state.seen = {str(w): float(t) for w, t in data["seen"]}
     else:  # a snapshot from before workers were forgotten: as the fleet last saw them
