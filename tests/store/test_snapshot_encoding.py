@@ -97,3 +97,39 @@ def test_a_snapshot_of_many_chunks_is_joined_in_order_by_the_database(
     assert recovered is not None
     assert recovered.state == {**state, "again": True}
     store.close()
+
+
+def test_long_lists_and_dicts_are_split_at_any_depth() -> None:
+    """The fleet's queued jobs are three levels down: a long list is split wherever it is."""
+    import prioqueue.store._encode as encode
+
+    value = {"fleet": {"queued": [{"id": i, "p": [i] * 3} for i in range(200)]}, "n": {"k": 1}}
+    pieces: list[str] = []
+    encode._pieces(value, 1, pieces)
+    assert len(pieces) > 200  # before: the list was one dumps call below depth 3
+    text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    assert "".join(pieces) == text == encode_in_pieces(value, 0)
+    assert "".join(encode_chunks(value, 0, 100)) == text
+    many = {str(i): i for i in range(100)}
+    assert encode_in_pieces({"a": [many]}, 0) == json.dumps({"a": [many]}, separators=(",", ":"))
+
+
+def test_release_frees_a_snapshot_in_slices_and_changes_nothing_shared() -> None:
+    import weakref
+
+    from prioqueue.store._encode import release
+
+    class Payload:
+        pass
+
+    payloads = [Payload() for _ in range(300)]
+    refs = [weakref.ref(p) for p in payloads]
+    shared = [1, 2, 3]
+    state = {"jobs": [{"payload": p, "shared": shared} for p in payloads], "n": {"k": [1]}}
+    del payloads
+    box: list[Any] = [state]
+    del state
+    release(box)
+    assert box == []
+    assert all(ref() is None for ref in refs)
+    assert shared == [1, 2, 3]

@@ -8,8 +8,9 @@ moves that work off the loop without freezing the live state:
 
 * At open, the recovered snapshot is deep-copied (containers only: strings, the bulk of the
   payload bytes, are shared, being immutable) before the live dispatcher is restored from
-  it, so the two never share a mutable object; the replica is restored from the copy in a
-  thread of its own, which the first snapshot waits for.
+  it, so the two never share a mutable object, and the replica is restored from the copy
+  then (in the writer thread, before anything is served: a service that freezes what it
+  recovered, as ``prioqueue broker`` does, keeps the replica out of the collector's scans).
 * Every committed batch is queued for the replica in the writer thread (O(1) per event).
 * When a snapshot is due, the writer thread brings the replica up to the batch being
   written, by calling the batch's events again exactly as recovery does
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -47,11 +47,14 @@ __all__ = ["Replica"]
 class Replica:
     """A copy of the dispatcher that trails the store by the events queued for it.
 
-    Used from the writer thread only, except :meth:`__init__`.
+    Used from the writer thread only.
 
     Args:
         recovery: What the store held at open (deep-copied here: call before the live
             dispatcher is restored from it).
+
+    Raises:
+        CorruptStore: The recovery does not replay (as for the live dispatcher).
         factory: Makes a fresh dispatcher or restores a snapshot (the live one's factory).
     """
 
@@ -65,24 +68,10 @@ class Replica:
             epoch=recovery.epoch,
         )
         self._backlog: list[Event] = copy.deepcopy(list(recovery.events))
-        self._dispatcher: Any = None
-        self._declared: frozenset[str] = frozenset()
-        self._build_error: Exception | None = None
+        self._dispatcher: Any = replay(base, factory)
+        self._declared = frozenset(journaled_ops(type(self._dispatcher)))
         self.broken: Exception | None = None
         """Why the replica stopped (it diverged or could not snapshot), or None."""
-        # Restore the base in a thread of its own, so neither the first commits nor the
-        # first snapshot wait for it (it shares nothing with anyone).
-        self._builder = threading.Thread(
-            target=self._build, args=(base, factory), name="prioqueue-replica", daemon=True
-        )
-        self._builder.start()
-
-    def _build(self, base: Recovery, factory: Callable[[Mapping[str, Any] | None], Any]) -> None:
-        try:
-            self._dispatcher = replay(base, factory)
-            self._declared = frozenset(journaled_ops(type(self._dispatcher)))
-        except Exception as exc:  # reported by the first snapshot
-            self._build_error = exc
 
     def committed(self, events: list[Event]) -> None:
         """Queue events that are (or are being) committed, in order. O(len(events))."""
@@ -101,9 +90,6 @@ class Replica:
         if self.broken is not None:
             raise self.broken
         try:
-            self._builder.join()
-            if self._build_error is not None:
-                raise self._build_error
             backlog, self._backlog = self._backlog, []
             for event in backlog:
                 # Fresh arguments, as recovery decodes them: the live call's nested values
