@@ -20,8 +20,9 @@ moves that work off the loop without freezing the live state:
 
 The loop's share is O(1) per snapshot (deciding it is due, reading the clock). The writer
 thread's Python work gives the loop the GIL every switch interval, so the loop's longest
-stall is about one interval, not the snapshot's length; the encoding and the write are
-chunked for the same reason (:func:`~prioqueue.store._base.encode_chunks`).
+stall is about one interval, not the snapshot's length; the encoding, the write and the
+release of the snapshot are chunked for the same reason, and the writer pauses the cyclic
+collector meanwhile (:mod:`prioqueue.store._encode`, :mod:`prioqueue.store._commit`).
 
 Costs: every journaled call runs twice (once live, once in the replica, lazily, when a
 snapshot is due) and the replica holds a second copy of the state (payload strings from the
