@@ -341,54 +341,68 @@ async def failover() -> dict[str, float]:
     return out
 
 
-def append_figures(store: Store, seconds: float) -> tuple[float, float]:
-    """(round trips per append, appends/s) for one-event appends on a PostgreSQL store."""
-    epoch = store.claim()
-    seq = 0
+class Appender:
+    """One-event appends on a PostgreSQL store: round trips per append, and timed rounds."""
 
-    def one() -> None:
-        nonlocal seq
-        seq += 1
-        store.append([Event(seq, "submit", {"job_id": f"j{seq}"}, now=float(seq))], epoch=epoch)
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.epoch = store.claim()
+        self.seq = 0
+        self.rates: list[float] = []
 
-    with tempfile.TemporaryFile("w+") as trace:
-        conn: Any = store._conn  # type: ignore[attr-defined]
-        conn.pgconn.trace(trace.fileno())
-        for _ in range(100):
-            one()
-        conn.pgconn.untrace()
-        trace.seek(0)
-        trips = sum("ReadyForQuery" in line for line in trace) / 100
-    done, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        one()
-        done += 1
-    return trips, done / (time.perf_counter() - start)
+    def one(self) -> None:
+        self.seq += 1
+        event = Event(self.seq, "submit", {"job_id": f"j{self.seq}"}, now=float(self.seq))
+        self.store.append([event], epoch=self.epoch)
+
+    def round_trips(self) -> float:
+        """Round trips per append (libpq's trace: one ReadyForQuery per trip)."""
+        with tempfile.TemporaryFile("w+") as trace:
+            conn: Any = self.store._conn  # type: ignore[attr-defined]
+            conn.pgconn.trace(trace.fileno())
+            for _ in range(100):
+                self.one()
+            conn.pgconn.untrace()
+            trace.seek(0)
+            return sum("ReadyForQuery" in line for line in trace) / 100
+
+    def timed_round(self, seconds: float) -> None:
+        done, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            self.one()
+            done += 1
+        self.rates.append(done / (time.perf_counter() - start))
 
 
 def append_section(seconds: float) -> None:
     from functools import partial
+    from statistics import median
 
     reason = postgres_reason()
     if reason:
         print(f"(PostgreSQL appends skipped: {reason})")
         return
-    section("PostgreSQL: one-event appends, fencing kept")
-    figures = {}
-    for how in ("transaction (before, baseline)", "one statement (now)"):
-        schema = f"pq_bench_{uuid.uuid4().hex[:8]}"
-        store = open_store(POSTGRES_URL, schema=schema)
-        if how.startswith("transaction"):
-            store._append_rows = partial(Store._append_rows, store)  # type: ignore[method-assign]
-        try:
-            figures[how] = append_figures(store, seconds)
-        finally:
+    section("PostgreSQL: one-event appends, fencing kept (median of 10 alternating rounds)")
+    schemas = [f"pq_bench_{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    stores = [open_store(POSTGRES_URL, schema=schema) for schema in schemas]
+    before = stores[0]
+    before._append_rows = partial(Store._append_rows, before)  # type: ignore[method-assign]
+    try:
+        runs = {"transaction (before, baseline)": Appender(before),
+                "one statement (now)": Appender(stores[1])}  # fmt: skip
+        trips = {how: run.round_trips() for how, run in runs.items()}
+        for _ in range(10):  # alternating: the shared server's load moves between rounds
+            for run in runs.values():
+                run.timed_round(seconds / 10)
+    finally:
+        for store, schema in zip(stores, schemas, strict=True):
             store.close()
             drop_schema(schema)
-    _, base_rate = figures["transaction (before, baseline)"]
-    for how, (trips, rate) in figures.items():
-        print(f"{how:<32} {trips:>4.1f} round trips/append {rate:>8.0f} appends/s   "
-              f"ratio {rate / base_rate:>5.2f}x of baseline")  # fmt: skip
+    base = median(runs["transaction (before, baseline)"].rates)
+    for how, run in runs.items():
+        rate = median(run.rates)
+        print(f"{how:<32} {trips[how]:>4.1f} round trips/append {rate:>8.0f} appends/s   "
+              f"ratio {rate / base:>5.2f}x of baseline")  # fmt: skip
 
 
 class LagProbe:
@@ -504,9 +518,20 @@ async def snapshot_stalls(store: Store, submits: int) -> dict[str, float]:
     async with LagProbe() as probe:  # the loop's own jitter on this machine
         await asyncio.sleep(out["took next"])
     out["idle"], out["over idle"] = probe.worst, probe.over(0.05)
+    async with LagProbe() as probe:  # beside a thread of small Python steps: the GIL's floor
+        await asyncio.to_thread(busy_python, out["took next"])
+    out["busy"], out["over busy"] = probe.worst, probe.over(0.05)
     await durable.aclose(snapshot=False)
     untune()
     return out
+
+
+def busy_python(seconds: float) -> None:
+    """Small Python steps (no long C call) for ``seconds``: any busy writer thread's floor."""
+    stop = time.perf_counter() + seconds
+    while time.perf_counter() < stop:
+        for i in range(1_000):
+            {"i": i, "s": str(i)}  # the work is the allocation
 
 
 def stall_section(backends: list[tuple[str, Callable[[], Store], Callable[[], None]]],
@@ -524,6 +549,9 @@ def stall_section(backends: list[tuple[str, Callable[[], Store], Callable[[], No
         print(f"{name}: the loop with nothing to do for as long: longest wake-up "
               f"{t['idle'] * 1e3:.1f} ms late, {t['over idle']:.0f} over 50 ms "
               "(the machine's own noise)")  # fmt: skip
+        print(f"{name}: the loop beside a thread of small Python steps for as long: longest "
+              f"{t['busy'] * 1e3:.1f} ms, {t['over busy']:.0f} over 50 ms (the GIL's floor "
+              "on this machine with any writer thread busy)")  # fmt: skip
         for label, key in (
             ("built on the loop (before, baseline)", "before"),
             ("replica, first (builds the replica)", "first"),
