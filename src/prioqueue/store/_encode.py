@@ -119,22 +119,23 @@ def release(box: list[Any]) -> None:
     Complexity: O(containers walked).
     """
     held: list[Any] = []
-    for value in box:
-        _hold(value, held, 4)
+    for value in (v for v in box if type(v) in _CONTAINERS):
+        _hold(value, held, 2)
     box.clear()
     while held:
         del held[-256:]
 
 
 def _hold(value: Any, held: list[Any], levels: int) -> None:
-    if type(value) not in _CONTAINERS or levels < 0:
-        return
+    # Items of large containers up to ``levels`` below the top (the fleet's queued jobs are
+    # two below it): each then frees one record's small tree.
     items = value.values() if type(value) is dict else value
     if len(value) > SPLIT_ITEMS:
         held.extend(items)
-    for item in items:
-        if type(item) in _CONTAINERS and len(item) > 1:
-            _hold(item, held, levels - 1)
+    if levels:
+        for item in items:
+            if type(item) in _CONTAINERS:
+                _hold(item, held, levels - 1)
 
 
 def _large(value: Any, levels: int = 4) -> bool:
