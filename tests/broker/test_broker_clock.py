@@ -137,3 +137,26 @@ def test_a_rebase_replays_from_the_journal_without_a_second_shift(tmp_path: Path
         assert replayed == state
 
     run(scenario())
+
+
+def test_a_rebase_is_checked() -> None:
+    import pytest
+
+    from prioqueue.broker.engine import BrokerEngine, Rejected
+
+    engine = BrokerEngine(parse_config({}))
+    engine.submit(100.0, member="m", tier="free", priority=0)
+    for by in (0, -1.0, float("inf"), float("nan"), True, "1"):
+        with pytest.raises(Rejected, match="by must be a positive number") as info:
+            engine.rebase_time(50.0, by=by)
+        assert info.value.status == 422
+    with pytest.raises(Rejected, match="time went backwards") as info:
+        engine.rebase_time(49.0, by=50.0)  # before the shifted last time (50)
+    assert info.value.status == 409
+    assert engine.jobs["job-1"].submitted_at == 100.0  # refused: nothing moved
+    engine.rebase_time(50.0, by=50.0)
+    assert (engine.now, engine.jobs["job-1"].submitted_at) == (50.0, 50.0)
+    clock = WallClock(source=Clock(10.0), monotonic=Clock(0.0))
+    for by in (0, -1.0, float("inf"), True):
+        with pytest.raises(ValueError, match="by must be a positive number"):
+            clock.rebase(by)
