@@ -146,7 +146,8 @@ def test_a_rebase_is_checked() -> None:
 
     engine = BrokerEngine(parse_config({}))
     engine.submit(100.0, member="m", tier="free", priority=0)
-    for by in (0, -1.0, float("inf"), float("nan"), True, "1"):
+    bad: tuple[Any, ...] = (0, -1.0, float("inf"), float("nan"), True, "1")
+    for by in bad:
         with pytest.raises(Rejected, match="by must be a positive number") as info:
             engine.rebase_time(50.0, by=by)
         assert info.value.status == 422

@@ -49,11 +49,16 @@ def _run(engine: BrokerEngine, now: float, op: tuple[str, int, Any]) -> None:
         engine.pop(now, worker=f"w{n}")
     elif kind in ("complete", "fail") and held:
         record = held[0]
-        ids = {"job_id": record.id, "worker": record.worker, "attempt": record.attempt}
+        worker = f"w{n}"
         if kind == "complete":
-            engine.complete(now, **ids, result={"ok": True})
+            engine.complete(
+                now, job_id=record.id, worker=worker, attempt=record.attempt, result={"ok": 1}
+            )
         else:
-            engine.fail(now, **ids, result={"error": "boom"}, retry=extra)
+            engine.fail(
+                now, job_id=record.id, worker=worker, attempt=record.attempt,
+                result={"error": "boom"}, retry=extra,
+            )  # fmt: skip
     elif kind == "cancel":
         engine.cancel(now, job_id=f"job-{n}", member=None)
     elif kind == "tick":
