@@ -50,6 +50,7 @@ from typing import Any
 
 from _harness import section
 
+from prioqueue._journaled import journaled
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.store import (
     DurableDispatcher,
@@ -85,16 +86,19 @@ class Pool:
     def __len__(self) -> int:
         return self.queued
 
+    @journaled
     def submit(self, *, job_id: str, member: str, worker: int, now: float) -> Any:
         ticket = self.parts[worker].submit(job_id, member=member, now=now)
         self.queued += 1
         return ticket
 
+    @journaled(skip_when_empty=True)
     def dispatch(self, *, worker: int, now: float) -> Any:
         grant = self.parts[worker].dispatch(now)
         self.queued -= grant is not None
         return grant
 
+    @journaled
     def complete(self, *, job_id: str, worker: int, runtime: float, now: float) -> Any:
         return self.parts[worker].complete(job_id, runtime=runtime, now=now)
 
@@ -105,12 +109,15 @@ class Pool:
 class Single(SizeOneDispatcher):
     """One SizeOneDispatcher, with the pool's call shape (``worker`` ignored)."""
 
+    @journaled
     def submit(self, *, job_id: str, member: str, worker: int, now: float) -> Any:  # type: ignore[override]
         return super().submit(job_id, member=member, now=now)
 
+    @journaled(skip_when_empty=True)
     def dispatch(self, *, worker: int, now: float) -> Any:  # type: ignore[override]
         return super().dispatch(now)
 
+    @journaled
     def complete(self, *, job_id: str, worker: int, runtime: float, now: float) -> Any:  # type: ignore[override]
         return super().complete(job_id, runtime=runtime, now=now)
 
@@ -375,16 +382,25 @@ class Appender:
 
 
 def append_section(seconds: float) -> None:
-    from functools import partial
-    from statistics import median
-
     reason = postgres_reason()
     if reason:
         print(f"(PostgreSQL appends skipped: {reason})")
         return
     section("PostgreSQL: one-event appends, fencing kept (median of 10 alternating rounds)")
+    append_rounds(seconds, durable=True)
+    print("with synchronous_commit = off (no wait for the server's fsync: round trips show):")
+    append_rounds(seconds, durable=False)
+
+
+def append_rounds(seconds: float, *, durable: bool) -> None:
+    from functools import partial
+    from statistics import median
+
     schemas = [f"pq_bench_{uuid.uuid4().hex[:8]}" for _ in range(2)]
     stores = [open_store(POSTGRES_URL, schema=schema) for schema in schemas]
+    if not durable:
+        for store in stores:
+            store._conn.execute("SET synchronous_commit = off")  # type: ignore[attr-defined]
     before = stores[0]
     before._append_rows = partial(Store._append_rows, before)  # type: ignore[method-assign]
     try:
