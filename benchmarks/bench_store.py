@@ -19,6 +19,17 @@ skipped, saying why, when it is unreachable.
 * **Recovery.** A store holding N queued jobs (default 10^5), recovered (a) from the journal
   alone (replaying N submits) and (b) from a snapshot; the baseline is building the same
   dispatcher with N direct submits. Goal: under 5 s.
+* **PostgreSQL append round trips** (``--append-only`` runs this alone): round trips per
+  append of one event (libpq's trace, ``ReadyForQuery`` messages) and sequential appends/s,
+  for the one-statement append and, as the baseline in the same run, the transaction that
+  the store used before issue 30 (BEGIN, epoch check, insert, fence, COMMIT).
+* **Snapshot stall** (``--stall-only`` runs this alone): a broker engine holding
+  ``--stall-jobs`` queued jobs (10^5) of ``--stall-payload`` bytes each (2,000: 200 MB),
+  recovered from a store; a loop-lag probe (a task that sleeps 1 ms in a loop and records how
+  late it wakes) runs while a snapshot is taken and written. Before issue 30 the loop built the
+  snapshot (``engine.snapshot()``, O(jobs)) and the writer thread joined and bound the whole
+  text; that path, measured the same way in the same run, is the baseline. Goal: the longest
+  stall <= 50 ms.
 * **Failover** (PostgreSQL, default elector timings): from the leader's end to the standby's
   first acknowledged call, when the leader's sessions die (what SIGKILL does; goal < 5 s) and
   when it hangs (stops renewing its 10 s lease; goal < lease + 5 s); the baseline is the
@@ -29,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import tempfile
 import time
@@ -38,6 +50,7 @@ from typing import Any
 
 from _harness import section
 
+from prioqueue._journaled import journaled
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.store import (
     DurableDispatcher,
@@ -73,16 +86,19 @@ class Pool:
     def __len__(self) -> int:
         return self.queued
 
+    @journaled
     def submit(self, *, job_id: str, member: str, worker: int, now: float) -> Any:
         ticket = self.parts[worker].submit(job_id, member=member, now=now)
         self.queued += 1
         return ticket
 
+    @journaled(skip_when_empty=True)
     def dispatch(self, *, worker: int, now: float) -> Any:
         grant = self.parts[worker].dispatch(now)
         self.queued -= grant is not None
         return grant
 
+    @journaled
     def complete(self, *, job_id: str, worker: int, runtime: float, now: float) -> Any:
         return self.parts[worker].complete(job_id, runtime=runtime, now=now)
 
@@ -93,12 +109,15 @@ class Pool:
 class Single(SizeOneDispatcher):
     """One SizeOneDispatcher, with the pool's call shape (``worker`` ignored)."""
 
+    @journaled
     def submit(self, *, job_id: str, member: str, worker: int, now: float) -> Any:  # type: ignore[override]
         return super().submit(job_id, member=member, now=now)
 
+    @journaled(skip_when_empty=True)
     def dispatch(self, *, worker: int, now: float) -> Any:  # type: ignore[override]
         return super().dispatch(now)
 
+    @journaled
     def complete(self, *, job_id: str, worker: int, runtime: float, now: float) -> Any:  # type: ignore[override]
         return super().complete(job_id, runtime=runtime, now=now)
 
@@ -329,14 +348,258 @@ async def failover() -> dict[str, float]:
     return out
 
 
+class Appender:
+    """One-event appends on a PostgreSQL store: round trips per append, and timed rounds."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.epoch = store.claim()
+        self.seq = 0
+        self.rates: list[float] = []
+
+    def one(self) -> None:
+        self.seq += 1
+        event = Event(self.seq, "submit", {"job_id": f"j{self.seq}"}, now=float(self.seq))
+        self.store.append([event], epoch=self.epoch)
+
+    def round_trips(self) -> float:
+        """Round trips per append (libpq's trace: one ReadyForQuery per trip)."""
+        with tempfile.TemporaryFile("w+") as trace:
+            conn: Any = self.store._conn  # type: ignore[attr-defined]
+            conn.pgconn.trace(trace.fileno())
+            for _ in range(100):
+                self.one()
+            conn.pgconn.untrace()
+            trace.seek(0)
+            return sum("ReadyForQuery" in line for line in trace) / 100
+
+    def timed_round(self, seconds: float) -> None:
+        done, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            self.one()
+            done += 1
+        self.rates.append(done / (time.perf_counter() - start))
+
+
+def append_section(seconds: float) -> None:
+    reason = postgres_reason()
+    if reason:
+        print(f"(PostgreSQL appends skipped: {reason})")
+        return
+    section("PostgreSQL: one-event appends, fencing kept (median of 10 alternating rounds)")
+    append_rounds(seconds, durable=True)
+    print("with synchronous_commit = off (no wait for the server's fsync: round trips show):")
+    append_rounds(seconds, durable=False)
+
+
+def append_rounds(seconds: float, *, durable: bool) -> None:
+    from functools import partial
+    from statistics import median
+
+    schemas = [f"pq_bench_{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    stores = [open_store(POSTGRES_URL, schema=schema) for schema in schemas]
+    if not durable:
+        for store in stores:
+            store._conn.execute("SET synchronous_commit = off")  # type: ignore[attr-defined]
+    before = stores[0]
+    before._append_rows = partial(Store._append_rows, before)  # type: ignore[method-assign]
+    try:
+        runs = {"transaction (before, baseline)": Appender(before),
+                "one statement (now)": Appender(stores[1])}  # fmt: skip
+        trips = {how: run.round_trips() for how, run in runs.items()}
+        for _ in range(10):  # alternating: the shared server's load moves between rounds
+            for run in runs.values():
+                run.timed_round(seconds / 10)
+    finally:
+        for store, schema in zip(stores, schemas, strict=True):
+            store.close()
+            drop_schema(schema)
+    base = median(runs["transaction (before, baseline)"].rates)
+    for how, run in runs.items():
+        rate = median(run.rates)
+        print(f"{how:<32} {trips[how]:>4.1f} round trips/append {rate:>8.0f} appends/s   "
+              f"ratio {rate / base:>5.2f}x of baseline")  # fmt: skip
+
+
+class LagProbe:
+    """A task that sleeps 1 ms in a loop and records how late it wakes (the loop's stalls)."""
+
+    def __init__(self) -> None:
+        self.late: list[float] = []
+        self._stop = False
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def worst(self) -> float:
+        """The longest lateness (seconds)."""
+        return max(self.late, default=0.0)
+
+    def over(self, seconds: float) -> int:
+        """How many wake-ups were later than ``seconds``."""
+        return sum(late > seconds for late in self.late)
+
+    async def __aenter__(self) -> LagProbe:
+        self._task = asyncio.create_task(self._run())
+        await asyncio.sleep(0.01)
+        self.late = []
+        self.collections: list[tuple[float, int]] = []  # (seconds, generation)
+        gc.callbacks.append(self._collected)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._collected)
+        self._stop = True
+        assert self._task is not None
+        await self._task
+
+    def _collected(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        else:
+            self.collections.append((time.perf_counter() - self._gc_start, info["generation"]))
+
+    @property
+    def longest_collection(self) -> tuple[float, int]:
+        """The longest collection meanwhile: (seconds, generation)."""
+        return max(self.collections, default=(0.0, -1))
+
+    async def _run(self) -> None:
+        while not self._stop:
+            start = time.perf_counter()
+            await asyncio.sleep(0.001)
+            self.late.append(time.perf_counter() - start - 0.001)
+
+
+def broker_factory() -> Callable[[Any], Any]:
+    from prioqueue.broker import parse_config
+    from prioqueue.broker.engine import BrokerEngine
+
+    config = parse_config({"max_queued": 10_000_000})
+    return lambda state: (
+        BrokerEngine(config) if state is None else BrokerEngine.restore(state, config)
+    )
+
+
+def fill_broker(store: Store, jobs: int, payload: int) -> None:
+    """A snapshot of ``jobs`` queued broker jobs of ``payload`` bytes each, written directly."""
+    engine = broker_factory()(None)
+    for i in range(jobs):
+        text = f"{i:08d}" + "x" * (payload - 8)
+        engine.submit(float(i + 1), member=f"m{i % 50}", tier="free", priority=0,
+                      payload={"prompt": text})  # fmt: skip
+    epoch = store.claim()
+    state = engine.snapshot(now=float(jobs))
+    store.append([], epoch=epoch, snapshot=Snapshot(seq=0, taken_at=float(jobs), state=state))
+
+
+async def snapshot_stalls(store: Store, submits: int) -> dict[str, float]:
+    """The loop's longest stall while snapshots are taken, the old way and the replica's."""
+    from prioqueue._service.serving import tune_collector
+    from prioqueue.store._base import encode_in_pieces
+
+    durable: DurableDispatcher[Any] = await DurableDispatcher.open(
+        store, broker_factory(), snapshot_every=10**9, snapshot_interval=1e9
+    )
+    untune = tune_collector()  # as `prioqueue broker` does once it recovered its state
+    out: dict[str, float] = {}
+    engine = durable.dispatcher
+
+    async def some_submits(tag: str) -> None:
+        for i in range(submits):  # journal events for the replica to catch up with
+            await durable.call("submit", member="m", tier="free", priority=0,
+                               payload={"prompt": f"{tag}-{i}"})  # fmt: skip
+
+    async with LagProbe() as probe:  # before issue 30: built on the loop, joined in a thread
+        start = time.perf_counter()
+        state = engine.snapshot(now=durable.now())
+        await asyncio.to_thread(encode_in_pieces, state)
+        out["took before"] = time.perf_counter() - start
+    out["before"], out["over before"] = probe.worst, probe.over(0.05)
+    out["gc before"] = probe.longest_collection[0]
+    del state
+    await some_submits("a")
+    async with LagProbe() as probe:
+        start = time.perf_counter()
+        await durable.snapshot()  # the first one builds the replica from the recovery
+        out["took first"] = time.perf_counter() - start
+    out["first"], out["over first"] = probe.worst, probe.over(0.05)
+    out["gc first"] = probe.longest_collection[0]
+    await some_submits("b")
+    async with LagProbe() as probe:
+        start = time.perf_counter()
+        await durable.snapshot()
+        out["took next"] = time.perf_counter() - start
+    out["next"], out["over next"] = probe.worst, probe.over(0.05)
+    out["gc next"] = probe.longest_collection[0]
+    async with LagProbe() as probe:  # the loop's own jitter on this machine
+        await asyncio.sleep(out["took next"])
+    out["idle"], out["over idle"] = probe.worst, probe.over(0.05)
+    async with LagProbe() as probe:  # beside a thread of small Python steps: the GIL's floor
+        await asyncio.to_thread(busy_python, out["took next"])
+    out["busy"], out["over busy"] = probe.worst, probe.over(0.05)
+    await durable.aclose(snapshot=False)
+    untune()
+    return out
+
+
+def busy_python(seconds: float) -> None:
+    """Small Python steps (no long C call) for ``seconds``: any busy writer thread's floor."""
+    stop = time.perf_counter() + seconds
+    while time.perf_counter() < stop:
+        for i in range(1_000):
+            {"i": i, "s": str(i)}  # the work is the allocation
+
+
+def stall_section(backends: list[tuple[str, Callable[[], Store], Callable[[], None]]],
+                  jobs: int, payload: int) -> None:  # fmt: skip
+    section(f"Longest event-loop stall during a snapshot: {jobs:,} queued jobs x {payload:,} B "
+            f"({jobs * payload / 1e6:,.0f} MB of payloads); goal <= 50 ms")  # fmt: skip
+    for name, open_, cleanup in backends:
+        if name not in ("SQLite", "PostgreSQL"):
+            continue
+        store = open_()
+        fill_broker(store, jobs, payload)
+        t = asyncio.run(snapshot_stalls(store, 1_000))
+        store.close()
+        cleanup()
+        print(f"{name}: the loop with nothing to do for as long: longest wake-up "
+              f"{t['idle'] * 1e3:.1f} ms late, {t['over idle']:.0f} over 50 ms "
+              "(the machine's own noise)")  # fmt: skip
+        print(f"{name}: the loop beside a thread of small Python steps for as long: longest "
+              f"{t['busy'] * 1e3:.1f} ms, {t['over busy']:.0f} over 50 ms (the GIL's floor "
+              "on this machine with any writer thread busy)")  # fmt: skip
+        for label, key in (
+            ("built on the loop (before, baseline)", "before"),
+            ("replica, first (builds the replica)", "first"),
+            ("replica, next (1,000 events later)", "next"),
+        ):
+            ratio = t[key] / t["before"] if t["before"] else float("inf")
+            goal = "" if key == "before" else (
+                f"   goal <= 50 ms: {'met' if t[key] <= 0.05 else 'MISSED'}")  # fmt: skip
+            print(f"  {label:<38} stall {t[key] * 1e3:>7.1f} ms "
+                  f"({t['over ' + key]:.0f} over 50 ms; longest collection "
+                  f"{t['gc ' + key] * 1e3:.0f} ms)   snapshot took "
+                  f"{t['took ' + key]:>6.2f} s   ratio {ratio:>5.3f}x{goal}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="per throughput run")
     parser.add_argument("--jobs", type=int, default=100_000, help="queued jobs to recover")
+    parser.add_argument("--stall-jobs", type=int, default=100_000, help="queued for the stall")
+    parser.add_argument("--stall-payload", type=int, default=2_000, help="bytes per job")
+    parser.add_argument("--stall-only", action="store_true", help="only the snapshot stall")
+    parser.add_argument("--append-only", action="store_true", help="only PostgreSQL appends")
     args = parser.parse_args()
 
+    append_section(args.seconds)
+    if args.append_only:
+        return
     with tempfile.TemporaryDirectory() as tmp:
         backends = stores(tmp)
+        stall_section(backends, args.stall_jobs, args.stall_payload)
+        if args.stall_only:
+            return
 
         for kind, title in (
             ("callers", f"{WORKERS} callers, each looping submit/pop/complete"),

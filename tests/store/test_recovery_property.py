@@ -9,6 +9,7 @@ JSON round trip, the skipped no-op calls, snapshots with pruning and replay toge
 from __future__ import annotations
 
 import asyncio
+import json
 import tempfile
 from collections.abc import Callable
 from functools import partial
@@ -22,7 +23,7 @@ from hypothesis import strategies as st
 from manual_time import ManualClock
 from prioqueue import SizeOneDispatcher
 from prioqueue.records import Job
-from prioqueue.store import DurableDispatcher, SQLiteStore, dispatcher_factory
+from prioqueue.store import DurableDispatcher, Snapshot, SQLiteStore, dispatcher_factory
 from strategies import dispatcher_job_specs, dispatcher_models, dispatcher_runtimes, time_steps
 
 from .replay import fleet_tail_calls, join_calls, outcome_of
@@ -101,9 +102,29 @@ def check_with_restarts(
     result. ``expect(call, now)`` applies a call to the reference: ``(op, kwargs, outcome)``.
     """
     clock = ManualClock()
+    written: list[Snapshot] = []
+
+    def spied(store: SQLiteStore) -> SQLiteStore:
+        append = store.append
+
+        def spy(events: Any, *, epoch: int, snapshot: Snapshot | None = None) -> None:
+            append(events, epoch=epoch, snapshot=snapshot)
+            if snapshot is not None:
+                written.append(snapshot)
+
+        store.append = spy  # type: ignore[method-assign]
+        return store
+
+    def check_written() -> None:
+        # Each snapshot comes from the writer's replica (issue 30): it is the state the
+        # reference had after the same calls, at the snapshot's time.
+        for snap in written:
+            expected = json.loads(json.dumps(reference.snapshot(now=snap.taken_at)))
+            assert json.loads(json.dumps(snap.state)) == expected
+        written.clear()
 
     async def main(path: Path) -> None:
-        store = SQLiteStore(path, synchronous="normal")
+        store = spied(SQLiteStore(path, synchronous="normal"))
         durable = await DurableDispatcher.open(
             store, factory, clock=clock, snapshot_every=snapshot_every
         )
@@ -112,7 +133,7 @@ def check_with_restarts(
             if call[0] == "restart":
                 await durable.aclose(snapshot=False)
                 store.close()
-                store = SQLiteStore(path, synchronous="normal")
+                store = spied(SQLiteStore(path, synchronous="normal"))
                 durable = await DurableDispatcher.open(
                     store, factory, clock=clock, snapshot_every=snapshot_every
                 )
@@ -123,6 +144,7 @@ def check_with_restarts(
             op, kwargs, expected = expect(call, clock.t)
             got = await aoutcome(durable.call(op, **kwargs))
             assert got == expected, (op, kwargs)
+            check_written()
         await durable.aclose(snapshot=False)
         store.close()
 

@@ -515,7 +515,43 @@ def test_a_deposed_writer_that_collides_with_its_successor_is_told_it_was_fenced
             real(epoch, sql)
 
     monkeypatch.setattr(store, "_check_epoch", late_only)
+    # With a snapshot, an append is a transaction of several statements on both backends.
+    snap = Snapshot(seq=1, taken_at=2.0, state={"jobs": []})
     with pytest.raises(Fenced) as info:
-        store.append([submit(1, "old", 2.0)], epoch=old)
+        store.append([submit(1, "old", 2.0)], epoch=old, snapshot=snap)
     assert isinstance(info.value.__cause__, StoreError)
+    # Without one (on PostgreSQL a single statement: fence and insert together), too.
+    with pytest.raises(Fenced):
+        store.append([submit(1, "old", 2.0)], epoch=old)
     assert [e.args["job_id"] for e in store.recover().events] == ["new"]
+
+
+def test_a_postgres_append_is_one_fenced_statement(
+    pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30: one statement (one round trip) per append without a snapshot, fence kept."""
+    store = PostgresStore(POSTGRES_URL, schema=pg_schema)
+    old = store.claim()
+    statements: list[str] = []
+    real = store._execute
+
+    def counted(sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        statements.append(sql)
+        return real(sql, params)
+
+    monkeypatch.setattr(store, "_execute", counted)
+    monkeypatch.setattr(store, "_executemany", None)  # not used by the one statement
+    store.append([submit(1, "a", 1.0), submit(2, "b", 1.0)], epoch=old)
+    assert len(statements) == 1
+    statements.clear()
+    monkeypatch.undo()
+    new = store.claim()
+    monkeypatch.setattr(store, "_execute", counted)
+    with pytest.raises(Fenced) as info:
+        store.append([submit(3, "late", 2.0)], epoch=old)
+    assert (info.value.epoch, info.value.current) == (old, new)
+    assert len(statements) == 1  # the fence answered inside the same statement
+    monkeypatch.undo()
+    store.append([submit(3, "c", 3.0)], epoch=new)
+    assert [e.args["job_id"] for e in store.recover().events] == ["a", "b", "c"]
+    store.close()

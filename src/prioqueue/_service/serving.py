@@ -46,6 +46,7 @@ Use from a service::
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -203,18 +204,34 @@ def default_max_connections() -> int:
     return max(64, soft - FILE_RESERVE)
 
 
-def tune_collector() -> None:
-    """Set :data:`GC_THRESHOLDS` and freeze what exists now (call once the service has started).
+def tune_collector(thresholds: tuple[int, int, int] = GC_THRESHOLDS) -> Callable[[], None]:
+    """Collect, freeze what exists now and set ``thresholds`` (call once the service is built).
 
-    ``gc.freeze()`` moves every object alive at that moment (modules, the app, the state
-    recovered from a store) out of the collector's scans for good; they are still freed by
-    reference counting. O(objects alive), once.
+    The one helper both services use (``prioqueue broker`` once it recovered its state,
+    ``prioqueue gateway`` once its app is built; issue 30). ``gc.freeze()`` moves every
+    object alive at that moment (modules, the app, the state recovered from a store) out of
+    the collector's scans for good; they are still freed by reference counting, and cycles
+    made later are still collected. O(objects alive), once.
+
+    Args:
+        thresholds: The collector's three thresholds (default :data:`GC_THRESHOLDS`).
+
+    Returns:
+        A callable that puts the collector back as it was (unfreezes, previous thresholds),
+        for a service run in-process (a test).
     """
     import gc
 
+    previous = gc.get_threshold()
     gc.collect()
     gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
+    gc.set_threshold(*thresholds)
+
+    def restore() -> None:
+        gc.unfreeze()
+        gc.set_threshold(*previous)
+
+    return restore
 
 
 def hardened_protocol(limits: ConnectionLimits) -> type[Any] | None:

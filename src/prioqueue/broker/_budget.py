@@ -15,8 +15,11 @@ anything changes when:
   finish).
 
 A job gives its bytes back when it finishes (done, failed, cancelled, or any later final
-state), never when it is requeued. Every message names the limit. Complexity: O(size of the
-payload) to measure a submit, O(1) to account it.
+state), never when it is requeued; its payload is dropped then (no answer returns a finished
+job's payload), so the payload bytes the broker holds are always those counted here, within
+``max_queued_bytes``, and not a day's worth of finished ones outside it (issue 30). Every
+message names the limit. Complexity: O(size of the payload) to measure a submit, O(1) to
+account it.
 """
 
 from __future__ import annotations

@@ -54,7 +54,11 @@ def make_fleet(config: BrokerConfig, lease_for: LeaseFor) -> FleetDispatcher:
 
 
 def restore_fleet(
-    state: Mapping[str, Any], config: BrokerConfig, lease_for: LeaseFor
+    state: Mapping[str, Any],
+    config: BrokerConfig,
+    lease_for: LeaseFor,
+    *,
+    now: float | None = None,
 ) -> FleetDispatcher:
     """Rebuild the fleet from its ``snapshot`` with times kept (the clock is wall time).
 
@@ -62,6 +66,7 @@ def restore_fleet(
         state: What ``snapshot`` returned.
         config: The broker configuration.
         lease_for: ``(job, worker_info) -> seconds``.
+        now: None keeps every time; else they shift by ``now - taken_at`` (a rebase).
 
     Returns:
         The restored dispatcher.
@@ -71,4 +76,4 @@ def restore_fleet(
     """
     options = _options(config, lease_for)
     scorer = options.pop("scorer")
-    return FleetDispatcher.restore(state, scorer=scorer, require_lease=True, **options)
+    return FleetDispatcher.restore(state, scorer=scorer, now=now, require_lease=True, **options)

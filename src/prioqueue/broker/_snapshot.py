@@ -16,10 +16,10 @@ import attrs
 
 from prioqueue.broker import _groups
 from prioqueue.broker._fleet import restore_fleet
-from prioqueue.broker._records import FINISHED, SNAPSHOT_FORMAT, JobRecord
+from prioqueue.broker._records import FINISHED, SNAPSHOT_FORMAT, JobRecord, Rejected
 from prioqueue.broker._state import EngineState
 
-__all__ = ["dump", "load"]
+__all__ = ["dump", "load", "rebase"]
 
 
 def dump(state: EngineState, now: float | None) -> dict[str, Any]:
@@ -58,6 +58,8 @@ def load(state: EngineState, data: Mapping[str, Any]) -> None:
         _groups.kept(state, record)
         if record.state not in FINISHED:
             state.queued_bytes.held(record)
+        else:  # a snapshot from before issue 30 kept finished payloads: they go now
+            record.payload = None
     if "seen" in data:
         state.seen = {str(w): float(t) for w, t in data["seen"]}
     else:  # a snapshot from before workers were forgotten: as the fleet last saw them
@@ -67,3 +69,42 @@ def load(state: EngineState, data: Mapping[str, Any]) -> None:
         state.idempotency[(member, key)] = ((ids,) if isinstance(ids, str) else tuple(ids), digest)
     state._retention = [(float(t), str(i)) for t, i in data["retention"]]
     heapq.heapify(state._retention)
+
+
+_RECORD_TIMES = ("submitted_at", "deadline", "granted_at", "finished_at", "expires_at")
+
+
+def rebase(state: EngineState, now: float, by: float) -> None:
+    """``BrokerEngine.rebase_time``: every time ``state`` holds moves ``by`` seconds earlier.
+
+    The fleet is rebuilt from its snapshot with the same shift; records, retention and the
+    workers' last word shift in place (the retention heap keeps its order). A saved forward
+    clock step is undone this way while time on the shifted axis never goes backwards.
+
+    Raises:
+        Rejected: 422 a bad ``by``; 409 ``now`` before the shifted last time.
+
+    Complexity: O(jobs + workers).
+    """
+    if isinstance(by, bool) or not isinstance(by, (int, float)) or not 0 < by < math.inf:
+        raise Rejected(422, f"by must be a positive number of seconds, got {by!r}", field="by")
+    by = float(by)
+    shifted = state.now - by
+    if not now >= shifted:
+        raise Rejected(409, f"time went backwards: {now!r} after {shifted!r} (rebased)")
+    state.version += 1
+    at = state.now if math.isfinite(state.now) else 0.0
+    state.fleet = restore_fleet(
+        state.fleet.snapshot(now=at), state.config, state._lease_for, now=at - by
+    )
+    for record in state.jobs.values():
+        for name in _RECORD_TIMES:
+            value = getattr(record, name)
+            if value is not None:
+                setattr(record, name, value - by)
+    state._retention = [(t - by, job_id) for t, job_id in state._retention]
+    state.seen = {worker: t - by for worker, t in state.seen.items()}
+    state._status = None
+    state.now = now
+    if state.on_change is not None:
+        state.on_change()

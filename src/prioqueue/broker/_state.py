@@ -243,4 +243,8 @@ class EngineState:
         # "expired" in the counts is leases that ran out (kept as it was); ttl expiries apart.
         self.counts["ttl_expired" if state == "expired" else state] += 1
         self.queued_bytes.released(record)
+        # No answer returns a finished job's payload (a worker got it with its grant), so it
+        # is not kept for the result's 24 h outside the byte budget (issue 30): the payloads
+        # held are exactly those of unfinished jobs, within max_queued_bytes.
+        record.payload = None
         heapq.heappush(self._retention, (now + self.config.result_ttl_seconds, record.id))

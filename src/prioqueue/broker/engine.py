@@ -389,6 +389,19 @@ class BrokerEngine(EngineState):
         """
         return _workers.tick(self, now)
 
+    @journaled
+    def rebase_time(self, now: float, *, by: float) -> None:
+        """Move every stored time ``by`` seconds back: a saved forward clock step undone.
+
+        Durations left (leases, waits, retention) are kept; ``now`` is the rebased clock's
+        (docs/durability.md, "Time"). O(jobs + workers), once.
+
+        Raises:
+            Rejected: 422 ``by`` is not a positive number; 409 ``now`` is before the last
+                operation's time minus ``by``.
+        """
+        _snapshot.rebase(self, now, by)
+
     # ------------------------------------------------------------------ reads
 
     def position(

@@ -242,11 +242,34 @@ class Broker:
         except BaseException:
             await asyncio.to_thread(store.close)
             raise
+        try:
+            await self._undo_saved_clock_step(durable)
+        except BaseException:
+            await durable.aclose(snapshot=False)
+            await asyncio.to_thread(store.close)
+            raise
         backend = _Durable(durable, store)
         backend.engine.on_change = self.changes.changed  # wakes long polls as soon as applied
         self.recovered_entries = durable.committed_seq
         _log.info("serving from %s at epoch %s", config.store, durable.epoch)
         return backend
+
+    async def _undo_saved_clock_step(self, durable: Any) -> None:
+        """Rebase the engine's times when the store was saved by a clock far ahead.
+
+        The clock continues from a store more than its horizon ahead of the wall clock (by
+        its ``offset``) rather than go back below stored times; the broker then moves the
+        clock and every stored time back by that gap in one journaled operation, so a saved
+        forward step does not stick (docs/durability.md, "Time across restarts").
+        """
+        from prioqueue.store import WallClock
+
+        clock = self._clock
+        gap = clock.offset if isinstance(clock, WallClock) else 0.0
+        if gap <= 0:
+            return
+        clock.rebase(gap)
+        await durable.call("rebase_time", by=gap)
 
     def _factory(self, state: Mapping[str, Any] | None) -> BrokerEngine:
         if state is None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import signal
 import socket
 import sys
@@ -161,19 +160,13 @@ def _open_recorder(
 
 
 GC_THRESHOLDS = (50_000, 20, 100)
-"""The collector's thresholds in the gateway process (Python's defaults: 700, 10, 10)."""
+"""The collector's thresholds in the gateway process (Python's defaults: 700, 10, 10).
 
-
-def _tune_gc() -> None:
-    """Collect garbage less often: thousands of waiting clients are millions of live objects.
-
-    Every collection of the older generations walks all of them; with 10,000 connections the
-    default thresholds cost the gateway about half its CPU (``bench_gateway.py``: 2.0 ms of
-    CPU per request at 10,000 clients, 0.9-1.2 ms with these). Objects made at start (modules,
-    configuration) are moved out of the collector's sight with ``gc.freeze()``.
-    """
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
+Thousands of waiting clients are millions of live objects, and every collection of the older
+generations walks all of them; with 10,000 connections the default thresholds cost the gateway
+about half its CPU (``bench_gateway.py``: 2.0 ms of CPU per request at 10,000 clients, 0.9-1.2
+ms with these). Set, with what exists at start frozen, by the broker's helper
+(``_service.serving.tune_collector``)."""
 
 
 def _raise_file_limit() -> None:
@@ -263,8 +256,9 @@ def _serve(
 
     _raise_file_limit()
     gateway = Gateway(config, recorder=recorder, record_loads=loads)
-    thresholds = gc.get_threshold()
-    _tune_gc()
+    from prioqueue._service.serving import tune_collector
+
+    untune = tune_collector(GC_THRESHOLDS)  # the app is built: what exists now is frozen
     uv_config = uvicorn_config(
         gateway,
         config.limits,
@@ -286,6 +280,5 @@ def _serve(
             signal.signal(number, handler)
         if recorder is not None:
             recorder.close()
-        gc.unfreeze()  # as it was (run in-process, e.g. by a test)
-        gc.set_threshold(*thresholds)
+        untune()  # as it was (run in-process, e.g. by a test)
     return 0 if server.started else 1

@@ -35,9 +35,18 @@ from typing import Any
 
 import attrs
 
+from prioqueue.store._encode import encode_chunks, encode_in_pieces
 from prioqueue.store._errors import CorruptStore, Fenced, SchemaVersionError, StoreError
 
-__all__ = ["SCHEMA_VERSION", "Event", "Recovery", "Snapshot", "Store"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "Event",
+    "Recovery",
+    "Snapshot",
+    "Store",
+    "encode_chunks",
+    "encode_in_pieces",
+]
 
 #: The schema version this prioqueue writes and the highest it reads.
 SCHEMA_VERSION = 1
@@ -130,11 +139,16 @@ class Recovery:
 
     @property
     def high_water(self) -> float | None:
-        """The latest ``now`` recorded (the clock's floor after a restart), or None."""
-        times = [e.now for e in self.events if e.now is not None]
-        if self.snapshot is not None:
-            times.append(self.snapshot.taken_at)
-        return max(times) if times else None
+        """The latest ``now`` recorded (the clock's floor after a restart), or None.
+
+        That is the last event's that has one (else the snapshot's ``taken_at``): times in a
+        journal never decrease except across a rebase (a saved forward clock step undone,
+        docs/durability.md), and the time after it is the one that counts.
+        """
+        for event in reversed(self.events):
+            if event.now is not None:
+                return event.now
+        return None if self.snapshot is None else self.snapshot.taken_at
 
 
 class Store(abc.ABC):
@@ -309,29 +323,9 @@ class Store(abc.ABC):
             )
             for e in events
         ]
-        snap_text = None if snapshot is None else encode_in_pieces(snapshot.state)
+        chunks = None if snapshot is None else encode_chunks(snapshot.state)
         try:
-            with self._transaction():
-                # A cheap early answer for a writer that was deposed long ago.
-                self._check_epoch(epoch, "SELECT epoch FROM prioqueue_leader WHERE id = 1")
-                if rows:
-                    self._executemany(
-                        "INSERT INTO prioqueue_journal (seq, epoch, op, args, now) "
-                        "VALUES (%s, %s, %s, %s, %s)",
-                        rows,
-                    )
-                if snapshot is not None:
-                    self._execute("DELETE FROM prioqueue_snapshot WHERE seq <= %s", (snapshot.seq,))
-                    self._execute(
-                        "INSERT INTO prioqueue_snapshot (seq, epoch, taken_at, state) "
-                        "VALUES (%s, %s, %s, %s)",
-                        (snapshot.seq, epoch, snapshot.taken_at, snap_text),
-                    )
-                    self._execute("DELETE FROM prioqueue_journal WHERE seq <= %s", (snapshot.seq,))
-                # The fence: locked and checked last, so the leader row is held only for the
-                # commit (a long snapshot write does not block renewals); a takeover either
-                # waits for this commit or makes this check fail.
-                self._check_epoch(epoch, self._fence_sql())
+            self._append_rows(rows, epoch, snapshot, chunks)
         except Fenced:
             raise
         except StoreError as exc:
@@ -343,6 +337,70 @@ class Store(abc.ABC):
             if current != epoch:
                 raise self._fenced(epoch, current) from exc
             raise
+
+    def _append_rows(
+        self,
+        rows: list[tuple[Any, ...]],
+        epoch: int,
+        snapshot: Snapshot | None,
+        chunks: list[str] | None,
+    ) -> None:
+        """Write checked journal rows (and a snapshot's chunks) in one fenced transaction.
+
+        Raises:
+            Fenced: The store's epoch is not ``epoch``. StoreError: the write failed.
+        """
+        with self._transaction():
+            # A cheap early answer for a writer that was deposed long ago.
+            self._check_epoch(epoch, "SELECT epoch FROM prioqueue_leader WHERE id = 1")
+            if rows:
+                self._executemany(
+                    "INSERT INTO prioqueue_journal (seq, epoch, op, args, now) "
+                    "VALUES (%s, %s, %s, %s, %s)",
+                    rows,
+                )
+            if snapshot is not None and chunks is not None:
+                self._write_snapshot(snapshot, epoch, chunks)
+                self._execute("DELETE FROM prioqueue_journal WHERE seq <= %s", (snapshot.seq,))
+            # The fence: locked and checked last, so the leader row is held only for the
+            # commit (a long snapshot write does not block renewals); a takeover either
+            # waits for this commit or makes this check fail.
+            self._check_epoch(epoch, self._fence_sql())
+
+    def _write_snapshot(self, snapshot: Snapshot, epoch: int, chunks: list[str]) -> None:
+        """Replace the snapshot row; its text is ``chunks`` joined, by the database.
+
+        A text of several chunks goes through a temporary table, one chunk per statement,
+        and the database concatenates them: Python never holds the whole text (joining
+        200 MB, or binding it as one parameter, holds the GIL for hundreds of ms).
+        """
+        self._execute("DELETE FROM prioqueue_snapshot WHERE seq <= %s", (snapshot.seq,))
+        insert = "INSERT INTO prioqueue_snapshot (seq, epoch, taken_at, state) "
+        if len(chunks) == 1:
+            self._execute(
+                insert + "VALUES (%s, %s, %s, %s)",
+                (snapshot.seq, epoch, snapshot.taken_at, chunks[0]),
+            )
+            return
+        self._execute(self._parts_table_sql)
+        self._execute("DELETE FROM prioqueue_snapshot_parts")
+        for part, chunk in enumerate(chunks):
+            self._execute(
+                "INSERT INTO prioqueue_snapshot_parts (part, text) VALUES (%s, %s)", (part, chunk)
+            )
+        self._execute(
+            insert + f"SELECT %s, %s, %s, ({self._concat_parts_sql})",
+            (snapshot.seq, epoch, snapshot.taken_at),
+        )
+        self._execute("DELETE FROM prioqueue_snapshot_parts")
+
+    #: A temporary (per-connection) table for the chunks of a snapshot's text.
+    _parts_table_sql = (
+        "CREATE TEMP TABLE IF NOT EXISTS prioqueue_snapshot_parts"
+        " (part INTEGER PRIMARY KEY, text TEXT NOT NULL)"
+    )
+    #: The chunks joined in ``part`` order, by the database.
+    _concat_parts_sql = "SELECT string_agg(text, '' ORDER BY part) FROM prioqueue_snapshot_parts"
 
     def _check_epoch(self, epoch: int, sql: str) -> None:
         current = int(self._execute(sql)[0][0])
@@ -399,47 +457,6 @@ class Store(abc.ABC):
         if not isinstance(value, dict):
             raise CorruptStore(f"{self.url}: {what} is not a JSON object")
         return value
-
-
-def encode_in_pieces(value: Any, depth: int = 3) -> str:
-    """``json.dumps(value, allow_nan=False, separators=(",", ":"))``, encoded piece by piece.
-
-    The C encoder holds the GIL for a whole ``dumps``: a 200 MB snapshot encoded in the
-    writer thread in one call stalled the event loop for seconds (issue 21). Encoding the
-    first ``depth`` levels of lists and dicts item by item lets the loop run between items, so
-    the stall is bounded by the largest item (one job record, bounded by the body limit).
-    The text is the same as one ``dumps`` call would give.
-
-    Raises:
-        ValueError: A float is not finite. TypeError: a value is not JSON data.
-
-    Complexity: O(size of the text), like ``dumps``.
-    """
-    pieces: list[str] = []
-    _pieces(value, depth, pieces)
-    return "".join(pieces)  # one copy of the text, not one per level
-
-
-def _pieces(value: Any, depth: int, out: list[str]) -> None:
-    if depth > 0 and type(value) is dict and all(type(key) is str for key in value):
-        out.append("{")
-        for i, (key, item) in enumerate(value.items()):
-            out.append(f"{',' if i else ''}{_dumps(key)}:")
-            _pieces(item, depth - 1, out)
-        out.append("}")
-    elif depth > 0 and type(value) in (list, tuple):
-        out.append("[")
-        for i, item in enumerate(value):
-            if i:
-                out.append(",")
-            _pieces(item, depth - 1, out)
-        out.append("]")
-    else:
-        out.append(_dumps(value))
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, allow_nan=False, separators=(",", ":"))
 
 
 def default_path() -> str:

@@ -17,7 +17,9 @@ the world, and they keep running while the broker is down. The rules (docs/durab
    seconds ahead of the wall clock (a previous run had its clock years ahead), standing still
    would freeze every lease, worker time-out and retention for that long. Instead the clock
    continues from the floor at the monotonic rate (it never runs backwards: stored deadlines
-   are in the store's time) and the warning says by how much broker time is ahead.
+   are in the store's time) and the warning says by how much broker time is ahead. An owner
+   that can move its whole state back (the broker's journaled ``rebase_time``) does so and
+   calls :meth:`WallClock.rebase`, so the saved step does not stick.
 """
 
 from __future__ import annotations
@@ -130,6 +132,27 @@ class WallClock:
                 ahead,
             )
             self._offset += ahead
+
+    def rebase(self, by: float) -> None:
+        """Run ``by`` seconds behind from now on: the owner moved every stored time back. O(1).
+
+        After rule 3 the clock runs ahead of the wall clock by :attr:`offset`. An owner that
+        can shift its whole state (the broker's ``rebase_time``) does so by ``offset`` and
+        calls this, and the clock follows the wall clock again; the floor moves back with it,
+        so the next value is still not below any time of the (shifted) state.
+
+        Raises:
+            ValueError: ``by`` is not a positive finite number.
+        """
+        if isinstance(by, bool) or not isinstance(by, (int, float)) or not 0 < by < math.inf:
+            raise ValueError(f"by must be a positive number of seconds, got {by!r}")
+        self._offset -= by
+        self._last -= by
+        _log.warning(
+            "time rebased %.0f s back: the store's times were saved by a clock that ran "
+            "ahead; durations left are kept (see docs/durability.md)",
+            by,
+        )
 
     def __call__(self) -> float:
         """Return the current time: never less than before or than the floor. O(1)."""

@@ -7,25 +7,43 @@ back with one ``call_soon_threadsafe``, whose callback wakes that batch's caller
 next batch at once. A failed commit is fatal: every waiting and later caller gets the
 :class:`StoreFatal`. Snapshots are due every ``snapshot_every`` events or
 ``snapshot_interval`` seconds of the event loop's clock (``loop.time()``: a test that runs on
-a loop whose time it controls controls them).
+a loop whose time it controls controls them). The loop only decides that one is due and
+stamps its time; the writer thread takes it from the :class:`~prioqueue.store._replica.Replica`
+(a second dispatcher that trails the store), so the loop never walks the state.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
 from prioqueue.store._base import Event, Snapshot, Store
+from prioqueue.store._encode import release
 from prioqueue.store._errors import CommitFailed, StoreFatal
+from prioqueue.store._replica import Replica
 
 __all__ = ["FatalCallback", "GroupCommit"]
 
 FatalCallback = Callable[[StoreFatal], object]
+
+
+@contextlib.contextmanager
+def _collector_paused(pause: bool) -> Iterator[None]:
+    """Disable the cyclic collector meanwhile (process-wide), if ``pause`` and it is on."""
+    if not pause or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 class GroupCommit:
@@ -39,7 +57,7 @@ class GroupCommit:
         epoch: The leader epoch to append with.
         last_seq: The last event already in the store.
         snapshot_seq: The event of the store's latest snapshot (0: none).
-        state: ``now -> snapshot data`` of the dispatcher (taken on the loop).
+        replica: The copy of the dispatcher that snapshots are taken from (writer thread).
         clock: The wall clock that stamps snapshots.
         snapshot_every: Events between snapshots.
         snapshot_interval: Seconds (of the loop's clock) between snapshots while events arrive.
@@ -54,7 +72,7 @@ class GroupCommit:
         epoch: int,
         last_seq: int,
         snapshot_seq: int,
-        state: Callable[[float], Mapping[str, Any]],
+        replica: Replica,
         clock: Callable[[], float],
         snapshot_every: int,
         snapshot_interval: float,
@@ -65,7 +83,7 @@ class GroupCommit:
         self.epoch = epoch
         """The leader epoch every append carries."""
         self._executor = executor
-        self._state = state
+        self._replica = replica
         self._clock = clock
         self._snapshot_every = snapshot_every
         self._snapshot_interval = snapshot_interval
@@ -160,7 +178,10 @@ class GroupCommit:
                 raise AssertionError("applied events without a pending batch")
             await asyncio.wait([future])
 
-    def _take_snapshot(self, last: int) -> Snapshot | None:
+    def _snapshot_due(self, last: int) -> float | None:
+        """The snapshot's time when the batch ending at ``last`` should carry one, else None."""
+        if self._replica.broken is not None:
+            return None  # reported once when it broke; the journal keeps everything
         due = (
             self._force_snapshot
             or last - self._snapshot_seq >= self._snapshot_every
@@ -172,9 +193,7 @@ class GroupCommit:
         if not due:
             return None
         self._force_snapshot = False
-        now = self._clock()
-        state = self._state(now)
-        return Snapshot(seq=last, taken_at=now, state=state)
+        return self._clock()
 
     # The writer is a pipeline of callbacks, not a task: the writer thread hands each commit
     # back with one call_soon_threadsafe, and that callback starts the next commit at once.
@@ -192,15 +211,11 @@ class GroupCommit:
         self._pending, self._pending_future = [], None
         self._inflight_waiters = waiters
         last = batch[-1].seq if batch else self.committed
-        try:
-            snap = self._take_snapshot(last)
-        except Exception as exc:  # a payload that cannot be snapshotted, say
-            snap = None
-            self._report_snapshot_error(exc)
+        snap_at = self._snapshot_due(last)
         self._inflight_future, self._inflight_last = future, last
         self._idle.clear()
         try:
-            self._executor.submit(self._commit, batch, snap, future, last)
+            self._executor.submit(self._commit, batch, snap_at, future, last)
         except RuntimeError:  # pragma: no cover - closed: a call that raced aclose()
             self._inflight_future = None
             self._idle.set()
@@ -212,23 +227,39 @@ class GroupCommit:
             self._inflight_waiters = []
 
     def _commit(
-        self, batch: list[Event], snap: Snapshot | None, future: asyncio.Future[None], last: int
+        self, batch: list[Event], snap_at: float | None, future: asyncio.Future[None], last: int
     ) -> None:
-        """In the writer thread: append, then hand the outcome back to the loop."""
-        try:
-            self.store.append(batch, epoch=self.epoch, snapshot=snap)
-        except BaseException as exc:
-            outcome: Callable[[], None] = partial(self._failed, batch, last, future, exc)
-        else:
-            outcome = partial(self._committed_batch, last, snap, future)
+        """In the writer thread: snapshot if due, append, then hand the outcome to the loop."""
+        self._replica.committed(batch)
+        snap: Snapshot | None = None
+        state: Mapping[str, Any] | None = None
+        # A snapshot makes ~10 container objects per job, alive until written: collections
+        # meanwhile would scan them (and everything not frozen) with the GIL held, and
+        # promote them to the oldest generation, whose full collection stalled the loop for
+        # seconds at 10^5 jobs (issue 30). Reference counting frees them after the write.
+        with _collector_paused(snap_at is not None):
+            if snap_at is not None:
+                try:
+                    state = self._replica.snapshot(snap_at)
+                    snap = Snapshot(seq=last, taken_at=snap_at, state=state)
+                except Exception as exc:  # the replica diverged: no more snapshots
+                    with contextlib.suppress(RuntimeError):
+                        self._loop.call_soon_threadsafe(self._report_snapshot_error, exc)
+            try:
+                self.store.append(batch, epoch=self.epoch, snapshot=snap)
+            except BaseException as exc:
+                outcome: Callable[[], None] = partial(self._failed, batch, last, future, exc)
+            else:
+                outcome = partial(self._committed_batch, last, snap is not None, future)
+            box = [state]
+            snap = state = None
+            release(box)  # freed in slices, before the collector runs again
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
             self._loop.call_soon_threadsafe(outcome)
 
-    def _committed_batch(
-        self, last: int, snap: Snapshot | None, future: asyncio.Future[None]
-    ) -> None:
+    def _committed_batch(self, last: int, snapshotted: bool, future: asyncio.Future[None]) -> None:
         self.committed = last
-        if snap is not None:
+        if snapshotted:
             self._snapshot_seq = last
             self._snapshot_at = self._loop.time()
         self._inflight_future = None
@@ -257,10 +288,14 @@ class GroupCommit:
         self._die(fatal, future)
 
     def _report_snapshot_error(self, exc: Exception) -> None:
-        # The journal still holds every event; only pruning is delayed. Try again later.
+        # The journal still holds every event; only pruning stops until the next start.
         self._snapshot_at = self._loop.time()
         self._loop.call_exception_handler(
-            {"message": f"prioqueue.store: snapshot skipped: {exc!r}", "exception": exc}
+            {
+                "message": f"prioqueue.store: snapshots stopped for this process: {exc!r}; "
+                "the journal keeps every event and the next start snapshots again",
+                "exception": exc,
+            }
         )
 
     def _die(self, fatal: StoreFatal, future: asyncio.Future[None]) -> None:

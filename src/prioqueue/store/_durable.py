@@ -32,8 +32,9 @@ One event loop owns the dispatcher; one writer thread owns the store. The rules:
    again; the next start recovers from the store.
 5. **Snapshots.** Every ``snapshot_every`` events or ``snapshot_interval`` seconds (of the
    event loop's clock), the batch being written carries a snapshot of the state after its
-   last event (taken on the loop, so it matches the batch exactly); the store prunes the
-   journal behind it in the same transaction.
+   last event; the store prunes the journal behind it in the same transaction. The writer
+   thread takes it from a replica of the dispatcher that it brings up to that event
+   (:mod:`prioqueue.store._replica`), so the loop never walks the state.
 
 The writer (rules 2, 4 and 5) is :class:`~prioqueue.store._commit.GroupCommit`; this module
 is the dispatcher's side (rules 1 and 3).
@@ -58,6 +59,7 @@ from prioqueue.store._clock import WallClock
 from prioqueue.store._commit import FatalCallback, GroupCommit
 from prioqueue.store._errors import StoreFatal
 from prioqueue.store._journal import Restorable, declared_ops, replay, takes_now
+from prioqueue.store._replica import Replica
 
 __all__ = ["DurableDispatcher"]
 
@@ -99,14 +101,16 @@ async def _recover(
     factory: Callable[[Mapping[str, Any] | None], D],
     epoch: int | None,
     executor: ThreadPoolExecutor,
-) -> tuple[int, Recovery, D]:
+) -> tuple[int, Recovery, D, Replica]:
     """Claim the store (``epoch`` None), read it and replay it, in the writer thread."""
     loop = asyncio.get_running_loop()
     if epoch is None:
         epoch = await loop.run_in_executor(executor, store.claim)
     recovery = await loop.run_in_executor(executor, store.recover)
+    # The replica's copy first: the live dispatcher may keep and change what it restores.
+    replica = await loop.run_in_executor(executor, Replica, recovery, factory)
     dispatcher = await loop.run_in_executor(executor, partial(replay, recovery, factory))
-    return epoch, recovery, dispatcher
+    return epoch, recovery, dispatcher, replica
 
 
 # Argument types whose JSON round trip is the identity (floats must also be finite).
@@ -220,7 +224,7 @@ class DurableDispatcher(Generic[D]):
         _check_options(snapshot_every, snapshot_interval, epoch)
         executor = ThreadPoolExecutor(1, thread_name_prefix="prioqueue-store")
         try:
-            epoch, recovery, dispatcher = await _recover(store, factory, epoch, executor)
+            epoch, recovery, dispatcher, replica = await _recover(store, factory, epoch, executor)
         except BaseException:
             executor.shutdown(wait=False)
             raise
@@ -235,7 +239,7 @@ class DurableDispatcher(Generic[D]):
             epoch=epoch,
             last_seq=recovery.last_seq,
             snapshot_seq=0 if recovery.snapshot is None else recovery.snapshot.seq,
-            state=lambda now: dispatcher.snapshot(now=now),
+            replica=replica,
             clock=wall,
             snapshot_every=snapshot_every,
             snapshot_interval=float(snapshot_interval),
@@ -407,7 +411,8 @@ class DurableDispatcher(Generic[D]):
         Raises:
             StoreFatal: The store failed (the snapshot, if written, is harmless).
 
-        Complexity: O(queued jobs) on the loop, plus the write.
+        Complexity: O(1) on the loop; the writer thread brings the replica up to date,
+        snapshots it and writes it.
         """
         self._writer.check_usable()
         await asyncio.shield(self._writer.snapshot_now())

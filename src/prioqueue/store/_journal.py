@@ -18,10 +18,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from prioqueue._journaled import journaled_ops
-from prioqueue.store._base import Recovery
+from prioqueue.store._base import Event, Recovery
 from prioqueue.store._errors import CorruptStore
 
-__all__ = ["Factory", "declared_ops", "dispatcher_factory", "replay"]
+__all__ = ["Factory", "apply_event", "declared_ops", "dispatcher_factory", "replay"]
 
 
 def declared_ops(cls: type) -> tuple[frozenset[str], frozenset[str]]:
@@ -108,20 +108,31 @@ def replay(recovery: Recovery, factory: Callable[[Mapping[str, Any] | None], D])
     except (ValueError, TypeError, KeyError) as exc:
         where = "a fresh dispatcher" if snapshot is None else f"the snapshot at {snapshot.seq}"
         raise CorruptStore(f"cannot restore {where}: {exc}") from exc
-    declared = journaled_ops(type(dispatcher))
+    declared = frozenset(journaled_ops(type(dispatcher)))
     for event in recovery.events:
-        if event.op not in declared:
-            if not event.op.isidentifier():
-                raise CorruptStore(f"event {event.seq} names an invalid method {event.op!r}")
-            raise CorruptStore(
-                f"event {event.seq}: {type(dispatcher).__name__} has no method {event.op!r} "
-                f"declared @journaled (it declares {', '.join(declared) or 'none'})"
-            )
-        method = getattr(dispatcher, event.op)
-        try:
-            method(**event.args)
-        except Exception as exc:
-            raise CorruptStore(
-                f"event {event.seq} ({event.op}) does not replay: {type(exc).__name__}: {exc}"
-            ) from exc
+        apply_event(dispatcher, declared, event, event.args)
     return dispatcher
+
+
+def apply_event(
+    dispatcher: object, declared: frozenset[str], event: Event, args: Mapping[str, Any]
+) -> None:
+    """Call ``event`` again on ``dispatcher`` with ``args`` (the event's, or a fresh decoding).
+
+    Raises:
+        CorruptStore: The event names a method ``declared`` lacks, or it raises.
+    """
+    if event.op not in declared:
+        if not event.op.isidentifier():
+            raise CorruptStore(f"event {event.seq} names an invalid method {event.op!r}")
+        raise CorruptStore(
+            f"event {event.seq}: {type(dispatcher).__name__} has no method {event.op!r} "
+            f"declared @journaled (it declares {', '.join(sorted(declared)) or 'none'})"
+        )
+    method = getattr(dispatcher, event.op)
+    try:
+        method(**args)
+    except Exception as exc:
+        raise CorruptStore(
+            f"event {event.seq} ({event.op}) does not replay: {type(exc).__name__}: {exc}"
+        ) from exc
