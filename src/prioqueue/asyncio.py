@@ -55,13 +55,13 @@ O(log n + M), see the dispatcher's design note), one future and O(1) bookkeeping
 from __future__ import annotations
 
 import asyncio  # noqa: F401 - the stdlib module stays reachable as prioqueue.asyncio.asyncio
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout
 from prioqueue._asyncio_chain import AsyncChain, ChainResult
 from prioqueue._driver import Clock, Driver, ExpiryCallback, Remove, Turn
+from prioqueue.clock import SYSTEM_CLOCK
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.records import Grant
 
@@ -162,7 +162,7 @@ class AsyncDispatcher(Driver[SizeOneDispatcher]):
         self,
         dispatcher: SizeOneDispatcher | None = None,
         *,
-        clock: Clock = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK.monotonic,
         on_expired: ExpiryCallback | None = None,
     ) -> None:
         d = dispatcher if dispatcher is not None else SizeOneDispatcher()
