@@ -38,7 +38,8 @@ import os
 import select
 import signal
 import sys
-import time
+
+from prioqueue.clock import SYSTEM_CLOCK
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -133,17 +134,17 @@ class Command:
 
 def clean_up(command: Command) -> None:
     """Kill the command (if it still runs) and everything it left; reap them all."""
-    end = time.monotonic() + REAP_SECONDS
+    end = SYSTEM_CLOCK.monotonic() + REAP_SECONDS  # waits for other processes: real time
     while True:
         command.reap()
         if command.code is not None and not command.alive():
             return
-        if time.monotonic() >= end:  # pragma: no cover - a process stuck in the kernel
+        if SYSTEM_CLOCK.monotonic() >= end:  # pragma: no cover - a process stuck in the kernel
             if command.code is None:
                 command.code = -signal.SIGKILL
             return
         signal_job(command.pid, signal.SIGKILL)
-        time.sleep(0.005)  # SIGKILLed processes take a moment to become zombies
+        SYSTEM_CLOCK.sleep(0.005)  # SIGKILLed processes take a moment to become zombies
 
 
 def start(cmd: list[str]) -> Command:
