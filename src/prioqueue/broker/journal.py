@@ -32,7 +32,8 @@ class MemoryJournal:
     """The applied operations, in memory, and a wall clock that never goes backwards.
 
     Args:
-        clock: Wall-clock source (default :data:`~prioqueue.clock.SYSTEM_CLOCK`'s ``wall``); its readings are made monotonic.
+        clock: Wall-clock source (default ``SYSTEM_CLOCK.wall`` of :mod:`prioqueue.clock`);
+            its readings are made monotonic.
     """
 
     def __init__(self, clock: Callable[[], float] | None = None) -> None:

@@ -30,7 +30,8 @@ class Served:
         model: The body's ``model``.
         tag: ``fake.tag`` from the body, or the gateway's ``X-Prioqueue-Job`` header.
         path: The request path.
-        started: the upstream's ``clock.monotonic()`` when the inference began (after any cold load).
+        started: The upstream clock's ``monotonic()`` when the inference began (after any
+            cold load).
         finished: When it ended, or None while running.
         cancelled: True when the client went away before the end.
         cold_load: True when serving it switched models.
