@@ -51,8 +51,10 @@ OWNED = (
     "prioqueue.gateway._fleetpull",
 )
 """The modules held to the ownership rules so far (issue 29, item 2: the driver and its users)."""
-CLOCK_MODULES = ("prioqueue.clock", "prioqueue.store._clock")
-"""The only modules that may read the process's clocks (the second anchors the store's time)."""
+CLOCK_MODULES = ("prioqueue.clock", "prioqueue.store._clock", "prioqueue.client._supervise")
+"""The only modules that may read the process's clocks: ``prioqueue.clock``; the store's
+anchored clock; and the job supervisor, a stdlib-only script run as its own process
+(``python -I -S``, so it cannot import ``prioqueue``): one clock per process."""
 TIME_READS = frozenset(
     f"{name}{ns}" for name in ("time", "monotonic", "sleep", "perf_counter") for ns in ("", "_ns")
 ) - {"sleep_ns"}

@@ -38,8 +38,7 @@ import os
 import select
 import signal
 import sys
-
-from prioqueue.clock import SYSTEM_CLOCK
+import time
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -134,17 +133,17 @@ class Command:
 
 def clean_up(command: Command) -> None:
     """Kill the command (if it still runs) and everything it left; reap them all."""
-    end = SYSTEM_CLOCK.monotonic() + REAP_SECONDS  # waits for other processes: real time
+    end = time.monotonic() + REAP_SECONDS
     while True:
         command.reap()
         if command.code is not None and not command.alive():
             return
-        if SYSTEM_CLOCK.monotonic() >= end:  # pragma: no cover - a process stuck in the kernel
+        if time.monotonic() >= end:  # pragma: no cover - a process stuck in the kernel
             if command.code is None:
                 command.code = -signal.SIGKILL
             return
         signal_job(command.pid, signal.SIGKILL)
-        SYSTEM_CLOCK.sleep(0.005)  # SIGKILLed processes take a moment to become zombies
+        time.sleep(0.005)  # SIGKILLed processes take a moment to become zombies
 
 
 def start(cmd: list[str]) -> Command:
