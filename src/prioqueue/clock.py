@@ -22,9 +22,11 @@ The rules (asserted by ``tests/test_architecture.py``):
 
 from __future__ import annotations
 
-import asyncio
 import time
-from typing import Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["SYSTEM_CLOCK", "Clock", "SystemClock", "loop_time", "perf_counter"]
 
@@ -91,7 +93,11 @@ def loop_time(loop: asyncio.AbstractEventLoop | None = None) -> float:
     Raises:
         RuntimeError: ``loop`` is None and no event loop runs in this thread.
     """
-    return (asyncio.get_running_loop() if loop is None else loop).time()
+    if loop is None:
+        import asyncio  # here: a process without an event loop never imports asyncio
+
+        loop = asyncio.get_running_loop()
+    return loop.time()
 
 
 def perf_counter() -> float:
