@@ -41,10 +41,11 @@ rules:
    lease (restored from a snapshot, say) is refused at construction: no ``async with``
    block would ever release it.
 
-Time: the dispatcher is stamped with ``clock()`` (``time.monotonic`` by default). Sleeping
-(lease timer, queue timeouts) uses the event loop's timer with delays computed from the
-clock. With an injected manual clock, call :meth:`AsyncDispatcher.tick` after moving it; or
-give it the loop's own clock (``clock=loop.time``) on a loop whose time a test controls.
+Time: the dispatcher is stamped with ``clock()`` (``SYSTEM_CLOCK.monotonic`` of
+:mod:`prioqueue.clock` by default). Sleeping (lease timer, queue timeouts) uses the event
+loop's timer with delays computed from the clock. With an injected manual clock, call
+:meth:`AsyncDispatcher.tick` after moving it; or give it the loop's own clock
+(``clock=loop.time``) on a loop whose time a test controls.
 
 Everything here must run on the event loop's thread; the adapter is not thread-safe.
 
