@@ -39,6 +39,7 @@ def test_the_system_clock_reads_the_real_clocks() -> None:
     assert abs(SYSTEM_CLOCK.wall() - time.time()) < 60  # the same clock, on a busy machine
     assert perf_counter() <= time.perf_counter()
     assert repr(SYSTEM_CLOCK) == "SYSTEM_CLOCK"
+    assert SYSTEM_CLOCK.monotonic is time.monotonic  # adapters' defaults: the same readings
     with pytest.raises(ValueError, match="non-negative"):
         SYSTEM_CLOCK.sleep(-1)
 
