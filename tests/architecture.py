@@ -15,6 +15,10 @@ rules; ``tests/test_architecture.py`` asserts them:
   Both are asserted for ``OWNED`` (the driver and its users, so far) and can be widened to
   the whole tree (``modules=None``); ``python tests/architecture.py`` prints the whole-tree
   counts.
+* one clock (issue 29, item 6): no ``time.time``/``time.monotonic``/``time.sleep``/
+  ``time.perf_counter`` (nor their ``_ns`` forms, nor ``from time import`` them) and no
+  ``loop.time()`` outside ``CLOCK_MODULES`` (:func:`time_reads`); adapters read time through
+  an injected ``prioqueue.clock.Clock``.
 
 Without types, "the module that defines its class" is read as: the module defines a class
 that declares the attribute (a class-level name or annotation, a method, a ``__slots__``
@@ -47,6 +51,14 @@ OWNED = (
     "prioqueue.gateway._fleetpull",
 )
 """The modules held to the ownership rules so far (issue 29, item 2: the driver and its users)."""
+CLOCK_MODULES = ("prioqueue.clock", "prioqueue.store._clock", "prioqueue.client._supervise")
+"""The only modules that may read the process's clocks: ``prioqueue.clock``; the store's
+anchored clock; and the job supervisor, a stdlib-only script run as its own process
+(``python -I -S``, so it cannot import ``prioqueue``): one clock per process."""
+TIME_READS = frozenset(
+    f"{name}{ns}" for name in ("time", "monotonic", "sleep", "perf_counter") for ns in ("", "_ns")
+) - {"sleep_ns"}
+"""The ``time`` functions that read or wait on a clock."""
 
 
 def _name(path: Path) -> str:
@@ -313,6 +325,53 @@ def private_reaches(
     return out
 
 
+def _reads_loop_time(node: ast.Attribute) -> bool:
+    """``loop.time``, ``self._loop.time``, ``asyncio.get_running_loop().time``..."""
+    if node.attr != "time":
+        return False
+    owner = node.value
+    if isinstance(owner, ast.Call):
+        owner = owner.func
+    name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+    return name.lower().endswith(("loop", "get_running_loop", "get_event_loop"))
+
+
+def time_reads(
+    scope: Iterable[str] | None = None, *, trees: dict[str, ast.Module] | None = None
+) -> list[str]:
+    """``module:line expression`` for each clock read outside ``CLOCK_MODULES``.
+
+    A read is ``time.<f>`` or ``from time import <f>`` for ``f`` in ``TIME_READS`` (called
+    or passed as a value, e.g. a ``clock=time.monotonic`` default), or an event loop's
+    ``.time`` (``loop.time``, ``self._loop.time``, ``get_running_loop().time``).
+
+    Args:
+        scope: The modules to check (None: every module under ``src``).
+        trees: Parsed modules to check instead (for planted examples).
+    """
+    out = []
+    for mod, tree in sorted((trees if trees is not None else _sources(scope)).items()):
+        if mod in CLOCK_MODULES:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "time":
+                out += [
+                    f"{mod}:{node.lineno} from time import {alias.name}"
+                    for alias in node.names
+                    if alias.name in TIME_READS or alias.name == "*"
+                ]
+            elif isinstance(node, ast.Attribute) and (
+                (
+                    isinstance(node.value, ast.Name)
+                    and node.value.id == "time"
+                    and node.attr in TIME_READS
+                )
+                or _reads_loop_time(node)
+            ):
+                out.append(f"{mod}:{node.lineno} {ast.unparse(node)}")
+    return out
+
+
 def main() -> int:
     """Print the graph and the breaches; exit 1 if there is any."""
     graph = import_graph()
@@ -328,6 +387,7 @@ def main() -> int:
         "private reaches into prioqueue._driver (whole tree)": private_reaches(
             None, into="prioqueue._driver"
         ),
+        "clock reads outside the clock modules": time_reads(),
     }
     for title, items in problems.items():
         print(f"\n{title}: {len(items)}")

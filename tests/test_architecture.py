@@ -79,3 +79,32 @@ def test_the_ownership_checks_find_planted_breaches() -> None:
         "pkg.user:5 gate._waiters",
         "pkg.user:6 gate._release",
     ]
+
+
+def test_time_is_read_only_through_the_clock_module() -> None:
+    # Issue 29, item 6: one clock per process, injected; no time.* read outside it.
+    assert architecture.time_reads() == []
+
+
+def test_the_clock_check_finds_planted_reads() -> None:
+    planted = ast.parse(
+        "import asyncio, time\n"
+        "from time import monotonic, strftime\n"
+        "def f(clock=time.monotonic):\n"
+        "    time.sleep(time.time() - time.perf_counter_ns())\n"
+        "    loop = asyncio.get_running_loop()\n"
+        "    return loop.time(), self._loop.time(), asyncio.get_running_loop().time()\n"
+        "def fine(clock):\n"
+        "    return time.strftime('%Y'), clock.monotonic(), clock.time(), job.time\n"
+    )
+    found = architecture.time_reads(trees={"pkg.user": planted, "prioqueue.clock": planted})
+    assert sorted(found) == [
+        "pkg.user:2 from time import monotonic",
+        "pkg.user:3 time.monotonic",
+        "pkg.user:4 time.perf_counter_ns",
+        "pkg.user:4 time.sleep",
+        "pkg.user:4 time.time",
+        "pkg.user:6 asyncio.get_running_loop().time",
+        "pkg.user:6 loop.time",
+        "pkg.user:6 self._loop.time",
+    ]

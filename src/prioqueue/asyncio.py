@@ -41,10 +41,11 @@ rules:
    lease (restored from a snapshot, say) is refused at construction: no ``async with``
    block would ever release it.
 
-Time: the dispatcher is stamped with ``clock()`` (``time.monotonic`` by default). Sleeping
-(lease timer, queue timeouts) uses the event loop's timer with delays computed from the
-clock. With an injected manual clock, call :meth:`AsyncDispatcher.tick` after moving it; or
-give it the loop's own clock (``clock=loop.time``) on a loop whose time a test controls.
+Time: the dispatcher is stamped with ``clock()`` (``SYSTEM_CLOCK.monotonic`` of
+:mod:`prioqueue.clock` by default). Sleeping (lease timer, queue timeouts) uses the event
+loop's timer with delays computed from the clock. With an injected manual clock, call
+:meth:`AsyncDispatcher.tick` after moving it; or give it the loop's own clock
+(``clock=loop.time``) on a loop whose time a test controls.
 
 Everything here must run on the event loop's thread; the adapter is not thread-safe.
 
@@ -55,13 +56,13 @@ O(log n + M), see the dispatcher's design note), one future and O(1) bookkeeping
 from __future__ import annotations
 
 import asyncio  # noqa: F401 - the stdlib module stays reachable as prioqueue.asyncio.asyncio
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout
 from prioqueue._asyncio_chain import AsyncChain, ChainResult
 from prioqueue._driver import Clock, Driver, ExpiryCallback, Remove, Turn
+from prioqueue.clock import SYSTEM_CLOCK
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.records import Grant
 
@@ -162,7 +163,7 @@ class AsyncDispatcher(Driver[SizeOneDispatcher]):
         self,
         dispatcher: SizeOneDispatcher | None = None,
         *,
-        clock: Clock = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK.monotonic,
         on_expired: ExpiryCallback | None = None,
     ) -> None:
         d = dispatcher if dispatcher is not None else SizeOneDispatcher()

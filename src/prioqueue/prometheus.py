@@ -43,10 +43,11 @@ reading of its own. Collect on the thread that drives the dispatcher (the gatewa
 from __future__ import annotations
 
 import math
-import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import TypeAlias
+
+from prioqueue.clock import SYSTEM_CLOCK
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
@@ -145,11 +146,13 @@ class PrioqueueCollector(Collector):
     Complexity: a scrape is one ``stats()`` call and O(levels * buckets + members) work.
     """
 
-    def __init__(self, source: StatsSource, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, source: StatsSource, *, clock: Callable[[], float] = SYSTEM_CLOCK.monotonic
+    ) -> None:
         self._read = _reader(source, clock)
 
     def set_source(
-        self, source: StatsSource, *, clock: Callable[[], float] = time.monotonic
+        self, source: StatsSource, *, clock: Callable[[], float] = SYSTEM_CLOCK.monotonic
     ) -> None:
         """Read from another source from the next scrape on.
 
@@ -286,7 +289,7 @@ def register(
     source: StatsSource,
     *,
     registry: CollectorRegistry = REGISTRY,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] = SYSTEM_CLOCK.monotonic,
 ) -> PrioqueueCollector:
     """Register a collector for ``source`` in ``registry``, once.
 

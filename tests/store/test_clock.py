@@ -94,27 +94,38 @@ def leads(elector: Any) -> bool:
     return bool(elector.is_leader)
 
 
-def test_the_electors_lease_runs_on_its_injected_clock(pg_schema: str) -> None:
+@pytest.mark.parametrize("kind", ["callable", "Clock"])
+def test_the_electors_lease_runs_on_its_injected_clock(pg_schema: str, kind: str) -> None:
+    # A zero-argument callable times the lease alone; a prioqueue.clock.Clock (the testing
+    # ManualClock) times the lease and the wait for a hung leader's lock too.
     from prioqueue.store import Elector
+    from prioqueue.testing import ManualClock as TestingClock
 
     from .pg import POSTGRES_URL
 
-    mono = ManualClock(100.0)
+    clock: Any = ManualClock(100.0) if kind == "callable" else TestingClock(100.0)
 
     async def main() -> None:
         elector = Elector(
             POSTGRES_URL, schema=pg_schema, lease=2.0, renew_interval=0.5, poll_interval=0.1,
-            clock=mono,
+            clock=clock,
         )  # fmt: skip
         await elector.start()
         try:
             epoch = await elector.wait_leader()
             assert leads(elector)
             assert elector.epoch == epoch
-            mono.t += 2.5  # a whole lease without a renewal, by this broker's own clock
+            clock.advance(2.5)  # a whole lease without a renewal, by this broker's own clock
             assert not leads(elector)  # before: it waited for 2.5 real seconds
             assert elector.epoch is None
         finally:
             await elector.aclose()
 
     run(main)
+
+
+def test_the_elector_refuses_a_clock_that_is_neither() -> None:
+    from prioqueue.store import Elector
+
+    with pytest.raises(TypeError, match="clock must be a Clock or a callable"):
+        Elector("postgresql://127.0.0.1/test", clock=3.0)  # type: ignore[arg-type]

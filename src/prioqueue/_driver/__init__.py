@@ -45,10 +45,10 @@ drift apart:
    ran; a chain's turn *fails* it). A charge model that fails at that moment is reported to
    the loop's exception handler and the job is finished with a zero charge.
 
-Clock: every ``now`` given to the core comes from ``clock()`` (``time.monotonic`` by
-default). Sleeping (the lease timer, queue timeouts) uses the event loop's timer with delays
-computed from that clock. With an injected manual clock, call :meth:`Driver.tick` after
-moving it.
+Clock: every ``now`` given to the core comes from ``clock()`` (``SYSTEM_CLOCK.monotonic`` of
+:mod:`prioqueue.clock` by default). Sleeping (the lease timer, queue timeouts) uses the event
+loop's timer with delays computed from that clock. With an injected manual clock, call
+:meth:`Driver.tick` after moving it.
 
 Who owns what: the driver owns its waiter records (``_Waiter``, created and changed in
 ``_driver.py`` only); a turn reads its record and asks it to submit, wait and leave. The

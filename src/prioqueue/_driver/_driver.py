@@ -9,7 +9,6 @@ driver is composed with.
 from __future__ import annotations
 
 import asyncio
-import time
 from abc import abstractmethod
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
@@ -31,6 +30,7 @@ from prioqueue._errors import (
     UnknownWorker,
 )
 from prioqueue._spec import check_options
+from prioqueue.clock import SYSTEM_CLOCK
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -137,7 +137,7 @@ class Driver(CoreReader[D_co]):
         core: D_co,
         policy: PullPolicy,
         *,
-        clock: Clock = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK.monotonic,
         on_expired: ExpiryCallback | None = None,
         hold: float = 0.0,
     ) -> None:

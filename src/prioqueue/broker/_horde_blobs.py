@@ -21,12 +21,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import time
 from collections.abc import Collection
 from pathlib import Path
 from typing import Final
 
 from prioqueue.broker.config import BrokerConfig
+from prioqueue.clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["GRACE_SECONDS", "Blobs", "blob_key", "blobs_for"]
 
@@ -41,15 +41,21 @@ def blob_key(job_id: str, attempt: int, image: str) -> str:
 
 
 class Blobs:
-    """Images by key, in memory (the base of the file and PostgreSQL kinds)."""
+    """Images by key, in memory (the base of the file and PostgreSQL kinds).
 
-    def __init__(self) -> None:
+    Args:
+        clock: Its wall clock, which stamps puts and times sweeps (default
+            :data:`~prioqueue.clock.SYSTEM_CLOCK`).
+    """
+
+    def __init__(self, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock
         self._data: dict[str, tuple[float, str]] = {}
         self.swept_at = 0.0
 
     async def put(self, key: str, image: str) -> None:
         """Keep ``image`` under ``key`` (durably, once this returns)."""
-        self._data[key] = (time.time(), image)
+        self._data[key] = (self.clock.wall(), image)
 
     async def get(self, key: str) -> str | None:
         """The image under ``key``, or None (never kept, or swept)."""
@@ -71,8 +77,8 @@ class Blobs:
 class FileBlobs(Blobs):
     """Images as files in one folder (beside an SQLite store)."""
 
-    def __init__(self, folder: Path) -> None:
-        super().__init__()
+    def __init__(self, folder: Path, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        super().__init__(clock=clock)
         self.folder = folder
 
     def _write(self, key: str, image: str) -> None:
@@ -117,8 +123,8 @@ class FileBlobs(Blobs):
 class PostgresBlobs(Blobs):
     """Images as rows of ``prioqueue_horde_blobs`` in the store's schema."""
 
-    def __init__(self, url: str, schema: str | None) -> None:
-        super().__init__()
+    def __init__(self, url: str, schema: str | None, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        super().__init__(clock=clock)
         self.url = url
         self.table = (
             "prioqueue_horde_blobs" if schema is None else f'"{schema}".prioqueue_horde_blobs'
@@ -143,7 +149,7 @@ class PostgresBlobs(Blobs):
             f"INSERT INTO {self.table} (key, image, created_at) VALUES (%s, %s, %s) "
             "ON CONFLICT (key) DO NOTHING"
         )
-        await asyncio.to_thread(self._run, sql, (key, image, time.time()))
+        await asyncio.to_thread(self._run, sql, (key, image, self.clock.wall()))
 
     async def get(self, key: str) -> str | None:
         rows = await asyncio.to_thread(

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -252,7 +251,7 @@ async def _submit_image(
 
 async def _sweep(broker: Broker, config: BrokerConfig, blobs: Blobs) -> None:
     """Delete the images of jobs past their retention (at most every ``sweep_every``)."""
-    now = time.time()
+    now = blobs.clock.wall()
     if now - blobs.swept_at < config.horde.sweep_every:
         return
     blobs.swept_at = now

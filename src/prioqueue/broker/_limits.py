@@ -14,6 +14,7 @@ from typing import Any
 from prioqueue.broker._content import Message, Receive, Send
 from prioqueue.broker._http import error_response
 from prioqueue.broker.config import BrokerConfig
+from prioqueue.clock import loop_time
 
 __all__ = ["BodyLimit"]
 
@@ -84,7 +85,7 @@ class BodyLimit:
         chunks: list[bytes] = []
         seen = 0
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
+        deadline = loop_time(loop) + self.timeout
         while True:
             try:
                 message = await _within(receive(), deadline)
@@ -121,6 +122,6 @@ async def _within(awaitable: Awaitable[Message], deadline: float) -> Message:
     timeout_at = getattr(asyncio, "timeout_at", None)
     if timeout_at is None:  # pragma: no cover - Python 3.10
         loop = asyncio.get_running_loop()
-        return await asyncio.wait_for(awaitable, max(0.0, deadline - loop.time()))
+        return await asyncio.wait_for(awaitable, max(0.0, deadline - loop_time(loop)))
     async with timeout_at(deadline):
         return await awaitable

@@ -38,6 +38,7 @@ from prioqueue.broker._changes import Changes, PopWaiter
 from prioqueue.broker._records import FINISHED, JobRecord, Rejected
 from prioqueue.broker.engine import BrokerEngine
 from prioqueue.broker.service import Broker, Stopping
+from prioqueue.clock import loop_time
 
 __all__ = ["MAX_WAIT", "Changes", "long_pop", "wait_job"]
 
@@ -96,7 +97,7 @@ async def long_pop(
     became takeable, its own job ended); none for other changes.
     """
     loop = asyncio.get_running_loop()
-    end = loop.time() + wait
+    end = loop_time(loop) + wait
     args = {"worker": worker, **spec}
     changes = broker.changes
     changes.waiting[worker] = changes.waiting.get(worker, 0) + 1
@@ -247,7 +248,7 @@ async def _long_pop(
                 break  # stepped down: try_pop raises Standby with the leader
             if held:
                 _settle(broker, engine, waiter, held)
-            left = end - loop.time()
+            left = end - loop_time(loop)
             if left <= 0:
                 return None, await _idle(broker, worker, result)
             if changes.draining:
@@ -315,7 +316,7 @@ async def wait_job(
         Rejected: 404 no such job of this member.
     """
     loop = asyncio.get_running_loop()
-    end = loop.time() + wait
+    end = loop_time(loop) + wait
     changes = broker.changes
 
     def read(final: bool, engine: BrokerEngine) -> tuple[bool, _T | None]:
@@ -327,10 +328,10 @@ async def wait_job(
     while True:
         future = changes.watch_job(job_id)  # before the read: its end wakes this waiter
         try:
-            final = changes.draining or end - loop.time() <= 0
+            final = changes.draining or end - loop_time(loop) <= 0
             done, answer = await broker.query(functools.partial(read, final))
             if done:
                 return answer  # type: ignore[return-value]  # rendered when done
-            await _sleep_on(future, end - loop.time())
+            await _sleep_on(future, end - loop_time(loop))
         finally:
             changes.unwatch_job(job_id, future)

@@ -8,11 +8,12 @@ states; the durable stores go through :mod:`prioqueue.store` instead (see
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
+
+from prioqueue.clock import SYSTEM_CLOCK
 
 __all__ = ["Entry", "MemoryJournal"]
 
@@ -31,11 +32,12 @@ class MemoryJournal:
     """The applied operations, in memory, and a wall clock that never goes backwards.
 
     Args:
-        clock: Wall-clock source (default ``time.time``); its readings are made monotonic.
+        clock: Wall-clock source (default ``SYSTEM_CLOCK.wall`` of :mod:`prioqueue.clock`);
+            its readings are made monotonic.
     """
 
     def __init__(self, clock: Callable[[], float] | None = None) -> None:
-        self._source = time.time if clock is None else clock
+        self._source = SYSTEM_CLOCK.wall if clock is None else clock
         self._last = -float("inf")
         self.entries: list[Entry] = []
 

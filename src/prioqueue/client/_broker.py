@@ -7,7 +7,6 @@ awaited), in ``_send``. :class:`Deadline` is the clock of a ``wait`` (also ``job
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypedDict, TypeVar
@@ -23,6 +22,7 @@ from prioqueue.client._errors import (
     WaitTimeout,
 )
 from prioqueue.client._http import AsyncTransport, RequestOptions, SyncTransport, raise_for
+from prioqueue.clock import SYSTEM_CLOCK, Clock
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -153,20 +153,22 @@ class Deadline:
 
     Args:
         timeout: Seconds to wait at most, or None for no end.
+        clock: The clock that times it (:data:`~prioqueue.clock.SYSTEM_CLOCK` by default).
     """
 
-    def __init__(self, timeout: float | None) -> None:
-        self.end = None if timeout is None else time.monotonic() + timeout
+    def __init__(self, timeout: float | None, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
+        self.end = None if timeout is None else clock.monotonic() + timeout
 
     def next_poll(self) -> float:
         """Seconds the next long poll may wait: :data:`LONG_POLL` at most, never < 0. O(1)."""
         if self.end is None:
             return LONG_POLL
-        return max(0.0, min(LONG_POLL, self.end - time.monotonic()))
+        return max(0.0, min(LONG_POLL, self.end - self._clock.monotonic()))
 
     def passed(self) -> bool:
         """Whether the wait's time is up. O(1)."""
-        return self.end is not None and time.monotonic() >= self.end
+        return self.end is not None and self._clock.monotonic() >= self.end
 
     def settled(self, job: dict[str, Any]) -> bool:
         """Whether ``job`` ended (True), or may be waited for again (False).
@@ -199,7 +201,9 @@ class _Client(Generic[_C]):
         timeout: float = 10.0,
         retry_timeout: float = 60.0,
         client: _C | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self._clock = clock
         self._http = self._transport(
             url, key, timeout=timeout, retry_timeout=retry_timeout, client=client
         )
@@ -220,6 +224,8 @@ class Broker(_Client[httpx.Client]):
         timeout: Seconds for one request.
         retry_timeout: Seconds the retries of one call may take.
         client: An ``httpx.Client`` to send with (tests; default: its own).
+        clock: The clock that times :meth:`wait` (default
+            :data:`~prioqueue.clock.SYSTEM_CLOCK`; tests inject a manual one).
 
     Example:
         ``with Broker("http://127.0.0.1:8091", "sk-alice") as broker:
@@ -303,7 +309,7 @@ class Broker(_Client[httpx.Client]):
             WaitTimeout: ``timeout`` seconds passed first (a ``TimeoutError``).
             BrokerError: 404 no such job.
         """
-        deadline = Deadline(timeout)
+        deadline = Deadline(timeout, self._clock)
         job = self.get(job_id, wait=deadline.next_poll())
         while not deadline.settled(job):
             job = self.get(job_id, wait=deadline.next_poll())
@@ -401,7 +407,7 @@ class AsyncBroker(_Client[httpx.AsyncClient]):
 
     async def wait(self, job_id: str, timeout: float | None = None) -> Any:
         """See :meth:`Broker.wait`."""
-        deadline = Deadline(timeout)
+        deadline = Deadline(timeout, self._clock)
         job = await self.get(job_id, wait=deadline.next_poll())
         while not deadline.settled(job):
             job = await self.get(job_id, wait=deadline.next_poll())

@@ -33,7 +33,6 @@ import contextlib
 import logging
 import signal
 import threading
-import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
@@ -44,6 +43,7 @@ import httpx
 from prioqueue.client._errors import BrokerError, BrokerUnavailable, JobLost
 from prioqueue.client._http import SyncTransport, raise_for
 from prioqueue.client._job import Job
+from prioqueue.clock import SYSTEM_CLOCK
 
 __all__ = ["Job", "Worker"]
 
@@ -110,7 +110,7 @@ class Worker:
         retry_timeout: float = 300.0,
         handle_signals: bool = True,
         client: httpx.Client | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = SYSTEM_CLOCK.monotonic,
     ) -> None:
         if not name or "/" in name:
             raise ValueError(f"worker name must be non-empty without '/', got {name!r}")

@@ -23,13 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from typing import Any
 
 from prioqueue.client._broker import Broker, Deadline
 from prioqueue.client._cli import add_broker_options
 from prioqueue.client._errors import BrokerError, WaitTimeout
 from prioqueue.client._human import render
+from prioqueue.clock import SYSTEM_CLOCK
 
 __all__ = ["EXIT_CODES", "add_arguments", "run"]
 
@@ -103,7 +103,7 @@ def _add_format(parser: argparse.ArgumentParser) -> None:
 
 def _print(value: Any, args: argparse.Namespace) -> None:
     if args.human:
-        print(render(value, time.time()))
+        print(render(value, SYSTEM_CLOCK.wall()))
     else:
         print(json.dumps(value, indent=2, sort_keys=True))
 

@@ -12,11 +12,12 @@ import asyncio
 import base64
 import contextlib
 import json
-import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import attrs
+
+from prioqueue.clock import Clock
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
@@ -29,7 +30,8 @@ class Served:
         model: The body's ``model``.
         tag: ``fake.tag`` from the body, or the gateway's ``X-Prioqueue-Job`` header.
         path: The request path.
-        started: ``time.monotonic()`` when the inference began (after any cold load).
+        started: The upstream clock's ``monotonic()`` when the inference began (after any
+            cold load).
         finished: When it ended, or None while running.
         cancelled: True when the client went away before the end.
         cold_load: True when serving it switched models.
@@ -109,13 +111,13 @@ async def loading_chunk(send: Send, text: str) -> None:
     )
 
 
-async def loading_start(send: Send, model: Any) -> float:
+async def loading_start(send: Send, model: Any, clock: Clock) -> float:
     """Answer at once, as llama-swap does with ``sendLoadingState``; return the load's start."""
     headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     for text in (_RULE, "\n", f"llama-swap loading model: {model}", "\n"):
         await loading_chunk(send, text)
-    return time.monotonic()
+    return clock.monotonic()
 
 
 async def loading_done(send: Send, seconds: float) -> None:

@@ -49,11 +49,11 @@ Everything runs on the event loop's thread.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping
 
 from prioqueue._driver import Driver, Turn
 from prioqueue._errors import UnknownWorker
+from prioqueue.clock import SYSTEM_CLOCK
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.gateway._fleetpull import ROUTINGS, FleetPull, Routing
 from prioqueue.records import Grant, WorkerInfo
@@ -82,7 +82,7 @@ class FleetGate(Driver[FleetDispatcher]):
         self,
         fleet: FleetDispatcher,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = SYSTEM_CLOCK.monotonic,
         routing: Routing = "warm",
         warm_hold: float = 0.0,
     ) -> None:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from prioqueue.clock import loop_time
 from prioqueue.gateway._llamaswap import LoadingState, upstream_reason
 from prioqueue.gateway.proxy import response_headers
 
@@ -299,7 +300,7 @@ async def forward(
 
     loop = asyncio.get_running_loop()
     method, url, forwarded, data = request
-    started = loop.time()
+    started = loop_time(loop)
     timer = _Timer(loop, first_byte_timeout, flight)
     flight.sent = True  # from here the upstream may be working on it
     try:
@@ -319,7 +320,7 @@ async def forward(
         ) from None
     finally:
         timer.cancel()
-    flight.first_byte = loop.time() - started
+    flight.first_byte = loop_time(loop) - started
     try:
         status = response.status
         if status >= 500 and extra:
@@ -374,7 +375,7 @@ async def _relay(
         else:
             chunk = await _loading_chunk(content, started + first_byte_timeout, loop, send)
             if not chunk or loading.feed(chunk):
-                flight.first_byte = loop.time() - started
+                flight.first_byte = loop_time(loop) - started
                 on_first_byte(flight.first_byte)
                 loading = None
         if not chunk:
@@ -400,7 +401,9 @@ async def _loading_chunk(
             ended with an ``event: error``.
     """
     try:
-        chunk: bytes = await asyncio.wait_for(content.readany(), max(0.0, deadline - loop.time()))
+        chunk: bytes = await asyncio.wait_for(
+            content.readany(), max(0.0, deadline - loop_time(loop))
+        )
     except asyncio.TimeoutError:
         message = "the model did not load within first_byte_timeout (llama-swap was loading it)"
         error = sse_error(message, "upstream_timeout")

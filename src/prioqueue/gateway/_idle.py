@@ -38,6 +38,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from prioqueue.clock import loop_time
+
 if TYPE_CHECKING:
     from prioqueue._driver import Turn
     from prioqueue.gateway._host import Host as Gateway
@@ -237,12 +239,12 @@ class Lingering:
         token: object,
     ) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = loop_time(loop) + timeout
         interval = self.gateway.config.health_seconds
         why = "timeout"
         try:
-            while loop.time() < deadline:
-                await asyncio.sleep(min(interval, max(0.0, deadline - loop.time())))
+            while loop_time(loop) < deadline:
+                await asyncio.sleep(min(interval, max(0.0, deadline - loop_time(loop))))
                 mine = self.by_upstream.get(upstream, [])
                 before = self._others(ours(), mine)
                 try:

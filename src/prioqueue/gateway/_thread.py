@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import time
 from typing import Any
+
+from prioqueue.clock import SYSTEM_CLOCK
 
 __all__ = ["ServerThread", "bind_loopback"]
 
@@ -71,11 +72,11 @@ class ServerThread:
     def start(self, timeout: float = 10.0) -> ServerThread:
         """Start the server and wait until it accepts connections."""
         self.thread.start()
-        deadline = time.monotonic() + timeout
+        deadline = SYSTEM_CLOCK.monotonic() + timeout  # waits for another thread: real time
         while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
+            if SYSTEM_CLOCK.monotonic() > deadline or not self.thread.is_alive():
                 raise RuntimeError(f"server on port {self.port} did not start")
-            time.sleep(0.005)
+            SYSTEM_CLOCK.sleep(0.005)
         return self
 
     def stop(self, timeout: float = 10.0) -> None:

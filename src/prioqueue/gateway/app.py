@@ -50,7 +50,6 @@ import collections
 import contextlib
 import logging
 import math
-import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
@@ -59,6 +58,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from prioqueue._driver import Driver
 from prioqueue.asyncio import AsyncDispatcher
+from prioqueue.clock import SYSTEM_CLOCK
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.gateway import _dashboard, _metrics, _observe, _paths, _upstreams
@@ -135,7 +135,7 @@ class Gateway(Routes):
         self,
         config: GatewayConfig,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = SYSTEM_CLOCK.monotonic,
         recorder: Recorder | None = None,
         record_loads: Mapping[str, float] | None = None,
     ):

@@ -51,10 +51,10 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from prioqueue.clock import SYSTEM_CLOCK, Clock
 from prioqueue.gateway import _fake_wire as wire
 from prioqueue.gateway._fake_wire import Served, parser
 from prioqueue.gateway._thread import ServerThread, bind_loopback
@@ -86,6 +86,8 @@ class FakeLlamaSwap:
         persistent: Models that stay loaded once loaded (a persistent llama-swap group).
         api_keys: llama-swap's ``apiKeys``: when given, every route but ``/health`` needs one.
         send_loading_state: Stream llama-swap's loading chunks during a streamed load.
+        clock: The clock that stamps what it served (default
+            :data:`~prioqueue.clock.SYSTEM_CLOCK`).
 
     Attributes:
         active: Inferences in progress (GPU work, including those whose client left).
@@ -105,7 +107,9 @@ class FakeLlamaSwap:
         persistent: tuple[str, ...] = (),
         api_keys: tuple[str, ...] = (),
         send_loading_state: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self.clock = clock
         self.aborts = aborts
         self.persistent = frozenset(persistent)
         self.api_keys = frozenset(k.encode("latin-1") for k in api_keys)
@@ -267,7 +271,7 @@ class FakeLlamaSwap:
             model=model,
             tag=fake.get("tag") or headers.get("x-prioqueue-job"),
             path=scope["path"],
-            started=time.monotonic(),
+            started=self.clock.monotonic(),
             headers=headers,
         )
         disconnected = asyncio.Event()
@@ -287,7 +291,7 @@ class FakeLlamaSwap:
             # The GPU work is over (before the last bytes go out, as a real server's is).
             if working[0]:
                 working[0] = False
-                entry.finished = time.monotonic()
+                entry.finished = self.clock.monotonic()
                 with self._lock:
                     self.active -= 1
 
@@ -295,7 +299,7 @@ class FakeLlamaSwap:
             loading_state = await self._cold(model, request, entry, disconnected, send)
             if loading_state is False:
                 return
-            entry.started = time.monotonic()
+            entry.started = self.clock.monotonic()
             with self._lock:
                 self.served.append(entry)
             if await self._work(fake, disconnected):
@@ -353,7 +357,7 @@ class FakeLlamaSwap:
             return None
         loading_state = None
         if self.send_loading_state and request.get("stream"):
-            loading_state = await wire.loading_start(send, model)
+            loading_state = await wire.loading_start(send, model, self.clock)
         if await self._load(model, entry, disconnected, loading_state, send):
             return False
         return loading_state
@@ -393,7 +397,7 @@ class FakeLlamaSwap:
                 self.loading = None
         if loading_state is not None:
             assert send is not None
-            await wire.loading_done(send, time.monotonic() - loading_state)
+            await wire.loading_done(send, self.clock.monotonic() - loading_state)
         if model in self.persistent:
             self.loaded_beside.add(model)
         else:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import heapq
 import math
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from prioqueue.clock import perf_counter
 from prioqueue.sim.feeder import Feeder
 from prioqueue.sim.policies import PolicySpec
 from prioqueue.sim.queues import GrantLike, OneGpu, build_queue
@@ -94,7 +94,7 @@ class Loop:
         poll: float,
         progress: Callable[[int], None] | None,
     ) -> None:
-        self.began = time.perf_counter()
+        self.began = perf_counter()
         self.workload = workload
         self.arrivals = arrivals = workload.arrivals
         self.one_gpu = one_gpu

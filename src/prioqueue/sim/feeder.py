@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import heapq
 import math
-import time
 from collections.abc import Callable
 from typing import Any
 
 from prioqueue._errors import QueueFull
+from prioqueue.clock import perf_counter
 from prioqueue.sim.groups import ChainFeed, ForecastLog
 from prioqueue.sim.queues import reorder_counts
 from prioqueue.sim.results import JobState, RunResult
@@ -32,7 +32,7 @@ class Feeder:
         submitted: Each job's submission time, set on submission.
         end: Each job's leaving time, set by :meth:`left`.
         cancels: The engine's heap of ``(cancel time, job)``; a submission pushes onto it.
-        began: ``time.perf_counter()`` when the run began (for its wall time).
+        began: ``prioqueue.clock.perf_counter()`` when the run began (for its wall time).
         progress: The run's progress callback, told the final count in :meth:`close`.
         wakes: The engine's heap of warm-hold expiries, or None (no warm hold).
         hold: Warm hold seconds: when ``hold > 0``, submitting a job with a model pushes
@@ -190,6 +190,6 @@ class Feeder:
         result.forecasts = self.forecasts.points if self._grouped else {}
         result.events = events + self.events
         result.reorders = reorder_counts(self._policy, now)
-        result.wall_seconds = time.perf_counter() - self._began
+        result.wall_seconds = perf_counter() - self._began
         if self._progress is not None:
             self._progress(self.finished)

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
+from prioqueue.clock import loop_time
 from prioqueue.store._base import Event, Snapshot, Store
 from prioqueue.store._encode import release
 from prioqueue.store._errors import CommitFailed, StoreFatal
@@ -97,7 +98,7 @@ class GroupCommit:
         """The error that stopped the writer, or None."""
         self.closing = False
         self._snapshot_seq = snapshot_seq
-        self._snapshot_at = self._loop.time()
+        self._snapshot_at = loop_time(self._loop)
         self._force_snapshot = False
         self._pending: list[Event] = []
         self._pending_future: asyncio.Future[None] | None = None
@@ -187,7 +188,7 @@ class GroupCommit:
             or last - self._snapshot_seq >= self._snapshot_every
             or (
                 last > self._snapshot_seq
-                and self._loop.time() - self._snapshot_at >= self._snapshot_interval
+                and loop_time(self._loop) - self._snapshot_at >= self._snapshot_interval
             )
         )
         if not due:
@@ -261,7 +262,7 @@ class GroupCommit:
         self.committed = last
         if snapshotted:
             self._snapshot_seq = last
-            self._snapshot_at = self._loop.time()
+            self._snapshot_at = loop_time(self._loop)
         self._inflight_future = None
         self._idle.set()
         if not future.done():
@@ -289,7 +290,7 @@ class GroupCommit:
 
     def _report_snapshot_error(self, exc: Exception) -> None:
         # The journal still holds every event; only pruning stops until the next start.
-        self._snapshot_at = self._loop.time()
+        self._snapshot_at = loop_time(self._loop)
         self._loop.call_exception_handler(
             {
                 "message": f"prioqueue.store: snapshots stopped for this process: {exc!r}; "

@@ -34,15 +34,17 @@ import contextlib
 import math
 import os
 import socket
-import time
 from collections.abc import Callable
 from typing import Any
 
+from prioqueue.clock import SYSTEM_CLOCK, Clock
 from prioqueue.store._errors import StoreError
 from prioqueue.store._postgres import PostgresStore, connect
 
 __all__ = ["Elector"]
 
+_LOCK_RETRY = 0.05
+"""Seconds between tries of a hung leader's lock after ending its session."""
 _LOCK_KEY = "hashtext('prioqueue.leader:' || current_schema())"
 
 
@@ -58,8 +60,10 @@ class Elector:
         lease: Seconds a leader's term lasts without renewal (default 10).
         renew_interval: Seconds between renewals (default 2; < lease / 2).
         poll_interval: Seconds between a standby's checks (default 0.5).
-        clock: The monotonic clock that times this broker's own lease (``time.monotonic``;
-            tests inject a manual one). The waits between checks stay real.
+        clock: The clock that times this broker's own lease and its wait for a hung
+            leader's lock (a :class:`prioqueue.clock.Clock`, :data:`SYSTEM_CLOCK` by default;
+            tests inject :class:`prioqueue.testing.ManualClock`), or a zero-argument callable
+            for the lease alone. The waits between checks stay on the event loop.
 
     Defaults give a takeover within about 1 s of a leader's SIGKILL and within the lease plus
     about 1 s of a hang, before recovery.
@@ -78,7 +82,7 @@ class Elector:
         lease: float = 10.0,
         renew_interval: float = 2.0,
         poll_interval: float = 0.5,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock | Callable[[], float] = SYSTEM_CLOCK,
     ) -> None:
         if not isinstance(url, str) or not url:
             raise ValueError(f"url must be a non-empty PostgreSQL URL, got {url!r}")
@@ -93,9 +97,13 @@ class Elector:
             raise ValueError(
                 f"renew_interval ({renew_interval}) must be at most half the lease ({lease})"
             )
-        if not callable(clock):
-            raise TypeError(f"clock must be a callable returning seconds, got {clock!r}")
-        self._clock = clock
+        if isinstance(clock, Clock):
+            self._clock: Callable[[], float] = clock.monotonic
+            self._sleep: Callable[[float], None] = clock.sleep
+        elif callable(clock):
+            self._clock, self._sleep = clock, SYSTEM_CLOCK.sleep
+        else:
+            raise TypeError(f"clock must be a Clock or a callable returning seconds, got {clock!r}")
         self._url = url
         self._schema = schema
         self.address = address
@@ -288,11 +296,13 @@ class Elector:
                 if pid.strip().isdigit():
                     with contextlib.suppress(Exception):
                         conn.execute("SELECT pg_terminate_backend(%s)", (int(pid),))
-            deadline = time.monotonic() + self._renew
-            while time.monotonic() < deadline:
+            deadline = self._clock() + self._renew
+            for _ in range(math.ceil(self._renew / _LOCK_RETRY)):  # bounded on any clock
+                if self._clock() >= deadline:
+                    break
                 if conn.execute(f"SELECT pg_try_advisory_lock({_LOCK_KEY})").fetchone()[0]:
                     break
-                time.sleep(0.05)
+                self._sleep(_LOCK_RETRY)  # waits for PostgreSQL to end the old session
         return new
 
     def _take(self, seen: int) -> int | None:

@@ -1,4 +1,9 @@
-"""``ManualClock``: time that moves only when a test says so (private; see ``testing``)."""
+"""``ManualClock``: time that moves only when a test says so (private; see ``testing``).
+
+It implements :class:`prioqueue.clock.Clock`, so any adapter that takes a clock takes it:
+``monotonic`` and ``wall`` read the same value, and ``sleep`` moves time forward instead of
+waiting (trio's ``MockClock`` with autojump), so a waiting loop ends at once, in order.
+"""
 
 from __future__ import annotations
 
@@ -36,6 +41,23 @@ class ManualClock:
     def __call__(self) -> float:
         """Return the current reading: the clock is a zero-argument callable. O(1)."""
         return self._now
+
+    def monotonic(self) -> float:
+        """Return the current reading (:class:`prioqueue.clock.Clock`). O(1)."""
+        return self._now
+
+    def wall(self) -> float:
+        """Return the current reading as the wall clock (:class:`prioqueue.clock.Clock`). O(1)."""
+        return self._now
+
+    def sleep(self, seconds: float) -> None:
+        """Move the clock forward by ``seconds`` instead of blocking (autojump). O(1).
+
+        Raises:
+            ValueError: ``seconds`` is negative or not finite.
+            TypeError: ``seconds`` is not a number.
+        """
+        self.advance(seconds)
 
     def advance(self, seconds: float) -> float:
         """Move the clock forward.
