@@ -182,6 +182,24 @@ def test_pop_many_grants_several_jobs_in_one_pop(make: Any) -> None:
         fleet.pop_many("w", amount=0, now=6.0)
 
 
+@pytest.mark.parametrize("make", [FleetDispatcher, ReferenceFleet])
+def test_pop_many_siblings_takes_the_first_jobs_group_only(make: Any) -> None:
+    fleet = make()
+    fleet.join("w", slots=6, now=0.0, accepts=lambda job: job.id != "r2")
+    fleet.submit("o1", member="bob", now=0.0)  # no group: granted alone
+    for i in range(4):
+        fleet.submit(f"r{i}", member="alice", now=0.1, group="req")
+    fleet.submit("o2", member="bob", now=0.2, group="other")
+    first = fleet.pop_many("w", amount=3, now=1.0, siblings=True)
+    assert [g.job.id for g in first] == ["o1"]
+    batch = fleet.pop_many("w", amount=3, now=1.0, siblings=True)
+    assert [g.job.id for g in batch] == ["r0", "r1", "r3"]  # accepts still applies
+    assert fleet.pop_many("w", amount=3, now=1.0, siblings=True)[0].job.id == "o2"
+    assert fleet.idle_reasons("w", now=1.0) == {"accepts": 1}  # the filter was put back
+    with pytest.raises(TypeError, match="siblings must be a bool"):
+        fleet.pop_many("w", amount=3, now=1.0, siblings=1)
+
+
 def test_an_error_after_the_first_grant_ends_the_batch() -> None:
     def lease_for(job: Job) -> float:
         if job.id == "bad":

@@ -46,9 +46,13 @@ async def _sleep_on(token: asyncio.Future[None], timeout: float) -> None:
         await asyncio.wait([token], timeout=timeout)
 
 
+Popped = tuple["JobRecord | None", Mapping[str, int], tuple[JobRecord, ...]]
+"""A pop's answer: the granted record (or None), the idle reasons, the siblings granted with it."""
+
+
 async def long_pop(
-    broker: Broker, worker: str, spec: Mapping[str, Any], wait: float
-) -> tuple[JobRecord | None, Mapping[str, int]]:
+    broker: Broker, worker: str, spec: Mapping[str, Any], wait: float, amount: int = 1
+) -> Popped:
     """Pop for ``worker``, waiting up to ``wait`` seconds for a job it may take.
 
     Args:
@@ -56,9 +60,12 @@ async def long_pop(
         worker: The worker's name.
         spec: Its settings (``models``, ``resident``, ``slots``, ``slow``).
         wait: Seconds to wait (0: answer at once).
+        amount: Most jobs to grant: the first, then up to ``amount - 1`` queued jobs of its
+            group that fit the worker (``FleetDispatcher.pop_many(siblings=True)``).
 
     Returns:
-        ``(record, {})`` for a grant, or ``(None, idle reasons)`` when the time ran out.
+        ``(record, {}, siblings)`` for a grant, or ``(None, idle reasons, ())`` when the time
+        ran out.
 
     Raises:
         Standby: The replica does not serve (or stopped serving while waiting), or it is
@@ -69,7 +76,7 @@ async def long_pop(
     """
     loop = asyncio.get_running_loop()
     end = loop.time() + wait
-    args = {"worker": worker, **spec}
+    args = {"worker": worker, **spec, **({"amount": amount} if amount != 1 else {})}
     changes = broker.changes
     changes.waiting[worker] = changes.waiting.get(worker, 0) + 1
     try:
@@ -102,17 +109,17 @@ async def _long_pop(
     args: Mapping[str, Any],
     loop: asyncio.AbstractEventLoop,
     end: float,
-) -> tuple[JobRecord | None, Mapping[str, int]]:
+) -> Popped:
     changes = broker.changes
     while True:
         token = changes.token()
         result = await broker.run("try_pop", args)
         if result is not None and result.record is not None:
-            return result.record, {}
+            return result.record, {}, result.siblings
         while True:
             left = end - loop.time()
             if left <= 0:
-                return None, await _idle(broker, worker, result)
+                return None, await _idle(broker, worker, result), ()
             if changes.draining:
                 raise Stopping()
             engine = broker.engine

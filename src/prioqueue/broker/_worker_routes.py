@@ -40,7 +40,7 @@ def worker_router(broker: Broker) -> APIRouter:
     )
     async def pop(worker: ActingWorker, body: PopRequest, wait: WAIT = 0.0) -> Any:
         """Take the next job this worker should run, with its lease (``?wait=S``: long-poll)."""
-        record, idle_reasons = await long_pop(broker, worker, body.model_dump(), wait)
+        record, idle_reasons, _ = await long_pop(broker, worker, body.model_dump(), wait)
         if record is None:
             idle = ", ".join(f"{k}={v}" for k, v in sorted(idle_reasons.items())) or "empty"
             return Response(status_code=204, headers={"X-Prioqueue-Idle": idle})
