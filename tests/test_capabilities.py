@@ -200,6 +200,22 @@ def test_pop_many_siblings_takes_the_first_jobs_group_only(make: Any) -> None:
         fleet.pop_many("w", amount=3, now=1.0, siblings=1)
 
 
+@pytest.mark.parametrize("make", [FleetDispatcher, ReferenceFleet])
+def test_a_multi_model_job_gets_the_affinity_of_a_resident_model_it_accepts(make: Any) -> None:
+    fleet = make()
+    fleet.join("warm", now=0.0, resident="flux_1")
+    fleet.join("cold", now=0.0)
+    fleet.submit("plain", member="bob", model="sdxl", now=0.0)
+    fleet.submit("either", member="alice", needs=Needs(models=["sdxl", "flux_1"]), now=1.0)
+    fleet.submit("other", member="carol", needs=Needs(models=["sdxl", "qwen"]), now=1.5)
+    grant = fleet.pop("warm", now=2.0)
+    assert (grant.job.id, grant.job.model, grant.swap) == ("either", "flux_1", False)
+    assert grant.score.swap_affinity == 10.0  # the bonus of flux_1, resident here
+    assert fleet.stats(now=2.0).levels[0].reorders.affinity == 1  # it beat the older job
+    cold = fleet.pop("cold", now=2.0)
+    assert (cold.job.id, cold.score.swap_affinity) == ("plain", 0.0)  # nothing resident
+
+
 def test_an_error_after_the_first_grant_ends_the_batch() -> None:
     def lease_for(job: Job) -> float:
         if job.id == "bad":
