@@ -216,6 +216,16 @@ def test_a_multi_model_job_gets_the_affinity_of_a_resident_model_it_accepts(make
     assert (cold.job.id, cold.score.swap_affinity) == ("plain", 0.0)  # nothing resident
 
 
+@pytest.mark.parametrize("make", [FleetDispatcher, ReferenceFleet])
+def test_no_bonus_for_a_resident_the_worker_does_not_serve(make: Any) -> None:
+    """Found by the long hunt: the job would run on the served model, a swap."""
+    fleet = make()
+    fleet.join("w", now=0.0, models=["m1"], resident="m2")
+    fleet.submit("j", member="ann", needs=Needs(models=["m1", "m2"]), now=0.0)
+    grant = fleet.pop("w", now=0.0)
+    assert (grant.job.model, grant.swap, grant.score.swap_affinity) == ("m1", True, 0.0)
+
+
 def test_an_error_after_the_first_grant_ends_the_batch() -> None:
     def lease_for(job: Job) -> float:
         if job.id == "bad":

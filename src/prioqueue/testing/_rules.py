@@ -156,10 +156,13 @@ class _Rules(_Book):
         A lane with no such entry offers nothing.
         """
         offers = []
+        # A resident the worker does not serve earns no bonus (a job that accepts it and
+        # another model would run on the other: a swap).
+        resident = worker.resident if worker.serves(worker.resident) else None
         for level, s, entries, lane in self._backlogged():
             eligible = [e for e in entries if eligible_to(e)]
             if eligible:
-                offers.append(self._offer(level, s, entries, eligible, worker.resident, lane))
+                offers.append(self._offer(level, s, entries, eligible, resident, lane))
         return offers
 
     def _offer(
