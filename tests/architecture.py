@@ -36,6 +36,11 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 MAX_MODULE_LINES = 500
+# Issue 29: split by ownership, not by a line count. A module that is one owner or one concern
+# may pass MAX_MODULE_LINES when its docstring says so with ONE_THING (and why); none passes
+# HARD_MODULE_LINES, past which two concerns have surely grown together.
+ONE_THING = "one concern, past the 500-line gauge on purpose"
+HARD_MODULE_LINES = 700
 MAX_FUNCTION_LINES = 80
 OWNED = (
     "prioqueue._driver",
@@ -167,12 +172,20 @@ def private_imports(graph: dict[str, set[str]]) -> list[str]:
     return breaches
 
 
+def declared_one_thing(text: str) -> bool:
+    """Whether a module's docstring declares it one concern past the gauge (``ONE_THING``)."""
+    doc = ast.get_docstring(ast.parse(text)) or ""
+    return ONE_THING in " ".join(doc.split())
+
+
 def long_modules() -> list[str]:
-    """Modules over ``MAX_MODULE_LINES`` lines."""
+    """Modules over ``MAX_MODULE_LINES`` lines that do not declare ``ONE_THING``, or over
+    ``HARD_MODULE_LINES`` whatever they declare."""
     out = []
     for mod, path in modules().items():
-        lines = len(path.read_text(encoding="utf-8").splitlines())
-        if lines > MAX_MODULE_LINES:
+        text = path.read_text(encoding="utf-8")
+        lines = len(text.splitlines())
+        if lines > HARD_MODULE_LINES or (lines > MAX_MODULE_LINES and not declared_one_thing(text)):
             out.append(f"{mod}: {lines} lines")
     return out
 

@@ -182,6 +182,50 @@ def test_pop_many_grants_several_jobs_in_one_pop(make: Any) -> None:
         fleet.pop_many("w", amount=0, now=6.0)
 
 
+@pytest.mark.parametrize("make", [FleetDispatcher, ReferenceFleet])
+def test_pop_many_siblings_takes_the_first_jobs_group_only(make: Any) -> None:
+    fleet = make()
+    fleet.join("w", slots=6, now=0.0, accepts=lambda job: job.id != "r2")
+    fleet.submit("o1", member="bob", now=0.0)  # no group: granted alone
+    for i in range(4):
+        fleet.submit(f"r{i}", member="alice", now=0.1, group="req")
+    fleet.submit("o2", member="bob", now=0.2, group="other")
+    first = fleet.pop_many("w", amount=3, now=1.0, siblings=True)
+    assert [g.job.id for g in first] == ["o1"]
+    batch = fleet.pop_many("w", amount=3, now=1.0, siblings=True)
+    assert [g.job.id for g in batch] == ["r0", "r1", "r3"]  # accepts still applies
+    assert fleet.pop_many("w", amount=3, now=1.0, siblings=True)[0].job.id == "o2"
+    assert fleet.idle_reasons("w", now=1.0) == {"accepts": 1}  # the filter was put back
+    with pytest.raises(TypeError, match="siblings must be a bool"):
+        fleet.pop_many("w", amount=3, now=1.0, siblings=1)
+
+
+@pytest.mark.parametrize("make", [FleetDispatcher, ReferenceFleet])
+def test_a_multi_model_job_gets_the_affinity_of_a_resident_model_it_accepts(make: Any) -> None:
+    fleet = make()
+    fleet.join("warm", now=0.0, resident="flux_1")
+    fleet.join("cold", now=0.0)
+    fleet.submit("plain", member="bob", model="sdxl", now=0.0)
+    fleet.submit("either", member="alice", needs=Needs(models=["sdxl", "flux_1"]), now=1.0)
+    fleet.submit("other", member="carol", needs=Needs(models=["sdxl", "qwen"]), now=1.5)
+    grant = fleet.pop("warm", now=2.0)
+    assert (grant.job.id, grant.job.model, grant.swap) == ("either", "flux_1", False)
+    assert grant.score.swap_affinity == 10.0  # the bonus of flux_1, resident here
+    assert fleet.stats(now=2.0).levels[0].reorders.affinity == 1  # it beat the older job
+    cold = fleet.pop("cold", now=2.0)
+    assert (cold.job.id, cold.score.swap_affinity) == ("plain", 0.0)  # nothing resident
+
+
+@pytest.mark.parametrize("make", [FleetDispatcher, ReferenceFleet])
+def test_no_bonus_for_a_resident_the_worker_does_not_serve(make: Any) -> None:
+    """Found by the long hunt: the job would run on the served model, a swap."""
+    fleet = make()
+    fleet.join("w", now=0.0, models=["m1"], resident="m2")
+    fleet.submit("j", member="ann", needs=Needs(models=["m1", "m2"]), now=0.0)
+    grant = fleet.pop("w", now=0.0)
+    assert (grant.job.model, grant.swap, grant.score.swap_affinity) == ("m1", True, 0.0)
+
+
 def test_an_error_after_the_first_grant_ends_the_batch() -> None:
     def lease_for(job: Job) -> float:
         if job.id == "bad":

@@ -307,24 +307,35 @@ class FleetComparison(Comparison):
         return grant
 
     @precondition(lambda self: self.ready and self.slots)
-    @rule(data=st.data(), amount=st.integers(min_value=1, max_value=3))
-    def pop_many(self, data: st.DataObject, amount: int) -> None:
-        """Several grants in one pop: ``pop`` repeated, on both."""
+    @rule(data=st.data(), amount=st.integers(min_value=1, max_value=3), siblings=st.booleans())
+    def pop_many(self, data: st.DataObject, amount: int, siblings: bool) -> None:
+        """Several grants in one pop: ``pop`` repeated (``siblings``: in one group), on both."""
         name = data.draw(st.sampled_from(sorted(self.slots)))
         before = self.ref.worker(name)
-        grants, error = self.both("pop_many", name, amount=amount, now=self.clock())
+        now = self.clock()
+        grants, error = self.both("pop_many", name, amount=amount, now=now, siblings=siblings)
         assert error is None, f"pop_many({name!r}) raised {error!r}"
         assert len(grants) <= amount
+        if siblings and grants:
+            group = self.real.group_of(grants[0].job.id)
+            assert group is not None or len(grants) == 1, "an ungrouped job is granted alone"
+            assert all(self.real.group_of(g.job.id) == group for g in grants), "not siblings"
         for grant in grants:
             self.check_grant(grant, name, before)
             resident = before.resident if grant.job.model is None else grant.job.model
             before = attrs.evolve(before, held=(*before.held, grant.job.id), resident=resident)
 
     @precondition(lambda self: self.ready)
-    @rule(spec=dispatcher_job_specs(), needs=needs_specs())
-    def submit_with_needs(self, spec: dict[str, Any], needs: dict[str, Any]) -> None:
-        """A job that declares what it needs: pixels, features, one or several models."""
-        self.submit_one({**spec, **needs})
+    @rule(
+        spec=dispatcher_job_specs(),
+        needs=needs_specs(),
+        group=st.sampled_from([None, "r1", "r2"]),
+    )
+    def submit_with_needs(
+        self, spec: dict[str, Any], needs: dict[str, Any], group: str | None
+    ) -> None:
+        """A job that declares what it needs (pixels, features, models), in a request group."""
+        self.submit_one({**spec, **needs, "group": group})
 
     @precondition(lambda self: self.ready and self.slots)
     @rule(data=st.data())

@@ -46,15 +46,17 @@ def test_the_reference_dispatcher_takes_only_the_size_one_options() -> None:
     ReferenceDispatcher(max_attempts=2, fair_share=False)  # SizeOneDispatcher's are taken
 
 
-def test_a_reference_submit_refuses_an_unknown_option_and_a_group() -> None:
+def test_a_reference_submit_refuses_an_unknown_option_and_keeps_a_group_label() -> None:
     fleet = ReferenceFleet()
     unknown: dict[str, Any] = {"colour": "red"}
     with pytest.raises(TypeError, match="colour"):
         fleet.submit("a", member="ann", now=0.0, **unknown)
-    with pytest.raises(TypeError, match="groups"):
-        fleet.submit("a", member="ann", now=0.0, group="film")
+    with pytest.raises(ValueError, match="group"):
+        fleet.submit("a", member="ann", now=0.0, group="")
     assert len(fleet) == 0
     assert fleet.submit("a", member="ann", now=0.0, group=None).job.id == "a"
+    fleet.submit("b", member="ann", now=0.0, group="film")  # for pop_many(siblings=True)
+    assert (fleet.group_of("a"), fleet.group_of("b")) == (None, "film")
 
 
 def test_the_size_one_submit_passes_its_options_on() -> None:

@@ -3,12 +3,21 @@
 Shared by :class:`~prioqueue.fleet.FleetDispatcher` and the reference fleet
 (:class:`~prioqueue.testing.ReferenceFleet`): the rule is ``pop`` repeated, so it is written
 once, over whichever ``pop`` the class defines.
+
+With ``siblings=True`` (the AI Horde's ``amount``: the images of one request share one
+payload), the grants after the first are ``pop`` restricted to the queued jobs of the first
+grant's group: the worker's ``accepts`` is wrapped for those pops by a test of the job's group,
+so everything else (capabilities, member caps, the ranking inside the group, leases) is
+``pop``'s own rule. A first job without a group ends the batch at one grant.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 from prioqueue._journaled import journaled
-from prioqueue.records import Grant
+from prioqueue.records import Grant, Job
 
 __all__: list[str] = []  # private module
 
@@ -17,43 +26,60 @@ MAX_AMOUNT = 100
 
 
 class BatchPop:
-    """``pop_many`` for a class that defines ``pop(name, *, now)``."""
+    """``pop_many`` for a class that defines ``pop``, ``group_of`` and ``_filter_holder``."""
 
     def pop(self, name: str, *, now: float) -> Grant | None:  # pragma: no cover - overridden
         """Pull the best job this worker may run now (the class defines it)."""
         raise NotImplementedError
 
+    if TYPE_CHECKING:  # defined by the class or a base (a stub here would shadow those)
+
+        def group_of(self, job_id: str) -> str | None:
+            """The group of a queued or held job, or None."""
+
+        def _filter_holder(self, name: str) -> Any:
+            """The record of a joined worker whose ``accepts`` a pop reads."""
+
     @journaled
-    def pop_many(self, name: str, *, amount: int, now: float) -> list[Grant]:
+    def pop_many(
+        self, name: str, *, amount: int, now: float, siblings: bool = False
+    ) -> list[Grant]:
         """Pull up to ``amount`` jobs for this worker in one call (several grants in one pop).
 
         Each grant is the one ``pop`` would make next, in order, at the same ``now``; it stops
         at the first ``pop`` that grants nothing (the worker's slots are full, or nothing
-        queued is eligible for it: ``idle_reasons`` says why).
+        queued is eligible for it: ``idle_reasons`` says why). With ``siblings``, the grants
+        after the first are taken only from the first job's group (the images of one request:
+        one payload, several ids); a first job without a group is granted alone.
 
         Args:
             name: A joined worker.
             amount: Most jobs to grant, an int in ``1..100``.
             now: The current monotonic time.
+            siblings: Take the further jobs from the first job's group only.
 
         Returns:
             The grants, in grant order (empty when the first ``pop`` grants nothing).
 
         Raises:
             ValueError: ``amount`` is not an int in ``1..100``, or ``now`` is out of range.
+            TypeError: ``siblings`` is not a bool.
             UnknownWorker: The worker has not joined (or left).
             Exception: What the first ``pop`` raises (nothing changed). An error on a later
                 grant ends the batch instead: the grants made so far are returned and the
                 failing job stays queued, so the next ``pop`` raises it.
 
-        Complexity: ``amount`` times ``pop``'s.
+        Complexity: ``amount`` times ``pop``'s (a sibling's pop takes the filtered path).
         """
         if not isinstance(amount, int) or isinstance(amount, bool) or not 1 <= amount <= MAX_AMOUNT:
             raise ValueError(f"amount must be an int in 1..{MAX_AMOUNT}, got {amount!r}")
+        if not isinstance(siblings, bool):
+            raise TypeError(f"siblings must be a bool, got {siblings!r}")
         grants: list[Grant] = []
+        group: str | None = None
         while len(grants) < amount:
             try:
-                grant = self.pop(name, now=now)
+                grant = self.pop(name, now=now) if not grants else self._next(name, now, group)
             except Exception:
                 if not grants:
                     raise
@@ -61,4 +87,25 @@ class BatchPop:
             if grant is None:
                 break
             grants.append(grant)
+            if siblings and len(grants) == 1:
+                group = self.group_of(grant.job.id)
+                if group is None:
+                    break
         return grants
+
+    def _next(self, name: str, now: float, group: str | None) -> Grant | None:
+        """``pop``, restricted to the jobs of ``group`` when one is given."""
+        if group is None:
+            return self.pop(name, now=now)
+        worker = self._filter_holder(name)
+        original: Callable[[Job], bool] | None = worker.accepts
+        group_of = self.group_of
+
+        def sibling(job: Job) -> bool:
+            return group_of(job.id) == group and (original is None or original(job))
+
+        worker.accepts = sibling
+        try:
+            return self.pop(name, now=now)
+        finally:
+            worker.accepts = original

@@ -129,7 +129,8 @@ class _Lane:
         s: The virtual start.
         jobs: Entries in FIFO order (lazy deletion).
         by_model: Per model, its entries in FIFO order (lazy deletion; a list while short,
-            a deque once long).
+            a deque once long). A job that accepts several models (``model`` None,
+            ``needs.models``) is in None's FIFO and in each of its models' (its affinity).
         live: Number of queued entries.
         settled: The settled part of ``s``: ``s = settled + held`` (``settled <= now``).
         held: The up-front charges (in ``s`` units) of its jobs that workers hold.
@@ -197,6 +198,14 @@ class _Lane:
             return None
         return fifo[0]
 
+    def leads(self, entry: _Entry) -> bool:
+        """Whether ``entry`` is the oldest queued of its model (of one of several it takes)."""
+        job = entry.job
+        if self.first_for(job.model) is entry:
+            return True
+        needs = job.needs if job.model is None else None
+        return needs is not None and any(self.first_for(m) is entry for m in needs.models)
+
     def append(self, entry: _Entry) -> None:
         """Add a queued entry at the tail."""
         self.jobs.append(entry)
@@ -210,7 +219,32 @@ class _Lane:
             fifo.append(entry)
             if len(fifo) > _SHORT and type(fifo) is list:
                 self.by_model[model] = deque(fifo)
+        if model is None and entry.job.needs is not None:
+            self._file_alternates(entry, at_head=False)
         self.live += 1
+
+    def _file_alternates(self, entry: _Entry, *, at_head: bool) -> None:
+        """File a job that accepts several models in each of their FIFOs too (besides None's).
+
+        So the lane offers it as its affinity job for any of them (the resident's bonus), as
+        a job for that model would be. O(k) for k accepted models; single-model jobs never
+        come here.
+        """
+        needs = entry.job.needs
+        assert needs is not None
+        for model in needs.models:
+            fifo = self.by_model.get(model)
+            if fifo is None:
+                self.by_model[model] = [entry]
+            elif at_head:
+                if type(fifo) is list:
+                    fifo.insert(0, entry)
+                else:
+                    fifo.appendleft(entry)  # type: ignore[union-attr]
+            else:
+                fifo.append(entry)
+                if len(fifo) > _SHORT and type(fifo) is list:
+                    self.by_model[model] = deque(fifo)
 
     def appendleft(self, entry: _Entry) -> None:
         """Put a queued entry back at the head (a requeued job)."""
@@ -225,6 +259,8 @@ class _Lane:
             fifo.insert(0, entry)  # at most _SHORT entries move
         else:
             fifo.appendleft(entry)  # type: ignore[union-attr]
+        if model is None and entry.job.needs is not None:
+            self._file_alternates(entry, at_head=True)
         self.live += 1
 
     def candidates(

@@ -321,7 +321,7 @@ class Search:
         assert self.expected is not None
         jobs = sorted(
             (entry.job for lane in self.lanes for entry in lane.by_model.get(model, ())
-             if entry.state == QUEUED),
+             if entry.state == QUEUED and entry.job.model == model),
             key=lambda job: job.seq,
         )  # fmt: skip
         free = list(self.warm_free_at[model])

@@ -308,6 +308,10 @@ class FleetDispatcher(BatchPop, Facade):
         grant.take_back(state, [entry], t, always=True)
         return entry.job
 
+    def _filter_holder(self, name: str) -> Any:
+        """The core's record of a joined worker (``pop_many(siblings=True)`` filters it)."""
+        return self._state.worker_of(name)
+
     @journaled
     def pop(self, name: str, *, now: float) -> Grant | None:
         """Pull the best job this worker may run now (see the class docstring).

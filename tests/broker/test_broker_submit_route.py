@@ -119,6 +119,19 @@ CASES: dict[str, list[Request]] = {
     "bad group": [(JSON, _body({"group": "a/b"}))],
     "bad image": [(JSON, _body({"image": {"width": -1}}))],
     "bad backoff": [(JSON, _body({"backoff": {"kind": "random"}}))],
+    "needs": [
+        (JSON, _body({"model": "sdxl", "needs": {"pixels": 1 << 20, "features": ["lora"]}})),
+        (JSON, _body({"needs": {"models": ["sdxl", "flux_1"], "steps": 30, "text": "a cat"}})),
+        (JSON, _body({"needs": {}})),
+    ],
+    "bad needs": [
+        (JSON, _body({"needs": {"pixels": -1}})),
+        (JSON, _body({"needs": {"features": ["lora", "hypernetwork"]}})),
+        (JSON, _body({"needs": {"pixel": 4}})),
+        (JSON, _body({"needs": {"steps": "30", "nsfw": 1}})),
+        (JSON, _body({"needs": ["lora"]})),
+        (JSON, _body({"model": "sdxl", "needs": {"models": ["flux_1"]}})),
+    ],
     "header priority": [({**JSON, "X-LlamaSwap-Priority": "batch"}, b"{}")],
     "body priority wins": [({**JSON, "X-LlamaSwap-Priority": "batch"}, b'{"priority": 7}')],
     "unknown alias": [(JSON, _body({"priority": "urgent"}))],
@@ -269,16 +282,49 @@ def test_the_batch_route_keeps_the_same_priority_and_encoding_rules() -> None:
                 (JSON, {"jobs": [{"priority": "batch"}, {"priority": "interactiv"}]}),
                 ({**JSON, "X-LlamaSwap-Priority": "interactiv"}, {"jobs": [{}]}),
                 ({**JSON, "content-encoding": "gzip"}, {"jobs": [{}]}),
+                (JSON, {"jobs": [{"needs": {"features": ["lora"]}}, {}]}),
+                (JSON, {"jobs": [{}, {"needs": {"features": ["loras"]}}]}),
             ]:
                 r = await client.post("/v1/jobs/batch", headers=headers, content=_body(body))
                 answers.append((r.status_code, r.json()))
-            assert [entry.op for entry in journal.entries] == ["submit_many"]
+            assert [entry.op for entry in journal.entries] == ["submit_many"] * 2
+            jobs = journal.entries[1].args["jobs"]
+            assert jobs[0]["needs"]["features"] == ["lora"]
+            assert jobs[1].get("needs") is None
             return answers
 
-    typo, header, gzip = run(batch())
+    typo, header, gzip, needs, bad_needs = run(batch())
     assert typo[0] == 422
     assert typo[1]["field"] == "jobs.1.priority"
     assert typo[1]["error"].startswith("jobs[1]: priority 'interactiv'")
     assert header[0] == 201
     assert gzip[0] == 415
     assert gzip[1]["field"] == "Content-Encoding"
+    assert needs[0] == 201
+    assert bad_needs[0] == 422
+    assert "jobs.1.needs.features" in json.dumps(bad_needs[1])
+    assert "allowed: img2img" in json.dumps(bad_needs[1])
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_a_v1_job_needing_lora_never_goes_to_a_worker_without_lora(lean: bool) -> None:
+    no_lora = {"capabilities": {"features": ["img2img", "controlnet"]}}
+    lora = {"capabilities": {"features": ["lora"], "max_pixels": 1 << 20}}
+
+    async def main() -> None:
+        async with _client(lean, True) as (client, journal):
+            needs = {"pixels": 1 << 20, "features": ["lora"]}
+            r = await client.post("/v1/jobs", headers=JSON, content=_body({"needs": needs}))
+            assert r.status_code == 201, r.text
+            job_id = r.json()["id"]
+            for _ in range(2):
+                r = await client.post("/v1/workers/gpu-1/pop", json=no_lora, headers=WORKER)
+                assert r.status_code == 204
+                assert r.headers["X-Prioqueue-Idle"] == "lora=1"
+            r = await client.post("/v1/workers/gpu-2/pop", json=lora, headers=WORKER)
+            assert r.status_code == 200, r.text
+            assert r.json()["id"] == job_id
+            submits = [e.args for e in journal.entries if e.op == "submit"]
+            assert submits[0]["needs"]["features"] == ["lora"]
+
+    run(main())

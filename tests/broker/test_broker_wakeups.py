@@ -152,7 +152,7 @@ def test_a_sleeping_pop_whose_client_goes_leaves_at_once_and_takes_nothing() -> 
             first = asyncio.create_task(long_pop(a.broker, "gpu-1", SPEC, 30, left.wait))
             await _settle(a, 1)
             left.set()  # its client closed the connection while it slept
-            assert await asyncio.wait_for(first, 10) == (None, {})
+            assert await asyncio.wait_for(first, 10) == (None, {}, ())
             assert a.broker.changes.sleeping == 0  # not left in the index
             job = await a.submit()
             assert (await a.job(job)).json()["attempt"] == 0
@@ -171,7 +171,7 @@ def test_a_woken_waiter_that_goes_away_hands_its_wake_up_on() -> None:
             record, _ = await a.broker.run("submit", ALICE)  # memory: applied, no loop turn
             assert a.broker.changes.sleeping == 1  # its one wake-up went to gpu-1 (oldest)
             first.cancel()  # ... which goes away before it runs: the wake-up goes on
-            granted, _ = await asyncio.wait_for(second, 10)
+            granted, _, _ = await asyncio.wait_for(second, 10)
             assert granted is not None
             assert granted.id == record.id
             assert granted.attempt == 1
@@ -195,10 +195,10 @@ def test_a_grant_made_as_its_client_left_is_given_back_journaled(tmp_path: Path)
             while not any(r.state == "running" for r in engine.jobs.values()):
                 await asyncio.sleep(0)  # granted in memory, its commit not yet answered
             left.set()
-            assert await asyncio.wait_for(popping, 10) == (None, {})
+            assert await asyncio.wait_for(popping, 10) == (None, {}, ())
             record, _ = await submit
             assert engine.jobs[record.id].state == "queued"
-            again, _ = await long_pop(broker, "gpu-2", SPEC, 0)
+            again, _, _ = await long_pop(broker, "gpu-2", SPEC, 0)
             assert again is not None
             assert again.id == record.id
             assert again.attempt == 2  # a grant given back counts, as a leave does

@@ -146,3 +146,43 @@ def test_jobs_actions_print_json_with_the_documented_exit_codes(
         capsys.readouterr()
         assert main([*base, "submit", "--field", "colour=5"]) == 1  # unknown to the broker
         assert "colour" in capsys.readouterr().err
+
+
+def test_needs_travel_from_the_cli_and_the_client_to_the_pop(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import httpx
+
+    from prioqueue.capabilities import Needs
+    from prioqueue.client import Broker
+
+    with _broker(tmp_path, "sqlite") as proc:
+        base = ["jobs", "--broker", proc.url, "--key", "sk-alice"]
+        assert main([*base, "submit", "--needs", '{"features": ["lora"]}']) == 0
+        cli_id = json.loads(capsys.readouterr().out)["id"]
+        assert main([*base, "submit", "--needs", "{lora"]) == 2
+        assert "--needs is not JSON" in capsys.readouterr().err
+        assert main([*base, "submit", "--needs", '{"features": ["loras"]}']) == 1
+        assert "needs.features" in capsys.readouterr().err
+        with Broker(proc.url, "sk-alice") as client:
+            one = client.submit(needs=Needs(features={"lora"}, pixels=4096))
+            many = client.submit_many([{"needs": {"features": ["lora"]}}, {"needs": None}])
+        pop = f"{proc.url}/v1/workers/gpu-small/pop"
+        auth = {"Authorization": "Bearer wk-1"}
+        no_lora = {"slots": 4, "capabilities": {"features": ["img2img"]}}
+        granted = []
+        for _ in range(2):
+            r = httpx.post(pop, json=no_lora, headers=auth, timeout=10)
+            if r.status_code == 200:
+                granted.append(r.json()["id"])
+        assert granted == [many[1]]  # the only job that needs no LoRA
+        r = httpx.post(pop, json=no_lora, headers=auth, timeout=10)
+        assert r.status_code == 204
+        assert r.headers["X-Prioqueue-Idle"] == "lora=3"
+        lora = {"slots": 4, "capabilities": {"features": ["lora"]}}
+        got = set()
+        for _ in range(3):
+            r = httpx.post(f"{proc.url}/v1/workers/gpu-lora/pop", json=lora, headers=auth)
+            assert r.status_code == 200, r.text
+            got.add(r.json()["id"])
+        assert got == {cli_id, one, many[0]}

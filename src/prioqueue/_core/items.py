@@ -146,8 +146,13 @@ class Level:
                 continue
             if s == lane.s and lane.live:
                 mine = job.tier_bonus
-                if job.model is not None and job.model in residents:
-                    mine += affinity(job.model)
+                if job.model is not None:
+                    if job.model in residents:
+                        mine += affinity(job.model)
+                elif job.needs is not None:  # several models: the best resident one's bonus
+                    mine += max(
+                        (affinity(m) for m in job.needs.models if m in residents), default=0.0
+                    )
                 theirs = lane.head().job.tier_bonus
                 best = 0.0
                 for resident in residents:

@@ -369,7 +369,7 @@ class State:
                 self.note_s(lane)
         if not was_backlogged or requeue:
             self.touch(lane)
-        elif lane.first_for(job.model) is entry:
+        elif lane.leads(entry):
             # The head and s are unchanged, but the lane may now be eligible for this model.
             self.touch(lane)
         if len(level.arrivals) > 2 * level.queued + 64:

@@ -156,10 +156,11 @@ def horde_router(broker: Broker, config: BrokerConfig) -> APIRouter:
         body = await _body(request, PopRequest)
         key = _key(request, config, "worker")
         acts_as(key, body.name)
-        record, idle = await long_pop(broker, body.name, body.spec(horde), 0.0)
+        popped = await long_pop(broker, body.name, body.spec(horde), 0.0, amount=body.amount)
+        record, idle, siblings = popped
         if record is None:
             return view.no_job(idle)
-        return view.granted(record, body)
+        return view.granted(record, body, siblings)
 
     @router.post("/generate/submit")
     @_horde_errors

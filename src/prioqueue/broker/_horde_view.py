@@ -6,7 +6,7 @@ request bodies of :mod:`prioqueue.broker._horde_models`. See docs/horde.md for t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from prioqueue.broker._groups import group_status
@@ -162,19 +162,29 @@ def no_job(idle: Mapping[str, int]) -> dict[str, Any]:
     return {"id": None, "ids": [], "payload": {}, "skipped": skipped, "model": None}
 
 
-def granted(record: JobRecord, body: PopRequest) -> dict[str, Any]:
-    """``GenerationPayloadStable``: the job, its payload and its lease as ``ttl``."""
+def granted(
+    record: JobRecord, body: PopRequest, siblings: Sequence[JobRecord] = ()
+) -> dict[str, Any]:
+    """``GenerationPayloadStable``: the job, its payload and its lease as ``ttl``.
+
+    With ``siblings`` (``amount > 1``: further images of the same request, granted in the
+    same pop, each with its own lease), ``ids`` lists them after the first and the payload's
+    ``n_iter`` counts them; ``ttl`` is the shortest of their leases (the siblings share
+    the payload's parameters and model, so their leases are equal).
+    """
     assert record.lease_seconds is not None  # a grant has its lease
     horde = record.payload["horde"]
     params = dict(horde["params"])
     steps = params.pop("steps")
     seed = params.pop("seed") or str(int(record.id.rpartition("-")[2]) * 7919 % 2**32)
-    payload = {**params, "prompt": horde["prompt"], "ddim_steps": steps, "n_iter": 1,
+    ids = [job_uuid(record.id)] + [job_uuid(sibling.id) for sibling in siblings]
+    leases = [record.lease_seconds] + [s.lease_seconds or record.lease_seconds for s in siblings]
+    payload = {**params, "prompt": horde["prompt"], "ddim_steps": steps, "n_iter": len(ids),
                "seed": seed, "use_nsfw_censor": bool(horde["censor_nsfw"])}  # fmt: skip
     model = record.model or (sorted(body.models)[0] if body.models else None)
     return {
-        "id": job_uuid(record.id), "ids": [job_uuid(record.id)], "payload": payload,
-        "model": model, "skipped": {}, "ttl": int(record.lease_seconds),
+        "id": ids[0], "ids": ids, "payload": payload,
+        "model": model, "skipped": {}, "ttl": int(min(leases)),
         "source_image": horde["source_image"], "source_processing": horde["source_processing"],
         "source_mask": horde["source_mask"], "r2_upload": None, "r2_uploads": None,
     }  # fmt: skip

@@ -173,10 +173,11 @@ ActingWorker = Annotated[str, Depends(_acting_worker)]
 
 
 def lifecycle_args(body: SubmitRequest) -> dict[str, Any]:
-    """The submit's lifecycle fields that are set (unset ones stay out of the journal)."""
+    """The submit's lifecycle fields and ``needs`` that are set (unset ones stay out)."""
     args: dict[str, Any] = {
         "ttl": body.ttl, "not_before": body.not_before, "max_attempts": body.max_attempts,
         "backoff": None if body.backoff is None else body.backoff.model_dump(),
+        "needs": None if body.needs is None else body.needs.model_dump(),
     }  # fmt: skip
     return {key: value for key, value in args.items() if value is not None}
 

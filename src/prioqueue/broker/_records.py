@@ -98,6 +98,8 @@ class PopResult:
 
     record: JobRecord | None
     idle: Mapping[str, int]
+    siblings: tuple[JobRecord, ...] = ()
+    """With ``amount > 1``: the further jobs of the record's group granted in the same pop."""
 
 
 class PopSpec(TypedDict, total=False):

@@ -65,13 +65,19 @@ async def _sleep_on(token: asyncio.Future[None], timeout: float) -> None:
             handle.cancel()
 
 
+Popped = tuple["JobRecord | None", Mapping[str, int], tuple[JobRecord, ...]]
+"""A pop's answer: the granted record (or None), the idle reasons, the siblings granted with it."""
+
+
 async def long_pop(
     broker: Broker,
     worker: str,
     spec: Mapping[str, Any],
     wait: float,
     gone: Callable[[], Awaitable[object]] | None = None,
-) -> tuple[JobRecord | None, Mapping[str, int]]:
+    *,
+    amount: int = 1,
+) -> Popped:
     """Pop for ``worker``, waiting up to ``wait`` seconds for a job it may take.
 
     Args:
@@ -82,11 +88,13 @@ async def long_pop(
         gone: Returns when the client has gone (its connection closed: the ASGI
             ``http.disconnect``); watched while the pop sleeps. A pop whose client has gone
             wakes, takes nothing and hands its wake-ups on; a grant made as it left is given
-            back at once (a journaled ``release``).
+            back at once (a journaled ``release``), its siblings too.
+        amount: Most jobs to grant: the first, then up to ``amount - 1`` queued jobs of its
+            group that fit the worker (``FleetDispatcher.pop_many(siblings=True)``).
 
     Returns:
-        ``(record, {})`` for a grant, or ``(None, idle reasons)`` when the time ran out
-        (``(None, {})`` when the client has gone).
+        ``(record, {}, siblings)`` for a grant, or ``(None, idle reasons, ())`` when the time
+        ran out (``(None, {}, ())`` when the client has gone).
 
     Raises:
         Standby: The replica does not serve (or stopped serving while waiting), or it is
@@ -98,7 +106,7 @@ async def long_pop(
     """
     loop = asyncio.get_running_loop()
     end = loop_time(loop) + wait
-    args = {"worker": worker, **spec}
+    args = {"worker": worker, **spec, **({"amount": amount} if amount != 1 else {})}
     changes = broker.changes
     changes.waiting[worker] = changes.waiting.get(worker, 0) + 1
     waiter = PopWaiter(worker, spec.get("models"), spec.get("resident"))
@@ -106,11 +114,12 @@ async def long_pop(
     held: list[str | None] = []
     watch = _Watch(changes, waiter, gone)
     try:
-        record, idle = await _long_pop(broker, waiter, args, (loop, end), held, watch)
+        record, idle, siblings = await _long_pop(broker, waiter, args, (loop, end), held, watch)
         if record is not None and watch.gone:
-            await _give_back(broker, record)
-            return None, {}
-        return record, idle
+            for granted in (record, *siblings):
+                await _give_back(broker, granted)
+            return None, {}, ()
+        return record, idle, siblings
     finally:
         watch.stop()
         changes.unfile(waiter)
@@ -222,7 +231,7 @@ async def _long_pop(
     until: tuple[asyncio.AbstractEventLoop, float],
     held: list[str | None],
     watch: _Watch,
-) -> tuple[JobRecord | None, Mapping[str, int]]:
+) -> Popped:
     changes = broker.changes
     worker = waiter.worker
     loop, end = until
@@ -235,13 +244,13 @@ async def _long_pop(
         if engine is not None:  # filed while it tries: news during the try is not lost
             changes.file(waiter, full=_workers.slots_full(engine, worker))
         if watch.gone:
-            return None, {}  # nobody to answer: take nothing (its wake-ups go on)
+            return None, {}, ()  # nobody to answer: take nothing (its wake-ups go on)
         if woken and _liveness_due(broker, worker):
             await _refresh(broker, worker)  # one event for the fleet, not a pop each
         woken = True
         result = await broker.run("try_pop", args)
         if result is not None and result.record is not None:
-            return result.record, {}
+            return result.record, {}, result.siblings
         while not (waiter.tokens or waiter.nudged):  # else: news came during the try
             engine = broker.engine
             if engine is None:
@@ -250,7 +259,7 @@ async def _long_pop(
                 _settle(broker, engine, waiter, held)
             left = end - loop_time(loop)
             if left <= 0:
-                return None, await _idle(broker, worker, result)
+                return None, await _idle(broker, worker, result), ()
             if changes.draining:
                 raise Stopping()
             due = engine.liveness_due(worker)

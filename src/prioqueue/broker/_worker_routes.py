@@ -51,7 +51,7 @@ def worker_router(broker: Broker) -> APIRouter:
                 pass
 
         spec = body.model_dump()
-        record, idle_reasons = await long_pop(broker, worker, spec, wait, until_gone)
+        record, idle_reasons, _ = await long_pop(broker, worker, spec, wait, until_gone)
         if record is None:
             idle = ", ".join(f"{k}={v}" for k, v in sorted(idle_reasons.items())) or "empty"
             return Response(status_code=204, headers={"X-Prioqueue-Idle": idle})

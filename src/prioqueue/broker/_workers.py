@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from prioqueue._batch import MAX_AMOUNT
 from prioqueue._core.facade import state_of
 from prioqueue.broker import _groups
 from prioqueue.broker._records import JobRecord, PopResult, Rejected, check_types, now_past
@@ -23,6 +24,7 @@ from prioqueue.broker._state import EngineState
 from prioqueue.capabilities import Capabilities
 
 __all__ = [
+    "checked_amount",
     "complete",
     "fail",
     "forget_silent",
@@ -62,8 +64,31 @@ def granted(state: EngineState, worker: str, grant: Any, now: float) -> JobRecor
     return attrs.evolve(record)
 
 
-def pop(state: EngineState, now: float, worker: str, spec: dict[str, Any]) -> PopResult:
-    """``BrokerEngine.pop``: join or refresh the worker, then grant it its next job."""
+def _grants(state: EngineState, worker: str, amount: int, now: float) -> list[Any]:
+    """The fleet's grants for one pop: ``amount > 1`` adds the first job's siblings."""
+    if amount == 1:
+        grant = state.fleet.pop(worker, now=now)
+        return [] if grant is None else [grant]
+    return list(state.fleet.pop_many(worker, amount=amount, now=now, siblings=True))
+
+
+def _result(state: EngineState, worker: str, grants: list[Any], now: float) -> PopResult:
+    first, *more = (granted(state, worker, grant, now) for grant in grants)
+    return PopResult(first, {}, tuple(more))
+
+
+def checked_amount(amount: object) -> int:
+    """A pop's ``amount``; Rejected 422 unless an int in ``1..100``."""
+    if not isinstance(amount, int) or isinstance(amount, bool) or not 1 <= amount <= MAX_AMOUNT:
+        raise Rejected(422, f"amount must be an int in 1..{MAX_AMOUNT}, got {amount!r}",
+                       field="amount")  # fmt: skip
+    return amount
+
+
+def pop(
+    state: EngineState, now: float, worker: str, spec: dict[str, Any], amount: int = 1
+) -> PopResult:
+    """``BrokerEngine.pop``: join or refresh the worker, then grant it its next job(s)."""
     check_types(
         "pop", worker=(worker, str), models=(spec["models"], (list, type(None))),
         resident=(spec["resident"], (str, type(None))), slots=(spec["slots"], int),
@@ -74,13 +99,14 @@ def pop(state: EngineState, now: float, worker: str, spec: dict[str, Any]) -> Po
             Capabilities.from_mapping(spec["capabilities"])
         except ValueError as exc:
             raise Rejected(422, f"capabilities: {exc}", field="capabilities") from None
+    checked_amount(amount)
     join(state, now, worker, spec)
     state._touch(worker, now)
-    grant = state.fleet.pop(worker, now=now)
-    if grant is None:
+    grants = _grants(state, worker, amount, now)
+    if not grants:
         reasons = state.fleet.idle_reasons(worker, now=now)
         return PopResult(None, {str(k): int(v) for k, v in reasons.items() if v})
-    return PopResult(granted(state, worker, grant, now), {})
+    return _result(state, worker, grants, now)
 
 
 def fresh_worker(state: EngineState, worker: str, spec: Mapping[str, Any], now: float) -> Any:
@@ -96,7 +122,9 @@ def fresh_worker(state: EngineState, worker: str, spec: Mapping[str, Any], now: 
     return known
 
 
-def quiet_pop(state: EngineState, now: float, worker: str, fresh: Any) -> PopResult | None:
+def quiet_pop(
+    state: EngineState, now: float, worker: str, fresh: Any, amount: int = 1
+) -> PopResult | None:
     """A fresh worker's pop: a grant, or None with the state exactly as it was. O(1) idle.
 
     Args:
@@ -104,19 +132,20 @@ def quiet_pop(state: EngineState, now: float, worker: str, fresh: Any) -> PopRes
         now: The time (not before the engine's).
         worker: The worker's name.
         fresh: Its record in the fleet (:func:`fresh_worker`).
+        amount: Most jobs to grant (checked by the caller): the first, then its siblings.
     """
     if len(fresh.held) >= fresh.slots or len(state.fleet) == 0:
         return None
     core = state_of(state.fleet)
     seen, clock = fresh.last_seen, core.now
-    grant = state.fleet.pop(worker, now=now)
-    if grant is None:
+    grants = _grants(state, worker, amount, now)
+    if not grants:
         # As if the pop never happened: the worker's last word and the fleet's clock
         # (reads pass the engine's time, which a skipped pop does not advance).
         core.forget_empty_pop(fresh, seen, clock)
         return None
     state.now = now
-    return PopResult(granted(state, worker, grant, now), {})
+    return _result(state, worker, grants, now)
 
 
 def slots_full(state: EngineState, worker: str) -> bool:

@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StringConstraints
 
+from prioqueue.capabilities import FEATURES
+
 __all__ = [
     "MAX_JSON_DEPTH",
     "BackoffBody",
@@ -29,6 +31,7 @@ __all__ = [
     "HeldJob",
     "JobCreated",
     "JobView",
+    "NeedsBody",
     "PopRequest",
     "StatusView",
     "SubmitRequest",
@@ -110,6 +113,37 @@ class BackoffBody(_Request):
     )  # fmt: skip
 
 
+def _features(value: list[str]) -> list[str]:
+    unknown = [name for name in value if name not in FEATURES]
+    if unknown:
+        raise ValueError(f"unknown features {unknown!r}; allowed: {', '.join(FEATURES)}")
+    return value
+
+
+class NeedsBody(_Request):
+    """What a job needs from the worker that runs it (``prioqueue.capabilities.Needs``).
+
+    A worker whose declared capabilities do not cover them is never granted the job; its
+    pop's idle reasons name the cause (``max_pixels``, ``lora``, ...).
+    """
+
+    models: list[Name] = Field(
+        default_factory=list, max_length=100,
+        description="The models the job accepts, in order of preference (submit it with "
+        "model=null for several; with model set, [] or [model]).",
+    )  # fmt: skip
+    pixels: int = Field(default=0, ge=0, le=10**12, strict=True, description="width * height.")
+    steps: int = Field(default=0, ge=0, le=10**6, strict=True, description="Sampler steps.")
+    features: Annotated[list[str], AfterValidator(_features)] = Field(
+        default_factory=list, max_length=len(FEATURES),
+        description=f"Features it needs, of: {', '.join(FEATURES)}.",
+    )  # fmt: skip
+    nsfw: bool = Field(default=False, strict=True, description="Marked NSFW.")
+    text: str = Field(
+        default="", max_length=100_000, description="Text a worker's blacklist is matched against."
+    )
+
+
 class SubmitRequest(_Request):
     """``POST /v1/jobs``: one job."""
 
@@ -152,6 +186,11 @@ class SubmitRequest(_Request):
     )  # fmt: skip
     backoff: BackoffBody | None = Field(
         default=None, description="Retry delays of fail with retry=true (absent: the broker's)."
+    )
+    needs: NeedsBody | None = Field(
+        default=None,
+        description="What the job needs from its worker (pixels, steps, features, models); "
+        "absent: nothing (any worker that serves its model).",
     )
 
 

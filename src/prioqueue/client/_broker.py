@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypedDict,
 
 import httpx
 
+from prioqueue.capabilities import Needs
 from prioqueue.client._errors import (
     BrokerError,
     JobCancelled,
@@ -58,6 +59,7 @@ class SubmitFields(TypedDict, total=False):
     not_before: float | None
     max_attempts: int | None
     backoff: Mapping[str, Any] | None
+    needs: Needs | Mapping[str, Any] | None
 
 
 class _Call(NamedTuple):
@@ -97,11 +99,22 @@ def _key(idempotency_key: str | None) -> str:
     return idempotency_key or f"pq-{uuid.uuid4().hex}"
 
 
-def _submit(payload: Any, idempotency_key: str | None, fields: Mapping[str, Any]) -> _Call:
+def _body(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A submit body: the fields in the documented order, None left out, ``needs`` as JSON."""
     ordered = {**{name: fields[name] for name in _FIELD_ORDER if name in fields}, **fields}
     body = {k: v for k, v in ordered.items() if v is not None}
     if "image" in body:
         body["image"] = dict(body["image"])
+    needs = body.get("needs")
+    if isinstance(needs, Needs):
+        body["needs"] = needs.as_dict()
+    elif needs is not None:
+        body["needs"] = dict(needs)
+    return body
+
+
+def _submit(payload: Any, idempotency_key: str | None, fields: Mapping[str, Any]) -> _Call:
+    body = _body(fields)
     if payload is not None:
         body["payload"] = payload
     headers = {"Idempotency-Key": _key(idempotency_key)}
@@ -109,7 +122,7 @@ def _submit(payload: Any, idempotency_key: str | None, fields: Mapping[str, Any]
 
 
 def _submit_many(jobs: Iterable[Mapping[str, Any]], idempotency_key: str | None) -> _Call:
-    body = {"jobs": [dict(job) for job in jobs]}
+    body = {"jobs": [_body(job) for job in jobs]}
     headers = {"Idempotency-Key": _key(idempotency_key)}
     return _Call("POST", "/v1/jobs/batch", {"json": body, "headers": headers}, "ids", list)
 
@@ -265,7 +278,9 @@ class Broker(_Client[httpx.Client]):
             idempotency_key: Reuse to make a repeated submit safe (default: made for the call).
             **fields: ``priority`` (a number or an alias), ``model``, ``estimate`` (seconds),
                 ``group``, ``image`` (lease inputs), ``ttl``, ``not_before``,
-                ``max_attempts``, ``backoff``: the body's fields (see :class:`SubmitFields`).
+                ``max_attempts``, ``backoff``, ``needs`` (a
+                :class:`~prioqueue.capabilities.Needs` or its mapping: what a worker must
+                offer to be granted it): the body's fields (see :class:`SubmitFields`).
 
         Raises:
             BrokerError: The broker refused it (422 names the field; 429 after the retries).
@@ -280,7 +295,8 @@ class Broker(_Client[httpx.Client]):
         """Queue every job of a batch as one operation (all or none); returns their ids.
 
         Args:
-            jobs: Each a submit body (``payload``, ``priority``, ``model``, ...).
+            jobs: Each a submit body (``payload``, ``priority``, ``model``, ``needs``, ...;
+                None values are left out, a ``Needs`` is sent as its mapping).
             idempotency_key: One key for the batch (default: made for the call).
 
         Raises:

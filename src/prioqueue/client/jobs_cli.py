@@ -55,6 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     submit.add_argument("--estimate", type=float, help="expected runtime in seconds")
     submit.add_argument("--group", help="a group label (a film)")
     submit.add_argument(
+        "--needs",
+        metavar="JSON",
+        help='what the job needs from its worker, e.g. \'{"features": ["lora"], '
+        '"pixels": 1048576}\' (models, pixels, steps, features, nsfw, text)',
+    )
+    submit.add_argument(
         "--field",
         action="append",
         default=[],
@@ -138,6 +144,12 @@ def _submit(broker: Broker, args: argparse.Namespace) -> int:
             payload = json.loads(text)
         except ValueError as exc:
             print(f"prioqueue jobs: --payload is not JSON: {exc}", file=sys.stderr)
+            return 2
+    if args.needs is not None:
+        try:
+            fields["needs"] = json.loads(args.needs)
+        except ValueError as exc:
+            print(f"prioqueue jobs: --needs is not JSON: {exc}", file=sys.stderr)
             return 2
     text_priority: str | None = args.priority
     priority: int | str | None = text_priority

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, cast
 
 from prioqueue._batch import BatchPop
 from prioqueue._errors import DuplicateJob, LeaseExpired
+from prioqueue._groups import checked_group
 from prioqueue._spec import check_options
 from prioqueue.capabilities import checked_needs
 from prioqueue.lifecycle import Backoff
@@ -153,6 +154,7 @@ class ReferenceFleet(BatchPop, _Workers):
         self._workers: dict[str, _Worker] = {}
         self._latest = -math.inf
         self._seq = 0
+        self._labels: dict[str, str | None] = {}  # job id -> group label
         self._levels: dict[int, _LevelCounters] = {}
         self._members: dict[str, _MemberCounters] = {}
         self._runtimes: list[float] = []
@@ -180,23 +182,23 @@ class ReferenceFleet(BatchPop, _Workers):
                 submit>` takes: ``priority`` (a number, alias or header value, resolved by the
                 policy), ``tier``, ``model``, ``estimate`` (> 0 or None), ``payload``,
                 ``ceiling`` (kept even below the policy's minimum), ``ttl``, ``not_before``,
-                ``max_attempts`` and ``backoff``. Groups are not modelled: ``group`` other
-                than None raises ``TypeError``.
+                ``max_attempts`` and ``backoff``. Of ``group``, only the label is kept (for
+                ``pop_many(siblings=True)``): group counts are not modelled.
 
         Returns:
             The ticket.
 
         Raises:
-            TypeError: An unknown option, or a group.
+            TypeError: An unknown option.
             ValueError: ``now`` went backwards, the tier is unknown, or an argument is bad.
             DuplicateJob: The id is queued or held.
             QueueFull: A queue limit is reached.
         """
         check_options(options)
-        if options.get("group") is not None:
-            raise TypeError("ReferenceFleet does not model groups")
         with self._at(now) as t:
             job = self._new_job(job_id, member, t, options)
+            group = options.get("group")
+            self._labels[job_id] = None if group is None else checked_group(group)
             self._seq += 1
             self._levels.setdefault(job.priority, _LevelCounters())
             self._members.setdefault(member, _MemberCounters())

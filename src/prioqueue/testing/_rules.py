@@ -3,6 +3,7 @@
 Eligibility, each lane's offer and key, the counterfactual winners behind the reorder counts,
 the lift, the lease, the expected and final charges, the correction at completion and the
 refund at a take-back, and the statistics: each recomputed from scratch over plain lists.
+The reference's rules side by side, so one concern, past the 500-line gauge on purpose.
 """
 
 from __future__ import annotations
@@ -159,10 +160,13 @@ class _Rules(_Book):
         A lane with no such entry offers nothing.
         """
         offers = []
+        # A resident the worker does not serve earns no bonus (a job that accepts it and
+        # another model would run on the other: a swap).
+        resident = worker.resident if worker.serves(worker.resident) else None
         for level, s, entries, lane in self._backlogged():
             eligible = [e for e in entries if eligible_to(e)]
             if eligible:
-                offers.append(self._offer(level, s, entries, eligible, worker.resident, lane))
+                offers.append(self._offer(level, s, entries, eligible, resident, lane))
         return offers
 
     def _offer(
@@ -179,7 +183,7 @@ class _Rules(_Book):
         if choice is None or resident is None:
             return _Offer(level, s, head, eligible[0], head.tier_bonus, 0.0, lane, head.seq)
         bonus = self._bonus(resident)
-        first = next(e.job.seq for e in entries if e.job.model == resident)
+        first = next(e.job.seq for e in entries if _takes(e.job, resident))
         return _Offer(level, s, head, choice, head.tier_bonus, bonus, lane, first)
 
     def _bonus(self, model: str) -> float:
@@ -212,7 +216,7 @@ class _Rules(_Book):
         config = self._scorer.config
         limit = head.arrival + config.max_affinity * config.aging_divisor
         for entry in entries:
-            if entry.job.model != model:
+            if not _takes(entry.job, model):
                 continue
             if entry.job.arrival > limit:
                 return None
@@ -273,9 +277,9 @@ class _Rules(_Book):
             head = entries[0].job
             picks = [head]
             if model is not None and bonus > 0:
-                picks += [e.job for e in entries if e.job.model == model][:1]
+                picks += [e.job for e in entries if _takes(e.job, model)][:1]
             for job in picks:
-                aff = bonus if model is not None and bonus > 0 and job.model == model else 0
+                aff = bonus if model is not None and bonus > 0 and _takes(job, model) else 0
                 key = level + head.tier_bonus + aff - job.arrival / d
                 rows.append((-key, job.arrival, job.seq, job))
         fair = min(rows, key=lambda row: row[:3])[3]
@@ -300,8 +304,7 @@ class _Rules(_Book):
         residents = {w.resident for w in self._workers.values() if not w.timed_out}
         residents.discard(None)
         mine = job.tier_bonus
-        if job.model is not None and job.model in residents:
-            mine += self._bonus(job.model)
+        mine += max((self._bonus(r) for r in residents if _takes(job, r)), default=0.0)
         head = starved.jobs[0].job
         theirs = head.tier_bonus
         bonuses = [
@@ -490,3 +493,10 @@ class _Rules(_Book):
                 held=tuple(h.job for h in held),
                 workers=tuple(self.workers()),
             )
+
+
+def _takes(job: Job, model: str | None) -> bool:
+    """Whether ``job`` runs on ``model``: its model, or one of several it accepts."""
+    if job.model is not None:
+        return job.model == model
+    return job.needs is not None and model in job.needs.models

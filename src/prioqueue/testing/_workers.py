@@ -32,6 +32,15 @@ _UNCHANGED: Any = object()
 class _Workers(_ReferenceLifecycle):
     """The worker calls of ``ReferenceFleet``."""
 
+    _labels: dict[str, str | None]  # job id -> group label (ReferenceFleet fills it)
+
+    def group_of(self, job_id: str) -> str | None:
+        """The group label a job was submitted with (None: none)."""
+        return self._labels.get(job_id)
+
+    def _filter_holder(self, name: str) -> _Worker:
+        return self._worker(name)
+
     def join(self, name: str, *, now: float, **settings: Unpack[WorkerSettings]) -> WorkerInfo:
         """Add a worker, or update every field of a known one (``resident=None`` keeps it).
 
