@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -569,8 +569,23 @@ def test_fleet_groups_count_pops_take_backs_and_leaves() -> None:
     assert _counts(restored.group_status("film", now=70.0)) == _counts(status)
 
 
+_OVERDUE_AT_THE_TOP = [  # eve's 1 s film-a job is overdue (waited past 720 s) at t = 726
+    {"member": "dora", "priority": 100, "tier": "free", "estimate": 1.0, "group": "film-b",
+     "arrival": 20.0},
+    *[{"member": "dora", "priority": -100, "tier": "free", "estimate": 1.0, "group": "film-b",
+       "arrival": 0.0}] * 4,
+    {"member": "dora", "priority": 100, "tier": "free", "estimate": 241.0, "group": "film-a",
+     "arrival": 0.0},
+    {"member": "eve", "priority": 100, "tier": "free", "estimate": 1.0, "group": "film-a",
+     "arrival": 5.0},
+    {"member": "eve", "priority": 100, "tier": "free", "estimate": 465.0, "group": "film-a",
+     "arrival": 0.0},
+]  # fmt: skip
+
+
 @settings(max_examples=100, deadline=None)
 @given(jobs=_workloads(), workers=st.integers(min_value=1, max_value=3))
+@example(jobs=_OVERDUE_AT_THE_TOP, workers=1)  # the forecast applies the overdue rule too
 def test_fleet_group_forecast(jobs: list[dict[str, Any]], workers: int) -> None:
     # The fleet forecast treats the fleet as a fluid of its capacity: each predicted job
     # advances the clock by its runtime / N. With one worker that is the real schedule, so the

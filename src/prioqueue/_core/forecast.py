@@ -7,8 +7,9 @@ Theory of operation:
   "runs" its head for the job's estimated runtime (its estimate, else the recent mean runtime of
   its model, else of all jobs), charges the lane as the charge model would, and moves the
   resident model. No new arrivals are assumed, and affinity is applied to lane heads only (a
-  lane's affinity job further back is not pulled forward in the forecast). The dry run never
-  touches the dispatcher's state.
+  lane's affinity job further back is not pulled forward in the forecast). With fair share the
+  overdue rule (``choose.overdue``) is applied too, at the predicted time: a level's oldest
+  job goes first once it is overdue. The dry run never touches the dispatcher's state.
 * ``overtakes`` reads the bounded dispatch history: every dispatch of a job submitted after the
   explained one, while the explained one waited, with the term that gave the winner the biggest
   lead over the explained job at that moment.
@@ -43,6 +44,18 @@ class Predicted:
     start: float | None
 
 
+class OverdueRule(NamedTuple):
+    """The overdue rule's constants for a dry run (``choose.overdue``; private).
+
+    ``named_top``: the highest named level; ``unit``: ``OVERDUE_BAND * d`` seconds per level
+    of band; ``spread``: ``(T + A) * d``.
+    """
+
+    named_top: int
+    unit: float
+    spread: float
+
+
 class _SimLane:
     __slots__ = ("head", "jobs", "lane", "s", "version")
 
@@ -69,6 +82,7 @@ def forecast_order(
     stop_at: _Entry | None = None,
     limit: int | None = None,
     parallel: int = 1,
+    overdue: OverdueRule | None = None,
 ) -> list[Predicted]:
     """Predict the dispatch order of the queued jobs (see the module docstring).
 
@@ -88,6 +102,7 @@ def forecast_order(
         stop_at: Stop after predicting this entry.
         limit: Stop after this many predictions.
         parallel: The workers running the predicted jobs (runtimes and charges are shared).
+        overdue: The overdue rule's constants (None: the rule does not apply).
 
     Returns:
         The predicted dispatches in order, each with its predicted start (None once a runtime
@@ -98,6 +113,7 @@ def forecast_order(
     clock: float | None = busy_until
     nominal = now if busy_until is None else busy_until
     per_level = _settle(sims, pending, nominal, fair_share)
+    oldest = _Oldest(sims)
     for each in sims:
         heaps.push(each)
     out: list[Predicted] = []
@@ -105,6 +121,8 @@ def forecast_order(
         sim = heaps.best(resident)
         if sim is None:
             break
+        if overdue is not None:
+            sim = oldest.overdue(sims, sim, overdue, nominal, per_level)
         entry = sim.head
         assert entry is not None
         out.append(Predicted(entry=entry, start=clock))
@@ -127,7 +145,53 @@ def forecast_order(
         if entry.job.model is not None:
             resident = entry.job.model
         heaps.push(sim)
+        oldest.push(sim)
     return out
+
+
+class _Oldest:
+    """Each level's oldest remaining job in the dry run: a heap per level (stale by version)."""
+
+    def __init__(self, sims: Iterable[_SimLane]) -> None:
+        self.heaps: dict[int, list[tuple[float, int, int, int, _SimLane]]] = {}
+        for sim in sims:
+            self.push(sim)
+
+    def push(self, sim: _SimLane) -> None:
+        head = sim.head
+        if head is not None:
+            item = (head.job.arrival, head.job.seq, sim.version, id(sim), sim)
+            heapq.heappush(self.heaps.setdefault(sim.lane.level, []), item)
+
+    def overdue(
+        self,
+        sims: list[_SimLane],
+        sim: _SimLane,
+        rule: OverdueRule,
+        t: float,
+        per_level: dict[int, int],
+    ) -> _SimLane:
+        """``sim``, or the lane of its level's oldest job when that job is overdue at ``t``.
+
+        ``choose.overdue`` on the dry run's lanes. O(log L), plus O(L) when a job below the
+        highest level is overdue (the least ``s`` of its level).
+        """
+        level = sim.lane.level
+        heap = self.heaps[level]
+        while heap[0][2] != heap[0][4].version:
+            heapq.heappop(heap)
+        old = heap[0][4]
+        if old is sim:
+            return sim
+        top = max([rule.named_top, *(number for number, count in per_level.items() if count)])
+        assert old.head is not None
+        wait = t - old.head.job.arrival
+        if not wait > max(0, top - level) * rule.unit + rule.spread:
+            return sim
+        if level >= top:
+            return old
+        least = min(x.s for x in sims if x.head is not None and x.lane.level == level)
+        return old if old.s <= least + rule.spread else sim
 
 
 def _settle(

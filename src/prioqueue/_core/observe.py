@@ -15,7 +15,15 @@ from typing import Any
 
 import attrs
 
-from prioqueue._core.forecast import Predicted, ahead_jobs, forecast_order, lane_s_at, overtakes
+from prioqueue._core.choose import OVERDUE_BAND, aging_exemption
+from prioqueue._core.forecast import (
+    OverdueRule,
+    Predicted,
+    ahead_jobs,
+    forecast_order,
+    lane_s_at,
+    overtakes,
+)
 from prioqueue._core.items import PARKED
 from prioqueue._core.state import State
 from prioqueue._groups import GroupStatus, checked_group
@@ -113,7 +121,17 @@ def predict(d: State, now: float, *, stop_at: _Entry | None, limit: int | None) 
         stop_at=stop_at,
         limit=limit,
         parallel=capacity,
+        overdue=_overdue_rule(d),
     )
+
+
+def _overdue_rule(d: State) -> OverdueRule | None:
+    """The overdue rule's constants for a forecast (None without fair share: no rule)."""
+    if not d.fair_share:
+        return None
+    named = d.policy.aliases.values()
+    top = max(named) if named else -(2**62)
+    return OverdueRule(top, OVERDUE_BAND * d.divisor, aging_exemption(d))
 
 
 def forecast(d: State, t: float, limit: int | None) -> list[AheadJob]:

@@ -106,5 +106,9 @@ def rebase(state: EngineState, now: float, by: float) -> None:
     state.seen = {worker: t - by for worker, t in state.seen.items()}
     state._status = None
     state.now = now
-    if state.on_change is not None:
-        state.on_change()
+    if state.on_change is not None:  # every wait moved: each pop waiter looks again
+        changed = state.changed
+        changed.clear()
+        changed.released = True
+        state.on_change(changed)
+        changed.clear()

@@ -301,8 +301,9 @@ class _Rules(_Book):
         if not backlogged:
             return math.inf
         starved = min(backlogged, key=lambda m: m.s)  # min() keeps the first (oldest) on ties
-        residents = {w.resident for w in self._workers.values() if not w.timed_out}
-        residents.discard(None)
+        residents = {
+            w.resident for w in self._workers.values() if not w.timed_out and w.resident is not None
+        }
         mine = job.tier_bonus
         mine += max((self._bonus(r) for r in residents if _takes(job, r)), default=0.0)
         head = starved.jobs[0].job
