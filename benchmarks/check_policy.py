@@ -156,7 +156,8 @@ def cells(seeds: int) -> list[tuple[str, int, int | None]]:
     return out
 
 
-def _fmt(value: float | None) -> str:
+def fmt_seconds(value: float | None) -> str:
+    """Seconds as the report prints them: '-', '42s', '3.5m' or '1.2h'."""
     if value is None:
         return "-"
     if value >= 3600:
@@ -167,7 +168,7 @@ def _fmt(value: float | None) -> str:
 
 
 def _p99(levels: dict[str, Any], level: str) -> str:
-    return _fmt(levels.get(level, {}).get("p99"))
+    return fmt_seconds(levels.get(level, {}).get("p99"))
 
 
 def markdown(results: Sequence[dict[str, Any]], policy: str) -> str:
@@ -191,11 +192,16 @@ def markdown(results: Sequence[dict[str, Any]], policy: str) -> str:
                 key=lambda r: r["gap"] / r["bound"],
                 default=None,
             )
-            gap = "-" if worst is None else f"{_fmt(worst['gap'])} / {_fmt(worst['bound'])}"
+            gap = (
+                "-"
+                if worst is None
+                else f"{fmt_seconds(worst['gap'])} / {fmt_seconds(worst['bound'])}"
+            )
             lines.append(
                 f"| {cell['source']} | {cell['workers']} | {label} | "
-                f"{_fmt(lv.get('100', {}).get('p99'))} | {_fmt(lv.get('0', {}).get('p99'))} | "
-                f"{starved} | {_fmt(fig['oldest_queued'])} | {gap} |"
+                f"{fmt_seconds(lv.get('100', {}).get('p99'))} | "
+                f"{fmt_seconds(lv.get('0', {}).get('p99'))} | "
+                f"{starved} | {fmt_seconds(fig['oldest_queued'])} | {gap} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -233,7 +239,7 @@ def main() -> int:
             f"{cell['source']:<26} seed {cell['seed']} gpus {cell['workers']}: "
             f"int p99 {_p99(mine, '100')} (strict {_p99(strict, '100')}), "
             f"normal p99 {_p99(mine, '0')} (strict {_p99(strict, '0')}), "
-            f"longest {_fmt(cell['longest'])}: "
+            f"longest {fmt_seconds(cell['longest'])}: "
             + ("ok" if not failed else "FAIL " + "; ".join(failed))
         )
     print(f"{len(results) - bad}/{len(results)} cells pass")

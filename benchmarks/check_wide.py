@@ -57,7 +57,7 @@ from prioqueue.sim.workload import Workload
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from check_policy import longest_runtime, oldest_queued, trace_dir  # noqa: E402
+from check_policy import fmt_seconds, longest_runtime, oldest_queued, trace_dir  # noqa: E402
 
 FAMILIES = ("overload", "fleet-night", "bursty", "azure")
 OVERLOAD_LOADS = (0.5, 0.8, 1.1, 1.5, 2.0)
@@ -238,16 +238,6 @@ def label(cell: dict[str, Any]) -> str:
     return f"{cell['family']}{source}{load} x{cell['workers']}"
 
 
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value >= 3600:
-        return f"{value / 3600:.1f}h"
-    if value >= 60:
-        return f"{value / 60:.1f}m"
-    return f"{value:.0f}s"
-
-
 def line(cell: dict[str, Any], failed: list[str]) -> str:
     """One cell's printed line: the figures the checks read, and the verdict."""
     figs = cell["figures"]
@@ -259,11 +249,11 @@ def line(cell: dict[str, Any], failed: list[str]) -> str:
     starved = "/".join(str(_starved(mine, lv)) for lv, _ in LEVELS)
     sstarved = "/".join(str(_starved(strict, lv)) for lv, _ in LEVELS)
     return (
-        f"{label(cell):<28} seed {cell['seed']:>2}: int p99 {_fmt(_p99(mine, '100'))} "
-        f"(strict {_fmt(_p99(strict, '100'))}), normal p99 {_fmt(_p99(mine, '0'))} "
-        f"(strict {_fmt(_p99(strict, '0'))}), starved {starved} (strict {sstarved}), "
+        f"{label(cell):<28} seed {cell['seed']:>2}: int p99 {fmt_seconds(_p99(mine, '100'))} "
+        f"(strict {fmt_seconds(_p99(strict, '100'))}), normal p99 {fmt_seconds(_p99(mine, '0'))} "
+        f"(strict {fmt_seconds(_p99(strict, '0'))}), starved {starved} (strict {sstarved}), "
         f"swaps {mine['swaps']} (strict {strict['swaps']}), inverted {inv}, "
-        f"gap/C {gaps}, C {_fmt(cell['longest'])}: "
+        f"gap/C {gaps}, C {fmt_seconds(cell['longest'])}: "
         + ("ok" if not failed else "FAIL " + "; ".join(failed))
     )
 
