@@ -8,8 +8,9 @@ Theory of operation:
   its model, else of all jobs), charges the lane as the charge model would, and moves the
   resident model. No new arrivals are assumed, and affinity is applied to lane heads only (a
   lane's affinity job further back is not pulled forward in the forecast). With fair share the
-  overdue rule (``choose.overdue``) is applied too, at the predicted time: a level's oldest
-  job goes first once it is overdue. The dry run never touches the dispatcher's state.
+  overdue rule (``choose.overdue``) is applied too, at the predicted start while it is known
+  (every runtime on the way known): a level's oldest job goes first once it is overdue. The
+  dry run never touches the dispatcher's state.
 * ``overtakes`` reads the bounded dispatch history: every dispatch of a job submitted after the
   explained one, while the explained one waited, with the term that gave the winner the biggest
   lead over the explained job at that moment.
@@ -102,7 +103,8 @@ def forecast_order(
         stop_at: Stop after predicting this entry.
         limit: Stop after this many predictions.
         parallel: The workers running the predicted jobs (runtimes and charges are shared).
-        overdue: The overdue rule's constants (None: the rule does not apply).
+        overdue: The overdue rule's constants (None: the rule does not apply); applied while
+            the predicted start is known.
 
     Returns:
         The predicted dispatches in order, each with its predicted start (None once a runtime
@@ -121,8 +123,8 @@ def forecast_order(
         sim = heaps.best(resident)
         if sim is None:
             break
-        if overdue is not None:
-            sim = oldest.overdue(sims, sim, overdue, nominal, per_level)
+        if overdue is not None and clock is not None:  # a time rule needs a known time
+            sim = oldest.overdue(sims, sim, overdue, clock, per_level)
         entry = sim.head
         assert entry is not None
         out.append(Predicted(entry=entry, start=clock))
