@@ -28,11 +28,10 @@ MAX_AMOUNT = 100
 class BatchPop:
     """``pop_many`` for a class that defines ``pop``, ``group_of`` and ``_filter_holder``."""
 
-    def pop(self, name: str, *, now: float) -> Grant | None:  # pragma: no cover - overridden
-        """Pull the best job this worker may run now (the class defines it)."""
-        raise NotImplementedError
-
     if TYPE_CHECKING:  # defined by the class or a base (a stub here would shadow those)
+
+        def pop(self, name: str, *, now: float) -> Grant | None:
+            """Pull the best job this worker may run now."""
 
         def group_of(self, job_id: str) -> str | None:
             """The group of a queued or held job, or None."""
