@@ -27,6 +27,7 @@ from prioqueue.client import Broker, Job, JobLost, Worker
 from prioqueue.client._supervise import descendants
 from prioqueue.client.worker_cli import SUPERVISOR, run_command
 
+from .test_client_cli import _Recorder
 from .test_client_fleet import _broker, _cli, _started
 
 pytestmark = pytest.mark.skipif(
@@ -89,18 +90,6 @@ class _Clock:
 
     def __call__(self) -> float:
         return self.t
-
-
-class _Recorder:
-    """Stands in for the Worker behind a Job: its clock, and what the job reported."""
-
-    def __init__(self, clock: Any = time.monotonic) -> None:
-        self.reports: list[tuple[str, dict[str, Any]]] = []
-        self.clock = clock
-
-    def _finish(self, job: Job, op: str, extra: dict[str, Any]) -> None:
-        self.reports.append((op, extra))
-        job.finished = True
 
 
 def _job(job_id: str, recorder: _Recorder, lease: float = 600.0, ahead: float = 0.0) -> Job:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from prioqueue.cli import main
@@ -37,3 +40,18 @@ def synthetic_azure(path: Path, rows: int = 300) -> None:
             f"{rng.randrange(50, 4000)},{rng.randrange(1, 400)}"
         )
     path.write_bytes("\r\n".join(lines).encode())
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """Import ``benchmarks/NAME.py`` as module ``name`` (benchmarks/ first on the path, so a
+    benchmark that imports another finds it)."""
+    directory = Path(__file__).resolve().parents[2] / "benchmarks"
+    if str(directory) not in sys.path:
+        sys.path.insert(0, str(directory))
+    spec = importlib.util.spec_from_file_location(name, directory / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

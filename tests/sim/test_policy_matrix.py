@@ -6,25 +6,14 @@ and on 4 workers, both Azure traces, seeds 1-5) is ``python benchmarks/check_pol
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from sim_helpers import load_benchmark
 
 
 def _check_policy() -> ModuleType:
-    path = ROOT / "benchmarks" / "check_policy.py"
-    spec = importlib.util.spec_from_file_location("check_policy", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["check_policy"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("check_policy")
 
 
 CELLS = [

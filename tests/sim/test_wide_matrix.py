@@ -6,26 +6,14 @@ validation seeds 6-20 apart) is ``python benchmarks/check_wide.py --seeds 1-20``
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from sim_helpers import load_benchmark
 
 
 def _check_wide() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    path = ROOT / "benchmarks" / "check_wide.py"
-    spec = importlib.util.spec_from_file_location("check_wide", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["check_wide"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("check_wide")
 
 
 CELLS = [
