@@ -102,12 +102,14 @@ def main() -> None:
                 time.sleep(work / 2)
                 os._exit(4)
             if body.get("stream"):
-                outcome = self._stream(work, body)
-            else:
-                outcome = self._work(work)
-                if outcome == "done":
-                    self._json(200, _completion(args.name, body))
+                self._stream(work, body, tag)
+                return
+            outcome = self._work(work)
+            # Logged before the answer is written: a client that has its answer finds the
+            # request's end in the log (a test reads it right after).
             log("end", args.name, tag, time.monotonic(), outcome)
+            if outcome == "done":
+                self._json(200, _completion(args.name, body))
 
         def _work(self, work: float) -> str:
             deadline = time.monotonic() + work
@@ -118,7 +120,7 @@ def main() -> None:
                 time.sleep(0.01)
             return "done"
 
-        def _stream(self, work: float, body: dict[str, object]) -> str:
+        def _stream(self, work: float, body: dict[str, object], tag: str) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
@@ -134,11 +136,15 @@ def main() -> None:
                     }
                     self._chunk(f"data: {json.dumps(chunk)}\n\n".encode())
                 self._chunk(b"data: [DONE]\n\n")
+            except OSError:
+                self.close_connection = True
+                log("end", args.name, tag, time.monotonic(), "left")
+                return
+            log("end", args.name, tag, time.monotonic(), "done")  # before the last chunk
+            try:
                 self._chunk(b"")
             except OSError:
                 self.close_connection = True
-                return "left"
-            return "done"
 
         def _chunk(self, data: bytes) -> None:
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
