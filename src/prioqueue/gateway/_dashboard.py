@@ -28,10 +28,15 @@ if TYPE_CHECKING:
     from prioqueue.gateway._host import Host as Gateway
     from prioqueue.gateway.settings import Identity
 
-__all__ = ["PAGE", "dashboard", "serve", "serve_page"]
+__all__ = ["PAGE", "dashboard", "memory", "serve", "serve_page"]
 
 PAGE = "/prioqueue/ui"
 """Where the gateway serves the dashboard page."""
+
+
+def memory() -> tuple[_model.Recent, _model.ForecastCache]:
+    """What the dashboard keeps between two reads: recent finishes, forecasts' cache."""
+    return (_model.Recent(), _model.ForecastCache())
 
 
 def _panel(gateway: Gateway, job_id: str, who: Identity, now: float) -> dict[str, Any]:
@@ -39,16 +44,16 @@ def _panel(gateway: Gateway, job_id: str, who: Identity, now: float) -> dict[str
     try:
         if job_id in dispatcher:
             job = dispatcher.job(job_id)
-            if not _observe._sees(who, job.member):
+            if not _observe.sees(who, job.member):
                 raise UnknownJob(f"job {job_id!r} is not queued, running or remembered")
-            explained = _observe._explain_live(gateway, job_id)
+            explained = _observe.explain_live(gateway, job_id)
             worker = gateway.gate.holder(job_id)
             return {
                 "id": job_id, "member": job.member, "state": explained.state,
                 "priority": job.priority, "model": job.model, "group": None,
                 "worker": worker, "path": job.payload,
                 "explain": _model.explanation(
-                    explained, now, lambda m: _observe._sees(who, m)
+                    explained, now, lambda m: _observe.sees(who, m)
                 ),
             }  # fmt: skip
         data = _observe.explain(gateway, job_id, who)
@@ -79,11 +84,7 @@ def dashboard(gateway: Gateway, who: Identity, job: str | None = None) -> dict[s
         return everyone or member == who.member
 
     stats = d.stats(now=now)
-    state = getattr(gateway, "dashboard_state", None)
-    if state is None:
-        state = (_model.Recent(), _model.ForecastCache())
-        gateway.dashboard_state = state  # type: ignore[attr-defined]
-    recent, cache = state
+    recent, cache = gateway.dashboard_state
     history = _model.history(d, now)
     workers = _model.workers(d, now, visible, history)
     if gateway.upstreams:

@@ -15,37 +15,9 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import attrs
-
 from prioqueue.clock import Clock
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-
-
-@attrs.define
-class Served:
-    """One inference the fake saw.
-
-    Attributes:
-        model: The body's ``model``.
-        tag: ``fake.tag`` from the body, or the gateway's ``X-Prioqueue-Job`` header.
-        path: The request path.
-        started: The upstream clock's ``monotonic()`` when the inference began (after any
-            cold load).
-        finished: When it ended, or None while running.
-        cancelled: True when the client went away before the end.
-        cold_load: True when serving it switched models.
-        headers: The request headers (lower-case names).
-    """
-
-    model: str | None
-    tag: str | None
-    path: str
-    started: float
-    finished: float | None = None
-    cancelled: bool = False
-    cold_load: bool = False
-    headers: dict[str, str] = attrs.field(factory=dict)
 
 
 def parser() -> argparse.ArgumentParser:

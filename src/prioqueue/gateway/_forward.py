@@ -111,6 +111,15 @@ class Flight:
     exited: asyncio.Event = attrs.field(factory=asyncio.Event)
     """Set once the request's handler has left its turn's block (the gateway's own end)."""
 
+    def granted(self, swap: bool) -> bool:
+        """Note whether its grant was a swap (by the gateway's count); return ``swap``."""
+        self.swap = swap
+        return swap
+
+    def finish(self) -> None:
+        """Mark the request done (its watchers stop)."""
+        self.done = True
+
 
 def error_body(message: str, kind: str) -> bytes:
     return json.dumps({"error": {"message": message, "type": kind, "code": None}}).encode()

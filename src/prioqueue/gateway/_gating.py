@@ -215,6 +215,10 @@ class Held:
         self.linger = linger
         self.upstream: Upstream | None = None
 
+    def sent_to(self, upstream: Upstream | None) -> None:
+        """Note the upstream the request is forwarded to (the one its release waits for)."""
+        self.upstream = upstream
+
     async def __aenter__(self) -> Grant:
         return await self.turn.__aenter__()
 

@@ -27,9 +27,11 @@ if TYPE_CHECKING:
     from prioqueue.fleet import FleetDispatcher
     from prioqueue.gateway._fleetgate import FleetGate
     from prioqueue.gateway._health import Breaker, HttpStats
+    from prioqueue.gateway._history import JobHistory
     from prioqueue.gateway._record import Recorder
     from prioqueue.gateway.settings import GatewayConfig
     from prioqueue.records import Grant
+    from prioqueue.ui.model import ForecastCache, Recent
 
 __all__ = ["Host", "Upstream"]
 
@@ -45,8 +47,9 @@ class Host(Protocol):
     client: aiohttp.ClientSession | None
     started_at: float
     grants: collections.deque[Grant]
-    history: collections.OrderedDict[str, dict[str, Any]]
-    history_bytes: int
+    history: JobHistory
+    dashboard_state: tuple[Recent, ForecastCache]
+    """What the dashboard keeps between two reads (``_dashboard.memory``)."""
     http_stats: HttpStats
     breaker: Breaker
     queued_body_bytes: int
@@ -113,6 +116,27 @@ class Upstream:
         self.swaps = self.tracker.swaps
         self.loaded = self.tracker.primary
         return swap
+
+    def went_down(self, why: str) -> bool:
+        """Take it out of the fleet for ``why``; True when it was up (an outage begins)."""
+        was_up = self.up
+        if was_up:
+            self.up = False
+            self.outages += 1
+        self.last_error = why
+        return was_up
+
+    def read_models(self, now: float) -> None:
+        """Note that ``/v1/models`` was read at ``now`` (monotonic)."""
+        self.models_read_at = now
+
+    def came_up(self, models: tuple[str, ...] | None) -> bool:
+        """Put it in the fleet serving ``models``; True when that changed anything."""
+        if self.up and models == self.models:
+            return False
+        self.models = models
+        self.up = True
+        return True
 
     def polled(self, models: list[str]) -> str | None:
         """Take the loaded models its ``/running`` lists; return the primary one."""

@@ -67,7 +67,7 @@ def _held(gateway: Gateway) -> list[Grant]:
 
 def _running(gateway: Gateway, grant: Grant, who: Identity | None, now: float) -> dict[str, Any]:
     job = grant.job
-    if not _sees(who, job.member):
+    if not sees(who, job.member):
         return {"mine": False}
     return {
         "mine": who is not None and who.member == job.member,
@@ -88,7 +88,7 @@ def _relative(when: float | None, now: float) -> float | None:
     return None if when is None else round(max(0.0, when - now), 3)
 
 
-def _sees(who: Identity | None, member: str) -> bool:
+def sees(who: Identity | None, member: str) -> bool:
     return who is None or who.observer or who.member == member
 
 
@@ -124,7 +124,7 @@ def status(
             "jobs": [],
         }
     for position, ahead in enumerate(dispatcher.forecast(now=now, limit=limit), start=1):
-        if not _sees(who, ahead.member):
+        if not sees(who, ahead.member):
             continue
         entry = levels.setdefault(str(ahead.priority), {"queued": 0, "jobs": []})
         entry["jobs"].append(
@@ -178,7 +178,7 @@ _HIDDEN = ("job_id", "member")
 
 def _redact(entries: list[dict[str, Any]], who: Identity | None) -> None:
     for entry in entries:
-        if not _sees(who, entry["member"]):
+        if not sees(who, entry["member"]):
             for key in _HIDDEN:
                 entry.pop(key, None)
 
@@ -204,9 +204,9 @@ def explain(gateway: Gateway, job_id: str, who: Identity | None = None) -> dict[
     unknown = UnknownJob(f"job {job_id!r} is not queued, running or remembered")
     dispatcher = gateway.dispatcher
     if job_id in dispatcher:
-        if not _sees(who, dispatcher.job(job_id).member):
+        if not sees(who, dispatcher.job(job_id).member):
             raise unknown
-        explanation = _explain_live(gateway, job_id)
+        explanation = explain_live(gateway, job_id)
         now = explanation.now
         data = attrs.asdict(explanation)
         if gateway.upstreams:
@@ -226,7 +226,7 @@ def explain(gateway: Gateway, job_id: str, who: Identity | None = None) -> dict[
         data["job"].pop("seq", None)
         return data
     record = gateway.history.get(job_id)
-    if record is None or not _sees(who, record["member"]):
+    if record is None or not sees(who, record["member"]):
         raise unknown
     data = {"state": "finished"}
     data.update((key, value) for key, value in record.items() if not key.startswith("_"))
@@ -254,7 +254,7 @@ def _takes_limits() -> bool:
 _BOUNDED_EXPLAIN = _takes_limits()
 
 
-def _explain_live(gateway: Gateway, job_id: str) -> Any:
+def explain_live(gateway: Gateway, job_id: str) -> Any:
     """The dispatcher's explanation, with its lists bounded when the core supports it."""
     dispatcher = gateway.dispatcher
     if _BOUNDED_EXPLAIN:
@@ -318,13 +318,9 @@ def remember(
     if grant is not None:
         record["runtime"] = max(0.0, gateway.gate.now() - grant.granted_at)
     size = _RECORD_OVERHEAD + len(job_id) + len(who.member) + len(model or "") + len(path)
-    record["_size"] = size
-    history = gateway.history
-    history[job_id] = record
-    gateway.history_bytes += size
-    while len(history) > config.job_history or gateway.history_bytes > config.job_history_bytes:
-        _, old = history.popitem(last=False)
-        gateway.history_bytes -= old["_size"]
+    gateway.history.keep(
+        job_id, record, size, most=config.job_history, most_bytes=config.job_history_bytes
+    )
 
 
 _RECORD_OVERHEAD = 1200

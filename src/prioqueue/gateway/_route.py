@@ -94,13 +94,11 @@ class Routes:
             upstream: The upstream.
             why: What failed (shown in status and logged).
         """
-        if upstream.up:
-            upstream.up = False
-            upstream.outages += 1
+        before = upstream.last_error
+        if upstream.went_down(why):
             log.warning("upstream %s is out of the fleet: %s", upstream.name, why)
-        elif why != upstream.last_error:  # never up yet, or failing another way: say why
+        elif why != before:  # never up yet, or failing another way: say why
             log.warning("upstream %s is not up: %s", upstream.name, why)
-        upstream.last_error = why
         if self.fleet_gate is not None:
             self.fleet_gate.take_out(upstream.name)
 

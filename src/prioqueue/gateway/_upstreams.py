@@ -96,7 +96,7 @@ async def check(gateway: Gateway, upstream: Upstream) -> None:
             models = tuple(
                 str(entry["id"]) for entry in data if isinstance(entry, dict) and entry.get("id")
             )
-            upstream.models_read_at = now
+            upstream.read_models(now)
             if not models:
                 raise ValueError(f"{base}/v1/models lists no model")
     except Exception as exc:  # any failure of the poll: the upstream is not healthy
@@ -111,9 +111,7 @@ async def check(gateway: Gateway, upstream: Upstream) -> None:
     # against its slots until the next poll: new work only when idle by both counts.
     ours = max(ours, gate.holding(name))
     gate.set_reported(name, 0 if busy is None else busy - ours, since=asked)
-    if not upstream.up or models != upstream.models:
-        upstream.models = models
-        upstream.up = True
+    if upstream.came_up(models):
         gate.put_back(
             name,
             models=models,

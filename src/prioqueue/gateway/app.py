@@ -51,7 +51,6 @@ import contextlib
 import logging
 import math
 import uuid
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
@@ -85,6 +84,7 @@ from prioqueue.gateway._gating import (
     refusal,
 )
 from prioqueue.gateway._health import Breaker, HttpStats
+from prioqueue.gateway._history import JobHistory
 from prioqueue.gateway._idle import Lingering
 from prioqueue.gateway._loaded import Loaded
 from prioqueue.gateway._record import Recorder
@@ -174,8 +174,8 @@ class Gateway(Routes):
         self.started_at = clock()
         self._watchers: list[asyncio.Task[None]] = []
         self.client: aiohttp.ClientSession | None = None
-        self.history: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self.history_bytes = 0
+        self.history = JobHistory()
+        self.dashboard_state = _dashboard.memory()
         self.grants: collections.deque[Grant] = collections.deque(maxlen=GRANT_RING)
         self.http_stats = HttpStats()
         self.breaker = Breaker(limits.breaker_failures, limits.breaker_cooldown_seconds, clock)
@@ -381,7 +381,7 @@ class Gateway(Routes):
             status = status if ended[0] is None else ended[0]
         finally:
             self.queued_body_bytes -= held
-            flight.done = True
+            flight.finish()
             watcher.cancel()
             asks = (asked.model, asked.priority)
             ran = turn.grant
@@ -417,9 +417,9 @@ class Gateway(Routes):
                     # The driver owns the one lease timer; it revokes the turn on expiry.
                     lease_watch = asyncio.get_running_loop().create_task(watch_lease(turn, flight))
                 origin, prefix, upstream = self._origin(grant)
-                held_turn.upstream = upstream
+                held_turn.sent_to(upstream)
                 await self._reads_settled(upstream)
-                swap = flight.swap = self._granted(grant, upstream)
+                swap = flight.granted(self._granted(grant, upstream))
                 url = upstream_url(scope, origin, prefix)
                 request = (scope["method"], url, self._with_key(forwarded, upstream))
                 try:

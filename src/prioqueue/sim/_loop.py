@@ -32,18 +32,23 @@ class _Worker:
 
     __slots__ = (
         "awake",
-        "did",
+        "busy_seconds",
         "held",
         "idle",
         "idle_from",
         "index",
+        "jobs",
+        "load_seconds",
         "loaded",
+        "lost_seconds",
+        "models",
         "name",
         "phase",
         "run_end",
         "running",
         "slots",
         "speed",
+        "swaps",
         "tick",
     )
 
@@ -58,12 +63,24 @@ class _Worker:
         self.run_end = _INF
         self.idle_from = 0.0
         self.idle = 0.0  # the idle gaps before its grants
-        models = None if spec.models is None else sorted(spec.models)
+        self.models = None if spec.models is None else sorted(spec.models)
         # What it did (runs, swaps, loads, busy and lost seconds), counted where it happens.
-        self.did = WorkerStats(spec.name, spec.slots, spec.speed, models)
+        self.jobs = 0
+        self.swaps = 0
+        self.load_seconds = 0.0
+        self.busy_seconds = 0.0
+        self.lost_seconds = 0.0
         self.phase = phase
         self.tick = _INF  # its next poll tick (when polling)
         self.awake = False  # pulls at the next instant whatever its ticks (a job ended)
+
+    def did(self) -> WorkerStats:
+        """What it did during the run (its public record). O(1)."""
+        return WorkerStats(
+            self.name, self.slots, self.speed, self.models,
+            jobs=self.jobs, swaps=self.swaps, load_seconds=self.load_seconds,
+            busy_seconds=self.busy_seconds, lost_seconds=self.lost_seconds,
+        )  # fmt: skip
 
 
 class Loop:
@@ -96,6 +113,7 @@ class Loop:
     ) -> None:
         self.began = perf_counter()
         self.workload = workload
+        self.spec = spec
         self.arrivals = arrivals = workload.arrivals
         self.one_gpu = one_gpu
         self.poll = poll
@@ -134,8 +152,8 @@ class Loop:
         self.load = [0.0] * n
         self.worker_of = [-1] * n
         self.attempts = [0] * n
-        end = [math.nan] * n
-        self.result = RunResult(spec, self.workload, self.status, self.start, end, self.load)
+        self.end = end = [math.nan] * n
+        self.retries: list[tuple[int, float, float, float]] = []  # hung attempts' leases ran out
         self.runs: list[tuple[int, int, float, float]] = []
         self.cancels: list[tuple[float, int]] = []
         self.ends: list[tuple[float, int, int]] = []  # (run end, worker, job)
@@ -251,9 +269,9 @@ class Loop:
             w = self.holder[j]
             ran = w.running == j
             granted = start[j] if ran else now
-            self.result.retries.append((j, granted, now, self.load[j] if ran else 0.0))
+            self.retries.append((j, granted, now, self.load[j] if ran else 0.0))
             if ran:
-                w.did.lost_seconds += now - start[j]
+                w.lost_seconds += now - start[j]
             self._stop_running(w, j)
             start[j] = math.nan
             if expired.requeued:
@@ -336,10 +354,10 @@ class Loop:
         if model is not None and model != w.loaded:
             cold = self.workload.load_time(model)
             w.loaded = model
-            w.did.swaps += 1
-            w.did.load_seconds += cold
+            w.swaps += 1
+            w.load_seconds += cold
         w.running = j
-        w.did.jobs += 1
+        w.jobs += 1
         self.status[j] = JobState.RUNNING
         self.start[j] = t
         self.load[j] = cold
@@ -359,7 +377,7 @@ class Loop:
         w.awake = True
         if w.running == j:
             self.runs.append((w.index, j, self.start[j], self.now))
-            w.did.busy_seconds += self.now - self.start[j]
+            w.busy_seconds += self.now - self.start[j]
             if w.run_end == _INF:
                 self.hung -= 1
             self._begin(w)
@@ -385,27 +403,36 @@ class Loop:
 
     def _finish(self, cut: float | None) -> RunResult:
         """Fill in the result; ``cut`` is the horizon when it stopped the clock, else None."""
-        result, start = self.result, self.start
+        start = self.start
         clock = self.now if cut is None else cut
         for w in self.fleet:  # unfinished work at the horizon
             if w.running >= 0:
                 self.runs.append((w.index, w.running, start[w.running], clock))
-                w.did.busy_seconds += clock - start[w.running]
+                w.busy_seconds += clock - start[w.running]
             for j in w.held:
                 if w.running != j:
                     self.status[j] = JobState.QUEUED  # prefetched, never started: still waiting
-        did = [w.did for w in self.fleet]
-        result.swaps = sum(d.swaps for d in did)
-        result.load_seconds = math.fsum(d.load_seconds for d in did)
-        result.lost_seconds = math.fsum(d.lost_seconds for d in did)
-        result.idle_waiting_seconds = self.idle_waiting
-        self.feeder.close(result, now=self.now, events=self.events, horizon=cut)
+        did = [w.did() for w in self.fleet]
+        fed = self.feeder.close(now=self.now, events=self.events, horizon=cut)
+        clock_end = fed.makespan if cut is None else cut
         if self.one_gpu:
-            result.idle_seconds = self.fleet[0].idle
-            return result
-        result.workers = did
-        result.worker_of = self.worker_of
-        result.runs = self.runs
-        busy = math.fsum(d.busy_seconds for d in did)
-        result.idle_seconds = max(0.0, len(self.fleet) * result.clock_end - busy)
-        return result
+            idle = self.fleet[0].idle
+        else:
+            busy = math.fsum(d.busy_seconds for d in did)
+            idle = max(0.0, len(self.fleet) * clock_end - busy)
+        return RunResult(
+            self.spec, self.workload, self.status, start, self.end, self.load,
+            retries=self.retries,
+            swaps=sum(d.swaps for d in did),
+            load_seconds=math.fsum(d.load_seconds for d in did),
+            idle_seconds=idle,
+            idle_waiting_seconds=self.idle_waiting,
+            lost_seconds=math.fsum(d.lost_seconds for d in did),
+            makespan=fed.makespan, events=fed.events, wall_seconds=fed.wall_seconds,
+            reorders=fed.reorders, horizon=fed.horizon, submitted=fed.submitted,
+            forecasts=fed.forecasts,
+            # A fleet's per-worker record (one GPU reports none).
+            workers=[] if self.one_gpu else did,
+            worker_of=[] if self.one_gpu else self.worker_of,
+            runs=[] if self.one_gpu else self.runs,
+        )  # fmt: skip

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prioqueue._errors import ConfigError
 from prioqueue.sim import _options as options
@@ -31,6 +31,12 @@ if TYPE_CHECKING:
 __all__ = ["add_arguments", "run"]
 
 _PROG = "prioqueue simulate"
+
+
+class ArgumentGroup(Protocol):
+    """What options are added to: a parser or a group (argparse's group type is private)."""
+
+    def add_argument(self, *name_or_flags: str, **kwargs: Any) -> argparse.Action: ...
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -109,7 +115,7 @@ def _fleet_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _policy_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+def _policy_arguments(parser: argparse.ArgumentParser) -> ArgumentGroup:
     policy = parser.add_argument_group("policies")
     _repeatable(
         policy,
@@ -136,7 +142,7 @@ def _policy_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGrou
     return policy
 
 
-def _parameter_arguments(policy: argparse._ArgumentGroup) -> None:
+def _parameter_arguments(policy: ArgumentGroup) -> None:
     policy.add_argument("--config", metavar="FILE", help="TOML file of settings (see docs)")
     policy.add_argument("--aging-divisor", type=float, help="seconds per aging point (60)")
     policy.add_argument("--band-spacing", type=float, help="distance between levels (100)")
@@ -251,7 +257,7 @@ def _guard(step: Callable[[], Any]) -> Any:
         raise _Failure(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": ")) from None
 
 
-def _repeatable(group: argparse._ArgumentGroup, flag: str, metavar: str, text: str) -> None:
+def _repeatable(group: ArgumentGroup, flag: str, metavar: str, text: str) -> None:
     """Add an option that may be given several times (its values collect in a list)."""
     group.add_argument(flag, action="append", default=[], metavar=metavar, help=text)
 

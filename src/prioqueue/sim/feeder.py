@@ -12,14 +12,29 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import attrs
+
 from prioqueue._errors import QueueFull
 from prioqueue.clock import perf_counter
 from prioqueue.sim.groups import ChainFeed, ForecastLog
 from prioqueue.sim.queues import reorder_counts
-from prioqueue.sim.results import JobState, RunResult
+from prioqueue.sim.results import JobState
 from prioqueue.sim.workload import Workload
 
-__all__ = ["Feeder"]
+__all__ = ["FeedTotals", "Feeder"]
+
+
+@attrs.frozen
+class FeedTotals:
+    """What the feeder reports of a run at its end (fields of :class:`RunResult`)."""
+
+    makespan: float
+    horizon: float | None
+    submitted: list[float]
+    forecasts: dict[str, list[tuple[float, float, float | None]]]
+    events: int
+    reorders: dict[int, dict[str, int]]
+    wall_seconds: float
 
 
 class Feeder:
@@ -173,23 +188,26 @@ class Feeder:
         if self._grouped and forecast:
             self.forecasts.finished(group, t)
 
-    def close(self, result: RunResult, *, now: float, events: int, horizon: float | None) -> None:
-        """Fill in what every run reports at the end of a run: clock, counts, forecasts.
+    def close(self, *, now: float, events: int, horizon: float | None) -> FeedTotals:
+        """What every run reports at the end of a run: clock, counts, forecasts. O(n).
 
         Args:
-            result: The run's result (its ``end`` times are final).
             now: The engine's clock when the loop stopped.
             events: The policy calls the engine made itself (the feeder's are added).
             horizon: The horizon when the run stopped there with work left, else None.
         """
-        result.makespan = now
+        makespan = now
         if horizon is not None:
-            result.horizon = horizon
-            result.makespan = max((e for e in result.end if not math.isnan(e)), default=0.0)
-        result.submitted = self.submitted
-        result.forecasts = self.forecasts.points if self._grouped else {}
-        result.events = events + self.events
-        result.reorders = reorder_counts(self._policy, now)
-        result.wall_seconds = perf_counter() - self._began
+            makespan = max((e for e in self._end if not math.isnan(e)), default=0.0)
+        totals = FeedTotals(
+            makespan=makespan,
+            horizon=horizon,
+            submitted=self.submitted,
+            forecasts=self.forecasts.points if self._grouped else {},
+            events=events + self.events,
+            reorders=reorder_counts(self._policy, now),
+            wall_seconds=perf_counter() - self._began,
+        )
         if self._progress is not None:
             self._progress(self.finished)
+        return totals
