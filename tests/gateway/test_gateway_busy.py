@@ -275,7 +275,10 @@ def test_a_flapping_or_slow_health_endpoint_never_runs_two_jobs_on_one_upstream(
                 await wait_for(lambda: up.up)
             stop.set()
             statuses = [s for result in await asyncio.gather(*loads) for s in result]
-            assert set(statuses) == {200}, statuses  # a flap cuts no request
+            # A flap of u0 cuts no request. On a busy machine u1's own poll may miss its
+            # 0.1 s time-out too: with both out, a request is refused (503), as it should be.
+            allowed = {200, 503} if fleet.gateway.upstreams["u1"].outages else {200}
+            assert set(statuses) <= allowed, statuses
             assert statuses.count(200) >= 50
 
     run(main(), timeout=300)
