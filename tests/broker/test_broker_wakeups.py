@@ -180,6 +180,29 @@ def test_a_pop_granted_at_once_whose_client_left_during_the_try_gives_the_job_ba
     run(scenario())
 
 
+def test_a_heartbeat_says_how_many_polls_of_the_worker_still_wait() -> None:
+    # A stopping worker watches its abandoned poll only while the broker still holds one.
+    async def scenario() -> None:
+        async with api() as a:
+
+            async def waiting() -> Any:
+                beat = await a.client.post("/v1/workers/gpu-1/heartbeat", json={}, headers=WORKER)
+                assert beat.status_code == 200, beat.text
+                return beat.json()["waiting"]
+
+            assert (await _pop(a, "gpu-1")).status_code == 204  # joined, not waiting
+            assert await waiting() == 0
+            left = asyncio.Event()
+            polling = asyncio.create_task(long_pop(a.broker, "gpu-1", SPEC, 30, left.wait))
+            await _settle(a, 1)
+            assert await waiting() == 1
+            left.set()
+            assert await asyncio.wait_for(polling, 10) == (None, {}, ())
+            assert await waiting() == 0
+
+    run(scenario())
+
+
 def test_a_woken_waiter_that_goes_away_hands_its_wake_up_on() -> None:
     async def scenario() -> None:
         async with api() as a:

@@ -291,6 +291,33 @@ def test_a_worker_stopped_while_it_long_polls_leaves_no_job_running_nowhere(env:
                 cli.wait()
 
 
+def test_a_worker_stopped_in_a_long_poll_exits_once_the_broker_holds_no_poll_of_it(
+    env: Path,
+) -> None:
+    # Probes, round 5: SIGTERM of an idle `prioqueue worker --wait 60` kept it heartbeating
+    # until the abandoned poll's wait would have run out (61 s: past `docker stop`'s 10 s and
+    # Kubernetes' 30 s grace, so it was SIGKILLed). The broker's heartbeat answer now says how
+    # many polls of the worker still wait; at 0 nothing can be granted to the gone one.
+    with _broker(env, "sqlite") as proc, Broker(proc.url, "sk-alice") as broker:
+        cli_env = {"PRIOQUEUE_BROKER_URL": proc.url, "PRIOQUEUE_KEY": "wk-1"}
+        log = env / "long.log"
+        command = ["worker", "--name", "gpu-long", "--wait", "60", "--log-level", "info"]
+        cli = _cli(*command, "--", "sh", "-c", "echo 1", env=cli_env, log=log)
+        try:
+            end = time.monotonic() + 60
+            while broker.status()["workers"] != 1:  # its first pop joined: it is polling
+                assert time.monotonic() < end, log.read_text()
+                time.sleep(0.05)  # waiting for the worker process
+            cli.send_signal(signal.SIGTERM)
+            assert cli.wait(timeout=50) == 0, log.read_text()  # "hung": the poll's wait is 60
+            assert "no poll of it waits in the broker" in log.read_text()
+            assert broker.status()["workers"] == 0
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+                cli.wait()
+
+
 def test_in_process_a_signal_during_a_long_poll_hands_back_what_the_poll_is_granted(
     env: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
