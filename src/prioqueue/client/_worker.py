@@ -13,9 +13,9 @@ Theory of operation
   calls ``job.check()`` before a side effect that must not happen twice.
 * **Lost answers**: a ``complete`` whose first try may have landed (a retry after a transport
   error) and that is then answered "the job is done" has succeeded. A pop whose answer was
-  lost leaves a job granted to this worker that it never saw; the next idle moment finds it
-  (the pop says ``slots_full`` while the worker holds nothing, or a heartbeat lists it) and
-  the worker hands it back with ``leave`` (which requeues it whatever its attempt count).
+  lost leaves a job granted to this worker that it never saw; the first idle pop after a
+  retried pop (or after a restart) asks a heartbeat, which lists it, and the worker hands it
+  back with ``leave``. Only then: ``slots_full`` otherwise means another process of that name.
 * **Stopping**: the first SIGTERM or SIGINT (Ctrl-C) stops popping, lets the job in hand
   finish and reports it, then ``leave``; a second one interrupts the handler and hands the
   job back with ``leave``. A pop in flight is abandoned (its connection closed); a job the
@@ -57,6 +57,8 @@ ABANDONED_POLL_CHECK = 0.5
 """Seconds between the checks of a stopping worker for a grant to its abandoned long poll."""
 ABANDONED_POLL_SLACK = 1.0
 """Seconds added to an abandoned poll's wait for the way to the broker and its answer."""
+SHARED_NAME = "worker %s: its slots are full, this process holds nothing: is its name shared?"
+"""Logged, instead of handing the jobs back: they may be another live process's."""
 
 
 class _Interrupted(BaseException):
@@ -197,8 +199,10 @@ class Worker:
             self._orphans_checked = False  # a grant's answer may have been lost
         if response.status_code == 204:
             idle = response.headers.get("x-prioqueue-idle", "")
-            if "slots_full" in idle or not self._orphans_checked:
+            if not self._orphans_checked:  # first idle pop, or one after a retried pop
                 self._hand_back_orphans()
+            elif "slots_full" in idle and not self.held():  # not a lost grant: no leave
+                _log.warning(SHARED_NAME, self.name)
             return None
         raise_for(response)
         job = Job(self, response.json(), received_at=received)
