@@ -113,6 +113,28 @@ def test_a_batch_over_a_budget_is_refused_whole_in_memory(case: str) -> None:
     run(scenario())
 
 
+def test_a_batch_alone_over_a_byte_budget_says_to_split_it_not_to_retry() -> None:
+    # Probes, round 5: 400 x 900 B over a member's 200,000 bytes is refused 429 (the status a
+    # one-by-one submit of its job 222 gets) and said "retry once some finish", which cannot
+    # help: the batch's own jobs are over the budget. The hint now says so; room taken by
+    # other jobs still says to retry.
+    async def scenario() -> None:
+        config = {"max_queued_bytes_per_member": 200_000}
+        async with _served("memory://", **config) as (client, _broker):
+            alone = await client.post("/v1/jobs/batch", json=_jobs(400), headers=SUBMITTER)
+            assert alone.status_code == 429, alone.text
+            assert "split the batch" in alone.json()["error"]
+            assert "retry once" not in alone.json()["error"]
+            for _ in range(200):
+                first = await client.post("/v1/jobs", json={"payload": PAYLOAD}, headers=SUBMITTER)
+                assert first.status_code == 201, first.text
+            room = await client.post("/v1/jobs/batch", json=_jobs(30), headers=SUBMITTER)
+            assert room.status_code == 429, room.text
+            assert "retry once some finish" in room.json()["error"]
+
+    run(scenario())
+
+
 def _durable(store: Callable[[str], contextlib.AbstractContextManager[tuple[Any, Any]]]) -> None:
     """Every case on a fresh durable store: refused whole, nothing journaled, still serving.
 

@@ -367,7 +367,9 @@ def test_heartbeat_lists_the_workers_jobs_and_unknown_workers_are_404() -> None:
                 "/v1/workers/gpu-1/heartbeat", json={"resident": "sdxl"}, headers=WORKER
             )
             assert r.status_code == 200
-            assert r.json() == {"jobs": [{"id": job, "attempt": 1, "deadline": a.clock.t + 900}]}
+            held = [{"id": job, "attempt": 1, "deadline": a.clock.t + 900}]
+            assert r.json() == {"jobs": held, "waiting": 0}  # no long poll of it waits
+            assert r.headers["X-Prioqueue-Waiting"] == "0"
             r = await a.client.post("/v1/workers/gpu-1/heartbeat", json={"x": 1}, headers=WORKER)
             assert r.status_code == 422
 

@@ -161,6 +161,48 @@ def test_a_sleeping_pop_whose_client_goes_leaves_at_once_and_takes_nothing() -> 
     run(scenario())
 
 
+def test_a_pop_granted_at_once_whose_client_left_during_the_try_gives_the_job_back() -> None:
+    # Probes, round 5: on PostgreSQL a worker's first pop (a journaled join) took longer than
+    # its client stayed; the job queued meanwhile was granted at once, without a sleep that
+    # would have watched the client, and ran nowhere until worker_timeout_seconds.
+    async def scenario() -> None:
+        async with api() as a:
+            job = await a.submit()
+            left = asyncio.Event()
+            left.set()  # the connection closed while the first try was being journaled
+            assert await long_pop(a.broker, "gpu-1", SPEC, 30, left.wait) == (None, {}, ())
+            view = (await a.job(job)).json()
+            assert view["state"] == "queued", view
+            granted = (await _pop(a, "gpu-2")).json()
+            assert (granted["id"], granted["attempt"]) == (job, 2)  # given back, journaled
+            assert a.broker.changes.sleeping == 0
+
+    run(scenario())
+
+
+def test_a_heartbeat_says_how_many_polls_of_the_worker_still_wait() -> None:
+    # A stopping worker watches its abandoned poll only while the broker still holds one.
+    async def scenario() -> None:
+        async with api() as a:
+
+            async def waiting() -> Any:
+                beat = await a.client.post("/v1/workers/gpu-1/heartbeat", json={}, headers=WORKER)
+                assert beat.status_code == 200, beat.text
+                return beat.json()["waiting"]
+
+            assert (await _pop(a, "gpu-1")).status_code == 204  # joined, not waiting
+            assert await waiting() == 0
+            left = asyncio.Event()
+            polling = asyncio.create_task(long_pop(a.broker, "gpu-1", SPEC, 30, left.wait))
+            await _settle(a, 1)
+            assert await waiting() == 1
+            left.set()
+            assert await asyncio.wait_for(polling, 10) == (None, {}, ())
+            assert await waiting() == 0
+
+    run(scenario())
+
+
 def test_a_woken_waiter_that_goes_away_hands_its_wake_up_on() -> None:
     async def scenario() -> None:
         async with api() as a:

@@ -291,6 +291,33 @@ def test_a_worker_stopped_while_it_long_polls_leaves_no_job_running_nowhere(env:
                 cli.wait()
 
 
+def test_a_worker_stopped_in_a_long_poll_exits_once_the_broker_holds_no_poll_of_it(
+    env: Path,
+) -> None:
+    # Probes, round 5: SIGTERM of an idle `prioqueue worker --wait 60` kept it heartbeating
+    # until the abandoned poll's wait would have run out (61 s: past `docker stop`'s 10 s and
+    # Kubernetes' 30 s grace, so it was SIGKILLed). The broker's heartbeat answer now says how
+    # many polls of the worker still wait; at 0 nothing can be granted to the gone one.
+    with _broker(env, "sqlite") as proc, Broker(proc.url, "sk-alice") as broker:
+        cli_env = {"PRIOQUEUE_BROKER_URL": proc.url, "PRIOQUEUE_KEY": "wk-1"}
+        log = env / "long.log"
+        command = ["worker", "--name", "gpu-long", "--wait", "60", "--log-level", "info"]
+        cli = _cli(*command, "--", "sh", "-c", "echo 1", env=cli_env, log=log)
+        try:
+            end = time.monotonic() + 60
+            while broker.status()["workers"] != 1:  # its first pop joined: it is polling
+                assert time.monotonic() < end, log.read_text()
+                time.sleep(0.05)  # waiting for the worker process
+            cli.send_signal(signal.SIGTERM)
+            assert cli.wait(timeout=50) == 0, log.read_text()  # "hung": the poll's wait is 60
+            assert "no poll of it waits in the broker" in log.read_text()
+            assert broker.status()["workers"] == 0
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+                cli.wait()
+
+
 def test_in_process_a_signal_during_a_long_poll_hands_back_what_the_poll_is_granted(
     env: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -348,3 +375,67 @@ def test_a_report_answered_taken_back_is_the_outcome_lost(env: Path) -> None:
     job = _job("job-5", _Lost())
     said = run_command(["sh", "-c", "echo 1"], job, worker="w", result_max_bytes=64)
     assert said == "lost (the broker took the job back)"
+
+
+def test_a_second_worker_of_one_name_on_one_host_is_refused(env: Path) -> None:
+    # Probes, round 5: two `prioqueue worker` processes of one name (the default name is the
+    # host name) each handed the other's job back as a lost grant: one job started 12 times
+    # in 90 s, on both at once, never finished. The second one now exits 2 saying why.
+    with _broker(env, "sqlite") as proc, Broker(proc.url, "sk-alice") as broker:
+        cli_env = {"PRIOQUEUE_BROKER_URL": proc.url, "PRIOQUEUE_KEY": "wk-1"}
+        command = ["worker", "--name", "gpu-same", "--wait", "5", "--", "sh", "-c", "echo 1"]
+        first = _cli(*command, env=cli_env, log=env / "first.log")
+        try:
+            end = time.monotonic() + 60
+            while broker.status()["workers"] != 1:  # its first pop joined: it is polling
+                assert time.monotonic() < end, (env / "first.log").read_text()
+                time.sleep(0.05)  # waiting for the worker process
+            second = _cli(*command, env=cli_env)
+            _, err = second.communicate(timeout=60)
+            assert second.returncode == 2
+            assert b"another prioqueue worker named 'gpu-same'" in err
+            assert first.poll() is None  # the first one goes on
+            other = ["worker", "--name", "gpu-other", "--wait", "5", "--", "true"]
+            third = _cli(*other, env=cli_env, log=env / "third.log")
+            while broker.status()["workers"] != 2:  # another name is welcome
+                assert time.monotonic() < end, (env / "third.log").read_text()
+                time.sleep(0.05)  # waiting for the worker process
+            third.send_signal(signal.SIGTERM)
+            assert third.wait(timeout=60) == 0
+        finally:
+            if first.poll() is None:
+                first.send_signal(signal.SIGTERM)
+                first.wait(timeout=60)
+        again = _cli(*command, env=cli_env, log=env / "again.log")  # free once it exits
+        try:
+            while broker.status()["workers"] != 1:
+                assert time.monotonic() < end, (env / "again.log").read_text()
+                time.sleep(0.05)  # waiting for the worker process
+        finally:
+            again.send_signal(signal.SIGTERM)
+            assert again.wait(timeout=60) == 0
+
+
+def test_slots_full_while_holding_nothing_hands_back_no_other_process_s_job(
+    env: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Two Worker objects of one name (another host, or the library used twice): the broker's
+    # "slots_full" for a worker that holds nothing in this process is not a lost grant.
+    with _broker(env, "sqlite") as proc, Broker(proc.url, "sk-alice") as broker:
+        with (
+            Worker(proc.url, "wk-1", "gpu-twin", wait=0, handle_signals=False) as one,
+            Worker(proc.url, "wk-1", "gpu-twin", wait=0, handle_signals=False) as two,
+            caplog.at_level(logging.WARNING),
+        ):
+            assert two.pop() is None  # its first idle pop: nothing held under the name
+            job_id = broker.submit({"n": 1})
+            job = one.pop()
+            assert job is not None
+            waiting = broker.submit({"n": 2})  # queued, and the name's one slot is taken
+            assert two.pop() is None  # slots_full: the job is one's, not a lost grant
+            assert "is its name shared?" in caplog.text
+            view = broker.get(job_id)
+            assert (view["state"], view["attempt"]) == ("running", 1)
+            assert broker.get(waiting)["state"] == "queued"
+            job.complete("once")
+        assert broker.wait(job_id, timeout=30) == "once"

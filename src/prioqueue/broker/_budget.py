@@ -64,21 +64,26 @@ class QueuedBytes:
         mine, everyone = before
         limits = (
             ("max_queued_bytes_per_member", config.max_queued_bytes_per_member,
-             self.member.get(member, 0) + mine, f"member {member!r}'s unfinished jobs hold"),
-            ("max_queued_bytes", config.max_queued_bytes, self.total + everyone,
+             self.member.get(member, 0) + mine, mine, f"member {member!r}'s unfinished jobs hold"),
+            ("max_queued_bytes", config.max_queued_bytes, self.total + everyone, everyone,
              "unfinished jobs hold"),
         )  # fmt: skip
-        for name, limit, _used, _whose in limits:
+        for name, limit, _used, _own, _whose in limits:
             if limit is not None and size > limit:
                 raise Rejected(
                     413, f"payload and image are {size} bytes, over {name}={limit}", field="payload"
                 )
-        for name, limit, used, whose in limits:
+        for name, limit, used, own, whose in limits:
             if limit is not None and used + size > limit:
+                hint = (  # the batch alone is over: retrying it cannot help
+                    f"the batch's jobs so far alone hold {own + size} bytes: split the batch"
+                    if own + size > limit
+                    else "retry once some finish"
+                )
                 raise Rejected(
                     429,
                     f"{whose} {used} bytes{' (the batch included)' if any(before) else ''}; "
-                    f"this job's {size} would pass {name}={limit} (retry once some finish)",
+                    f"this job's {size} would pass {name}={limit} ({hint})",
                     field="payload",
                     retry_after=config.retry_after_seconds,
                 )

@@ -115,6 +115,11 @@ async def long_pop(
     watch = _Watch(changes, waiter, gone)
     try:
         record, idle, siblings = await _long_pop(broker, waiter, args, (loop, end), held, watch)
+        if record is not None and watch.task is None and gone is not None:
+            # Granted without sleeping: the client may have left during the try (a journaled
+            # join or grant can take a while). A gone client's receive answers at once.
+            watch.start()
+            await asyncio.sleep(0)
         if record is not None and watch.gone:
             for granted in (record, *siblings):
                 await _give_back(broker, granted)

@@ -11,7 +11,16 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from prioqueue.broker._http import ID, WAIT, ActingWorker, WorkerKey, acts_as, job_view
+from prioqueue.broker._http import (
+    ID,
+    WAIT,
+    ActingWorker,
+    WorkerKey,
+    acts_as,
+    job_view,
+    rejected_response,
+)
+from prioqueue.broker._records import Rejected
 from prioqueue.broker._waiters import long_pop
 from prioqueue.broker.config import BrokerKey
 from prioqueue.broker.models import (
@@ -25,7 +34,10 @@ from prioqueue.broker.models import (
 )
 from prioqueue.broker.service import Broker
 
-__all__ = ["worker_router"]
+__all__ = ["WAITING", "worker_router"]
+
+WAITING = "X-Prioqueue-Waiting"
+"""The heartbeat's header: the worker's long polls waiting in the broker now."""
 
 
 def worker_router(broker: Broker) -> APIRouter:
@@ -82,11 +94,23 @@ def worker_router(broker: Broker) -> APIRouter:
 
     @router.post("/v1/workers/{worker}/heartbeat", response_model=HeartbeatReply, tags=["workers"])
     async def heartbeat(
-        worker: ActingWorker, body: HeartbeatRequest | None = None
-    ) -> HeartbeatReply:
-        """Say the worker is alive (and which model it has loaded)."""
+        response: Response, worker: ActingWorker, body: HeartbeatRequest | None = None
+    ) -> Any:
+        """Say the worker is alive (and which model it has loaded).
+
+        The answer lists the jobs it holds; ``waiting`` (and the ``X-Prioqueue-Waiting``
+        header, also on a 404 for a worker that left) says how many of its long polls still
+        wait in the broker: at 0 a stopping worker's abandoned poll can be granted nothing.
+        """
         resident = None if body is None else body.resident
-        jobs = await broker.run("heartbeat", {"worker": worker, "resident": resident})
-        return HeartbeatReply.model_validate({"jobs": jobs})
+        try:
+            jobs = await broker.run("heartbeat", {"worker": worker, "resident": resident})
+        except Rejected as exc:
+            refused = rejected_response(exc)
+            refused.headers[WAITING] = str(broker.changes.waiting.get(worker, 0))
+            return refused
+        waiting = broker.changes.waiting.get(worker, 0)
+        response.headers[WAITING] = str(waiting)
+        return HeartbeatReply.model_validate({"jobs": jobs, "waiting": waiting})
 
     return router

@@ -291,9 +291,14 @@ class HeldJob(BaseModel):
 
 
 class HeartbeatReply(BaseModel):
-    """The jobs the worker holds: a worker that lost a pop's answer learns them here."""
+    """The jobs the worker holds: a worker that lost a pop's answer learns them here.
+
+    ``waiting``: the worker's long-poll pops still waiting in the broker (0: none left that
+    could be granted a job; a stopping worker need not watch an abandoned poll any longer).
+    """
 
     jobs: list[HeldJob]
+    waiting: int = 0
 
 
 class StatusView(BaseModel):

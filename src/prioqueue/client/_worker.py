@@ -13,16 +13,18 @@ Theory of operation
   calls ``job.check()`` before a side effect that must not happen twice.
 * **Lost answers**: a ``complete`` whose first try may have landed (a retry after a transport
   error) and that is then answered "the job is done" has succeeded. A pop whose answer was
-  lost leaves a job granted to this worker that it never saw; the next idle moment finds it
-  (the pop says ``slots_full`` while the worker holds nothing, or a heartbeat lists it) and
-  the worker hands it back with ``leave`` (which requeues it whatever its attempt count).
+  lost leaves a job granted to this worker that it never saw; the first idle pop after a
+  retried pop (or after a restart) asks a heartbeat, which lists it, and the worker hands it
+  back with ``leave``. Only then: ``slots_full`` otherwise means another process of that name.
 * **Stopping**: the first SIGTERM or SIGINT (Ctrl-C) stops popping, lets the job in hand
   finish and reports it, then ``leave``; a second one interrupts the handler and hands the
   job back with ``leave``. A pop in flight is abandoned (its connection closed); a job the
   broker grants it in the race is handed back: one that arrived is not started, and since a
   broker may still grant to an abandoned long poll until its ``wait`` runs out, the stopping
   worker watches (a heartbeat per ``ABANDONED_POLL_CHECK`` seconds) until then and hands back
-  what it is granted. A second signal skips that watch.
+  what it is granted; it stops sooner once a heartbeat says that no poll of it waits in the
+  broker any more (``X-Prioqueue-Waiting: 0``, at least ``ABANDONED_POLL_SLACK`` seconds
+  after the poll was abandoned). A second signal skips that watch.
 * **Leases** are measured on the worker's own monotonic ``clock``: :attr:`Job.expires_at` is
   when the pop's answer arrived plus the lease's seconds, whatever the broker's clock says.
 """
@@ -55,6 +57,8 @@ ABANDONED_POLL_CHECK = 0.5
 """Seconds between the checks of a stopping worker for a grant to its abandoned long poll."""
 ABANDONED_POLL_SLACK = 1.0
 """Seconds added to an abandoned poll's wait for the way to the broker and its answer."""
+SHARED_NAME = "worker %s: its slots are full, this process holds nothing: is its name shared?"
+"""Logged, instead of handing the jobs back: they may be another live process's."""
 
 
 class _Interrupted(BaseException):
@@ -133,6 +137,7 @@ class Worker:
         self.handle_signals = handle_signals
         self.clock = clock
         self._abandoned_until: float | None = None
+        self._abandoned_at = 0.0
         self._held: dict[str, Job] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -185,6 +190,7 @@ class Worker:
             # retried poll began after ``sent``, at the latest now.
             began = self.clock() if retried else sent
             self._abandoned_until = began + seconds + ABANDONED_POLL_SLACK
+            self._abandoned_at = self.clock()
             raise
         finally:
             self._in_pop = False
@@ -193,8 +199,10 @@ class Worker:
             self._orphans_checked = False  # a grant's answer may have been lost
         if response.status_code == 204:
             idle = response.headers.get("x-prioqueue-idle", "")
-            if "slots_full" in idle or not self._orphans_checked:
+            if not self._orphans_checked:  # first idle pop, or one after a retried pop
                 self._hand_back_orphans()
+            elif "slots_full" in idle and not self.held():  # not a lost grant: no leave
+                _log.warning(SHARED_NAME, self.name)
             return None
         raise_for(response)
         job = Job(self, response.json(), received_at=received)
@@ -437,10 +445,15 @@ class Worker:
     def _watch_abandoned_poll(self, until: float) -> None:
         """Hand back what a broker grants to the abandoned long poll until its wait ends.
 
-        A broker that notices the closed connection grants nothing (each check is then one
-        404); one that does not may grant a job to the gone poll, which this hands back with
-        ``leave`` within :data:`ABANDONED_POLL_CHECK` seconds. A second signal ends it.
+        A broker that notices the closed connection grants nothing and says so: once a
+        heartbeat (200, or 404 after the leave) answers ``X-Prioqueue-Waiting: 0`` (no poll of
+        this worker left in the broker) at least :data:`ABANDONED_POLL_SLACK` seconds after
+        the poll was abandoned (time for a request still on its way to arrive), nothing can be
+        granted to it any more and the watch ends.
+        A broker that does not notice may grant a job to the gone poll, which this hands back
+        with ``leave`` within :data:`ABANDONED_POLL_CHECK` seconds. A second signal ends it.
         """
+        settled = self._abandoned_at + ABANDONED_POLL_SLACK
         _log.info("worker %s: watching the abandoned poll for a grant until it ends", self.name)
         with contextlib.suppress(_Interrupted):
             while self._signals < 2 and self.clock() < until:
@@ -456,6 +469,9 @@ class Worker:
                 if response.status_code == 200 and response.json().get("jobs"):
                     _log.warning("worker %s: handing back a job granted while stopping", self.name)
                     self.leave()
+                elif response.headers.get("x-prioqueue-waiting") == "0" and self.clock() >= settled:
+                    _log.info("worker %s: no poll of it waits in the broker: stopping", self.name)
+                    return  # nothing can be granted to the abandoned poll any more
 
     @contextlib.contextmanager
     def _signal_handlers(self) -> Iterator[None]:

@@ -13,13 +13,16 @@ logged at INFO; HTTP requests only with ``--verbose``.
 Exit status of ``prioqueue worker``: 0 after a clean stop (SIGTERM or Ctrl-C: the job in
 hand finishes and is reported, then the worker leaves; a second signal kills the command and
 hands the job back), 1 when the broker refused the worker or could not be reached within
-``--retry-timeout`` seconds, 2 on bad usage.
+``--retry-timeout`` seconds, 2 on bad usage, a worker of the same ``--name`` for the same
+broker already running on this host included (two processes of one name would each hand the
+other's jobs back as lost grants: each job run twice, over and over).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -37,7 +40,7 @@ from prioqueue.client._errors import BrokerError, JobLost
 from prioqueue.client._job import Job
 from prioqueue.client._worker import Worker
 
-__all__ = ["add_arguments", "configure_logging", "run", "run_command"]
+__all__ = ["add_arguments", "claim_name", "configure_logging", "run", "run_command"]
 
 STDERR_TAIL = 4000
 """Characters of stderr kept in a failed job's result."""
@@ -266,6 +269,43 @@ def run_command(
     return outcome
 
 
+def claim_name(broker: str, name: str) -> int | None:
+    """Take this host's lock of worker ``name`` for ``broker`` (per user); close it to free it.
+
+    The kernel frees it when the process dies (SIGKILL included), so a restarted worker takes
+    it at once; the descriptor is not inherited by the job's commands.
+
+    Args:
+        broker: The ``--broker`` value.
+        name: The worker's name.
+
+    Returns:
+        The lock's descriptor, or None where there is no ``flock`` or no lock file. O(1).
+
+    Raises:
+        ValueError: Another live process of this host holds the lock (say so to the user).
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        return None
+    digest = hashlib.sha256(f"{broker}\0{name}".encode()).hexdigest()[:32]
+    path = Path(tempfile.gettempdir()) / f"prioqueue-worker-{os.getuid()}-{digest}.lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ValueError(
+            f"another prioqueue worker named {name!r} runs on this host for this broker; "
+            "give each worker its own --name (the default is the host name)"
+        ) from None
+    return fd
+
+
 def configure_logging(level: str, *, verbose: bool) -> None:
     """The worker's log: one line per job at INFO; HTTP requests only when ``verbose``.
 
@@ -300,9 +340,23 @@ def run(args: argparse.Namespace) -> int:
         problems.append("--key KEY (or PRIOQUEUE_KEY) is required")
     if not cmd:
         problems.append("a command to run is required after --")
+    lock = None
+    if not problems:
+        try:
+            lock = claim_name(args.broker, args.name)
+        except ValueError as exc:
+            problems.append(str(exc))
     if problems:
         print("prioqueue worker: " + "; ".join(problems), file=sys.stderr)
         return 2
+    try:
+        return _serve(args, cmd)
+    finally:
+        if lock is not None:
+            os.close(lock)
+
+
+def _serve(args: argparse.Namespace, cmd: list[str]) -> int:
     configure_logging(args.log_level, verbose=args.verbose)
     models = None if args.models is None else [m for m in args.models.split(",") if m]
     try:
