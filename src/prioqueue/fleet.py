@@ -53,6 +53,7 @@ from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Grant, Job, WorkerInfo
 from prioqueue.scoring import Scorer
+from prioqueue.views import WorkerLoad
 
 __all__ = ["FleetDispatcher"]
 
@@ -479,6 +480,15 @@ class FleetDispatcher(BatchPop, Facade):
             UnknownWorker: The worker has not joined (or left).
         """
         return self._state.worker_of(name).info()
+
+    def worker_load(self, name: str) -> WorkerLoad:
+        """A worker's last word, time-out and slots in use: ``worker``'s cheap subset. O(1).
+
+        Raises:
+            UnknownWorker: The worker has not joined (or left).
+        """
+        worker = self._state.worker_of(name)
+        return WorkerLoad(worker.last_seen, worker.timed_out, len(worker.held), worker.slots)
 
     def holder(self, job_id: str) -> str | None:
         """The worker holding a job, or None when it is queued.

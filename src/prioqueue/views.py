@@ -1,15 +1,15 @@
 """Read-only views of a dispatcher's state: what a dashboard or a broker reads, as copies.
 
 A dispatcher (``SizeOneDispatcher``, ``FleetDispatcher``) keeps its state private; these
-frozen, slotted attrs classes are what its view methods hand out (``recent_grants``,
-``member_lanes``, ``worker_views``, ``group_finishes``). Like :mod:`prioqueue.records`, none
-refers back to the dispatcher, and each is safe to keep after it has moved on
-(docs/design/state.md, "Previews and views").
+frozen, slotted attrs classes (and one NamedTuple, ``WorkerLoad``) are what its view methods
+hand out (``recent_grants``, ``member_lanes``, ``worker_views``, ``worker_load``,
+``group_finishes``). Like :mod:`prioqueue.records`, none refers back to the dispatcher, and
+each is safe to keep after it has moved on (docs/design/state.md, "Previews and views").
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import attrs
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from prioqueue.records import Grant, Job, WorkerInfo
     from prioqueue.scoring import ScoreBreakdown
 
-__all__ = ["GrantRecord", "GroupFinish", "LaneView", "WorkerView"]
+__all__ = ["GrantRecord", "GroupFinish", "LaneView", "WorkerLoad", "WorkerView"]
 
 
 @attrs.frozen
@@ -96,3 +96,22 @@ class GroupFinish:
 
     finish: float | None
     beyond: bool
+
+
+class WorkerLoad(NamedTuple):
+    """A worker's liveness and load, the few fields a long poll reads (``worker_load``).
+
+    An immutable tuple, cheap to build (a long poll reads it at every try), unlike the full
+    ``WorkerInfo``.
+
+    Attributes:
+        last_seen: The latest ``now`` of its join, pop, heartbeat or completion.
+        timed_out: Whether ``worker_timeout`` passed without a word from it.
+        held: How many jobs it holds.
+        slots: How many it may hold.
+    """
+
+    last_seen: float
+    timed_out: bool
+    held: int
+    slots: int

@@ -22,7 +22,7 @@ from prioqueue.broker import _groups
 from prioqueue.broker._records import JobRecord, PopResult, Rejected, check_types, now_past
 from prioqueue.broker._state import EngineState
 from prioqueue.capabilities import Capabilities
-from prioqueue.records import WorkerInfo
+from prioqueue.views import WorkerLoad
 
 __all__ = [
     "checked_amount",
@@ -111,21 +111,21 @@ def pop(
     return _result(state, worker, grants, now)
 
 
-def _known(state: EngineState, worker: str) -> WorkerInfo | None:
-    """The fleet's record of ``worker`` (a copy), or None when it has not joined. O(slots)."""
+def _known(state: EngineState, worker: str) -> WorkerLoad | None:
+    """The fleet's ``worker_load`` of ``worker`` (a copy), or None when it has not joined. O(1)."""
     try:
-        info: WorkerInfo = state.fleet.worker(worker)
+        load: WorkerLoad = state.fleet.worker_load(worker)
     except UnknownWorker:
         return None
-    return info
+    return load
 
 
 def fresh_worker(
     state: EngineState, worker: str, spec: Mapping[str, Any], now: float
-) -> WorkerInfo | None:
-    """The fleet's record of the worker when a pop need not refresh or update it, else None.
+) -> WorkerLoad | None:
+    """The fleet's ``worker_load`` when a pop need not refresh or update the worker, else None.
 
-    Complexity: O(slots).
+    Complexity: O(1).
     """
     if state.workers.get(worker) != spec:
         return None
@@ -138,7 +138,7 @@ def fresh_worker(
     return known
 
 
-def would_grant(state: EngineState, now: float, worker: str, fresh: WorkerInfo) -> bool | None:
+def would_grant(state: EngineState, now: float, worker: str, fresh: WorkerLoad) -> bool | None:
     """Whether a fresh worker's pop at ``now`` would grant a job: a read, nothing changes.
 
     The fleet's side-effect-free preview (``FleetDispatcher.would_pop``). None: it cannot
@@ -151,7 +151,7 @@ def would_grant(state: EngineState, now: float, worker: str, fresh: WorkerInfo) 
         worker: The worker's name.
         fresh: Its record in the fleet (:func:`fresh_worker`).
     """
-    if len(fresh.held) >= fresh.slots or len(state.fleet) == 0:
+    if fresh.held >= fresh.slots or len(state.fleet) == 0:
         return False
     try:
         return state.fleet.would_pop(worker, now=now) is not None
@@ -174,13 +174,13 @@ def quiet_pop(state: EngineState, now: float, worker: str, amount: int = 1) -> P
 
 
 def slots_full(state: EngineState, worker: str) -> bool:
-    """Whether ``worker`` is known and holds as many jobs as it has slots. O(slots)."""
+    """Whether ``worker`` is known and holds as many jobs as it has slots. O(1)."""
     known = _known(state, worker)
-    return known is not None and len(known.held) >= known.slots
+    return known is not None and known.held >= known.slots
 
 
 def liveness_due(state: EngineState, worker: str) -> float | None:
-    """When a waiting ``worker``'s liveness must next be journaled (None: never). O(slots)."""
+    """When a waiting ``worker``'s liveness must next be journaled (None: never). O(1)."""
     timeout = state.config.worker_timeout_seconds
     known = _known(state, worker)
     if timeout is None or known is None:
