@@ -177,14 +177,11 @@ class State:
         if now.__class__ is float and self.now <= now <= TIME_LIMIT:  # type: ignore[operator,unused-ignore]
             self.now = now  # type: ignore[assignment,unused-ignore]
             return now  # type: ignore[return-value,unused-ignore]
-        t = self.checked_now(now)
-        self.now = t
+        self.now = t = self.checked_now(now)
         return t
 
     def checked_now(self, now: object) -> float:
         """``now`` as ``tick`` would take it, the clock left as it is (a preview's). O(1)."""
-        if now.__class__ is float and self.now <= now <= TIME_LIMIT:  # type: ignore[operator,unused-ignore]
-            return now  # type: ignore[return-value,unused-ignore]
         t = finite("now", now)
         if t < self.now:
             raise ValueError(
