@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis.stateful import run_state_machine_as_test
+from hypothesis import strategies as st
+from hypothesis.stateful import precondition, rule, run_state_machine_as_test
 
 from prioqueue import InvalidState, UnknownWorker
 from prioqueue.fleet import FleetDispatcher
@@ -64,6 +65,17 @@ class PreviewedPops(FleetComparison):
         assert norm(grant) == norm(preview), (preview, grant)
         assert preview is None or preview in self.real.held  # exactly the real grant
         return grant
+
+    @precondition(lambda self: self.ready and self.slots and self.real.next_deadline() is not None)
+    @rule(data=st.data())
+    def pop_as_a_timer_falls_due(self, data: st.DataObject) -> None:
+        """The clock reaches the next deadline and a worker pops in the same step: no read
+        fired the timers first (the invariants' reads do, between steps), so a delayed job's
+        release or a ttl may be due and the preview must refuse."""
+        deadline = self.real.next_deadline()
+        assert deadline is not None
+        self.clock.jump_to(max(deadline, self.clock()))
+        self.pop_one(data.draw(st.sampled_from(sorted(self.slots))))
 
 
 class PreviewedPopsWithoutFairShare(PreviewedPops, WithoutFairShare):
