@@ -16,6 +16,8 @@ rules; ``tests/test_architecture.py`` asserts them:
   simulator, so far) and can be widened to
   the whole tree (``modules=None``); ``python tests/architecture.py`` prints the whole-tree
   counts.
+* the core has one owner (issue 29, item 1): only the core's own modules and its facades
+  (``CORE_FACADES``: ``dispatcher``, ``fleet``) import ``prioqueue._core`` (:func:`core_imports`);
 * one clock (issue 29, item 6): no ``time.time``/``time.monotonic``/``time.sleep``/
   ``time.perf_counter`` (nor their ``_ns`` forms, nor ``from time import`` them) and no
   ``loop.time()`` outside ``CLOCK_MODULES`` (:func:`time_reads`); adapters read time through
@@ -63,6 +65,14 @@ THIRD_PARTY_SETTERS = frozenset({"self.server.should_exit", "parser.epilog"})
 """Attributes of other libraries' objects that those libraries document as the way to use
 them: uvicorn's ``Server.should_exit`` (how a server is asked to stop) and argparse's
 ``ArgumentParser.epilog`` (set on a subcommand's parser, which ``prioqueue.cli`` builds)."""
+
+CORE = "prioqueue._core"
+CORE_FACADES = ("prioqueue.dispatcher", "prioqueue.fleet")
+"""The only modules outside ``CORE`` that import it: the two public dispatchers, which hold
+the core's state (issue 29, item 1). No exception remains: the dashboard model and the broker
+read the dispatchers' views, and the constants other packages need are re-exported by
+``prioqueue.dispatcher`` (``DEFAULT_CROSSING_SHARE``) or read from ``prioqueue._spec``
+(``LEVEL_LIMIT``)."""
 
 
 def owned() -> tuple[str, ...]:
@@ -184,6 +194,23 @@ def private_imports(graph: dict[str, set[str]]) -> list[str]:
                     if home != owner and not home.startswith(owner + "."):
                         breaches.append(f"{mod} -> {dep}")
                     break
+    return breaches
+
+
+def core_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``importer -> module`` for each import of the core from outside it and its facades.
+
+    Only the core's own modules (``CORE`` and below) and ``CORE_FACADES`` may import
+    ``prioqueue._core``: every other module reads a dispatcher through its public methods,
+    which hand out copies (issue 29: the state has one owner; ``state_of`` is gone).
+    """
+    breaches: list[str] = []
+    for mod, deps in sorted(graph.items()):
+        if mod == CORE or mod.startswith(CORE + ".") or mod in CORE_FACADES:
+            continue
+        breaches.extend(
+            f"{mod} -> {dep}" for dep in sorted(deps) if dep == CORE or dep.startswith(CORE + ".")
+        )
     return breaches
 
 
@@ -409,6 +436,7 @@ def main() -> int:
     problems = {
         "circles": [" <-> ".join(c) for c in circles(graph)],
         "private imports": private_imports(graph),
+        "imports of the core outside it and its facades": core_imports(graph),
         f"modules over {MAX_MODULE_LINES} lines": long_modules(),
         f"functions over {MAX_FUNCTION_LINES} lines": long_functions(),
         "foreign attribute assignments (owned modules)": foreign_assignments(owned()),

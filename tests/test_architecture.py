@@ -15,6 +15,16 @@ def test_no_module_imports_another_packages_private_module() -> None:
     assert architecture.private_imports(architecture.import_graph()) == []
 
 
+def test_only_the_core_and_its_facades_import_the_core() -> None:
+    # Issue 29, item 1: the dispatchers' state never leaves them (state_of is gone); a
+    # planted import is found.
+    graph = architecture.import_graph()
+    assert architecture.core_imports(graph) == []
+    assert architecture.core_imports(
+        {"prioqueue.ui.model": {"prioqueue._core.facade"}, "prioqueue.fleet": {"prioqueue._core"}}
+    ) == ["prioqueue.ui.model -> prioqueue._core.facade"]
+
+
 def test_modules_are_short() -> None:
     assert architecture.long_modules() == []
 

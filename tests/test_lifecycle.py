@@ -23,7 +23,6 @@ from prioqueue import (
     SizeOneDispatcher,
     UnknownJob,
 )
-from prioqueue._core.facade import state_of
 
 
 def fleet(**options: object) -> FleetDispatcher:
@@ -461,7 +460,7 @@ def test_no_job_dropped_or_granted_twice_or_granted_past_its_deadline(
         assert record.job.id in live
         if not record.requeued:
             live.discard(record.job.id)
-    assert live == set(state_of(d).entries)
+    assert live == set(d.job_ids())
     assert not live & ended
 
 

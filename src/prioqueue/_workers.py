@@ -116,9 +116,9 @@ class SeenOrder:
     """The live workers by their last word, for the earliest worker timeout (a lazy heap).
 
     An entry ``(last_seen, seq, worker)`` is pushed when a worker joins, is restored or
-    comes back from a time-out. A worker's ``last_seen`` only grows between two reads (an
-    empty pop's undo puts back the value it had, with no read in between), so its entry is
-    never later than its last word: :meth:`oldest` refreshes the stale entries it meets at
+    comes back from a time-out. A worker's ``last_seen`` only grows (a preview of a pop,
+    ``FleetDispatcher.would_pop``, leaves it as it is), so its entry is never later than its
+    last word: :meth:`oldest` refreshes the stale entries it meets at
     the top and drops those of workers gone or timed out. Each read costs O(log n) per
     change of a worker since the last read, amortised, instead of a scan of the fleet.
     """

@@ -47,7 +47,13 @@ from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Expired, Grant, Job
 from prioqueue.scoring import Scorer
 
-__all__ = ["DEFAULT_RETRY_AFTER", "DEFAULT_WAIT_BUCKETS", "ChargeModel", "SizeOneDispatcher"]
+__all__ = [
+    "DEFAULT_CROSSING_SHARE",
+    "DEFAULT_RETRY_AFTER",
+    "DEFAULT_WAIT_BUCKETS",
+    "ChargeModel",
+    "SizeOneDispatcher",
+]
 
 _WORKER = "default"  # the one worker's name (not shown: grants carry worker=None)
 

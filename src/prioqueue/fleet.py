@@ -21,6 +21,9 @@ docs/design/fleet.md):
 * Sans-IO: every call that depends on time takes ``now``.
 * The class is a facade: it holds one ``prioqueue._core`` state and delegates every call to
   it (docs/design/state.md).
+
+The fleet's public methods and their docstrings are one concern, past the 500-line gauge on
+purpose: the class is the fleet's public surface (issue 29).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Grant, Job, WorkerInfo
 from prioqueue.scoring import Scorer
+from prioqueue.views import WorkerLoad
 
 __all__ = ["FleetDispatcher"]
 
@@ -346,6 +350,50 @@ class FleetDispatcher(BatchPop, Facade):
         state.seen(worker, t)
         return grant.pop(state, worker, t)
 
+    def would_pop(self, name: str, *, now: float) -> Grant | None:
+        """What ``pop(name, now=now)`` would return, with no change of any state: a read.
+
+        The preview is ``pop``'s own computation (the ranking, the worker's eligibility,
+        bounded crossings, the overdue rule, the warm hold, the lease and the expected
+        charge), stopped before its first change: the worker's last word, the clock, the
+        counters, the grant history, the crossing credit and the lanes stay as they were
+        (docs/design/state.md, "Previews and views"). So a ``pop`` at the same ``now`` with
+        no call between returns an equal grant, or None when this returns None. A timed-out
+        worker is previewed as its pop would revive it (counted in the capacity).
+
+        It calls ``lease_for``, the charge model and the worker's ``accepts`` as ``pop``
+        does: they must be pure functions of their arguments for the answer to hold.
+
+        Args:
+            name: A joined worker.
+            now: The time of the pop it previews (not before a time already seen).
+
+        Returns:
+            The grant ``pop`` would make, or None (slots full, nothing eligible).
+
+        Raises:
+            UnknownWorker: The worker has not joined (or left).
+            ValueError: ``now`` is out of range (not finite, or before a time already seen).
+            InvalidState: A lifecycle timer is due at ``now`` (a delayed job's release, a
+                ttl): ``pop`` would fire it first, a change no read makes; call ``expire``
+                (or ``pop``) at ``now`` first. A driver that expires before it pops never
+                sees this.
+            ChargeError, LeaseError: As ``pop`` would raise them (nothing changes).
+            Exception: Whatever the worker's ``accepts`` filter raised, unchanged.
+
+        Complexity: ``pop``'s, plus O(k) for k timers due at ``now`` when the earliest is.
+        """
+        state = self._state
+        worker = state.worker_of(name)
+        t = state.checked_now(now)
+        timers = state.timers
+        if timers.next <= t and timers.any_due(t):
+            raise InvalidState(
+                f"a lifecycle timer is due at {t!r} (a delayed job's release or a ttl): a pop "
+                "would fire it first; call expire() at that time before previewing a pop"
+            )
+        return grant.pop(state, worker, t, preview=True)
+
     def idle_reasons(self, name: str, *, now: float) -> Mapping[str, int]:
         """Why ``pop`` finds nothing for this worker: queued jobs it may not take, by cause.
 
@@ -432,6 +480,15 @@ class FleetDispatcher(BatchPop, Facade):
             UnknownWorker: The worker has not joined (or left).
         """
         return self._state.worker_of(name).info()
+
+    def worker_load(self, name: str) -> WorkerLoad:
+        """A worker's last word, time-out and slots in use: ``worker``'s cheap subset. O(1).
+
+        Raises:
+            UnknownWorker: The worker has not joined (or left).
+        """
+        worker = self._state.worker_of(name)
+        return WorkerLoad(worker.last_seen, worker.timed_out, len(worker.held), worker.slots)
 
     def holder(self, job_id: str) -> str | None:
         """The worker holding a job, or None when it is queued.

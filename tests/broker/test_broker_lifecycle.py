@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from prioqueue import ConfigError
-from prioqueue._core.facade import state_of
 from prioqueue.broker import BrokerEngine, parse_config
 from prioqueue.broker.config import load_config
 
@@ -214,10 +213,10 @@ def test_the_toml_settings_reach_the_dispatcher(tmp_path: Path) -> None:
     )
     config = load_config(path)
     engine = BrokerEngine(config)
-    budgets = state_of(engine.fleet).budgets
+    budgets = engine.fleet.budgets
     assert (budgets[100].max_queued, budgets[100].max_wait, budgets[100].ttl) == (5, 30.0, 120.0)
     assert budgets[-50].ttl == 600.0
-    assert state_of(engine.fleet).config.backoff.as_dict() == {
+    assert engine.fleet.backoff.as_dict() == {
         "kind": "linear", "base": 2.0, "max": 60.0, "jitter": True,
     }  # fmt: skip
 

@@ -11,7 +11,6 @@ import pytest
 
 from manual_time import ManualClock, run, turns
 from prioqueue import DuplicateJob, SizeOneDispatcher, UnknownJob
-from prioqueue._core.facade import state_of
 from prioqueue._journaled import journaled
 from prioqueue.records import Job
 from prioqueue.store import (
@@ -38,7 +37,7 @@ MakeStore = Callable[[], Store]
 async def recovered_entries(store: Store) -> list[str]:
     """The ids of the jobs a dispatcher recovered from ``store`` holds (closed again)."""
     again = await DurableDispatcher.open(store, FACTORY)
-    entries: list[str] = await again.read(lambda d: sorted(state_of(d).entries))
+    entries: list[str] = await again.read(lambda d: d.job_ids())
     await again.aclose()
     return entries
 
@@ -247,7 +246,7 @@ def test_no_result_or_read_before_the_commit(make_store: MakeStore) -> None:
         await turns()  # applied, its batch in flight (held at the gate)
         assert "a" in durable.dispatcher  # applied in memory...
         assert not call.done()  # ...but not answered
-        read = asyncio.ensure_future(durable.read(lambda d: sorted(state_of(d).entries)))
+        read = asyncio.ensure_future(durable.read(lambda d: d.job_ids()))
         dup = asyncio.ensure_future(durable.call("submit", job_id="a", member="ann"))
         later = asyncio.ensure_future(durable.call("submit", job_id="b", member="ann"))
         await turns()

@@ -15,7 +15,6 @@ from typing import IO, Any, TypeVar
 import pytest
 
 from prioqueue import SizeOneDispatcher
-from prioqueue._core.facade import state_of
 from prioqueue.store import (
     DurableDispatcher,
     Elector,
@@ -149,7 +148,7 @@ def test_a_hung_leader_is_replaced_and_fenced(pg_schema: str) -> None:
         assert not a.is_leader  # its own clock says its lease ran out
         store_b = open_store(POSTGRES_URL, schema=pg_schema)
         durable_b = await DurableDispatcher.open(store_b, FACTORY, epoch=epoch_b)
-        assert await durable_b.read(lambda d: sorted(state_of(d).entries)) == ["acked"]
+        assert await durable_b.read(lambda d: d.job_ids()) == ["acked"]
         # "SIGCONT": the old leader's next append is refused and changes nothing.
         with pytest.raises(Fenced) as info:
             await durable_a.call("submit", job_id="lost", member="ann")
@@ -314,7 +313,7 @@ def test_a_standby_serves_after_the_leaders_sigkill_without_waiting_for_its_leas
             durable = await DurableDispatcher.open(store, FACTORY, epoch=epoch)
             await durable.call("submit", job_id="after", member="new")
             child.finish()
-            held = await durable.read(lambda d: set(state_of(d).entries))
+            held = await durable.read(lambda d: set(d.job_ids()))
             assert set(child.acked()) <= held  # every acknowledged submit survived
             await durable.aclose()
             store.close()
@@ -349,7 +348,7 @@ def test_a_sigstopped_leader_is_replaced_then_fenced_when_it_resumes(pg_schema: 
             assert code in (3, 4), child.lines[-5:]
             said = "FENCED" if code == 3 else "FATAL"
             assert any(line.startswith(said) for line in child.lines), child.lines[-5:]
-            held = await durable.read(lambda d: set(state_of(d).entries))
+            held = await durable.read(lambda d: set(d.job_ids()))
             assert set(child.acked()) <= held  # nothing acknowledged by the old leader lost
             # The resumed leader appended nothing after the takeover.
             # The resumed leader appended nothing after the takeover: every row of its epoch

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 
 from manual_time import turns as _turns
-from prioqueue._core.facade import state_of
 from prioqueue.store import Event, SQLiteStore
 
 from .test_durable import Durable, MakeStore, Spy, serve
@@ -19,7 +18,7 @@ def test_a_waiting_reader_does_not_hold_back_writers(make_store: MakeStore) -> N
     async def main(durable: Durable, spy: Spy) -> None:
         first = asyncio.ensure_future(durable.call("submit", job_id="a", member="ann"))
         await _turns()  # applied, its commit held at the gate
-        read = asyncio.ensure_future(durable.read(lambda d: sorted(state_of(d).entries)))
+        read = asyncio.ensure_future(durable.read(lambda d: d.job_ids()))
         later = asyncio.ensure_future(durable.call("submit", job_id="b", member="bob"))
         await _turns()
         # Before issue 21 a waiting reader made every new writer wait for the commit first.
@@ -58,7 +57,7 @@ def test_one_commit_releases_every_reader_and_writer_it_holds(make_store: MakeSt
 def test_read_settled_still_runs_when_nothing_is_pending(make_store: MakeStore) -> None:
     async def main(durable: Durable, _spy: Spy) -> None:
         await durable.call("submit", job_id="a", member="ann")
-        assert await durable.read_settled(lambda d: sorted(state_of(d).entries)) == ["a"]
+        assert await durable.read_settled(lambda d: d.job_ids()) == ["a"]
 
     serve(make_store, main)
 

@@ -13,11 +13,13 @@ fleet.md and lifecycle.md the rules):
 * ``choose``: which job a worker gets (reads only).
 * ``observe``, ``forecast``, ``persist``, ``check``: stats, forecasts, explanations,
   snapshots and the invariants, reading the state.
+* ``views``: the read-only views the facades hand out (copies; ``prioqueue.views``).
 * ``facade``: ``Facade``, what ``SizeOneDispatcher`` and ``FleetDispatcher`` share: it holds a
-  ``State`` and delegates.
+  ``State`` and delegates. Only the facades (``dispatcher``, ``fleet``) import this package.
 
 The import order is that list's: no module imports one after it, so the package has no
-circle. Other packages import the constants from here.
+circle. The facades import the constants from here; other packages read them from
+``prioqueue.dispatcher`` (which re-exports the public ones).
 """
 
 from __future__ import annotations

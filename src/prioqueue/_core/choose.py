@@ -98,7 +98,8 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
                     if higher is None:
                         higher = above(d, search, lane.level, top, every)
                     assert higher is not None
-                    if warm_crossing(d, resident, aff, higher[1].job, t):
+                    live = d.live + worker.timed_out  # a pop (or its preview) revives it
+                    if warm_crossing(live, d.divisor, resident, aff, higher[1].job, t):
                         weight = share - 1.0
                     else:
                         deferred = entry
@@ -228,21 +229,23 @@ def eligible(d: State, worker: _Worker, view: Search | None, entry: _Entry) -> b
     return worker.serves(entry.job.model) and not view.at_cap(entry.lane) and view.ok(entry)
 
 
-def warm_crossing(d: State, resident: str | None, aff: float, yielded: Job, t: float) -> bool:
+def warm_crossing(
+    live: int, divisor: float, resident: str | None, aff: float, yielded: Job, t: float
+) -> bool:
     """Whether a crossing past its credit is granted anyway (docs/design/fleet.md).
 
-    On a fleet (more than one live worker) a crossing that runs warm (its offer carries the
-    worker's affinity ``aff > 0``) is not deferred for a job ``yielded`` that needs another
-    model on this worker and has waited less than that affinity is worth: ``aff * divisor``
-    seconds, the score's own price of a swap. O(1).
+    On a fleet (``live``: more than one live worker, the popping one counted) a crossing
+    that runs warm (its offer carries the worker's affinity ``aff > 0``) is not deferred for
+    a job ``yielded`` that needs another model on this worker and has waited less than that
+    affinity is worth: ``aff * divisor`` seconds, the score's own price of a swap. O(1).
     """
     model = yielded.model
     return (
         aff > 0.0
-        and d.live > 1
+        and live > 1
         and model is not None
         and model != resident
-        and t - yielded.arrival < aff * d.divisor
+        and t - yielded.arrival < aff * divisor
     )
 
 

@@ -1,15 +1,19 @@
 """What both dispatchers share: ``Facade``, which holds one ``State`` and delegates (private).
 
-Transitions go to ``queue`` and ``grant``, reads to ``observe`` and ``persist``; the public
-methods keep their signatures, docstrings and ``@journaled`` marks.
+Transitions go to ``queue`` and ``grant``, reads to ``observe``, ``persist`` and ``views``; the
+public methods keep their signatures, docstrings and ``@journaled`` marks. The state never
+leaves: reads hand out frozen copies (docs/design/state.md, "Previews and views").
+
+The shared public methods and their docstrings are one concern, past the 500-line gauge on
+purpose: they are the dispatchers' common public surface (issue 29).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from prioqueue._core import check, grant, observe, persist
+from prioqueue._core import check, grant, observe, persist, views
 from prioqueue._core.config import Config
 from prioqueue._core.items import PARKED
 from prioqueue._core.queue import admit, fire, submit
@@ -19,6 +23,8 @@ from prioqueue._journaled import journaled
 from prioqueue._lanes import RUNNING
 from prioqueue._readonly import ReadOnly
 from prioqueue._spec import SUBMIT_OPTIONS, JobSpec, SubmitOptions, check_options
+from prioqueue._validate import finite
+from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import (
     AheadJob,
@@ -32,6 +38,7 @@ from prioqueue.records import (
     Ticket,
 )
 from prioqueue.scoring import Scorer
+from prioqueue.views import GrantRecord, GroupFinish, LaneView, WorkerView
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -426,7 +433,7 @@ class Facade:
         self._state.entry(job_id)
         return self._state.groups.group_of(job_id)
 
-    def group_status(self, group: str, *, now: float) -> GroupStatus:
+    def group_status(self, group: str, *, now: float, forecast: bool = True) -> GroupStatus:
         """Return how far a group has got: counts by state, GPU time and a finish forecast.
 
         Every job ever submitted in the group is counted once, in the state it is in now.
@@ -436,6 +443,8 @@ class Facade:
         Args:
             group: The group's label.
             now: The current monotonic time.
+            forecast: False skips the dry run (``forecast_finish`` is None): the counts
+                alone, for a page that forecasts many groups at once (``group_finishes``).
 
         Returns:
             The group's status.
@@ -443,12 +452,127 @@ class Facade:
         Raises:
             UnknownGroup: No job was ever submitted in the group.
             ValueError: ``group`` is not a non-empty str, or ``now`` is out of range.
+            TypeError: ``forecast`` is not a bool.
 
         Complexity: O(1) when nothing of the group is queued or running, else that of
-        ``forecast()``.
+        ``forecast()``; without the forecast, O(the group's queued and running jobs).
         """
-        fire(self._state, now)
-        return observe.group_status(self._state, group, now)
+        if not isinstance(forecast, bool):
+            raise TypeError(f"forecast must be a bool, got {forecast!r}")
+        state = self._state
+        fire(state, now)
+        if forecast:
+            return observe.group_status(state, group, now)
+        group = checked_group(group)
+        return state.groups.status(group, now=state.tick(now), finish=None)
+
+    def group_listing(self) -> list[tuple[str, bool]]:
+        """Every known group and whether it is active (a job queued or running), a copy.
+
+        Complexity: O(groups).
+        """
+        return self._state.groups.listing()
+
+    def group_finishes(
+        self, groups: Collection[str], *, now: float, limit: int
+    ) -> dict[str, GroupFinish]:
+        """Each group's predicted finish from one dry run shared by all (a dashboard's).
+
+        The dry run is ``forecast()``'s, stopped after ``limit`` predicted grants: a group
+        with queued jobs past it is ``beyond`` (no finish), as is one with a runtime on the
+        way that is unknown (no estimate, no recent mean). Only active groups get a finish;
+        for an inactive one it is None.
+
+        Args:
+            groups: Known group labels.
+            now: The current monotonic time.
+            limit: Most predicted grants the dry run reads (an int >= 0).
+
+        Returns:
+            ``{group: GroupFinish}`` for each group asked for.
+
+        Raises:
+            UnknownGroup: A group was never submitted in.
+            ValueError: A label is not a non-empty str, ``limit`` is not an int >= 0, or
+                ``now`` is out of range.
+
+        Complexity: O(workers x slots + L log L + limit log L) for L backlogged lanes, plus
+        O(jobs of the groups) for their counts.
+        """
+        wanted = {checked_group(group) for group in groups}
+        limit = views.checked_count("limit", limit)
+        state = self._state
+        fire(state, now)
+        t = state.tick(now)
+        return views.group_finishes(state, t, wanted, limit)
+
+    def recent_grants(self, *, since: float, limit: int) -> list[GrantRecord]:
+        """The remembered grants at or after ``since``, newest first (copies).
+
+        The history is the bounded one ``explain`` reads for overtakes (``history`` grants,
+        ``history_bytes``).
+
+        Args:
+            since: The earliest grant time wanted (same clock as ``now``).
+            limit: Most records returned (an int >= 0).
+
+        Raises:
+            ValueError: ``since`` is not finite, or ``limit`` is not an int >= 0.
+
+        Complexity: O(limit).
+        """
+        return views.recent_grants(
+            self._state, finite("since", since), views.checked_count("limit", limit)
+        )
+
+    def member_lanes(self, *, heads: int = 3, scan: int = 64) -> list[LaneView]:
+        """Every member's lane with a job queued or held: counts and oldest queued jobs.
+
+        Highest level first, then by member. Without fair share every job is its own lane and
+        none is listed (an empty list): ``forecast()`` is the queue's order then.
+
+        Args:
+            heads: Most queued jobs listed per lane (its oldest, in lane order).
+            scan: Most entries of a lane looked at to find them (lazy deletion leaves some
+                that are no longer queued).
+
+        Raises:
+            ValueError: ``heads`` or ``scan`` is not an int >= 0.
+
+        Complexity: O(lanes x min(scan, heads + stale entries) + lanes log lanes); lanes
+        that hold nothing and queue nothing are skipped, but still looked at.
+        """
+        return views.member_lanes(
+            self._state, views.checked_count("heads", heads), views.checked_count("scan", scan)
+        )
+
+    def worker_views(self) -> list[WorkerView]:
+        """Every known worker (timed-out ones included) with the jobs it holds, by name.
+
+        Complexity: O(workers x slots + workers log workers).
+        """
+        return views.worker_views(self._state)
+
+    def delayed_count(self) -> int:
+        """The delayed jobs: a future ``not_before``, or a retry waiting out its backoff.
+
+        Complexity: O(levels).
+        """
+        return sum(self._state.timers.parked.values())
+
+    def job_ids(self) -> list[str]:
+        """The ids of every queued, delayed or held job, sorted (a copy). O(n log n)."""
+        return sorted(self._state.entries)
+
+    @property
+    def budgets(self) -> dict[int, LevelBudget]:
+        """The per-level budgets (``budgets=``), a copy: level -> ``LevelBudget``. O(levels)."""
+        return dict(self._state.budgets)
+
+    @property
+    def backoff(self) -> Backoff:
+        """The retry delays of jobs without their own (``backoff=``; frozen). O(1)."""
+        return self._state.config.backoff
 
     @journaled
     def cancel_group(self, group: str, *, now: float, running: CancelRunning = "keep") -> list[Job]:
@@ -492,8 +616,3 @@ class Facade:
     def _check(self) -> None:
         """Assert every internal invariant (for tests; O(n))."""
         check.check(self._state)
-
-
-def state_of(dispatcher: Facade) -> State:
-    """The state a dispatcher holds: its read API (the dashboard model reads it). O(1)."""
-    return dispatcher._state

@@ -41,11 +41,13 @@ __all__: list[str] = []  # private module
 _RECORD_BYTES = 200  # the fixed part of a history record's estimated size
 
 
-def pop(d: State, worker: _Worker, t: float) -> Grant | None:
+def pop(d: State, worker: _Worker, t: float, preview: bool = False) -> Grant | None:
     """Grant the worker what ``choose.pick`` chose, or None (slots full, nothing eligible).
 
     The lease and the expected charge are computed before the first change: nothing
-    changes on any error.
+    changes on any error. With ``preview`` the grant is returned before that first change
+    (``FleetDispatcher.would_pop``): the same computation, so the same answer. A timed-out
+    worker counts in the capacity as the pop's revival would make it count.
     """
     if len(worker.held) >= worker.slots:
         return None
@@ -57,7 +59,7 @@ def pop(d: State, worker: _Worker, t: float) -> Grant | None:
     job = worker.granted(entry.job)  # a multi-model job: with the model the grant chose
     lease = None if d.lease_for is None else lease_of(d, job, worker, t)
     charged = 0.0
-    capacity = d.live or 1
+    capacity = (d.live + worker.timed_out) or 1  # a pop revived it: timed_out is False
     expected = runtime = d.expected_runtime(job)
     if d.fair_share:
         if not d.plain_charge:
@@ -69,9 +71,6 @@ def pop(d: State, worker: _Worker, t: float) -> Grant | None:
     aging = aging if aging >= 0.0 else 0.0  # max(aging, 0.0) without the call
     # Positional arguments: band, tier_bonus, swap_affinity, aging (the hot path).
     score = ScoreBreakdown(job.priority, lane.head().job.tier_bonus, aff, aging)
-    level = d.levels[job.priority]
-    if d.track and fast:
-        count_reorders(d, level if winner is job else d.levels[winner.priority], winner, resident)
     model = job.model
     name = worker.name if d.name_in_grants else None
     # Positional: job, score, lease, granted_at, attempt, waited, swap, worker.
@@ -79,6 +78,12 @@ def pop(d: State, worker: _Worker, t: float) -> Grant | None:
     grant = Grant(
         job, score, lease, t, entry.attempt, wait, model is not None and model != resident, name
     )
+    if preview:
+        return grant
+    # State changes start here; nothing below can fail.
+    level = d.levels[job.priority]
+    if d.track and fast:
+        count_reorders(d, level if winner is job else d.levels[winner.priority], winner, resident)
     d.dispatches += 1
     if d.history.limit:
         # Remember the grant for ``explain``, within ``history`` entries and bytes. O(1).
@@ -96,7 +101,6 @@ def pop(d: State, worker: _Worker, t: float) -> Grant | None:
         while len(records) > history.limit or total > history.bytes:
             total -= records.popleft().size
         history.size = total
-    # State changes start here; nothing below can fail.
     entry.state = RUNNING
     entry.granted_at = t
     entry.worker = worker

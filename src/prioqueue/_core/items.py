@@ -271,6 +271,20 @@ class Timers:
         self.next = heap[0].at if heap else math.inf
         return None
 
+    def any_due(self, t: float) -> bool:
+        """Whether a live timer is due at ``t`` (a read: nothing is popped). O(k) for k due."""
+        heap = self.heap
+        stack = [0]
+        while stack:
+            i = stack.pop()
+            if i >= len(heap) or heap[i].at > t:
+                continue
+            _, kind, _, _, entry = heap[i]
+            if entry.state == PARKED or (kind == LAPSE and entry.state == QUEUED):
+                return True
+            stack += (2 * i + 1, 2 * i + 2)
+        return False
+
     def earliest(self) -> float | None:
         """The earliest live timer or buffered report (stale items dropped), or None."""
         best = min((e.deadline for e in self.lapsed), default=None)  # due now: expire reports

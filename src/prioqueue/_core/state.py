@@ -159,11 +159,6 @@ class State:
             return sum(recent) / len(recent)
         return DEFAULT_EXPECTED_RUNTIME
 
-    def forget_empty_pop(self, worker: _Worker, last_seen: float, now: float) -> None:
-        """Undo an empty pop (the worker's last word, the clock): the broker journals none. O(1)."""
-        worker.last_seen = last_seen
-        self.now = now
-
     def retry_after(self) -> float:
         """``QueueFull.retry_after``: the recent completion interval (at least 1 s)."""
         recent = self.recent
@@ -182,13 +177,17 @@ class State:
         if now.__class__ is float and self.now <= now <= TIME_LIMIT:  # type: ignore[operator,unused-ignore]
             self.now = now  # type: ignore[assignment,unused-ignore]
             return now  # type: ignore[return-value,unused-ignore]
+        self.now = t = self.checked_now(now)
+        return t
+
+    def checked_now(self, now: object) -> float:
+        """``now`` as ``tick`` would take it, the clock left as it is (a preview's). O(1)."""
         t = finite("now", now)
         if t < self.now:
             raise ValueError(
                 f"now ({t!r}) is earlier than a time already seen ({self.now!r}); "
                 "pass monotonic seconds"
             )
-        self.now = t
         return t
 
     # ------------------------------------------------------------------ structure

@@ -34,7 +34,6 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from prioqueue._core.facade import state_of
 from prioqueue.broker._http import AnyKey
 from prioqueue.broker._records import FINISHED, Rejected
 from prioqueue.broker.config import BrokerKey
@@ -227,14 +226,14 @@ def _worker_jobs(
     """A worker key sees its own workers' jobs as ``heartbeat`` tells them: no member."""
     for row in workers:
         shown: list[dict[str, Any]] = []
-        for entry in state_of(fleet).workers[row["name"]].held:
-            record = engine.jobs.get(entry.job.id)
+        for job_id in fleet.worker(row["name"]).held:  # ids, in grant order
+            record = engine.jobs.get(job_id)
             if not key.may_act_as(row["name"]):  # another key's worker (issue 21 item 4)
                 shown.append({"hidden": True})
                 continue
             shown.append(
                 {
-                    "id": entry.job.id,
+                    "id": job_id,
                     "state": "running",
                     "attempt": None if record is None else record.attempt,
                     "lease_remaining": (

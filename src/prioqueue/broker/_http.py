@@ -21,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from prioqueue._core import LEVEL_LIMIT
+from prioqueue._spec import LEVEL_LIMIT
 from prioqueue.broker._records import JobRecord, Rejected
 from prioqueue.broker._waiters import MAX_WAIT
 from prioqueue.broker.config import BrokerConfig, BrokerKey

@@ -15,7 +15,6 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from prioqueue._core.facade import state_of
 from prioqueue.broker._budget import QueuedBytes
 from prioqueue.broker._fleet import make_fleet
 from prioqueue.broker._records import MAX_IMAGE_LEASE, JobRecord, JobStatus, Rejected
@@ -215,7 +214,8 @@ class EngineState:
 
     def _parked(self) -> int:
         """Delayed jobs in the fleet (waiting for ``not_before`` or a backoff). O(levels)."""
-        return sum(state_of(self.fleet).timers.parked.values())
+        parked: int = self.fleet.delayed_count()
+        return parked
 
     def _note_queued(self, record: JobRecord) -> None:
         """``record`` is queued now: note its model unless it is delayed. O(1)."""

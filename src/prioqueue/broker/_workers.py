@@ -17,11 +17,12 @@ from typing import Any
 import attrs
 
 from prioqueue._batch import MAX_AMOUNT
-from prioqueue._core.facade import state_of
+from prioqueue._errors import InvalidState, UnknownWorker
 from prioqueue.broker import _groups
 from prioqueue.broker._records import JobRecord, PopResult, Rejected, check_types, now_past
 from prioqueue.broker._state import EngineState
 from prioqueue.capabilities import Capabilities
+from prioqueue.views import WorkerLoad
 
 __all__ = [
     "checked_amount",
@@ -38,6 +39,7 @@ __all__ = [
     "release",
     "slots_full",
     "tick",
+    "would_grant",
 ]
 
 
@@ -109,11 +111,25 @@ def pop(
     return _result(state, worker, grants, now)
 
 
-def fresh_worker(state: EngineState, worker: str, spec: Mapping[str, Any], now: float) -> Any:
-    """The fleet's worker when a pop need not refresh or update it, else None. O(1)."""
+def _known(state: EngineState, worker: str) -> WorkerLoad | None:
+    """The fleet's ``worker_load`` of ``worker`` (a copy), or None when it has not joined. O(1)."""
+    try:
+        load: WorkerLoad = state.fleet.worker_load(worker)
+    except UnknownWorker:
+        return None
+    return load
+
+
+def fresh_worker(
+    state: EngineState, worker: str, spec: Mapping[str, Any], now: float
+) -> WorkerLoad | None:
+    """The fleet's ``worker_load`` when a pop need not refresh or update the worker, else None.
+
+    Complexity: O(1).
+    """
     if state.workers.get(worker) != spec:
         return None
-    known = state_of(state.fleet).workers.get(worker)  # the core's record (last_seen, held)
+    known = _known(state, worker)
     timeout = state.config.worker_timeout_seconds
     if known is None or known.timed_out:
         return None
@@ -122,42 +138,51 @@ def fresh_worker(state: EngineState, worker: str, spec: Mapping[str, Any], now: 
     return known
 
 
-def quiet_pop(
-    state: EngineState, now: float, worker: str, fresh: Any, amount: int = 1
-) -> PopResult | None:
-    """A fresh worker's pop: a grant, or None with the state exactly as it was. O(1) idle.
+def would_grant(state: EngineState, now: float, worker: str, fresh: WorkerLoad) -> bool | None:
+    """Whether a fresh worker's pop at ``now`` would grant a job: a read, nothing changes.
+
+    The fleet's side-effect-free preview (``FleetDispatcher.would_pop``). None: it cannot
+    tell without a change, as a lifecycle timer is due at ``now`` (the caller pops, journaled,
+    which fires it). O(1) when the worker's slots are full or nothing is queued, else a pop's.
 
     Args:
         state: The engine.
         now: The time (not before the engine's).
         worker: The worker's name.
         fresh: Its record in the fleet (:func:`fresh_worker`).
+    """
+    if fresh.held >= fresh.slots or len(state.fleet) == 0:
+        return False
+    try:
+        return state.fleet.would_pop(worker, now=now) is not None
+    except InvalidState:  # a timer is due at now (the tick ran at an earlier now)
+        return None
+
+
+def quiet_pop(state: EngineState, now: float, worker: str, amount: int = 1) -> PopResult:
+    """A fresh worker's pop that :func:`would_grant` said grants: the grant(s), no refresh.
+
+    Args:
+        state: The engine.
+        now: The time (not before the engine's).
+        worker: The worker's name.
         amount: Most jobs to grant (checked by the caller): the first, then its siblings.
     """
-    if len(fresh.held) >= fresh.slots or len(state.fleet) == 0:
-        return None
-    core = state_of(state.fleet)
-    seen, clock = fresh.last_seen, core.now
     grants = _grants(state, worker, amount, now)
-    if not grants:
-        # As if the pop never happened: the worker's last word and the fleet's clock
-        # (reads pass the engine's time, which a skipped pop does not advance).
-        core.forget_empty_pop(fresh, seen, clock)
-        return None
     state.now = now
     return _result(state, worker, grants, now)
 
 
 def slots_full(state: EngineState, worker: str) -> bool:
     """Whether ``worker`` is known and holds as many jobs as it has slots. O(1)."""
-    known = state_of(state.fleet).workers.get(worker)
-    return known is not None and len(known.held) >= known.slots
+    known = _known(state, worker)
+    return known is not None and known.held >= known.slots
 
 
 def liveness_due(state: EngineState, worker: str) -> float | None:
     """When a waiting ``worker``'s liveness must next be journaled (None: never). O(1)."""
     timeout = state.config.worker_timeout_seconds
-    known = state_of(state.fleet).workers.get(worker)
+    known = _known(state, worker)
     if timeout is None or known is None:
         return None
     return float(known.last_seen) + timeout / 2

@@ -312,11 +312,14 @@ class BrokerEngine(EngineState):
         """:meth:`pop`, except that a pop that would change nothing returns None.
 
         A known worker whose settings are unchanged, that has not timed out and whose last
-        journaled word is under ``worker_timeout / 2`` old, and that is granted nothing,
-        leaves the state exactly as it was (its liveness is not refreshed): the driver answers
-        such a call without journaling it (``skip_when_empty``), so waiting and empty pops
-        write nothing. Any other case is :meth:`pop` (journaled): a join, a change of
-        settings, a refresh of liveness at most once per ``worker_timeout / 2``, or a grant.
+        journaled word is under ``worker_timeout / 2`` old is *fresh*: its pop is previewed
+        (``FleetDispatcher.would_pop``, a read), and when the preview grants nothing the
+        state is untouched (its liveness is not refreshed): the driver answers such a call
+        without journaling it (``skip_when_empty``), so waiting and empty pops write nothing.
+        A fresh pop the preview says grants is made and journaled as this operation. Any
+        other case is :meth:`pop` (journaled): a join, a change of settings, a refresh of
+        liveness at most once per ``worker_timeout / 2``, or a lifecycle timer due at
+        ``now`` (the pop fires it).
 
         Returns:
             The :class:`PopResult` of a journaled pop, or None (nothing changed).
@@ -331,9 +334,12 @@ class BrokerEngine(EngineState):
         settings = pop_spec(spec)
         _workers.checked_amount(amount)
         fresh = _workers.fresh_worker(self, worker, settings, now)
-        if fresh is None:
+        grants = None if fresh is None else _workers.would_grant(self, now, worker, fresh)
+        if grants is None:  # a join, a refresh, or a timer due: the journaled pop
             return self.pop(now, worker=worker, amount=amount, **spec)
-        return _workers.quiet_pop(self, now, worker, fresh, amount)
+        if not grants:  # the fleet's preview: nothing changed, not even the clock
+            return None
+        return _workers.quiet_pop(self, now, worker, amount)
 
     def liveness_due(self, worker: str) -> float | None:
         """When a waiting ``worker``'s liveness must next be journaled (None: never). O(1)."""

@@ -40,11 +40,9 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from prioqueue._core.facade import state_of
-from prioqueue._core.observe import predict, runtime_estimator
 from prioqueue._groups import split_group
-from prioqueue._lanes import QUEUED
-from prioqueue.records import Explanation, Stats
+from prioqueue.records import Explanation, Grant, Job, Stats
+from prioqueue.views import GrantRecord
 
 __all__ = [
     "FORECAST_EVERY",
@@ -222,20 +220,13 @@ def _quantile(bounds: list[float], cumulative: list[int], q: float) -> tuple[flo
     return None, False  # pragma: no cover - the last bucket holds everything
 
 
-def history(d: Any, view_now: float) -> list[Any]:
+def history(d: Any, view_now: float) -> list[GrantRecord]:
     """The dispatcher's remembered grants of the recent window, newest first (bounded)."""
-    records: list[Any] = []
-    since = view_now - WINDOW
-    for record in reversed(state_of(d).history.records):
-        if record.at < since or len(records) >= HISTORY_SCAN:
-            break
-        records.append(record)
-    return records
+    return list(d.recent_grants(since=view_now - WINDOW, limit=HISTORY_SCAN))
 
 
-def job(entry: Any, view_now: float, visible: Visible) -> dict[str, Any]:
-    """One queued or held job as the page shows it (another member's: only ``hidden``)."""
-    j = entry.job
+def job(j: Job, grant: Grant | None, view_now: float, visible: Visible) -> dict[str, Any]:
+    """One job as the page shows it: queued (``grant`` None) or held; another member's hidden."""
     if not visible(j.member):
         return {"hidden": True, "priority": j.priority}
     data: dict[str, Any] = {
@@ -243,10 +234,9 @@ def job(entry: Any, view_now: float, visible: Visible) -> dict[str, Any]:
         "member": j.member,
         "priority": j.priority,
         "model": j.model,
-        "state": "queued" if entry.state == QUEUED else "running",
+        "state": "queued" if grant is None else "running",
         "waited": _r(max(0.0, view_now - j.arrival)),
     }
-    grant = getattr(entry, "grant", None) if entry.state != QUEUED else None
     if grant is not None:
         data["running_for"] = _r(max(0.0, view_now - grant.granted_at))
         lease = grant.lease
@@ -263,26 +253,19 @@ def lanes(d: Any, view_now: float, visible: Visible, recent: list[Any]) -> list[
         grants[record.priority][record.member] += 1
     active: dict[int, set[str]] = defaultdict(set)
     shown = []
-    for key, lane in state_of(d).lanes.items():
-        if not isinstance(key, tuple) or not (lane.live or lane.holding):
-            continue
-        if lane.live:
+    for lane in d.member_lanes(heads=LANE_HEADS, scan=LANE_SCAN):  # by level, then member
+        if lane.queued:
             active[lane.level].add(lane.member)
         if visible(lane.member):
             shown.append(lane)
     for level, granted in grants.items():
         active[level].update(granted)
     rows = []
-    for lane in sorted(shown, key=lambda lane: (-lane.level, lane.member)):
-        heads: list[dict[str, Any]] = []
-        for scanned, entry in enumerate(lane.jobs):
-            if scanned >= LANE_SCAN or len(heads) >= LANE_HEADS:
-                break
-            if entry.state == QUEUED:
-                j = entry.job  # the lane says whose and which level
-                heads.append(
-                    {"id": j.id, "model": j.model, "waited": _r(max(0.0, view_now - j.arrival))}
-                )
+    for lane in shown:
+        heads = [  # the lane says whose and which level
+            {"id": j.id, "model": j.model, "waited": _r(max(0.0, view_now - j.arrival))}
+            for j in lane.heads
+        ]
         level_grants = grants.get(lane.level, {})
         total = sum(level_grants.values())
         sharing = len(active[lane.level]) or 1
@@ -290,8 +273,8 @@ def lanes(d: Any, view_now: float, visible: Visible, recent: list[Any]) -> list[
             {
                 "level": lane.level,
                 "member": lane.member,
-                "queued": lane.live,
-                "running": lane.holding,
+                "queued": lane.queued,
+                "running": lane.running,
                 "recent_grants": level_grants.get(lane.member, 0),
                 "service": None
                 if not total
@@ -319,10 +302,10 @@ def workers(d: Any, view_now: float, visible: Visible, recent: list[Any]) -> lis
                  "from": record.resident}
             )  # fmt: skip
     rows = []
-    workers_of = state_of(d).workers
-    for name in sorted(workers_of):
-        worker = workers_of[name]
-        held = [job(entry, view_now, visible) for entry in worker.held]
+    for view in d.worker_views():  # by name
+        worker = view.info
+        name = worker.name
+        held = [job(j, g, view_now, visible) for j, g in zip(view.jobs, view.grants)]
         rows.append(
             {
                 "name": name,
@@ -365,20 +348,22 @@ def groups(
     Returns:
         JSON-ready rows, active groups first, then by label.
     """
-    book = state_of(d).groups
     chosen: list[tuple[str, str, str, bool]] = []
-    for key, active in book.listing():
+    for key, active in d.group_listing():
         parts = split_group(key)
         if parts is None or not visible(parts[0]) or (known is not None and not known(key)):
             continue
         chosen.append((key, parts[0], parts[1], active))
     chosen.sort(key=lambda c: (not c[3], c[2], c[1]))
     chosen = chosen[:GROUP_LIMIT]
-    statuses = {key: book.status(key, now=t, finish=None) for key, *_ in chosen}
+    statuses = {key: d.group_status(key, now=t, forecast=False) for key, *_ in chosen}
     wanted = {key for key, *_ in chosen if statuses[key].active}
     finish = None if cache is None else cache.get(view_now, wanted)
     if finish is None:
-        finish = _forecast(d, t, wanted, statuses)
+        finish = {
+            key: (found.finish, found.beyond)
+            for key, found in d.group_finishes(wanted, now=t, limit=FORECAST_LIMIT).items()
+        }
         if cache is not None:
             cache.put(view_now, finish)
     rows = []
@@ -402,51 +387,6 @@ def groups(
             }
         )
     return rows
-
-
-def _forecast(
-    d: Any, t: float, wanted: set[str], statuses: Mapping[str, Any]
-) -> dict[str, tuple[float | None, bool]]:
-    """Each wanted group's predicted finish from one bounded dry run: ``(finish, beyond)``."""
-    if not wanted:
-        return {}
-    state = state_of(d)
-    book = state.groups
-    expected = runtime_estimator(state)
-    finish: dict[str, float | None] = {}
-    unknown: set[str] = set()
-    for worker in state.workers.values():
-        for entry in worker.held:
-            key = book.group_of(entry.job.id)
-            if key in wanted:
-                runtime = expected(entry.job)
-                if runtime is None:
-                    unknown.add(key)
-                    continue
-                end = max(t, entry.granted_at + runtime)
-                finish[key] = max(end, finish.get(key) or end)
-    left = {key: statuses[key].queued for key in wanted}
-    waiting = sum(left.values())
-    if waiting:
-        for step in predict(state, t, stop_at=None, limit=FORECAST_LIMIT):
-            key = book.group_of(step.entry.job.id)
-            if key not in left:
-                continue
-            left[key] -= 1
-            waiting -= 1
-            runtime = expected(step.entry.job)
-            if step.start is None or runtime is None:
-                unknown.add(key)
-            else:
-                end = step.start + runtime
-                finish[key] = max(end, finish.get(key) or end)
-            if not waiting:
-                break
-    answer: dict[str, tuple[float | None, bool]] = {}
-    for key in wanted:
-        beyond = left[key] > 0
-        answer[key] = (None if beyond or key in unknown else finish.get(key), beyond)
-    return answer
 
 
 def explanation(explained: Explanation, view_now: float, visible: Visible) -> dict[str, Any]:
