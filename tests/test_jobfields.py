@@ -1,0 +1,85 @@
+"""Issue 29 item 4: a job's fields are declared once (``prioqueue.jobfields``).
+
+What forwards a field reads the declaration; what types a field is checked against it here,
+layer by layer: a field declared and not typed, or typed and not declared, fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+
+import attrs
+import pytest
+
+from prioqueue._spec import SUBMIT_OPTIONS, JobSpec
+from prioqueue.broker._records import JobRecord
+from prioqueue.broker.models import JobView, SubmitRequest
+from prioqueue.client import jobs_cli
+from prioqueue.client._broker import SubmitFields
+from prioqueue.jobfields import JOB_FIELDS, LAYERS, field_named, fields_in, names_in
+
+
+def test_names_are_unique_and_layers_known() -> None:
+    names = [f.name for f in JOB_FIELDS]
+    assert len(names) == len(set(names))
+    digests = [f.digest for f in JOB_FIELDS if f.digest is not None]
+    assert len(digests) == len(set(digests))
+    for f in JOB_FIELDS:
+        assert f.layers, f.name
+        assert f.layers <= set(LAYERS), f.name
+        assert f.doc.strip(), f.name
+    with pytest.raises(ValueError, match="unknown layers"):
+        fields_in("nowhere")  # type: ignore[arg-type]
+    with pytest.raises(KeyError):
+        field_named("nowhere")
+
+
+def test_the_core_options_are_the_declared_core_fields() -> None:
+    assert set(names_in("core")) == SUBMIT_OPTIONS
+    keywords = {
+        p.name
+        for p in inspect.signature(JobSpec.checked).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    assert keywords == SUBMIT_OPTIONS
+
+
+def test_the_request_body_is_the_declared_request_fields_in_order() -> None:
+    assert tuple(SubmitRequest.model_fields) == names_in("request")
+    for name, info in SubmitRequest.model_fields.items():
+        assert info.description == field_named(name).doc, name
+        assert info.default is None, name  # absent: the broker's default applies
+
+
+def test_every_request_field_reaches_the_engine() -> None:
+    # The request-to-journal step copies only engine fields: a request field that is not
+    # one would be accepted and dropped.
+    assert set(names_in("request")) <= set(names_in("engine"))
+    assert {f.name for f in fields_in("engine") if f.required} == {"member", "tier", "priority"}
+
+
+def test_the_record_keeps_the_declared_record_fields() -> None:
+    kept = {a.name for a in attrs.fields(JobRecord)}
+    assert set(names_in("record")) <= kept
+    assert set(names_in("record")) <= set(names_in("engine"))  # copied from the submit
+
+
+def test_the_job_view_answers_the_declared_view_fields() -> None:
+    assert set(names_in("view")) <= set(JobView.model_fields)
+    assert set(names_in("view")) <= set(names_in("record"))  # read from the record
+
+
+def test_the_client_keywords_are_the_declared_client_fields_in_order() -> None:
+    assert tuple(SubmitFields.__annotations__) == names_in("client")
+    assert set(names_in("client")) <= set(names_in("request"))
+
+
+def test_the_cli_has_a_flag_per_declared_cli_field() -> None:
+    parser = argparse.ArgumentParser()
+    jobs_cli.add_arguments(parser)
+    args = parser.parse_args(["submit"])
+    for f in fields_in("cli"):
+        assert f.cli is not None, f.name
+        assert "client" in f.layers, f.name
+        assert hasattr(args, f.name), f.name
