@@ -27,16 +27,21 @@ Complexity: the module's lookups are O(1) (tuples and sets built at import).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, cast
 
 __all__ = [
     "JOB_FIELDS",
+    "LABEL_KEY",
     "LAYERS",
+    "MAX_LABELS",
+    "MAX_LABEL_VALUE",
     "CliFlag",
     "JobField",
     "Layer",
+    "checked_labels",
     "field_named",
     "fields_in",
     "names_in",
@@ -45,6 +50,47 @@ __all__ = [
 Layer = Literal["core", "request", "engine", "record", "view", "client", "cli"]
 LAYERS: Final[tuple[Layer, ...]] = ("core", "request", "engine", "record", "view", "client", "cli")
 """Every layer a field may be carried by (see the module docstring)."""
+
+MAX_LABELS: Final = 32
+"""The most labels a job may carry."""
+MAX_LABEL_VALUE: Final = 256
+"""The longest label value (characters)."""
+LABEL_KEY: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,62}")
+"""A label key: 1..63 characters, letters, digits and ``._/-``, starting with a letter or
+digit (a ``fullmatch``)."""
+
+
+def checked_labels(value: object) -> dict[str, str] | None:
+    """A job's ``labels`` as a new dict, or None: the rule of the ``labels`` field. O(size).
+
+    At most :data:`MAX_LABELS` entries; each key matches :data:`LABEL_KEY`, each value is a
+    string of at most :data:`MAX_LABEL_VALUE` characters without control characters.
+
+    Raises:
+        ValueError: ``value`` is neither None nor such a mapping (the message says what is
+            wrong and with which key).
+    """
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"labels must be an object of strings, got {type(value).__name__}")
+    if len(value) > MAX_LABELS:
+        raise ValueError(f"at most {MAX_LABELS} labels, got {len(value)}")
+    labels: dict[str, str] = {}
+    for key, text in value.items():
+        if not isinstance(key, str) or not LABEL_KEY.fullmatch(key):
+            raise ValueError(
+                f"label key {str(key)[:70]!r} must be 1..63 letters, digits or '._/-', "
+                "starting with a letter or digit"
+            )
+        if not isinstance(text, str):
+            raise ValueError(f"label {key!r} must be a string, got {type(text).__name__}")
+        if len(text) > MAX_LABEL_VALUE or not text.isprintable():
+            raise ValueError(
+                f"label {key!r} must be at most {MAX_LABEL_VALUE} printable characters"
+            )
+        labels[key] = text
+    return labels
 
 
 @dataclass(frozen=True)
@@ -229,6 +275,16 @@ JOB_FIELDS: Final[tuple[JobField, ...]] = (
             "json",
             metavar="JSON",
         ),
+    ),
+    _field(
+        "labels",
+        f"The job's labels, shown with it (GET /v1/jobs/{{id}}, the dashboard): at most "
+        f"{MAX_LABELS} keys of 1..63 letters, digits or '._/-', each with a string of at most "
+        f"{MAX_LABEL_VALUE} printable characters.",
+        "request engine record view client cli",
+        rule=checked_labels,
+        digest="l",
+        cli=CliFlag("a label KEY=VALUE (repeatable)", "pairs", flag="label", metavar="KEY=VALUE"),
     ),
 )
 """Every submit field, in the order the broker journals them."""

@@ -93,8 +93,9 @@ class DashboardView(BaseModel):
     )
     job: dict[str, Any] | None = Field(
         default=None,
-        description="With ?job=ID: the job (state, priority, model, group, attempt, worker) and "
-        "explain (score terms, position, ahead, overtaken_by, forecast_start_in), or error.",
+        description="With ?job=ID: the job (state, priority, model, group, labels, attempt, "
+        "worker) and explain (score terms, position, ahead, overtaken_by, forecast_start_in), "
+        "or error.",
     )
     limits: dict[str, float] = Field(description="The bounds behind the lists.")
 

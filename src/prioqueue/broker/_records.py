@@ -92,6 +92,8 @@ class JobRecord:
     """When the job expires if still queued (its ttl), or None."""
     max_attempts: int | None = None
     """The job's own grant budget (None: the configuration's ``max_attempts``)."""
+    labels: dict[str, str] | None = None
+    """The job's labels (``prioqueue.jobfields``), or None."""
 
 
 @attrs.frozen

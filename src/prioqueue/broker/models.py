@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StringConstraints
 
 from prioqueue.capabilities import FEATURES
-from prioqueue.jobfields import field_named
+from prioqueue.jobfields import checked_labels, field_named
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -174,6 +174,9 @@ class SubmitRequest(_Request):
     )
     backoff: BackoffBody | None = Field(default=None, description=_about("backoff"))
     needs: NeedsBody | None = Field(default=None, description=_about("needs"))
+    labels: Annotated[dict[str, str], AfterValidator(checked_labels)] | None = Field(
+        default=None, description=_about("labels")
+    )
 
 
 class JobCreated(BaseModel):
@@ -207,6 +210,7 @@ class JobView(BaseModel):
     expires_at: float | None = Field(
         default=None, description="Unix time at which the job expires if still queued (ttl)."
     )
+    labels: dict[str, str] | None = Field(default=None, description=_about("labels"))
 
 
 class PopRequest(_Request):

@@ -63,6 +63,7 @@ class SubmitFields(TypedDict, total=False):
     max_attempts: int | None
     backoff: Mapping[str, Any] | None
     needs: Needs | Mapping[str, Any] | None
+    labels: Mapping[str, str] | None
 
 
 class _Call(NamedTuple):
