@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+from pathlib import Path
 
 import attrs
 import pytest
@@ -83,3 +84,14 @@ def test_the_cli_has_a_flag_per_declared_cli_field() -> None:
         assert f.cli is not None, f.name
         assert "client" in f.layers, f.name
         assert hasattr(args, f.name), f.name
+
+
+def test_the_broker_guide_names_every_request_field() -> None:
+    guide = Path(__file__).resolve().parent.parent / "docs" / "broker.md"
+    row = next(
+        line
+        for line in guide.read_text(encoding="utf-8").splitlines()
+        if "| `POST /v1/jobs` |" in line
+    )
+    missing = [name for name in names_in("request") if f"`{name}`" not in row]
+    assert missing == []
