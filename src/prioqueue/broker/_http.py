@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -174,7 +174,16 @@ ActingWorker = Annotated[str, Depends(_acting_worker)]
 ``{worker}`` in its path and a ``WorkerKey`` gets the same check."""
 
 
-_CARRIED = fields_in("engine")  # the journaled submit's keywords (prioqueue.jobfields)
+def _nested(name: str) -> bool:
+    """Whether ``SubmitRequest``'s field ``name`` holds a model (journaled as its JSON)."""
+    info = SubmitRequest.model_fields.get(name)
+    types = () if info is None else (info.annotation, *get_args(info.annotation))
+    return any(isinstance(t, type) and issubclass(t, BaseModel) for t in types)
+
+
+_CARRIED = tuple(  # the journaled submit's keywords (prioqueue.jobfields): how each is made
+    (f.name, "request" in f.layers, f.sparse, _nested(f.name)) for f in fields_in("engine")
+)
 _VIEWED = names_in("view")
 
 
@@ -206,17 +215,17 @@ def submit_args(
         **given,
     }
     args: dict[str, Any] = {}
-    for field in _CARRIED:
-        if field.name in given:
-            value = given[field.name]
-        elif "request" in field.layers:
-            value = getattr(body, field.name)
-            if isinstance(value, BaseModel):
+    for name, in_body, sparse, nested in _CARRIED:
+        if name in given:
+            value = given[name]
+        elif in_body:
+            value = getattr(body, name)
+            if nested and value is not None:
                 value = value.model_dump()
         else:
             continue
-        if value is not None or not field.sparse:
-            args[field.name] = value
+        if value is not None or not sparse:
+            args[name] = value
     return args
 
 

@@ -253,14 +253,13 @@ def _core_args(item: Fresh) -> dict[str, Any]:
     """A job's keywords for the core (``FleetDispatcher.admit`` and ``submit``)."""
     args = item.args
     group = args["group"]
-    return {
-        **{name: args[name] for name in _TO_CORE},
-        "member": args["member"],
-        "group": None if group is None else group_key(args["member"], group),
-        "ceiling": args["priority"],  # resolved under the key's ceiling: kept below the minimum
-        "backoff": item.backoff,
-        "needs": item.needs,
-    }
+    core = {name: args[name] for name in _TO_CORE}
+    core["member"] = args["member"]
+    core["group"] = None if group is None else group_key(args["member"], group)
+    core["ceiling"] = args["priority"]  # resolved under the key's ceiling: kept below the minimum
+    core["backoff"] = item.backoff
+    core["needs"] = item.needs
+    return core
 
 
 def _queue(state: EngineState, now: float, item: Fresh, key: str | None) -> JobRecord:
@@ -280,12 +279,9 @@ def _queue(state: EngineState, now: float, item: Fresh, key: str | None) -> JobR
         raise AssertionError(str(exc)) from None
     state.counter += 1
     state.counts["submitted"] += 1
-    record = JobRecord(
-        id=job_id,
-        submitted_at=now,
-        expires_at=ticket.job.deadline,
-        **{**{name: args[name] for name in _RECORDED}, "idempotency_key": key},
-    )  # key: the job's own, or its batch's
+    kept = {name: args[name] for name in _RECORDED}
+    kept["idempotency_key"] = key  # the job's own, or its batch's
+    record = JobRecord(id=job_id, submitted_at=now, expires_at=ticket.job.deadline, **kept)
     state.jobs[job_id] = record
     _groups.kept(state, record)
     state.queued_bytes.held(record, item.size)
