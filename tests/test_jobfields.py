@@ -17,6 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from prioqueue._spec import SUBMIT_OPTIONS, JobSpec
+from prioqueue.broker import parse_config
+from prioqueue.broker._http import submit_args
 from prioqueue.broker._records import JobRecord, fingerprint, submit_digest
 from prioqueue.broker.models import JobView, SubmitRequest
 from prioqueue.client import jobs_cli
@@ -125,3 +127,38 @@ def test_the_idempotency_digest_of_a_submit_without_new_fields_never_changes(
     old = {"p": priority, **{short: args.get(name) for short, name in _OLD_ALWAYS.items()}}
     old.update({s: args[n] for s, n in _OLD_IF_SET.items() if args.get(n) is not None})
     assert submit_digest({"priority": priority, **args}) == fingerprint(old)
+
+
+_BODY = {
+    "priority": 5, "model": "m", "estimate": 2.0, "group": "g", "payload": {"a": [1]},
+    "ttl": 5.0, "not_before": 10.0, "max_attempts": 3, "backoff": {"base": 1.0},
+    "needs": {"pixels": 4},
+}  # fmt: skip
+
+
+@given(st.sets(st.sampled_from(sorted(_BODY))), st.one_of(st.none(), st.just("key-1")))
+def test_a_journal_row_has_the_shape_it_had_before_the_declaration(
+    chosen: set[str], idempotency_key: str | None
+) -> None:
+    config = parse_config(
+        {
+            "store": "memory://",
+            "keys": {"sk": {"role": "submitter", "member": "a", "max_priority": 100}},
+        }
+    )
+    key = config.keys["sk"]
+    body = SubmitRequest.model_validate({name: _BODY[name] for name in chosen})
+    args = submit_args(body, key, config, None, dict, idempotency_key=idempotency_key)
+    old: dict[str, Any] = {
+        "member": "a", "tier": key.tier, "priority": 5 if "priority" in chosen else 0,
+        "model": body.model, "estimate": body.estimate, "group": body.group, "image": None,
+        "payload": body.payload, "idempotency_key": idempotency_key,
+    }  # fmt: skip
+    lifecycle = {
+        "ttl": body.ttl, "not_before": body.not_before, "max_attempts": body.max_attempts,
+        "backoff": None if body.backoff is None else body.backoff.model_dump(),
+        "needs": None if body.needs is None else body.needs.model_dump(),
+    }  # fmt: skip
+    old.update({name: value for name, value in lifecycle.items() if value is not None})
+    assert args == old
+    assert list(args) == list(old)  # the same order too (the journal's JSON text)
