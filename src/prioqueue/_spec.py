@@ -147,12 +147,10 @@ class JobSpec(NamedTuple):
             not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1
         ):
             raise ValueError(f"max_attempts must be an int >= 1 or None, got {max_attempts!r}")
-        return new_spec(
-            cls,
-            (member, level, tier, tier_bonus, model, estimate, payload, group, ttl, not_before,
-             max_attempts, backoff if backoff is None else _backoff(backoff),
-             needs if needs is None else _needs(needs, model)),
-        )  # fmt: skip
+        backoff = backoff if backoff is None else _backoff(backoff)
+        needs = needs if needs is None else _needs(needs, model)
+        fields = (member, level, tier, tier_bonus, model, estimate, payload, group, ttl)
+        return new_spec(cls, (*fields, not_before, max_attempts, backoff, needs))
 
 
 new_spec = tuple.__new__  # builds a JobSpec without its Python-level __new__

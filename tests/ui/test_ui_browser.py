@@ -159,7 +159,7 @@ def _seed(url: str) -> None:
             submit("sk-alice", model="m1", group="film-1", estimate=30.0)
         submit("sk-alice", model="m2", estimate=20.0, priority=2)
         for _ in range(2):
-            submit("sk-bob", model="m1", estimate=30.0)
+            submit("sk-bob", model="m1", estimate=30.0, labels={"team": "bob", "shot": "7"})
         bobs = submit("sk-bob", model="m3", estimate=30.0)
         submit("sk-evil", model=EVIL_MODEL, estimate=10.0)
         done = pop("gpu-1")
@@ -278,6 +278,7 @@ def test_clicking_a_job_explains_it(chrome: Any, broker: BrokerProcess) -> None:
     assert "Overtaken by (" in panel
     explained = _dashboard(broker.url, "sk-ops", job=queued[0])["job"]["explain"]
     assert f"Ahead ({len(explained['ahead'])})" in panel
+    assert "team=bob, shot=7" in panel  # the job's labels
     screenshot(chrome, "broker-job")
 
 

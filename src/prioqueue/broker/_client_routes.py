@@ -27,7 +27,7 @@ from prioqueue.broker._http import (
     PRIORITY_HEADER,
     Submitter,
     WorkerKey,
-    resolve_priority,
+    submit_args,
 )
 from prioqueue.broker._records import Rejected
 from prioqueue.broker.config import BrokerConfig
@@ -62,27 +62,6 @@ class Left(BaseModel):
     requeued: list[str]
 
 
-def submit_args(
-    body: SubmitRequest,
-    key: Any,
-    config: BrokerConfig,
-    header_priority: str | None,
-) -> dict[str, Any]:
-    """The ``submit`` operation's arguments for one job body (every other field passes on).
-
-    Raises:
-        Rejected: 422 a priority outside the dispatcher's range.
-    """
-    priority = resolve_priority(body.priority, header_priority, key, config)
-    fields = body.model_dump(exclude={"priority"})
-    return {
-        **fields,
-        "member": key.member,
-        "tier": key.tier,
-        "priority": priority,
-    }
-
-
 def client_router(broker: Broker, config: BrokerConfig) -> APIRouter:
     """The routes of this module, bound to ``broker``.
 
@@ -110,9 +89,7 @@ def client_router(broker: Broker, config: BrokerConfig) -> APIRouter:
         jobs = []
         for index, job in enumerate(body.jobs):
             try:
-                args = submit_args(job, key, config, x_llamaswap_priority)
-                if job.image is not None:
-                    args["image"] = engine.check_image(job.image)
+                args = submit_args(job, key, config, x_llamaswap_priority, engine.check_image)
             except Rejected as exc:
                 raise Rejected(
                     exc.status, f"jobs[{index}]: {exc}", field=f"jobs.{index}.{exc.field}"

@@ -37,6 +37,7 @@ from pydantic import BaseModel, Field
 from prioqueue.broker._http import AnyKey
 from prioqueue.broker._records import FINISHED, Rejected
 from prioqueue.broker.config import BrokerKey
+from prioqueue.jobfields import names_in
 from prioqueue.ui import CSP, asset
 from prioqueue.ui import model as _model
 
@@ -91,10 +92,14 @@ class DashboardView(BaseModel):
     )
     job: dict[str, Any] | None = Field(
         default=None,
-        description="With ?job=ID: the job (state, priority, model, group, attempt, worker) and "
-        "explain (score terms, position, ahead, overtaken_by, forecast_start_in), or error.",
+        description="With ?job=ID: the job (state, priority, model, group, labels, attempt, "
+        "worker) and explain (score terms, position, ahead, overtaken_by, forecast_start_in), "
+        "or error.",
     )
     limits: dict[str, float] = Field(description="The bounds behind the lists.")
+
+
+_VIEWED = names_in("view")  # prioqueue.jobfields
 
 
 def _scope(key: BrokerKey) -> str:
@@ -112,9 +117,12 @@ def _job_panel(engine: Any, job_id: str, key: BrokerKey, now: float) -> dict[str
     except Rejected as exc:
         return {"id": job_id, "error": str(exc)}
     data: dict[str, Any] = {
-        "id": record.id, "member": record.member, "state": record.state,
-        "priority": record.priority, "model": record.model, "group": record.group,
-        "attempt": record.attempt, "worker": record.worker,
+        "id": record.id,
+        "member": record.member,
+        "state": record.state,
+        **{name: getattr(record, name) for name in _VIEWED},  # the job view's own fields
+        "attempt": record.attempt,
+        "worker": record.worker,
         "waited": None if record.state != "queued" else round(now - record.submitted_at, 3),
         "finished_ago": (
             None if record.finished_at is None else round(now - record.finished_at, 3)
@@ -123,7 +131,7 @@ def _job_panel(engine: Any, job_id: str, key: BrokerKey, now: float) -> dict[str
             None if record.deadline is None else round(max(0.0, record.deadline - now), 3)
         ),
         "explain": None,
-    }  # fmt: skip
+    }
     if record.state not in FINISHED:
         explained = engine.fleet.explain(
             record.id, now=engine.now, ahead_limit=EXPLAIN_AHEAD, overtakes_limit=EXPLAIN_AHEAD

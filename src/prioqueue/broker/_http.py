@@ -13,12 +13,13 @@ Private. The route modules (``_job_routes``, ``_worker_routes``, ``_client_route
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Annotated, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any, get_args
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from prioqueue._spec import LEVEL_LIMIT
@@ -28,6 +29,7 @@ from prioqueue.broker.config import BrokerConfig, BrokerKey
 from prioqueue.broker.engine import BrokerEngine
 from prioqueue.broker.models import ErrorBody, JobView, SubmitRequest
 from prioqueue.broker.service import Standby
+from prioqueue.jobfields import fields_in, names_in
 
 __all__ = [
     "ERRORS",
@@ -48,10 +50,10 @@ __all__ = [
     "install_handlers",
     "job_view",
     "key_for",
-    "lifecycle_args",
     "rejected_response",
     "resolve_priority",
     "standby_response",
+    "submit_args",
     "validation_response",
     "whose",
 ]
@@ -172,14 +174,59 @@ ActingWorker = Annotated[str, Depends(_acting_worker)]
 ``{worker}`` in its path and a ``WorkerKey`` gets the same check."""
 
 
-def lifecycle_args(body: SubmitRequest) -> dict[str, Any]:
-    """The submit's lifecycle fields and ``needs`` that are set (unset ones stay out)."""
-    args: dict[str, Any] = {
-        "ttl": body.ttl, "not_before": body.not_before, "max_attempts": body.max_attempts,
-        "backoff": None if body.backoff is None else body.backoff.model_dump(),
-        "needs": None if body.needs is None else body.needs.model_dump(),
-    }  # fmt: skip
-    return {key: value for key, value in args.items() if value is not None}
+def _nested(name: str) -> bool:
+    """Whether ``SubmitRequest``'s field ``name`` holds a model (journaled as its JSON)."""
+    info = SubmitRequest.model_fields.get(name)
+    types = () if info is None else (info.annotation, *get_args(info.annotation))
+    return any(isinstance(t, type) and issubclass(t, BaseModel) for t in types)
+
+
+_CARRIED = tuple(  # the journaled submit's keywords (prioqueue.jobfields): how each is made
+    (f.name, "request" in f.layers, f.sparse, _nested(f.name)) for f in fields_in("engine")
+)
+_VIEWED = names_in("view")
+
+
+def submit_args(
+    body: SubmitRequest,
+    key: BrokerKey,
+    config: BrokerConfig,
+    header_priority: str | None,
+    check_image: Callable[[dict[str, Any]], dict[str, Any]],
+    **given: Any,
+) -> dict[str, Any]:
+    """The journaled ``submit``'s arguments for one body (single and batch submits).
+
+    The key gives ``member`` and ``tier``; ``priority`` is resolved
+    (:func:`resolve_priority`) and ``image`` checked (``check_image``, the engine's);
+    ``given`` adds what no body holds (``idempotency_key``). Every other declared field
+    (``prioqueue.jobfields``) comes from the body as JSON data; a sparse one only when set.
+    O(size of the body).
+
+    Raises:
+        Rejected: 422 a priority neither an integer nor an alias, or outside the range; what
+            ``check_image`` raises.
+    """
+    given = {
+        "member": key.member,
+        "tier": key.tier,
+        "priority": resolve_priority(body.priority, header_priority, key, config),
+        "image": None if body.image is None else check_image(body.image),
+        **given,
+    }
+    args: dict[str, Any] = {}
+    for name, in_body, sparse, nested in _CARRIED:
+        if name in given:
+            value = given[name]
+        elif in_body:
+            value = getattr(body, name)
+            if nested and value is not None:
+                value = value.model_dump()
+        else:
+            continue
+        if value is not None or not sparse:
+            args[name] = value
+    return args
 
 
 def job_view(
@@ -190,12 +237,18 @@ def job_view(
 ) -> JobView:
     """A job's answer (``engine_now``: the engine that says until when it is delayed)."""
     return JobView(
-        id=record.id, state=record.state, position=position, explanation=explanation,
-        result=record.result, priority=record.priority, model=record.model,
-        group=record.group, attempt=record.attempt, submitted_at=record.submitted_at,
-        finished_at=record.finished_at, expires_at=record.expires_at,
+        id=record.id,
+        state=record.state,
+        position=position,
+        explanation=explanation,
+        result=record.result,
+        attempt=record.attempt,
+        submitted_at=record.submitted_at,
+        finished_at=record.finished_at,
+        expires_at=record.expires_at,
         not_before=None if engine_now is None else engine_now.not_before(record),
-    )  # fmt: skip
+        **{name: getattr(record, name) for name in _VIEWED},
+    )
 
 
 def whose(key: BrokerKey, member: str | None, *, cancel: bool) -> str:

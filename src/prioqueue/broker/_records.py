@@ -14,6 +14,8 @@ from typing import Any, Final, Literal, TypedDict
 
 import attrs
 
+from prioqueue.jobfields import JOB_FIELDS
+
 __all__ = [
     "AHEAD_LIMIT",
     "FINISHED",
@@ -90,6 +92,8 @@ class JobRecord:
     """When the job expires if still queued (its ttl), or None."""
     max_attempts: int | None = None
     """The job's own grant budget (None: the configuration's ``max_attempts``)."""
+    labels: dict[str, str] | None = None
+    """The job's labels (``prioqueue.jobfields``), or None."""
 
 
 @attrs.frozen
@@ -136,17 +140,21 @@ def fingerprint(args: Mapping[str, Any]) -> str:
 
 
 def submit_digest(args: Mapping[str, Any]) -> str:
-    """The fingerprint of a submit's arguments (``submit``'s keywords) for its idempotency key."""
-    fields = {
-        "p": args["priority"], "m": args.get("model"), "e": args.get("estimate"),
-        "g": args.get("group"), "i": args.get("image"), "b": args.get("payload"),
-    }  # fmt: skip
-    lifecycle = {
-        "t": args.get("ttl"), "n": args.get("not_before"), "a": args.get("max_attempts"),
-        "k": args.get("backoff"),
-    }  # fmt: skip
-    fields.update({k: v for k, v in lifecycle.items() if v is not None})
-    return fingerprint(fields)
+    """The fingerprint of a submit's arguments (``submit``'s keywords) for its idempotency key.
+
+    Each declared field with a ``digest`` key counts (``prioqueue.jobfields``); a sparse one
+    only when set, so a digest made before a field existed is unchanged. O(size of args).
+    """
+    return fingerprint(
+        {
+            short: value
+            for short, name, sparse in _DIGESTED
+            if (value := args.get(name)) is not None or not sparse
+        }
+    )
+
+
+_DIGESTED: Final = tuple((f.digest, f.name, f.sparse) for f in JOB_FIELDS if f.digest is not None)
 
 
 def check_types(op: str, **values: tuple[Any, type | tuple[type, ...]]) -> None:

@@ -41,16 +41,19 @@ from prioqueue.broker._fleet import group_key
 from prioqueue.broker._records import JobRecord, Rejected, check_types, fingerprint, submit_digest
 from prioqueue.broker._state import EngineState
 from prioqueue.capabilities import Needs
+from prioqueue.jobfields import fields_in, names_in
 from prioqueue.lifecycle import Backoff
 
 __all__ = ["admit", "submit", "submit_many"]
 
-_REQUIRED = frozenset(("member", "tier", "priority"))
-_OPTIONAL = dict.fromkeys((
-    "model", "estimate", "group", "image", "payload", "idempotency_key", "ttl",
-    "not_before", "max_attempts", "backoff", "needs",
-))  # fmt: skip
+_KNOWN = fields_in("engine")  # the journaled submit's keywords (prioqueue.jobfields)
+_REQUIRED = frozenset(f.name for f in _KNOWN if f.required)
+_OPTIONAL = dict.fromkeys(f.name for f in _KNOWN if not f.required)
 _KEYWORDS = _REQUIRED | _OPTIONAL.keys()
+_TYPED = tuple((f.name, f.journal) for f in _KNOWN if f.journal)
+_RULED = tuple((f.name, f.rule) for f in _KNOWN if f.rule is not None)
+_TO_CORE = tuple(n for n in names_in("engine", "core") if n != "payload")  # the core's: image
+_RECORDED = names_in("engine", "record")
 _ALONE: tuple[dict[str, int], int, dict[tuple[str, str], tuple[int, str]]] = ({}, 0, {})
 """A job submitted alone: no batch before it (never written to)."""
 _REUSED = "Idempotency-Key was already used with a different request body"
@@ -189,14 +192,12 @@ def _check(
             f"{', '.join(sorted(_OPTIONAL))}; got {', '.join(sorted(args))}"
         )
     member = full["member"]
-    none = type(None)
-    check_types(
-        "submit",
-        member=(member, str), tier=(full["tier"], str), priority=(full["priority"], int),
-        model=(full["model"], (str, none)), estimate=(full["estimate"], (int, float, none)),
-        group=(full["group"], (str, none)), image=(full["image"], (dict, none)),
-        idempotency_key=(full["idempotency_key"], (str, none)),
-    )  # fmt: skip
+    check_types("submit", **{name: (full[name], types) for name, types in _TYPED})
+    for name, rule in _RULED:
+        try:
+            full[name] = rule(full[name])
+        except ValueError as exc:
+            raise Rejected(422, f"{name}: {exc}", field=name) from None
     digest = ""
     key = full["idempotency_key"]
     if key is not None:
@@ -252,15 +253,13 @@ def _core_args(item: Fresh) -> dict[str, Any]:
     """A job's keywords for the core (``FleetDispatcher.admit`` and ``submit``)."""
     args = item.args
     group = args["group"]
-    priority = args["priority"]
-    return {
-        "member": args["member"], "priority": priority, "tier": args["tier"],
-        "model": args["model"], "estimate": args["estimate"],
-        "group": None if group is None else group_key(args["member"], group),
-        "ceiling": priority,  # resolved under the key's ceiling: kept below the minimum
-        "ttl": args["ttl"], "not_before": args["not_before"],
-        "max_attempts": args["max_attempts"], "backoff": item.backoff, "needs": item.needs,
-    }  # fmt: skip
+    core = {name: args[name] for name in _TO_CORE}
+    core["member"] = args["member"]
+    core["group"] = None if group is None else group_key(args["member"], group)
+    core["ceiling"] = args["priority"]  # resolved under the key's ceiling: kept below the minimum
+    core["backoff"] = item.backoff
+    core["needs"] = item.needs
+    return core
 
 
 def _queue(state: EngineState, now: float, item: Fresh, key: str | None) -> JobRecord:
@@ -280,12 +279,9 @@ def _queue(state: EngineState, now: float, item: Fresh, key: str | None) -> JobR
         raise AssertionError(str(exc)) from None
     state.counter += 1
     state.counts["submitted"] += 1
-    record = JobRecord(
-        id=job_id, member=member, priority=args["priority"], model=args["model"],
-        estimate=args["estimate"], group=args["group"], image=args["image"],
-        payload=args["payload"], submitted_at=now, idempotency_key=key,
-        expires_at=ticket.job.deadline, max_attempts=args["max_attempts"],
-    )  # fmt: skip
+    kept = {name: args[name] for name in _RECORDED}
+    kept["idempotency_key"] = key  # the job's own, or its batch's
+    record = JobRecord(id=job_id, submitted_at=now, expires_at=ticket.job.deadline, **kept)
     state.jobs[job_id] = record
     _groups.kept(state, record)
     state.queued_bytes.held(record, item.size)

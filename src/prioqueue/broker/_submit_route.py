@@ -45,10 +45,9 @@ from prioqueue.broker._http import (
     error_response,
     forbidden_response,
     key_for,
-    lifecycle_args,
     rejected_response,
-    resolve_priority,
     standby_response,
+    submit_args,
     validation_response,
 )
 from prioqueue.broker._records import Rejected
@@ -88,19 +87,17 @@ async def submit_job(
             refuses (422, 429, 503).
         Standby: This replica does not serve.
     """
-    priority = resolve_priority(body.priority, header_priority, key, config)
     # The lease inputs' check reads only the configuration: no wait for the store here
     # (issue 21: a read barrier per submit collapsed the durable broker under load).
-    image = None if body.image is None else broker.serving_engine().check_image(body.image)
-    record, created = await broker.run(
-        "submit",
-        {
-            "member": key.member, "tier": key.tier, "priority": priority,
-            "model": body.model, "estimate": body.estimate, "group": body.group,
-            "image": image, "payload": body.payload, "idempotency_key": idempotency_key,
-            **lifecycle_args(body),
-        },
-    )  # fmt: skip
+    args = submit_args(
+        body,
+        key,
+        config,
+        header_priority,
+        lambda image: broker.serving_engine().check_image(image),
+        idempotency_key=idempotency_key,
+    )
+    record, created = await broker.run("submit", args)
     return record.id, created
 
 

@@ -151,12 +151,11 @@ class BrokerEngine(EngineState):
     def submit(self, now: float, **args: Any) -> tuple[JobRecord, bool]:
         """Queue a job; with an idempotency key already used by this member, return its job.
 
-        Keywords: ``member``, ``tier``, ``priority`` (required), ``model``, ``estimate``,
-        ``group``, ``image``, ``payload``, ``idempotency_key``, ``ttl``, ``not_before``,
-        ``max_attempts``, ``backoff`` (as ``FleetDispatcher.submit``'s where they share a name).
-        ``ttl``, ``not_before``, ``max_attempts`` and ``backoff`` are the job lifecycle
-        (docs/design/lifecycle.md): ``not_before`` is a time on the broker's clock (Unix
-        seconds).
+        Keywords: the fields of :data:`prioqueue.jobfields.JOB_FIELDS` with the ``engine``
+        layer (``member``, ``tier``, ``priority`` required; as ``FleetDispatcher.submit``'s
+        where they share a name). ``ttl``, ``not_before``, ``max_attempts`` and ``backoff``
+        are the job lifecycle (docs/design/lifecycle.md): ``not_before`` is a time on the
+        broker's clock (Unix seconds).
 
         Returns:
             ``(record, created)``.

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StringConstraints
 
 from prioqueue.capabilities import FEATURES
+from prioqueue.jobfields import checked_labels, field_named
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -94,6 +95,11 @@ def _sendable(value: Any) -> Any:
 OpaqueJson = Annotated[Any, AfterValidator(_sendable)]
 
 
+def _about(name: str) -> str:
+    """The declared description of job field ``name`` (``prioqueue.jobfields``)."""
+    return field_named(name).doc
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -147,50 +153,29 @@ class NeedsBody(_Request):
 class SubmitRequest(_Request):
     """``POST /v1/jobs``: one job."""
 
-    priority: StrictInt | str | None = Field(
-        default=None,
-        description="A number or an alias (interactive, normal, batch); capped at the key's "
-        "max_priority; anything else is a 422 that lists the aliases. Absent: the "
-        "X-LlamaSwap-Priority header (unparseable there: the default), else the policy's "
-        "default.",
-    )
-    model: Name | None = Field(default=None, description="The model the job needs loaded.")
+    # Each field is declared in prioqueue.jobfields (its description comes from there;
+    # tests/test_jobfields.py keeps the two lists equal): what is written here is its wire rule.
+    priority: StrictInt | str | None = Field(default=None, description=_about("priority"))
+    model: Name | None = Field(default=None, description=_about("model"))
     estimate: float | None = Field(
-        default=None, gt=0, le=1e9, strict=True, description="Expected runtime in seconds."
+        default=None, gt=0, le=1e9, strict=True, description=_about("estimate")
     )
-    group: Label | None = Field(
-        default=None, description="A label grouping jobs (a film); no '/' (it is a path segment)."
-    )
+    group: Label | None = Field(default=None, description=_about("group"))
     image: Annotated[dict[str, Any], AfterValidator(_sendable)] | None = Field(
-        default=None,
-        description="Lease inputs (width, height, steps, sampler, controlnet, baseline, "
-        "loras): the lease is computed from them at pop time.",
+        default=None, description=_about("image")
     )
-    payload: OpaqueJson = Field(
-        default=None, description="Opaque JSON handed to the worker (at most 64 levels deep)."
-    )
-    ttl: float | None = Field(
-        default=None, gt=0, le=1e9, strict=True,
-        description="Seconds the job may stay queued once eligible; then it is 'expired'. "
-        "Absent: the level's budget ttl, else none.",
-    )  # fmt: skip
+    payload: OpaqueJson = Field(default=None, description=_about("payload"))
+    ttl: float | None = Field(default=None, gt=0, le=1e9, strict=True, description=_about("ttl"))
     not_before: float | None = Field(
-        default=None, ge=0, le=1e12, strict=True,
-        description="Unix time (the broker's clock) before which the job is not eligible: "
-        "it is 'queued' with not_before until then.",
-    )  # fmt: skip
-    max_attempts: int | None = Field(
-        default=None, ge=1, le=1000, strict=True,
-        description="Grants the job may get (expired leases and retried failures). Absent: "
-        "the broker's max_attempts.",
-    )  # fmt: skip
-    backoff: BackoffBody | None = Field(
-        default=None, description="Retry delays of fail with retry=true (absent: the broker's)."
+        default=None, ge=0, le=1e12, strict=True, description=_about("not_before")
     )
-    needs: NeedsBody | None = Field(
-        default=None,
-        description="What the job needs from its worker (pixels, steps, features, models); "
-        "absent: nothing (any worker that serves its model).",
+    max_attempts: int | None = Field(
+        default=None, ge=1, le=1000, strict=True, description=_about("max_attempts")
+    )
+    backoff: BackoffBody | None = Field(default=None, description=_about("backoff"))
+    needs: NeedsBody | None = Field(default=None, description=_about("needs"))
+    labels: Annotated[dict[str, str], AfterValidator(checked_labels)] | None = Field(
+        default=None, description=_about("labels")
     )
 
 
@@ -225,6 +210,7 @@ class JobView(BaseModel):
     expires_at: float | None = Field(
         default=None, description="Unix time at which the job expires if still queued (ttl)."
     )
+    labels: dict[str, str] | None = Field(default=None, description=_about("labels"))
 
 
 class PopRequest(_Request):

@@ -24,6 +24,7 @@ from prioqueue.client._errors import (
 )
 from prioqueue.client._http import AsyncTransport, RequestOptions, SyncTransport, raise_for
 from prioqueue.clock import SYSTEM_CLOCK, Clock
+from prioqueue.jobfields import names_in
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -41,13 +42,15 @@ _ENDED: dict[str, type[JobEnded]] = {
     "expired": JobExpired,
 }
 _C = TypeVar("_C", httpx.Client, httpx.AsyncClient)
-_FIELD_ORDER = ("priority", "model", "estimate", "group", "image")
+_FIELD_ORDER = names_in("client")  # the body's documented order (prioqueue.jobfields)
 
 
 class SubmitFields(TypedDict, total=False):
     """What a submit's body may hold besides its payload (``POST /v1/jobs``, docs/broker.md).
 
-    None (or absent) leaves a field out of the body: the broker's default applies.
+    None (or absent) leaves a field out of the body: the broker's default applies. The
+    fields are those of :data:`prioqueue.jobfields.JOB_FIELDS` with the ``client`` layer,
+    typed here (``tests/test_jobfields.py`` keeps the two lists equal).
     """
 
     priority: int | str | None
@@ -60,6 +63,7 @@ class SubmitFields(TypedDict, total=False):
     max_attempts: int | None
     backoff: Mapping[str, Any] | None
     needs: Needs | Mapping[str, Any] | None
+    labels: Mapping[str, str] | None
 
 
 class _Call(NamedTuple):
@@ -100,16 +104,15 @@ def _key(idempotency_key: str | None) -> str:
 
 
 def _body(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """A submit body: the fields in the documented order, None left out, ``needs`` as JSON."""
+    """A submit body: the fields in the declared order, None left out, objects as JSON."""
     ordered = {**{name: fields[name] for name in _FIELD_ORDER if name in fields}, **fields}
     body = {k: v for k, v in ordered.items() if v is not None}
-    if "image" in body:
-        body["image"] = dict(body["image"])
-    needs = body.get("needs")
-    if isinstance(needs, Needs):
-        body["needs"] = needs.as_dict()
-    elif needs is not None:
-        body["needs"] = dict(needs)
+    for name in _FIELD_ORDER:
+        value = body.get(name)
+        if isinstance(value, Needs):
+            body[name] = value.as_dict()
+        elif isinstance(value, Mapping):
+            body[name] = dict(value)
     return body
 
 
@@ -276,11 +279,10 @@ class Broker(_Client[httpx.Client]):
         Args:
             payload: Opaque JSON handed to the worker (None: none).
             idempotency_key: Reuse to make a repeated submit safe (default: made for the call).
-            **fields: ``priority`` (a number or an alias), ``model``, ``estimate`` (seconds),
-                ``group``, ``image`` (lease inputs), ``ttl``, ``not_before``,
-                ``max_attempts``, ``backoff``, ``needs`` (a
-                :class:`~prioqueue.capabilities.Needs` or its mapping: what a worker must
-                offer to be granted it): the body's fields (see :class:`SubmitFields`).
+            **fields: The body's fields (:class:`SubmitFields`, each described in
+                :data:`prioqueue.jobfields.JOB_FIELDS`): ``priority`` (a number or an
+                alias), ``model``, ``estimate`` (seconds), ``needs`` (a
+                :class:`~prioqueue.capabilities.Needs` or its mapping), ...
 
         Raises:
             BrokerError: The broker refused it (422 names the field; 429 after the retries).

@@ -30,6 +30,7 @@ from prioqueue.client._cli import add_broker_options
 from prioqueue.client._errors import BrokerError, WaitTimeout
 from prioqueue.client._human import render
 from prioqueue.clock import SYSTEM_CLOCK
+from prioqueue.jobfields import CliFlag, fields_in
 
 __all__ = ["EXIT_CODES", "add_arguments", "run"]
 
@@ -50,22 +51,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     submit = sub.add_parser("submit", help="queue a job (or a batch) and print its id")
     submit.add_argument("--payload", help="the payload, JSON ('-': read it from stdin)")
-    submit.add_argument("--priority", help="a number or an alias (interactive, batch...)")
-    submit.add_argument("--model", help="the model the job needs")
-    submit.add_argument("--estimate", type=float, help="expected runtime in seconds")
-    submit.add_argument("--group", help="a group label (a film)")
-    submit.add_argument(
-        "--needs",
-        metavar="JSON",
-        help='what the job needs from its worker, e.g. \'{"features": ["lora"], '
-        '"pixels": 1048576}\' (models, pixels, steps, features, nsfw, text)',
-    )
+    for name, flag in _FLAGGED:
+        _add_flag(submit, name, flag)
+    unflagged = ", ".join(f.name for f in fields_in("client") if f.cli is None)
     submit.add_argument(
         "--field",
         action="append",
         default=[],
         metavar="NAME=JSON",
-        help="another body field (ttl, not_before, max_attempts...), repeatable",
+        help=f"another body field ({unflagged}), repeatable",
     )
     submit.add_argument(
         "--batch", metavar="FILE", help="a JSON list of submit bodies ('-': stdin): all or none"
@@ -87,6 +81,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     for action in (submit, get, wait, cancel, group):
         _add_format(action)
+
+
+_FLAGGED = tuple((f.name, f.cli) for f in fields_in("client", "cli") if f.cli is not None)
+"""The fields ``submit`` has a flag for (``prioqueue.jobfields``), in declaration order."""
+
+
+def _add_flag(parser: argparse.ArgumentParser, name: str, flag: CliFlag) -> None:
+    option = f"--{flag.flag or name.replace('_', '-')}"
+    more: dict[str, Any] = {"dest": name, "help": flag.help, "metavar": flag.metavar}
+    if flag.kind == "number":
+        more["type"] = float
+    elif flag.kind == "pairs":
+        more["action"] = "append"
+    parser.add_argument(option, **more)
+
+
+def _flag_value(name: str, flag: CliFlag, value: Any) -> Any:
+    """A flag's value as the body's field (``kind``: see ``CliFlag``).
+
+    Raises:
+        ValueError: JSON that does not parse, or a pair without ``=`` (the message names
+            the flag).
+    """
+    option = f"--{flag.flag or name.replace('_', '-')}"
+    if flag.kind == "json":
+        try:
+            return json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"{option} is not JSON: {exc}") from None
+    if flag.kind == "priority":
+        return int(value) if value.lstrip("-").isdigit() else value
+    if flag.kind == "pairs":
+        pairs = [item.partition("=") for item in value]
+        bad = [key for key, sep, _ in pairs if not sep or not key]
+        if bad:
+            raise ValueError(f"{option}: expected KEY=VALUE, got {bad[0]!r}")
+        return {key: text for key, _, text in pairs}
+    return value
 
 
 def _add_format(parser: argparse.ArgumentParser) -> None:
@@ -145,20 +177,16 @@ def _submit(broker: Broker, args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"prioqueue jobs: --payload is not JSON: {exc}", file=sys.stderr)
             return 2
-    if args.needs is not None:
+    for name, flag in _FLAGGED:
+        value = getattr(args, name)
+        if value is None:
+            continue
         try:
-            fields["needs"] = json.loads(args.needs)
+            fields[name] = _flag_value(name, flag, value)
         except ValueError as exc:
-            print(f"prioqueue jobs: --needs is not JSON: {exc}", file=sys.stderr)
+            print(f"prioqueue jobs: {exc}", file=sys.stderr)
             return 2
-    text_priority: str | None = args.priority
-    priority: int | str | None = text_priority
-    if text_priority is not None and text_priority.lstrip("-").isdigit():
-        priority = int(text_priority)
-    job_id = broker.submit(
-        payload, priority=priority, model=args.model, estimate=args.estimate,
-        group=args.group, idempotency_key=args.idempotency_key, **fields,
-    )  # fmt: skip
+    job_id = broker.submit(payload, idempotency_key=args.idempotency_key, **fields)
     _print({"id": job_id}, args)
     return 0
 

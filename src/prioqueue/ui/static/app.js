@@ -265,6 +265,7 @@ function renderJob(data) {
   const parts = [el("h3", { text: `Job ${job.id}` }), dl([
     ["State", job.state], ["Member", job.member ?? "–"], ["Priority", job.priority === null || job.priority === undefined ? "–" : levelName(job.priority)],
     ["Model", job.model ?? "–"], ["Film", job.group ?? "–"], ["Worker", job.worker ?? "–"],
+    ["Labels", job.labels ? Object.entries(job.labels).map(([k, v]) => `${k}=${v}`).join(", ") || "–" : "–"],
     ["Lease left", seconds(job.lease_remaining)],
   ])];
   const ex = job.explain;
