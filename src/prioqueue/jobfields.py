@@ -269,6 +269,7 @@ JOB_FIELDS: Final[tuple[JobField, ...]] = (
         "What the job needs from its worker (pixels, steps, features, models); absent: "
         "nothing (any worker that serves its model).",
         "core request engine client cli",
+        digest="q",
         cli=CliFlag(
             'what the job needs from its worker, e.g. \'{"features": ["lora"], '
             '"pixels": 1048576}\' (models, pixels, steps, features, nsfw, text)',
