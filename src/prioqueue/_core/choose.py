@@ -33,6 +33,17 @@ from prioqueue.records import Job
 __all__: list[str] = []  # private module
 
 
+#: Rule switches, both on (issue 26; docs/design/dispatcher.md). Only an ablation turns one off
+#: (``benchmarks/check_wide.py --ablate``); the reference model knows no switch.
+#: ``STARVING_FIRST``: a crossing serves the highest level below ``B`` with a job past its aging
+#: bound before the oldest-for-its-band level (``crossing_level``).
+#: ``WARM_OVERDUE``: the overdue grant prefers the resident model's oldest job within the
+#: affinity window after the overdue job (``overdue_offer``).
+STARVING_FIRST = True
+WARM_OVERDUE = True
+STARVING_FIFO = False
+
+
 #: What ``pick`` chose, unpacked by ``grant.pop`` (a plain tuple: built once per grant):
 #: the lane, entry and affinity to grant; the score's winner (the reorder counts compare
 #: against it); whether the ranking's best was eligible as it stands (no search needed);
@@ -93,7 +104,7 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
                 if d.credit >= 0.0:
                     weight = share - 1.0
                     b = top if higher is None else higher[0].level  # (lane, entry, aff)
-                    lane, entry, aff, rule = cross_to(d, search, (lane, entry, aff), b, every)
+                    lane, entry, aff, rule = cross_to(d, search, (lane, entry, aff), b, every, t)
                 else:
                     if higher is None:
                         higher = above(d, search, lane.level, top, every)
@@ -118,7 +129,7 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
 
 
 def cross_to(
-    d: State, search: Search, offer: tuple[_Lane, _Entry, float], b: int, every: bool
+    d: State, search: Search, offer: tuple[_Lane, _Entry, float], b: int, every: bool, t: float
 ) -> tuple[_Lane, _Entry, float, str | None]:
     """A crossing's grant, and its rule (None: the winner ``offer`` itself).
 
@@ -126,7 +137,7 @@ def cross_to(
     band, to that level's least-served choice. Amortised O(K log n + levels).
     """
     lane, entry, aff = offer
-    starving = oldest_below(d, b).job.priority
+    starving = crossing_level(d, b, t)
     if starving != lane.level:
         found = least_served(d, starving, search, every)
         if found is not None and found[1] is not entry:
@@ -137,11 +148,30 @@ def cross_to(
 def overdue_offer(
     d: State, worker: _Worker, view: Search | None, offer: tuple[_Lane, _Entry, float], t: float
 ) -> tuple[_Lane, _Entry, float]:
-    """``offer``, or the overdue job's offer that replaces it (see ``overdue``)."""
+    """``offer``, or the overdue job's offer that replaces it (see ``overdue``).
+
+    The overdue job ``o`` goes, or instead the oldest queued job of its level for the
+    worker's resident model when that job arrived at most the affinity window ``W`` after
+    ``o`` and is eligible (the warm overdue choice, issue 26; docs/design/dispatcher.md,
+    "Overdue jobs"): FIFO among overdue jobs, with the same bounded reordering for the
+    resident model that the window allows inside a lane. Amortised O(log n).
+    """
     old = overdue(d, offer[1], t)
     if old is None or not eligible(d, worker, view, old):
         return offer
-    return old.lane, old, offered_affinity(d, worker.resident, old)
+    resident = worker.resident
+    if (
+        WARM_OVERDUE
+        and resident is not None
+        and old.job.model != resident
+        and d.affinity(resident) > 0.0
+        and worker.serves(resident)
+        and (found := d.levels[old.job.priority].oldest_for(resident)) is not None
+    ):
+        warm = found.entry
+        if warm.job.arrival <= old.job.arrival + d.window and eligible(d, worker, view, warm):
+            return warm.lane, warm, offered_affinity(d, resident, warm)
+    return old.lane, old, offered_affinity(d, resident, old)
 
 
 def offered_affinity(d: State, resident: str | None, entry: _Entry) -> float:
@@ -209,6 +239,8 @@ def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
         return None
     if number >= top:
         return old  # the highest level past its aging bound: starving, fair share yields
+    if STARVING_FIFO and wait > (top - number) * d.divisor + spread:
+        return old
     with closing(_by_service(d, level)) as lanes:
         least = next(lanes)
     if not old.lane.s <= least.s + spread:
@@ -301,6 +333,35 @@ def search_for(d: State, worker: _Worker, t: float) -> Search:
 
 
 # ------------------------------------------------------------------ pop
+
+
+def crossing_level(d: State, b: int, t: float) -> int:
+    """The level a crossing below ``b`` serves (docs/design/dispatcher.md, issue 26).
+
+    The highest level below ``b`` whose oldest queued job waited past its aging bound
+    ``(H - L) * d + (T + A) * d`` (``H`` as in ``overdue``: the highest of the named and the
+    backlogged levels), that is the highest level with a starving job; when none has one,
+    the level of ``oldest_below`` (the job that waited longest for its band). Amortised
+    O(levels + named levels).
+    """
+    if STARVING_FIRST:
+        top = d.top_level()
+        assert top is not None
+        top = max(top, *d.policy.aliases.values())
+        spread = aging_exemption(d)
+        levels = d.levels
+        for number in d.level_order:
+            if number >= b:
+                continue
+            level = levels[number]
+            if not level.queued:
+                continue
+            arrivals = level.arrivals
+            while arrivals[0].entry.state != QUEUED:
+                _heappop(arrivals)
+            if t - arrivals[0].entry.job.arrival > (top - number) * d.divisor + spread:
+                return number
+    return oldest_below(d, b).job.priority
 
 
 def oldest_below(d: State, top: int) -> _Entry:

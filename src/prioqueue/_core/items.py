@@ -101,6 +101,7 @@ class Level:
         "arrivals",
         "backlog",
         "buckets",
+        "by_model",
         "dispatched",
         "lanes",
         "queued",
@@ -118,6 +119,9 @@ class Level:
         self.reorders = ReorderCounts()
         self.buckets = [0] * (buckets + 1)
         self.arrivals: list[Arrival] = []
+        # The same items per model (a multi-model job under each model it accepts): the
+        # overdue rule's warm choice (``choose.overdue_offer``). Model-less jobs are not filed.
+        self.by_model: dict[str, list[Arrival]] = {}
         self.backlog: list[Backlog] = []
 
     def lift_floor(
@@ -163,6 +167,18 @@ class Level:
                 return s + max(0.0, mine - theirs) * divisor
             heappop(backlog)
         return math.inf
+
+    def oldest_for(self, model: str) -> Arrival | None:
+        """The queued entry for ``model`` that arrived first, or None. Amortised O(log n)."""
+        heap = self.by_model.get(model)
+        if heap is None:
+            return None
+        while heap and heap[0].entry.state != QUEUED:
+            heappop(heap)
+        if not heap:
+            del self.by_model[model]
+            return None
+        return heap[0]
 
     def oldest(self) -> Arrival | None:
         """The queued entry that arrived first (stale items at the top dropped). Amortised."""

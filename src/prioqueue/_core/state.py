@@ -358,7 +358,19 @@ class State:
             lane.append(entry)
         level.queued += 1
         level.sum_arrival += job.arrival
-        heappush(level.arrivals, new_item(Arrival, (job.arrival, job.seq, attempt, entry)))
+        item = new_item(Arrival, (job.arrival, job.seq, attempt, entry))
+        heappush(level.arrivals, item)
+        by_model = level.by_model
+        model = job.model
+        if model is not None:
+            heap = by_model.get(model)
+            if heap is None:
+                by_model[model] = [item]
+            else:
+                heappush(heap, item)
+        elif job.needs is not None:
+            for model in job.needs.models:
+                heappush(by_model.setdefault(model, []), item)
         lane.owner.queued += 1
         if not was_backlogged:
             self.backlogged += 1
@@ -375,6 +387,13 @@ class State:
         if len(level.arrivals) > 2 * level.queued + 64:
             level.arrivals = [a for a in level.arrivals if a.entry.state == QUEUED]
             heapify(level.arrivals)
+            for name, heap in list(level.by_model.items()):
+                kept = [a for a in heap if a.entry.state == QUEUED]
+                if kept:
+                    heapify(kept)
+                    level.by_model[name] = kept
+                else:
+                    del level.by_model[name]
         return entry
 
     def dequeue(self, entry: _Entry) -> None:

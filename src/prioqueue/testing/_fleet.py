@@ -303,7 +303,7 @@ class ReferenceFleet(BatchPop, _Workers):
         if self._share < 1 and win.level < top:
             if self._credit >= 0:
                 weight = -(1 - self._share)
-                starving = self._starving_level(top)
+                starving = self._starving_level(top, now)
                 if starving != win.level:
                     win = self._least_served(offers, starving) or win
             else:

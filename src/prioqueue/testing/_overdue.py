@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from prioqueue.testing._rules import _takes
+
 if TYPE_CHECKING:
     from prioqueue.testing._rules import _Rules
     from prioqueue.testing._state import _Offer, _Worker
@@ -62,4 +64,19 @@ def overdue(model: _Rules, win: _Offer, worker: _Worker, now: float) -> _Offer:
     capped = not model._offers(worker, lambda e: model._ineligible(worker, e, now) is None)
     if model._ineligible(worker, old, now, capped) is not None:
         return win
+    resident = worker.resident if worker.serves(worker.resident) else None
+    if resident is not None and old.job.model != resident and model._bonus(resident) > 0:
+        window = config.max_affinity * d
+        warm = [
+            entry
+            for entry in queued
+            if entry.job.priority == level
+            and _takes(entry.job, resident)
+            and entry.job.arrival <= old.job.arrival + window
+        ]
+        if warm:
+            first = min(warm, key=lambda entry: (entry.job.arrival, entry.job.seq))
+            if model._ineligible(worker, first, now, capped) is None:
+                s, entries, lane = next(row for row in lanes if any(e is first for e in row[1]))
+                return model._offer(level, s, entries, [first], resident, lane)
     return model._offer(level, s, entries, [old], worker.resident, lane)
