@@ -305,8 +305,8 @@ def main() -> int:
         "--ablate",
         action="append",
         default=[],
-        help="a rule switch of prioqueue._core.choose, NAME=0|1 (STARVING_FIRST, WARM_OVERDUE, "
-        "STARVING_FIFO): an ablation; repeatable",
+        help="an ablation: NAME=0|1 for a rule switch of the core (STARVING_FIRST, "
+        "WARM_OVERDUE); repeatable",
     )
     parser.add_argument("--markdown", help="write the pass-count table to this file")
     args = parser.parse_args()
@@ -321,12 +321,14 @@ def main() -> int:
         core_config.AFFINITY_PRICE = args.affinity_price
     if args.ablate:
         import prioqueue._core.choose as core_choose  # ablation switches only
+        import prioqueue._core.starving as core_starving
 
+        homes = {"STARVING_FIRST": core_starving, "WARM_OVERDUE": core_choose}
         for item in args.ablate:
             name, _, value = item.partition("=")
-            if name not in ("STARVING_FIRST", "WARM_OVERDUE", "STARVING_FIFO") or value not in "01":
-                raise SystemExit(f"--ablate: expected NAME=0|1, got {item!r}")
-            setattr(core_choose, name, value == "1")
+            if name not in homes or value not in ("0", "1"):
+                raise SystemExit(f"--ablate: expected NAME=0|1, NAME in {sorted(homes)}: {item!r}")
+            setattr(homes[name], name, value == "1")
     todo = cells(parse_seeds(args.seeds), families)
     if args.sample < 1.0:
         todo = sorted(random.Random(26).sample(todo, max(1, round(args.sample * len(todo)))))

@@ -25,23 +25,19 @@ from itertools import islice
 
 from prioqueue._core.config import LEAST_SERVED
 from prioqueue._core.items import Arrival, Backlog, Level, new_item
+from prioqueue._core.starving import (
+    OVERDUE_BAND,
+    aging_exemption,
+    crossing_level,
+    waiting_below,
+    warm_crossing,
+)
 from prioqueue._core.state import State
 from prioqueue._lanes import QUEUED, _Entry, _Lane
 from prioqueue._workers import Search, _Worker, best_for
 from prioqueue.records import Job
 
 __all__: list[str] = []  # private module
-
-
-#: Rule switches, both on (issue 26; docs/design/dispatcher.md). Only an ablation turns one off
-#: (``benchmarks/check_wide.py --ablate``); the reference model knows no switch.
-#: ``STARVING_FIRST``: a crossing serves the highest level below ``B`` with a job past its aging
-#: bound before the oldest-for-its-band level (``crossing_level``).
-#: ``WARM_OVERDUE``: the overdue grant prefers the resident model's oldest job within the
-#: affinity window after the overdue job (``overdue_offer``).
-STARVING_FIRST = True
-WARM_OVERDUE = True
-STARVING_FIFO = False
 
 
 #: What ``pick`` chose, unpacked by ``grant.pop`` (a plain tuple: built once per grant):
@@ -145,6 +141,11 @@ def cross_to(
     return lane, entry, aff, None
 
 
+#: The warm overdue grant (issue 26; ``overdue_offer``), on; only an ablation turns it off
+#: (``benchmarks/check_wide.py --ablate WARM_OVERDUE=0``); the reference model knows no switch.
+WARM_OVERDUE = True
+
+
 def overdue_offer(
     d: State, worker: _Worker, view: Search | None, offer: tuple[_Lane, _Entry, float], t: float
 ) -> tuple[_Lane, _Entry, float]:
@@ -188,23 +189,6 @@ def offered_affinity(d: State, resident: str | None, entry: _Entry) -> float:
     return 0.0
 
 
-def waiting_below(d: State, number: int) -> bool:
-    """Whether a level below ``number`` has a backlogged lane. O(levels)."""
-    levels = d.levels
-    for other in reversed(d.level_order):
-        if other >= number:
-            return False
-        if levels[other].lanes:
-            return True
-    return False
-
-
-#: The share of the band term ``(B - L) * d`` after which a job is overdue (the offsets
-#: ``(T + A) * d`` come on top): a quarter of its band's overtake horizon is left to reach a
-#: GPU before the report counts it starved (docs/design/dispatcher.md, "Overdue jobs").
-OVERDUE_BAND = 0.75
-
-
 def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
     """The job that goes instead of ``entry`` because it is overdue, or None.
 
@@ -239,8 +223,6 @@ def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
         return None
     if number >= top:
         return old  # the highest level past its aging bound: starving, fair share yields
-    if STARVING_FIFO and wait > (top - number) * d.divisor + spread:
-        return old
     with closing(_by_service(d, level)) as lanes:
         least = next(lanes)
     if not old.lane.s <= least.s + spread:
@@ -258,32 +240,6 @@ def eligible(d: State, worker: _Worker, view: Search | None, entry: _Entry) -> b
         cap = d.config.max_running
         return cap is None or entry.lane.owner.running < cap
     return worker.serves(entry.job.model) and not view.at_cap(entry.lane) and view.ok(entry)
-
-
-def warm_crossing(d: State, resident: str | None, aff: float, yielded: Job, t: float) -> bool:
-    """Whether a crossing past its credit is granted anyway (docs/design/fleet.md).
-
-    On a fleet (more than one live worker) a crossing that runs warm (its offer carries the
-    worker's affinity ``aff > 0``) is not deferred for a job ``yielded`` that needs another
-    model on this worker and has waited less than that affinity is worth: ``aff * divisor``
-    seconds, the score's own price of a swap. O(1).
-    """
-    model = yielded.model
-    return (
-        aff > 0.0
-        and d.live > 1
-        and model is not None
-        and model != resident
-        and t - yielded.arrival < aff * d.divisor
-    )
-
-
-def aging_exemption(d: State) -> float:
-    """``(T + A) * d``: the offsets' spread in seconds (the aging bound's constant)."""
-    config = d.scorer.config
-    bonuses = list(config.tier_bonuses.values())
-    spread = max(bonuses) - min(bonuses) if bonuses else 0.0
-    return (spread + config.max_affinity) * d.divisor
 
 
 def search_for(d: State, worker: _Worker, t: float) -> Search:
@@ -333,62 +289,6 @@ def search_for(d: State, worker: _Worker, t: float) -> Search:
 
 
 # ------------------------------------------------------------------ pop
-
-
-def crossing_level(d: State, b: int, t: float) -> int:
-    """The level a crossing below ``b`` serves (docs/design/dispatcher.md, issue 26).
-
-    The highest level below ``b`` whose oldest queued job waited past its aging bound
-    ``(H - L) * d + (T + A) * d`` (``H`` as in ``overdue``: the highest of the named and the
-    backlogged levels), that is the highest level with a starving job; when none has one,
-    the level of ``oldest_below`` (the job that waited longest for its band). Amortised
-    O(levels + named levels).
-    """
-    if STARVING_FIRST:
-        top = d.top_level()
-        assert top is not None
-        top = max(top, *d.policy.aliases.values())
-        spread = aging_exemption(d)
-        levels = d.levels
-        for number in d.level_order:
-            if number >= b:
-                continue
-            level = levels[number]
-            if not level.queued:
-                continue
-            arrivals = level.arrivals
-            while arrivals[0].entry.state != QUEUED:
-                _heappop(arrivals)
-            if t - arrivals[0].entry.job.arrival > (top - number) * d.divisor + spread:
-                return number
-    return oldest_below(d, b).job.priority
-
-
-def oldest_below(d: State, top: int) -> _Entry:
-    """The queued job below level ``top`` that waited longest for its band.
-
-    That is the highest ``level - arrival / d`` (band plus the aging of its own wait);
-    ties by arrival, then seq. There is one: the caller found a backlogged lane below
-    ``top``. O(levels).
-    """
-    best: tuple[tuple[float, float, int], _Entry] | None = None
-    div = d.divisor
-    levels = d.levels
-    for number in d.level_order:
-        if number >= top:
-            continue
-        level = levels[number]
-        if not level.queued:
-            continue
-        arrivals = level.arrivals
-        while arrivals[0].entry.state != QUEUED:
-            _heappop(arrivals)
-        arrival, seq, _, entry = arrivals[0]
-        key = (-(number - arrival / div), arrival, seq)
-        if best is None or key < best[0]:
-            best = (key, entry)
-    assert best is not None
-    return best[1]
 
 
 def above(

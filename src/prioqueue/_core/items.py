@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Mapping
-from heapq import heappop, heappush, heapreplace
+from heapq import heapify, heappop, heappush, heapreplace
 from typing import NamedTuple
 
 import attrs
@@ -167,6 +167,33 @@ class Level:
                 return s + max(0.0, mine - theirs) * divisor
             heappop(backlog)
         return math.inf
+
+    def file(self, item: Arrival) -> None:
+        """File a queued entry's item in the arrival heap and its models' heaps. O(k log n)."""
+        heappush(self.arrivals, item)
+        job = item.entry.job
+        model = job.model
+        if model is not None:
+            heap = self.by_model.get(model)
+            if heap is None:
+                self.by_model[model] = [item]
+            else:
+                heappush(heap, item)
+        elif job.needs is not None:
+            for model in job.needs.models:
+                heappush(self.by_model.setdefault(model, []), item)
+
+    def compact(self) -> None:
+        """Drop the stale items of every heap (when they outnumber the queued). O(n)."""
+        self.arrivals = [a for a in self.arrivals if a.entry.state == QUEUED]
+        heapify(self.arrivals)
+        for name, heap in list(self.by_model.items()):
+            kept = [a for a in heap if a.entry.state == QUEUED]
+            if kept:
+                heapify(kept)
+                self.by_model[name] = kept
+            else:
+                del self.by_model[name]
 
     def oldest_for(self, model: str) -> Arrival | None:
         """The queued entry for ``model`` that arrived first, or None. Amortised O(log n)."""

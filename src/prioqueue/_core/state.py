@@ -41,7 +41,7 @@ from prioqueue._core.items import (
 )
 from prioqueue._errors import UnknownJob, UnknownWorker
 from prioqueue._groups import GroupBook
-from prioqueue._lanes import GONE, QUEUED, _BonusCache, _Entry, _Lane, rankings
+from prioqueue._lanes import GONE, _BonusCache, _Entry, _Lane, rankings
 from prioqueue._validate import TIME_LIMIT, finite
 from prioqueue._workers import SeenOrder, _Worker
 from prioqueue.records import Expired, Job
@@ -358,19 +358,7 @@ class State:
             lane.append(entry)
         level.queued += 1
         level.sum_arrival += job.arrival
-        item = new_item(Arrival, (job.arrival, job.seq, attempt, entry))
-        heappush(level.arrivals, item)
-        by_model = level.by_model
-        model = job.model
-        if model is not None:
-            heap = by_model.get(model)
-            if heap is None:
-                by_model[model] = [item]
-            else:
-                heappush(heap, item)
-        elif job.needs is not None:
-            for model in job.needs.models:
-                heappush(by_model.setdefault(model, []), item)
+        level.file(new_item(Arrival, (job.arrival, job.seq, attempt, entry)))
         lane.owner.queued += 1
         if not was_backlogged:
             self.backlogged += 1
@@ -385,15 +373,7 @@ class State:
             # The head and s are unchanged, but the lane may now be eligible for this model.
             self.touch(lane)
         if len(level.arrivals) > 2 * level.queued + 64:
-            level.arrivals = [a for a in level.arrivals if a.entry.state == QUEUED]
-            heapify(level.arrivals)
-            for name, heap in list(level.by_model.items()):
-                kept = [a for a in heap if a.entry.state == QUEUED]
-                if kept:
-                    heapify(kept)
-                    level.by_model[name] = kept
-                else:
-                    del level.by_model[name]
+            level.compact()
         return entry
 
     def dequeue(self, entry: _Entry) -> None:

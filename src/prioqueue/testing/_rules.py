@@ -240,30 +240,6 @@ class _Rules(_Book):
             return None
         return min(there[:LEAST_SERVED], key=lambda o: (-self._key(o), o.s, o.tie))
 
-    def _starving_level(self, top: int, now: float) -> int:
-        """The level a crossing serves (issue 26: the starving first).
-
-        The highest level below ``top`` with a queued job that waited past its aging bound
-        ``(H - L) * d + (T + A) * d`` (``H`` the highest of the named and the queued levels);
-        when there is none, the level of the queued job below ``top`` that waited longest for
-        its band: the highest ``level - arrival / d``, ties by arrival, then seq.
-        """
-        d = self._scorer.config.aging_divisor
-        jobs = [entry.job for entry in self._queued() if entry.job.priority < top]
-        config = self._scorer.config
-        tiers = list(config.tier_bonuses.values())
-        offsets = ((max(tiers) - min(tiers) if tiers else 0.0) + config.max_affinity) * d
-        high = max([*(e.job.priority for e in self._queued()), *self._policy.aliases.values()])
-        starving = [
-            job.priority for job in jobs if now - job.arrival > (high - job.priority) * d + offsets
-        ]
-        if starving:
-            return max(starving)
-        oldest = min(
-            jobs, key=lambda job: (-(job.priority - job.arrival / d), job.arrival, job.seq)
-        )
-        return oldest.priority
-
     def _key(self, offer: _Offer) -> float:
         d = self._scorer.config.aging_divisor
         return offer.level + offer.tier + offer.affinity - offer.s / d
