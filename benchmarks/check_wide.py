@@ -32,8 +32,9 @@ family and per seed range apart.
 
 Run: ``python benchmarks/check_wide.py [--seeds 1-5] [--family overload,bursty]
 [--sample 0.25] [--jobs 1] [--policy SPEC] [--bursty key=value] [--json FILE]
-[--markdown FILE]``; the exit status is 1 when a check fails. The whole matrix (36 cells x
-20 seeds x 5 policies) takes tens of minutes on one core; ``nox -s slow`` runs a sample.
+[--ablate NAME=0|1] [--markdown FILE]``; the exit status is 1 when a check fails. The whole
+matrix (36 cells x 20 seeds x 5 policies) takes tens of minutes on one core; ``nox -s slow``
+runs a sample.
 """
 
 from __future__ import annotations
@@ -300,6 +301,13 @@ def main() -> int:
     parser.add_argument(
         "--affinity-price", type=float, help="sweep: override the core's AFFINITY_PRICE (k)"
     )
+    parser.add_argument(
+        "--ablate",
+        action="append",
+        default=[],
+        help="an ablation: NAME=0|1 for a rule switch of the core (STARVING_FIRST, "
+        "WARM_OVERDUE); repeatable",
+    )
     parser.add_argument("--markdown", help="write the pass-count table to this file")
     args = parser.parse_args()
     families = [f.strip() for f in args.family.split(",") if f.strip()]
@@ -311,6 +319,16 @@ def main() -> int:
         import prioqueue._core.config as core_config  # a sweep knob only
 
         core_config.AFFINITY_PRICE = args.affinity_price
+    if args.ablate:
+        import prioqueue._core.choose as core_choose  # ablation switches only
+        import prioqueue._core.starving as core_starving
+
+        homes = {"STARVING_FIRST": core_starving, "WARM_OVERDUE": core_choose}
+        for item in args.ablate:
+            name, _, value = item.partition("=")
+            if name not in homes or value not in ("0", "1"):
+                raise SystemExit(f"--ablate: expected NAME=0|1, NAME in {sorted(homes)}: {item!r}")
+            setattr(homes[name], name, value == "1")
     todo = cells(parse_seeds(args.seeds), families)
     if args.sample < 1.0:
         todo = sorted(random.Random(26).sample(todo, max(1, round(args.sample * len(todo)))))

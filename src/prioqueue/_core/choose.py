@@ -25,6 +25,13 @@ from itertools import islice
 
 from prioqueue._core.config import LEAST_SERVED
 from prioqueue._core.items import Arrival, Backlog, Level, new_item
+from prioqueue._core.starving import (
+    OVERDUE_BAND,
+    aging_exemption,
+    crossing_level,
+    waiting_below,
+    warm_crossing,
+)
 from prioqueue._core.state import State
 from prioqueue._lanes import QUEUED, _Entry, _Lane
 from prioqueue._workers import Search, _Worker, best_for
@@ -93,7 +100,7 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
                 if d.credit >= 0.0:
                     weight = share - 1.0
                     b = top if higher is None else higher[0].level  # (lane, entry, aff)
-                    lane, entry, aff, rule = cross_to(d, search, (lane, entry, aff), b, every)
+                    lane, entry, aff, rule = cross_to(d, search, (lane, entry, aff), b, every, t)
                 else:
                     if higher is None:
                         higher = above(d, search, lane.level, top, every)
@@ -119,7 +126,7 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
 
 
 def cross_to(
-    d: State, search: Search, offer: tuple[_Lane, _Entry, float], b: int, every: bool
+    d: State, search: Search, offer: tuple[_Lane, _Entry, float], b: int, every: bool, t: float
 ) -> tuple[_Lane, _Entry, float, str | None]:
     """A crossing's grant, and its rule (None: the winner ``offer`` itself).
 
@@ -127,7 +134,7 @@ def cross_to(
     band, to that level's least-served choice. Amortised O(K log n + levels).
     """
     lane, entry, aff = offer
-    starving = oldest_below(d, b).job.priority
+    starving = crossing_level(d, b, t)
     if starving != lane.level:
         found = least_served(d, starving, search, every)
         if found is not None and found[1] is not entry:
@@ -135,14 +142,38 @@ def cross_to(
     return lane, entry, aff, None
 
 
+#: The warm overdue grant (issue 26; ``overdue_offer``), on; only an ablation turns it off
+#: (``benchmarks/check_wide.py --ablate WARM_OVERDUE=0``); the reference model knows no switch.
+WARM_OVERDUE = True
+
+
 def overdue_offer(
     d: State, worker: _Worker, view: Search | None, offer: tuple[_Lane, _Entry, float], t: float
 ) -> tuple[_Lane, _Entry, float]:
-    """``offer``, or the overdue job's offer that replaces it (see ``overdue``)."""
+    """``offer``, or the overdue job's offer that replaces it (see ``overdue``).
+
+    The overdue job ``o`` goes, or instead the oldest queued job of its level for the
+    worker's resident model when that job arrived at most the affinity window ``W`` after
+    ``o`` and is eligible (the warm overdue choice, issue 26; docs/design/dispatcher.md,
+    "Overdue jobs"): FIFO among overdue jobs, with the same bounded reordering for the
+    resident model that the window allows inside a lane. Amortised O(log n).
+    """
     old = overdue(d, offer[1], t)
     if old is None or not eligible(d, worker, view, old):
         return offer
-    return old.lane, old, offered_affinity(d, worker.resident, old)
+    resident = worker.resident
+    if (
+        WARM_OVERDUE
+        and resident is not None
+        and old.job.model != resident
+        and d.affinity(resident) > 0.0
+        and worker.serves(resident)
+        and (found := d.levels[old.job.priority].oldest_for(resident)) is not None
+    ):
+        warm = found.entry
+        if warm.job.arrival <= old.job.arrival + d.window and eligible(d, worker, view, warm):
+            return warm.lane, warm, offered_affinity(d, resident, warm)
+    return old.lane, old, offered_affinity(d, resident, old)
 
 
 def offered_affinity(d: State, resident: str | None, entry: _Entry) -> float:
@@ -157,23 +188,6 @@ def offered_affinity(d: State, resident: str | None, entry: _Entry) -> float:
     if bonus > 0.0 and entry.job.arrival <= entry.lane.head().job.arrival + d.window:
         return bonus
     return 0.0
-
-
-def waiting_below(d: State, number: int) -> bool:
-    """Whether a level below ``number`` has a backlogged lane. O(levels)."""
-    levels = d.levels
-    for other in reversed(d.level_order):
-        if other >= number:
-            return False
-        if levels[other].lanes:
-            return True
-    return False
-
-
-#: The share of the band term ``(B - L) * d`` after which a job is overdue (the offsets
-#: ``(T + A) * d`` come on top): a quarter of its band's overtake horizon is left to reach a
-#: GPU before the report counts it starved (docs/design/dispatcher.md, "Overdue jobs").
-OVERDUE_BAND = 0.75
 
 
 def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
@@ -229,34 +243,6 @@ def eligible(d: State, worker: _Worker, view: Search | None, entry: _Entry) -> b
     return worker.serves(entry.job.model) and not view.at_cap(entry.lane) and view.ok(entry)
 
 
-def warm_crossing(
-    live: int, divisor: float, resident: str | None, aff: float, yielded: Job, t: float
-) -> bool:
-    """Whether a crossing past its credit is granted anyway (docs/design/fleet.md).
-
-    On a fleet (``live``: more than one live worker, the popping one counted) a crossing
-    that runs warm (its offer carries the worker's affinity ``aff > 0``) is not deferred for
-    a job ``yielded`` that needs another model on this worker and has waited less than that
-    affinity is worth: ``aff * divisor`` seconds, the score's own price of a swap. O(1).
-    """
-    model = yielded.model
-    return (
-        aff > 0.0
-        and live > 1
-        and model is not None
-        and model != resident
-        and t - yielded.arrival < aff * divisor
-    )
-
-
-def aging_exemption(d: State) -> float:
-    """``(T + A) * d``: the offsets' spread in seconds (the aging bound's constant)."""
-    config = d.scorer.config
-    bonuses = list(config.tier_bonuses.values())
-    spread = max(bonuses) - min(bonuses) if bonuses else 0.0
-    return (spread + config.max_affinity) * d.divisor
-
-
 def search_for(d: State, worker: _Worker, t: float) -> Search:
     """The pop's eligibility view, with the warm hold's workers (the design note's rule).
 
@@ -304,33 +290,6 @@ def search_for(d: State, worker: _Worker, t: float) -> Search:
 
 
 # ------------------------------------------------------------------ pop
-
-
-def oldest_below(d: State, top: int) -> _Entry:
-    """The queued job below level ``top`` that waited longest for its band.
-
-    That is the highest ``level - arrival / d`` (band plus the aging of its own wait);
-    ties by arrival, then seq. There is one: the caller found a backlogged lane below
-    ``top``. O(levels).
-    """
-    best: tuple[tuple[float, float, int], _Entry] | None = None
-    div = d.divisor
-    levels = d.levels
-    for number in d.level_order:
-        if number >= top:
-            continue
-        level = levels[number]
-        if not level.queued:
-            continue
-        arrivals = level.arrivals
-        while arrivals[0].entry.state != QUEUED:
-            _heappop(arrivals)
-        arrival, seq, _, entry = arrivals[0]
-        key = (-(number - arrival / div), arrival, seq)
-        if best is None or key < best[0]:
-            best = (key, entry)
-    assert best is not None
-    return best[1]
 
 
 def above(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Mapping
-from heapq import heappop, heappush, heapreplace
+from heapq import heapify, heappop, heappush, heapreplace
 from typing import NamedTuple
 
 import attrs
@@ -101,6 +101,7 @@ class Level:
         "arrivals",
         "backlog",
         "buckets",
+        "by_model",
         "dispatched",
         "lanes",
         "queued",
@@ -118,6 +119,9 @@ class Level:
         self.reorders = ReorderCounts()
         self.buckets = [0] * (buckets + 1)
         self.arrivals: list[Arrival] = []
+        # The same items per model (a multi-model job under each model it accepts): the
+        # overdue rule's warm choice (``choose.overdue_offer``). Model-less jobs are not filed.
+        self.by_model: dict[str, list[Arrival]] = {}
         self.backlog: list[Backlog] = []
 
     def lift_floor(
@@ -163,6 +167,45 @@ class Level:
                 return s + max(0.0, mine - theirs) * divisor
             heappop(backlog)
         return math.inf
+
+    def file(self, item: Arrival) -> None:
+        """File a queued entry's item in the arrival heap and its models' heaps. O(k log n)."""
+        heappush(self.arrivals, item)
+        job = item.entry.job
+        model = job.model
+        if model is not None:
+            heap = self.by_model.get(model)
+            if heap is None:
+                self.by_model[model] = [item]
+            else:
+                heappush(heap, item)
+        elif job.needs is not None:
+            for model in job.needs.models:
+                heappush(self.by_model.setdefault(model, []), item)
+
+    def compact(self) -> None:
+        """Drop the stale items of every heap (when they outnumber the queued). O(n)."""
+        self.arrivals = [a for a in self.arrivals if a.entry.state == QUEUED]
+        heapify(self.arrivals)
+        for name, heap in list(self.by_model.items()):
+            kept = [a for a in heap if a.entry.state == QUEUED]
+            if kept:
+                heapify(kept)
+                self.by_model[name] = kept
+            else:
+                del self.by_model[name]
+
+    def oldest_for(self, model: str) -> Arrival | None:
+        """The queued entry for ``model`` that arrived first, or None. Amortised O(log n)."""
+        heap = self.by_model.get(model)
+        if heap is None:
+            return None
+        while heap and heap[0].entry.state != QUEUED:
+            heappop(heap)
+        if not heap:
+            del self.by_model[model]
+            return None
+        return heap[0]
 
     def oldest(self) -> Arrival | None:
         """The queued entry that arrived first (stale items at the top dropped). Amortised."""

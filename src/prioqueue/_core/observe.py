@@ -15,7 +15,6 @@ from typing import Any
 
 import attrs
 
-from prioqueue._core.choose import OVERDUE_BAND, aging_exemption
 from prioqueue._core.forecast import (
     OverdueRule,
     Predicted,
@@ -25,6 +24,7 @@ from prioqueue._core.forecast import (
     overtakes,
 )
 from prioqueue._core.items import PARKED
+from prioqueue._core.starving import OVERDUE_BAND, aging_exemption
 from prioqueue._core.state import State
 from prioqueue._groups import GroupStatus, checked_group
 from prioqueue._lanes import RUNNING, _Entry, _Lane

@@ -41,7 +41,7 @@ from prioqueue._core.items import (
 )
 from prioqueue._errors import UnknownJob, UnknownWorker
 from prioqueue._groups import GroupBook
-from prioqueue._lanes import GONE, QUEUED, _BonusCache, _Entry, _Lane, rankings
+from prioqueue._lanes import GONE, _BonusCache, _Entry, _Lane, rankings
 from prioqueue._validate import TIME_LIMIT, finite
 from prioqueue._workers import SeenOrder, _Worker
 from prioqueue.records import Expired, Job
@@ -357,7 +357,7 @@ class State:
             lane.append(entry)
         level.queued += 1
         level.sum_arrival += job.arrival
-        heappush(level.arrivals, new_item(Arrival, (job.arrival, job.seq, attempt, entry)))
+        level.file(new_item(Arrival, (job.arrival, job.seq, attempt, entry)))
         lane.owner.queued += 1
         if not was_backlogged:
             self.backlogged += 1
@@ -372,8 +372,7 @@ class State:
             # The head and s are unchanged, but the lane may now be eligible for this model.
             self.touch(lane)
         if len(level.arrivals) > 2 * level.queued + 64:
-            level.arrivals = [a for a in level.arrivals if a.entry.state == QUEUED]
-            heapify(level.arrivals)
+            level.compact()
         return entry
 
     def dequeue(self, entry: _Entry) -> None:

@@ -65,7 +65,7 @@ from prioqueue.records import Completed, Expired, Grant, Job, Stats, Ticket
 from prioqueue.scoring import ScoreBreakdown, Scorer
 from prioqueue.testing._lifecycle import _Delayed
 from prioqueue.testing._options import DEFAULTS, FleetOptions
-from prioqueue.testing._overdue import overdue, refilled
+from prioqueue.testing._overdue import overdue, refilled, starving_level
 from prioqueue.testing._state import (
     DEFAULT_EXPECTED_RUNTIME,
     RECENT_RUNTIMES,
@@ -303,7 +303,7 @@ class ReferenceFleet(BatchPop, _Workers):
         if self._share < 1 and win.level < top:
             if self._credit >= 0:
                 weight = -(1 - self._share)
-                starving = self._starving_level(top)
+                starving = starving_level(self, top, now)
                 if starving != win.level:
                     win = self._least_served(offers, starving) or win
             else:

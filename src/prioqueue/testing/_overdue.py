@@ -1,6 +1,7 @@
 """The reference's credit refill and overdue rule (private; docs/design/dispatcher.md).
 
-Written from the note alone, by rescanning the queued jobs, for :class:`ReferenceFleet`:
+Written from the note alone, by rescanning the queued jobs, for :class:`ReferenceFleet` (and
+the crossing's level, ``starving_level``):
 
 * Refill: a grant that is no crossing and no deferral (``weight`` 0) moves a negative credit by
   ``share * x`` while a job below the grant's level is queued.
@@ -16,6 +17,8 @@ Written from the note alone, by rescanning the queued jobs, for :class:`Referenc
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from prioqueue.testing._rules import _takes
 
 if TYPE_CHECKING:
     from prioqueue.testing._rules import _Rules
@@ -62,4 +65,43 @@ def overdue(model: _Rules, win: _Offer, worker: _Worker, now: float) -> _Offer:
     capped = not model._offers(worker, lambda e: model._ineligible(worker, e, now) is None)
     if model._ineligible(worker, old, now, capped) is not None:
         return win
+    resident = worker.resident if worker.serves(worker.resident) else None
+    if resident is not None and old.job.model != resident and model._bonus(resident) > 0:
+        window = config.max_affinity * d
+        warm = [
+            entry
+            for entry in queued
+            if entry.job.priority == level
+            and _takes(entry.job, resident)
+            and entry.job.arrival <= old.job.arrival + window
+        ]
+        if warm:
+            first = min(warm, key=lambda entry: (entry.job.arrival, entry.job.seq))
+            if model._ineligible(worker, first, now, capped) is None:
+                s, entries, lane = next(row for row in lanes if any(e is first for e in row[1]))
+                return model._offer(level, s, entries, [first], resident, lane)
     return model._offer(level, s, entries, [old], worker.resident, lane)
+
+
+def starving_level(model: _Rules, top: int, now: float) -> int:
+    """The level a crossing serves (issue 26: the starving first).
+
+    The highest level below ``top`` with a queued job that waited past its aging bound
+    ``(H - L) * d + (T + A) * d`` (``H`` the highest of the named and the queued levels);
+    when there is none, the level of the queued job below ``top`` that waited longest for
+    its band: the highest ``level - arrival / d``, ties by arrival, then seq.
+    """
+    config = model._scorer.config
+    d = config.aging_divisor
+    queued = model._queued()
+    jobs = [entry.job for entry in queued if entry.job.priority < top]
+    tiers = list(config.tier_bonuses.values())
+    offsets = ((max(tiers) - min(tiers) if tiers else 0.0) + config.max_affinity) * d
+    high = max([*(e.job.priority for e in queued), *model._policy.aliases.values()])
+    starving = [
+        job.priority for job in jobs if now - job.arrival > (high - job.priority) * d + offsets
+    ]
+    if starving:
+        return max(starving)
+    oldest = min(jobs, key=lambda job: (-(job.priority - job.arrival / d), job.arrival, job.seq))
+    return oldest.priority

@@ -240,18 +240,6 @@ class _Rules(_Book):
             return None
         return min(there[:LEAST_SERVED], key=lambda o: (-self._key(o), o.s, o.tie))
 
-    def _starving_level(self, top: int) -> int:
-        """The level a crossing serves: that of the queued job below ``top`` that waited longest.
-
-        That is the highest ``level - arrival / d``; ties by arrival, then seq.
-        """
-        d = self._scorer.config.aging_divisor
-        jobs = [entry.job for entry in self._queued() if entry.job.priority < top]
-        oldest = min(
-            jobs, key=lambda job: (-(job.priority - job.arrival / d), job.arrival, job.seq)
-        )
-        return oldest.priority
-
     def _key(self, offer: _Offer) -> float:
         d = self._scorer.config.aging_divisor
         return offer.level + offer.tier + offer.affinity - offer.s / d

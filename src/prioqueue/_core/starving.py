@@ -1,0 +1,121 @@
+"""Which level starves: the crossing's level, the aging bound's constants, warm crossings.
+
+Private helpers of ``choose`` (docs/design/dispatcher.md, "Bounded crossings", "Overdue jobs"
+and "Issue 26, second round"; docs/design/fleet.md, "Warm crossings"). They only read the
+state (stale heap items are dropped, which changes nothing observable).
+"""
+
+from __future__ import annotations
+
+from heapq import heappop as _heappop
+
+from prioqueue._core.state import State
+from prioqueue._lanes import QUEUED, _Entry
+from prioqueue.records import Job
+
+__all__: list[str] = []  # private module
+
+#: The starving first (issue 26; ``crossing_level``), on; only an ablation turns it off
+#: (``benchmarks/check_wide.py --ablate STARVING_FIRST=0``); the reference model knows no switch.
+STARVING_FIRST = True
+
+
+#: The share of the band term ``(B - L) * d`` after which a job is overdue (the offsets
+#: ``(T + A) * d`` come on top): a quarter of its band's overtake horizon is left to reach a
+#: GPU before the report counts it starved (docs/design/dispatcher.md, "Overdue jobs").
+OVERDUE_BAND = 0.75
+
+
+def waiting_below(d: State, number: int) -> bool:
+    """Whether a level below ``number`` has a backlogged lane. O(levels)."""
+    levels = d.levels
+    for other in reversed(d.level_order):
+        if other >= number:
+            return False
+        if levels[other].lanes:
+            return True
+    return False
+
+
+def warm_crossing(
+    live: int, divisor: float, resident: str | None, aff: float, yielded: Job, t: float
+) -> bool:
+    """Whether a crossing past its credit is granted anyway (docs/design/fleet.md).
+
+    On a fleet (``live``: more than one live worker, the popping one counted) a crossing
+    that runs warm (its offer carries the worker's affinity ``aff > 0``) is not deferred for
+    a job ``yielded`` that needs another model on this worker and has waited less than that
+    affinity is worth: ``aff * divisor`` seconds, the score's own price of a swap. O(1).
+    """
+    model = yielded.model
+    return (
+        aff > 0.0
+        and live > 1
+        and model is not None
+        and model != resident
+        and t - yielded.arrival < aff * divisor
+    )
+
+
+def aging_exemption(d: State) -> float:
+    """``(T + A) * d``: the offsets' spread in seconds (the aging bound's constant)."""
+    config = d.scorer.config
+    bonuses = list(config.tier_bonuses.values())
+    spread = max(bonuses) - min(bonuses) if bonuses else 0.0
+    return (spread + config.max_affinity) * d.divisor
+
+
+def crossing_level(d: State, b: int, t: float) -> int:
+    """The level a crossing below ``b`` serves (docs/design/dispatcher.md, issue 26).
+
+    The highest level below ``b`` whose oldest queued job waited past its aging bound
+    ``(H - L) * d + (T + A) * d`` (``H`` as in ``overdue``: the highest of the named and the
+    backlogged levels), that is the highest level with a starving job; when none has one,
+    the level of ``oldest_below`` (the job that waited longest for its band). Amortised
+    O(levels + named levels).
+    """
+    if STARVING_FIRST:
+        top = d.top_level()
+        assert top is not None
+        top = max(top, *d.policy.aliases.values())
+        spread = aging_exemption(d)
+        levels = d.levels
+        for number in d.level_order:
+            if number >= b:
+                continue
+            level = levels[number]
+            if not level.queued:
+                continue
+            arrivals = level.arrivals
+            while arrivals[0].entry.state != QUEUED:
+                _heappop(arrivals)
+            if t - arrivals[0].entry.job.arrival > (top - number) * d.divisor + spread:
+                return number
+    return oldest_below(d, b).job.priority
+
+
+def oldest_below(d: State, top: int) -> _Entry:
+    """The queued job below level ``top`` that waited longest for its band.
+
+    That is the highest ``level - arrival / d`` (band plus the aging of its own wait);
+    ties by arrival, then seq. There is one: the caller found a backlogged lane below
+    ``top``. O(levels).
+    """
+    best: tuple[tuple[float, float, int], _Entry] | None = None
+    div = d.divisor
+    levels = d.levels
+    for number in d.level_order:
+        if number >= top:
+            continue
+        level = levels[number]
+        if not level.queued:
+            continue
+        arrivals = level.arrivals
+        while arrivals[0].entry.state != QUEUED:
+            _heappop(arrivals)
+        arrival, seq, _, entry = arrivals[0]
+        key = (-(number - arrival / div), arrival, seq)
+        if best is None or key < best[0]:
+            best = (key, entry)
+    assert best is not None
+    return best[1]
