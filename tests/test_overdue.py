@@ -197,3 +197,24 @@ def test_a_crossing_serves_the_highest_starving_level_first(make: Factory) -> No
     assert _crossing(make, 150.0) == "normal"
     # Waited 70 s: nothing starves above batch, so the oldest for its band (batch) goes.
     assert _crossing(make, 200.0) == "batch"
+
+
+@pytest.mark.parametrize("make", [FleetDispatcher, ReferenceFleet], ids=["real", "reference"])
+def test_an_overdue_job_that_accepts_the_resident_model_gets_its_affinity(make: Factory) -> None:
+    # Found by the fleet's long hunt: an overdue grant of a job that accepts several models,
+    # the worker's resident among them, reported affinity 0 (the real one read job.model).
+    scorer = Scorer(ScoringConfig(max_affinity=3, aging_divisor=0.5, affinity_by_model={"m2": 1.5}))
+    d = make(scorer)
+    d.join("gpu-a", slots=2, now=1000.0)
+    d.join("gpu-b", resident="m2", now=1000.0)
+    d.submit("a0", member="a", priority=100, now=1000.0)
+    d.submit("a1", member="a", priority=100, now=1000.0)
+    assert d.pop("gpu-b", now=1240.0).job.id == "a0"
+    d.submit("b0", member="b", priority=100, needs={"models": ["m1", "m2"]}, now=1240.0)
+    d.submit("a2", member="a", priority=100, now=1240.0)
+    assert d.pop("gpu-a", now=1240.0).job.id == "a1"
+    d.complete("a0", now=1240.0)
+    grant = d.pop("gpu-b", now=1244.0)  # b0 waited 4 s, past (T + A) * d = 2.5 s: overdue
+    assert grant is not None
+    assert (grant.job.id, grant.job.model) == ("b0", "m2")
+    assert grant.score.swap_affinity == 1.5
