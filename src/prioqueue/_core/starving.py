@@ -7,6 +7,7 @@ state (stale heap items are dropped, which changes nothing observable).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from heapq import heappop as _heappop
 
 from prioqueue._core.state import State
@@ -79,19 +80,28 @@ def crossing_level(d: State, b: int, t: float) -> int:
         assert top is not None
         top = max(top, *d.policy.aliases.values())
         spread = aging_exemption(d)
-        levels = d.levels
-        for number in d.level_order:
-            if number >= b:
-                continue
-            level = levels[number]
-            if not level.queued:
-                continue
-            arrivals = level.arrivals
-            while arrivals[0].entry.state != QUEUED:
-                _heappop(arrivals)
-            if t - arrivals[0].entry.job.arrival > (top - number) * d.divisor + spread:
+        for number, entry in _heads_below(d, b):
+            if t - entry.job.arrival > (top - number) * d.divisor + spread:
                 return number
     return oldest_below(d, b).job.priority
+
+
+def _heads_below(d: State, top: int) -> Iterator[tuple[int, _Entry]]:
+    """Each backlogged level below ``top`` (in ``level_order``) with its oldest queued job.
+
+    Amortised O(1) per level (the stale items met at the top of its arrival heap are dropped).
+    """
+    levels = d.levels
+    for number in d.level_order:
+        if number >= top:
+            continue
+        level = levels[number]
+        if not level.queued:
+            continue
+        arrivals = level.arrivals
+        while arrivals[0].entry.state != QUEUED:
+            _heappop(arrivals)
+        yield number, arrivals[0].entry
 
 
 def oldest_below(d: State, top: int) -> _Entry:
@@ -103,18 +113,9 @@ def oldest_below(d: State, top: int) -> _Entry:
     """
     best: tuple[tuple[float, float, int], _Entry] | None = None
     div = d.divisor
-    levels = d.levels
-    for number in d.level_order:
-        if number >= top:
-            continue
-        level = levels[number]
-        if not level.queued:
-            continue
-        arrivals = level.arrivals
-        while arrivals[0].entry.state != QUEUED:
-            _heappop(arrivals)
-        arrival, seq, _, entry = arrivals[0]
-        key = (-(number - arrival / div), arrival, seq)
+    for number, entry in _heads_below(d, top):
+        arrival = entry.job.arrival
+        key = (-(number - arrival / div), arrival, entry.job.seq)
         if best is None or key < best[0]:
             best = (key, entry)
     assert best is not None
