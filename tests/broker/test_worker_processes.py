@@ -270,10 +270,7 @@ def test_a_worker_stopped_while_it_long_polls_leaves_no_job_running_nowhere(env:
         command = ["worker", "--name", "gpu-idle", "--wait", "5", "--", "sh", "-c", "echo 1"]
         cli = _cli(*command, env=cli_env, log=log)
         try:
-            end = time.monotonic() + 60
-            while broker.status()["workers"] != 1:  # its first pop joined: it is polling
-                assert time.monotonic() < end, log.read_text()
-                time.sleep(0.05)  # waiting for the worker process
+            _until_polling(broker, log)
             cli.send_signal(signal.SIGTERM)
             job_id = broker.submit({"n": 1})
             assert cli.wait(timeout=60) == 0, log.read_text()
@@ -304,10 +301,7 @@ def test_a_worker_stopped_in_a_long_poll_exits_once_the_broker_holds_no_poll_of_
         command = ["worker", "--name", "gpu-long", "--wait", "60", "--log-level", "info"]
         cli = _cli(*command, "--", "sh", "-c", "echo 1", env=cli_env, log=log)
         try:
-            end = time.monotonic() + 60
-            while broker.status()["workers"] != 1:  # its first pop joined: it is polling
-                assert time.monotonic() < end, log.read_text()
-                time.sleep(0.05)  # waiting for the worker process
+            _until_polling(broker, log)
             cli.send_signal(signal.SIGTERM)
             assert cli.wait(timeout=50) == 0, log.read_text()  # "hung": the poll's wait is 60
             assert "no poll of it waits in the broker" in log.read_text()
@@ -439,3 +433,11 @@ def test_slots_full_while_holding_nothing_hands_back_no_other_process_s_job(
             assert broker.get(waiting)["state"] == "queued"
             job.complete("once")
         assert broker.wait(job_id, timeout=30) == "once"
+
+
+def _until_polling(broker: Broker, log: Path) -> None:
+    """Wait (60 s at most: "hung") until the worker process's first pop joined it."""
+    end = time.monotonic() + 60
+    while broker.status()["workers"] != 1:
+        assert time.monotonic() < end, log.read_text()
+        time.sleep(0.05)  # waiting for the worker process
