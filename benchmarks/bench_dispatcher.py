@@ -22,7 +22,6 @@ import tracemalloc
 
 from _harness import heapq_pair, section
 
-from prioqueue._core.facade import state_of
 from prioqueue.dispatcher import SizeOneDispatcher
 
 LEVELS = (100, 0, -100)
@@ -101,7 +100,7 @@ def main() -> None:
             gc.disable()
             try:
                 cycle = _cycles(d, start, args.cycles, members, rng)
-                lanes = sum(1 for lane in state_of(d).lanes.values() if lane.live)
+                lanes = sum(1 for lane in d.member_lanes(heads=0, scan=0) if lane.queued)
                 plain = SizeOneDispatcher(track_reorders=False)
                 _fill(plain, n, members, random.Random(1), now=0.0)
                 untracked = _cycles(plain, n, args.cycles, members, rng)

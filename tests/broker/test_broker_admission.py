@@ -119,7 +119,7 @@ def test_a_batch_alone_over_a_byte_budget_says_to_split_it_not_to_retry() -> Non
     # help: the batch's own jobs are over the budget. The hint now says so; room taken by
     # other jobs still says to retry.
     async def scenario() -> None:
-        config = {"max_queued_bytes_per_member": 200_000}
+        config: dict[str, Any] = {"max_queued_bytes_per_member": 200_000}
         async with _served("memory://", **config) as (client, _broker):
             alone = await client.post("/v1/jobs/batch", json=_jobs(400), headers=SUBMITTER)
             assert alone.status_code == 429, alone.text
