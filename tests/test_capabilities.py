@@ -278,3 +278,14 @@ def test_a_declared_only_worker_never_gets_a_job_without_needs(make: Any) -> Non
     assert grant.job.id == "declared"
     assert fleet.pop("horde", now=3.0) is None
     assert dict(fleet.idle_reasons("horde", now=3.0)) == {"undeclared": 1}
+
+
+def test_a_job_runs_on_its_model_or_one_of_those_it_accepts() -> None:
+    fleet = FleetDispatcher()
+    fleet.submit("one", member="m", model="sdxl", now=0.0)
+    fleet.submit("any", member="m", needs={"models": ["sdxl", "flux_1"]}, now=0.0)
+    fleet.submit("none", member="m", now=0.0)
+    one, either, plain = (fleet.job(j) for j in ("one", "any", "none"))
+    assert [one.runs_on(m) for m in ("sdxl", "flux_1", None)] == [True, False, False]
+    assert [either.runs_on(m) for m in ("sdxl", "flux_1", "sd15")] == [True, True, False]
+    assert [plain.runs_on(m) for m in (None, "sdxl")] == [True, False]

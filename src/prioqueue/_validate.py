@@ -53,6 +53,20 @@ def positive_or_none(name: str, value: object) -> float | None:
     return number
 
 
+def count(name: str, value: object) -> int:
+    """Return an int >= 0 (bools refused); ValueError naming ``name`` otherwise."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    return value
+
+
+def count_or_none(name: str, value: object) -> int | None:
+    """Return None or an int >= 0 (bools refused); ValueError naming ``name`` otherwise."""
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        raise ValueError(f"{name} must be an int >= 0 or None, got {value!r}")
+    return value
+
+
 def limit(name: str, value: object) -> int | None:
     """Return None or an int >= 1; ConfigError otherwise."""
     if value is None:

@@ -2,6 +2,9 @@
 
 Every class here is a frozen, slotted attrs class: safe to share, to hash where it makes sense,
 and to keep after the dispatcher has moved on. None of them refers back to the dispatcher.
+
+It is one concern, past the 500-line gauge on purpose: the public value types, each a few
+fields and their docs, read together.
 """
 
 from __future__ import annotations
@@ -104,6 +107,12 @@ class Job:
     max_attempts: int | None = None
     backoff: Backoff | None = None
     needs: Needs | None = None
+
+    def runs_on(self, model: str | None) -> bool:
+        """Whether it runs on ``model``: its model, or one it accepts (``needs.models``). O(k)."""
+        if self.model is not None or self.needs is None or not self.needs.models:
+            return self.model == model
+        return model in self.needs.models
 
 
 @attrs.frozen

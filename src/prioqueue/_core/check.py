@@ -11,7 +11,6 @@ import math
 from prioqueue._core.items import PARKED
 from prioqueue._core.state import State
 from prioqueue._lanes import QUEUED, RUNNING
-from prioqueue.records import Job
 
 __all__: list[str] = []  # private module
 
@@ -51,7 +50,7 @@ def check(d: State) -> None:
         assert [e.pos for e in live] == sorted(e.pos for e in live)
         for model, fifo in lane.by_model.items():
             assert [e for e in fifo if e.state == QUEUED] == [
-                e for e in live if e.job.model == model or _alternate(e.job, model)
+                e for e in live if e.job.model == model or (model and e.job.runs_on(model))
             ]
         assert lane.holding == sum(e.lane is lane for e in held)
         backlogged += lane.live > 0
@@ -66,8 +65,3 @@ def check(d: State) -> None:
     for entry in queued:
         assert entry.lane.live > 0
     d.groups._check(d.entries)
-
-
-def _alternate(job: Job, model: str | None) -> bool:
-    """Whether a job that accepts several models is filed under ``model`` for its affinity."""
-    return job.model is None and job.needs is not None and model in job.needs.models

@@ -182,13 +182,7 @@ def offered_affinity(d: State, resident: str | None, entry: _Entry) -> float:
     That is ``aff(r)`` when it runs on the resident ``r`` (its model, or one of several it
     accepts) and it arrived within the window after its lane's head, else 0.
     """
-    if resident is None:
-        return 0.0
-    job = entry.job
-    if job.model is not None:
-        if job.model != resident:
-            return 0.0
-    elif job.needs is None or resident not in job.needs.models:
+    if resident is None or not entry.job.runs_on(resident):
         return 0.0
     bonus = d.affinity(resident)
     if bonus > 0.0 and entry.job.arrival <= entry.lane.head().job.arrival + d.window:

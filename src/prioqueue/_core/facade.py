@@ -23,7 +23,7 @@ from prioqueue._journaled import journaled
 from prioqueue._lanes import RUNNING
 from prioqueue._readonly import ReadOnly
 from prioqueue._spec import SUBMIT_OPTIONS, JobSpec, SubmitOptions, check_options
-from prioqueue._validate import finite
+from prioqueue._validate import count, finite
 from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import (
@@ -500,7 +500,7 @@ class Facade:
         O(jobs of the groups) for their counts.
         """
         wanted = {checked_group(group) for group in groups}
-        limit = views.checked_count("limit", limit)
+        limit = count("limit", limit)
         state = self._state
         fire(state, now)
         t = state.tick(now)
@@ -521,9 +521,7 @@ class Facade:
 
         Complexity: O(limit).
         """
-        return views.recent_grants(
-            self._state, finite("since", since), views.checked_count("limit", limit)
-        )
+        return views.recent_grants(self._state, finite("since", since), count("limit", limit))
 
     def member_lanes(self, *, heads: int = 3, scan: int = 64) -> list[LaneView]:
         """Every member's lane with a job queued or held: counts and oldest queued jobs.
@@ -542,9 +540,7 @@ class Facade:
         Complexity: O(lanes x min(scan, heads + stale entries) + lanes log lanes); lanes
         that hold nothing and queue nothing are skipped, but still looked at.
         """
-        return views.member_lanes(
-            self._state, views.checked_count("heads", heads), views.checked_count("scan", scan)
-        )
+        return views.member_lanes(self._state, count("heads", heads), count("scan", scan))
 
     def worker_views(self) -> list[WorkerView]:
         """Every known worker (timed-out ones included) with the jobs it holds, by name.

@@ -28,6 +28,7 @@ from prioqueue._core.starving import OVERDUE_BAND, aging_exemption
 from prioqueue._core.state import State
 from prioqueue._groups import GroupStatus, checked_group
 from prioqueue._lanes import RUNNING, _Entry, _Lane
+from prioqueue._validate import count_or_none
 from prioqueue.records import (
     AheadJob,
     Explanation,
@@ -136,8 +137,7 @@ def _overdue_rule(d: State) -> OverdueRule | None:
 
 def forecast(d: State, t: float, limit: int | None) -> list[AheadJob]:
     """The body of ``State.forecast``."""
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-        raise ValueError(f"limit must be an int >= 0 or None, got {limit!r}")
+    count_or_none("limit", limit)
     predicted = predict(d, t, stop_at=None, limit=limit)
     return list(ahead_jobs(predicted, lane_score=lambda lane: lane_score(d, lane, t)))
 
@@ -171,11 +171,8 @@ def explain(
 ) -> Explanation:
     """The body of ``FleetDispatcher.explain`` (after ``fire``)."""
     entry = d.entry(job_id)
-    for name, value in (("ahead_limit", ahead_limit), ("overtakes_limit", overtakes_limit)):
-        if value is not None and (
-            not isinstance(value, int) or isinstance(value, bool) or value < 0
-        ):
-            raise ValueError(f"{name} must be an int >= 0 or None, got {value!r}")
+    count_or_none("ahead_limit", ahead_limit)
+    count_or_none("overtakes_limit", overtakes_limit)
     t = d.tick(now)
     job = entry.job
     limit = job.max_attempts or d.max_attempts

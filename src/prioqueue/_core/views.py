@@ -19,13 +19,6 @@ from prioqueue.views import GrantRecord, GroupFinish, LaneView, WorkerView
 __all__: list[str] = []  # private module
 
 
-def checked_count(name: str, value: object) -> int:
-    """An int >= 0 (bools refused); ``ValueError`` naming ``name`` otherwise."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-    return value
-
-
 def recent_grants(d: State, since: float, limit: int) -> list[GrantRecord]:
     """The remembered grants at or after ``since``, newest first, at most ``limit``."""
     found: list[GrantRecord] = []
