@@ -34,6 +34,8 @@ from prioqueue.fleet import FleetDispatcher
 from prioqueue.records import Grant, Job, WorkerInfo
 from prioqueue.scoring import Scorer, ScoringConfig
 from prioqueue.testing import ReferenceDispatcher, ReferenceFleet
+from prioqueue.testing._stats import Runtimes
+from prioqueue.testing._workers import ReferenceWorkers
 from strategies import two_tiers
 
 Factory = Callable[..., Fleet]
@@ -43,21 +45,33 @@ IMPLEMENTATIONS = pytest.mark.parametrize(
 )
 
 
+class _NothingExpected(Runtimes):
+    """Every expected runtime is 0."""
+
+    def expected(self, job: Job) -> float:
+        return 0.0
+
+
 class ChargeAtCompletion(ReferenceFleet):
     """The ablation of the up-front charge: a grant charges nothing until the job completes
     (an expected runtime of 0), which is what a size-1 dispatcher did."""
 
-    def _expected_runtime(self, job: Job) -> float:
-        return 0.0
+    _runtimes_type = _NothingExpected
+
+
+class _CapacityOne(ReferenceWorkers):
+    """``N`` is 1, however many workers are live."""
+
+    @property
+    def capacity(self) -> int:
+        return 1
 
 
 class RawCharges(ReferenceFleet):
     """The ablation of the capacity divisor: charges in raw GPU-seconds (``N`` taken as 1)
     with the clamp ``u <= now``, which the issue measured breaking fairness on 4 workers."""
 
-    @property
-    def capacity(self) -> int:
-        return 1
+    _workers_type = _CapacityOne
 
 
 # --- a small fleet simulator ------------------------------------------------------------------

@@ -27,15 +27,26 @@ exception type as the real dispatchers.
 
 Layout
 ------
-The public names above are all this package exports; the models live in private modules, each
-class one layer on the one below it: ``_state`` (the records and ``_Book``, which finds things
-in them), ``_rules`` (offers, keys, charges, leases, statistics), ``_lifecycle`` (deadlines,
-delays, retries, budgets), ``_workers`` (join, heartbeat, leave, idle reasons) and ``_fleet``
-(``ReferenceFleet``: submit, pop, complete, cancel, expire); ``_dispatcher`` puts the size-one
-API over a fleet of one, and ``_clock`` holds ``ManualClock``. The models read the core's
-public modules only (records, scoring, priority, lease, lifecycle, the dispatcher's types),
-never its engine, and keep their own copy of the design notes' numbers: they stay an
-independent implementation of the notes.
+The public names above are all this package exports; the models live in private modules.
+``ReferenceFleet`` (``_fleet``) composes the reference owners, each a class with its own
+state, changed only through its own methods (issue 29: no tower of mixins, no reach into
+another's private fields):
+
+* ``ReferenceLanes`` (``_lanes``): the lanes and their queued jobs;
+* ``ReferenceWorkers`` (``_workers``): the workers and the jobs they hold;
+* ``ReferenceRules`` (``_rules``): eligibility, offers, keys, the lift and the crossing
+  credit, read off the lanes and workers; ``choose`` (``_choice``, with ``_overdue``'s
+  refill and overdue rules) decides a pop;
+* ``ReferenceLifecycle`` (``_lifecycle``): deadlines, delays, retries, budgets, admission;
+* ``ReferenceGrants`` (``_grants``): a grant, the end of a run, a take-back, across those
+  owners, priced by ``ReferenceCharges`` (``_charges``: leases and charges);
+* ``Runtimes`` and ``ReferenceStats`` (``_stats``): the runtimes and counters.
+
+Their plain records (lanes, entries, held jobs, workers, offers, counters) are in
+``_records``; ``_dispatcher`` puts the size-one API over a fleet of one, and ``_clock`` holds
+``ManualClock``. The models read the core's public modules only (records, scoring, priority,
+lease, lifecycle, the dispatcher's types), never its engine, and keep their own copy of the
+design notes' numbers: they stay an independent implementation of the notes.
 """
 
 from __future__ import annotations

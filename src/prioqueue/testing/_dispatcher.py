@@ -14,7 +14,7 @@ from prioqueue._spec import check_options
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Completed, Expired, Grant, Job, JobState, Stats, Ticket
 from prioqueue.scoring import Scorer
-from prioqueue.testing._fleet import ReferenceFleet
+from prioqueue.testing._fleet import ReferenceFleet, add_fixed_worker, set_resident
 from prioqueue.testing._options import SizeOneOptions
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ class ReferenceDispatcher:
             allowed=SizeOneOptions.__annotations__,
         )
         self._fleet = ReferenceFleet(scorer, **options)
-        self._fleet._add_fixed_worker(self._WORKER)
+        add_fixed_worker(self._fleet, self._WORKER)
 
     @property
     def resident_model(self) -> str | None:
@@ -103,7 +103,7 @@ class ReferenceDispatcher:
 
     def set_resident_model(self, model: str | None) -> None:
         """Say which model is loaded (None: nothing is)."""
-        self._fleet._set_resident(self._WORKER, model)
+        set_resident(self._fleet, self._WORKER, model)
 
     def submit(
         self, job_id: str, *, member: str, now: float, **options: Unpack[SubmitOptions]

@@ -8,79 +8,56 @@ worker and recomputes every lane's offer and key from scratch. There are no heap
 deletion and no cached keys, so it is slow (O(n) per call in the queued jobs) and meant to be
 obviously right: random tests drive it beside the real dispatcher and compare every answer.
 
-The rules it keeps (the note's words, in code order):
+The rules it keeps, in the note's words, are listed in ``_rules``.
 
-* A lane is ``(member, level)``, FIFO, a requeued job at its head. Its virtual start is
-  ``s = settled + held``: ``held`` sums the up-front charges of its jobs that workers hold, and
-  ``settled`` never passes ``now`` (``s = settled`` exactly while it holds nothing). With
-  ``fair_share=False`` every job is its own lane with ``s = arrival`` and no charge.
-* A worker is live when joined and not timed out; the capacity is ``N = max(1, live)``.
-* ``pop(w)``: a job is eligible unless (first cause wins) ``w`` holds ``slots`` jobs, its
-  member holds ``max_running_per_member`` jobs, ``w`` does not serve its model, ``w.accepts``
-  refuses it, or a warm hold keeps it for another live worker whose resident is its model and
-  which has a free slot (for ``warm_hold`` seconds after the job was queued). Each lane offers
-  its oldest eligible job at ``level + tier(head) - s / d``, or, when its jobs for ``w``'s
-  resident model ``r`` (read in lane order, stopping at the first that arrived more than
-  ``W`` after the head) include an eligible one, the first such at ``+ aff(r)``. Highest key
-  wins; ties by smaller ``s``, then by the smaller seq of the lane's own job (its head for a
-  plain offer, its first job for ``r`` for an affinity offer).
-* The grant charges the lane ``c = expected / N`` up front (``held += c``, no clamp).
-  Completion corrects it: ``c`` leaves ``held`` and ``settled = min(settled + F / N, now)``,
-  then ``settled = now`` (re-anchored) when the lane is the only backlogged one at its level;
-  that is the note's ``s += F / N - c; s = min(s, now + held)``. A take-back (lease expiry,
-  worker timeout, leave) refunds ``c`` exactly and requeues the job at its lane's head (or
-  fails it after ``max_attempts`` grants; ``leave`` always requeues).
-* Bounded crossings: when the winner's level is below the highest level at which the worker
-  has an eligible job, the grant is a crossing. With the credit ``>= 0`` it goes ahead and the
-  credit drops by ``(1 - share) * x``; the grant then goes to the best offer (by key) of the
-  8 least-served lanes (smallest ``s``, ties: made first) at the level of the queued job below
-  that level with the highest ``level - arrival / d`` (ties by arrival, then seq), or to the
-  winner when that level offers the worker nothing or is the winner's. Otherwise the same
-  choice at that highest level is granted instead, the credit rises by ``share * x`` and the
-  deferred job's level counts a deferred crossing (``x`` the granted job's expected runtime).
-  The completion moves the credit by ``weight * (runtime - x)``, a take-back by ``-weight *
-  x``. The credit's refill and the overdue rule: ``_overdue``.
-* The lift on submit is the size-1 note's, applied to the settled part (``settled =
-  max(settled, min(now, floor))``, so a lane's held charges stay on top of it), with affinity
-  offsets taken over the models resident on live workers.
-
-Statistics are modelled (reorders only on fast-path grants: see ``_fast_path``); ``explain``,
+Statistics are modelled (reorders only on fast-path grants: see ``fast_path``); ``explain``,
 ``forecast`` and snapshots are not. Argument checks are minimal, but every error the tests
 compare raises the same exception type as the real dispatcher.
+
+The fleet is the public calls over the reference owners it composes (the layout:
+``prioqueue.testing``): one facade, so one concern, past the 500-line gauge on purpose.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, cast
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, ClassVar
 
 from prioqueue._batch import BatchPop
-from prioqueue._errors import DuplicateJob, LeaseExpired
+from prioqueue._errors import InvalidState, LeaseExpired, UnknownJob
 from prioqueue._groups import checked_group
+from prioqueue._readonly import ReadOnly
 from prioqueue._spec import check_options
-from prioqueue.capabilities import checked_needs
-from prioqueue.lifecycle import Backoff
+from prioqueue.capabilities import checked_capabilities
 from prioqueue.priority import PriorityPolicy
-from prioqueue.records import Completed, Expired, Grant, Job, Stats, Ticket
-from prioqueue.scoring import ScoreBreakdown, Scorer
-from prioqueue.testing._lifecycle import _Delayed
-from prioqueue.testing._options import DEFAULTS, FleetOptions
-from prioqueue.testing._overdue import overdue, refilled, starving_level
-from prioqueue.testing._state import (
+from prioqueue.records import (
+    Completed,
+    Expired,
+    Grant,
+    Job,
+    JobState,
+    Stats,
+    Ticket,
+    WorkerInfo,
+)
+from prioqueue.scoring import Scorer
+from prioqueue.testing._charges import ReferenceCharges
+from prioqueue.testing._grants import ReferenceGrants
+from prioqueue.testing._lanes import ReferenceLanes
+from prioqueue.testing._lifecycle import ReferenceLifecycle
+from prioqueue.testing._options import DEFAULTS, FleetOptions, WorkerSettings
+from prioqueue.testing._records import (
     DEFAULT_EXPECTED_RUNTIME,
     RECENT_RUNTIMES,
-    CauseName,
-    _Entry,
-    _finite,
-    _Held,
-    _Lane,
-    _LevelCounters,
-    _MemberCounters,
-    _Offer,
-    _takes_worker,
-    _Worker,
+    Held,
+    Worker,
+    finite,
 )
-from prioqueue.testing._workers import _Workers
+from prioqueue.testing._rules import ReferenceRules
+from prioqueue.testing._stats import ReferenceStats, Runtimes
+from prioqueue.testing._workers import UNCHANGED, ReferenceWorkers
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -90,7 +67,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_EXPECTED_RUNTIME", "RECENT_RUNTIMES", "ReferenceFleet"]
 
 
-class ReferenceFleet(BatchPop, _Workers):
+class ReferenceFleet(BatchPop):
     """A brute-force model of ``FleetDispatcher`` for tests: same calls, same answers.
 
     Each option left out takes ``FleetDispatcher``'s default.
@@ -125,43 +102,329 @@ class ReferenceFleet(BatchPop, _Workers):
             ``history_bytes``: the model keeps no history).
     """
 
+    scorer = ReadOnly[Scorer]("_rules.scorer", "The scorer.")
+    policy = ReadOnly[PriorityPolicy]("_rules.policy", "The priority policy.")
+
+    # The classes of the two owners an ablation replaces (tests/test_fleet_scenarios.py: a
+    # subclass of the fleet names a subclass of the owner): the runtimes, whose ``expected``
+    # is every expected runtime, and the worker table, whose ``capacity`` is every ``N``.
+    _runtimes_type: ClassVar[type[Runtimes]] = Runtimes
+    _workers_type: ClassVar[type[ReferenceWorkers]] = ReferenceWorkers
+
     def __init__(self, scorer: Scorer | None = None, **options: Unpack[FleetOptions]) -> None:
         check_options(
             options, call="ReferenceFleet()", named="scorer", allowed=FleetOptions.__annotations__
         )
         o: FleetOptions = {**DEFAULTS, **options}
-        policy, lease_for = o["policy"], o["lease_for"]
-        self._scorer = Scorer() if scorer is None else scorer
-        self._policy = PriorityPolicy() if policy is None else policy
-        self._divisor = self._scorer.config.aging_divisor
-        self._charge = o["charge"]
-        self._lease_for = lease_for
-        self._lease_takes_worker = lease_for is not None and _takes_worker(lease_for)
-        self._max_queued = o["max_queued"]
-        self._max_per_member = o["max_queued_per_member"]
-        self._max_running = o["max_running_per_member"]
-        self._max_attempts = o["max_attempts"]
-        self._worker_timeout = o["worker_timeout"]
-        self._warm_hold = float(o["warm_hold"])
-        self._load_seconds = dict(o["load_seconds"] or {})
+        policy = o["policy"]
         self._fair_share = o["fair_share"]
-        self._track_reorders = o["track_reorders"]
-        self._share = float(o["crossing_share"])
-        self._credit = 0.0
-        bounds = tuple(float(bound) for bound in o["wait_buckets"])
-        self._buckets = bounds if bounds and bounds[-1] == math.inf else (*bounds, math.inf)
-        self._lanes: dict[tuple[str, int], _Lane] = {}
-        self._workers: dict[str, _Worker] = {}
+        self._max_attempts = o["max_attempts"]
         self._latest = -math.inf
         self._seq = 0
         self._labels: dict[str, str | None] = {}  # job id -> group label
-        self._levels: dict[int, _LevelCounters] = {}
-        self._members: dict[str, _MemberCounters] = {}
-        self._runtimes: list[float] = []
-        self._recent_by_model: dict[str, list[float]] = {}
-        self._recent_by_level: dict[int, list[float]] = {}
-        self._counts = {"completed": 0, "cancelled": 0, "expired": 0, "failed": 0, "swaps": 0}
-        self._lifecycle_init(o["budgets"], o["backoff"])
+        self._lanes = ReferenceLanes(self._fair_share)
+        self._workers = self._workers_type(o["worker_timeout"], float(o["warm_hold"]))
+        self._runtimes = self._runtimes_type()
+        self._stats = ReferenceStats(tuple(float(bound) for bound in o["wait_buckets"]))
+        self._rules = ReferenceRules(
+            Scorer() if scorer is None else scorer,
+            PriorityPolicy() if policy is None else policy,
+            self._lanes,
+            self._workers,
+            self._runtimes,
+            fair_share=self._fair_share,
+            warm_hold=float(o["warm_hold"]),
+            load_seconds=o["load_seconds"] or {},
+            max_running=o["max_running_per_member"],
+            share=float(o["crossing_share"]),
+        )
+        self._lifecycle = ReferenceLifecycle(
+            self._lanes,
+            self._rules,
+            self._runtimes,
+            self._stats,
+            budgets=o["budgets"],
+            backoff=o["backoff"],
+            max_queued=o["max_queued"],
+            max_per_member=o["max_queued_per_member"],
+        )
+        self._grants = ReferenceGrants(
+            self._lanes,
+            self._workers,
+            self._rules,
+            ReferenceCharges(o["charge"], o["lease_for"]),
+            self._runtimes,
+            self._stats,
+            fair_share=self._fair_share,
+            track_reorders=o["track_reorders"],
+            max_attempts=o["max_attempts"],
+        )
+
+    # -- time --------------------------------------------------------------------------------
+
+    def _time(self, now: float) -> float:
+        """Check ``now``: finite and not earlier than the latest call that succeeded.
+
+        The lifecycle's lapses and releases due by ``now`` are then applied.
+        """
+        value = finite("now", now)
+        if value < self._latest:
+            raise ValueError(f"time went backwards: now={now!r} < {self._latest!r}")
+        self._lifecycle.advance(value)
+        return value
+
+    @contextmanager
+    def _at(self, now: float) -> Iterator[float]:
+        """Check ``now`` (``_time``); it becomes the latest time when the block succeeds.
+
+        A call that raises, in the check or in the block, leaves the latest time as it was.
+        """
+        checked = self._time(now)
+        yield checked
+        self._latest = checked
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @property
+    def held(self) -> list[Grant]:
+        """The grants of every held job, by grant time (then ``seq``)."""
+        return [held.grant for held in self._workers.held()]
+
+    def workers(self) -> list[WorkerInfo]:
+        """Every known worker's info (timed-out ones included), sorted by name."""
+        return self._workers.infos()
+
+    @property
+    def capacity(self) -> int:
+        """``N = max(1, live workers)``."""
+        return self._workers.capacity
+
+    def __len__(self) -> int:
+        return len(self._lifecycle)
+
+    def __contains__(self, job_id: object) -> bool:
+        return isinstance(job_id, str) and self._known(job_id)
+
+    def job(self, job_id: str) -> Job:
+        """Return a queued or held job.
+
+        Raises:
+            UnknownJob: The id is neither queued nor held.
+        """
+        return self._found(job_id)[0]
+
+    def state(self, job_id: str) -> JobState:
+        """Return ``"queued"`` or ``"running"`` (held by a worker).
+
+        Raises:
+            UnknownJob: The id is neither queued nor held.
+        """
+        return self._found(job_id)[1]
+
+    def holder(self, job_id: str) -> str | None:
+        """Return the name of the worker holding ``job_id``, or None when it is queued.
+
+        Raises:
+            UnknownJob: The id is neither queued nor held.
+        """
+        self._found(job_id)
+        held = self._workers.held_by_id(job_id)
+        return None if held is None else held.worker
+
+    def worker(self, name: str) -> WorkerInfo:
+        """Return a known worker's info.
+
+        Raises:
+            UnknownWorker: The name was never joined, or has left.
+        """
+        return self._workers.info(self._workers.get(name))
+
+    def group_of(self, job_id: str) -> str | None:
+        """The group label a job was submitted with (None: none)."""
+        return self._labels.get(job_id)
+
+    def _filter_holder(self, name: str) -> Worker:
+        return self._workers.get(name)
+
+    def lane_jobs(self, member: str, level: int) -> tuple[Job, ...]:
+        """Return the queued jobs of the lane ``(member, level)``, the head first.
+
+        Empty for a lane that is not backlogged.
+        """
+        return self._lanes.lane_jobs(member, level)
+
+    def lane_start(self, member: str, level: int) -> float:
+        """Return the virtual start ``s`` of the lane ``(member, level)``.
+
+        It includes the up-front charges of the lane's held jobs; ``-inf`` for a lane never
+        seen, and without fair share.
+        """
+        return self._lanes.lane_start(member, level)
+
+    def lane_held(self, member: str, level: int) -> float:
+        """Return the up-front charges ``held`` of the lane ``(member, level)``'s held jobs.
+
+        0 for a lane never seen.
+        """
+        return self._lanes.lane_held(member, level)
+
+    def not_before(self, job_id: str) -> float | None:
+        """When a delayed job becomes eligible, else None.
+
+        Raises:
+            UnknownJob: The id is neither queued, delayed nor held.
+        """
+        release = self._lifecycle.release_at(job_id)
+        if release is not None:
+            return release
+        if self._find(job_id) is None:
+            raise UnknownJob(f"unknown job {job_id!r}")
+        return None
+
+    def next_deadline(self) -> float | None:
+        """The earliest lease deadline, live worker's timeout, or lifecycle timer, or None."""
+        times = self._lifecycle.timer_times()
+        base = self._workers.next_deadline()
+        if base is not None:
+            times.append(base)
+        return min(times, default=None)
+
+    def next_hold_end(self) -> float | None:
+        """When a warm hold kept for a busy worker lapses (None: none, or no warm hold).
+
+        The earliest ``expected free + warm_hold`` after the latest ``now`` over the live
+        workers that hold ``slots`` jobs and serve their resident model.
+        """
+        return self._workers.next_hold_end(self._latest)
+
+    def _find(self, job_id: str) -> tuple[Job, JobState] | None:
+        """A held, queued or delayed job (delayed ones read as queued), or None."""
+        held = self._workers.held_by_id(job_id)
+        if held is not None:
+            return held.job, "running"
+        for entry in self._lanes.queued():
+            if entry.job.id == job_id:
+                return entry.job, "queued"
+        delayed = self._lifecycle.find(job_id)
+        return None if delayed is None else (delayed, "queued")
+
+    def _known(self, job_id: str) -> bool:
+        """Whether ``job_id`` is held, queued or delayed."""
+        return self._find(job_id) is not None
+
+    def _found(self, job_id: str) -> tuple[Job, JobState]:
+        """``_find``, or ``UnknownJob`` when the id is neither queued nor held."""
+        found = self._find(job_id)
+        if found is None:
+            raise UnknownJob(f"unknown job {job_id!r}")
+        return found
+
+    def _held_for(self, job_id: str, worker: str | None) -> Held:
+        """The held job ``job_id``, reported by ``worker`` (None: whoever holds it)."""
+        self._found(job_id)
+        held = self._workers.held_by_id(job_id)
+        if held is None:
+            raise InvalidState(f"job {job_id!r} is queued, not held by a worker")
+        if worker is not None and worker != held.worker:
+            raise InvalidState(f"job {job_id!r} is held by {held.worker!r}, not {worker!r}")
+        return held
+
+    # -- workers -----------------------------------------------------------------------------
+
+    def join(self, name: str, *, now: float, **settings: Unpack[WorkerSettings]) -> WorkerInfo:
+        """Add a worker, or update every field of a known one (``resident=None`` keeps it).
+
+        Args:
+            name: The worker's name.
+            now: The current time.
+            **settings: ``FleetDispatcher.join``'s, each with its default: ``models`` (the
+                models it serves, or None for every model), ``resident`` (the model it has
+                loaded, or None), ``slots`` (how many jobs it holds at once, >= 1), ``slow``
+                (whether it is extra slow: its leases are longer), ``accepts`` (a predicate
+                over jobs it may take, or None) and ``capabilities`` (what it declared it can
+                run, or None).
+
+        Returns:
+            The worker's info.
+
+        Raises:
+            ValueError: ``now`` went backwards, or a bad argument.
+            TypeError: An argument of the wrong type, or a setting ``join`` does not take.
+        """
+        check_options(
+            settings, call="join()", named="name, now", allowed=WorkerSettings.__annotations__
+        )
+        models, resident = settings.get("models"), settings.get("resident")
+        slots, slow = settings.get("slots", 1), settings.get("slow", False)
+        accepts = settings.get("accepts")
+        caps = checked_capabilities(settings.get("capabilities"))
+        with self._at(now) as t:
+            return self._workers.join(
+                name,
+                t,
+                models=models,
+                resident=resident,
+                slots=slots,
+                slow=slow,
+                accepts=accepts,
+                capabilities=caps,
+            )
+
+    def heartbeat(self, name: str, *, now: float, resident: str | None = UNCHANGED) -> WorkerInfo:
+        """Mark a worker seen (reviving it), and set its resident model when given.
+
+        Args:
+            name: The worker's name.
+            now: The current time.
+            resident: The model it has loaded (None: nothing); omitted: unchanged.
+
+        Returns:
+            The worker's info.
+
+        Raises:
+            ValueError: ``now`` went backwards.
+            UnknownWorker: The name was never joined, or has left.
+        """
+        with self._at(now) as t:
+            return self._workers.heartbeat(name, t, resident)
+
+    def leave(self, name: str, *, now: float) -> list[Job]:
+        """Forget a worker; every job it holds is requeued at its lane's head.
+
+        Args:
+            name: The worker's name.
+            now: The current time.
+
+        Returns:
+            The jobs requeued, in ascending ``seq``.
+
+        Raises:
+            ValueError: ``now`` went backwards.
+            UnknownWorker: The name was never joined, or has left.
+        """
+        with self._at(now) as t:
+            worker = self._workers.get(name)
+            taken = list(worker.held)
+            self._grants.take_back(taken, t, always_requeue=True)
+            self._workers.remove(name)
+            return sorted((held.job for held in taken), key=lambda job: job.seq)
+
+    def idle_reasons(self, name: str, *, now: float) -> Mapping[str, int]:
+        """Why ``pop(name)`` finds nothing: queued jobs per first cause of ineligibility.
+
+        Args:
+            name: The worker's name.
+            now: The current time.
+
+        Returns:
+            Counts per cause (causes with 0 omitted); empty when a pop would grant a job.
+
+        Raises:
+            ValueError: ``now`` went backwards.
+            UnknownWorker: The name was never joined, or has left.
+        """
+        now = self._time(now)
+        return self._rules.idle_reasons(self._workers.get(name), now)
 
     # -- jobs --------------------------------------------------------------------------------
 
@@ -196,59 +459,16 @@ class ReferenceFleet(BatchPop, _Workers):
         """
         check_options(options)
         with self._at(now) as t:
-            job = self._new_job(job_id, member, t, options)
+            job = self._lifecycle.new_job(job_id, member, t, options, self._seq, self._known)
             group = options.get("group")
             self._labels[job_id] = None if group is None else checked_group(group)
             self._seq += 1
-            self._levels.setdefault(job.priority, _LevelCounters())
-            self._members.setdefault(member, _MemberCounters())
+            self._stats.submitted(job)
             if job.not_before is not None:
-                self._delayed.append(_Delayed(job, 0, job.arrival))
-                return Ticket(job=job, queued=len(self))
-            lane = self._lanes.setdefault((member, job.priority), _Lane(member, job.priority))
-            if self._fair_share and not lane.jobs:  # the lift, of the settled part
-                lane.settled = max(lane.settled, min(t, self._lift_floor(job)))
-            lane.jobs.append(_Entry(job, t))
+                self._lifecycle.delay(job, 0, job.arrival)
+            else:
+                self._lifecycle.queue(job, t, 0)
             return Ticket(job=job, queued=len(self))
-
-    def _new_job(self, job_id: str, member: str, now: float, options: SubmitOptions) -> Job:
-        """The job a submit describes, after every check (in the real dispatcher's order)."""
-        if not isinstance(job_id, str) or not job_id:
-            raise ValueError(f"job_id must be a non-empty str, got {job_id!r}")
-        if not isinstance(member, str) or not member:
-            raise ValueError(f"member must be a non-empty str, got {member!r}")
-        estimate = options.get("estimate")
-        if estimate is not None and not (_finite("estimate", estimate) > 0):
-            raise ValueError(f"estimate must be > 0 or None, got {estimate!r}")
-        level = self._policy.parse(options.get("priority", 0), options.get("ceiling"))
-        tier = options.get("tier", "free")
-        bonus = self._scorer.tier_bonus(tier)
-        if self._find(job_id) is not None:
-            raise DuplicateJob(f"job {job_id!r} is already queued or held")
-        not_before = options.get("not_before")
-        delayed = not_before is not None and not_before > now
-        budget = self._admit(member, level, delayed)
-        ttl = options.get("ttl")
-        if ttl is None and budget is not None:
-            ttl = budget.ttl
-        arrival = float(not_before) if delayed and not_before is not None else now
-        return Job(
-            id=job_id,
-            member=member,
-            priority=level,
-            tier=tier,
-            tier_bonus=bonus,
-            model=options.get("model"),
-            estimate=None if estimate is None else float(estimate),
-            arrival=arrival,
-            seq=self._seq,
-            payload=options.get("payload"),
-            deadline=None if ttl is None else arrival + ttl,
-            not_before=arrival if delayed else None,
-            max_attempts=options.get("max_attempts"),
-            backoff=cast("Backoff | None", options.get("backoff")),
-            needs=checked_needs(options.get("needs")),
-        )
 
     def pop(self, name: str, *, now: float) -> Grant | None:
         """Grant the worker its best-scoring eligible job (it is marked seen first).
@@ -266,106 +486,9 @@ class ReferenceFleet(BatchPop, _Workers):
             LeaseError: ``lease_for`` failed (nothing changes).
         """
         with self._at(now) as t:
-            worker = self._worker(name)
-            worker.last_seen, worker.timed_out = t, False  # heard from, whatever follows
-            return self._pop(worker, t)
-
-    def _warm_crossing(self, worker: _Worker, win: _Offer, served: _Offer, now: float) -> bool:
-        """Whether a crossing past its credit is granted anyway (the design note's warm rule).
-
-        On a fleet (more than one live worker), a crossing that runs warm (its offer carries
-        the worker's affinity) is not deferred for a job that needs another model on this
-        worker and has waited less than that affinity is worth: ``affinity * divisor``.
-        """
-        job = served.entry.job
-        return (
-            self.capacity > 1
-            and win.affinity > 0
-            and job.model is not None
-            and job.model != worker.resident
-            and now - job.arrival < win.affinity * self._divisor
-        )
-
-    def _pop(self, worker: _Worker, now: float) -> Grant | None:
-        if len(worker.held) >= worker.slots:
-            return None
-        offers = self._offers(worker, lambda e: self._ineligible(worker, e, now) is None)
-        if not offers:  # nothing else to run: holds for busy warm workers capped at loads
-            offers = self._offers(worker, lambda e: self._ineligible(worker, e, now, True) is None)
-        if not offers:
-            return None
-        win = min(offers, key=lambda o: (-self._key(o), o.s, o.tie))
-        scored = win
-        # Bounded crossings: a winner below the highest level with an eligible job crosses it.
-        top = max(o.level for o in offers)
-        weight = 0.0
-        deferred: _Offer | None = None
-        if self._share < 1 and win.level < top:
-            if self._credit >= 0:
-                weight = -(1 - self._share)
-                starving = starving_level(self, top, now)
-                if starving != win.level:
-                    win = self._least_served(offers, starving) or win
-            else:
-                served = self._least_served(offers, top)
-                assert served is not None
-                if self._warm_crossing(worker, win, served, now):
-                    weight = -(1 - self._share)
-                else:
-                    deferred = win
-                    weight = self._share
-                    win = served
-        weight = refilled(self, win, weight)  # and the overdue rule (see ``_overdue``)
-        win = overdue(self, win, worker, now)
-        entry = win.entry
-        job = worker.chosen(entry.job)  # a multi-model job carries the model it was granted
-        info = self._info(worker)
-        lease = None if self._lease_for is None else self._lease(job, info, now)
-        runtime = self._expected_runtime(job)
-        expected = self._charge_of(job, runtime)
-        n = self.capacity
-        c = expected / n if self._fair_share else 0.0
-        resident = worker.resident
-        swap = job.model is not None and job.model != resident
-        grant = Grant(
-            job=job,
-            # Up-front charges may carry s past now: the aging term is then 0, never negative.
-            score=ScoreBreakdown(
-                win.level, win.tier, win.affinity, max(0.0, (now - win.s) / self._divisor)
-            ),
-            lease=lease,
-            granted_at=now,
-            attempt=entry.grants + 1,
-            waited=now - job.arrival,
-            swap=swap,
-            worker=worker.name,
-        )
-        level = self._levels[job.priority]
-        if self._track_reorders and self._fast_path(worker, now):
-            # The counterfactual rankings know nothing of eligibility: every queued job counts.
-            # They are compared with the score's winner (before a crossing changes the grant),
-            # at its level.
-            everything = self._offers(worker, lambda entry: True)
-            for cause, other in self._counterfactuals(everything, worker).items():
-                if other.seq != scored.entry.job.seq:
-                    self._levels[scored.level].reorders[cause] += 1
-        self._lane_of(job).jobs.remove(entry)
-        if self._fair_share:
-            self._lane_of(job).hold(c)
-        self._credit += weight * runtime
-        if deferred is not None:
-            self._levels[deferred.level].reorders["deferred_crossings"] += 1
-        worker.held.append(
-            _Held(grant, worker.name, entry.grants + 1, c, n, runtime, weight, entry.job)
-        )
-        if job.model is not None:
-            worker.resident = job.model
-        level.dispatched += 1
-        level.total_wait += grant.waited
-        level.waits.append(grant.waited)
-        self._members[job.member].dispatched += 1
-        self._counts["swaps"] += swap
-        return grant
+            worker = self._workers.get(name)
+            worker.revive(t)  # heard from, whatever follows
+            return self._grants.grant(worker, t)
 
     def complete(
         self,
@@ -397,12 +520,11 @@ class ReferenceFleet(BatchPop, _Workers):
             grant = held.grant
             if grant.lease is not None and t >= grant.lease.deadline:
                 raise LeaseExpired(f"the lease of {job_id!r} expired at {grant.lease.deadline}")
-            if runtime is not None and not _finite("runtime", runtime) >= 0:
+            if runtime is not None and not finite("runtime", runtime) >= 0:
                 raise ValueError(f"runtime must be >= 0, got {runtime!r}")
             ran = t - grant.granted_at if runtime is None else float(runtime)
-            charge = self._finish(held, ran, t)
-            self._counts["completed"] += 1
-            self._members[held.job.member].completed += 1
+            charge = self._grants.finish(held, ran, t)
+            self._stats.completed(held.job.member)
             return Completed(job=held.job, runtime=ran, charge=charge)
 
     def cancel(self, job_id: str, *, now: float, worker: str | None = None) -> Job:
@@ -429,8 +551,39 @@ class ReferenceFleet(BatchPop, _Workers):
             if state == "running":
                 self._end_run(job_id, worker, t)
             else:
-                self._drop_queued(job)
-            self._counts["cancelled"] += 1
+                self._lifecycle.drop(job)
+            self._stats.count("cancelled")
+            return job
+
+    def fail(
+        self, job_id: str, *, now: float, worker: str | None = None, retry: bool = False
+    ) -> Job:
+        """Fail a job; with ``retry`` a held one with attempts left is delayed instead.
+
+        A queued or delayed job is dropped, a held one finished as a failed run (its lane
+        charged for the time it was held); a retried one then waits out its backoff.
+
+        Raises:
+            ValueError: ``now`` went backwards or ``retry`` is not a bool.
+            UnknownJob: The id is neither queued, delayed nor held.
+            InvalidState: ``worker`` is given and does not hold the job.
+        """
+        with self._at(now) as t:
+            if not isinstance(retry, bool):
+                raise ValueError(f"retry must be a bool, got {retry!r}")
+            job, state = self._found(job_id)
+            if state == "running":
+                held = self._end_run(job_id, worker, t)
+                limit = job.max_attempts or self._max_attempts
+                if retry and held.grants < limit:
+                    self._lifecycle.retry(job, held.grants, t)
+                    self._stats.count("retried")
+                    return job
+            elif worker is not None:
+                raise InvalidState(f"job {job_id!r} is queued, not held by {worker!r}")
+            else:
+                self._lifecycle.drop(job)
+            self._stats.count("failed")
             return job
 
     def expire(self, now: float) -> list[Expired]:
@@ -447,28 +600,11 @@ class ReferenceFleet(BatchPop, _Workers):
             ValueError: ``now`` went backwards.
         """
         with self._at(now) as t:
-            due: list[tuple[_Held, float, CauseName]] = [
-                (held, held.grant.lease.deadline, "lease")
-                for held in self._held()
-                if held.grant.lease is not None and held.grant.lease.deadline <= t
-            ]
-            if self._worker_timeout is not None:
-                taken = {id(held) for held, _, _ in due}
-                for worker in self._workers.values():
-                    silent_since = worker.last_seen + self._worker_timeout
-                    if worker.timed_out or silent_since > t:
-                        continue
-                    worker.timed_out = True
-                    for held in worker.held:
-                        if id(held) not in taken:
-                            lease = held.grant.lease
-                            deadline = silent_since if lease is None else lease.deadline
-                            due.append((held, deadline, "worker_timeout"))
-            lapsed, self._lapsed = self._lapsed, []
-            requeued = self._take_back([held for held, _, _ in due], t, always_requeue=False)
-            self._advance(t)  # a job requeued past its deadline expires t
-            lapsed += self._lapsed
-            self._lapsed = []
+            due = self._grants.due(t)
+            lapsed = self._lifecycle.take_lapsed()
+            requeued = self._grants.take_back([held for held, _, _ in due], t, always_requeue=False)
+            self._lifecycle.advance(t)  # a job requeued past its deadline expires t
+            lapsed += self._lifecycle.take_lapsed()
             records = [
                 Expired(
                     held.job,
@@ -482,14 +618,48 @@ class ReferenceFleet(BatchPop, _Workers):
             ]
             return sorted(records, key=lambda record: record.job.seq) + lapsed
 
-    def next_deadline(self) -> float | None:
-        """The earliest lease deadline, live worker's timeout, or lifecycle timer, or None."""
-        times = self._timer_times()
-        base = super().next_deadline()
-        if base is not None:
-            times.append(base)
-        return min(times, default=None)
-
     def stats(self, *, now: float) -> Stats:
-        """The statistics (see ``_Rules.stats``) with the lifecycle's counts."""
-        return self._with_lifecycle(super().stats(now=now))
+        """Return the counters and per-level and per-member statistics at ``now``.
+
+        ``running`` is the first held job by grant time (None when none is held),
+        ``resident_model`` the resident model of the first-joined worker.
+
+        Args:
+            now: The current time.
+
+        Returns:
+            The statistics.
+
+        Raises:
+            ValueError: ``now`` went backwards.
+        """
+        with self._at(now) as t:
+            first = self._workers.first()
+            return self._stats.stats(
+                t,
+                [entry.job for entry in self._lanes.queued()],
+                self._lifecycle.delayed(),
+                self._workers.held(),
+                self._workers.infos(),
+                None if first is None else first.resident,
+            )
+
+    def _end_run(self, job_id: str, worker: str | None, now: float) -> Held:
+        """Finish a held job's run as a cancel or a failure does (``worker``: its holder)."""
+        held = self._held_for(job_id, worker)
+        self._grants.end_run(held, worker is not None, now)
+        return held
+
+
+def add_fixed_worker(fleet: ReferenceFleet, name: str) -> None:
+    """Add a worker with the defaults (one slot, every model) to ``fleet``, outside time.
+
+    It is the one worker of a size-one dispatcher (``ReferenceDispatcher``): there from
+    construction, never leaving.
+    """
+    fleet._workers.add_fixed(name)
+
+
+def set_resident(fleet: ReferenceFleet, name: str, model: str | None) -> None:
+    """Set a worker's resident model without a heartbeat (``set_resident_model``)."""
+    fleet._workers.get(name).load(model)

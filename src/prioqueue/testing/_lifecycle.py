@@ -1,7 +1,10 @@
 """The job lifecycle in the brute-force reference model (private; see ``_fleet``).
 
-Written from docs/design/lifecycle.md alone, by brute force: no heap of timers. At the start
-of every call that takes ``now`` (``_time``), ``_advance`` repeatedly looks at every queued
+``ReferenceLifecycle`` owns the delayed jobs, the lapsed jobs not yet reported, the levels'
+budgets and the default backoff; it makes a submit's job (its deadline and ``not_before``)
+and admits it. Written from docs/design/lifecycle.md
+alone, by brute force: no heap of timers. At the start of every call of the fleet that takes
+``now``, ``advance`` repeatedly looks at every queued
 and delayed job for the earliest due event (a deadline before a release at the same time,
 then the smaller ``seq``), applies it at its own time, and starts over until nothing is due:
 
@@ -11,7 +14,8 @@ then the smaller ``seq``), applies it at its own time, and starts over until not
   that time would (tail of its lane, an idle lane lifted), its ``queued_at`` the release time.
 
 ``fail(retry=True)`` of a held job with attempts left finishes it as a failed run would (its
-lane charged for the time it was held), then delays it by its backoff (or queues it at once).
+lane charged for the time it was held), then delays it by its backoff (or queues it at once):
+the fleet finishes the run, ``retry`` delays or queues it.
 Budgets are checked after the queue limits: a level's ``max_queued`` counts its queued and
 delayed jobs; ``max_wait`` compares the sum, over the levels at or above the job's, of their
 queued jobs times the mean of the level's recent runtimes (60 s when none), over the capacity.
@@ -20,23 +24,28 @@ queued jobs times the mean of the level's recent runtimes (60 s when none), over
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
-from prioqueue._errors import InvalidState, Overloaded, QueueFull, UnknownJob
-from prioqueue.records import Expired, Job, JobState, Stats
-from prioqueue.testing._rules import _Rules
-from prioqueue.testing._state import DEFAULT_EXPECTED_RUNTIME, _Entry, _Lane
+from prioqueue._errors import DuplicateJob, Overloaded, QueueFull
+from prioqueue.capabilities import checked_needs
+from prioqueue.lifecycle import Backoff, LevelBudget
+from prioqueue.records import Expired, Job
+from prioqueue.testing._lanes import ReferenceLanes
+from prioqueue.testing._records import finite
+from prioqueue.testing._rules import ReferenceRules
+from prioqueue.testing._stats import ReferenceStats, Runtimes
 
 if TYPE_CHECKING:
-    from prioqueue.lifecycle import Backoff, LevelBudget
+    from prioqueue._spec import SubmitOptions
 
 __all__: list[str] = []  # private module
 
 
 @attrs.define(eq=False)
-class _Delayed:
+class Delayed:
     """A delayed job: the job, its grants so far, and when it becomes eligible."""
 
     job: Job
@@ -44,32 +53,50 @@ class _Delayed:
     release_at: float
 
 
-class _ReferenceLifecycle(_Rules):
-    """Deadlines, delays, retries and budgets for ``ReferenceFleet`` (a mixin)."""
+class ReferenceLifecycle:
+    """Deadlines, delays, retries and budgets for ``ReferenceFleet``.
 
-    _budgets: dict[int, LevelBudget]
-    _backoff: Backoff | None
+    Args:
+        lanes: The lanes (a release queues into them, a lapse takes out of them).
+        rules: The rules (the lift of a released job's lane, the capacity).
+        runtimes: The recent runtimes (``max_wait``'s forecast, ``retry_after``).
+        stats: The counters (lapses and refusals are counted).
+        budgets: ``{level: LevelBudget}``, or None.
+        backoff: The retry delays for jobs without their own, or None.
+        max_queued: The most queued jobs, or None.
+        max_per_member: The most queued jobs of one member, or None.
+    """
 
-    def _lifecycle_init(self, budgets: Any, backoff: Backoff | None) -> None:
+    def __init__(
+        self,
+        lanes: ReferenceLanes,
+        rules: ReferenceRules,
+        runtimes: Runtimes,
+        stats: ReferenceStats,
+        *,
+        budgets: Mapping[int, LevelBudget] | None,
+        backoff: Backoff | None,
+        max_queued: int | None,
+        max_per_member: int | None,
+    ) -> None:
+        self._lanes = lanes
+        self._rules = rules
+        self._runtimes = runtimes
+        self._stats = stats
         self._budgets = dict(budgets or {})
         self._backoff = backoff
-        self._delayed: list[_Delayed] = []
+        self._max_queued = max_queued
+        self._max_per_member = max_per_member
+        self._delayed: list[Delayed] = []
         self._lapsed: list[Expired] = []
-        self._level_counts: dict[int, list[int]] = {}  # level -> [ttl expired, refused]
-        self._counts.update(ttl_expired=0, refused=0, retried=0)
 
     # -- time --------------------------------------------------------------------------------
 
-    def _time(self, now: float) -> float:
-        value = super()._time(now)
-        self._advance(value)
-        return value
-
-    def _advance(self, now: float) -> None:
+    def advance(self, now: float) -> None:
         """Apply every lapse and release due at ``now``, each at its own time, in order."""
         while True:
             events: list[tuple[float, int, int, Any]] = []
-            for entry in self._queued():
+            for entry in self._lanes.queued():
                 deadline = entry.job.deadline
                 if deadline is not None and deadline <= now:
                     events.append((deadline, 0, entry.job.seq, entry))
@@ -82,15 +109,14 @@ class _ReferenceLifecycle(_Rules):
             if not events:
                 return
             at, kind, _, item = min(events, key=lambda event: event[:3])
-            if isinstance(item, _Delayed):
+            if isinstance(item, Delayed):
                 self._delayed.remove(item)
                 if kind == 0:
                     self._lapse(item.job, item.grants + 1)
                 else:
-                    self._queue(item.job, at, item.grants)
+                    self.queue(item.job, at, item.grants)
             else:
-                lane = self._lane_of(item.job)
-                lane.jobs.remove(item)
+                self._lanes.remove(item.job, item)
                 self._lapse(item.job, item.grants + 1)
 
     def _lapse(self, job: Job, attempt: int) -> None:
@@ -98,36 +124,98 @@ class _ReferenceLifecycle(_Rules):
         self._lapsed.append(
             Expired(job=job, attempt=attempt, deadline=job.deadline, requeued=False, cause="ttl")
         )
-        self._counts["ttl_expired"] += 1
-        self._level_counts.setdefault(job.priority, [0, 0])[0] += 1
+        self._stats.lapsed(job.priority)
 
-    def _queue(self, job: Job, at: float, grants: int) -> None:
+    def take_lapsed(self) -> list[Expired]:
+        """The lapses not yet reported, in the order they happened (the buffer empties)."""
+        lapsed, self._lapsed = self._lapsed, []
+        return lapsed
+
+    def queue(self, job: Job, at: float, grants: int) -> None:
         """Queue ``job`` at ``at`` as a submit then would: its lane's tail, an idle lane lifted."""
-        lane = self._lane_of_new(job)
-        if self._fair_share and not lane.jobs:
-            lane.settled = max(lane.settled, min(at, self._lift_floor(job)))
-        lane.jobs.append(_Entry(job, at, grants))
+        self._lanes.queue(job, at, grants, self._rules.lift_floor)
 
-    def _lane_of_new(self, job: Job) -> _Lane:
-        return self._lanes.setdefault((job.member, job.priority), _Lane(job.member, job.priority))
+    def delay(self, job: Job, grants: int, release_at: float) -> None:
+        """Hold ``job`` back until ``release_at`` (a ``not_before``, or a retry's backoff)."""
+        self._delayed.append(Delayed(job, grants, release_at))
+
+    def retry(self, job: Job, grants: int, now: float) -> None:
+        """A failed run retried: delayed by its backoff (the job's, else the default), or queued."""
+        backoff = job.backoff or self._backoff
+        delay = 0.0 if backoff is None else backoff.delay(job.id, grants)
+        if delay > 0:
+            self.delay(job, grants, now + delay)
+        else:
+            self.queue(job, now, grants)
 
     # -- submit ------------------------------------------------------------------------------
 
-    def _admit(self, member: str, level: int, delayed: bool) -> LevelBudget | None:
+    def new_job(
+        self,
+        job_id: str,
+        member: str,
+        now: float,
+        options: SubmitOptions,
+        seq: int,
+        known: Callable[[str], bool],
+    ) -> Job:
+        """The job a submit describes, after every check (in the real dispatcher's order).
+
+        ``seq`` is the job's; ``known`` says whether an id is held, queued or delayed (a
+        duplicate). The submit is admitted (``admit``): nothing is queued yet.
+        """
+        if not isinstance(job_id, str) or not job_id:
+            raise ValueError(f"job_id must be a non-empty str, got {job_id!r}")
+        if not isinstance(member, str) or not member:
+            raise ValueError(f"member must be a non-empty str, got {member!r}")
+        estimate = options.get("estimate")
+        if estimate is not None and not (finite("estimate", estimate) > 0):
+            raise ValueError(f"estimate must be > 0 or None, got {estimate!r}")
+        level = self._rules.policy.parse(options.get("priority", 0), options.get("ceiling"))
+        tier = options.get("tier", "free")
+        bonus = self._rules.scorer.tier_bonus(tier)
+        if known(job_id):
+            raise DuplicateJob(f"job {job_id!r} is already queued or held")
+        not_before = options.get("not_before")
+        delayed = not_before is not None and not_before > now
+        budget = self.admit(member, level, delayed)
+        ttl = options.get("ttl")
+        if ttl is None and budget is not None:
+            ttl = budget.ttl
+        arrival = float(not_before) if delayed and not_before is not None else now
+        return Job(
+            id=job_id,
+            member=member,
+            priority=level,
+            tier=tier,
+            tier_bonus=bonus,
+            model=options.get("model"),
+            estimate=None if estimate is None else float(estimate),
+            arrival=arrival,
+            seq=seq,
+            payload=options.get("payload"),
+            deadline=None if ttl is None else arrival + ttl,
+            not_before=arrival if delayed else None,
+            max_attempts=options.get("max_attempts"),
+            backoff=cast("Backoff | None", options.get("backoff")),
+            needs=checked_needs(options.get("needs")),
+        )
+
+    def admit(self, member: str, level: int, delayed: bool) -> LevelBudget | None:
         """Check the queue limits and the level's budget; return the budget (None: none)."""
         if self._max_queued is not None and len(self) >= self._max_queued:
             raise QueueFull(
                 f"{len(self)} jobs queued, the limit",
-                retry_after=self._retry_after(),
+                retry_after=self._runtimes.retry_after(),
                 limit=self._max_queued,
                 scope="queue",
             )
         budget = self._check_budget(level, delayed)
-        mine = sum(1 for entry in self._queued() if entry.job.member == member)
+        mine = sum(1 for entry in self._lanes.queued() if entry.job.member == member)
         if self._max_per_member is not None and mine >= self._max_per_member:
             raise QueueFull(
                 f"member {member!r} has {mine} jobs queued, the limit",
-                retry_after=self._retry_after(),
+                retry_after=self._runtimes.retry_after(),
                 limit=self._max_per_member,
                 scope="member",
             )
@@ -138,27 +226,25 @@ class _ReferenceLifecycle(_Rules):
         if budget is None or budget.empty:
             return None
         if budget.max_queued is not None:
-            count = sum(1 for e in self._queued() if e.job.priority == level)
+            count = sum(1 for e in self._lanes.queued() if e.job.priority == level)
             count += sum(1 for d in self._delayed if d.job.priority == level)
             if count >= budget.max_queued:
-                self._refused(level)
+                self._stats.refused(level)
                 raise QueueFull(
                     "level full",
-                    retry_after=self._retry_after(),
+                    retry_after=self._runtimes.retry_after(),
                     limit=budget.max_queued,
                     scope="level",
                 )
         if budget.max_wait is not None and not delayed:
             ahead = 0.0
-            for other in sorted(self._levels, reverse=True):
+            for other in self._stats.levels():
                 if other >= level:
-                    count = sum(1 for e in self._queued() if e.job.priority == other)
-                    recent = self._recent_by_level.get(other)
-                    mean = sum(recent) / len(recent) if recent else DEFAULT_EXPECTED_RUNTIME
-                    ahead += count * mean
-            wait = ahead / self.capacity
+                    count = sum(1 for e in self._lanes.queued() if e.job.priority == other)
+                    ahead += count * self._runtimes.level_mean(other)
+            wait = ahead / self._rules.capacity
             if wait > budget.max_wait:
-                self._refused(level)
+                self._stats.refused(level)
                 raise Overloaded(
                     "overloaded",
                     retry_after=float(max(1, math.ceil(wait - budget.max_wait))),
@@ -168,103 +254,44 @@ class _ReferenceLifecycle(_Rules):
                 )
         return budget
 
-    def _refused(self, level: int) -> None:
-        self._counts["refused"] += 1
-        self._level_counts.setdefault(level, [0, 0])[1] += 1
+    # -- reads and removal -------------------------------------------------------------------
 
-    # -- fail --------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Queued and delayed jobs."""
+        return len(self._lanes.queued()) + len(self._delayed)
 
-    def fail(
-        self, job_id: str, *, now: float, worker: str | None = None, retry: bool = False
-    ) -> Job:
-        """Fail a job; with ``retry`` a held one with attempts left is delayed instead.
+    def delayed(self) -> list[Job]:
+        """The delayed jobs, in the order they were delayed."""
+        return [delayed.job for delayed in self._delayed]
 
-        A queued or delayed job is dropped, a held one finished as a failed run (its lane
-        charged for the time it was held); a retried one then waits out its backoff.
+    def find(self, job_id: str) -> Job | None:
+        """The delayed job ``job_id``, or None."""
+        for delayed in self._delayed:
+            if delayed.job.id == job_id:
+                return delayed.job
+        return None
 
-        Raises:
-            ValueError: ``now`` went backwards or ``retry`` is not a bool.
-            UnknownJob: The id is neither queued, delayed nor held.
-            InvalidState: ``worker`` is given and does not hold the job.
-        """
-        with self._at(now) as t:
-            if not isinstance(retry, bool):
-                raise ValueError(f"retry must be a bool, got {retry!r}")
-            job, state = self._found(job_id)
-            if state == "running":
-                held = self._end_run(job_id, worker, t)
-                limit = job.max_attempts or self._max_attempts
-                if retry and held.grants < limit:
-                    backoff = job.backoff or self._backoff
-                    delay = 0.0 if backoff is None else backoff.delay(job.id, held.grants)
-                    if delay > 0:
-                        self._delayed.append(_Delayed(job, held.grants, t + delay))
-                    else:
-                        self._queue(job, t, held.grants)
-                    self._counts["retried"] += 1
-                    return job
-            elif worker is not None:
-                raise InvalidState(f"job {job_id!r} is queued, not held by {worker!r}")
-            else:
-                self._drop_queued(job)
-            self._counts["failed"] += 1
-            return job
+    def release_at(self, job_id: str) -> float | None:
+        """When the delayed job ``job_id`` becomes eligible (None: not delayed)."""
+        for delayed in self._delayed:
+            if delayed.job.id == job_id:
+                return delayed.release_at
+        return None
 
-    def _drop_queued(self, job: Job) -> None:
+    def drop(self, job: Job) -> None:
+        """Drop a job that is delayed or queued (cancelled, or failed)."""
         for delayed in self._delayed:
             if delayed.job is job:
                 self._delayed.remove(delayed)
                 return
-        lane = self._lane_of(job)
-        lane.jobs = [entry for entry in lane.jobs if entry.job is not job]
+        self._lanes.drop(job)
 
-    def not_before(self, job_id: str) -> float | None:
-        """When a delayed job becomes eligible, else None.
-
-        Raises:
-            UnknownJob: The id is neither queued, delayed nor held.
-        """
-        for delayed in self._delayed:
-            if delayed.job.id == job_id:
-                return delayed.release_at
-        if self._find(job_id) is None:
-            raise UnknownJob(f"unknown job {job_id!r}")
-        return None
-
-    # -- reads -------------------------------------------------------------------------------
-
-    def _find(self, job_id: str) -> tuple[Job, JobState] | None:
-        found = super()._find(job_id)
-        if found is not None:
-            return found
-        for delayed in self._delayed:
-            if delayed.job.id == job_id:
-                return delayed.job, "queued"
-        return None
-
-    def __len__(self) -> int:
-        return len(self._queued()) + len(self._delayed)
-
-    def _timer_times(self) -> list[float]:
+    def timer_times(self) -> list[float]:
+        """Every lifecycle timer: unreported lapses, deadlines, releases."""
         times = [e.deadline for e in self._lapsed]
-        times += [e.job.deadline for e in self._queued() if e.job.deadline is not None]
+        times += [e.job.deadline for e in self._lanes.queued() if e.job.deadline is not None]
         for delayed in self._delayed:
             times.append(delayed.release_at)
             if delayed.job.deadline is not None:
                 times.append(delayed.job.deadline)
         return times
-
-    def _with_lifecycle(self, stats: Stats) -> Stats:
-        levels = dict(stats.levels)
-        for number, level in levels.items():
-            expired, refused = self._level_counts.get(number, (0, 0))
-            delayed = sum(1 for d in self._delayed if d.job.priority == number)
-            levels[number] = attrs.evolve(
-                level, ttl_expired=expired, refused=refused, delayed=delayed
-            )
-        return attrs.evolve(
-            stats,
-            levels=levels,
-            queued=stats.queued + len(self._delayed),
-            delayed=len(self._delayed),
-        )

@@ -17,7 +17,7 @@ from prioqueue.dispatcher import DEFAULT_WAIT_BUCKETS, ChargeModel
 from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Job
-from prioqueue.testing._state import DEFAULT_CROSSING_SHARE
+from prioqueue.testing._records import DEFAULT_CROSSING_SHARE
 
 __all__: list[str] = []  # private module
 

@@ -18,72 +18,72 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prioqueue.testing._rules import _takes
+from prioqueue.testing._records import takes
 
 if TYPE_CHECKING:
-    from prioqueue.testing._rules import _Rules
-    from prioqueue.testing._state import _Offer, _Worker
+    from prioqueue.testing._records import Offer, Worker
+    from prioqueue.testing._rules import ReferenceRules
 
 __all__: list[str] = []  # private module
 
 
-def refilled(model: _Rules, win: _Offer, weight: float) -> float:
+def refilled(model: ReferenceRules, win: Offer, weight: float) -> float:
     """The grant's credit weight after the refill rule."""
-    waiting = any(entry.job.priority < win.level for entry in model._queued())
-    if model._share < 1 and not weight and model._credit < 0 and waiting:
-        return model._share
+    waiting = any(entry.job.priority < win.level for entry in model.queued())
+    if model.share < 1 and not weight and model.credit < 0 and waiting:
+        return model.share
     return weight
 
 
-def overdue(model: _Rules, win: _Offer, worker: _Worker, now: float) -> _Offer:
+def overdue(model: ReferenceRules, win: Offer, worker: Worker, now: float) -> Offer:
     """The offer granted instead of ``win`` by the overdue rule (else ``win``).
 
     Eligibility is the pop's: with the warm hold capped at load times only when nothing was
     eligible without the cap.
     """
-    if not model._fair_share:
+    if not model.fair_share:
         return win
     level = win.level
-    queued = model._queued()
-    top = max([*(entry.job.priority for entry in queued), *model._policy.aliases.values()])
+    queued = model.queued()
+    top = max([*(entry.job.priority for entry in queued), *model.policy.aliases.values()])
     old = min(
         (entry for entry in queued if entry.job.priority == level),
         key=lambda entry: (entry.job.arrival, entry.job.seq),
     )
-    lanes = [(s, entries, lane) for lv, s, entries, lane in model._backlogged() if lv == level]
+    lanes = [(s, entries, lane) for lv, s, entries, lane in model.backlogged() if lv == level]
     s, entries, lane = next(row for row in lanes if any(e is old for e in row[1]))
     if lane is win.lane:
         return win
-    config = model._scorer.config
-    d = model._divisor
+    config = model.scorer.config
+    d = model.divisor
     tiers = list(config.tier_bonuses.values())
     offsets = ((max(tiers) - min(tiers) if tiers else 0.0) + config.max_affinity) * d
     if not now - old.job.arrival > max(0, top - level) * d * 0.75 + offsets:
         return win
     if level < top and not s <= min(row[0] for row in lanes) + offsets:
         return win  # below the top only: at the top that wait is its aging bound
-    capped = not model._offers(worker, lambda e: model._ineligible(worker, e, now) is None)
-    if model._ineligible(worker, old, now, capped) is not None:
+    capped = not model.offers(worker, lambda e: model.ineligible(worker, e, now) is None)
+    if model.ineligible(worker, old, now, capped) is not None:
         return win
     resident = worker.resident if worker.serves(worker.resident) else None
-    if resident is not None and old.job.model != resident and model._bonus(resident) > 0:
+    if resident is not None and old.job.model != resident and model.bonus(resident) > 0:
         window = config.max_affinity * d
         warm = [
             entry
             for entry in queued
             if entry.job.priority == level
-            and _takes(entry.job, resident)
+            and takes(entry.job, resident)
             and entry.job.arrival <= old.job.arrival + window
         ]
         if warm:
             first = min(warm, key=lambda entry: (entry.job.arrival, entry.job.seq))
-            if model._ineligible(worker, first, now, capped) is None:
+            if model.ineligible(worker, first, now, capped) is None:
                 s, entries, lane = next(row for row in lanes if any(e is first for e in row[1]))
-                return model._offer(level, s, entries, [first], resident, lane)
-    return model._offer(level, s, entries, [old], worker.resident, lane)
+                return model.offer(level, s, entries, [first], resident, lane)
+    return model.offer(level, s, entries, [old], worker.resident, lane)
 
 
-def starving_level(model: _Rules, top: int, now: float) -> int:
+def starving_level(model: ReferenceRules, top: int, now: float) -> int:
     """The level a crossing serves (issue 26: the starving first).
 
     The highest level below ``top`` with a queued job that waited past its aging bound
@@ -91,13 +91,13 @@ def starving_level(model: _Rules, top: int, now: float) -> int:
     when there is none, the level of the queued job below ``top`` that waited longest for
     its band: the highest ``level - arrival / d``, ties by arrival, then seq.
     """
-    config = model._scorer.config
+    config = model.scorer.config
     d = config.aging_divisor
-    queued = model._queued()
+    queued = model.queued()
     jobs = [entry.job for entry in queued if entry.job.priority < top]
     tiers = list(config.tier_bonuses.values())
     offsets = ((max(tiers) - min(tiers) if tiers else 0.0) + config.max_affinity) * d
-    high = max([*(e.job.priority for e in queued), *model._policy.aliases.values()])
+    high = max([*(e.job.priority for e in queued), *model.policy.aliases.values()])
     starving = [
         job.priority for job in jobs if now - job.arrival > (high - job.priority) * d + offsets
     ]

@@ -1,163 +1,97 @@
-"""Joining, heartbeats, leaving and idle reasons in the reference fleet (private).
+"""The worker table of :class:`~prioqueue.testing.ReferenceFleet` (private).
 
-``_Workers`` is the layer of :class:`~prioqueue.testing.ReferenceFleet` that keeps the worker
-table: the rules of ``docs/design/fleet.md`` about who is live, what each worker serves and
-why a pop finds nothing. The classes stack in one line, each on the one below:
-``_Book`` (``_state``: the state and finding things in it) <- ``_Rules`` (``_rules``: offers,
-keys, charges) <- ``_ReferenceLifecycle`` (``_lifecycle``: deadlines, delays, retries, budgets)
-<- ``_Workers`` <- ``ReferenceFleet`` (``_fleet``: submit, pop, complete, cancel, expire).
+``ReferenceWorkers`` owns every joined worker, in join order, and what each holds: joining,
+heartbeats, leaving, timeouts, the capacity ``N = max(1, live workers)`` and the held jobs,
+found by scanning (``docs/design/fleet.md``). Which job a worker gets is ``_rules``'s.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any
 
-from prioqueue._spec import check_options
-from prioqueue.capabilities import checked_capabilities
+from prioqueue._errors import UnknownWorker
+from prioqueue._worker_info import worker_info
+from prioqueue.capabilities import Capabilities
 from prioqueue.records import Job, WorkerInfo
-from prioqueue.testing._lifecycle import _ReferenceLifecycle
-from prioqueue.testing._options import WorkerSettings
-from prioqueue.testing._state import IDLE_CAUSES, _Worker
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
+from prioqueue.testing._records import CauseName, Held, Worker
 
 __all__: list[str] = []  # private module
 
-_UNCHANGED: Any = object()
+#: ``heartbeat``'s default: the resident model is left as it is.
+UNCHANGED: Any = object()
 
 
-class _Workers(_ReferenceLifecycle):
-    """The worker calls of ``ReferenceFleet``."""
+class ReferenceWorkers:
+    """The joined workers and the jobs they hold.
 
-    _labels: dict[str, str | None]  # job id -> group label (ReferenceFleet fills it)
+    Args:
+        worker_timeout: Seconds of silence after which a worker's jobs are taken back, or None.
+        warm_hold: Placement's warm hold in seconds (0: off), for ``next_hold_end``.
+    """
 
-    def group_of(self, job_id: str) -> str | None:
-        """The group label a job was submitted with (None: none)."""
-        return self._labels.get(job_id)
+    def __init__(self, worker_timeout: float | None, warm_hold: float) -> None:
+        self._timeout = worker_timeout
+        self._warm_hold = warm_hold
+        self._workers: dict[str, Worker] = {}
 
-    def _filter_holder(self, name: str) -> _Worker:
-        return self._worker(name)
+    # -- reading -----------------------------------------------------------------------------
 
-    def join(self, name: str, *, now: float, **settings: Unpack[WorkerSettings]) -> WorkerInfo:
-        """Add a worker, or update every field of a known one (``resident=None`` keeps it).
+    def get(self, name: str) -> Worker:
+        """A known worker (``UnknownWorker``: never joined, or has left)."""
+        worker = self._workers.get(name)
+        if worker is None:
+            raise UnknownWorker(f"unknown worker {name!r}")
+        return worker
 
-        Args:
-            name: The worker's name.
-            now: The current time.
-            **settings: ``FleetDispatcher.join``'s, each with its default: ``models`` (the
-                models it serves, or None for every model), ``resident`` (the model it has
-                loaded, or None), ``slots`` (how many jobs it holds at once, >= 1), ``slow``
-                (whether it is extra slow: its leases are longer), ``accepts`` (a predicate
-                over jobs it may take, or None) and ``capabilities`` (what it declared it can
-                run, or None).
+    def all(self) -> list[Worker]:
+        """Every known worker (timed-out ones included), in join order."""
+        return list(self._workers.values())
 
-        Returns:
-            The worker's info.
+    def first(self) -> Worker | None:
+        """The first-joined worker, or None."""
+        return next(iter(self._workers.values()), None)
 
-        Raises:
-            ValueError: ``now`` went backwards, or a bad argument.
-            TypeError: An argument of the wrong type, or a setting ``join`` does not take.
-        """
-        check_options(
-            settings, call="join()", named="name, now", allowed=WorkerSettings.__annotations__
-        )
-        models, resident = settings.get("models"), settings.get("resident")
-        slots, slow = settings.get("slots", 1), settings.get("slow", False)
-        accepts = settings.get("accepts")
-        caps = checked_capabilities(settings.get("capabilities"))
-        with self._at(now) as t:
-            if not isinstance(name, str) or not name:
-                raise ValueError(f"a worker name must be a non-empty str, got {name!r}")
-            if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
-                raise ValueError(f"slots must be an int >= 1, got {slots!r}")
-            if not isinstance(slow, bool):
-                raise ValueError(f"slow must be a bool, got {slow!r}")
-            served = None if models is None else frozenset(models)
-            if served is not None and not all(isinstance(m, str) and m for m in served):
-                raise ValueError(f"models must be non-empty strs, got {models!r}")
-            if accepts is not None and not callable(accepts):
-                raise ValueError(f"accepts must be callable or None, got {accepts!r}")
-            worker = self._workers.get(name)
-            if worker is None:
-                worker = _Worker(name, served, resident, slots, bool(slow), accepts, t)
-                worker.capabilities = caps
-                self._workers[name] = worker
-            else:
-                worker.models = served
-                if resident is not None:
-                    worker.resident = resident
-                worker.slots = slots
-                worker.slow = bool(slow)
-                worker.accepts = accepts
-                worker.capabilities = caps
-                worker.last_seen = t
-                worker.timed_out = False
-            return self._info(worker)
+    def info(self, worker: Worker) -> WorkerInfo:
+        """A worker's public record."""
+        return worker_info(worker, tuple(held.job.id for held in worker.held))
 
-    def heartbeat(self, name: str, *, now: float, resident: str | None = _UNCHANGED) -> WorkerInfo:
-        """Mark a worker seen (reviving it), and set its resident model when given.
+    def infos(self) -> list[WorkerInfo]:
+        """Every known worker's info (timed-out ones included), sorted by name."""
+        return [self.info(self._workers[name]) for name in sorted(self._workers)]
 
-        Args:
-            name: The worker's name.
-            now: The current time.
-            resident: The model it has loaded (None: nothing); omitted: unchanged.
+    @property
+    def capacity(self) -> int:
+        """``N = max(1, live workers)``."""
+        return max(1, sum(1 for w in self._workers.values() if not w.timed_out))
 
-        Returns:
-            The worker's info.
+    def held(self) -> list[Held]:
+        """Every held job, by grant time (then ``seq``)."""
+        held = [h for worker in self._workers.values() for h in worker.held]
+        return sorted(held, key=lambda h: (h.grant.granted_at, h.job.seq))
 
-        Raises:
-            ValueError: ``now`` went backwards.
-            UnknownWorker: The name was never joined, or has left.
-        """
-        with self._at(now) as t:
-            worker = self._worker(name)
-            worker.last_seen = t
-            worker.timed_out = False
-            if resident is not _UNCHANGED:
-                worker.resident = resident
-            return self._info(worker)
+    def held_by_id(self, job_id: str) -> Held | None:
+        """The held job ``job_id``, or None."""
+        return next((h for h in self.held() if h.job.id == job_id), None)
 
-    def leave(self, name: str, *, now: float) -> list[Job]:
-        """Forget a worker; every job it holds is requeued at its lane's head.
+    def residents(self) -> set[str]:
+        """The models resident on live workers."""
+        return {
+            w.resident for w in self._workers.values() if not w.timed_out and w.resident is not None
+        }
 
-        Args:
-            name: The worker's name.
-            now: The current time.
+    def next_deadline(self) -> float | None:
+        """The earliest held lease deadline or live worker's timeout, or None."""
+        times = [h.grant.lease.deadline for h in self.held() if h.grant.lease is not None]
+        if self._timeout is not None:
+            times += [
+                w.last_seen + self._timeout for w in self._workers.values() if not w.timed_out
+            ]
+        return min(times, default=None)
 
-        Returns:
-            The jobs requeued, in ascending ``seq``.
-
-        Raises:
-            ValueError: ``now`` went backwards.
-            UnknownWorker: The name was never joined, or has left.
-        """
-        with self._at(now) as t:
-            worker = self._worker(name)
-            taken = list(worker.held)
-            self._take_back(taken, t, always_requeue=True)
-            del self._workers[name]
-            return sorted((held.job for held in taken), key=lambda job: job.seq)
-
-    def _add_fixed_worker(self, name: str) -> None:
-        """Add a worker with the defaults (one slot, every model) outside time.
-
-        It is the one worker of a size-one dispatcher: there from construction, never leaving.
-        """
-        self._workers[name] = _Worker(name, None, None, 1, False, None, -math.inf)
-
-    def _set_resident(self, name: str, model: str | None) -> None:
-        """Set a worker's resident model without a heartbeat (``set_resident_model``)."""
-        self._worker(name).resident = model
-
-    def next_hold_end(self) -> float | None:
-        """When a warm hold kept for a busy worker lapses (None: none, or no warm hold).
-
-        The earliest ``expected free + warm_hold`` after the latest ``now`` over the live
-        workers that hold ``slots`` jobs and serve their resident model.
-        """
+    def next_hold_end(self, latest: float) -> float | None:
+        """When a warm hold kept for a busy worker lapses after ``latest`` (None: none)."""
         if not self._warm_hold > 0:
             return None
         ends = [
@@ -169,31 +103,82 @@ class _Workers(_ReferenceLifecycle):
             and worker.held
             and len(worker.held) >= worker.slots
         ]
-        later = [end for end in ends if end > self._latest]
+        later = [end for end in ends if end > latest]
         return min(later) if later else None
 
-    def idle_reasons(self, name: str, *, now: float) -> Mapping[str, int]:
-        """Why ``pop(name)`` finds nothing: queued jobs per first cause of ineligibility.
+    # -- changing ----------------------------------------------------------------------------
 
-        Args:
-            name: The worker's name.
-            now: The current time.
-
-        Returns:
-            Counts per cause (causes with 0 omitted); empty when a pop would grant a job.
+    def join(
+        self,
+        name: str,
+        now: float,
+        *,
+        models: Iterable[str] | None,
+        resident: str | None,
+        slots: int,
+        slow: bool,
+        accepts: Callable[[Job], bool] | None,
+        capabilities: Capabilities | None,
+    ) -> WorkerInfo:
+        """Add a worker, or update every field of a known one (``resident=None`` keeps it).
 
         Raises:
-            ValueError: ``now`` went backwards.
-            UnknownWorker: The name was never joined, or has left.
+            ValueError: A bad argument.
         """
-        now = self._time(now)
-        worker = self._worker(name)
-        counts: dict[str, int] = {}
-        queued = self._queued()
-        causes = [self._ineligible(worker, entry, now) for entry in queued]
-        if all(cause is not None for cause in causes):  # as pop: capped holds
-            causes = [self._ineligible(worker, entry, now, True) for entry in queued]
-        for cause in causes:
-            if cause is not None:
-                counts[cause] = counts.get(cause, 0) + 1
-        return {cause: counts[cause] for cause in IDLE_CAUSES if cause in counts}
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a worker name must be a non-empty str, got {name!r}")
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+            raise ValueError(f"slots must be an int >= 1, got {slots!r}")
+        if not isinstance(slow, bool):
+            raise ValueError(f"slow must be a bool, got {slow!r}")
+        served = None if models is None else frozenset(models)
+        if served is not None and not all(isinstance(m, str) and m for m in served):
+            raise ValueError(f"models must be non-empty strs, got {models!r}")
+        if accepts is not None and not callable(accepts):
+            raise ValueError(f"accepts must be callable or None, got {accepts!r}")
+        worker = self._workers.get(name)
+        if worker is None:
+            worker = Worker(
+                name, served, resident, slots, bool(slow), accepts, now, capabilities=capabilities
+            )
+            self._workers[name] = worker
+        else:
+            worker.update(served, resident, slots, bool(slow), accepts, capabilities, now)
+        return self.info(worker)
+
+    def heartbeat(self, name: str, now: float, resident: str | None) -> WorkerInfo:
+        """Mark a worker seen (reviving it); set its resident model unless ``UNCHANGED``."""
+        worker = self.get(name)
+        worker.revive(now)
+        if resident is not UNCHANGED:
+            worker.load(resident)
+        return self.info(worker)
+
+    def remove(self, name: str) -> None:
+        """Forget a worker (its held jobs were taken back)."""
+        del self._workers[name]
+
+    def add_fixed(self, name: str) -> None:
+        """Add a worker with the defaults (one slot, every model) outside time."""
+        self._workers[name] = Worker(name, None, None, 1, False, None, -math.inf)
+
+    def time_out(self, now: float, taken: set[int]) -> list[tuple[Held, float, CauseName]]:
+        """Time out every live worker silent ``worker_timeout`` by ``now``; their jobs are due.
+
+        Returns ``(held, deadline, "worker_timeout")`` for each job they hold that is not in
+        ``taken`` (``id`` s of jobs already due), the deadline its lease's or the silence's end.
+        """
+        due: list[tuple[Held, float, CauseName]] = []
+        if self._timeout is None:
+            return due
+        for worker in self._workers.values():
+            silent_since = worker.last_seen + self._timeout
+            if worker.timed_out or silent_since > now:
+                continue
+            worker.time_out()
+            for held in worker.held:
+                if id(held) not in taken:
+                    lease = held.grant.lease
+                    deadline = silent_since if lease is None else lease.deadline
+                    due.append((held, deadline, "worker_timeout"))
+        return due
