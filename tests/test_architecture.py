@@ -57,7 +57,8 @@ def test_the_graph_sees_every_kind_of_import() -> None:
 
 def test_the_driver_and_its_users_assign_only_what_they_own() -> None:
     # Issue 29: no attribute assignment on an object other than self/cls outside the module
-    # that defines its class; the driver and its users, the gateway and the simulator so far
+    # that defines its class; the driver and its users, the gateway, the simulator, the broker,
+    # the client and the stores so far
     # (``architecture.owned()``), widened as each area is rewritten (``python
     # tests/architecture.py`` prints the whole-tree count).
     assert architecture.foreign_assignments(architecture.owned()) == []
@@ -87,6 +88,8 @@ def test_the_ownership_checks_find_planted_breaches() -> None:
         "    turn.state.count += 1\n"
         "    gate._waiters.pop(turn.job_id)\n"
         "    gate._release(turn)\n"
+        "    response.status_code = 200\n"
+        "    os._exit(75)\n"
         "    return type(gate).__name__\n"
     )
     trees = {"pkg._driver": owner, "pkg.user": user}

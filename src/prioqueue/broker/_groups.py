@@ -99,7 +99,7 @@ def cancel_group(
     cancelled = []
     for job in jobs:
         record = engine.jobs[job.id]
-        engine._finish(record, "cancelled", None, now)
+        engine.finish(record, "cancelled", None, now)
         cancelled.append(record.id)
     return cancelled
 

@@ -252,10 +252,9 @@ async def _submit_image(
 
 async def _sweep(broker: Broker, config: BrokerConfig, blobs: Blobs) -> None:
     """Delete the images of jobs past their retention (at most every ``sweep_every``)."""
-    now = blobs.clock.wall()
-    if now - blobs.swept_at < config.horde.sweep_every:
+    now = blobs.sweep_due(config.horde.sweep_every)
+    if now is None:
         return
-    blobs.swept_at = now
     referenced = await broker.query(view.referenced_blobs)
     await blobs.sweep(referenced, now)
 

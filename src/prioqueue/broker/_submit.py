@@ -277,8 +277,7 @@ def _queue(state: EngineState, now: float, item: Fresh, key: str | None) -> JobR
         raise _refusal(exc) from None
     except DuplicateJob as exc:  # pragma: no cover - ids are never reused
         raise AssertionError(str(exc)) from None
-    state.counter += 1
-    state.counts["submitted"] += 1
+    state.count_submit()
     kept = {name: args[name] for name in _RECORDED}
     kept["idempotency_key"] = key  # the job's own, or its batch's
     record = JobRecord(id=job_id, submitted_at=now, expires_at=ticket.job.deadline, **kept)
@@ -287,7 +286,7 @@ def _queue(state: EngineState, now: float, item: Fresh, key: str | None) -> JobR
     state.queued_bytes.held(record, item.size)
     if args["idempotency_key"] is not None:
         state.idempotency[(member, args["idempotency_key"])] = ((job_id,), item.digest)
-    state._note_queued(record)
+    state.note_queued(record)
     return attrs.evolve(record)
 
 

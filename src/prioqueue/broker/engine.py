@@ -102,7 +102,7 @@ def _in_order(method: _Op) -> _Op:
         result = method(self, now, **kwargs)
         self.now = now
         if self._parked() < parked:
-            changed.released = True
+            changed.note_released()
         notify(changed)
         changed.clear()
         return result
@@ -213,7 +213,7 @@ class BrokerEngine(EngineState):
         if record.state in FINISHED:
             raise Rejected(409, f"job {job_id!r} is already {record.state}", field="id")
         self.fleet.cancel(job_id, now=now)
-        self._finish(record, "cancelled", None, now)
+        self.finish(record, "cancelled", None, now)
         return attrs.evolve(record)
 
     @journaled

@@ -139,8 +139,14 @@ def _add_format(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _human(args: argparse.Namespace) -> bool:
+    """Whether to print for a person: ``--human``, or neither flag and stdout a terminal."""
+    style = getattr(args, "format", None)
+    return style == "human" or (style is None and sys.stdout.isatty())
+
+
 def _print(value: Any, args: argparse.Namespace) -> None:
-    if args.human:
+    if _human(args):
         print(render(value, SYSTEM_CLOCK.wall()))
     else:
         print(json.dumps(value, indent=2, sort_keys=True))
@@ -221,8 +227,6 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    style = getattr(args, "format", None)
-    args.human = style == "human" or (style is None and sys.stdout.isatty())
     try:
         with Broker(args.broker, args.key, retry_timeout=args.retry_timeout) as broker:
             if args.action == "submit":
