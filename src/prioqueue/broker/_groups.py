@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 
 from prioqueue._errors import UnknownGroup
 from prioqueue.broker._fleet import group_key
-from prioqueue.broker._records import JobRecord, Rejected
 from prioqueue.broker._state import EngineState
+from prioqueue.broker.records import JobRecord, Rejected
 
 if TYPE_CHECKING:
     from prioqueue._groups import GroupStatus

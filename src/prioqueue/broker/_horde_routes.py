@@ -45,9 +45,9 @@ from prioqueue.broker._horde_models import (
     request_uuid,
 )
 from prioqueue.broker._http import Forbidden, acts_as, key_for, resolve_priority
-from prioqueue.broker._records import Rejected
 from prioqueue.broker._waiters import long_pop
 from prioqueue.broker.config import BrokerConfig, BrokerKey
+from prioqueue.broker.records import Rejected
 from prioqueue.broker.service import Broker, Standby
 
 __all__ = ["horde_router"]

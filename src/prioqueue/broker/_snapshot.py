@@ -15,8 +15,8 @@ import attrs
 
 from prioqueue.broker import _groups
 from prioqueue.broker._fleet import restore_fleet
-from prioqueue.broker._records import FINISHED, SNAPSHOT_FORMAT, JobRecord, Rejected
 from prioqueue.broker._state import EngineState
+from prioqueue.broker.records import FINISHED, SNAPSHOT_FORMAT, JobRecord, Rejected
 
 __all__ = ["dump", "load", "rebase"]
 

@@ -7,7 +7,7 @@ functions over it, by role (:mod:`prioqueue.broker._submit`, :mod:`prioqueue.bro
 with the journaled operations, the reads and the snapshot. It owns its fields: the operation
 modules change them through its methods (a worker spoke, a record finished or went back, a
 snapshot restored, a rebase), and each record changes through
-:class:`~prioqueue.broker._records.JobRecord`'s own (issue 29).
+:class:`~prioqueue.broker.records.JobRecord`'s own (issue 29).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 from prioqueue.broker._budget import QueuedBytes
 from prioqueue.broker._fleet import make_fleet, restore_fleet
-from prioqueue.broker._records import MAX_IMAGE_LEASE, JobRecord, JobStatus, Rejected
 from prioqueue.broker.config import BrokerConfig
+from prioqueue.broker.records import MAX_IMAGE_LEASE, JobRecord, JobStatus, Rejected
 from prioqueue.lease import ImageRequest
 from prioqueue.records import Job
 

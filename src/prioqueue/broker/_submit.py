@@ -7,7 +7,7 @@ Theory of operation
 -------------------
 :func:`admit` is the broker's admission check of a batch, built from the two checks a single
 ``submit`` makes (no other): it refuses the batch, before anything changes, with what a
-submit would answer (:class:`~prioqueue.broker._records.Rejected`), each job checked as if
+submit would answer (:class:`~prioqueue.broker.records.Rejected`), each job checked as if
 the ones before it had been queued:
 
 * the broker's own rules, per job (``_check``, which ``submit`` calls for its job): the
@@ -38,8 +38,8 @@ from prioqueue._errors import ConfigError, DuplicateJob, Overloaded, QueueFull
 from prioqueue.broker import _groups
 from prioqueue.broker._budget import size_of
 from prioqueue.broker._fleet import group_key
-from prioqueue.broker._records import JobRecord, Rejected, check_types, fingerprint, submit_digest
 from prioqueue.broker._state import EngineState
+from prioqueue.broker.records import JobRecord, Rejected, check_types, fingerprint, submit_digest
 from prioqueue.capabilities import Needs
 from prioqueue.jobfields import fields_in, names_in
 from prioqueue.lifecycle import Backoff

@@ -35,8 +35,8 @@ from typing import Any, TypeVar
 
 from prioqueue.broker import _workers
 from prioqueue.broker._changes import Changes, PopWaiter
-from prioqueue.broker._records import FINISHED, JobRecord, Rejected
 from prioqueue.broker.engine import BrokerEngine
+from prioqueue.broker.records import FINISHED, JobRecord, Rejected
 from prioqueue.broker.service import Broker, Stopping
 from prioqueue.clock import loop_time
 

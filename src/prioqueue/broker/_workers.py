@@ -2,7 +2,7 @@
 
 Functions over :class:`~prioqueue.broker._state.EngineState`, called by the journaled
 methods of :class:`~prioqueue.broker.engine.BrokerEngine` (which keep time and count the
-operation). Each refuses (:class:`~prioqueue.broker._records.Rejected`) before it changes
+operation). Each refuses (:class:`~prioqueue.broker.records.Rejected`) before it changes
 anything. Complexity: the fleet dispatcher's O(log n + M) per call, plus O(size of a result)
 to measure it.
 """
@@ -18,8 +18,8 @@ import attrs
 from prioqueue._batch import MAX_AMOUNT
 from prioqueue._errors import InvalidState, UnknownWorker
 from prioqueue.broker import _groups
-from prioqueue.broker._records import JobRecord, PopResult, Rejected, check_types, now_past
 from prioqueue.broker._state import EngineState
+from prioqueue.broker.records import JobRecord, PopResult, Rejected, check_types, now_past
 from prioqueue.capabilities import Capabilities
 from prioqueue.views import WorkerLoad
 

@@ -25,10 +25,10 @@ import json
 import sys
 from typing import Any
 
-from prioqueue.client._broker import Broker, Deadline
 from prioqueue.client._cli import add_broker_options
-from prioqueue.client._errors import BrokerError, WaitTimeout
 from prioqueue.client._human import render
+from prioqueue.client.broker import Broker, Deadline
+from prioqueue.client.errors import BrokerError, WaitTimeout
 from prioqueue.clock import SYSTEM_CLOCK
 from prioqueue.jobfields import CliFlag, fields_in
 

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from prioqueue.client._errors import JobLost
+from prioqueue.client.errors import JobLost
 
 __all__ = ["Job", "Reporter"]
 

@@ -42,9 +42,9 @@ from typing import Any
 
 import httpx
 
-from prioqueue.client._errors import BrokerError, BrokerUnavailable, JobLost
 from prioqueue.client._http import SyncTransport, raise_for
-from prioqueue.client._job import Job
+from prioqueue.client.errors import BrokerError, BrokerUnavailable, JobLost
+from prioqueue.client.job import Job
 from prioqueue.clock import SYSTEM_CLOCK
 
 __all__ = ["Job", "Worker"]
