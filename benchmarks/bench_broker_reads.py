@@ -125,7 +125,7 @@ async def _loop_stall(encode: Any, state: Any) -> tuple[float, float]:
 def _snapshot_stall(megabytes: int) -> None:
     import json
 
-    from prioqueue.store._base import encode_in_pieces
+    from prioqueue.store.base import encode_in_pieces
 
     blob = "x" * (1 << 20)
     state = {

@@ -495,7 +495,7 @@ def fill_broker(store: Store, jobs: int, payload: int) -> None:
 async def snapshot_stalls(store: Store, submits: int) -> dict[str, float]:
     """The loop's longest stall while snapshots are taken, the old way and the replica's."""
     from prioqueue._service.serving import tune_collector
-    from prioqueue.store._base import encode_in_pieces
+    from prioqueue.store.base import encode_in_pieces
 
     durable: DurableDispatcher[Any] = await DurableDispatcher.open(
         store, broker_factory(), snapshot_every=10**9, snapshot_interval=1e9

@@ -12,8 +12,8 @@ rules; ``tests/test_architecture.py`` asserts them:
 * state has one owner (issue 29): no attribute is assigned on an object other than ``self``
   or ``cls`` outside the module that defines its class (:func:`foreign_assignments`), and no
   ``obj._private`` is reached from a module that does not define it (:func:`private_reaches`).
-  Both are asserted for :func:`owned` (the driver and its users, the gateway, the
-  simulator and the reference model, so far) and can be widened to
+  Both are asserted for :func:`owned` (the driver and its users, the gateway, the simulator,
+  the broker, the client, the stores and the reference model, so far) and can be widened to
   the whole tree (``modules=None``); ``python tests/architecture.py`` prints the whole-tree
   counts.
 * the core has one owner (issue 29, item 1): only the core's own modules and its facades
@@ -59,12 +59,41 @@ OWNED = (
     "prioqueue.gateway._fleetpull",
 )
 """The modules held to the ownership rules so far (issue 29, item 2: the driver and its users)."""
-OWNED_PACKAGES = ("prioqueue.gateway", "prioqueue.sim", "prioqueue.testing")
-"""Packages held to the ownership rules whole (every module in them, and any added later)."""
-THIRD_PARTY_SETTERS = frozenset({"self.server.should_exit", "parser.epilog"})
+OWNED_PACKAGES = (
+    "prioqueue.gateway",
+    "prioqueue.sim",
+    "prioqueue.broker",
+    "prioqueue.client",
+    "prioqueue.store",
+    "prioqueue.testing",
+    "prioqueue._async_errors",
+    "prioqueue.cli",
+)
+"""Packages (or modules) held to the ownership rules whole (every module in them, and any
+added later)."""
+THIRD_PARTY_SETTERS = frozenset(
+    {
+        "self.server.should_exit",
+        "parser.epilog",
+        "response.status_code",
+        "app.state.broker",
+        "app.state.config",
+        "app.state.broker_started",
+        "fatal.__cause__",
+    }
+)
 """Attributes of other libraries' objects that those libraries document as the way to use
-them: uvicorn's ``Server.should_exit`` (how a server is asked to stop) and argparse's
-``ArgumentParser.epilog`` (set on a subcommand's parser, which ``prioqueue.cli`` builds)."""
+them: uvicorn's ``Server.should_exit`` (how a server is asked to stop); argparse's
+``ArgumentParser.epilog`` (set on a subcommand's parser, which ``prioqueue.cli`` builds);
+FastAPI's ``Response.status_code`` (a route's injected response, to answer 200 instead of
+201); Starlette's ``app.state`` (the documented place for an application's own objects,
+which ``prioqueue.broker.app`` fills and ``prioqueue.broker.cli`` marks started); and
+Python's ``BaseException.__cause__`` (an exception chained to another without raising it,
+in ``prioqueue.store._commit``)."""
+THIRD_PARTY_PRIVATE = frozenset({"os._exit"})
+"""Underscored names of other libraries that are their documented API: ``os._exit`` (leave
+the process at once, without cleanup: the broker's crash-only stop and the job supervisor's
+child after ``fork``)."""
 
 CORE = "prioqueue._core"
 CORE_FACADES = ("prioqueue.dispatcher", "prioqueue.fleet")
@@ -81,7 +110,7 @@ def owned() -> tuple[str, ...]:
     return tuple(sorted({*OWNED, *inside}))
 
 
-CLOCK_MODULES = ("prioqueue.clock", "prioqueue.store._clock", "prioqueue.client._supervise")
+CLOCK_MODULES = ("prioqueue.clock", "prioqueue.store.clock", "prioqueue.client._supervise")
 """The only modules that may read the process's clocks: ``prioqueue.clock``; the store's
 anchored clock; and the job supervisor, a stdlib-only script run as its own process
 (``python -I -S``, so it cannot import ``prioqueue``): one clock per process."""
@@ -375,9 +404,164 @@ def private_reaches(
                 and _is_private(node.attr)
                 and not _is_self(node.value)
                 and node.attr not in own
+                and ast.unparse(node) not in THIRD_PARTY_PRIVATE
                 and (targets is None or node.attr in targets)
             ):
                 out.append(f"{mod}:{node.lineno} {ast.unparse(node)}")
+    return out
+
+
+def private_name_imports(*, trees: dict[str, tuple[ast.Module, bool]] | None = None) -> list[str]:
+    """``importer:line from module import _name`` for each private name (a function, a
+    class, a constant or a module) imported from outside the package that holds it.
+
+    :func:`private_imports` sees private modules; this also sees ``from m import _helper``.
+
+    Args:
+        trees: ``module -> (tree, is_package)`` to check instead (for planted examples).
+    """
+    if trees is None:
+        trees = {
+            m: (ast.parse(p.read_text(encoding="utf-8")), p.name == "__init__.py")
+            for m, p in modules().items()
+        }
+    packages = {m for m, (_, is_package) in trees.items() if is_package}
+    out = []
+    for mod, (tree, is_package) in sorted(trees.items()):
+        home = mod if is_package else mod.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            source = _resolve(mod, node.level, node.module, is_package)
+            if not source.startswith("prioqueue") and source not in trees:
+                continue
+            owner = source if source in packages else source.rpartition(".")[0]
+            if home == owner or home.startswith(owner + "."):
+                continue
+            out += [
+                f"{mod}:{node.lineno} from {source} import {alias.name}"
+                for alias in node.names
+                if _is_private(alias.name)
+            ]
+    return out
+
+
+PUBLIC_TYPES_CHECKED = (
+    "prioqueue.broker",
+    "prioqueue.client",
+    "prioqueue.store",
+    "prioqueue.gateway",
+    "prioqueue.sim",
+)
+"""The packages held to :func:`public_types_in_private_modules` so far (issue 29; the
+top-level modules, ``prioqueue._errors`` and the like, move later)."""
+
+
+def _is_private_module(mod: str) -> bool:
+    return any(_is_private(part) for part in mod.split("."))
+
+
+def _resolve(mod: str, level: int, base: str | None, is_package: bool) -> str:
+    """The module a ``from`` import names, absolute."""
+    if not level:
+        return base or ""
+    package = mod.split(".") if is_package else mod.split(".")[:-1]
+    package = package[: len(package) - (level - 1)]
+    return ".".join([*package, base] if base else package)
+
+
+class _Exports:
+    """One module's top-level classes, ``from`` imports and ``__all__``, read from its tree."""
+
+    def __init__(self, mod: str, tree: ast.Module, is_package: bool) -> None:
+        self.classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+        self.imported: dict[str, tuple[str, str]] = {}
+        """Local name -> (module, name there) of each ``from m import name``."""
+        self.stars: list[str] = []
+        self.names: list[str] = []
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom):
+                source = _resolve(mod, node.level, node.module, is_package)
+                for alias in node.names:
+                    if alias.name == "*":
+                        self.stars.append(source)
+                    else:
+                        self.imported[alias.asname or alias.name] = (source, alias.name)
+            elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+                target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+                if isinstance(target, ast.Name) and target.id == "__all__" and node.value:
+                    self.names += self._listed(node.value)
+
+    def _listed(self, value: ast.expr) -> list[str]:
+        if isinstance(value, ast.List | ast.Tuple):
+            return [
+                e.value
+                for e in value.elts
+                if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            ]
+        if isinstance(value, ast.BinOp):
+            return self._listed(value.left) + self._listed(value.right)
+        if (  # ``__all__ += _errors.__all__``: that module's names, resolved later
+            isinstance(value, ast.Attribute)
+            and value.attr == "__all__"
+            and isinstance(value.value, ast.Name)
+        ):
+            return [f"*{value.value.id}"]
+        return []
+
+
+def public_types_in_private_modules(
+    scope: Iterable[str] = PUBLIC_TYPES_CHECKED,
+    *,
+    trees: dict[str, tuple[ast.Module, bool]] | None = None,
+) -> list[str]:
+    """``module.Name -> defining module`` for each class a public module's ``__all__`` names
+    that a private module defines (issue 29: a public type lives in a public module).
+
+    Re-exports are followed through ``from`` imports (``*`` included) to the class's
+    definition; every public module is checked, so a chain is caught at its first public
+    module. A name defined by no module found (a function, a constant) is not a type.
+
+    Args:
+        scope: The packages (or modules) whose public modules are checked.
+        trees: ``module -> (tree, is_package)`` to check instead (for planted examples).
+    """
+    if trees is None:
+        known = modules()
+        trees = {
+            m: (ast.parse(p.read_text(encoding="utf-8")), p.name == "__init__.py")
+            for m, p in known.items()
+        }
+    read = {mod: _Exports(mod, tree, pkg) for mod, (tree, pkg) in trees.items()}
+
+    def home(mod: str, name: str, depth: int = 0) -> str | None:
+        info = read.get(mod)
+        if info is None or depth > 20:
+            return None
+        if name in info.classes:
+            return mod
+        if name in info.imported:
+            return home(*info.imported[name], depth + 1)
+        for star in info.stars:
+            found = home(star, name, depth + 1)
+            if found is not None:
+                return found
+        return None
+
+    out = []
+    for mod, info in sorted(read.items()):
+        inside = any(mod == p or mod.startswith(p + ".") for p in scope)
+        if not inside or _is_private_module(mod):
+            continue
+        names = list(info.names)
+        for alias in [n[1:] for n in names if n.startswith("*")]:
+            source = info.imported.get(alias)
+            target = f"{source[0]}.{source[1]}" if source else alias
+            names += read[target].names if target in read else []
+        for name in sorted({n for n in names if not n.startswith("*")}):
+            found = home(mod, name)
+            if found is not None and _is_private_module(found):
+                out.append(f"{mod}.{name} -> {found}")
     return out
 
 
@@ -436,6 +620,7 @@ def main() -> int:
     problems = {
         "circles": [" <-> ".join(c) for c in circles(graph)],
         "private imports": private_imports(graph),
+        "private names imported across packages": private_name_imports(),
         "imports of the core outside it and its facades": core_imports(graph),
         f"modules over {MAX_MODULE_LINES} lines": long_modules(),
         f"functions over {MAX_FUNCTION_LINES} lines": long_functions(),
@@ -445,6 +630,7 @@ def main() -> int:
             None, into="prioqueue._driver"
         ),
         "clock reads outside the clock modules": time_reads(),
+        "public types defined in private modules": public_types_in_private_modules(),
     }
     for title, items in problems.items():
         print(f"\n{title}: {len(items)}")

@@ -12,7 +12,7 @@ import pytest
 
 from prioqueue.broker._horde_blobs import GRACE_SECONDS, Blobs
 from prioqueue.client import WaitTimeout
-from prioqueue.client._broker import LONG_POLL, Deadline
+from prioqueue.client.broker import LONG_POLL, Deadline
 from prioqueue.clock import SYSTEM_CLOCK, Clock, SystemClock, loop_time, perf_counter
 from prioqueue.testing import ManualClock
 from virtual_loop import VirtualTimeLoop, run_virtual

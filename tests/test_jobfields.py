@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from prioqueue._spec import SUBMIT_OPTIONS, JobSpec
 from prioqueue.broker import parse_config
 from prioqueue.broker._http import submit_args
-from prioqueue.broker._records import JobRecord, fingerprint, submit_digest
 from prioqueue.broker.models import JobView, SubmitRequest
+from prioqueue.broker.records import JobRecord, fingerprint, submit_digest
 from prioqueue.client import jobs_cli
-from prioqueue.client._broker import SubmitFields
+from prioqueue.client.broker import SubmitFields
 from prioqueue.jobfields import JOB_FIELDS, LAYERS, field_named, fields_in, names_in
 
 

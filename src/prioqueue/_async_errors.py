@@ -24,6 +24,8 @@ class QueueTimeout(PrioqueueError, TimeoutError):
         timeout: The timeout it was given, in seconds.
     """
 
+    __module__ = "prioqueue.asyncio"  # documented there, where it is re-exported
+
     def __init__(self, message: str, *, job_id: str, timeout: float) -> None:
         super().__init__(message)
         self.job_id = job_id
@@ -44,10 +46,10 @@ def ttl_timeout(record: Expired) -> QueueTimeout:
 class DispatcherClosed(PrioqueueError, RuntimeError):
     """The :class:`AsyncDispatcher` was closed: no new turns, and queued waiters are failed."""
 
+    __module__ = "prioqueue.asyncio"  # documented there, where it is re-exported
+
 
 class JobCancelled(PrioqueueError, RuntimeError):
     """The job was cancelled through :meth:`AsyncDispatcher.cancel` while its owner waited."""
 
-
-for _cls in (QueueTimeout, DispatcherClosed, JobCancelled):
-    _cls.__module__ = "prioqueue.asyncio"
+    __module__ = "prioqueue.asyncio"  # documented there, where it is re-exported

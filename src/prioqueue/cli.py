@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in _SUBCOMMANDS.items():
         subparser = sub.add_parser(name, help=help_text, description=help_text)
-        subparser.set_defaults(_module=module_name)
+        subparser.set_defaults(command_module=module_name)
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:  # an optional extra is missing
@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    module = importlib.import_module(args._module)
+    module = importlib.import_module(args.command_module)
     try:
         code: int = module.run(args)
         sys.stdout.flush()

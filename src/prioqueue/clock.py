@@ -10,7 +10,7 @@ whose time they control.
 The rules (asserted by ``tests/test_architecture.py``):
 
 1. **No ``time.time``, ``time.monotonic``, ``time.sleep``, ``time.perf_counter`` or
-   ``loop.time`` outside this module** (and ``store/_clock.py``, the store's anchored clock,
+   ``loop.time`` outside this module** (and ``store/clock.py``, the store's anchored clock,
    built on the same readings). The sans-IO core reads no clock at all: it takes ``now``.
 2. **Code on an event loop reads the loop's time** (:func:`loop_time`) when it computes a
    deadline for the loop's own timers (``asyncio.wait_for``, ``call_at``): a test's virtual

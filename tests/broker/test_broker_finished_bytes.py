@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from prioqueue.broker import parse_config
 from prioqueue.broker._budget import size_of
-from prioqueue.broker._records import FINISHED, Rejected
 from prioqueue.broker.engine import BrokerEngine
+from prioqueue.broker.records import FINISHED, Rejected
 
 LIMIT = 2_000
 

@@ -178,7 +178,7 @@ def test_a_passthrough_upstream_that_never_answers_is_504(make_stack: StackFacto
 
 
 def test_model_from_a_bodiless_request() -> None:
-    from prioqueue.gateway._body import model_from_url
+    from prioqueue.gateway.body import model_from_url
 
     assert model_from_url("/props", b"model=qwen&x=1") == "qwen"
     assert model_from_url("/props", b"model=") is None

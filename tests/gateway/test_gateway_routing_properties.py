@@ -7,8 +7,8 @@ import posixpath
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prioqueue.gateway._body import model_from_url
 from prioqueue.gateway._forward import normalise_path
+from prioqueue.gateway.body import model_from_url
 from prioqueue.gateway.settings import PathSet
 
 SEGMENTS = st.sampled_from(["", ".", "..", "v1", "chat", "completions", "upstream", "x", "a.b"])

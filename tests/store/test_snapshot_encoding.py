@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from prioqueue.broker import parse_config
 from prioqueue.broker.engine import BrokerEngine
 from prioqueue.store import Snapshot, Store
-from prioqueue.store._base import encode_chunks, encode_in_pieces
+from prioqueue.store.base import encode_chunks, encode_in_pieces
 
 _scalars = (
     st.none()

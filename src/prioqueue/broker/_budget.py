@@ -27,8 +27,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from prioqueue.broker._records import JobRecord, Rejected
 from prioqueue.broker.config import BrokerConfig
+from prioqueue.broker.records import JobRecord, Rejected
 
 __all__ = ["QueuedBytes", "size_of"]
 

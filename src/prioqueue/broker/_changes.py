@@ -24,7 +24,7 @@ Everything runs on the broker's event loop; each method's cost is given in its d
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from prioqueue.broker._state import Changed
 
@@ -58,6 +58,21 @@ class PopWaiter:
         """Whether it is in the model indexes (asleep or trying, not woken)."""
         self.nudged = False
         """Woken without a wake-up (its worker's job ended, the role changed): try again."""
+
+    def take_tokens(self, into: list[str | None]) -> None:
+        """Move its wake-ups to ``into`` and forget a nudge: it is about to try. O(tokens)."""
+        into.extend(self.tokens)
+        self.tokens.clear()
+        self.nudged = False
+
+    def sleep(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        """The future it sleeps on until woken (:meth:`woke` after). O(1)."""
+        self.future = loop.create_future()
+        return self.future
+
+    def woke(self) -> None:
+        """It no longer sleeps (woken, timed out or cancelled). O(1)."""
+        self.future = None
 
     def serves(self, model: str | None) -> bool:
         """Whether it could take a job of ``model`` (a job without one runs anywhere). O(1)."""
@@ -218,6 +233,26 @@ class Changes:
             return False
         self._wake_pop(waiter, model, counted=True)
         return True
+
+    def drop(self, count: int) -> None:
+        """A waiter that found nothing dropped ``count`` wake-ups (counted). O(1)."""
+        self.dropped += count
+
+    async def refresh(self, worker: str, journal: Callable[[list[str]], Awaitable[object]]) -> None:
+        """Journal the liveness of every waiting worker (and ``worker``) in one event.
+
+        One refresh at a time for the whole fleet: a call while one is in flight waits for
+        it instead. ``journal`` runs the operation with the sorted worker names.
+        """
+        if self.refreshing is not None:
+            await asyncio.wait([self.refreshing])
+            return
+        done = self.refreshing = asyncio.get_running_loop().create_future()
+        try:
+            await journal(sorted({*self.waiting, worker}))
+        finally:
+            self.refreshing = None
+            done.set_result(None)
 
     def hand_on(self, tokens: Iterable[str | None]) -> None:
         """Offer wake-ups a waiter held but did not use up to other waiters. O(tokens)."""

@@ -29,9 +29,9 @@ from prioqueue.broker._http import (
     WorkerKey,
     submit_args,
 )
-from prioqueue.broker._records import Rejected
 from prioqueue.broker.config import BrokerConfig
 from prioqueue.broker.models import SubmitRequest
+from prioqueue.broker.records import Rejected
 from prioqueue.broker.service import Broker
 
 __all__ = ["BatchCreated", "BatchRequest", "Left", "client_router"]

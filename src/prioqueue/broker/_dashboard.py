@@ -35,8 +35,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from prioqueue.broker._http import AnyKey
-from prioqueue.broker._records import FINISHED, Rejected
 from prioqueue.broker.config import BrokerKey
+from prioqueue.broker.records import FINISHED, Rejected
 from prioqueue.jobfields import names_in
 from prioqueue.ui import CSP, asset
 from prioqueue.ui import model as _model

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 
 from prioqueue._errors import UnknownGroup
 from prioqueue.broker._fleet import group_key
-from prioqueue.broker._records import JobRecord, Rejected
 from prioqueue.broker._state import EngineState
+from prioqueue.broker.records import JobRecord, Rejected
 
 if TYPE_CHECKING:
     from prioqueue._groups import GroupStatus
@@ -99,7 +99,7 @@ def cancel_group(
     cancelled = []
     for job in jobs:
         record = engine.jobs[job.id]
-        engine._finish(record, "cancelled", None, now)
+        engine.finish(record, "cancelled", None, now)
         cancelled.append(record.id)
     return cancelled
 

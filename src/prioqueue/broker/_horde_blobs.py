@@ -53,6 +53,17 @@ class Blobs:
         self._data: dict[str, tuple[float, str]] = {}
         self.swept_at = 0.0
 
+    def sweep_due(self, every: float) -> float | None:
+        """The time of a sweep if ``every`` seconds passed since the last, else None.
+
+        A sweep due now is noted as made (at most one sweep per ``every``). O(1).
+        """
+        now = self.clock.wall()
+        if now - self.swept_at < every:
+            return None
+        self.swept_at = now
+        return now
+
     async def put(self, key: str, image: str) -> None:
         """Keep ``image`` under ``key`` (durably, once this returns)."""
         self._data[key] = (self.clock.wall(), image)

@@ -45,9 +45,9 @@ from prioqueue.broker._horde_models import (
     request_uuid,
 )
 from prioqueue.broker._http import Forbidden, acts_as, key_for, resolve_priority
-from prioqueue.broker._records import Rejected
 from prioqueue.broker._waiters import long_pop
 from prioqueue.broker.config import BrokerConfig, BrokerKey
+from prioqueue.broker.records import Rejected
 from prioqueue.broker.service import Broker, Standby
 
 __all__ = ["horde_router"]
@@ -252,10 +252,9 @@ async def _submit_image(
 
 async def _sweep(broker: Broker, config: BrokerConfig, blobs: Blobs) -> None:
     """Delete the images of jobs past their retention (at most every ``sweep_every``)."""
-    now = blobs.clock.wall()
-    if now - blobs.swept_at < config.horde.sweep_every:
+    now = blobs.sweep_due(config.horde.sweep_every)
+    if now is None:
         return
-    blobs.swept_at = now
     referenced = await broker.query(view.referenced_blobs)
     await blobs.sweep(referenced, now)
 

@@ -18,9 +18,9 @@ from prioqueue.broker._horde_models import (
     job_uuid,
     worker_uuid,
 )
-from prioqueue.broker._records import AHEAD_LIMIT, FINISHED, MAX_IMAGE_LEASE, JobRecord, Rejected
 from prioqueue.broker.config import BrokerConfig
 from prioqueue.broker.engine import BrokerEngine
+from prioqueue.broker.records import AHEAD_LIMIT, FINISHED, MAX_IMAGE_LEASE, JobRecord, Rejected
 from prioqueue.lease import ImageRequest
 
 __all__ = [

@@ -23,11 +23,11 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from prioqueue._spec import LEVEL_LIMIT
-from prioqueue.broker._records import JobRecord, Rejected
 from prioqueue.broker._waiters import MAX_WAIT
 from prioqueue.broker.config import BrokerConfig, BrokerKey
 from prioqueue.broker.engine import BrokerEngine
 from prioqueue.broker.models import ErrorBody, JobView, SubmitRequest
+from prioqueue.broker.records import JobRecord, Rejected
 from prioqueue.broker.service import Standby
 from prioqueue.jobfields import fields_in, names_in
 

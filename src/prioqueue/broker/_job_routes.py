@@ -21,12 +21,12 @@ from prioqueue.broker._http import (
     job_view,
     whose,
 )
-from prioqueue.broker._records import JobRecord
 from prioqueue.broker._submit_route import submit_job
 from prioqueue.broker._waiters import wait_job
 from prioqueue.broker.config import BrokerConfig
 from prioqueue.broker.engine import BrokerEngine
 from prioqueue.broker.models import GroupCancelled, GroupView, JobCreated, JobView, SubmitRequest
+from prioqueue.broker.records import JobRecord
 from prioqueue.broker.service import Broker
 
 __all__ = ["submitter_router"]

@@ -4,8 +4,10 @@
 records, idempotency keys, workers, retention heap and counters. The operations are
 functions over it, by role (:mod:`prioqueue.broker._submit`, :mod:`prioqueue.broker._workers`,
 :mod:`prioqueue.broker._groups`); :class:`~prioqueue.broker.engine.BrokerEngine` extends it
-with the journaled operations, the reads and the snapshot. Its underscore methods are the
-package's shared helpers (a worker spoke, a record finished), used by those modules only.
+with the journaled operations, the reads and the snapshot. It owns its fields: the operation
+modules change them through its methods (a worker spoke, a record finished or went back, a
+snapshot restored, a rebase), and each record changes through
+:class:`~prioqueue.broker.records.JobRecord`'s own (issue 29).
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from prioqueue.broker._budget import QueuedBytes
-from prioqueue.broker._fleet import make_fleet
-from prioqueue.broker._records import MAX_IMAGE_LEASE, JobRecord, JobStatus, Rejected
+from prioqueue.broker._fleet import make_fleet, restore_fleet
 from prioqueue.broker.config import BrokerConfig
+from prioqueue.broker.records import MAX_IMAGE_LEASE, JobRecord, JobStatus, Rejected
 from prioqueue.lease import ImageRequest
 from prioqueue.records import Job
 
@@ -45,6 +47,10 @@ class Changed:
         self.released = False
         """Delayed jobs left their wait (released, or cancelled): which ones is not noted."""
 
+    def note_released(self) -> None:
+        """Some delayed jobs left their wait (or every wait moved, a rebase). O(1)."""
+        self.released = True
+
     def clear(self) -> None:
         """Forget every note (after ``on_change`` saw them). O(notes)."""
         self.finished.clear()
@@ -62,7 +68,7 @@ class EngineState:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.fleet: Any = make_fleet(config, self._lease_for)
+        self.fleet: Any = make_fleet(config, self.lease_for)
         self.jobs: dict[str, JobRecord] = {}
         self.idempotency: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {}
         """``(member, key)`` -> the ids of the jobs its request queued, and the request's
@@ -118,7 +124,7 @@ class EngineState:
 
     # ------------------------------------------------------------------ leases
 
-    def _lease_for(self, job: Job, worker: Any) -> float:
+    def lease_for(self, job: Job, worker: Any) -> float:
         """The fleet's ``lease_for(job, worker)``: the image lease, x3 on a slow worker."""
         image = job.payload.get("image") if isinstance(job.payload, dict) else None
         slow = bool(getattr(worker, "slow", False))
@@ -186,7 +192,7 @@ class EngineState:
             return seen + self.config.forget_workers_seconds
         return None
 
-    def _touch(self, worker: str, now: float) -> None:
+    def touch(self, worker: str, now: float) -> None:
         """The worker spoke: it becomes the most recently seen. O(1)."""
         self.seen.pop(worker, None)
         self.seen[worker] = now
@@ -217,34 +223,122 @@ class EngineState:
         parked: int = self.fleet.delayed_count()
         return parked
 
-    def _note_queued(self, record: JobRecord) -> None:
+    def note_queued(self, record: JobRecord) -> None:
         """``record`` is queued now: note its model unless it is delayed. O(1)."""
         if self.on_change is not None and self.fleet.not_before(record.id) is None:
             self.changed.queued.append(record.model)
 
-    def _requeued(self, record: JobRecord) -> None:
+    def requeued(self, record: JobRecord) -> None:
         """A running job went back to the queue (a retry, a worker left, a lease ran out)."""
         if self.on_change is not None and record.worker is not None:
             self.changed.freed.append((record.worker, record.member))
-        record.state = "queued"
-        record.worker = None
-        record.deadline = None
-        self._note_queued(record)
+        record.requeue()
+        self.note_queued(record)
 
-    def _finish(self, record: JobRecord, state: JobStatus, result: Any, now: float) -> None:
+    def finish(self, record: JobRecord, state: JobStatus, result: Any, now: float) -> None:
+        """``record`` ended in ``state``: counted, its bytes released, its retention started.
+
+        Its payload goes (:meth:`JobRecord.finish`): the payloads held are exactly those of
+        unfinished jobs, within ``max_queued_bytes`` (issue 30). O(log retention).
+        """
         if self.on_change is not None:
             self.changed.finished.append(record.id)
             if record.state == "running" and record.worker is not None:
                 self.changed.freed.append((record.worker, record.member))
-        record.state = state
-        record.result = result
-        record.finished_at = now
-        record.deadline = None
         # "expired" in the counts is leases that ran out (kept as it was); ttl expiries apart.
         self.counts["ttl_expired" if state == "expired" else state] += 1
         self.queued_bytes.released(record)
-        # No answer returns a finished job's payload (a worker got it with its grant), so it
-        # is not kept for the result's 24 h outside the byte budget (issue 30): the payloads
-        # held are exactly those of unfinished jobs, within max_queued_bytes.
-        record.payload = None
+        record.finish(state, result, now)
         heapq.heappush(self._retention, (now + self.config.result_ttl_seconds, record.id))
+
+    def retire_due(self, now: float) -> list[JobRecord]:
+        """Forget the records whose retention ran out by ``now``; the records gone.
+
+        Their idempotency keys are freed; the caller forgets their groups. O(r log n).
+        """
+        gone: list[JobRecord] = []
+        retention = self._retention
+        while retention and retention[0][0] <= now:
+            _, job_id = heapq.heappop(retention)
+            record = self.jobs.pop(job_id, None)
+            if record is not None:
+                if record.idempotency_key is not None:
+                    self.forget_key(record)
+                gone.append(record)
+        return gone
+
+    # ------------------------------------------------------------------ the engine's own
+
+    def watch(self, on_change: Callable[[Changed], None] | None) -> None:
+        """Call ``on_change`` after each applied operation (None: stop). O(1)."""
+        self.on_change = on_change
+
+    def advance_to(self, now: float) -> None:
+        """The engine's time is ``now`` (a pop that keeps time itself). O(1)."""
+        self.now = now
+
+    def count_submit(self) -> None:
+        """A job was accepted: the id counter and the ``submitted`` count move on. O(1)."""
+        self.counter += 1
+        self.counts["submitted"] += 1
+
+    def retention_entries(self) -> list[list[float | str]]:
+        """The retention heap as JSON data (``[expires, job id]`` each). O(records)."""
+        return [list(entry) for entry in self._retention]
+
+    def load_parts(
+        self,
+        now: float,
+        counter: int,
+        workers: dict[str, dict[str, Any]],
+        fleet: Any,
+        seen: dict[str, float] | None,
+        retention: list[tuple[float, str]],
+    ) -> None:
+        """Take the scalar parts of a snapshot (the caller fills records and keys).
+
+        Args:
+            now: The engine's time.
+            counter: The id counter.
+            workers: Each worker's pop settings.
+            fleet: The restored fleet dispatcher.
+            seen: Worker -> when it last spoke, oldest first (None: as the fleet saw them).
+            retention: ``(expires, job id)`` of the finished records.
+
+        Complexity: O(workers + records).
+        """
+        self.now = now
+        self.counter = counter
+        self.workers = workers
+        self.fleet = fleet
+        if seen is None:  # a snapshot from before workers were forgotten
+            infos = sorted(fleet.workers(), key=lambda info: (info.last_seen, info.name))
+            seen = {info.name: float(info.last_seen) for info in infos}
+        self.seen = seen
+        self._retention = retention
+        heapq.heapify(self._retention)
+
+    def shift_times(self, now: float, by: float) -> None:
+        """Every time held moves ``by`` seconds earlier; then the time is ``now`` (a rebase).
+
+        The fleet is rebuilt from its snapshot with the same shift; records, retention and
+        the workers' last word shift in place (the heap keeps its order). Every waiter is
+        told (``released``): each wait moved. O(jobs + workers).
+        """
+        self.version += 1
+        at = self.now if math.isfinite(self.now) else 0.0
+        self.fleet = restore_fleet(
+            self.fleet.snapshot(now=at), self.config, self.lease_for, now=at - by
+        )
+        for record in self.jobs.values():
+            record.shift(by)
+        self._retention = [(t - by, job_id) for t, job_id in self._retention]
+        self.seen = {worker: t - by for worker, t in self.seen.items()}
+        self._status = None
+        self.now = now
+        if self.on_change is not None:
+            changed = self.changed
+            changed.clear()
+            changed.note_released()
+            self.on_change(changed)
+            changed.clear()

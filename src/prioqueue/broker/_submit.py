@@ -7,7 +7,7 @@ Theory of operation
 -------------------
 :func:`admit` is the broker's admission check of a batch, built from the two checks a single
 ``submit`` makes (no other): it refuses the batch, before anything changes, with what a
-submit would answer (:class:`~prioqueue.broker._records.Rejected`), each job checked as if
+submit would answer (:class:`~prioqueue.broker.records.Rejected`), each job checked as if
 the ones before it had been queued:
 
 * the broker's own rules, per job (``_check``, which ``submit`` calls for its job): the
@@ -38,8 +38,8 @@ from prioqueue._errors import ConfigError, DuplicateJob, Overloaded, QueueFull
 from prioqueue.broker import _groups
 from prioqueue.broker._budget import size_of
 from prioqueue.broker._fleet import group_key
-from prioqueue.broker._records import JobRecord, Rejected, check_types, fingerprint, submit_digest
 from prioqueue.broker._state import EngineState
+from prioqueue.broker.records import JobRecord, Rejected, check_types, fingerprint, submit_digest
 from prioqueue.capabilities import Needs
 from prioqueue.jobfields import fields_in, names_in
 from prioqueue.lifecycle import Backoff
@@ -277,8 +277,7 @@ def _queue(state: EngineState, now: float, item: Fresh, key: str | None) -> JobR
         raise _refusal(exc) from None
     except DuplicateJob as exc:  # pragma: no cover - ids are never reused
         raise AssertionError(str(exc)) from None
-    state.counter += 1
-    state.counts["submitted"] += 1
+    state.count_submit()
     kept = {name: args[name] for name in _RECORDED}
     kept["idempotency_key"] = key  # the job's own, or its batch's
     record = JobRecord(id=job_id, submitted_at=now, expires_at=ticket.job.deadline, **kept)
@@ -287,7 +286,7 @@ def _queue(state: EngineState, now: float, item: Fresh, key: str | None) -> JobR
     state.queued_bytes.held(record, item.size)
     if args["idempotency_key"] is not None:
         state.idempotency[(member, args["idempotency_key"])] = ((job_id,), item.digest)
-    state._note_queued(record)
+    state.note_queued(record)
     return attrs.evolve(record)
 
 

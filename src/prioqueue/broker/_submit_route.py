@@ -50,9 +50,9 @@ from prioqueue.broker._http import (
     submit_args,
     validation_response,
 )
-from prioqueue.broker._records import Rejected
 from prioqueue.broker.config import BrokerConfig, BrokerKey
 from prioqueue.broker.models import SubmitRequest
+from prioqueue.broker.records import Rejected
 from prioqueue.broker.service import Broker, Standby
 
 __all__ = ["SubmitRoute", "submit_job"]

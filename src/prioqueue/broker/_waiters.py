@@ -35,8 +35,8 @@ from typing import Any, TypeVar
 
 from prioqueue.broker import _workers
 from prioqueue.broker._changes import Changes, PopWaiter
-from prioqueue.broker._records import FINISHED, JobRecord, Rejected
 from prioqueue.broker.engine import BrokerEngine
+from prioqueue.broker.records import FINISHED, JobRecord, Rejected
 from prioqueue.broker.service import Broker, Stopping
 from prioqueue.clock import loop_time
 
@@ -191,16 +191,9 @@ def _liveness_due(broker: Broker, worker: str) -> bool:
 
 async def _refresh(broker: Broker, worker: str) -> None:
     """Journal the liveness of every waiting worker in one event (one refresh at a time)."""
-    changes = broker.changes
-    if changes.refreshing is not None:
-        await asyncio.wait([changes.refreshing])
-        return
-    done = changes.refreshing = asyncio.get_running_loop().create_future()
-    try:
-        await broker.run("refresh", {"workers": sorted({*changes.waiting, worker})})
-    finally:
-        changes.refreshing = None
-        done.set_result(None)
+    await broker.changes.refresh(
+        worker, lambda workers: broker.run("refresh", {"workers": workers})
+    )
 
 
 def _settle(
@@ -220,7 +213,7 @@ def _settle(
         changes.hand_on(held)
         changes.file(waiter, full=True)  # its worker's news wakes it
     else:
-        changes.dropped += len(held)
+        changes.drop(len(held))
         hold = engine.config.warm_hold_seconds
         if hold > 0:
             loop = asyncio.get_running_loop()
@@ -242,9 +235,7 @@ async def _long_pop(
     loop, end = until
     woken = False  # the first try joins or refreshes the worker itself if it must
     while True:
-        held.extend(waiter.tokens)
-        waiter.tokens.clear()
-        waiter.nudged = False
+        waiter.take_tokens(held)
         engine = broker.engine
         if engine is not None:  # filed while it tries: news during the try is not lost
             changes.file(waiter, full=_workers.slots_full(engine, worker))
@@ -274,11 +265,11 @@ async def _long_pop(
             timeout = left if due is None else min(left, due - broker.now() + 0.001)
             changes.file(waiter, full=_workers.slots_full(engine, worker))
             watch.start()
-            waiter.future = future = loop.create_future()
+            future = waiter.sleep(loop)
             try:
                 await _sleep_on(future, timeout)
             finally:
-                waiter.future = None
+                waiter.woke()
             result = None  # its idle reasons are stale now
 
 

@@ -20,7 +20,6 @@ from prioqueue.broker._http import (
     job_view,
     rejected_response,
 )
-from prioqueue.broker._records import Rejected
 from prioqueue.broker._waiters import long_pop
 from prioqueue.broker.config import BrokerKey
 from prioqueue.broker.models import (
@@ -32,6 +31,7 @@ from prioqueue.broker.models import (
     JobView,
     PopRequest,
 )
+from prioqueue.broker.records import Rejected
 from prioqueue.broker.service import Broker
 
 __all__ = ["WAITING", "worker_router"]

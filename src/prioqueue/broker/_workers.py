@@ -2,14 +2,13 @@
 
 Functions over :class:`~prioqueue.broker._state.EngineState`, called by the journaled
 methods of :class:`~prioqueue.broker.engine.BrokerEngine` (which keep time and count the
-operation). Each refuses (:class:`~prioqueue.broker._records.Rejected`) before it changes
+operation). Each refuses (:class:`~prioqueue.broker.records.Rejected`) before it changes
 anything. Complexity: the fleet dispatcher's O(log n + M) per call, plus O(size of a result)
 to measure it.
 """
 
 from __future__ import annotations
 
-import heapq
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -19,8 +18,8 @@ import attrs
 from prioqueue._batch import MAX_AMOUNT
 from prioqueue._errors import InvalidState, UnknownWorker
 from prioqueue.broker import _groups
-from prioqueue.broker._records import JobRecord, PopResult, Rejected, check_types, now_past
 from prioqueue.broker._state import EngineState
+from prioqueue.broker.records import JobRecord, PopResult, Rejected, check_types, now_past
 from prioqueue.capabilities import Capabilities
 from prioqueue.views import WorkerLoad
 
@@ -55,14 +54,8 @@ def join(state: EngineState, now: float, worker: str, spec: dict[str, Any]) -> N
 def granted(state: EngineState, worker: str, grant: Any, now: float) -> JobRecord:
     """Record the fleet's grant on the job's record; returns a copy of the record."""
     record = state.jobs[grant.job.id]
-    record.state = "running"
-    record.attempt = grant.attempt
-    record.worker = worker
-    record.model = grant.job.model  # a job that accepts several models: the one chosen
-    lease = grant.lease
-    record.lease_seconds = lease.seconds
-    record.deadline = lease.deadline
-    record.granted_at = now
+    # a job that accepts several models: the one chosen
+    record.grant(worker, grant.attempt, grant.job.model, grant.lease, now)
     return attrs.evolve(record)
 
 
@@ -103,7 +96,7 @@ def pop(
             raise Rejected(422, f"capabilities: {exc}", field="capabilities") from None
     checked_amount(amount)
     join(state, now, worker, spec)
-    state._touch(worker, now)
+    state.touch(worker, now)
     grants = _grants(state, worker, amount, now)
     if not grants:
         reasons = state.fleet.idle_reasons(worker, now=now)
@@ -169,7 +162,7 @@ def quiet_pop(state: EngineState, now: float, worker: str, amount: int = 1) -> P
         amount: Most jobs to grant (checked by the caller): the first, then its siblings.
     """
     grants = _grants(state, worker, amount, now)
-    state.now = now
+    state.advance_to(now)
     return _result(state, worker, grants, now)
 
 
@@ -227,8 +220,8 @@ def complete(
     record = _held(state, "complete", job_id, worker, attempt)
     _check_result(state, result)
     state.fleet.complete(job_id, now=now, worker=worker)
-    state._touch(worker, now)
-    state._finish(record, "done", result, now)
+    state.touch(worker, now)
+    state.finish(record, "done", result, now)
     return attrs.evolve(record)
 
 
@@ -245,13 +238,13 @@ def fail(
     record = _held(state, "fail", job_id, worker, attempt)
     _check_result(state, result)
     state.fleet.fail(job_id, now=now, worker=worker, retry=retry)  # its group counts it
-    state._touch(worker, now)
+    state.touch(worker, now)
     if job_id in state.fleet:  # requeued: still unfinished, its bytes stay counted
         state.counts["retried"] += 1
-        state._requeued(record)
-        record.result = result
+        state.requeued(record)
+        record.note_result(result)
         return attrs.evolve(record)
-    state._finish(record, "failed", result, now)
+    state.finish(record, "failed", result, now)
     return attrs.evolve(record)
 
 
@@ -259,7 +252,7 @@ def release(state: EngineState, now: float, job_id: str, worker: str, attempt: i
     """``BrokerEngine.release``: a grant that never reached its worker goes back."""
     record = _held(state, "release", job_id, worker, attempt)
     state.fleet.requeue(job_id, now=now)
-    state._requeued(record)
+    state.requeued(record)
     return attrs.evolve(record)
 
 
@@ -269,22 +262,16 @@ def tick(state: EngineState, now: float) -> list[str]:
     for expired in state.fleet.expire(now):
         record = state.jobs[expired.job.id]
         if expired.cause == "ttl":  # still queued at its deadline
-            state._finish(record, "expired", None, now)
+            state.finish(record, "expired", None, now)
             continue
         state.counts["expired"] += 1
         taken.append(record.id)
         if expired.requeued:
-            state._requeued(record)
+            state.requeued(record)
         else:
-            state._finish(record, "failed", {"error": "lease expired on every attempt"}, now)
-    retention = state._retention
-    while retention and retention[0][0] <= now:
-        _, job_id = heapq.heappop(retention)
-        gone = state.jobs.pop(job_id, None)
-        if gone is not None:
-            if gone.idempotency_key is not None:
-                state.forget_key(gone)
-            _groups.released(state, gone)
+            state.finish(record, "failed", {"error": "lease expired on every attempt"}, now)
+    for gone in state.retire_due(now):
+        _groups.released(state, gone)
     forget_silent(state, now)
     return taken
 
@@ -300,7 +287,7 @@ def heartbeat(
         join(state, now, worker, {**spec, "resident": resident})
     else:
         state.fleet.heartbeat(worker, now=now)
-    state._touch(worker, now)
+    state.touch(worker, now)
     held = [r for r in state.jobs.values() if r.worker == worker and r.state == "running"]
     held.sort(key=lambda r: int(r.id.rpartition("-")[2]))
     return [{"id": r.id, "attempt": r.attempt, "deadline": r.deadline} for r in held]
@@ -322,7 +309,7 @@ def leave(state: EngineState, now: float, worker: str) -> list[str]:
         raise Rejected(404, f"no worker {worker!r} (pop once to join)", field="worker")
     requeued = [job.id for job in state.fleet.leave(worker, now=now)]
     for job_id in requeued:
-        state._requeued(state.jobs[job_id])
+        state.requeued(state.jobs[job_id])
     del state.workers[worker]
     return requeued
 
@@ -338,7 +325,7 @@ def forget_silent(state: EngineState, now: float) -> None:
         if seen > horizon:
             return
         if worker in state.workers and state.fleet.worker(worker).held:
-            state._touch(worker, now)
+            state.touch(worker, now)
             continue
         del state.seen[worker]
         if state.workers.pop(worker, None) is not None:

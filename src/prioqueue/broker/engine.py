@@ -48,7 +48,9 @@ import attrs
 from prioqueue._errors import InvalidState, UnknownJob
 from prioqueue._journaled import journaled, journaled_ops
 from prioqueue.broker import _groups, _snapshot, _submit, _workers
-from prioqueue.broker._records import (
+from prioqueue.broker._state import EngineState
+from prioqueue.broker.config import BrokerConfig
+from prioqueue.broker.records import (
     AHEAD_LIMIT,
     FINISHED,
     SNAPSHOT_FORMAT,
@@ -59,8 +61,6 @@ from prioqueue.broker._records import (
     pop_spec,
     redacted,
 )
-from prioqueue.broker._state import EngineState
-from prioqueue.broker.config import BrokerConfig
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -102,7 +102,7 @@ def _in_order(method: _Op) -> _Op:
         result = method(self, now, **kwargs)
         self.now = now
         if self._parked() < parked:
-            changed.released = True
+            changed.note_released()
         notify(changed)
         changed.clear()
         return result
@@ -213,7 +213,7 @@ class BrokerEngine(EngineState):
         if record.state in FINISHED:
             raise Rejected(409, f"job {job_id!r} is already {record.state}", field="id")
         self.fleet.cancel(job_id, now=now)
-        self._finish(record, "cancelled", None, now)
+        self.finish(record, "cancelled", None, now)
         return attrs.evolve(record)
 
     @journaled
@@ -246,7 +246,7 @@ class BrokerEngine(EngineState):
     ) -> PopResult:
         """Grant the worker its next job, or say why there is none.
 
-        Keywords beside ``worker`` (:class:`~prioqueue.broker._records.PopSpec`): ``models``
+        Keywords beside ``worker`` (:class:`~prioqueue.broker.records.PopSpec`): ``models``
         (None), ``resident`` (None), ``slots`` (1), ``slow`` (False). ``amount > 1`` also
         grants up to ``amount - 1`` queued jobs of the first job's group that fit the worker
         (``PopResult.siblings``; ``FleetDispatcher.pop_many(siblings=True)``).

@@ -194,7 +194,7 @@ class Broker:
         config = self.config
         if self._journal is not None or config.store == "memory://":
             self._backend = _Memory(config, self._journal or MemoryJournal())
-            self._backend.engine.on_change = self.changes.changed
+            self._backend.engine.watch(self.changes.changed)
         elif config.store.startswith(("postgresql:", "postgres:")):
             from prioqueue.store import Elector
 
@@ -249,7 +249,7 @@ class Broker:
             await asyncio.to_thread(store.close)
             raise
         backend = _Durable(durable, store)
-        backend.engine.on_change = self.changes.changed  # wakes long polls as soon as applied
+        backend.engine.watch(self.changes.changed)  # wakes long polls as soon as applied
         self.recovered_entries = durable.committed_seq
         _log.info("serving from %s at epoch %s", config.store, durable.epoch)
         return backend

@@ -19,10 +19,10 @@ Every call retries transport errors, 503 and 429 with exponential backoff and ji
 
 from __future__ import annotations
 
-from prioqueue.client import _errors
-from prioqueue.client._broker import AsyncBroker, Broker
-from prioqueue.client._errors import *  # noqa: F403 (its __all__, added to ours below)
-from prioqueue.client._worker import Job, Worker
+from prioqueue.client import errors
+from prioqueue.client.broker import AsyncBroker, Broker
+from prioqueue.client.errors import *  # noqa: F403 (its __all__, added to ours below)
+from prioqueue.client.worker import Job, Worker
 
 __all__ = ["AsyncBroker", "Broker", "Job", "Worker"]
-__all__ += _errors.__all__  # the client's exceptions, one per outcome a caller handles
+__all__ += errors.__all__  # the client's exceptions, one per outcome a caller handles

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 import httpx
 import stamina
 
-from prioqueue.client._errors import BrokerError, BrokerUnavailable
+from prioqueue.client.errors import BrokerError, BrokerUnavailable
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

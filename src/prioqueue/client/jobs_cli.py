@@ -25,10 +25,10 @@ import json
 import sys
 from typing import Any
 
-from prioqueue.client._broker import Broker, Deadline
 from prioqueue.client._cli import add_broker_options
-from prioqueue.client._errors import BrokerError, WaitTimeout
 from prioqueue.client._human import render
+from prioqueue.client.broker import Broker, Deadline
+from prioqueue.client.errors import BrokerError, WaitTimeout
 from prioqueue.clock import SYSTEM_CLOCK
 from prioqueue.jobfields import CliFlag, fields_in
 
@@ -139,8 +139,14 @@ def _add_format(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _human(args: argparse.Namespace) -> bool:
+    """Whether to print for a person: ``--human``, or neither flag and stdout a terminal."""
+    style = getattr(args, "format", None)
+    return style == "human" or (style is None and sys.stdout.isatty())
+
+
 def _print(value: Any, args: argparse.Namespace) -> None:
-    if args.human:
+    if _human(args):
         print(render(value, SYSTEM_CLOCK.wall()))
     else:
         print(json.dumps(value, indent=2, sort_keys=True))
@@ -221,8 +227,6 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    style = getattr(args, "format", None)
-    args.human = style == "human" or (style is None and sys.stdout.isatty())
     try:
         with Broker(args.broker, args.key, retry_timeout=args.retry_timeout) as broker:
             if args.action == "submit":

@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from prioqueue.client._cli import add_broker_options
-from prioqueue.client._errors import BrokerError, JobLost
-from prioqueue.client._job import Job
-from prioqueue.client._worker import Worker
+from prioqueue.client.errors import BrokerError, JobLost
+from prioqueue.client.job import Job
+from prioqueue.client.worker import Worker
 
 __all__ = ["add_arguments", "claim_name", "configure_logging", "run", "run_command"]
 

@@ -18,14 +18,6 @@ import attrs
 
 from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout
 from prioqueue._errors import Overloaded, QueueFull
-from prioqueue.gateway._body import (
-    BadRequest,
-    BodyTimeout,
-    TooLarge,
-    extract_model,
-    model_from_url,
-    read_body,
-)
 from prioqueue.gateway._forward import (
     Flight,
     LoadTimeout,
@@ -37,6 +29,14 @@ from prioqueue.gateway._forward import (
     respond,
 )
 from prioqueue.gateway._observe import group_key
+from prioqueue.gateway.body import (
+    BadRequest,
+    BodyTimeout,
+    TooLarge,
+    extract_model,
+    model_from_url,
+    read_body,
+)
 
 if TYPE_CHECKING:
     from collections.abc import MutableMapping

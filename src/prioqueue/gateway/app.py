@@ -19,7 +19,7 @@ Every HTTP request goes through :meth:`Gateway.__call__`:
    :meth:`~prioqueue.gateway.settings.GatewayConfig.is_gated`) is forwarded, body streamed
    in both directions.
 6. **Gated.** The body is read (bounded in size and time), the model taken from it (see
-   :mod:`prioqueue.gateway._body`; a bad body is 400 and never involves the GPU), the
+   :mod:`prioqueue.gateway.body`; a bad body is 400 and never involves the GPU), the
    priority from ``X-LlamaSwap-Priority`` under the caller's ceiling. The request then waits
    for its turn in the :class:`~prioqueue.asyncio.AsyncDispatcher` (its body counted in
    ``limits.max_queued_body_bytes``), is forwarded and its response streamed back. The GPU
@@ -62,7 +62,6 @@ from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.gateway import _dashboard, _metrics, _observe, _paths, _upstreams
 from prioqueue.gateway._auth import Callers
-from prioqueue.gateway._body import BadRequest, extract_model
 from prioqueue.gateway._fleetgate import FleetGate
 from prioqueue.gateway._forward import (
     Flight,
@@ -89,6 +88,7 @@ from prioqueue.gateway._idle import Lingering
 from prioqueue.gateway._loaded import Loaded
 from prioqueue.gateway._record import Recorder
 from prioqueue.gateway._route import Routes
+from prioqueue.gateway.body import BadRequest, extract_model
 from prioqueue.gateway.proxy import make_client
 from prioqueue.gateway.settings import GatewayConfig, Identity
 from prioqueue.records import Grant, Job

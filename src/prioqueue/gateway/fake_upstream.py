@@ -63,7 +63,7 @@ import attrs
 from prioqueue.clock import SYSTEM_CLOCK, Clock
 from prioqueue.gateway import _fake_wire as wire
 from prioqueue.gateway._fake_wire import parser
-from prioqueue.gateway._thread import ServerThread, bind_loopback
+from prioqueue.gateway.thread import ServerThread, bind_loopback
 
 __all__ = ["FakeLlamaSwap", "Served", "ServerThread", "bind_loopback", "main"]
 

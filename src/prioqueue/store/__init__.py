@@ -28,10 +28,11 @@ from urllib.parse import unquote, urlsplit
 
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.fleet import FleetDispatcher
-from prioqueue.store._base import SCHEMA_VERSION, Event, Recovery, Snapshot, Store, default_path
-from prioqueue.store._clock import WallClock
-from prioqueue.store._durable import DurableDispatcher
-from prioqueue.store._errors import (
+from prioqueue.store._journal import declared_ops, dispatcher_factory, replay
+from prioqueue.store.base import SCHEMA_VERSION, Event, Recovery, Snapshot, Store, default_path
+from prioqueue.store.clock import WallClock
+from prioqueue.store.durable import DurableDispatcher
+from prioqueue.store.errors import (
     CommitFailed,
     CorruptStore,
     Fenced,
@@ -40,10 +41,9 @@ from prioqueue.store._errors import (
     StoreFatal,
     StoreLocked,
 )
-from prioqueue.store._journal import declared_ops, dispatcher_factory, replay
-from prioqueue.store._leader import Elector
-from prioqueue.store._postgres import PostgresStore
-from prioqueue.store._sqlite import SQLiteStore
+from prioqueue.store.leader import Elector
+from prioqueue.store.postgres import PostgresStore
+from prioqueue.store.sqlite import SQLiteStore
 
 __all__ = [
     "JOURNALED_OPS",

@@ -24,10 +24,10 @@ from functools import partial
 from typing import Any
 
 from prioqueue.clock import loop_time
-from prioqueue.store._base import Event, Snapshot, Store
 from prioqueue.store._encode import release
-from prioqueue.store._errors import CommitFailed, StoreFatal
 from prioqueue.store._replica import Replica
+from prioqueue.store.base import Event, Snapshot, Store
+from prioqueue.store.errors import CommitFailed, StoreFatal
 
 __all__ = ["FatalCallback", "GroupCommit"]
 

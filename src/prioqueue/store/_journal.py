@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from prioqueue._journaled import journaled_ops
-from prioqueue.store._base import Event, Recovery
-from prioqueue.store._errors import CorruptStore
+from prioqueue.store.base import Event, Recovery
+from prioqueue.store.errors import CorruptStore
 
 __all__ = ["Factory", "apply_event", "declared_ops", "dispatcher_factory", "replay"]
 

@@ -39,8 +39,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from prioqueue._journaled import journaled_ops
-from prioqueue.store._base import Event, Recovery
 from prioqueue.store._journal import apply_event, replay
+from prioqueue.store.base import Event, Recovery
 
 __all__ = ["Replica"]
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypedDict,
 import httpx
 
 from prioqueue.capabilities import Needs
-from prioqueue.client._errors import (
+from prioqueue.client._http import AsyncTransport, RequestOptions, SyncTransport, raise_for
+from prioqueue.client.errors import (
     BrokerError,
     JobCancelled,
     JobEnded,
@@ -22,7 +23,6 @@ from prioqueue.client._errors import (
     JobFailed,
     WaitTimeout,
 )
-from prioqueue.client._http import AsyncTransport, RequestOptions, SyncTransport, raise_for
 from prioqueue.clock import SYSTEM_CLOCK, Clock
 from prioqueue.jobfields import names_in
 

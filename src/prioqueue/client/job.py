@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from prioqueue.client._errors import JobLost
+from prioqueue.client.errors import JobLost
 
 __all__ = ["Job", "Reporter"]
 
@@ -59,6 +59,14 @@ class Job:
         self._lost = threading.Event()
         self.finished = False
         """True once ``complete`` or ``fail`` was accepted."""
+
+    def taken_back(self) -> None:
+        """Mark the job lost: the broker took it back (the worker that holds it calls this)."""
+        self._lost.set()
+
+    def accepted(self) -> None:
+        """Mark the job finished: its ``complete`` or ``fail`` was accepted (the worker's)."""
+        self.finished = True
 
     def __repr__(self) -> str:
         return f"Job(id={self.id!r}, attempt={self.attempt}, model={self.model!r})"

@@ -95,6 +95,57 @@ class JobRecord:
     labels: dict[str, str] | None = None
     """The job's labels (``prioqueue.jobfields``), or None."""
 
+    # The record owns its transitions: the engine's modules call these, never assign.
+
+    def grant(self, worker: str, attempt: int, model: str | None, lease: Any, now: float) -> None:
+        """A worker was granted the job at ``attempt`` under ``lease`` (``seconds``, ``deadline``).
+
+        ``model``: the one the fleet chose (a job that accepts several models). O(1).
+        """
+        self.state = "running"
+        self.attempt = attempt
+        self.worker = worker
+        self.model = model
+        self.lease_seconds = lease.seconds
+        self.deadline = lease.deadline
+        self.granted_at = now
+
+    def requeue(self) -> None:
+        """The running job went back to the queue: no worker, no deadline. O(1)."""
+        self.state = "queued"
+        self.worker = None
+        self.deadline = None
+
+    def finish(self, state: JobStatus, result: Any, now: float) -> None:
+        """The job ended in ``state`` with ``result`` at ``now``; its payload is dropped. O(1).
+
+        No answer returns a finished job's payload (a worker got it with its grant), so it is
+        not kept for the result's retention outside the byte budget (issue 30).
+        """
+        self.state = state
+        self.result = result
+        self.finished_at = now
+        self.deadline = None
+        self.payload = None
+
+    def note_result(self, result: Any) -> None:
+        """Keep the result of a failed attempt that was requeued (its last word). O(1)."""
+        self.result = result
+
+    def drop_payload(self) -> None:
+        """Forget the payload (a finished record loaded from an old snapshot). O(1)."""
+        self.payload = None
+
+    def shift(self, by: float) -> None:
+        """Every time the record holds moves ``by`` seconds earlier (a rebase). O(1)."""
+        for name in _RECORD_TIMES:
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, value - by)
+
+
+_RECORD_TIMES: Final = ("submitted_at", "deadline", "granted_at", "finished_at", "expires_at")
+
 
 @attrs.frozen
 class PopResult:

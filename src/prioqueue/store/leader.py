@@ -38,8 +38,8 @@ from collections.abc import Callable
 from typing import Any
 
 from prioqueue.clock import SYSTEM_CLOCK, Clock
-from prioqueue.store._errors import StoreError
-from prioqueue.store._postgres import PostgresStore, connect
+from prioqueue.store.errors import StoreError
+from prioqueue.store.postgres import PostgresStore, connect
 
 __all__ = ["Elector"]
 

@@ -17,8 +17,8 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from prioqueue.store._base import Snapshot, Store
-from prioqueue.store._errors import StoreError
+from prioqueue.store.base import Snapshot, Store
+from prioqueue.store.errors import StoreError
 
 if TYPE_CHECKING:
     import psycopg

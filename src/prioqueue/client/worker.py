@@ -42,9 +42,9 @@ from typing import Any
 
 import httpx
 
-from prioqueue.client._errors import BrokerError, BrokerUnavailable, JobLost
 from prioqueue.client._http import SyncTransport, raise_for
-from prioqueue.client._job import Job
+from prioqueue.client.errors import BrokerError, BrokerUnavailable, JobLost
+from prioqueue.client.job import Job
 from prioqueue.clock import SYSTEM_CLOCK
 
 __all__ = ["Job", "Worker"]
@@ -304,7 +304,7 @@ class Worker:
             lost = list(self._held.values())
             self._held.clear()
         for job in lost:
-            job._lost.set()
+            job.taken_back()
         if response.status_code == 404:
             return []
         raise_for(response)
@@ -343,14 +343,14 @@ class Worker:
                 raise JobLost(exc.status, f"job {job.id!r} was taken back: {exc}") from None
         else:
             raise_for(response)
-        job.finished = True
+        job.accepted()
         self._drop(job, lost=False)
 
     def _drop(self, job: Job, *, lost: bool) -> None:
         with self._lock:
             self._held.pop(job.id, None)
         if lost:
-            job._lost.set()
+            job.taken_back()
 
     def _unreported(self, job: Job) -> None:
         if job.finished or job.lost or self._signals > 1:

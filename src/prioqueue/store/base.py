@@ -36,7 +36,7 @@ from typing import Any
 import attrs
 
 from prioqueue.store._encode import encode_chunks, encode_in_pieces
-from prioqueue.store._errors import CorruptStore, Fenced, SchemaVersionError, StoreError
+from prioqueue.store.errors import CorruptStore, Fenced, SchemaVersionError, StoreError
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -54,12 +54,12 @@ from functools import partial
 from typing import Any, Generic, TypeVar
 
 from prioqueue._readonly import ReadOnly
-from prioqueue.store._base import Recovery, Store
-from prioqueue.store._clock import WallClock
 from prioqueue.store._commit import FatalCallback, GroupCommit
-from prioqueue.store._errors import StoreFatal
 from prioqueue.store._journal import Restorable, declared_ops, replay, takes_now
 from prioqueue.store._replica import Replica
+from prioqueue.store.base import Recovery, Store
+from prioqueue.store.clock import WallClock
+from prioqueue.store.errors import StoreFatal
 
 __all__ = ["DurableDispatcher"]
 

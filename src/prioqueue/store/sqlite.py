@@ -16,8 +16,8 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from prioqueue.store._base import Snapshot, Store
-from prioqueue.store._errors import CorruptStore, StoreError, StoreLocked
+from prioqueue.store.base import Snapshot, Store
+from prioqueue.store.errors import CorruptStore, StoreError, StoreLocked
 
 __all__ = ["SQLiteStore"]
 
