@@ -12,8 +12,8 @@ rules; ``tests/test_architecture.py`` asserts them:
 * state has one owner (issue 29): no attribute is assigned on an object other than ``self``
   or ``cls`` outside the module that defines its class (:func:`foreign_assignments`), and no
   ``obj._private`` is reached from a module that does not define it (:func:`private_reaches`).
-  Both are asserted for :func:`owned` (the driver and its users, the gateway and the
-  simulator, so far) and can be widened to
+  Both are asserted for :func:`owned` (the driver and its users, the gateway, the
+  simulator, the core with its structures and facades, so far) and can be widened to
   the whole tree (``modules=None``); ``python tests/architecture.py`` prints the whole-tree
   counts.
 * the core has one owner (issue 29, item 1): only the core's own modules and its facades
@@ -57,9 +57,16 @@ OWNED = (
     "prioqueue.asyncio",
     "prioqueue.gateway._fleetgate",
     "prioqueue.gateway._fleetpull",
+    "prioqueue._lanes",
+    "prioqueue._rankings",
+    "prioqueue._workers",
+    "prioqueue._groups",
+    "prioqueue.dispatcher",
+    "prioqueue.fleet",
 )
-"""The modules held to the ownership rules so far (issue 29, item 2: the driver and its users)."""
-OWNED_PACKAGES = ("prioqueue.gateway", "prioqueue.sim")
+"""The modules held to the ownership rules so far (issue 29, item 2: the driver and its users;
+item 1: the core's structures and its facades)."""
+OWNED_PACKAGES = ("prioqueue._core", "prioqueue.gateway", "prioqueue.sim")
 """Packages held to the ownership rules whole (every module in them, and any added later)."""
 THIRD_PARTY_SETTERS = frozenset({"self.server.should_exit", "parser.epilog"})
 """Attributes of other libraries' objects that those libraries document as the way to use

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import math
 
-from prioqueue._core.items import PARKED
 from prioqueue._core.state import State
-from prioqueue._lanes import QUEUED, RUNNING
+from prioqueue._lanes import PARKED, QUEUED, RUNNING
 
 __all__: list[str] = []  # private module
 
@@ -64,4 +63,4 @@ def check(d: State) -> None:
     assert sum(m.queued for m in d.members.values()) == len(queued)
     for entry in queued:
         assert entry.lane.live > 0
-    d.groups._check(d.entries)
+    d.groups.check(d.entries)

@@ -15,7 +15,8 @@ from typing import NamedTuple
 
 import attrs
 
-from prioqueue._lanes import QUEUED, _Entry, _Lane, _Ranking
+from prioqueue._lanes import PARKED, QUEUED, _Entry, _Lane
+from prioqueue._rankings import _Ranking
 from prioqueue.records import Expired, Job, MemberStats, Reorders
 from prioqueue.scoring import ScoreBreakdown
 
@@ -89,6 +90,17 @@ class ReorderCounts:
     fair_share: int = 0
     deferred: int = 0  # crossings deferred (counted at the level of the job that would cross)
 
+    def add(self, affinity: bool, aging: bool, tier: bool, fair_share: bool) -> None:
+        """Count one grant's reorders: each term without which another job would have won."""
+        self.affinity += affinity
+        self.aging += aging
+        self.tier += tier
+        self.fair_share += fair_share
+
+    def defer(self) -> None:
+        """Count one crossing deferred."""
+        self.deferred += 1
+
     def frozen(self) -> Reorders:
         """The public, frozen counts."""
         return Reorders(self.aging, self.affinity, self.tier, self.fair_share, self.deferred)
@@ -123,6 +135,46 @@ class Level:
         # overdue rule's warm choice (``choose.overdue_offer``). Model-less jobs are not filed.
         self.by_model: dict[str, list[Arrival]] = {}
         self.backlog: list[Backlog] = []
+
+    def add(self, item: Arrival) -> None:
+        """A queued entry joins the level: counted and filed (``file``). O(k log n)."""
+        self.queued += 1
+        self.sum_arrival += item.arrival
+        self.file(item)
+        if len(self.arrivals) > 2 * self.queued + 64:
+            self.compact()
+
+    def remove(self, arrival: float, emptied: bool) -> None:
+        """A queued entry leaves (the heaps drop it lazily); ``emptied``: its lane with it."""
+        self.queued -= 1
+        self.sum_arrival -= arrival
+        if self.queued == 0:
+            self.sum_arrival = 0.0  # no float drift left behind
+        if emptied:
+            self.lanes -= 1
+
+    def backlogged(self) -> None:
+        """One more lane of the level is backlogged."""
+        self.lanes += 1
+
+    def granted(self, wait: float, bucket: int) -> None:
+        """Count a grant at the level: its wait, in the wait histogram's ``bucket``."""
+        self.dispatched += 1
+        self.total_wait += wait
+        self.buckets[bucket] += 1
+
+    def note_s(self, lane: _Lane, live: int) -> None:
+        """Record a backlogged lane's current ``s`` for the lift's minimum.
+
+        The heap is rebuilt when its stale items outnumber the ``live`` backlogged lanes (of
+        every level).
+        """
+        backlog = self.backlog
+        heappush(backlog, new_item(Backlog, (lane.s, lane.ident, lane)))
+        if len(backlog) > 2 * live + 64:
+            current = {item.lane.ident: item.lane for item in backlog if item.lane.live}
+            self.backlog = [Backlog(lane.s, key, lane) for key, lane in current.items()]
+            heapify(self.backlog)
 
     def lift_floor(
         self,
@@ -225,6 +277,35 @@ class Member:
     completed: int = 0
     gpu_seconds: float = 0.0
 
+    def enqueued(self) -> None:
+        """One more of the member's jobs is queued."""
+        self.queued += 1
+
+    def unqueued(self) -> None:
+        """One of the member's queued jobs left the queue (granted or gone)."""
+        self.queued -= 1
+
+    def started(self) -> None:
+        """A worker took one of the member's jobs (a grant)."""
+        self.running += 1
+        self.dispatched += 1
+
+    def resumed(self) -> None:
+        """A held job of the member came back from a snapshot."""
+        self.running += 1
+
+    def stopped(self) -> None:
+        """A held job of the member left its worker."""
+        self.running -= 1
+
+    def used(self, seconds: float) -> None:
+        """Charge the member GPU seconds (a finished job's final charge)."""
+        self.gpu_seconds += seconds
+
+    def done(self) -> None:
+        """One of the member's jobs completed."""
+        self.completed += 1
+
     def frozen(self, member: str) -> MemberStats:
         """The public, frozen counts of ``member`` (the fields are ``MemberStats``')."""
         return MemberStats(member, **attrs.asdict(self, recurse=False))
@@ -250,9 +331,6 @@ class History:
             total -= records.popleft().size
         self.size = total
 
-
-#: The entry state of a delayed job (``_lanes`` has QUEUED 0, RUNNING 1, GONE 2).
-PARKED = 3
 
 LAPSE = 0  # before RELEASE at the same time: a job that expires at r never enters at r
 RELEASE = 1
