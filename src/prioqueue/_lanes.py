@@ -16,7 +16,7 @@ Theory of operation (see docs/design/dispatcher.md for the model):
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -367,6 +367,28 @@ class _Lane:
             if entry.job.arrival <= limit:
                 windowed.append(candidate)
         return windowed, anywhere
+
+    def check(self, entries: Mapping[str, _Entry], holding: int, now: float | None) -> None:
+        """Assert the lane's invariants (for tests; O(its entries)).
+
+        Args:
+            entries: The dispatcher's entries by job id (a queued entry is filed there).
+            holding: How many of the dispatcher's held entries are the lane's.
+            now: The clock, with fair share (a settled start is never later), else None.
+        """
+        live = [e for e in self.jobs if e.state == QUEUED]
+        assert len(live) == self.live, (self.member, self.level)
+        assert all(entries.get(e.job.id) is e for e in live)
+        assert [e.pos for e in live] == sorted(e.pos for e in live)
+        for model, fifo in self.by_model.items():
+            assert [e for e in fifo if e.state == QUEUED] == [
+                e for e in live if e.job.model == model or (model and e.job.runs_on(model))
+            ]
+        assert self.holding == holding
+        if now is not None:
+            assert self.settled <= now
+            if not self.holding:
+                assert self.s == self.settled
 
     def queued(self) -> Iterator[_Entry]:
         """Iterate over the queued entries in lane order. O(len(jobs))."""

@@ -112,6 +112,10 @@ class _Worker:
         """The worker's resident model is now ``model``."""
         self.resident = model
 
+    def check(self) -> None:
+        """Assert the worker's invariant: it holds only entries granted to it (for tests)."""
+        assert all(entry.worker is self for entry in self.held)
+
     def expected_free(self) -> float:
         """When a worker holding ``slots`` jobs is expected to free one. O(slots).
 

@@ -419,6 +419,24 @@ class Timers:
         self.next = math.inf
         return best
 
+    def check(self, parked: list[_Entry], queued: list[_Entry]) -> None:
+        """Assert the timers' invariants against the delayed and queued entries (for tests).
+
+        Every delayed job has its release timer and every queued job with a ttl its lapse
+        timer; the delayed counts are those of ``parked``; ``next`` is never late. O(T + n).
+        """
+        assert sum(self.parked.values()) == len(parked)
+        assert all(v > 0 for v in self.parked.values())
+        timers = {id(item.entry) for item in self.heap}
+        for entry in parked:
+            assert id(entry) in timers
+            assert entry.job.deadline is None or entry.queued_at < math.inf
+        for entry in queued:
+            if entry.job.deadline is not None:
+                assert id(entry) in timers
+        if self.heap:
+            assert self.next <= min(item.at for item in self.heap)
+
     def drain(self) -> list[Expired]:
         """Hand over the buffered ``cause="ttl"`` reports."""
         lapsed = self.lapsed
