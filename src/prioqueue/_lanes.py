@@ -19,6 +19,10 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
+from prioqueue.records import MemberStats
+
 if TYPE_CHECKING:
     from prioqueue.records import Job
 
@@ -48,6 +52,29 @@ def _drop_dead(fifo: _Fifo) -> None:
     else:
         while fifo and fifo[0].state != QUEUED:
             fifo.popleft()  # type: ignore[union-attr]
+
+
+@attrs.define(eq=False)
+class Member:
+    """Per-member counts (its lanes count its queued and running jobs)."""
+
+    queued: int = 0
+    running: int = 0
+    dispatched: int = 0
+    completed: int = 0
+    gpu_seconds: float = 0.0
+
+    def used(self, seconds: float) -> None:
+        """Charge the member GPU seconds (a finished job's final charge)."""
+        self.gpu_seconds += seconds
+
+    def done(self) -> None:
+        """One of the member's jobs completed."""
+        self.completed += 1
+
+    def frozen(self, member: str) -> MemberStats:
+        """The public, frozen counts of ``member`` (the fields are ``MemberStats``')."""
+        return MemberStats(member, **attrs.asdict(self, recurse=False))
 
 
 # (model, affinity bonus, oldest queued entry for the model)
@@ -184,12 +211,12 @@ class _Lane:
         member: str,
         level: int,
         s: float,
-        ident: int = 0,
-        owner: Any = None,
+        ident: int,
+        owner: Member,
         version: int = 0,
     ) -> None:
         self.member = member
-        self.owner: Any = owner  # the dispatcher's statistics of ``member`` (its ``Member``)
+        self.owner = owner  # the dispatcher's counts of ``member``
         self.level = level
         self.s = s
         self.ident = ident
@@ -208,9 +235,15 @@ class _Lane:
         """Recompute ``s = settled + held`` (exactly ``settled`` when nothing is held)."""
         self.s = self.settled + self.held if self.holding else self.settled
 
-    def restamp(self) -> None:
-        """Bump the version: the lane's heap items go stale (a ranking key changed)."""
+    def touch(self, dirty: dict[int, _Lane]) -> None:
+        """Mark the lane for re-ranking after any change of its head, candidates or ``s``.
+
+        Its old heap items go stale at once (the version changes); fresh ones are pushed by
+        ``State.flush`` (from ``dirty``) just before the next ranking query, so a lane
+        changed twice between two grants is re-ranked once.
+        """
         self.version += 1
+        dirty[id(self)] = self
 
     def lift(self, floor: float) -> None:
         """Raise the settled part to ``floor`` (a lane that becomes backlogged), then ``s``."""
@@ -225,7 +258,9 @@ class _Lane:
     def hold(self, charged: float) -> None:
         """A worker takes one of the lane's jobs, charged ``charged`` up front."""
         self.holding += 1
-        self.owner.started()
+        owner = self.owner
+        owner.running += 1
+        owner.dispatched += 1
         if charged:
             self.held += charged
             self.s = self.settled + self.held
@@ -233,20 +268,20 @@ class _Lane:
     def hold_restored(self, charged: float) -> None:
         """A held job of a snapshot comes back on its lane (``s`` recomputed)."""
         self.holding += 1
-        self.owner.resumed()
+        self.owner.running += 1
         self.held += charged
         self.set_s()
 
     def unhold(self, charged: float) -> None:
         """A held job leaves its worker: its up-front charge leaves ``held`` (``s`` kept)."""
         self.holding -= 1
-        self.owner.stopped()
+        self.owner.running -= 1
         self.held = self.held - charged if self.holding else 0.0
 
     def drop(self) -> bool:
         """A queued entry leaves (the deques drop it lazily); whether the lane emptied."""
         self.live -= 1
-        self.owner.unqueued()
+        self.owner.queued -= 1
         if self.live:
             return False
         self.jobs.clear()
@@ -296,6 +331,7 @@ class _Lane:
         if model is None and entry.job.needs is not None:
             self._file_alternates(entry, at_head=False)
         self.live += 1
+        self.owner.queued += 1
 
     def _file_alternates(self, entry: _Entry, *, at_head: bool) -> None:
         """File a job that accepts several models in each of their FIFOs too (besides None's).
@@ -336,6 +372,7 @@ class _Lane:
         if model is None and entry.job.needs is not None:
             self._file_alternates(entry, at_head=True)
         self.live += 1
+        self.owner.queued += 1
 
     def candidates(
         self, head: _Entry, window: float, affinity: Callable[[str], float]

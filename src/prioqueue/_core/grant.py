@@ -171,7 +171,7 @@ def finish(d: State, entry: _Entry, runtime: float, now: float, final: float) ->
         if lane.live:  # d.refile(lane, now), inlined (the hot path)
             lane.log_s(now)
             d.note_s(lane)
-            d.touch(lane)
+            lane.touch(d.dirty)
     else:
         d.drop_lane(lane, job.id)
     # The recent runtimes: for the retry-after estimate and, per model and per level,

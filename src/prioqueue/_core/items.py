@@ -17,7 +17,7 @@ import attrs
 
 from prioqueue._lanes import PARKED, QUEUED, _Entry, _Lane
 from prioqueue._rankings import _Ranking
-from prioqueue.records import Expired, Job, MemberStats, Reorders
+from prioqueue.records import Expired, Job, Reorders
 from prioqueue.scoring import ScoreBreakdown
 
 __all__: list[str] = []  # private module
@@ -265,50 +265,6 @@ class Level:
         while arrivals and arrivals[0].entry.state != QUEUED:
             heappop(arrivals)
         return arrivals[0] if arrivals else None
-
-
-@attrs.define(eq=False)
-class Member:
-    """Per-member counts."""
-
-    queued: int = 0
-    running: int = 0
-    dispatched: int = 0
-    completed: int = 0
-    gpu_seconds: float = 0.0
-
-    def enqueued(self) -> None:
-        """One more of the member's jobs is queued."""
-        self.queued += 1
-
-    def unqueued(self) -> None:
-        """One of the member's queued jobs left the queue (granted or gone)."""
-        self.queued -= 1
-
-    def started(self) -> None:
-        """A worker took one of the member's jobs (a grant)."""
-        self.running += 1
-        self.dispatched += 1
-
-    def resumed(self) -> None:
-        """A held job of the member came back from a snapshot."""
-        self.running += 1
-
-    def stopped(self) -> None:
-        """A held job of the member left its worker."""
-        self.running -= 1
-
-    def used(self, seconds: float) -> None:
-        """Charge the member GPU seconds (a finished job's final charge)."""
-        self.gpu_seconds += seconds
-
-    def done(self) -> None:
-        """One of the member's jobs completed."""
-        self.completed += 1
-
-    def frozen(self, member: str) -> MemberStats:
-        """The public, frozen counts of ``member`` (the fields are ``MemberStats``')."""
-        return MemberStats(member, **attrs.asdict(self, recurse=False))
 
 
 class History:

@@ -33,14 +33,13 @@ from prioqueue._core.items import (
     Deadline,
     History,
     Level,
-    Member,
     Timers,
     new_item,
 )
 from prioqueue._core.runtimes import Runtimes
 from prioqueue._errors import UnknownJob, UnknownWorker
 from prioqueue._groups import GroupBook
-from prioqueue._lanes import _Entry, _Lane
+from prioqueue._lanes import Member, _Entry, _Lane
 from prioqueue._rankings import _BonusCache, rankings
 from prioqueue._validate import TIME_LIMIT, finite
 from prioqueue._workers import SeenOrder, _Worker
@@ -193,16 +192,6 @@ class State:
             stats = self.members[member] = Member()
         return stats
 
-    def touch(self, lane: _Lane) -> None:
-        """Mark a lane for re-ranking after any change of its head, candidates or ``s``.
-
-        Its old heap items go stale at once (the version changes); fresh ones are pushed by
-        ``flush`` just before the next ranking query, so a lane changed twice between two
-        grants is re-ranked once.
-        """
-        lane.restamp()
-        self.dirty[id(lane)] = lane
-
     def flush(self) -> None:
         """Push the fresh heap items of every lane changed since the last flush."""
         dirty = self.dirty
@@ -240,7 +229,7 @@ class State:
         if lane.live:
             lane.log_s(now)
             self.note_s(lane)
-            self.touch(lane)
+            lane.touch(self.dirty)
 
     def drop_lane(self, lane: _Lane, job_id: str) -> None:
         """Without fair share, forget a job's own lane once it is empty and holds nothing."""
@@ -332,7 +321,6 @@ class State:
         else:
             lane.append(entry)
         level.add(new_item(Arrival, (job.arrival, job.seq, attempt, entry)))
-        lane.owner.enqueued()
         if not was_backlogged:
             self.backlogged += 1
             level.backlogged()
@@ -341,10 +329,10 @@ class State:
             if self.fair_share:
                 self.note_s(lane)
         if not was_backlogged or requeue:
-            self.touch(lane)
+            lane.touch(self.dirty)
         elif lane.leads(entry):
             # The head and s are unchanged, but the lane may now be eligible for this model.
-            self.touch(lane)
+            lane.touch(self.dirty)
         return entry
 
     def dequeue(self, entry: _Entry) -> None:
@@ -355,7 +343,7 @@ class State:
         self.levels[job.priority].remove(job.arrival, emptied)
         if emptied:
             self.backlogged -= 1
-        self.touch(lane)
+        lane.touch(self.dirty)
 
     def drop_queued(self, entry: _Entry) -> None:
         """A queued entry leaves for good (cancelled, failed or lapsed)."""
@@ -485,7 +473,7 @@ class State:
         lane.hold_restored(entry.charged)
         if lane.live:
             self.note_s(lane)
-            self.touch(lane)
+            lane.touch(self.dirty)
         if crossing is not None and crossing[0]:
             self.crossings[entry] = crossing
         lease = entry.grant.lease
