@@ -12,8 +12,9 @@ rules; ``tests/test_architecture.py`` asserts them:
 * state has one owner (issue 29): no attribute is assigned on an object other than ``self``
   or ``cls`` outside the module that defines its class (:func:`foreign_assignments`), and no
   ``obj._private`` is reached from a module that does not define it (:func:`private_reaches`).
-  Both are asserted for :func:`owned` (the driver and its users, the gateway, the simulator,
-  the broker, the client, the stores and the reference model, so far) and can be widened to
+  Both are asserted for :func:`owned` (the driver and its users, the core with its
+  structures and facades, the gateway, the simulator, the broker, the client, the stores and
+  the reference model, so far) and can be widened to
   the whole tree (``modules=None``); ``python tests/architecture.py`` prints the whole-tree
   counts.
 * the core has one owner (issue 29, item 1): only the core's own modules and its facades
@@ -57,9 +58,17 @@ OWNED = (
     "prioqueue.asyncio",
     "prioqueue.gateway._fleetgate",
     "prioqueue.gateway._fleetpull",
+    "prioqueue._lanes",
+    "prioqueue._rankings",
+    "prioqueue._workers",
+    "prioqueue._groups",
+    "prioqueue.dispatcher",
+    "prioqueue.fleet",
 )
-"""The modules held to the ownership rules so far (issue 29, item 2: the driver and its users)."""
+"""The modules held to the ownership rules so far (issue 29, item 2: the driver and its users;
+item 1: the core's structures and its facades)."""
 OWNED_PACKAGES = (
+    "prioqueue._core",
     "prioqueue.gateway",
     "prioqueue.sim",
     "prioqueue.broker",

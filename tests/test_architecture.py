@@ -57,11 +57,22 @@ def test_the_graph_sees_every_kind_of_import() -> None:
 
 def test_the_driver_and_its_users_assign_only_what_they_own() -> None:
     # Issue 29: no attribute assignment on an object other than self/cls outside the module
-    # that defines its class; the driver and its users, the gateway, the simulator, the broker,
-    # the client, the stores and the reference model (prioqueue.testing) so far
-    # (``architecture.owned()``), widened as each area is rewritten (``python
-    # tests/architecture.py`` prints the whole-tree count).
+    # that defines its class; the driver and its users, the core with its structures and
+    # facades, the gateway, the simulator, the broker, the client, the stores and the reference
+    # model (prioqueue.testing) so far (``architecture.owned()``), widened as each area is
+    # rewritten (``python tests/architecture.py`` prints the whole-tree count).
     assert architecture.foreign_assignments(architecture.owned()) == []
+
+
+def test_the_core_and_its_structures_are_held_to_the_ownership_rules() -> None:
+    # Issue 29, item 1: every module of the core (any added later too), the structures it
+    # writes through their owners' methods, and its two facades.
+    owned = architecture.owned()
+    core = [m for m in architecture.modules() if m.startswith(architecture.CORE + ".")]
+    assert core
+    assert set(core) <= set(owned)
+    structures = ("prioqueue._lanes", "prioqueue._rankings", "prioqueue._workers")
+    assert {*structures, "prioqueue._groups", *architecture.CORE_FACADES} <= set(owned)
 
 
 def test_nothing_reaches_into_private_fields_of_the_driver_or_its_users() -> None:

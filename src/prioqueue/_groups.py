@@ -334,7 +334,7 @@ class GroupBook:
                 self._of[job_id] = record
             self._active += bool(record.jobs)
 
-    def _check(self, entries: Mapping[str, _Entry]) -> None:
+    def check(self, entries: Mapping[str, _Entry]) -> None:
         """Assert the book's invariants against the dispatcher's entries (for tests; O(jobs))."""
         state_of = _state_reader(entries)
         seen = 0

@@ -1,4 +1,4 @@
-"""Lanes and the rankings that order them: the data structures behind the dispatcher.
+"""Entries and lanes: the data structures behind the dispatcher's queue (private).
 
 Theory of operation (see docs/design/dispatcher.md for the model):
 
@@ -10,22 +10,18 @@ Theory of operation (see docs/design/dispatcher.md for the model):
 * A lane's *version* changes whenever anything its ranking keys depend on changes (its head,
   its affinity candidates, its virtual start ``s``). Heap entries carry the version they were
   computed for; an entry whose version is not the lane's current one is stale and is skipped.
-* A ``_Ranking`` orders backlogged lanes by one key function: a main heap (no affinity) and one
-  heap per model holding the lanes eligible for that model's affinity bonus, keyed with the
-  bonus included. The dispatcher keeps one ranking for the real score and, for its reorder
-  statistics, one per counterfactual score (without aging, without tier, without fair share).
-
-Every heap item is ``(neg_key, tie, seq, version, lane)``: the highest key first, then the
-smaller tie (the lane's ``s``, or the job's arrival), then the smaller submission sequence.
-The version makes items unique per lane, so two lanes are never compared.
+* The rankings that order the backlogged lanes are ``prioqueue._rankings``'.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
-from heapq import heapify, heappop, heappush
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from prioqueue.records import MemberStats
 
 if TYPE_CHECKING:
     from prioqueue.records import Job
@@ -35,9 +31,8 @@ __all__: list[str] = []  # private module
 QUEUED = 0
 RUNNING = 1
 GONE = 2
+PARKED = 3  # a delayed job: known and "queued", in no lane until its release
 
-# (neg_key, tie, seq, version, lane)
-_Item = tuple[float, float, int, int, "_Lane"]
 # A per-model FIFO: a list while short (a deque costs ~600 bytes even when nearly empty, and
 # a lane holds one FIFO per model), a deque once it grows past _SHORT entries.
 _Fifo = list["_Entry"] | deque["_Entry"]
@@ -57,6 +52,29 @@ def _drop_dead(fifo: _Fifo) -> None:
     else:
         while fifo and fifo[0].state != QUEUED:
             fifo.popleft()  # type: ignore[union-attr]
+
+
+@attrs.define(eq=False)
+class Member:
+    """Per-member counts (its lanes count its queued and running jobs)."""
+
+    queued: int = 0
+    running: int = 0
+    dispatched: int = 0
+    completed: int = 0
+    gpu_seconds: float = 0.0
+
+    def used(self, seconds: float) -> None:
+        """Charge the member GPU seconds (a finished job's final charge)."""
+        self.gpu_seconds += seconds
+
+    def done(self) -> None:
+        """One of the member's jobs completed."""
+        self.completed += 1
+
+    def frozen(self, member: str) -> MemberStats:
+        """The public, frozen counts of ``member`` (the fields are ``MemberStats``')."""
+        return MemberStats(member, **attrs.asdict(self, recurse=False))
 
 
 # (model, affinity bonus, oldest queued entry for the model)
@@ -119,6 +137,36 @@ class _Entry:
         self.pos = 0
         self.mark = mark
 
+    def hand_to(
+        self,
+        worker: Any,
+        granted_at: float,
+        charged: float,
+        expected_end: float,
+        capacity: int,
+        grant: Any,
+    ) -> None:
+        """The entry is granted (or restored held): RUNNING, with its grant-time attributes."""
+        self.state = RUNNING
+        self.granted_at = granted_at
+        self.worker = worker
+        self.charged = charged
+        self.expected_end = expected_end
+        self.capacity = capacity
+        self.grant = grant
+
+    def requeued(self, at: float) -> None:
+        """Count the entry's warm hold from ``at`` (a release or a retry re-enters it)."""
+        self.queued_at = at
+
+    def park(self) -> None:
+        """The entry is a delayed job's: ``PARKED`` until its release."""
+        self.state = PARKED
+
+    def close(self) -> None:
+        """The entry leaves for good (``GONE``): lazy deletion drops it from every heap."""
+        self.state = GONE
+
 
 class _Lane:
     """One member's queue at one level (mutable, private).
@@ -158,9 +206,17 @@ class _Lane:
         "version",
     )
 
-    def __init__(self, member: str, level: int, s: float, ident: int = 0) -> None:
+    def __init__(
+        self,
+        member: str,
+        level: int,
+        s: float,
+        ident: int,
+        owner: Member,
+        version: int = 0,
+    ) -> None:
         self.member = member
-        self.owner: Any = None  # the dispatcher's statistics of ``member`` (set on creation)
+        self.owner = owner  # the dispatcher's counts of ``member``
         self.level = level
         self.s = s
         self.ident = ident
@@ -172,12 +228,65 @@ class _Lane:
         self.settled = s
         self.first = 0  # pos of the next entry put at the head
         self.last = 0  # pos of the last entry put at the tail
-        self.version = 0
+        self.version = version
         self.s_log: deque[tuple[float, float]] = deque()
 
     def set_s(self) -> None:
         """Recompute ``s = settled + held`` (exactly ``settled`` when nothing is held)."""
         self.s = self.settled + self.held if self.holding else self.settled
+
+    def touch(self, dirty: dict[int, _Lane]) -> None:
+        """Mark the lane for re-ranking after any change of its head, candidates or ``s``.
+
+        Its old heap items go stale at once (the version changes); fresh ones are pushed by
+        ``State.flush`` (from ``dirty``) just before the next ranking query, so a lane
+        changed twice between two grants is re-ranked once.
+        """
+        self.version += 1
+        dirty[id(self)] = self
+
+    def lift(self, floor: float) -> None:
+        """Raise the settled part to ``floor`` (a lane that becomes backlogged), then ``s``."""
+        self.settled = max(self.settled, floor)
+        self.set_s()
+
+    def settle(self, settled: float) -> None:
+        """Set the settled part (a final charge, or a re-anchoring), then ``s``."""
+        self.settled = settled
+        self.s = settled + self.held if self.holding else settled
+
+    def hold(self, charged: float) -> None:
+        """A worker takes one of the lane's jobs, charged ``charged`` up front."""
+        self.holding += 1
+        owner = self.owner
+        owner.running += 1
+        owner.dispatched += 1
+        if charged:
+            self.held += charged
+            self.s = self.settled + self.held
+
+    def hold_restored(self, charged: float) -> None:
+        """A held job of a snapshot comes back on its lane (``s`` recomputed)."""
+        self.holding += 1
+        self.owner.running += 1
+        self.held += charged
+        self.set_s()
+
+    def unhold(self, charged: float) -> None:
+        """A held job leaves its worker: its up-front charge leaves ``held`` (``s`` kept)."""
+        self.holding -= 1
+        self.owner.running -= 1
+        self.held = self.held - charged if self.holding else 0.0
+
+    def drop(self) -> bool:
+        """A queued entry leaves (the deques drop it lazily); whether the lane emptied."""
+        self.live -= 1
+        self.owner.queued -= 1
+        if self.live:
+            return False
+        self.jobs.clear()
+        self.by_model.clear()
+        return True
 
     def head(self) -> _Entry:
         """Return the oldest queued entry. The lane must be backlogged. Amortised O(1)."""
@@ -222,6 +331,7 @@ class _Lane:
         if model is None and entry.job.needs is not None:
             self._file_alternates(entry, at_head=False)
         self.live += 1
+        self.owner.queued += 1
 
     def _file_alternates(self, entry: _Entry, *, at_head: bool) -> None:
         """File a job that accepts several models in each of their FIFOs too (besides None's).
@@ -262,6 +372,7 @@ class _Lane:
         if model is None and entry.job.needs is not None:
             self._file_alternates(entry, at_head=True)
         self.live += 1
+        self.owner.queued += 1
 
     def candidates(
         self, head: _Entry, window: float, affinity: Callable[[str], float]
@@ -294,6 +405,28 @@ class _Lane:
                 windowed.append(candidate)
         return windowed, anywhere
 
+    def check(self, entries: Mapping[str, _Entry], holding: int, now: float | None) -> None:
+        """Assert the lane's invariants (for tests; O(its entries)).
+
+        Args:
+            entries: The dispatcher's entries by job id (a queued entry is filed there).
+            holding: How many of the dispatcher's held entries are the lane's.
+            now: The clock, with fair share (a settled start is never later), else None.
+        """
+        live = [e for e in self.jobs if e.state == QUEUED]
+        assert len(live) == self.live, (self.member, self.level)
+        assert all(entries.get(e.job.id) is e for e in live)
+        assert [e.pos for e in live] == sorted(e.pos for e in live)
+        for model, fifo in self.by_model.items():
+            assert [e for e in fifo if e.state == QUEUED] == [
+                e for e in live if e.job.model == model or (model and e.job.runs_on(model))
+            ]
+        assert self.holding == holding
+        if now is not None:
+            assert self.settled <= now
+            if not self.holding:
+                assert self.s == self.settled
+
     def queued(self) -> Iterator[_Entry]:
         """Iterate over the queued entries in lane order. O(len(jobs))."""
         return (entry for entry in self.jobs if entry.state == QUEUED)
@@ -306,191 +439,3 @@ class _Lane:
             oldest = self.head().job.arrival
             while len(log) >= 2 and log[1][0] <= oldest:
                 log.popleft()
-
-
-_BONUS_CACHE = 4096  # models whose affinity bonus is memoised
-
-
-class _BonusCache(dict[str, float]):
-    """``model -> affinity bonus``, memoised (private).
-
-    The scorer is immutable and the bonus is read for every model of every lane touched. At
-    most ``_BONUS_CACHE`` models are kept.
-    """
-
-    __slots__ = ("_bonus",)
-
-    def __init__(self, bonus: Callable[[str], float]) -> None:
-        super().__init__()
-        self._bonus = bonus
-
-    def __missing__(self, model: str) -> float:
-        value = self._bonus(model)
-        if len(self) < _BONUS_CACHE:
-            self[model] = value
-        return value
-
-
-#: The rankings: the real score, and the score without one of its terms.
-REAL = 0
-NO_AGING = 1
-NO_TIER = 2
-NO_FAIR = 3
-
-
-class _Ranking:
-    """Backlogged lanes ordered by one score (``REAL`` or a counterfactual), with affinity.
-
-    Args:
-        kind: The score, with its key and tie-breaker:
-
-            * ``REAL``: ``level + tier + affinity - s / d``, ties by ``s``.
-            * ``NO_AGING``: ``level + tier + affinity``, ties by ``s``.
-            * ``NO_TIER``: ``level + affinity - s / d``, ties by ``s``.
-            * ``NO_FAIR`` (per-job aging): ``level + tier + affinity - arrival / d``, ties by
-              the offered job's arrival.
-
-            ``tier`` is the lane head's bonus. The expressions are evaluated exactly as the
-            reference model writes them, so float rounding cannot make the two disagree.
-        divisor: The aging divisor.
-        affinity: ``model -> bonus``.
-        window: The affinity window in seconds, or None for "any job of the model".
-    """
-
-    __slots__ = ("affinity", "divisor", "kind", "main", "models", "pushed", "window")
-
-    def __init__(
-        self, kind: int, divisor: float, affinity: Callable[[str], float], window: float | None
-    ) -> None:
-        self.kind = kind
-        self.divisor = divisor
-        self.affinity = affinity
-        self.window = window
-        self.main: list[_Item] = []
-        self.models: dict[str, list[_Item]] = {}
-        self.pushed = 0  # items pushed since the last compaction
-
-    def candidate(self, lane: _Lane, model: str) -> _Entry | None:
-        """Return the lane's affinity job for ``model`` under this ranking, or None."""
-        entry = lane.first_for(model)
-        if entry is None:
-            return None
-        window = self.window
-        if window is not None and entry.job.arrival > lane.head().job.arrival + window:
-            return None
-        return entry
-
-    def push(self, lane: _Lane, head: _Entry, candidates: list[_Candidate]) -> None:
-        """Push the lane's main item and one item per affinity candidate. O(M log n).
-
-        The keys are computed inline: this is the dispatcher's hottest loop.
-        """
-        version = lane.version
-        kind = self.kind
-        level = lane.level
-        s = lane.s
-        d = self.divisor
-        seq = head.job.seq
-        if kind == REAL:
-            base = level + head.job.tier_bonus
-            heappush(self.main, (-(base + 0.0 - s / d), s, seq, version, lane))
-        elif kind == NO_AGING:
-            base = level + head.job.tier_bonus
-            heappush(self.main, (-(base + 0.0), s, seq, version, lane))
-        elif kind == NO_TIER:
-            base = level
-            heappush(self.main, (-(level + 0.0 - s / d), s, seq, version, lane))
-        else:
-            base = level + head.job.tier_bonus
-            arrival = head.job.arrival
-            heappush(self.main, (-(base + 0.0 - arrival / d), arrival, seq, version, lane))
-        self.pushed += 1 + len(candidates)
-        models = self.models
-        for model, aff, entry in candidates:
-            if kind in (REAL, NO_TIER):
-                item = (-(base + aff - s / d), s, entry.job.seq, version, lane)
-            elif kind == NO_AGING:
-                item = (-(base + aff), s, entry.job.seq, version, lane)
-            else:
-                arrival = entry.job.arrival
-                item = (-(base + aff - arrival / d), arrival, entry.job.seq, version, lane)
-            heap = models.get(model)
-            if heap is None:
-                models[model] = heap = []
-            heappush(heap, item)
-
-    def best(self, resident: str | None) -> tuple[_Lane, _Entry, float] | None:
-        """Return ``(lane, entry, affinity)`` of the winner, or None when nothing is queued.
-
-        Every backlogged lane offers its head (the main heap) and, for each model it is
-        eligible for, its affinity job with the bonus (that model's heap); the winner is the
-        best offer for the resident model. A lane's own affinity offer beats its head offer
-        whenever the bonus adds to the same lane key, so taking the better of the two tops is
-        exact. Amortised O(log n).
-        """
-        main = self.main
-        while main:
-            top = main[0]
-            _, _, _, version, lane = top
-            if version == lane.version and lane.live:
-                break
-            heappop(main)
-        else:
-            return None
-        if resident is not None:
-            heap = self.models.get(resident)
-            while heap:
-                other = heap[0]
-                _, _, _, version, other_lane = other
-                if version == other_lane.version and other_lane.live:
-                    if other[:3] < top[:3]:
-                        found = self.candidate(other_lane, resident)
-                        assert found is not None  # a current item: the lane is eligible
-                        return other_lane, found, self.affinity(resident)
-                    break
-                heappop(heap)
-        return lane, lane.head(), 0.0
-
-    def compact(self, live_lanes: int) -> None:
-        """Drop stale items when they outnumber live ones. Amortised O(1) per push.
-
-        Each heap holds at most one current item per lane, so once more items were pushed
-        since the last compaction than four times the live lanes, most items are stale.
-        """
-        limit = 4 * live_lanes + 64
-        if self.pushed <= limit:
-            return
-        self.pushed = 0
-        if len(self.main) > limit:
-            self.main = self._valid(self.main)
-        for model, heap in list(self.models.items()):
-            if len(heap) > limit:
-                kept = self._valid(heap)
-                if kept:
-                    self.models[model] = kept
-                else:
-                    del self.models[model]
-
-    @staticmethod
-    def _valid(heap: list[_Item]) -> list[_Item]:
-        kept = [item for item in heap if item[3] == item[4].version and item[4].live]
-        heapify(kept)
-        return kept
-
-
-def rankings(
-    divisor: float, affinity: Callable[[str], float], window: float, *, track: bool
-) -> tuple[_Ranking, tuple[_Ranking, ...]]:
-    """The real ranking, and the counterfactual ones behind the reorder counts when ``track``.
-
-    The counterfactuals: without aging, without the tier bonus, without fair share (the real
-    ranking without affinity is its main heap).
-    """
-    real = _Ranking(REAL, divisor, affinity, window)
-    if not track:
-        return real, ()
-    return real, (
-        _Ranking(NO_AGING, divisor, affinity, window),
-        _Ranking(NO_TIER, divisor, affinity, window),
-        _Ranking(NO_FAIR, divisor, affinity, None),
-    )

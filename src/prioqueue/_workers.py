@@ -22,28 +22,22 @@ serves every model but filters) and a the ``accepts`` calls.
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Callable, Iterable, Mapping
 from heapq import heapify, heappop, heappush, heapreplace
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from prioqueue._errors import ConfigError
-from prioqueue._lanes import QUEUED, _Entry, _Item, _Lane, _Ranking
-from prioqueue._lease_values import _request_kwargs
+from prioqueue._lanes import QUEUED, _Entry, _Lane
+from prioqueue._rankings import _Item, _Ranking
 from prioqueue._worker_info import worker_info
 from prioqueue.capabilities import CAPABILITY_CAUSES, Capabilities, chosen_model, unfit
-from prioqueue.lease import ImageRequest, LeaseCalculator, _request_source
 from prioqueue.records import WorkerInfo
 
 if TYPE_CHECKING:
     from prioqueue.records import Job
 
 __all__: list[str] = []  # private module
-
-#: ``(job, worker) -> seconds``: the dispatcher's lease function after adaptation.
-LeaseFunction = Callable[["Job", "_Worker"], float]
 
 #: The causes ``idle_reasons`` reports, in the order they are checked: ``model`` and the
 #: capability causes (``prioqueue.capabilities.CAPABILITY_CAUSES``) come from one check.
@@ -77,6 +71,50 @@ class _Worker:
         self.held: list[_Entry] = []
         self.last_seen = now
         self.timed_out = False
+
+    def configure(
+        self,
+        models: frozenset[str] | None,
+        slots: int,
+        slow: bool,
+        accepts: Callable[[Job], bool] | None,
+        capabilities: Capabilities | None,
+    ) -> None:
+        """Set what the worker serves and how (a join, or a snapshot's worker)."""
+        self.models = models
+        self.slots = slots
+        self.slow = slow
+        self.accepts = accepts
+        self.capabilities = capabilities
+
+    def heard(self, t: float) -> None:
+        """The worker spoke at ``t`` (its last word, for the worker timeout)."""
+        self.last_seen = t
+
+    def take(self, entry: _Entry, t: float) -> None:
+        """The worker takes a granted entry at ``t`` (a pop: it spoke then)."""
+        self.held.append(entry)
+        self.last_seen = t
+
+    def keep(self, entry: _Entry) -> None:
+        """The worker holds ``entry`` again (a snapshot's held job)."""
+        self.held.append(entry)
+
+    def let_go(self, entry: _Entry) -> None:
+        """The worker no longer holds ``entry``."""
+        self.held.remove(entry)
+
+    def set_timed_out(self, timed_out: bool) -> None:
+        """Mark the worker timed out (out of the capacity) or back."""
+        self.timed_out = timed_out
+
+    def load(self, model: str | None) -> None:
+        """The worker's resident model is now ``model``."""
+        self.resident = model
+
+    def check(self) -> None:
+        """Assert the worker's invariant: it holds only entries granted to it (for tests)."""
+        assert all(entry.worker is self for entry in self.held)
 
     def expected_free(self) -> float:
         """When a worker holding ``slots`` jobs is expected to free one. O(slots).
@@ -151,47 +189,6 @@ class SeenOrder:
             else:
                 return seen
         return None
-
-
-def lease_function(lease_for: object) -> LeaseFunction | None:
-    """Adapt ``lease_for`` to ``(job, worker) -> seconds``; the signature is read once.
-
-    A :class:`~prioqueue.lease.LeaseCalculator` gets ``extra_slow_worker`` from the worker's
-    ``slow`` flag; a callable that takes two positional arguments gets ``(job, WorkerInfo)``;
-    any other callable gets ``(job)``.
-
-    Raises:
-        ConfigError: ``lease_for`` is not callable.
-    """
-    if lease_for is None:
-        return None
-    if not callable(lease_for):
-        raise ConfigError(
-            f"lease_for must be a callable job -> seconds, got {lease_for!r} (a fleet's may "
-            "also take (job, worker_info))"
-        )
-    if isinstance(lease_for, LeaseCalculator):
-        calculator = lease_for
-
-        def calculated(job: Job, worker: _Worker) -> float:
-            if not worker.slow:
-                plain: int = calculator(job)
-                return plain
-            source = _request_source(job)
-            if isinstance(source, ImageRequest):
-                return float(calculator.for_request(attrs.evolve(source, extra_slow_worker=True)))
-            kwargs = dict(_request_kwargs(source))
-            kwargs["extra_slow_worker"] = True
-            seconds: int = calculator.seconds(**kwargs)
-            return seconds
-
-        return calculated
-    function: Callable[..., Any] = lease_for
-    try:
-        inspect.signature(function).bind(None, None)
-    except (TypeError, ValueError):
-        return lambda job, worker: function(job)
-    return lambda job, worker: function(job, worker.info())
 
 
 class Search:

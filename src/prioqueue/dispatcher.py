@@ -226,4 +226,4 @@ class SizeOneDispatcher(Facade):
 
         Complexity: O(n log n) in the jobs.
         """
-        return restore.restored(cls, state, scorer, now, require_lease, options)
+        return restore.restored(cls, cls._core_of, state, scorer, now, require_lease, options)

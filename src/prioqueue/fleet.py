@@ -215,11 +215,7 @@ class FleetDispatcher(BatchPop, Facade):
             worker = state.add_worker(name, t)
         else:
             state.seen(worker, t)
-        worker.models = served
-        worker.slots = slots
-        worker.slow = slow
-        worker.accepts = accepts
-        worker.capabilities = caps
+        worker.configure(served, slots, slow, accepts, caps)
         if resident is not None:
             state.set_resident(worker, resident)
         return worker.info()
@@ -545,4 +541,4 @@ class FleetDispatcher(BatchPop, Facade):
         """
         if "workers" in options:
             raise ConfigError("workers come from the snapshot")
-        return restore.restored(cls, state, scorer, now, require_lease, options)
+        return restore.restored(cls, cls._core_of, state, scorer, now, require_lease, options)

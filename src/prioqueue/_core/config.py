@@ -8,6 +8,7 @@ defaults every layer shares (other packages import them from ``prioqueue._core``
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -16,9 +17,11 @@ from typing import Any, Literal
 import attrs
 
 from prioqueue._errors import ConfigError
+from prioqueue._lease_values import _request_kwargs
 from prioqueue._spec import LEVEL_LIMIT
 from prioqueue._validate import charge_function, checked_name, finite, limit, positive_or_none
-from prioqueue._workers import LeaseFunction, lease_function
+from prioqueue._workers import _Worker
+from prioqueue.lease import ImageRequest, LeaseCalculator, _request_source
 from prioqueue.lifecycle import NO_BACKOFF, Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Job
@@ -132,6 +135,51 @@ def checked_load_seconds(value: object) -> dict[str, float]:
 #: trade"): a model's affinity bonus is worth at most ``k * load_seconds[model]`` seconds of
 #: aging, the waiting a job may be asked to pay so that a worker keeps that model loaded.
 #: Models without a known load time keep the scorer's bonus.
+#: ``(job, worker) -> seconds``: the dispatcher's lease function after adaptation.
+LeaseFunction = Callable[[Job, _Worker], float]
+
+
+def lease_function(lease_for: object) -> LeaseFunction | None:
+    """Adapt ``lease_for`` to ``(job, worker) -> seconds``; the signature is read once.
+
+    A :class:`~prioqueue.lease.LeaseCalculator` gets ``extra_slow_worker`` from the worker's
+    ``slow`` flag; a callable that takes two positional arguments gets ``(job, WorkerInfo)``;
+    any other callable gets ``(job)``.
+
+    Raises:
+        ConfigError: ``lease_for`` is not callable.
+    """
+    if lease_for is None:
+        return None
+    if not callable(lease_for):
+        raise ConfigError(
+            f"lease_for must be a callable job -> seconds, got {lease_for!r} (a fleet's may "
+            "also take (job, worker_info))"
+        )
+    if isinstance(lease_for, LeaseCalculator):
+        calculator = lease_for
+
+        def calculated(job: Job, worker: _Worker) -> float:
+            if not worker.slow:
+                plain: int = calculator(job)
+                return plain
+            source = _request_source(job)
+            if isinstance(source, ImageRequest):
+                return float(calculator.for_request(attrs.evolve(source, extra_slow_worker=True)))
+            kwargs = dict(_request_kwargs(source))
+            kwargs["extra_slow_worker"] = True
+            seconds: int = calculator.seconds(**kwargs)
+            return seconds
+
+        return calculated
+    function: Callable[..., Any] = lease_for
+    try:
+        inspect.signature(function).bind(None, None)
+    except (TypeError, ValueError):
+        return lambda job, worker: function(job)
+    return lambda job, worker: function(job, worker.info())
+
+
 AFFINITY_PRICE = 1.0
 
 

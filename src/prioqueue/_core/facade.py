@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from prioqueue._core import check, grant, observe, persist, views
 from prioqueue._core.config import Config
-from prioqueue._core.items import PARKED
 from prioqueue._core.queue import admit, fire, submit
 from prioqueue._core.state import State
 from prioqueue._groups import CancelRunning, GroupStatus, checked_group
 from prioqueue._journaled import journaled
-from prioqueue._lanes import RUNNING
+from prioqueue._lanes import PARKED, RUNNING
 from prioqueue._readonly import ReadOnly
 from prioqueue._spec import SUBMIT_OPTIONS, JobSpec, SubmitOptions, check_options
 from prioqueue._validate import count, finite
@@ -57,6 +56,11 @@ class Facade:
 
     def __init__(self, config: Config) -> None:
         self._state = State(config)
+
+    @staticmethod
+    def _core_of(facade: Facade) -> State:
+        """The state a facade holds (``restore.restored`` fills a new one's)."""
+        return facade._state
 
     def __len__(self) -> int:
         """Return the number of queued jobs (held ones excluded). O(1)."""

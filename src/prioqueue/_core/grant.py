@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections import deque
 from collections.abc import Iterable
 from heapq import heappop as _heappop
-from heapq import heappush as _heappush
 from typing import Literal
 
 from prioqueue._core.choose import pick
-from prioqueue._core.config import RECENT_PER_KEY
-from prioqueue._core.items import Deadline, DispatchRecord, Level, new_item
+from prioqueue._core.items import DispatchRecord, Level, new_item
 from prioqueue._core.queue import fire, fire_due, remove_waiting
 from prioqueue._core.state import State
 from prioqueue._errors import ChargeError, InvalidState, LeaseError, LeaseExpired
@@ -84,79 +81,28 @@ def pop(d: State, worker: _Worker, t: float, preview: bool = False) -> Grant | N
     level = d.levels[job.priority]
     if d.track and fast:
         count_reorders(d, level if winner is job else d.levels[winner.priority], winner, resident)
-    d.dispatches += 1
+    number = d.dispatched()
     if d.history.limit:
         # Remember the grant for ``explain``, within ``history`` entries and bytes. O(1).
         size = _RECORD_BYTES + len(job.id) + len(job.member) + (len(model) if model else 0)
-        history = d.history  # History.add, inlined (the hot path)
-        records = history.records
-        records.append(
+        d.history.add(
             new_item(
                 DispatchRecord,
-                (t, d.dispatches, job.id, job.member, job.priority, job.seq, model,
+                (t, number, job.id, job.member, job.priority, job.seq, model,
                  score, resident, name, rule, size),
             )
         )  # fmt: skip
-        total = history.size + size
-        while len(records) > history.limit or total > history.bytes:
-            total -= records.popleft().size
-        history.size = total
-    entry.state = RUNNING
-    entry.granted_at = t
-    entry.worker = worker
-    entry.charged = charged
-    entry.expected_end = t + runtime
-    entry.capacity = capacity
-    entry.grant = grant
+    entry.hand_to(worker, t, charged, t + runtime, capacity, grant)
     if weight:
         d.crossings[entry] = (weight, runtime)
-        d.credit += weight * runtime
+        d.earn(weight * runtime)
         if deferred is not None:
-            d.levels[deferred.job.priority].reorders.deferred += 1
-    _hand_over(d, entry, worker, t, charged)
-    level.dispatched += 1
-    level.total_wait += wait
-    level.buckets[bisect.bisect_left(d.buckets, wait)] += 1
+            d.levels[deferred.job.priority].reorders.defer()
+    d.hand_over(entry, worker, t, charged)
+    level.granted(wait, bisect.bisect_left(d.buckets, wait))
     d.totals["dispatched"] += 1
     d.groups.move(job.id, "running")
     return grant
-
-
-def _hand_over(d: State, entry: _Entry, worker: _Worker, t: float, charged: float) -> None:
-    """Move a granted entry to its worker (its model resident there); charge its lane."""
-    lane = entry.lane
-    d.dequeue(entry)
-    d.held += 1
-    worker.held.append(entry)
-    worker.last_seen = t
-    lane.holding += 1
-    owner = lane.owner
-    owner.running += 1
-    owner.dispatched += 1
-    if charged:
-        lane.held += charged
-        lane.s = lane.settled + lane.held
-        # s only grew: the lift's minimum re-files the lane when its old item surfaces
-        # (``State.lift_floor``), and ``s_log``, for explain, follows the settled part.
-    model = entry.grant.job.model  # a multi-model job's: the grant's choice
-    resident = worker.resident
-    if model is not None and model != resident:  # that is, ``grant.swap``
-        # set_resident inlined (the hot path; the popping worker is live).
-        residents = d.residents
-        if resident is not None:
-            left = residents[resident] - 1
-            if left:
-                residents[resident] = left
-            else:
-                del residents[resident]
-        residents[model] = residents.get(model, 0) + 1
-        worker.resident = model
-        d.swaps += 1
-    lease = entry.grant.lease
-    if lease is not None:
-        _heappush(
-            d.deadlines, new_item(Deadline, (lease.deadline, entry.job.seq, id(entry), entry))
-        )
 
 
 def lease_of(d: State, job: Job, worker: _Worker, t: float) -> Lease:
@@ -187,21 +133,22 @@ def count_reorders(d: State, level: Level, job: Job, resident: str | None) -> No
 
     Each ranking's ``best`` is an offer ``(lane, entry, affinity)``.
     """
-    counts = level.reorders
     # Without affinity: the real ranking's main heap, each lane offering its head.
+    affinity = aging = tier = fair_share = False
     if resident is not None and (offer := d.ranking.best(None)) is not None:
         _, entry, _ = offer
-        counts.affinity += entry.job is not job
+        affinity = entry.job is not job
     no_aging, no_tier, no_fair = d.counterfactuals
     if (offer := no_aging.best(resident)) is not None:
         _, entry, _ = offer
-        counts.aging += entry.job is not job
+        aging = entry.job is not job
     if (offer := no_tier.best(resident)) is not None:
         _, entry, _ = offer
-        counts.tier += entry.job is not job
+        tier = entry.job is not job
     if (offer := no_fair.best(resident)) is not None:
         _, entry, _ = offer
-        counts.fair_share += entry.job is not job
+        fair_share = entry.job is not job
+    level.reorders.add(affinity, aging, tier, fair_share)
 
 
 def finish(d: State, entry: _Entry, runtime: float, now: float, final: float) -> None:
@@ -211,8 +158,8 @@ def finish(d: State, entry: _Entry, runtime: float, now: float, final: float) ->
     d.release(entry)
     moved = d.crossings.pop(entry, None)
     if moved is not None:  # the crossing credit moves by the measured, not expected, time
-        d.credit += moved[0] * (runtime - moved[1])
-    lane.owner.gpu_seconds += final
+        d.earn(moved[0] * (runtime - moved[1]))
+    lane.owner.used(final)
     if d.fair_share:
         settled = lane.settled + final / entry.capacity
         if settled > now or (lane.live and d.levels[lane.level].lanes == 1):
@@ -220,27 +167,16 @@ def finish(d: State, entry: _Entry, runtime: float, now: float, final: float) ->
             # exactly as a producer that resubmits one job at a time would be lifted: lag
             # accrued while other levels used the GPU is not fair-share debt.
             settled = now
-        lane.settled = settled
-        lane.s = settled + lane.held if lane.holding else settled  # set_s, inlined
+        lane.settle(settled)
         if lane.live:  # d.refile(lane, now), inlined (the hot path)
             lane.log_s(now)
             d.note_s(lane)
-            d.touch(lane)
+            lane.touch(d.dirty)
     else:
         d.drop_lane(lane, job.id)
     # The recent runtimes: for the retry-after estimate and, per model and per level,
     # for the expected charge.
-    model = job.model
-    d.recent.append((now, runtime, model))
-    if model is not None:
-        recent = d.recent_model.get(model)
-        if recent is None:
-            recent = d.recent_model[model] = deque(maxlen=RECENT_PER_KEY)
-        recent.append(runtime)
-    by_level = d.recent_level.get(job.priority)
-    if by_level is None:
-        by_level = d.recent_level[job.priority] = deque(maxlen=RECENT_PER_KEY)
-    by_level.append(runtime)
+    d.runtimes.add(now, runtime, job.model, job.priority)
 
 
 def take_back(
@@ -255,7 +191,7 @@ def take_back(
         held = max(0.0, now - entry.granted_at)
         moved = d.crossings.pop(entry, None)
         if moved is not None:  # the crossing credit counts the GPU time really held (issue 26)
-            d.credit += moved[0] * (held - moved[1])
+            d.earn(moved[0] * (held - moved[1]))
         if d.fair_share:
             lane.set_s()
             d.refile(lane, now)
@@ -318,10 +254,10 @@ def complete(
     else:
         final = final_charge(d, entry.job, measured, charge)
     d.tick(t)
-    entry.worker.last_seen = t
+    entry.worker.heard(t)
     finish(d, entry, measured, t, final)
     d.groups.move(job_id, "done", used=measured)
-    entry.lane.owner.completed += 1
+    entry.lane.owner.done()
     d.totals["completed"] += 1
     return Completed(job=entry.job, runtime=measured, charge=final)
 
@@ -406,7 +342,7 @@ def remove(
         final = final_charge(d, entry.job, runtime, charge)
         d.tick(t)
         if worker is not None:
-            entry.worker.last_seen = t  # the worker spoke (a client's cancel does not)
+            entry.worker.heard(t)  # the worker spoke (a client's cancel does not)
         finish(d, entry, runtime, t, final)
         job = entry.job
         if retry and entry.attempt < (job.max_attempts or d.max_attempts):
@@ -417,7 +353,7 @@ def remove(
                 d.park(job, entry.attempt + 1, t + delay)
             else:
                 again = d.enqueue(job, attempt=entry.attempt + 1, now=t, requeue=False)
-                again.queued_at = t
+                again.requeued(t)
         else:
             d.groups.move(job_id, outcome, used=runtime)
     else:

@@ -15,8 +15,9 @@ from typing import NamedTuple
 
 import attrs
 
-from prioqueue._lanes import QUEUED, _Entry, _Lane, _Ranking
-from prioqueue.records import Expired, Job, MemberStats, Reorders
+from prioqueue._lanes import PARKED, QUEUED, _Entry, _Lane
+from prioqueue._rankings import _Ranking
+from prioqueue.records import Expired, Job, Reorders
 from prioqueue.scoring import ScoreBreakdown
 
 __all__: list[str] = []  # private module
@@ -89,6 +90,17 @@ class ReorderCounts:
     fair_share: int = 0
     deferred: int = 0  # crossings deferred (counted at the level of the job that would cross)
 
+    def add(self, affinity: bool, aging: bool, tier: bool, fair_share: bool) -> None:
+        """Count one grant's reorders: each term without which another job would have won."""
+        self.affinity += affinity
+        self.aging += aging
+        self.tier += tier
+        self.fair_share += fair_share
+
+    def defer(self) -> None:
+        """Count one crossing deferred."""
+        self.deferred += 1
+
     def frozen(self) -> Reorders:
         """The public, frozen counts."""
         return Reorders(self.aging, self.affinity, self.tier, self.fair_share, self.deferred)
@@ -123,6 +135,46 @@ class Level:
         # overdue rule's warm choice (``choose.overdue_offer``). Model-less jobs are not filed.
         self.by_model: dict[str, list[Arrival]] = {}
         self.backlog: list[Backlog] = []
+
+    def add(self, item: Arrival) -> None:
+        """A queued entry joins the level: counted and filed (``file``). O(k log n)."""
+        self.queued += 1
+        self.sum_arrival += item.arrival
+        self.file(item)
+        if len(self.arrivals) > 2 * self.queued + 64:
+            self.compact()
+
+    def remove(self, arrival: float, emptied: bool) -> None:
+        """A queued entry leaves (the heaps drop it lazily); ``emptied``: its lane with it."""
+        self.queued -= 1
+        self.sum_arrival -= arrival
+        if self.queued == 0:
+            self.sum_arrival = 0.0  # no float drift left behind
+        if emptied:
+            self.lanes -= 1
+
+    def backlogged(self) -> None:
+        """One more lane of the level is backlogged."""
+        self.lanes += 1
+
+    def granted(self, wait: float, bucket: int) -> None:
+        """Count a grant at the level: its wait, in the wait histogram's ``bucket``."""
+        self.dispatched += 1
+        self.total_wait += wait
+        self.buckets[bucket] += 1
+
+    def note_s(self, lane: _Lane, live: int) -> None:
+        """Record a backlogged lane's current ``s`` for the lift's minimum.
+
+        The heap is rebuilt when its stale items outnumber the ``live`` backlogged lanes (of
+        every level).
+        """
+        backlog = self.backlog
+        heappush(backlog, new_item(Backlog, (lane.s, lane.ident, lane)))
+        if len(backlog) > 2 * live + 64:
+            current = {item.lane.ident: item.lane for item in backlog if item.lane.live}
+            self.backlog = [Backlog(lane.s, key, lane) for key, lane in current.items()]
+            heapify(self.backlog)
 
     def lift_floor(
         self,
@@ -215,21 +267,6 @@ class Level:
         return arrivals[0] if arrivals else None
 
 
-@attrs.define(eq=False)
-class Member:
-    """Per-member counts."""
-
-    queued: int = 0
-    running: int = 0
-    dispatched: int = 0
-    completed: int = 0
-    gpu_seconds: float = 0.0
-
-    def frozen(self, member: str) -> MemberStats:
-        """The public, frozen counts of ``member`` (the fields are ``MemberStats``')."""
-        return MemberStats(member, **attrs.asdict(self, recurse=False))
-
-
 class History:
     """The remembered grants for ``explain``, within a count and an estimated byte budget."""
 
@@ -250,9 +287,6 @@ class History:
             total -= records.popleft().size
         self.size = total
 
-
-#: The entry state of a delayed job (``_lanes`` has QUEUED 0, RUNNING 1, GONE 2).
-PARKED = 3
 
 LAPSE = 0  # before RELEASE at the same time: a job that expires at r never enters at r
 RELEASE = 1
@@ -340,6 +374,24 @@ class Timers:
             heappop(heap)
         self.next = math.inf
         return best
+
+    def check(self, parked: list[_Entry], queued: list[_Entry]) -> None:
+        """Assert the timers' invariants against the delayed and queued entries (for tests).
+
+        Every delayed job has its release timer and every queued job with a ttl its lapse
+        timer; the delayed counts are those of ``parked``; ``next`` is never late. O(T + n).
+        """
+        assert sum(self.parked.values()) == len(parked)
+        assert all(v > 0 for v in self.parked.values())
+        timers = {id(item.entry) for item in self.heap}
+        for entry in parked:
+            assert id(entry) in timers
+            assert entry.job.deadline is None or entry.queued_at < math.inf
+        for entry in queued:
+            if entry.job.deadline is not None:
+                assert id(entry) in timers
+        if self.heap:
+            assert self.next <= min(item.at for item in self.heap)
 
     def drain(self) -> list[Expired]:
         """Hand over the buffered ``cause="ttl"`` reports."""

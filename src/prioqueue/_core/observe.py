@@ -23,11 +23,10 @@ from prioqueue._core.forecast import (
     lane_s_at,
     overtakes,
 )
-from prioqueue._core.items import PARKED
 from prioqueue._core.starving import OVERDUE_BAND, aging_exemption
 from prioqueue._core.state import State
 from prioqueue._groups import GroupStatus, checked_group
-from prioqueue._lanes import RUNNING, _Entry, _Lane
+from prioqueue._lanes import PARKED, RUNNING, _Entry, _Lane
 from prioqueue._validate import count_or_none
 from prioqueue.records import (
     AheadJob,
@@ -56,7 +55,7 @@ def runtime_estimator(d: State) -> Callable[[Job], float | None]:
     here, not once per job. O(64).
     """
     sums: dict[str | None, list[float]] = {}
-    for _, runtime, model in d.recent:
+    for _, runtime, model in d.runtimes.recent:
         total = sums.setdefault(model, [0.0, 0.0])
         total[0] += runtime
         total[1] += 1

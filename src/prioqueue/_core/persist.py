@@ -22,11 +22,10 @@ from typing import Any
 import attrs
 
 from prioqueue._core.config import LEVEL_LIMIT, RECENT_PER_KEY
-from prioqueue._core.items import PARKED
 from prioqueue._core.persist_workers import _bool, _int, dump_workers, granted_as, load_workers
 from prioqueue._core.state import State
 from prioqueue._errors import DuplicateJob
-from prioqueue._lanes import RUNNING, _Entry
+from prioqueue._lanes import PARKED, _Entry
 from prioqueue._validate import checked_name, finite, positive_or_none
 from prioqueue.capabilities import checked_needs
 from prioqueue.lease import Lease
@@ -81,8 +80,8 @@ def dump(d: State, t: float) -> dict[str, Any]:
         # The runtimes behind the expected charge: restoring them makes the next grants the
         # same as without the restart.
         "recent": {
-            "models": {model: list(r) for model, r in d.recent_model.items()},
-            "levels": {str(level): list(r) for level, r in d.recent_level.items()},
+            "models": {model: list(r) for model, r in d.runtimes.by_model.items()},
+            "levels": {str(level): list(r) for level, r in d.runtimes.by_level.items()},
         },
     }
     # The job lifecycle (docs/design/lifecycle.md): delayed jobs with their release times,
@@ -158,7 +157,7 @@ def load(
             )
             queued_at = record.get("queued_at")
             if queued_at is not None:  # a requeued job's warm hold counts from its requeue
-                entry.queued_at = finite("queued_at", finite("queued_at", queued_at) + shift)
+                entry.requeued(finite("queued_at", finite("queued_at", queued_at) + shift))
         if not d.fair_share:
             _held_in_grant_order(d, held)
         _load_lifecycle(d, state, shift, seqs, top_seq)
@@ -372,21 +371,16 @@ def _restore_held(
         _int("attempt", record["attempt"], 1),
         job.arrival if queued_at is None else finite("queued_at", finite("q", queued_at) + shift),
     )
-    entry.state = RUNNING
-    entry.granted_at = granted_at
-    entry.worker = worker
-    entry.capacity = capacity
-    entry.charged = charged if d.fair_share else 0.0
     crossing = _crossing(job, record.get("crossing"))
     end = record.get("expected_end")  # absent in older snapshots: from the recent runtimes
-    entry.expected_end = (
+    expected_end = (
         granted_at + d.expected_runtime(job)
         if end is None
         else finite("expected_end", finite("expected_end", end) + shift)
     )
     lease = None if seconds is None else Lease(granted_at=granted_at, seconds=seconds)
     granted_model = record.get("granted_model")
-    entry.grant = Grant(
+    grant = Grant(
         job=job if granted_model is None else granted_as(job, granted_model),
         score=ScoreBreakdown(**record["score"]),
         lease=lease,
@@ -396,6 +390,8 @@ def _restore_held(
         swap=bool(record["swap"]),
         worker=worker.name if d.name_in_grants else None,
     )
+    charged = charged if d.fair_share else 0.0
+    entry.hand_to(worker, granted_at, charged, expected_end, capacity, grant)
     d.restore_held(entry, crossing)
 
 

@@ -68,17 +68,17 @@ def load_workers(d: State, records: Any, shift: float) -> None:
             raise ValueError(
                 f"worker {name!r}: models must be a list of names or None, got {models!r}"
             )
-        worker.models = (
-            None if models is None else frozenset(checked_name("model", m) for m in models)
+        served = None if models is None else frozenset(checked_name("model", m) for m in models)
+        slots = _int("slots", record["slots"], 1)
+        slow = _bool("slow", record["slow"])
+        worker.configure(
+            served, slots, slow, None, checked_capabilities(record.get("capabilities"))
         )
-        worker.slots = _int("slots", record["slots"], 1)
-        worker.slow = _bool("slow", record["slow"])
-        worker.capabilities = checked_capabilities(record.get("capabilities"))
         resident = record["resident"]
         if resident is not None:
-            worker.resident = checked_name("resident", resident)
+            worker.load(checked_name("resident", resident))
         # A timed-out worker stays out of the capacity until it speaks again.
-        worker.timed_out = _bool("timed_out", record.get("timed_out", False))
+        worker.set_timed_out(_bool("timed_out", record.get("timed_out", False)))
         d.restore_worker(worker)
 
 

@@ -23,11 +23,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prioqueue._core.config import DEFAULT_EXPECTED_RUNTIME
-from prioqueue._core.items import LAPSE, PARKED
+from prioqueue._core.items import LAPSE
 from prioqueue._core.state import State
 from prioqueue._errors import DuplicateJob, Overloaded, QueueFull
-from prioqueue._lanes import QUEUED, RUNNING, _Entry
+from prioqueue._lanes import PARKED, QUEUED, RUNNING, _Entry
 from prioqueue._spec import JobSpec, check_options
 from prioqueue._validate import TIME_LIMIT
 from prioqueue.lifecycle import LevelBudget
@@ -56,7 +55,7 @@ def fire_due(d: State, t: float) -> None:
     timers = d.timers
     while (timer := timers.due(t)) is not None:
         at, kind, _, _, entry = timer
-        d.now = max(d.now, at)
+        d.advance(at)
         if kind == LAPSE:
             if entry.state == QUEUED:
                 d.drop_queued(entry)
@@ -67,7 +66,7 @@ def fire_due(d: State, t: float) -> None:
         elif entry.state == PARKED:
             d.unpark(entry)
             released = d.enqueue(entry.job, attempt=entry.attempt, now=at, requeue=False)
-            released.queued_at = at  # a retry's warm hold counts from its release
+            released.requeued(at)  # a retry's warm hold counts from its release
 
 
 def submit(d: State, job_id: str, spec: JobSpec, now: float) -> Ticket:
@@ -92,13 +91,12 @@ def submit(d: State, job_id: str, spec: JobSpec, now: float) -> Ticket:
     member = spec.member
     d.member(member)  # a member is known from its first submit (a delayed one included)
     eligible = not_before if delayed and not_before is not None else t
-    d.seq += 1
     # Positional on purpose (the hot path; keywords cost about 20 % of the construction), in
     # Job's field order: id, member, priority, tier, tier_bonus, model, estimate, arrival,
     # seq, payload, deadline, not_before, max_attempts, backoff, needs.
     job = Job(
         job_id, member, spec.level, spec.tier, spec.tier_bonus, spec.model, spec.estimate,
-        eligible, d.seq, spec.payload, None if ttl is None else eligible + ttl,
+        eligible, d.next_seq(), spec.payload, None if ttl is None else eligible + ttl,
         not_before if delayed else None, spec.max_attempts, spec.backoff, spec.needs,
     )  # fmt: skip
     if delayed:
@@ -248,7 +246,5 @@ def forecast_wait(d: State, level: int, more: Mapping[int, int] | None = None) -
         stats = levels.get(number)
         count = (0 if stats is None else stats.queued) + (more.get(number, 0) if more else 0)
         if count:
-            recent = d.recent_level.get(number)
-            mean = sum(recent) / len(recent) if recent else DEFAULT_EXPECTED_RUNTIME
-            ahead += count * mean
+            ahead += count * d.runtimes.level_mean(number)
     return ahead / max(1, d.live)

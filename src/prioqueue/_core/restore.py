@@ -22,6 +22,7 @@ _D = TypeVar("_D")
 
 def restored(
     make: Callable[..., _D],
+    core_of: Callable[[_D], State],
     state: Mapping[str, Any],
     scorer: Scorer | None,
     now: float | None,
@@ -38,8 +39,7 @@ def restored(
     """
     # The constructor's own errors (ConfigError, TypeError) are not the snapshot's fault.
     dispatcher = make(scorer, **restored_options(state, options))
-    built: Any = dispatcher  # a facade: it holds the state
-    d: State = built._state
+    d = core_of(dispatcher)  # the facade's own reader of the state it holds
     load(d, state, now, require_lease=require_lease)
     restore_groups(d.groups, state.get("groups"), d.entries)
     return dispatcher

@@ -24,24 +24,23 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from heapq import heapify, heappush
+from heapq import heappush
 
-from prioqueue._core.config import DEFAULT_EXPECTED_RUNTIME, DEFAULT_RETRY_AFTER, RECENT, Config
+from prioqueue._core.config import Config
 from prioqueue._core.items import (
     LAPSE,
-    PARKED,
     Arrival,
-    Backlog,
     Deadline,
     History,
     Level,
-    Member,
     Timers,
     new_item,
 )
+from prioqueue._core.runtimes import Runtimes
 from prioqueue._errors import UnknownJob, UnknownWorker
 from prioqueue._groups import GroupBook
-from prioqueue._lanes import GONE, _BonusCache, _Entry, _Lane, rankings
+from prioqueue._lanes import Member, _Entry, _Lane
+from prioqueue._rankings import _BonusCache, rankings
 from prioqueue._validate import TIME_LIMIT, finite
 from prioqueue._workers import SeenOrder, _Worker
 from prioqueue.records import Expired, Job
@@ -96,9 +95,9 @@ class State:
         self.residents: dict[str, int] = {}  # resident model -> live workers with it
         self.seq = 0
         self.now = -TIME_LIMIT
-        self.recent: deque[tuple[float, float, str | None]] = deque(maxlen=RECENT)
-        self.recent_model: dict[str, deque[float]] = {}
-        self.recent_level: dict[int, deque[float]] = {}
+        self.runtimes = Runtimes()
+        self.expected_runtime = self.runtimes.expected  # the expected runtime of a job
+        self.retry_after = self.runtimes.retry_after  # ``QueueFull.retry_after``
         self.history = History(config.history, config.history_bytes)
         self.dispatches = 0  # grants so far (the history's record numbers)
         totals = ("dispatched", "completed", "cancelled", "expired", "failed", "ttl_expired")
@@ -146,30 +145,6 @@ class State:
         """The entries in ``state`` (``QUEUED``, ``RUNNING`` or ``PARKED``). O(n)."""
         return [e for e in self.entries.values() if e.state == state]
 
-    def expected_runtime(self, job: Job) -> float:
-        """The job's estimate, else the mean of its model's or level's last 8, else 60 s."""
-        if job.estimate is not None:
-            return job.estimate
-        if job.model is not None:
-            recent = self.recent_model.get(job.model)
-            if recent:
-                return sum(recent) / len(recent)
-        recent = self.recent_level.get(job.priority)
-        if recent:
-            return sum(recent) / len(recent)
-        return DEFAULT_EXPECTED_RUNTIME
-
-    def retry_after(self) -> float:
-        """``QueueFull.retry_after``: the recent completion interval (at least 1 s)."""
-        recent = self.recent
-        if len(recent) >= 2:
-            span = recent[-1][0] - recent[0][0]
-            if span > 0:
-                return max(1.0, math.ceil(span / (len(recent) - 1)))
-        if recent:
-            return max(1.0, math.ceil(recent[-1][1]))
-        return DEFAULT_RETRY_AFTER
-
     # ------------------------------------------------------------------ time
 
     def tick(self, now: object) -> float:
@@ -179,6 +154,15 @@ class State:
             return now  # type: ignore[return-value,unused-ignore]
         self.now = t = self.checked_now(now)
         return t
+
+    def advance(self, at: float) -> None:
+        """Move the clock to ``at`` when it is later (a timer fired at its own time)."""
+        self.now = max(self.now, at)
+
+    def next_seq(self) -> int:
+        """The next submission's sequence number (counted). O(1)."""
+        self.seq += 1
+        return self.seq
 
     def checked_now(self, now: object) -> float:
         """``now`` as ``tick`` would take it, the clock left as it is (a preview's). O(1)."""
@@ -208,16 +192,6 @@ class State:
             stats = self.members[member] = Member()
         return stats
 
-    def touch(self, lane: _Lane) -> None:
-        """Mark a lane for re-ranking after any change of its head, candidates or ``s``.
-
-        Its old heap items go stale at once (the version changes); fresh ones are pushed by
-        ``flush`` just before the next ranking query, so a lane changed twice between two
-        grants is re-ranked once.
-        """
-        lane.version += 1
-        self.dirty[id(lane)] = lane
-
     def flush(self) -> None:
         """Push the fresh heap items of every lane changed since the last flush."""
         dirty = self.dirty
@@ -240,29 +214,22 @@ class State:
     def new_lane(self, member: str, level: int, s: float) -> _Lane:
         """Make a lane (the caller files it under its key) with its member's statistics."""
         self.idents += 1
-        lane = _Lane(member, level, s, self.idents)
         # Versions unique across lanes: a job's lane dropped and made again (a retry without
         # fair share) has heap items equal to the old lane's but for the version.
-        lane.version = self.idents << 32
-        lane.owner = self.member(member)
+        lane = _Lane(member, level, s, self.idents, self.member(member), self.idents << 32)
         self.level(level)
         return lane
 
     def note_s(self, lane: _Lane) -> None:
         """Record a backlogged lane's current ``s`` for the lift's minimum (fair share only)."""
-        level = self.levels[lane.level]
-        heappush(level.backlog, new_item(Backlog, (lane.s, lane.ident, lane)))
-        if len(level.backlog) > 2 * self.backlogged + 64:
-            current = {item.lane.ident: item.lane for item in level.backlog if item.lane.live}
-            level.backlog = [Backlog(lane.s, key, lane) for key, lane in current.items()]
-            heapify(level.backlog)
+        self.levels[lane.level].note_s(lane, self.backlogged)
 
     def refile(self, lane: _Lane, now: float) -> None:
         """Re-rank a lane whose ``s`` changed at ``now``, when it is backlogged."""
         if lane.live:
             lane.log_s(now)
             self.note_s(lane)
-            self.touch(lane)
+            lane.touch(self.dirty)
 
     def drop_lane(self, lane: _Lane, job_id: str) -> None:
         """Without fair share, forget a job's own lane once it is empty and holds nothing."""
@@ -287,9 +254,9 @@ class State:
 
     def seen(self, worker: _Worker, t: float) -> None:
         """Mark the worker heard from at ``t``, reviving it when it had timed out."""
-        worker.last_seen = t
+        worker.heard(t)
         if worker.timed_out:
-            worker.timed_out = False
+            worker.set_timed_out(False)
             self.seen_order.push(worker)
             self.live += 1
             if worker.resident is not None:
@@ -297,7 +264,7 @@ class State:
 
     def time_out(self, worker: _Worker) -> None:
         """A worker silent for ``worker_timeout`` leaves the capacity (its jobs stay held)."""
-        worker.timed_out = True
+        worker.set_timed_out(True)
         self.live -= 1
         self.drop_resident(worker)
 
@@ -307,7 +274,7 @@ class State:
             return
         if not worker.timed_out:
             self.drop_resident(worker)
-        worker.resident = model
+        worker.load(model)
         if not worker.timed_out and model is not None:
             self.residents[model] = self.residents.get(model, 0) + 1
 
@@ -341,61 +308,46 @@ class State:
             self.timers.push(job.deadline, LAPSE, entry)
         was_backlogged = lane.live > 0
         if not was_backlogged and self.fair_share and not requeue and lift:
-            lane.settled = max(
-                lane.settled,
+            lane.lift(
                 min(
                     now,
                     level.lift_floor(
                         job, self.residents, self.affinity, self.ranking, self.divisor
                     ),
-                ),
+                )
             )
-            lane.set_s()
         if requeue:
             lane.appendleft(entry)
         else:
             lane.append(entry)
-        level.queued += 1
-        level.sum_arrival += job.arrival
-        level.file(new_item(Arrival, (job.arrival, job.seq, attempt, entry)))
-        lane.owner.queued += 1
+        level.add(new_item(Arrival, (job.arrival, job.seq, attempt, entry)))
         if not was_backlogged:
             self.backlogged += 1
-            level.lanes += 1
+            level.backlogged()
             lane.s_log.clear()
             lane.log_s(now)
             if self.fair_share:
                 self.note_s(lane)
         if not was_backlogged or requeue:
-            self.touch(lane)
+            lane.touch(self.dirty)
         elif lane.leads(entry):
             # The head and s are unchanged, but the lane may now be eligible for this model.
-            self.touch(lane)
-        if len(level.arrivals) > 2 * level.queued + 64:
-            level.compact()
+            lane.touch(self.dirty)
         return entry
 
     def dequeue(self, entry: _Entry) -> None:
         """Take a queued entry out of its lane's accounting (the deques drop it lazily)."""
         job = entry.job
         lane = entry.lane
-        lane.live -= 1
-        level = self.levels[job.priority]
-        level.queued -= 1
-        level.sum_arrival -= job.arrival
-        if level.queued == 0:
-            level.sum_arrival = 0.0  # no float drift left behind
-        lane.owner.queued -= 1
-        if lane.live == 0:
+        emptied = lane.drop()
+        self.levels[job.priority].remove(job.arrival, emptied)
+        if emptied:
             self.backlogged -= 1
-            level.lanes -= 1
-            lane.jobs.clear()
-            lane.by_model.clear()
-        self.touch(lane)
+        lane.touch(self.dirty)
 
     def drop_queued(self, entry: _Entry) -> None:
         """A queued entry leaves for good (cancelled, failed or lapsed)."""
-        entry.state = GONE
+        entry.close()
         del self.entries[entry.job.id]
         self.dequeue(entry)
         self.drop_lane(entry.lane, entry.job.id)
@@ -405,7 +357,7 @@ class State:
     def park(self, job: Job, attempt: int, release_at: float) -> _Entry:
         """File a delayed job: known and ``"queued"``, in no lane until ``release_at``."""
         entry = _Entry(job, None, attempt, release_at, self.dispatches)  # type: ignore[arg-type]
-        entry.state = PARKED
+        entry.park()
         self.entries[job.id] = entry
         self.level(job.priority)  # a level is known from its first job on, delayed or not
         self.timers.park(entry)
@@ -413,7 +365,7 @@ class State:
 
     def unpark(self, entry: _Entry) -> None:
         """Take a parked entry out (released, lapsed, cancelled or failed). O(1)."""
-        entry.state = GONE
+        entry.close()
         del self.entries[entry.job.id]
         self.timers.unpark(entry.job.priority)
 
@@ -435,16 +387,52 @@ class State:
 
     # ------------------------------------------------------------------ grants
 
+    def dispatched(self) -> int:
+        """Count a grant; its number (the history's record number). O(1)."""
+        self.dispatches += 1
+        return self.dispatches
+
+    def earn(self, credit: float) -> None:
+        """Move the crossing credit by ``credit`` GPU-s (negative: spent)."""
+        self.credit += credit
+
+    def hand_over(self, entry: _Entry, worker: _Worker, t: float, charged: float) -> None:
+        """Move a granted entry to its worker (its model resident there); charge its lane."""
+        lane = entry.lane
+        self.dequeue(entry)
+        self.held += 1
+        worker.take(entry, t)
+        lane.hold(charged)
+        # s only grew: the lift's minimum re-files the lane when its old item surfaces
+        # (``Level.lift_floor``), and ``s_log``, for explain, follows the settled part.
+        model = entry.grant.job.model  # a multi-model job's: the grant's choice
+        resident = worker.resident
+        if model is not None and model != resident:  # that is, ``grant.swap``
+            # set_resident inlined (the hot path; the popping worker is live).
+            residents = self.residents
+            if resident is not None:
+                left = residents[resident] - 1
+                if left:
+                    residents[resident] = left
+                else:
+                    del residents[resident]
+            residents[model] = residents.get(model, 0) + 1
+            worker.load(model)
+            self.swaps += 1
+        lease = entry.grant.lease
+        if lease is not None:
+            heappush(
+                self.deadlines,
+                new_item(Deadline, (lease.deadline, entry.job.seq, id(entry), entry)),
+            )
+
     def release(self, entry: _Entry) -> None:
         """Take a held entry off its worker and its lane's ``held`` (no state check)."""
-        entry.state = GONE
+        entry.close()
         del self.entries[entry.job.id]
         self.held -= 1
-        entry.worker.held.remove(entry)
-        lane = entry.lane
-        lane.owner.running -= 1
-        lane.holding -= 1
-        lane.held = lane.held - entry.charged if lane.holding else 0.0
+        entry.worker.let_go(entry)
+        entry.lane.unhold(entry.charged)
 
     # ------------------------------------------------------------------ restore
 
@@ -458,8 +446,7 @@ class State:
     ) -> None:
         """A restored state's crossing credit and recent runtimes."""
         self.credit = credit
-        self.recent_model.update(models)
-        self.recent_level.update(levels)
+        self.runtimes.restore(models, levels)
 
     def lane_for(self, key: tuple[str, int] | str, member: str, level: int, s: float) -> _Lane:
         """The lane filed under ``key``, made (starting at ``s``) when there is none."""
@@ -482,14 +469,11 @@ class State:
         lane = entry.lane
         self.entries[entry.job.id] = entry
         self.held += 1
-        entry.worker.held.append(entry)
-        lane.holding += 1
-        lane.owner.running += 1
-        lane.held += entry.charged
-        lane.set_s()
+        entry.worker.keep(entry)
+        lane.hold_restored(entry.charged)
         if lane.live:
             self.note_s(lane)
-            self.touch(lane)
+            lane.touch(self.dirty)
         if crossing is not None and crossing[0]:
             self.crossings[entry] = crossing
         lease = entry.grant.lease
