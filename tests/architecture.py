@@ -12,11 +12,9 @@ rules; ``tests/test_architecture.py`` asserts them:
 * state has one owner (issue 29): no attribute is assigned on an object other than ``self``
   or ``cls`` outside the module that defines its class (:func:`foreign_assignments`), and no
   ``obj._private`` is reached from a module that does not define it (:func:`private_reaches`).
-  Both are asserted for :func:`owned` (the driver and its users, the core with its
-  structures and facades, the gateway, the simulator, the broker, the client, the stores and
-  the reference model, so far) and can be widened to
-  the whole tree (``modules=None``); ``python tests/architecture.py`` prints the whole-tree
-  counts.
+  Both are asserted for the whole tree (every module under ``src``, any added later too);
+  the only exceptions are other libraries' documented setters and names
+  (``THIRD_PARTY_SETTERS``, ``THIRD_PARTY_PRIVATE``), each with its reason.
 * the core has one owner (issue 29, item 1): only the core's own modules and its facades
   (``CORE_FACADES``: ``dispatcher``, ``fleet``) import ``prioqueue._core`` (:func:`core_imports`);
 * one clock (issue 29, item 6): no ``time.time``/``time.monotonic``/``time.sleep``/
@@ -46,40 +44,6 @@ MAX_MODULE_LINES = 500
 ONE_THING = "one concern, past the 500-line gauge on purpose"
 HARD_MODULE_LINES = 700
 MAX_FUNCTION_LINES = 80
-OWNED = (
-    "prioqueue._driver",
-    "prioqueue._driver._alarm",
-    "prioqueue._driver._core",
-    "prioqueue._driver._driver",
-    "prioqueue._driver._policy",
-    "prioqueue._driver._reader",
-    "prioqueue._driver._turn",
-    "prioqueue._asyncio_chain",
-    "prioqueue.asyncio",
-    "prioqueue.gateway._fleetgate",
-    "prioqueue.gateway._fleetpull",
-    "prioqueue._lanes",
-    "prioqueue._rankings",
-    "prioqueue._workers",
-    "prioqueue._groups",
-    "prioqueue.dispatcher",
-    "prioqueue.fleet",
-)
-"""The modules held to the ownership rules so far (issue 29, item 2: the driver and its users;
-item 1: the core's structures and its facades)."""
-OWNED_PACKAGES = (
-    "prioqueue._core",
-    "prioqueue.gateway",
-    "prioqueue.sim",
-    "prioqueue.broker",
-    "prioqueue.client",
-    "prioqueue.store",
-    "prioqueue.testing",
-    "prioqueue._async_errors",
-    "prioqueue.cli",
-)
-"""Packages (or modules) held to the ownership rules whole (every module in them, and any
-added later)."""
 THIRD_PARTY_SETTERS = frozenset(
     {
         "self.server.should_exit",
@@ -111,12 +75,6 @@ the core's state (issue 29, item 1). No exception remains: the dashboard model a
 read the dispatchers' views, and the constants other packages need are re-exported by
 ``prioqueue.dispatcher`` (``DEFAULT_CROSSING_SHARE``) or read from ``prioqueue._spec``
 (``LEVEL_LIMIT``)."""
-
-
-def owned() -> tuple[str, ...]:
-    """``OWNED`` and every module of ``OWNED_PACKAGES``, sorted."""
-    inside = (m for m in modules() if any(m == p or m.startswith(p + ".") for p in OWNED_PACKAGES))
-    return tuple(sorted({*OWNED, *inside}))
 
 
 CLOCK_MODULES = ("prioqueue.clock", "prioqueue.store.clock", "prioqueue.client._supervise")
@@ -357,7 +315,7 @@ def _sources(scope: Iterable[str] | None) -> dict[str, ast.Module]:
 
 
 def foreign_assignments(
-    scope: Iterable[str] | None = OWNED, *, trees: dict[str, ast.Module] | None = None
+    scope: Iterable[str] | None = None, *, trees: dict[str, ast.Module] | None = None
 ) -> list[str]:
     """``module:line obj.attr`` for each assignment (or ``del``) of an attribute on an object
     other than ``self``/``cls`` that no class of the module declares.
@@ -382,7 +340,7 @@ def foreign_assignments(
 
 
 def private_reaches(
-    scope: Iterable[str] | None = OWNED,
+    scope: Iterable[str] | None = None,
     *,
     into: str | None = None,
     trees: dict[str, ast.Module] | None = None,
@@ -633,8 +591,8 @@ def main() -> int:
         "imports of the core outside it and its facades": core_imports(graph),
         f"modules over {MAX_MODULE_LINES} lines": long_modules(),
         f"functions over {MAX_FUNCTION_LINES} lines": long_functions(),
-        "foreign attribute assignments (owned modules)": foreign_assignments(owned()),
-        "private reaches (owned modules)": private_reaches(owned()),
+        "foreign attribute assignments": foreign_assignments(),
+        "private reaches": private_reaches(),
         "private reaches into prioqueue._driver (whole tree)": private_reaches(
             None, into="prioqueue._driver"
         ),
@@ -645,9 +603,6 @@ def main() -> int:
         print(f"\n{title}: {len(items)}")
         for item in items:
             print(f"  {item}")
-    # Not yet enforced beyond OWNED: other areas are being rewritten (issue 29).
-    print(f"\nwhole tree, foreign attribute assignments: {len(foreign_assignments(None))}")
-    print(f"whole tree, private reaches: {len(private_reaches(None))}")
     return 1 if any(problems.values()) else 0
 
 

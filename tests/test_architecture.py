@@ -55,29 +55,16 @@ def test_the_graph_sees_every_kind_of_import() -> None:
     ) == ["prioqueue.broker.cli -> prioqueue.gateway._server"]
 
 
-def test_the_driver_and_its_users_assign_only_what_they_own() -> None:
+def test_every_module_assigns_only_what_it_owns() -> None:
     # Issue 29: no attribute assignment on an object other than self/cls outside the module
-    # that defines its class; the driver and its users, the core with its structures and
-    # facades, the gateway, the simulator, the broker, the client, the stores and the reference
-    # model (prioqueue.testing) so far (``architecture.owned()``), widened as each area is
-    # rewritten (``python tests/architecture.py`` prints the whole-tree count).
-    assert architecture.foreign_assignments(architecture.owned()) == []
+    # that defines its class, in every module under src (the core and its structures, the
+    # facades, the driver, the adapters, the reference model; any module added later too).
+    assert architecture.foreign_assignments() == []
 
 
-def test_the_core_and_its_structures_are_held_to_the_ownership_rules() -> None:
-    # Issue 29, item 1: every module of the core (any added later too), the structures it
-    # writes through their owners' methods, and its two facades.
-    owned = architecture.owned()
-    core = [m for m in architecture.modules() if m.startswith(architecture.CORE + ".")]
-    assert core
-    assert set(core) <= set(owned)
-    structures = ("prioqueue._lanes", "prioqueue._rankings", "prioqueue._workers")
-    assert {*structures, "prioqueue._groups", *architecture.CORE_FACADES} <= set(owned)
-
-
-def test_nothing_reaches_into_private_fields_of_the_driver_or_its_users() -> None:
-    assert architecture.private_reaches(architecture.owned()) == []
-    assert architecture.private_reaches(None, into="prioqueue._driver") == []
+def test_nothing_reaches_into_another_modules_private_fields() -> None:
+    assert architecture.private_reaches() == []
+    assert architecture.private_reaches(into="prioqueue._driver") == []
 
 
 def test_the_ownership_checks_find_planted_breaches() -> None:

@@ -6,7 +6,8 @@ once, over whichever ``pop`` the class defines.
 
 With ``siblings=True`` (the AI Horde's ``amount``: the images of one request share one
 payload), the grants after the first are ``pop`` restricted to the queued jobs of the first
-grant's group: the worker's ``accepts`` is wrapped for those pops by a test of the job's group,
+grant's group: the worker's ``accepts`` is narrowed for those pops by a test of the job's group
+(its record's ``narrowed``),
 so everything else (capabilities, member caps, the ranking inside the group, leases) is
 ``pop``'s own rule. A first job without a group ends the batch at one grant.
 """
@@ -14,7 +15,8 @@ so everything else (capabilities, member caps, the ranking inside the group, lea
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 from prioqueue._journaled import journaled
 from prioqueue.records import Grant, Job
@@ -26,7 +28,7 @@ MAX_AMOUNT = 100
 
 
 class BatchPop:
-    """``pop_many`` for a class that defines ``pop``, ``group_of`` and ``_filter_holder``."""
+    """``pop_many`` for a class that defines ``pop``, ``group_of`` and ``_narrowed``."""
 
     if TYPE_CHECKING:  # defined by the class or a base (a stub here would shadow those)
 
@@ -36,8 +38,8 @@ class BatchPop:
         def group_of(self, job_id: str) -> str | None:
             """The group of a queued or held job, or None."""
 
-        def _filter_holder(self, name: str) -> Any:
-            """The record of a joined worker whose ``accepts`` a pop reads."""
+        def _narrowed(self, name: str, test: Callable[[Job], bool]) -> AbstractContextManager[None]:
+            """A joined worker's ``accepts`` narrowed by ``test`` for a ``with`` block."""
 
     @journaled
     def pop_many(
@@ -96,15 +98,6 @@ class BatchPop:
         """``pop``, restricted to the jobs of ``group`` when one is given."""
         if group is None:
             return self.pop(name, now=now)
-        worker = self._filter_holder(name)
-        original: Callable[[Job], bool] | None = worker.accepts
         group_of = self.group_of
-
-        def sibling(job: Job) -> bool:
-            return group_of(job.id) == group and (original is None or original(job))
-
-        worker.accepts = sibling
-        try:
+        with self._narrowed(name, lambda job: group_of(job.id) == group):
             return self.pop(name, now=now)
-        finally:
-            worker.accepts = original

@@ -22,7 +22,8 @@ serves every model but filters) and a the ``accepts`` calls.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from heapq import heapify, heappop, heappush, heapreplace
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +87,20 @@ class _Worker:
         self.slow = slow
         self.accepts = accepts
         self.capabilities = capabilities
+
+    @contextmanager
+    def narrowed(self, test: Callable[[Job], bool]) -> Iterator[None]:
+        """For the ``with`` block, accept only the jobs ``test`` and ``accepts`` both pass.
+
+        ``pop_many(siblings=True)`` restricts the pops after its first to one group this way;
+        the worker's own filter is restored on leaving, whatever happens inside.
+        """
+        original = self.accepts
+        self.accepts = test if original is None else lambda job: test(job) and original(job)
+        try:
+            yield
+        finally:
+            self.accepts = original
 
     def heard(self, t: float) -> None:
         """The worker spoke at ``t`` (its last word, for the worker timeout)."""

@@ -29,6 +29,7 @@ purpose: the class is the fleet's public surface (issue 29).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 from prioqueue._batch import BatchPop
@@ -308,9 +309,9 @@ class FleetDispatcher(BatchPop, Facade):
         grant.take_back(state, [entry], t, always=True)
         return entry.job
 
-    def _filter_holder(self, name: str) -> Any:
-        """The core's record of a joined worker (``pop_many(siblings=True)`` filters it)."""
-        return self._state.worker_of(name)
+    def _narrowed(self, name: str, test: Callable[[Job], bool]) -> AbstractContextManager[None]:
+        """A joined worker's filter narrowed by ``test`` (``pop_many(siblings=True)``)."""
+        return self._state.worker_of(name).narrowed(test)
 
     @journaled
     def pop(self, name: str, *, now: float) -> Grant | None:

@@ -21,8 +21,8 @@ The fleet is the public calls over the reference owners it composes (the layout:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, ClassVar
 
 from prioqueue._batch import BatchPop
@@ -52,7 +52,6 @@ from prioqueue.testing._records import (
     DEFAULT_EXPECTED_RUNTIME,
     RECENT_RUNTIMES,
     Held,
-    Worker,
     finite,
 )
 from prioqueue.testing._rules import ReferenceRules
@@ -243,8 +242,9 @@ class ReferenceFleet(BatchPop):
         """The group label a job was submitted with (None: none)."""
         return self._labels.get(job_id)
 
-    def _filter_holder(self, name: str) -> Worker:
-        return self._workers.get(name)
+    def _narrowed(self, name: str, test: Callable[[Job], bool]) -> AbstractContextManager[None]:
+        """A joined worker's filter narrowed by ``test`` (``pop_many(siblings=True)``)."""
+        return self._workers.get(name).narrowed(test)
 
     def lane_jobs(self, member: str, level: int) -> tuple[Job, ...]:
         """Return the queued jobs of the lane ``(member, level)``, the head first.
