@@ -413,15 +413,8 @@ def private_name_imports(*, trees: dict[str, tuple[ast.Module, bool]] | None = N
     return out
 
 
-PUBLIC_TYPES_CHECKED = (
-    "prioqueue.broker",
-    "prioqueue.client",
-    "prioqueue.store",
-    "prioqueue.gateway",
-    "prioqueue.sim",
-)
-"""The packages held to :func:`public_types_in_private_modules` so far (issue 29; the
-top-level modules, ``prioqueue._errors`` and the like, move later)."""
+PUBLIC_TYPES_CHECKED = ("prioqueue",)
+"""The packages held to :func:`public_types_in_private_modules`: the whole tree (issue 29)."""
 
 
 def _is_private_module(mod: str) -> bool:

@@ -133,8 +133,8 @@ def test_the_clock_check_finds_planted_reads() -> None:
 
 def test_public_types_are_defined_in_public_modules() -> None:
     # Issue 29: a class a public module exports (its ``__all__``) is defined in a public
-    # module, so its documented home is where it lives; the broker, the client, the stores,
-    # the gateway and the simulator so far (``PUBLIC_TYPES_CHECKED``).
+    # module, so its documented home is where it lives (and a traceback names it there), in
+    # the whole tree (``PUBLIC_TYPES_CHECKED``).
     assert architecture.public_types_in_private_modules() == []
 
 

@@ -19,9 +19,9 @@ import pytest
 
 import prioqueue.asyncio as pa
 from manual_time import ManualClock, run, turns
-from prioqueue._errors import DuplicateJob, LeaseError, PrioqueueError, QueueFull, UnknownJob
 from prioqueue.asyncio import AsyncDispatcher, DispatcherClosed, JobCancelled, QueueTimeout
 from prioqueue.dispatcher import SizeOneDispatcher
+from prioqueue.errors import DuplicateJob, LeaseError, PrioqueueError, QueueFull, UnknownJob
 from prioqueue.records import Expired, Grant
 from virtual_loop import run_virtual
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prioqueue._errors import ConfigError
 from prioqueue.dispatcher import SizeOneDispatcher
+from prioqueue.errors import ConfigError
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.records import REORDER_CAUSES
 from prioqueue.scoring import Scorer, ScoringConfig

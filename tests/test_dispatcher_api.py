@@ -18,7 +18,9 @@ from typing import Any, TypeVar, cast
 import attrs
 import pytest
 
-from prioqueue._errors import (
+from prioqueue._spec import SUBMIT_OPTIONS, JobSpec
+from prioqueue.dispatcher import DEFAULT_RETRY_AFTER, DEFAULT_WAIT_BUCKETS, SizeOneDispatcher
+from prioqueue.errors import (
     ConfigError,
     DuplicateJob,
     InvalidState,
@@ -28,8 +30,6 @@ from prioqueue._errors import (
     QueueFull,
     UnknownJob,
 )
-from prioqueue._spec import SUBMIT_OPTIONS, JobSpec
-from prioqueue.dispatcher import DEFAULT_RETRY_AFTER, DEFAULT_WAIT_BUCKETS, SizeOneDispatcher
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.lease import ImageRequest, Lease, LeaseCalculator
 from prioqueue.priority import PriorityPolicy

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import prioqueue.lease as lease_mod
-from prioqueue._errors import ConfigError
+from prioqueue.errors import ConfigError
 from prioqueue.lease import (
     DEFAULT_CALCULATOR,
     FLAT_WORK_SAMPLERS,

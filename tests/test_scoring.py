@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prioqueue._errors import ConfigError
+from prioqueue.errors import ConfigError
 from prioqueue.priority import BATCH, INTERACTIVE, NORMAL
 from prioqueue.scoring import DEFAULT_TIER_BONUSES, ScoreBreakdown, Scorer, ScoringConfig
 from strategies import (

@@ -24,7 +24,15 @@ from __future__ import annotations
 from importlib.metadata import version as _version
 from typing import Any
 
-from prioqueue._errors import (
+from prioqueue._groups import CancelRunning, GroupState
+from prioqueue.chain import Chain, ChainProgress, ChainState, ChainStep, FailurePolicy
+from prioqueue.dispatcher import (
+    DEFAULT_RETRY_AFTER,
+    DEFAULT_WAIT_BUCKETS,
+    ChargeModel,
+    SizeOneDispatcher,
+)
+from prioqueue.errors import (
     ChargeError,
     ConfigError,
     DuplicateJob,
@@ -37,14 +45,6 @@ from prioqueue._errors import (
     UnknownGroup,
     UnknownJob,
     UnknownWorker,
-)
-from prioqueue._groups import CancelRunning, GroupState, GroupStatus
-from prioqueue.chain import Chain, ChainProgress, ChainState, ChainStep, FailurePolicy
-from prioqueue.dispatcher import (
-    DEFAULT_RETRY_AFTER,
-    DEFAULT_WAIT_BUCKETS,
-    ChargeModel,
-    SizeOneDispatcher,
 )
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.lease import (
@@ -90,6 +90,7 @@ from prioqueue.records import (
     WorkerInfo,
 )
 from prioqueue.scoring import DEFAULT_TIER_BONUSES, ScoreBreakdown, Scorer, ScoringConfig
+from prioqueue.views import GroupStatus
 
 __all__ = [
     "BATCH",

@@ -6,8 +6,8 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from prioqueue._errors import ConfigError
 from prioqueue._spec import SUBMIT_OPTIONS
+from prioqueue.errors import ConfigError
 
 __all__ = ["RESERVED", "check_spec_keys", "checked_policy", "checked_specs"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from prioqueue._errors import ConfigError
+from prioqueue.errors import ConfigError
 
 __all__ = [
     "ABOVE_0",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from prioqueue._lease_values import _check_positive_int, _check_sampler
+from prioqueue.lease_values import _check_positive_int, _check_sampler
 
 __all__ = ["FLAT_WORK_SAMPLERS", "SAMPLER_UNITS", "sampler_work"]
 

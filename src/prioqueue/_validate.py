@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from prioqueue._errors import ConfigError
+from prioqueue.errors import ConfigError
 
 if TYPE_CHECKING:
     from prioqueue.records import Job

@@ -59,12 +59,13 @@ import asyncio  # noqa: F401 - the stdlib module stays reachable as prioqueue.as
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout
-from prioqueue._asyncio_chain import AsyncChain, ChainResult
-from prioqueue._driver import Clock, Driver, ExpiryCallback, Remove, Turn
+from prioqueue._driver import Clock, Driver, ExpiryCallback, Remove
+from prioqueue.asyncio_chain import AsyncChain, ChainResult
 from prioqueue.clock import SYSTEM_CLOCK
 from prioqueue.dispatcher import SizeOneDispatcher
+from prioqueue.errors import DispatcherClosed, JobCancelled, QueueTimeout
 from prioqueue.records import Grant
+from prioqueue.turn import Turn
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -33,11 +33,12 @@ from typing import Any, Literal, Protocol, TypedDict
 import attrs
 
 from prioqueue._chain_specs import check_spec_keys, checked_policy, checked_specs
-from prioqueue._errors import ConfigError, InvalidState, QueueFull, UnknownGroup, UnknownJob
-from prioqueue._groups import CancelRunning, GroupStatus, checked_group, checked_running
+from prioqueue._groups import CancelRunning, checked_group, checked_running
 from prioqueue._readonly import ReadOnly
 from prioqueue._validate import finite
+from prioqueue.errors import ConfigError, InvalidState, QueueFull, UnknownGroup, UnknownJob
 from prioqueue.records import Job, Ticket
+from prioqueue.views import GroupStatus
 
 __all__ = [
     "Chain",

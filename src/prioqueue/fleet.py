@@ -44,12 +44,12 @@ from prioqueue._core.config import (
 )
 from prioqueue._core.facade import Facade
 from prioqueue._core.queue import fire
-from prioqueue._errors import ConfigError, InvalidState
 from prioqueue._journaled import journaled
 from prioqueue._lanes import QUEUED, RUNNING
 from prioqueue._validate import checked_name
 from prioqueue._workers import idle_reasons
 from prioqueue.capabilities import Capabilities, checked_capabilities
+from prioqueue.errors import ConfigError, InvalidState
 from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Grant, Job, WorkerInfo

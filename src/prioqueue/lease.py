@@ -41,7 +41,6 @@ from typing import Any
 
 import attrs
 
-from prioqueue._errors import ConfigError
 from prioqueue._lease_checks import (
     ABOVE_0,
     AT_LEAST_0,
@@ -55,7 +54,9 @@ from prioqueue._lease_checks import (
     fraction_pair,
     read_only,
 )
-from prioqueue._lease_values import (
+from prioqueue._samplers import FLAT_WORK_SAMPLERS, SAMPLER_UNITS, _work, sampler_work
+from prioqueue.errors import ConfigError
+from prioqueue.lease_values import (
     ImageRequest,
     Lease,
     LeaseExplanation,
@@ -66,7 +67,6 @@ from prioqueue._lease_values import (
     _check_sampler,
     _request_kwargs,
 )
-from prioqueue._samplers import FLAT_WORK_SAMPLERS, SAMPLER_UNITS, _work, sampler_work
 
 __all__ = [
     "DEFAULT_CALCULATOR",

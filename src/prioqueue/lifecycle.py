@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import attrs
 
-from prioqueue._errors import ConfigError
+from prioqueue.errors import ConfigError
 
 __all__ = ["BACKOFF_KINDS", "Backoff", "BackoffKind", "LevelBudget"]
 

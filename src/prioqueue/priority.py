@@ -49,7 +49,7 @@ from typing import Any, Final, TypeGuard
 
 import attrs
 
-from prioqueue._errors import ConfigError
+from prioqueue.errors import ConfigError
 
 __all__ = [
     "BATCH",

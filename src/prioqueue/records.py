@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 if TYPE_CHECKING:
-    from prioqueue._errors import QueueFull
     from prioqueue.capabilities import Capabilities, Needs
+    from prioqueue.errors import QueueFull
     from prioqueue.lease import Lease
     from prioqueue.lifecycle import Backoff
     from prioqueue.scoring import ScoreBreakdown

@@ -42,7 +42,7 @@ from typing import Any, Final, TypeGuard
 
 import attrs
 
-from prioqueue._errors import ConfigError
+from prioqueue.errors import ConfigError
 
 __all__ = ["DEFAULT_TIER_BONUSES", "ScoreBreakdown", "Scorer", "ScoringConfig"]
 
@@ -123,7 +123,7 @@ class ScoringConfig:
         >>> ScoringConfig(band_spacing=12)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        prioqueue._errors.ConfigError: band_spacing (12) must be greater than ... = 12, ...
+        prioqueue.errors.ConfigError: band_spacing (12) must be greater than ... = 12, ...
 
     Attributes:
         band_spacing: The distance between adjacent priority levels that are meant to be

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from prioqueue.records import Grant, Job, WorkerInfo
     from prioqueue.scoring import ScoreBreakdown
 
-__all__ = ["GrantRecord", "GroupFinish", "LaneView", "WorkerLoad", "WorkerView"]
+__all__ = ["GrantRecord", "GroupFinish", "GroupStatus", "LaneView", "WorkerLoad", "WorkerView"]
 
 
 @attrs.frozen
@@ -115,3 +115,71 @@ class WorkerLoad(NamedTuple):
     timed_out: bool
     held: int
     slots: int
+
+
+@attrs.frozen
+class GroupStatus:
+    """How far a group (a film, a batch) has got: ``group_status(group, now=...)``.
+
+    Attributes:
+        group: The group's label.
+        now: The time of the status.
+        queued: Jobs waiting now.
+        running: Jobs holding a resource now.
+        done: Jobs completed.
+        failed: Jobs that failed for good (last lease expired, or reported by ``fail``).
+        cancelled: Jobs cancelled, queued or running (``cancel``, ``cancel_group``).
+        gpu_seconds: Seconds the group's jobs held a resource: every finished attempt,
+            expired leases included (the running attempt is not counted until it ends).
+        mean_runtime: Mean runtime of the ``done`` jobs in seconds, None before the first.
+        forecast_finish: When the group's last queued (or running) job is predicted to
+            finish, from the same dry run as ``forecast()``: the current load, no new
+            arrivals, runtimes from estimates or recent means (a fleet as its capacity of
+            identical workers sharing the work). None when nothing of the group is queued or
+            running, or when a runtime on the way is unknown.
+        members: The members that submitted jobs in the group, sorted (a service shows and
+            cancels a group only for its own members).
+    """
+
+    group: str
+    now: float
+    queued: int
+    running: int
+    done: int
+    failed: int
+    cancelled: int
+    gpu_seconds: float
+    mean_runtime: float | None
+    forecast_finish: float | None
+    members: tuple[str, ...] = ()
+
+    @property
+    def submitted(self) -> int:
+        """Jobs ever submitted in the group (each counted in exactly one state)."""
+        return self.queued + self.running + self.done + self.failed + self.cancelled
+
+    @property
+    def active(self) -> bool:
+        """True while a job of the group is queued or running."""
+        return self.queued + self.running > 0
+
+    @property
+    def remaining(self) -> float | None:
+        """Seconds from ``now`` to ``forecast_finish`` (never negative), or None."""
+        if self.forecast_finish is None:
+            return None
+        return max(0.0, self.forecast_finish - self.now)
+
+    def __str__(self) -> str:
+        finish = (
+            "unknown"
+            if self.forecast_finish is None
+            else f"finishes in ~{self.remaining or 0.0:.0f} s"
+        )
+        mean = "-" if self.mean_runtime is None else f"{self.mean_runtime:.0f} s"
+        return (
+            f"group {self.group}: {self.done} done, {self.running} running, "
+            f"{self.queued} queued, {self.failed} failed, {self.cancelled} cancelled; "
+            f"{self.gpu_seconds:.0f} GPU-s, mean runtime {mean}; "
+            f"{finish if self.active else 'idle'}"
+        )

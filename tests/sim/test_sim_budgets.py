@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sim_helpers import simulate_json, written
 
-from prioqueue._errors import ConfigError
 from prioqueue.cli import main
+from prioqueue.errors import ConfigError
 from prioqueue.lifecycle import LevelBudget
 from prioqueue.sim import engine, report
 from prioqueue.sim.policies import PolicyParams, parse_spec

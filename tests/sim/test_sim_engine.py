@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from prioqueue._errors import ConfigError, InvalidState, UnknownJob
+from prioqueue.errors import ConfigError, InvalidState, UnknownJob
 from prioqueue.sim import engine, policies, report, scenarios
 from prioqueue.sim.policies import FifoQueue, PolicyParams, StrictQueue, parse_spec
 from prioqueue.sim.workload import Arrival, Workload

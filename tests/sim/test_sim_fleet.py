@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sim_helpers import written
 
-from prioqueue._errors import ConfigError
 from prioqueue.cli import main
+from prioqueue.errors import ConfigError
 from prioqueue.sim import build, build_report, parse_spec, simulate
 from prioqueue.sim.engine import CANCELLED, DONE, FAILED, PENDING, QUEUED, RUNNING, RunResult
 from prioqueue.sim.fleet_policies import DEFAULT_FLEET_POLICIES, FleetFifo

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from prioqueue._errors import ConfigError
 from prioqueue.cli import main
+from prioqueue.errors import ConfigError
 from prioqueue.sim import build, build_report, engine, parse_spec, render, sweep
 from prioqueue.sim import summary as verdict
 from prioqueue.sim.render import duration

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from prioqueue._errors import ConfigError
+from prioqueue.errors import ConfigError
 from prioqueue.sim import scenarios, traces
 from prioqueue.sim.workload import Arrival, Workload
 

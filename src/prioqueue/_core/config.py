@@ -16,12 +16,12 @@ from typing import Any, Literal
 
 import attrs
 
-from prioqueue._errors import ConfigError
-from prioqueue._lease_values import _request_kwargs
 from prioqueue._spec import LEVEL_LIMIT
 from prioqueue._validate import charge_function, checked_name, finite, limit, positive_or_none
 from prioqueue._workers import _Worker
+from prioqueue.errors import ConfigError
 from prioqueue.lease import ImageRequest, LeaseCalculator, _request_source
+from prioqueue.lease_values import _request_kwargs
 from prioqueue.lifecycle import NO_BACKOFF, Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Job

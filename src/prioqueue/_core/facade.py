@@ -17,7 +17,7 @@ from prioqueue._core import check, grant, observe, persist, views
 from prioqueue._core.config import Config
 from prioqueue._core.queue import admit, fire, submit
 from prioqueue._core.state import State
-from prioqueue._groups import CancelRunning, GroupStatus, checked_group
+from prioqueue._groups import CancelRunning, checked_group
 from prioqueue._journaled import journaled
 from prioqueue._lanes import PARKED, RUNNING
 from prioqueue._readonly import ReadOnly
@@ -37,7 +37,7 @@ from prioqueue.records import (
     Ticket,
 )
 from prioqueue.scoring import Scorer
-from prioqueue.views import GrantRecord, GroupFinish, LaneView, WorkerView
+from prioqueue.views import GrantRecord, GroupFinish, GroupStatus, LaneView, WorkerView
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

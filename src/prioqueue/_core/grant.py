@@ -24,11 +24,11 @@ from prioqueue._core.choose import pick
 from prioqueue._core.items import DispatchRecord, Level, new_item
 from prioqueue._core.queue import fire, fire_due, remove_waiting
 from prioqueue._core.state import State
-from prioqueue._errors import ChargeError, InvalidState, LeaseError, LeaseExpired
 from prioqueue._groups import checked_group, checked_running
 from prioqueue._lanes import RUNNING, _Entry
 from prioqueue._validate import checked_name, finite
 from prioqueue._workers import _Worker
+from prioqueue.errors import ChargeError, InvalidState, LeaseError, LeaseExpired
 from prioqueue.lease import Lease
 from prioqueue.records import Completed, Expired, Grant, Job
 from prioqueue.scoring import ScoreBreakdown

@@ -25,7 +25,7 @@ from prioqueue._core.forecast import (
 )
 from prioqueue._core.starving import OVERDUE_BAND, aging_exemption
 from prioqueue._core.state import State
-from prioqueue._groups import GroupStatus, checked_group
+from prioqueue._groups import checked_group
 from prioqueue._lanes import PARKED, RUNNING, _Entry, _Lane
 from prioqueue._validate import count_or_none
 from prioqueue.records import (
@@ -36,6 +36,7 @@ from prioqueue.records import (
     Stats,
 )
 from prioqueue.scoring import ScoreBreakdown
+from prioqueue.views import GroupStatus
 
 __all__: list[str] = []  # private module
 

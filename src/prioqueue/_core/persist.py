@@ -24,10 +24,10 @@ import attrs
 from prioqueue._core.config import LEVEL_LIMIT, RECENT_PER_KEY
 from prioqueue._core.persist_workers import _bool, _int, dump_workers, granted_as, load_workers
 from prioqueue._core.state import State
-from prioqueue._errors import DuplicateJob
 from prioqueue._lanes import PARKED, _Entry
 from prioqueue._validate import checked_name, finite, positive_or_none
 from prioqueue.capabilities import checked_needs
+from prioqueue.errors import DuplicateJob
 from prioqueue.lease import Lease
 from prioqueue.lifecycle import Backoff
 from prioqueue.records import Expired, Grant, Job

@@ -25,10 +25,10 @@ from typing import Any
 
 from prioqueue._core.items import LAPSE
 from prioqueue._core.state import State
-from prioqueue._errors import DuplicateJob, Overloaded, QueueFull
 from prioqueue._lanes import PARKED, QUEUED, RUNNING, _Entry
 from prioqueue._spec import JobSpec, check_options
 from prioqueue._validate import TIME_LIMIT
+from prioqueue.errors import DuplicateJob, Overloaded, QueueFull
 from prioqueue.lifecycle import LevelBudget
 from prioqueue.records import Job, Refusal, Ticket
 

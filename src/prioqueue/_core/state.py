@@ -37,12 +37,12 @@ from prioqueue._core.items import (
     new_item,
 )
 from prioqueue._core.runtimes import Runtimes
-from prioqueue._errors import UnknownJob, UnknownWorker
 from prioqueue._groups import GroupBook
 from prioqueue._lanes import Member, _Entry, _Lane
 from prioqueue._rankings import _BonusCache, rankings
 from prioqueue._validate import TIME_LIMIT, finite
 from prioqueue._workers import SeenOrder, _Worker
+from prioqueue.errors import UnknownJob, UnknownWorker
 from prioqueue.records import Expired, Job
 
 __all__: list[str] = []  # private module

@@ -4,7 +4,7 @@
 job, pull after every change, one lease timer, one attempt per turn, leaving frees the
 resource. :class:`~prioqueue.asyncio.AsyncDispatcher` is its one-worker case (over a
 ``SizeOneDispatcher``); the gateway's ``FleetGate`` its case of one worker per upstream (over
-a ``FleetDispatcher``). ``_turn.py`` holds the read-only turn both hand out, ``_policy.py``
+a ``FleetDispatcher``). ``prioqueue.turn`` holds the read-only turn both hand out, ``_policy.py``
 the pull policy a driver is composed with, ``_alarm.py`` its loop and timers, ``_reader.py``
 its reads of the core, ``_core.py`` what the driver needs of a core. See
 ``docs/design/driver.md``.
@@ -19,7 +19,7 @@ drift apart:
 
 1. **One waiter per job.** ``turn()`` submits the job and registers a waiter (the
    driver's own record, whose future only the driver's pump resolves; the caller holds a
-   read-only :class:`~prioqueue._driver._turn.Turn` over it). While a waiter is
+   read-only :class:`~prioqueue.turn.Turn` over it). While a waiter is
    registered its job is known to the core (queued or held),
    and the other way round for every job submitted through the driver. Removing a waiter
    and removing its job happen in the same synchronous step, so a job id can be reused as
@@ -66,6 +66,5 @@ from __future__ import annotations
 from prioqueue._driver._core import Clock, DrivenCore, ExpiryCallback
 from prioqueue._driver._driver import Driver
 from prioqueue._driver._policy import PullPolicy, Remove
-from prioqueue._driver._turn import Turn
 
-__all__ = ["Clock", "DrivenCore", "Driver", "ExpiryCallback", "PullPolicy", "Remove", "Turn"]
+__all__ = ["Clock", "DrivenCore", "Driver", "ExpiryCallback", "PullPolicy", "Remove"]

@@ -16,8 +16,9 @@ from prioqueue._spec import SubmitOptions
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from prioqueue._groups import CancelRunning, GroupStatus
+    from prioqueue._groups import CancelRunning
     from prioqueue.records import Expired, Explanation, Job, Stats, Ticket
+    from prioqueue.views import GroupStatus
 
 __all__ = [
     "Clock",

@@ -1,7 +1,7 @@
 """The one asyncio driver over a core (private): the rules are in ``prioqueue._driver``.
 
 The driver owns its waiters: :class:`_Waiter` is its record of one turn, created, changed and
-read here only; callers get a read-only :class:`~prioqueue._driver._turn.Turn` over it. What
+read here only; callers get a read-only :class:`~prioqueue.turn.Turn` over it. What
 differs with the number of workers is the :class:`~prioqueue._driver._policy.PullPolicy` the
 driver is composed with.
 """
@@ -15,22 +15,24 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout, ttl_timeout
 from prioqueue._driver._alarm import Alarm
 from prioqueue._driver._core import Clock, DrivenCore, ExpiryCallback
 from prioqueue._driver._policy import PullPolicy
 from prioqueue._driver._reader import CoreReader, D_co
-from prioqueue._driver._turn import Turn
-from prioqueue._errors import (
+from prioqueue._spec import check_options
+from prioqueue.clock import SYSTEM_CLOCK
+from prioqueue.errors import (
     ChargeError,
+    DispatcherClosed,
     InvalidState,
+    JobCancelled,
     LeaseError,
     LeaseExpired,
+    QueueTimeout,
     UnknownJob,
     UnknownWorker,
 )
-from prioqueue._spec import check_options
-from prioqueue.clock import SYSTEM_CLOCK
+from prioqueue.turn import Turn
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -44,7 +46,7 @@ __all__ = ["Driver"]
 
 @attrs.define(eq=False)
 class _Waiter:
-    """The driver's record of one turn (a :class:`~prioqueue._driver._turn.TurnRecord`).
+    """The driver's record of one turn (a :class:`~prioqueue.turn.TurnRecord`).
 
     Only this module creates or changes it; the turn handed to the caller reads it.
     """
@@ -413,7 +415,8 @@ class Driver(CoreReader[D_co]):
             self._policy.on_expiry(record, now)
             waiter = self._waiters.pop(job_id, None)
             if waiter is not None and record.cause == "ttl":  # expired queued: never granted
-                self._drop(waiter, ttl_timeout(record))
+                ttl = record.deadline - record.job.arrival
+                self._drop(waiter, QueueTimeout.ttl_ran_out(record.job.id, ttl))
             elif waiter is not None:
                 if waiter.grant is not None:
                     self._policy.ended(waiter.grant, now)

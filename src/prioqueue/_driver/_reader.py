@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from prioqueue._driver._core import Clock, DrivenCore
 
 if TYPE_CHECKING:
-    from prioqueue._groups import GroupStatus
     from prioqueue.records import Explanation, Grant, Stats
+    from prioqueue.views import GroupStatus
 
 __all__ = ["CoreReader"]
 

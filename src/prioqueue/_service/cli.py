@@ -20,8 +20,8 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from prioqueue._errors import ConfigError
 from prioqueue._service.server import BindError, bind
+from prioqueue.errors import ConfigError
 
 __all__ = [
     "add_server_options",

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from prioqueue._errors import ConfigError
+from prioqueue.errors import ConfigError
 from prioqueue.priority import DEFAULT_ALIASES, PriorityPolicy
 from prioqueue.scoring import DEFAULT_TIER_BONUSES, ScoringConfig
 

@@ -29,13 +29,13 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-from prioqueue._errors import UnknownGroup
 from prioqueue.broker._fleet import group_key
 from prioqueue.broker._state import EngineState
 from prioqueue.broker.records import JobRecord, Rejected
+from prioqueue.errors import UnknownGroup
 
 if TYPE_CHECKING:
-    from prioqueue._groups import GroupStatus
+    from prioqueue.views import GroupStatus
 
 __all__ = ["cancel_group", "group_status", "kept", "released"]
 

@@ -34,13 +34,13 @@ from typing import Any, NamedTuple
 
 import attrs
 
-from prioqueue._errors import ConfigError, DuplicateJob, Overloaded, QueueFull
 from prioqueue.broker import _groups
 from prioqueue.broker._budget import size_of
 from prioqueue.broker._fleet import group_key
 from prioqueue.broker._state import EngineState
 from prioqueue.broker.records import JobRecord, Rejected, check_types, fingerprint, submit_digest
 from prioqueue.capabilities import Needs
+from prioqueue.errors import ConfigError, DuplicateJob, Overloaded, QueueFull
 from prioqueue.jobfields import fields_in, names_in
 from prioqueue.lifecycle import Backoff
 

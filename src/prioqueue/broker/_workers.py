@@ -16,11 +16,11 @@ from typing import Any
 import attrs
 
 from prioqueue._batch import MAX_AMOUNT
-from prioqueue._errors import InvalidState, UnknownWorker
 from prioqueue.broker import _groups
 from prioqueue.broker._state import EngineState
 from prioqueue.broker.records import JobRecord, PopResult, Rejected, check_types, now_past
 from prioqueue.capabilities import Capabilities
+from prioqueue.errors import InvalidState, UnknownWorker
 from prioqueue.views import WorkerLoad
 
 __all__ = [

@@ -22,8 +22,8 @@ import argparse
 import sys
 from typing import Any
 
-from prioqueue._errors import ConfigError
 from prioqueue._service import cli as service
+from prioqueue.errors import ConfigError
 
 __all__ = ["add_arguments", "run", "store_problem"]
 

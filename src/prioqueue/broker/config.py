@@ -40,7 +40,6 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from prioqueue._errors import ConfigError
 from prioqueue._service.config import (
     Table,
     api_key_entries,
@@ -54,6 +53,7 @@ from prioqueue._service.config import (
 from prioqueue._service.lifecycle import backoff_setting, budgets_setting
 from prioqueue._service.serving import ConnectionSettings
 from prioqueue.broker._horde_config import HordeConfig, horde_setting
+from prioqueue.errors import ConfigError
 from prioqueue.lease import LeaseCalculator
 from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.priority import PriorityPolicy

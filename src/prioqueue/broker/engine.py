@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
-from prioqueue._errors import InvalidState, UnknownJob
 from prioqueue._journaled import journaled, journaled_ops
 from prioqueue.broker import _groups, _snapshot, _submit, _workers
 from prioqueue.broker._state import EngineState
@@ -61,6 +60,7 @@ from prioqueue.broker.records import (
     pop_spec,
     redacted,
 )
+from prioqueue.errors import InvalidState, UnknownJob
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -18,7 +18,7 @@ from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
-from prioqueue._errors import UnknownJob
+from prioqueue.errors import UnknownJob
 from prioqueue.gateway import _observe
 from prioqueue.gateway._forward import Send, send_json
 from prioqueue.ui import CSP, asset

@@ -51,12 +51,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from prioqueue._driver import Driver, Turn
-from prioqueue._errors import UnknownWorker
+from prioqueue._driver import Driver
 from prioqueue.clock import SYSTEM_CLOCK
+from prioqueue.errors import UnknownWorker
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.gateway._fleetpull import ROUTINGS, FleetPull, Routing
 from prioqueue.records import Grant, WorkerInfo
+from prioqueue.turn import Turn
 
 __all__ = ["ROUTINGS", "FleetGate", "FleetTurn", "Routing"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
-from prioqueue._errors import UnknownWorker
+from prioqueue.errors import UnknownWorker
 
 if TYPE_CHECKING:
     from prioqueue._driver import Remove

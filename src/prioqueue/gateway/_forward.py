@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import aiohttp
     from yarl import URL
 
-    from prioqueue._driver import Turn
+    from prioqueue.turn import Turn
 
 __all__ = [
     "Flight",

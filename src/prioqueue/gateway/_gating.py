@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from prioqueue._async_errors import DispatcherClosed, JobCancelled, QueueTimeout
-from prioqueue._errors import Overloaded, QueueFull
+from prioqueue.errors import DispatcherClosed, JobCancelled, Overloaded, QueueFull, QueueTimeout
 from prioqueue.gateway._forward import (
     Flight,
     LoadTimeout,
@@ -42,10 +41,10 @@ if TYPE_CHECKING:
     from collections.abc import MutableMapping
     from typing import Any
 
-    from prioqueue._driver import Turn
     from prioqueue.gateway._host import Upstream
     from prioqueue.gateway.settings import GatewayConfig, Identity
     from prioqueue.records import Grant
+    from prioqueue.turn import Turn
 
 __all__ = [
     "MAX_GROUP_LABEL",

@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING, Any
 from prioqueue.clock import loop_time
 
 if TYPE_CHECKING:
-    from prioqueue._driver import Turn
     from prioqueue.gateway._host import Host as Gateway
     from prioqueue.gateway._host import Upstream
+    from prioqueue.turn import Turn
 
 ExcInfo = tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
 

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from prioqueue._errors import UnknownJob
 from prioqueue._groups import group_key
+from prioqueue.errors import UnknownJob
 from prioqueue.gateway._record import record_finished
 
 if TYPE_CHECKING:

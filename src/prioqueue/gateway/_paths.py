@@ -14,7 +14,7 @@ from urllib.parse import parse_qs
 
 import attrs
 
-from prioqueue._errors import UnknownGroup, UnknownJob
+from prioqueue.errors import UnknownGroup, UnknownJob
 from prioqueue.gateway import _dashboard
 from prioqueue.gateway._forward import Send, send_json
 from prioqueue.gateway._metrics import serve_metrics

@@ -21,7 +21,7 @@ import math
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from prioqueue._driver import Driver, Turn
+from prioqueue._driver import Driver
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.gateway import _upstreams
@@ -46,6 +46,7 @@ from prioqueue.gateway._loaded import Loaded, loaded_models
 from prioqueue.gateway.proxy import request_headers
 from prioqueue.gateway.settings import GatewayConfig, Identity
 from prioqueue.records import Grant, Job, WorkerInfo
+from prioqueue.turn import Turn
 
 if TYPE_CHECKING:
     import aiohttp

@@ -33,7 +33,6 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from prioqueue._errors import ConfigError
 from prioqueue._service.config import (
     Table,
     api_key_entries,
@@ -48,6 +47,7 @@ from prioqueue._service.config import (
     tier_setting,
 )
 from prioqueue._service.lifecycle import budgets_setting
+from prioqueue.errors import ConfigError
 from prioqueue.gateway.settings import (
     DEFAULT_ADMIN_PATHS,
     DEFAULT_GATED_METHODS,

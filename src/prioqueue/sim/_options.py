@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from prioqueue._errors import ConfigError
+from prioqueue.errors import ConfigError
 
 if TYPE_CHECKING:
     from prioqueue.sim.policies import PolicyParams, PolicySpec

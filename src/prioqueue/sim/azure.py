@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from prioqueue._errors import ConfigError
+from prioqueue.errors import ConfigError
 from prioqueue.sim.errors import TraceError
 from prioqueue.sim.scenarios import convert_param
 from prioqueue.sim.workload import Arrival, Workload

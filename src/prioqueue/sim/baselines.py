@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from prioqueue._errors import ConfigError, InvalidState, UnknownJob
 from prioqueue._spec import check_options
+from prioqueue.errors import ConfigError, InvalidState, UnknownJob
 from prioqueue.sim.workers import WorkerSpec, fleet_of
 
 if TYPE_CHECKING:

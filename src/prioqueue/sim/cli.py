@@ -18,7 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from prioqueue._errors import ConfigError
+from prioqueue.errors import ConfigError
 from prioqueue.sim import _options as options
 from prioqueue.sim._options import UsageError
 

@@ -63,7 +63,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from prioqueue._errors import ConfigError
+from prioqueue.errors import ConfigError
 from prioqueue.sim._loop import Loop
 from prioqueue.sim.policies import PolicySpec
 from prioqueue.sim.results import (

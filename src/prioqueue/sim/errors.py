@@ -6,7 +6,7 @@ subclass :class:`TraceError`, which names the file, the line and the column.
 
 from __future__ import annotations
 
-from prioqueue._errors import ConfigError
+from prioqueue.errors import ConfigError
 
 __all__ = ["TraceError"]
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import attrs
 
-from prioqueue._errors import QueueFull
 from prioqueue.clock import perf_counter
+from prioqueue.errors import QueueFull
 from prioqueue.sim.groups import ChainFeed, ForecastLog
 from prioqueue.sim.queues import reorder_counts
 from prioqueue.sim.results import JobState

@@ -30,8 +30,8 @@ from typing import Any, Literal
 
 import attrs
 
-from prioqueue._errors import ConfigError
 from prioqueue.dispatcher import DEFAULT_CROSSING_SHARE
+from prioqueue.errors import ConfigError
 from prioqueue.lifecycle import LevelBudget
 from prioqueue.priority import DEFAULT_ALIASES
 from prioqueue.scoring import DEFAULT_TIER_BONUSES, ScoringConfig

@@ -38,7 +38,7 @@ from typing import Any
 
 import attrs
 
-from prioqueue._errors import ConfigError
+from prioqueue.errors import ConfigError
 from prioqueue.priority import BATCH, INTERACTIVE, NORMAL
 from prioqueue.sim._gen import _crowd, _Gen
 from prioqueue.sim.workload import Arrival, Workload

@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from prioqueue._errors import ConfigError
+from prioqueue.errors import ConfigError
 from prioqueue.sim.engine import simulate
 from prioqueue.sim.policies import PolicyParams, parse_spec
 from prioqueue.sim.report import build_report

@@ -44,7 +44,7 @@ from typing import Any, TextIO
 
 import attrs
 
-from prioqueue._errors import ConfigError
+from prioqueue.errors import ConfigError
 from prioqueue.priority import DEFAULT_ALIASES
 from prioqueue.sim.azure import AZURE_ATTRIBUTION, AZURE_DEFAULTS, AZURE_HEADER, convert_azure
 from prioqueue.sim.errors import TraceError

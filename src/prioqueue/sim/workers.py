@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from prioqueue._errors import ConfigError
+from prioqueue.errors import ConfigError
 
 __all__ = ["MAX_WORKERS", "WorkerSpec", "fleet_of", "load_workers", "parse_workers"]
 

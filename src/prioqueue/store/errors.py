@@ -8,7 +8,7 @@ must stop, and the next start recovers from the store (crash-only).
 
 from __future__ import annotations
 
-from prioqueue._errors import PrioqueueError
+from prioqueue.errors import PrioqueueError
 
 __all__ = [
     "CommitFailed",

@@ -51,8 +51,8 @@ design notes' numbers: they stay an independent implementation of the notes.
 
 from __future__ import annotations
 
-from prioqueue.testing._clock import ManualClock
-from prioqueue.testing._dispatcher import ReferenceDispatcher
-from prioqueue.testing._fleet import ReferenceFleet
+from prioqueue.testing.manual_clock import ManualClock
+from prioqueue.testing.reference_dispatcher import ReferenceDispatcher
+from prioqueue.testing.reference_fleet import ReferenceFleet
 
 __all__ = ["ManualClock", "ReferenceDispatcher", "ReferenceFleet"]

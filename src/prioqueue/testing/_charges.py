@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import attrs
 
-from prioqueue._errors import LeaseError
 from prioqueue.dispatcher import ChargeModel
+from prioqueue.errors import LeaseError
 from prioqueue.lease import ImageRequest, Lease, LeaseCalculator
 from prioqueue.records import Job, WorkerInfo
 from prioqueue.testing._records import takes_worker

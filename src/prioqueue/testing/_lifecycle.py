@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
-from prioqueue._errors import DuplicateJob, Overloaded, QueueFull
 from prioqueue.capabilities import checked_needs
+from prioqueue.errors import DuplicateJob, Overloaded, QueueFull
 from prioqueue.lifecycle import Backoff, LevelBudget
 from prioqueue.records import Expired, Job
 from prioqueue.testing._lanes import ReferenceLanes

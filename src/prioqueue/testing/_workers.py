@@ -11,9 +11,9 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from prioqueue._errors import UnknownWorker
 from prioqueue._worker_info import worker_info
 from prioqueue.capabilities import Capabilities
+from prioqueue.errors import UnknownWorker
 from prioqueue.records import Job, WorkerInfo
 from prioqueue.testing._records import CauseName, Held, Worker
 

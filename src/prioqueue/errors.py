@@ -11,13 +11,16 @@ from __future__ import annotations
 __all__ = [
     "ChargeError",
     "ConfigError",
+    "DispatcherClosed",
     "DuplicateJob",
     "InvalidState",
+    "JobCancelled",
     "LeaseError",
     "LeaseExpired",
     "Overloaded",
     "PrioqueueError",
     "QueueFull",
+    "QueueTimeout",
     "UnknownGroup",
     "UnknownJob",
     "UnknownWorker",
@@ -133,3 +136,33 @@ class UnknownGroup(PrioqueueError, LookupError):
 
     def __str__(self) -> str:  # LookupError would repr() the message; keep it readable.
         return str(self.args[0]) if self.args else "unknown group"
+
+
+class QueueTimeout(PrioqueueError, TimeoutError):
+    """A job waited in the queue longer than its ``timeout``; it was removed from the queue.
+
+    Raised to the waiter by :mod:`prioqueue.asyncio` (which re-exports it).
+
+    Attributes:
+        job_id: The job that timed out.
+        timeout: The timeout it was given, in seconds.
+    """
+
+    def __init__(self, message: str, *, job_id: str, timeout: float) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.timeout = timeout
+
+    @classmethod
+    def ttl_ran_out(cls, job_id: str, ttl: float) -> QueueTimeout:
+        """The error of a waiter whose job's ``ttl`` ran out while it was queued."""
+        message = f"job {job_id!r} was still queued at its deadline (ttl {ttl:g} s); it expired"
+        return cls(message, job_id=job_id, timeout=ttl)
+
+
+class DispatcherClosed(PrioqueueError, RuntimeError):
+    """The asyncio dispatcher was closed: no new turns, and queued waiters are failed."""
+
+
+class JobCancelled(PrioqueueError, RuntimeError):
+    """The job was cancelled through the asyncio dispatcher's ``cancel`` while its owner waited."""

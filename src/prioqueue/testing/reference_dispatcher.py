@@ -14,8 +14,8 @@ from prioqueue._spec import check_options
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Completed, Expired, Grant, Job, JobState, Stats, Ticket
 from prioqueue.scoring import Scorer
-from prioqueue.testing._fleet import ReferenceFleet, add_fixed_worker, set_resident
 from prioqueue.testing._options import SizeOneOptions
+from prioqueue.testing.reference_fleet import ReferenceFleet, add_fixed_worker, set_resident
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

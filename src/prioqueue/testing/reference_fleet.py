@@ -26,11 +26,11 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, ClassVar
 
 from prioqueue._batch import BatchPop
-from prioqueue._errors import InvalidState, LeaseExpired, UnknownJob
 from prioqueue._groups import checked_group
 from prioqueue._readonly import ReadOnly
 from prioqueue._spec import check_options
 from prioqueue.capabilities import checked_capabilities
+from prioqueue.errors import InvalidState, LeaseExpired, UnknownJob
 from prioqueue.priority import PriorityPolicy
 from prioqueue.records import (
     Completed,

@@ -27,18 +27,19 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from prioqueue._errors import LeaseExpired
 from prioqueue._readonly import ReadOnly
 from prioqueue.chain import Chain, ChainProgress, ChainStep
+from prioqueue.errors import LeaseExpired
 from prioqueue.records import Grant, Job, Ticket
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from prioqueue._driver import DrivenCore, Driver, Turn
+    from prioqueue._driver import DrivenCore, Driver
     from prioqueue._driver._core import TurnOptions
-    from prioqueue._groups import GroupStatus
     from prioqueue.chain import ChainOptions
+    from prioqueue.turn import Turn
+    from prioqueue.views import GroupStatus
 
 __all__ = ["AsyncChain", "ChainResult"]
 

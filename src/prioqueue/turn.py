@@ -1,11 +1,11 @@
-"""One job's turn at a driven resource: the read-only handle every driver hands out (private).
+"""One job's turn at a driven resource: the read-only handle every driver hands out.
 
 A :class:`Turn` is made by ``Driver.turn()`` (``AsyncDispatcher.turn``, the gateway's fleet
 gate): entering submits the job and waits for its grant, leaving completes it (or cancels it
 when the block raised). The turn holds no state of its own: it reads the driver's record of
 its waiter (a :class:`TurnRecord`, which only the driver's module changes) and asks the
-record to submit, wait and release. Documented as ``prioqueue.asyncio.Turn``, where it is
-re-exported. See ``prioqueue._driver``.
+record to submit, wait and release. ``prioqueue.asyncio`` re-exports it. See
+``prioqueue._driver``.
 """
 
 from __future__ import annotations
@@ -25,32 +25,43 @@ class TurnRecord(Protocol):
     """What a turn reads and asks of the driver's record of its waiter."""
 
     @property
-    def job_id(self) -> str: ...
+    def job_id(self) -> str:
+        """The job's id."""
 
     @property
-    def ticket(self) -> Ticket | None: ...
+    def ticket(self) -> Ticket | None:
+        """The submit's ticket, None before the turn is entered."""
 
     @property
-    def grant(self) -> Grant | None: ...
+    def grant(self) -> Grant | None:
+        """The grant being run, None while queued."""
 
     @property
-    def expired(self) -> Expired | None: ...
+    def expired(self) -> Expired | None:
+        """The lease expiry that ended the turn, if one did."""
 
     @property
-    def requeued(self) -> bool: ...
+    def requeued(self) -> bool:
+        """Whether the job was handed back and waits again."""
 
     @property
-    def attempts(self) -> int: ...
+    def attempts(self) -> int:
+        """Grants so far (1 after the first)."""
 
-    def revoked_event(self) -> asyncio.Event: ...
+    def revoked_event(self) -> asyncio.Event:
+        """Set when the turn loses the resource."""
 
-    def submit(self) -> Ticket: ...
+    def submit(self) -> Ticket:
+        """Submit the job (once)."""
 
-    def enter(self) -> Awaitable[Grant]: ...
+    def enter(self) -> Awaitable[Grant]:
+        """Submit if needed and wait for the grant."""
 
-    def regrant(self) -> Awaitable[Grant]: ...
+    def regrant(self) -> Awaitable[Grant]:
+        """Wait for the next grant of a handed-back job."""
 
-    def leave(self, *, failed: bool) -> None: ...
+    def leave(self, *, failed: bool) -> None:
+        """Complete the job, or cancel it when ``failed``."""
 
 
 class Turn:
@@ -76,7 +87,6 @@ class Turn:
     """
 
     __slots__ = ("_record",)
-    __module__ = "prioqueue.asyncio"  # documented there, where it is re-exported
 
     def __init__(self, record: TurnRecord) -> None:
         self._record = record
