@@ -13,7 +13,9 @@ and ``warm-first``) and checks, against strict on the same arrivals:
 * the worst service gap within its bound at every level.
 
 Run: ``python benchmarks/check_policy.py [--seeds 5] [--jobs 2] [--policy SPEC]
-[--markdown FILE]``; the exit status is 1 when a check fails. Slow (minutes): the test suite
+[--markdown FILE]``; the exit status is 1 when a check fails. It prints the pass count per
+family (scenario, ``/4`` on 4 workers; ``azure`` for the traces) and per seed range, the
+tuning seeds 1-5 and the validation seeds 6 and up apart. Slow (minutes): the test suite
 runs one cell of it (``tests/sim/test_policy_matrix.py``, marked slow).
 """
 
@@ -156,6 +158,30 @@ def cells(seeds: int) -> list[tuple[str, int, int | None]]:
     return out
 
 
+#: The seeds any constant was chosen on (issue 26: tune on 1-5, validate on 6 and up).
+TUNING_SEEDS = range(1, 6)
+
+
+def family(cell: dict[str, Any]) -> str:
+    """A cell's family: its scenario, ``azure`` for a trace; ``/4`` on 4 workers."""
+    source = "azure" if cell["source"].endswith(".csv") else cell["source"]
+    return f"{source}/{cell['workers']}" if cell["workers"] > 1 else source
+
+
+def tally(results: Sequence[dict[str, Any]]) -> list[str]:
+    """The pass count per family and per seed range (tuning 1-5, validation 6+ apart)."""
+    counts: dict[tuple[str, str], list[int]] = {}
+    for cell in results:
+        where = "tuning" if cell["seed"] in TUNING_SEEDS else "validation"
+        row = counts.setdefault((family(cell), where), [0, 0])
+        row[0] += not verdicts(cell)
+        row[1] += 1
+    return [
+        f"{name:<20} {where:<10} {passed}/{total} cells pass"
+        for (name, where), (passed, total) in sorted(counts.items())
+    ]
+
+
 def fmt_seconds(value: float | None) -> str:
     """Seconds as the report prints them: '-', '42s', '3.5m' or '1.2h'."""
     if value is None:
@@ -242,6 +268,8 @@ def main() -> int:
             f"longest {fmt_seconds(cell['longest'])}: "
             + ("ok" if not failed else "FAIL " + "; ".join(failed))
         )
+    for row in tally(results):
+        print(row)
     print(f"{len(results) - bad}/{len(results)} cells pass")
     if args.markdown:
         Path(args.markdown).write_text(markdown(results, args.policy))

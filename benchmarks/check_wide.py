@@ -28,7 +28,8 @@ test (``--policy``, default ``prioqueue``) on the same arrivals and checks the i
 
 It also prints each level's worst service gap as a multiple of C beside no-fair-share's.
 Seeds 1-5 are the tuning seeds, 6-20 the validation seeds: the pass counts are printed per
-family and per seed range apart.
+family and per seed range apart. With one process the ``--json`` and ``--markdown`` files are
+rewritten after every cell, so a run stopped part way keeps what it ran.
 
 Run: ``python benchmarks/check_wide.py [--seeds 1-5] [--family overload,bursty]
 [--sample 0.25] [--jobs 1] [--policy SPEC] [--bursty key=value] [--json FILE]
@@ -347,6 +348,7 @@ def main() -> int:
         for c in todo:
             results.append(run_cell(c, args.policy, bursty))
             print(line(results[-1], verdicts(results[-1])), flush=True)
+            save(results, args.json, args.markdown)  # an interrupted run keeps what it ran
     if args.jobs > 1:
         for cell in results:
             print(line(cell, verdicts(cell)))
@@ -354,11 +356,16 @@ def main() -> int:
         print(f"{family:<12} {where:<10} {passed}/{total} cells pass")
     bad = sum(1 for cell in results if verdicts(cell))
     print(f"{len(results) - bad}/{len(results)} cells pass")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
-    if args.markdown:
-        Path(args.markdown).write_text(markdown(results))
+    save(results, args.json, args.markdown)
     return 1 if bad else 0
+
+
+def save(results: Sequence[dict[str, Any]], figures: str | None, table: str | None) -> None:
+    """Write the figures (``--json``) and the pass-count table (``--markdown``) so far."""
+    if figures:
+        Path(figures).write_text(json.dumps(results, indent=1))
+    if table:
+        Path(table).write_text(markdown(results))
 
 
 if __name__ == "__main__":

@@ -40,3 +40,35 @@ def test_the_check_fails_where_the_old_policy_failed() -> None:
     check = _check_policy()
     cell = check.run_cell("fleet-night", 1, 4, "prioqueue:crossing_share=1", False)
     assert any("normal p99" in failure for failure in check.verdicts(cell))
+
+
+def test_the_tally_keeps_families_and_seed_ranges_apart() -> None:
+    """The pass counts are per family and per seed range (tuning 1-5, validation 6+)."""
+    check = _check_policy()
+
+    def cell(source: str, seed: int, workers: int, p99: float) -> dict[str, object]:
+        levels = {"100": {"p99": p99, "unfinished": 0, "starved": 0, "gap": None, "bound": None}}
+        figures = {"levels": levels, "oldest_queued": None, "swaps": 0}
+        strict = {"levels": {"100": {**levels["100"], "p99": 10.0}}, "oldest_queued": None}
+        return {
+            "source": source,
+            "seed": seed,
+            "workers": workers,
+            "longest": 60.0,
+            "policy": "prioqueue",
+            "figures": {"strict": strict, "prioqueue": figures},
+        }
+
+    rows = check.tally(
+        [
+            cell("overload", 1, 1, 20.0),
+            cell("overload", 2, 1, 500.0),  # fails: past strict + C
+            cell("overload", 7, 4, 20.0),
+            cell("azure-llm-2023-code.csv", 6, 1, 20.0),
+        ]
+    )
+    assert rows == [
+        f"{'azure':<20} {'validation':<10} 1/1 cells pass",
+        f"{'overload':<20} {'tuning':<10} 1/2 cells pass",
+        f"{'overload/4':<20} {'validation':<10} 1/1 cells pass",
+    ]
