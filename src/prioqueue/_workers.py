@@ -45,33 +45,20 @@ __all__: list[str] = []  # private module
 IDLE_CAUSES = ("slots_full", "member_cap", *CAPABILITY_CAUSES, "accepts", "warm_hold")
 
 
+@attrs.define(eq=False)
 class _Worker:
     """One worker of the fleet (mutable, private)."""
 
-    __slots__ = (
-        "accepts",
-        "capabilities",
-        "held",
-        "last_seen",
-        "models",
-        "name",
-        "resident",
-        "slots",
-        "slow",
-        "timed_out",
-    )
-
-    def __init__(self, name: str, now: float) -> None:
-        self.name = name
-        self.models: frozenset[str] | None = None
-        self.resident: str | None = None
-        self.slots = 1
-        self.slow = False
-        self.accepts: Callable[[Job], bool] | None = None
-        self.capabilities: Capabilities | None = None
-        self.held: list[_Entry] = []
-        self.last_seen = now
-        self.timed_out = False
+    name: str
+    last_seen: float
+    models: frozenset[str] | None = None
+    resident: str | None = None
+    slots: int = 1
+    slow: bool = False
+    accepts: Callable[[Job], bool] | None = None
+    capabilities: Capabilities | None = None
+    held: list[_Entry] = attrs.field(factory=list)
+    timed_out: bool = False
 
     def configure(
         self,

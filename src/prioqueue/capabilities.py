@@ -22,7 +22,7 @@ Everything here is O(1) in the queue (O(features + blacklist words) per check).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import attrs
 
@@ -243,17 +243,31 @@ class Needs:
         }
 
 
+_Checked = TypeVar("_Checked", Needs, Capabilities)
+
+
+def _checked(value: object, kind: type[_Checked], name: str) -> _Checked | None:
+    """``value`` as a ``kind``: itself, from its mapping form, or None. O(k).
+
+    Raises:
+        ValueError: Not one of those (``name`` says whose), or a bad value.
+    """
+    if value is None or isinstance(value, kind):
+        return value
+    if isinstance(value, Mapping):
+        return kind.from_mapping(value)
+    raise ValueError(
+        f"{name} must be a {kind.__name__}, a mapping of its fields or None, got {value!r}"
+    )
+
+
 def checked_needs(value: object) -> Needs | None:
     """A submit's ``needs``: a :class:`Needs`, its mapping form, or None. O(k).
 
     Raises:
         ValueError: Not one of those, or a bad value.
     """
-    if value is None or isinstance(value, Needs):
-        return value
-    if isinstance(value, Mapping):
-        return Needs.from_mapping(value)
-    raise ValueError(f"needs must be a Needs, a mapping of its fields or None, got {value!r}")
+    return _checked(value, Needs, "needs")
 
 
 def checked_capabilities(value: object) -> Capabilities | None:
@@ -262,13 +276,7 @@ def checked_capabilities(value: object) -> Capabilities | None:
     Raises:
         ValueError: Not one of those, or a bad value.
     """
-    if value is None or isinstance(value, Capabilities):
-        return value
-    if isinstance(value, Mapping):
-        return Capabilities.from_mapping(value)
-    raise ValueError(
-        f"capabilities must be a Capabilities, a mapping of its fields or None, got {value!r}"
-    )
+    return _checked(value, Capabilities, "capabilities")
 
 
 def unfit(

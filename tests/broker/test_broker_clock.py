@@ -31,14 +31,20 @@ async def served(store: str, clock: WallClock) -> AsyncIterator[httpx.AsyncClien
             yield client
 
 
+async def submit_and_pop(c: httpx.AsyncClient) -> tuple[str, dict[str, Any]]:
+    """A job submitted, then granted to gpu-1: its id and the grant."""
+    job = (await c.post("/v1/jobs", json={}, headers=SUBMITTER)).json()["id"]
+    grant = (await c.post("/v1/workers/gpu-1/pop", json={}, headers=WORKER)).json()
+    return job, grant
+
+
 def test_a_lease_runs_out_after_a_restart_from_a_run_ten_years_ahead(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'b.db'}"
     wall, mono = Clock(1_000_000.0 + YEARS_10), Clock(0.0)
 
     async def scenario() -> Any:
         async with served(store, WallClock(source=wall, monotonic=mono, horizon=60.0)) as c:
-            job = (await c.post("/v1/jobs", json={}, headers=SUBMITTER)).json()["id"]
-            grant = (await c.post("/v1/workers/gpu-1/pop", json={}, headers=WORKER)).json()
+            job, grant = await submit_and_pop(c)
             assert (grant["id"], grant["attempt"]) == (job, 1)
         wall.t = 1_000_100.0  # the clock is fixed, the broker restarts
         async with served(store, WallClock(source=wall, monotonic=mono, horizon=60.0)) as c:
@@ -64,8 +70,7 @@ def test_a_saved_forward_clock_step_does_not_stick(tmp_path: Path) -> None:
 
     async def scenario() -> Any:
         async with served(store, WallClock(source=wall, monotonic=mono, horizon=60.0)) as c:
-            job = (await c.post("/v1/jobs", json={}, headers=SUBMITTER)).json()["id"]
-            grant = (await c.post("/v1/workers/gpu-1/pop", json={}, headers=WORKER)).json()
+            job, grant = await submit_and_pop(c)
             assert grant["deadline"] == 1_000_002.0 + YEARS_10
             mono.advance(1.0)
             queued = (await c.post("/v1/jobs", json={}, headers=SUBMITTER)).json()["id"]

@@ -23,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
+import attrs
+
 from prioqueue.clock import loop_time
 from prioqueue.store._encode import release
 from prioqueue.store._replica import Replica
@@ -47,6 +49,7 @@ def _collector_paused(pause: bool) -> Iterator[None]:
         gc.enable()
 
 
+@attrs.define(eq=False, repr=False)
 class GroupCommit:
     """Numbered events, committed in pipelined batches by one writer thread.
 
@@ -65,49 +68,41 @@ class GroupCommit:
         on_fatal: Called once with the error that stopped the writer.
     """
 
-    def __init__(
-        self,
-        store: Store,
-        executor: ThreadPoolExecutor,
-        *,
-        epoch: int,
-        last_seq: int,
-        snapshot_seq: int,
-        replica: Replica,
-        clock: Callable[[], float],
-        snapshot_every: int,
-        snapshot_interval: float,
-        on_fatal: FatalCallback | None,
-    ) -> None:
-        self.store = store
-        """The store (appended to from the writer thread only)."""
-        self.epoch = epoch
-        """The leader epoch every append carries."""
-        self._executor = executor
-        self._replica = replica
-        self._clock = clock
-        self._snapshot_every = snapshot_every
-        self._snapshot_interval = snapshot_interval
-        self._on_fatal = on_fatal
-        self._loop = asyncio.get_running_loop()
-        self.applied = last_seq
-        """The number of the last event applied in memory (>= ``committed``)."""
-        self.committed = last_seq
-        """The number of the last event known to be on disk."""
-        self.fatal: StoreFatal | None = None
-        """The error that stopped the writer, or None."""
-        self.closing = False
-        self._snapshot_seq = snapshot_seq
+    store: Store
+    """The store (appended to from the writer thread only)."""
+    _executor: ThreadPoolExecutor
+    epoch: int = attrs.field(kw_only=True)
+    """The leader epoch every append carries."""
+    applied: int = attrs.field(kw_only=True, alias="last_seq")
+    """The number of the last event applied in memory (>= ``committed``)."""
+    _snapshot_seq: int = attrs.field(kw_only=True)
+    _replica: Replica = attrs.field(kw_only=True)
+    _clock: Callable[[], float] = attrs.field(kw_only=True)
+    _snapshot_every: int = attrs.field(kw_only=True)
+    _snapshot_interval: float = attrs.field(kw_only=True)
+    _on_fatal: FatalCallback | None = attrs.field(kw_only=True)
+    committed: int = attrs.field(init=False)
+    """The number of the last event known to be on disk."""
+    fatal: StoreFatal | None = attrs.field(init=False, default=None)
+    """The error that stopped the writer, or None."""
+    closing: bool = attrs.field(init=False, default=False)
+    _loop: asyncio.AbstractEventLoop = attrs.field(init=False, factory=asyncio.get_running_loop)
+    _snapshot_at: float = attrs.field(init=False)
+    _force_snapshot: bool = attrs.field(init=False, default=False)
+    _pending: list[Event] = attrs.field(init=False, factory=list)
+    _pending_future: asyncio.Future[None] | None = attrs.field(init=False, default=None)
+    _pending_waiters: list[asyncio.Future[None]] = attrs.field(init=False, factory=list)
+    _inflight_waiters: list[asyncio.Future[None]] = attrs.field(init=False, factory=list)
+    _inflight_future: asyncio.Future[None] | None = attrs.field(init=False, default=None)
+    _inflight_last: int = attrs.field(init=False)
+    _start_scheduled: bool = attrs.field(init=False, default=False)
+    _idle: asyncio.Event = attrs.field(init=False, factory=asyncio.Event)
+    """Set while no commit is in flight."""
+
+    def __attrs_post_init__(self) -> None:
+        # Everything up to ``last_seq`` is in the store: applied, committed, none in flight.
+        self.committed = self._inflight_last = self.applied
         self._snapshot_at = loop_time(self._loop)
-        self._force_snapshot = False
-        self._pending: list[Event] = []
-        self._pending_future: asyncio.Future[None] | None = None
-        self._pending_waiters: list[asyncio.Future[None]] = []
-        self._inflight_waiters: list[asyncio.Future[None]] = []
-        self._inflight_future: asyncio.Future[None] | None = None
-        self._inflight_last = last_seq
-        self._start_scheduled = False
-        self._idle = asyncio.Event()  # set while no commit is in flight
         self._idle.set()
 
     @property

@@ -53,6 +53,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Generic, TypeVar
 
+import attrs
+
 from prioqueue._readonly import ReadOnly
 from prioqueue.store._commit import FatalCallback, GroupCommit
 from prioqueue.store._journal import Restorable, declared_ops, replay, takes_now
@@ -135,6 +137,7 @@ def _as_replayed(op: str, kwargs: dict[str, Any]) -> tuple[dict[str, Any], str |
     return args, text
 
 
+@attrs.define(eq=False, repr=False)
 class DurableDispatcher(Generic[D]):
     """A dispatcher wrapped so that no result is released before its call is on disk.
 
@@ -148,22 +151,13 @@ class DurableDispatcher(Generic[D]):
         applied_seq: The number of the last event applied in memory (>= ``committed_seq``).
     """
 
-    def __init__(
-        self,
-        dispatcher: D,
-        writer: GroupCommit,
-        *,
-        clock: Callable[[], float],
-        ops: frozenset[str],
-        skip_when_empty: frozenset[str],
-    ) -> None:
-        self._dispatcher = dispatcher
-        self._writer = writer
-        self._clock = clock
-        self._ops = ops
-        self._skip = skip_when_empty
-        self._readers = 0
-        self._now_cache: dict[str, bool] = {}
+    _dispatcher: D
+    _writer: GroupCommit
+    _clock: Callable[[], float] = attrs.field(kw_only=True)
+    _ops: frozenset[str] = attrs.field(kw_only=True)
+    _skip: frozenset[str] = attrs.field(kw_only=True, alias="skip_when_empty")
+    _readers: int = attrs.field(init=False, default=0)
+    _now_cache: dict[str, bool] = attrs.field(init=False, factory=dict)
 
     # ------------------------------------------------------------------ opening
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from prioqueue.store.base import Snapshot, Store
+from prioqueue.store.base import Store
 from prioqueue.store.errors import StoreError
 
 if TYPE_CHECKING:
@@ -131,16 +131,9 @@ class PostgresStore(Store):
     def _fence_sql(self) -> str:
         return "SELECT epoch FROM prioqueue_leader WHERE id = 1 FOR SHARE"
 
-    def _append_rows(
-        self,
-        rows: list[tuple[Any, ...]],
-        epoch: int,
-        snapshot: Snapshot | None,
-        chunks: list[str] | None,
-    ) -> None:
-        if snapshot is not None or not rows:  # a snapshot's several statements: a transaction
-            super()._append_rows(rows, epoch, snapshot, chunks)
-            return
+    def _append_journal(self, rows: list[tuple[Any, ...]], epoch: int) -> None:
+        # One statement inserts the rows and checks the fence (a snapshot's several
+        # statements go through the base class's transaction).
         seqs, _, ops, args, nows = zip(*rows, strict=True)
         current, added = self._execute(
             _APPEND, (list(seqs), list(ops), list(args), list(nows), epoch)

@@ -9,6 +9,8 @@ and finds the jobs that are due to be taken back (``docs/design/fleet.md``).
 
 from __future__ import annotations
 
+import attrs
+
 from prioqueue.records import Grant
 from prioqueue.scoring import ScoreBreakdown
 from prioqueue.testing._charges import ReferenceCharges
@@ -22,6 +24,7 @@ from prioqueue.testing._workers import ReferenceWorkers
 __all__: list[str] = []  # private module
 
 
+@attrs.define(eq=False)
 class ReferenceGrants:
     """Grants, completions, cancels and take-backs, applied to the owners.
 
@@ -37,28 +40,15 @@ class ReferenceGrants:
         max_attempts: Grants a job gets before an expired lease fails it.
     """
 
-    def __init__(
-        self,
-        lanes: ReferenceLanes,
-        workers: ReferenceWorkers,
-        rules: ReferenceRules,
-        charges: ReferenceCharges,
-        runtimes: Runtimes,
-        stats: ReferenceStats,
-        *,
-        fair_share: bool,
-        track_reorders: bool,
-        max_attempts: int,
-    ) -> None:
-        self._lanes = lanes
-        self._workers = workers
-        self._rules = rules
-        self._charges = charges
-        self._runtimes = runtimes
-        self._stats = stats
-        self._fair_share = fair_share
-        self._track_reorders = track_reorders
-        self._max_attempts = max_attempts
+    _lanes: ReferenceLanes
+    _workers: ReferenceWorkers
+    _rules: ReferenceRules
+    _charges: ReferenceCharges
+    _runtimes: Runtimes
+    _stats: ReferenceStats
+    _fair_share: bool = attrs.field(kw_only=True)
+    _track_reorders: bool = attrs.field(kw_only=True)
+    _max_attempts: int = attrs.field(kw_only=True)
 
     def grant(self, worker: Worker, now: float) -> Grant | None:
         """Grant ``worker`` the job ``choose`` picks at ``now`` (None: slots full, or nothing).

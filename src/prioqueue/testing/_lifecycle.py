@@ -53,6 +53,12 @@ class Delayed:
     release_at: float
 
 
+def _budget_dict(budgets: Mapping[int, LevelBudget] | None) -> dict[int, LevelBudget]:
+    """The levels' budgets as a dict of their own (None: none)."""
+    return dict(budgets or {})
+
+
+@attrs.define(eq=False)
 class ReferenceLifecycle:
     """Deadlines, delays, retries and budgets for ``ReferenceFleet``.
 
@@ -67,28 +73,16 @@ class ReferenceLifecycle:
         max_per_member: The most queued jobs of one member, or None.
     """
 
-    def __init__(
-        self,
-        lanes: ReferenceLanes,
-        rules: ReferenceRules,
-        runtimes: Runtimes,
-        stats: ReferenceStats,
-        *,
-        budgets: Mapping[int, LevelBudget] | None,
-        backoff: Backoff | None,
-        max_queued: int | None,
-        max_per_member: int | None,
-    ) -> None:
-        self._lanes = lanes
-        self._rules = rules
-        self._runtimes = runtimes
-        self._stats = stats
-        self._budgets = dict(budgets or {})
-        self._backoff = backoff
-        self._max_queued = max_queued
-        self._max_per_member = max_per_member
-        self._delayed: list[Delayed] = []
-        self._lapsed: list[Expired] = []
+    _lanes: ReferenceLanes
+    _rules: ReferenceRules
+    _runtimes: Runtimes
+    _stats: ReferenceStats
+    _budgets: dict[int, LevelBudget] = attrs.field(kw_only=True, converter=_budget_dict)
+    _backoff: Backoff | None = attrs.field(kw_only=True)
+    _max_queued: int | None = attrs.field(kw_only=True)
+    _max_per_member: int | None = attrs.field(kw_only=True)
+    _delayed: list[Delayed] = attrs.field(init=False, factory=list)
+    _lapsed: list[Expired] = attrs.field(init=False, factory=list)
 
     # -- time --------------------------------------------------------------------------------
 
