@@ -14,14 +14,40 @@ so everything else (capabilities, member caps, the ranking inside the group, lea
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING
 
 from prioqueue._journaled import journaled
 from prioqueue.records import Grant, Job
 
 __all__: list[str] = []  # private module
+
+
+class Narrowable:
+    """A worker record whose ``accepts`` filter a ``pop_many(siblings=True)`` narrows.
+
+    The core's and the reference fleet's worker records both derive from it, so the narrowing
+    is written once, beside the rule that uses it. It declares no slots (a type checker then
+    sees ``accepts`` as assignable): the records' own fields stay slots, and a worker record
+    is made once per join, so the unused ``__dict__`` costs nothing on the hot path.
+    """
+
+    accepts: Callable[[Job], bool] | None
+
+    @contextmanager
+    def narrowed(self, test: Callable[[Job], bool]) -> Iterator[None]:
+        """For the ``with`` block, accept only the jobs ``test`` and ``accepts`` both pass.
+
+        The worker's own filter is restored on leaving, whatever happens inside.
+        """
+        original = self.accepts
+        self.accepts = test if original is None else lambda job: test(job) and original(job)
+        try:
+            yield
+        finally:
+            self.accepts = original
+
 
 #: The most jobs one ``pop_many`` may ask for (the AI Horde's ``amount`` is at most 20).
 MAX_AMOUNT = 100

@@ -22,13 +22,13 @@ serves every model but filters) and a the ``accepts`` calls.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from heapq import heapify, heappop, heappush, heapreplace
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from prioqueue._batch import Narrowable
 from prioqueue._lanes import QUEUED, _Entry, _Lane
 from prioqueue._rankings import _Item, _Ranking
 from prioqueue._worker_info import worker_info
@@ -46,7 +46,7 @@ IDLE_CAUSES = ("slots_full", "member_cap", *CAPABILITY_CAUSES, "accepts", "warm_
 
 
 @attrs.define(eq=False)
-class _Worker:
+class _Worker(Narrowable):
     """One worker of the fleet (mutable, private)."""
 
     name: str
@@ -74,20 +74,6 @@ class _Worker:
         self.slow = slow
         self.accepts = accepts
         self.capabilities = capabilities
-
-    @contextmanager
-    def narrowed(self, test: Callable[[Job], bool]) -> Iterator[None]:
-        """For the ``with`` block, accept only the jobs ``test`` and ``accepts`` both pass.
-
-        ``pop_many(siblings=True)`` restricts the pops after its first to one group this way;
-        the worker's own filter is restored on leaving, whatever happens inside.
-        """
-        original = self.accepts
-        self.accepts = test if original is None else lambda job: test(job) and original(job)
-        try:
-            yield
-        finally:
-            self.accepts = original
 
     def heard(self, t: float) -> None:
         """The worker spoke at ``t`` (its last word, for the worker timeout)."""

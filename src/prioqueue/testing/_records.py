@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, Literal
 
 import attrs
 
+from prioqueue._batch import Narrowable
 from prioqueue.capabilities import FEATURES, Capabilities
 from prioqueue.lease import LeaseCalculator
 from prioqueue.records import Grant, Job
@@ -128,7 +128,7 @@ class Held:
 
 
 @attrs.define(eq=False)
-class Worker:
+class Worker(Narrowable):
     """A joined worker: what it serves, what it has loaded, what it holds, when it was seen."""
 
     name: str
@@ -162,20 +162,6 @@ class Worker:
         self.capabilities = capabilities
         self.last_seen = now
         self.timed_out = False
-
-    @contextmanager
-    def narrowed(self, test: Callable[[Job], bool]) -> Iterator[None]:
-        """For the ``with`` block, accept only the jobs ``test`` and ``accepts`` both pass.
-
-        ``pop_many(siblings=True)`` restricts the pops after its first to one group this way;
-        the worker's own filter is restored on leaving, whatever happens inside.
-        """
-        original = self.accepts
-        self.accepts = test if original is None else lambda job: test(job) and original(job)
-        try:
-            yield
-        finally:
-            self.accepts = original
 
     def revive(self, now: float) -> None:
         """Word from the worker: seen at ``now``, live again."""
