@@ -15,7 +15,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -98,13 +98,15 @@ def no_injection(browser: Any) -> None:
 # ---------------------------------------------------------------------------- the broker
 
 
-def _write_config(path: Path, port: int, store: Path) -> Path:
+def _write_config(
+    path: Path, port: int, store: Path, keys: Mapping[str, Mapping[str, Any]]
+) -> Path:
     lines = [
         f'listen = "127.0.0.1:{port}"',
         f'store = "sqlite:///{store}"',
         "worker_timeout_seconds = 0",  # the seeded workers stay silent: never time them out
     ]
-    for name, entry in KEYS.items():
+    for name, entry in keys.items():
         lines.append(f"[keys.{json.dumps(name)}]")
         lines.extend(f"{k} = {json.dumps(v)}" for k, v in entry.items())
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -125,18 +127,24 @@ def _wait_serving(proc: BrokerProcess, timeout: float = 60.0, key: str = "wk-1")
     raise AssertionError(f"the broker did not serve: {proc.log.read_text()[-2000:]}")
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    root = tmp_path_factory.mktemp("ui-broker")
+def _serving(
+    root: Path, keys: Mapping[str, Mapping[str, Any]], key: str, seed: Callable[[str], None]
+) -> Iterator[BrokerProcess]:
+    """A broker under ``root`` with ``keys``, serving (``key``: a worker key) and seeded."""
     port = free_port()
-    config = _write_config(root / "broker.toml", port, root / "broker.db")
+    config = _write_config(root / "broker.toml", port, root / "broker.db", keys)
     proc = BrokerProcess(config, port, root / "broker.log").start()
     try:
-        _wait_serving(proc)
-        _seed(proc.url)
+        _wait_serving(proc, key=key)
+        seed(proc.url)
         yield proc
     finally:
         proc.kill()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    yield from _serving(tmp_path_factory.mktemp("ui-broker"), KEYS, "wk-1", _seed)
 
 
 def _seed(url: str) -> None:
@@ -426,22 +434,7 @@ SHOT_SECONDS = 1.5  # how long the film's first shot holds its GPU (wall time: a
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """A broker that looks like a fleet in use: three members on three levels, a film, four
     GPUs with their models. Its page is the README's screenshot."""
-    root = tmp_path_factory.mktemp("ui-fleet")
-    port = free_port()
-    config = root / "broker.toml"
-    lines = [f'listen = "127.0.0.1:{port}"', f'store = "sqlite:///{root / "broker.db"}"']
-    lines.append("worker_timeout_seconds = 0")
-    for name, entry in FLEET_KEYS.items():
-        lines.append(f"[keys.{json.dumps(name)}]")
-        lines.extend(f"{k} = {json.dumps(v)}" for k, v in entry.items())
-    config.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    proc = BrokerProcess(config, port, root / "broker.log").start()
-    try:
-        _wait_serving(proc, key="wk-fleet")
-        _seed_fleet(proc.url)
-        yield proc
-    finally:
-        proc.kill()
+    yield from _serving(tmp_path_factory.mktemp("ui-fleet"), FLEET_KEYS, "wk-fleet", _seed_fleet)
 
 
 def _seed_fleet(url: str) -> None:
