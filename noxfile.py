@@ -116,10 +116,14 @@ def tests(session: nox.Session) -> None:
         "--ignore=tests/test_examples.py",
         "--ignore=tests/ui/test_ui_browser.py",
         "--ignore=tests/sim/test_sim_docs.py",
-        "--durations=15",  # where the time goes: the budget is ten minutes for all of nox
+        "--durations=25",  # where the time goes: the budget is ten minutes for all of nox
         # One test process per core (pytest-xdist): most tests wait on sockets, subprocesses
         # and PostgreSQL, so two processes on two cores halve the session's wall time.
         "--numprocesses=auto",
+        # Each process takes half of the collection and, once done, steals the unstarted tail
+        # of the other's (`--dist load` hands out fixed chunks: one process could be left
+        # running a long chunk alone at the end).
+        "--dist=worksteal",
         "--cov=prioqueue",
         "--cov-report=term-missing:skip-covered",
     ]
