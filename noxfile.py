@@ -98,11 +98,12 @@ def _coverage_gate(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Pytest with branch coverage (Hypothesis included), slow tests left out; fails under 95 %.
 
-    Two modules belong to other sessions and are left out here rather than run twice: the
+    Three modules belong to other sessions and are left out here rather than run twice: the
     examples (the ``examples`` session's; each runs in its own interpreter, which coverage does
-    not measure) and the dashboard's browser tests (the ``docs`` session's, which take the
+    not measure), the dashboard's browser tests (the ``docs`` session's, which take the
     screenshots; they skip where Chromium is missing, so the coverage gate never counts on
-    them).
+    them) and the simulator outputs the docs quote (the ``docs`` session's, which runs those
+    sweeps to draw its pictures).
 
     The coverage floor is checked after pytest, on the combined data, by ``_coverage_gate``
     (pytest-cov's own check rounds the total first); it runs whenever the tests ran under
@@ -114,10 +115,15 @@ def tests(session: nox.Session) -> None:
         "not slow",
         "--ignore=tests/test_examples.py",
         "--ignore=tests/ui/test_ui_browser.py",
-        "--durations=15",  # where the time goes: the budget is ten minutes for all of nox
+        "--ignore=tests/sim/test_sim_docs.py",
+        "--durations=25",  # where the time goes: the budget is ten minutes for all of nox
         # One test process per core (pytest-xdist): most tests wait on sockets, subprocesses
         # and PostgreSQL, so two processes on two cores halve the session's wall time.
         "--numprocesses=auto",
+        # Each process takes half of the collection and, once done, steals the unstarted tail
+        # of the other's (`--dist load` hands out fixed chunks: one process could be left
+        # running a long chunk alone at the end).
+        "--dist=worksteal",
         "--cov=prioqueue",
         "--cov-report=term-missing:skip-covered",
     ]
@@ -159,8 +165,10 @@ PICTURES = (
 )
 
 
-def _side_by_side(session: nox.Session, commands: list[list[str]]) -> None:
+def _side_by_side(session: nox.Session, commands: list[list[str]]) -> list[str]:
     """Run the session's ``commands`` at once, one per core, quietly; fail on the first error.
+
+    Returns what each command printed (its standard output), in the order of ``commands``.
 
     The pictures are independent simulations, each on one core: on two cores they take about
     half as long side by side as one after the other.
@@ -170,34 +178,50 @@ def _side_by_side(session: nox.Session, commands: list[list[str]]) -> None:
     def run(command: list[str]) -> subprocess.CompletedProcess[str]:
         return subprocess.run(command, env=env, capture_output=True, text=True, check=False)
 
+    outputs = []
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         for command, done in zip(commands, pool.map(run, commands), strict=True):
             session.log(" ".join(command))
             if done.returncode != 0:
                 session.error(f"{command[0]} failed ({done.returncode}):\n{done.stderr}")
+            outputs.append(done.stdout)
+    return outputs
 
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """Redraw the simulator's and the dashboard's pictures and build the site (``--strict``).
+    """Redraw the simulator's and the dashboard's pictures, check the simulator outputs the
+    docs quote, and build the site (``--strict``).
 
-    The docs' samples and the simulator outputs they quote are checked by the ``tests``
-    session (``tests/test_docs.py``, ``tests/sim/test_sim_docs.py``), which ``nox`` runs too;
-    ``nox -s tests -- tests/test_docs.py tests/sim/test_sim_docs.py`` runs them alone.
+    The docs' code samples are checked by the ``tests`` session (``tests/test_docs.py``), which
+    ``nox`` runs too. The simulator outputs the docs quote are checked here
+    (``tests/sim/test_sim_docs.py``): the quoted sweeps are the commands that draw the pictures,
+    so their outputs are handed to it instead of being computed twice.
     """
     session.install(ALL_EXTRAS, *_groups("docs", "test"))
-    _side_by_side(
+    outputs = _side_by_side(
         session, [["prioqueue", "simulate", *args, "--plain", "--no-progress"] for args in PICTURES]
     )
+    recorded = Path(session.create_tmp()) / "simulate-outputs.json"
+    # A picture's command less its --plot: the arguments a page quotes with `sweep-of`.
+    by_command = {
+        " ".join(args[: args.index("--plot")]): out
+        for args, out in zip(PICTURES, outputs, strict=True)
+    }
+    recorded.write_text(json.dumps(by_command), encoding="utf-8")
     # The dashboard's browser tests run here (not in the tests session): they take its
     # screenshots (docs/images/ui/); they skip, saying why, where Chromium is missing (CI
     # installs it and sets PRIOQUEUE_REQUIRE_BROWSER=1, which makes a skip a failure).
     session.run(
         "pytest",
+        "tests/sim/test_sim_docs.py",
         "tests/ui/test_ui_browser.py",
         "-p",
         "no:cacheprovider",
-        env={"PRIOQUEUE_UI_SCREENSHOTS": str(ROOT / "docs" / "images" / "ui")},
+        env={
+            "PRIOQUEUE_UI_SCREENSHOTS": str(ROOT / "docs" / "images" / "ui"),
+            "PRIOQUEUE_SIM_OUTPUTS": str(recorded),
+        },
     )
     session.run(
         "mkdocs",

@@ -22,11 +22,12 @@ import pytest
 pytest.importorskip("nox")
 
 
-def _load_noxfile() -> ModuleType:
-    """noxfile.py, which is not on the path under pytest (only tests/ is)."""
-    spec = importlib.util.spec_from_file_location(
-        "noxfile", Path(__file__).resolve().parent.parent / "noxfile.py"
-    )
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load(name: str, path: str) -> ModuleType:
+    """The module at ``path`` (from the repository root), loaded as ``name``."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -34,7 +35,7 @@ def _load_noxfile() -> ModuleType:
     return module
 
 
-noxfile = _load_noxfile()
+noxfile = _load("noxfile", "noxfile.py")  # not on the path under pytest (only tests/ is)
 
 
 def _totals(tmp_path: Path, missed: int) -> dict[str, object]:
@@ -77,3 +78,13 @@ def test_no_measurement_is_a_failure_not_a_pass() -> None:
 
 def test_the_floor_is_pyprojects() -> None:
     assert noxfile.COVERAGE_FLOOR == 95.0
+
+
+def test_every_quoted_sweep_is_a_picture_the_docs_session_draws() -> None:
+    # The docs session hands the outputs of its picture commands to tests/sim/test_sim_docs.py;
+    # a quoted sweep that is no picture would run a second time there.
+    quotes = _load("sim_docs", "tests/sim/test_sim_docs.py")
+    pictures = {" ".join(args[: args.index("--plot")]) for args in noxfile.PICTURES}
+    sweeps = {" ".join(words[2:]) for words in quotes.COMMANDS if "--sweep" in words}
+    assert sweeps
+    assert sweeps <= pictures

@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
+from prioqueue.cli import main
 from prioqueue.client import Broker, Job, JobFailed, Worker
 from store.pg import POSTGRES_URL
 
@@ -280,7 +281,12 @@ def test_the_worker_cli_runs_a_command_per_job(tmp_path: Path, store: str) -> No
                 cli.wait()
 
 
-def test_jobs_wait_returns_when_the_job_ends_with_its_exit_status(tmp_path: Path) -> None:
+def test_jobs_wait_returns_when_the_job_ends_with_its_exit_status(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Real `prioqueue jobs` processes (the broker and the key from the environment): a submit,
+    # and a wait that returns when another client ends the job. The other exit statuses are
+    # read in this process (each `prioqueue` process takes seconds to start on a busy machine).
     with _broker(tmp_path, "sqlite") as proc:
         env = {"PRIOQUEUE_BROKER_URL": proc.url, "PRIOQUEUE_KEY": "sk-alice"}
         submit = _cli("jobs", "submit", "--payload", '{"n": 1}', env=env)
@@ -290,6 +296,7 @@ def test_jobs_wait_returns_when_the_job_ends_with_its_exit_status(tmp_path: Path
         waiting = _cli("jobs", "wait", job_id, env=env)
         time.sleep(0.5)
         assert waiting.poll() is None  # still queued: it waits
+        jobs = ["jobs", "--broker", proc.url, "--key", "sk-alice"]
         with Worker(proc.url, "wk-1", "gpu-1", wait=5, handle_signals=False) as worker:
             job = worker.pop()
             assert job is not None
@@ -297,26 +304,19 @@ def test_jobs_wait_returns_when_the_job_ends_with_its_exit_status(tmp_path: Path
             out, err = waiting.communicate(timeout=120)
             assert waiting.returncode == 0, err
             assert json.loads(out)["result"] == {"answer": 42}
-            failing = json.loads(_cli("jobs", "submit", env=env).communicate(timeout=120)[0])
+            assert main([*jobs, "submit"]) == 0
+            failing = json.loads(capsys.readouterr().out)
             job = worker.pop()
             assert job is not None
             job.fail("no")
-            waited = _cli("jobs", "wait", failing["id"], env=env)
-            waited.communicate(timeout=120)
-            assert waited.returncode == 3
-        timeout = _cli("jobs", "wait", "--timeout", "0.2", _submit_one(env), env=env)
-        timeout.communicate(timeout=120)
-        assert timeout.returncode == 6
-        missing = _cli("jobs", "get", "job-999", env=env)
-        _, err = missing.communicate(timeout=120)
-        assert missing.returncode == 1
-        assert b"404" in err
-
-
-def _submit_one(env: dict[str, str]) -> str:
-    out, _ = _cli("jobs", "submit", env=env).communicate(timeout=120)
-    job_id: str = json.loads(out)["id"]
-    return job_id
+            assert main([*jobs, "wait", failing["id"]]) == 3
+            assert json.loads(capsys.readouterr().out)["state"] == "failed"
+        assert main([*jobs, "submit"]) == 0
+        queued = json.loads(capsys.readouterr().out)
+        assert main([*jobs, "wait", "--timeout", "0.2", queued["id"]]) == 6
+        capsys.readouterr()
+        assert main([*jobs, "get", "job-999"]) == 1
+        assert "404" in capsys.readouterr().err
 
 
 def test_a_worker_waiting_in_a_long_poll_gets_a_job_submitted_meanwhile(tmp_path: Path) -> None:
