@@ -5,10 +5,12 @@ purpose: splitting it would scatter the operations the journal names (issue 29).
 
 Theory of operation
 -------------------
-:class:`BrokerEngine` holds the fleet dispatcher plus what the dispatcher does not keep: each
-job's record (owner, payload, state, current grant, result), the idempotency keys and the
-retention clock of finished jobs. It does no I/O and reads no clock: every operation takes
-``now``. The HTTP layer turns a request into an operation ``(op, args, now)`` with JSON
+:class:`BrokerEngine` composes the fleet dispatcher and the owners of what the dispatcher does
+not keep: the :class:`~prioqueue.broker.jobbook.JobBook` (each job's record: owner, payload,
+state, current grant, result; the idempotency keys, the retention clock of finished jobs) and
+the :class:`~prioqueue.broker.workerbook.WorkerBook` (each worker's settings and last word);
+it inherits nothing (issue 29, item 3). It does no I/O and reads no clock: every operation
+takes ``now``. The HTTP layer turns a request into an operation ``(op, args, now)`` with JSON
 arguments and calls :meth:`BrokerEngine.apply`; the same call on a restored engine gives the
 same state and the same answer, so a journal of operations plus an occasional snapshot
 recovers the broker exactly (the LMAX design).
@@ -40,6 +42,7 @@ O((e + r) log n) for e expired leases and r records past their retention.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -47,19 +50,23 @@ import attrs
 
 from prioqueue._journaled import journaled, journaled_ops
 from prioqueue.broker import _groups, _snapshot, _submit, _workers
-from prioqueue.broker._state import EngineState
+from prioqueue.broker._fleet import make_fleet, restore_fleet
+from prioqueue.broker._state import Changed, Leases
 from prioqueue.broker.config import BrokerConfig
+from prioqueue.broker.jobbook import JobBook
 from prioqueue.broker.records import (
     AHEAD_LIMIT,
     FINISHED,
     SNAPSHOT_FORMAT,
     JobRecord,
+    JobStatus,
     PopResult,
     PopSpec,
     Rejected,
     pop_spec,
     redacted,
 )
+from prioqueue.broker.workerbook import WorkerBook
 from prioqueue.errors import InvalidState, UnknownJob
 
 if TYPE_CHECKING:
@@ -110,16 +117,39 @@ def _in_order(method: _Op) -> _Op:
     return run  # type: ignore[return-value]
 
 
-class BrokerEngine(EngineState):
+class BrokerEngine:
     """The broker's jobs, workers and leases; see the module docstring for the rules.
 
-    The state is :class:`~prioqueue.broker._state.EngineState`'s; each method declared
+    It composes its owners (issue 29, item 3): the fleet dispatcher, the :class:`JobBook`
+    (``jobs``), the :class:`~prioqueue.broker.workerbook.WorkerBook` (``workers``), the lease
+    policy, its clock (``now``, ``version``) and the notes for waiters. Each method declared
     ``@journaled`` is one operation of the journal, carried out by the module of its role
-    (``_submit``, ``_workers``, ``_groups``).
+    (``_submit``, ``_workers``, ``_groups``), which changes the owners through their methods.
 
     Args:
         config: The broker configuration (dispatcher options, leases, retention).
     """
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.leases = Leases(config)
+        """Each grant's lease and the image inputs a submit may state."""
+        self.fleet: Any = make_fleet(config, self.leases.lease_for)
+        """The fleet dispatcher: the queue, the grants, the workers' runtime state."""
+        self.jobs = JobBook(config.result_ttl_seconds)
+        """The job records, keys, counts, queued bytes and retention (a read-only mapping)."""
+        self.workers = WorkerBook()
+        """The workers' settings and last words (a read-only mapping)."""
+        self.now = -math.inf
+        """The time of the last operation."""
+        self.version = 0
+        """Counts the operations run (refused ones included); keys the read caches."""
+        self._status: tuple[int, dict[str, Any]] | None = None
+        self.on_change: Callable[[Changed], None] | None = None
+        """Called after each applied operation with what it changed (the driver wakes the
+        long polls it concerns); not state. Notes are taken only while it is set."""
+        self.changed = Changed()
+        """The notes of the operation running now (see :class:`Changed`); not state."""
 
     # ------------------------------------------------------------------ driving
 
@@ -417,6 +447,81 @@ class BrokerEngine(EngineState):
         """
         _snapshot.rebase(self, now, by)
 
+    # ------------------------------------------------------------------ shared steps
+
+    def check_image(self, image: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate a submit's lease inputs (:meth:`Leases.check_image <_state.Leases>`).
+
+        Raises:
+            Rejected: 422 naming the field that is wrong, or a lease too long.
+        """
+        return self.leases.check_image(image)
+
+    def owned(self, job_id: str, member: str | None) -> JobRecord:
+        """The record of ``job_id`` if ``member`` may see it (None: anyone). O(1).
+
+        Raises:
+            Rejected: 404 when it is unknown or belongs to another member.
+        """
+        record = self.jobs.get(job_id)
+        if record is None or (member is not None and record.member != member):
+            raise Rejected(404, f"no job {job_id!r}", field="id")
+        return record
+
+    def note_queued(self, record: JobRecord) -> None:
+        """``record`` is queued now: note its model unless it is delayed. O(1)."""
+        if self.on_change is not None and self.fleet.not_before(record.id) is None:
+            self.changed.queued.append(record.model)
+
+    def requeued(self, record: JobRecord) -> None:
+        """A running job went back to the queue (a retry, a worker left, a lease ran out). O(1)."""
+        if self.on_change is not None and record.worker is not None:
+            self.changed.freed.append((record.worker, record.member))
+        self.note_queued(self.jobs.requeue(record.id))
+
+    def finish(self, record: JobRecord, state: JobStatus, result: Any, now: float) -> None:
+        """``record`` ended in ``state`` (:meth:`JobBook.finish`), the change noted.
+
+        O(log retention).
+        """
+        if self.on_change is not None:
+            self.changed.finished.append(record.id)
+            if record.state == "running" and record.worker is not None:
+                self.changed.freed.append((record.worker, record.member))
+        self.jobs.finish(record.id, state, result, now)
+
+    def watch(self, on_change: Callable[[Changed], None] | None) -> None:
+        """Call ``on_change`` after each applied operation (None: stop). O(1)."""
+        self.on_change = on_change
+
+    def advance_to(self, now: float) -> None:
+        """The engine's time is ``now`` (a pop that keeps time itself). O(1)."""
+        self.now = now
+
+    def _parked(self) -> int:
+        """Delayed jobs in the fleet (waiting for ``not_before`` or a backoff). O(levels)."""
+        parked: int = self.fleet.delayed_count()
+        return parked
+
+    # ------------------------------------------------------------------ time
+
+    def due(self, now: float) -> bool:
+        """Whether a ``tick`` at ``now`` would change anything (a lease or retention ran out).
+
+        Complexity: O(1).
+        """
+        due = self.next_due()
+        return due is not None and due <= now
+
+    def next_due(self) -> float | None:
+        """The earliest time at which :meth:`due` becomes true, or None. O(1)."""
+        times = [self.fleet.next_deadline(), self.jobs.retention_due()]
+        oldest = self.workers.oldest_seen()
+        if oldest is not None:
+            times.append(oldest[1] + self.config.forget_workers_seconds)
+        known = [t for t in times if t is not None]
+        return min(known) if known else None
+
     # ------------------------------------------------------------------ reads
 
     def position(
@@ -474,7 +579,24 @@ class BrokerEngine(EngineState):
             for record in self.jobs.values():
                 states[record.state] = states.get(record.state, 0) + 1
             cached = self._status = (self.version, states)
-        return {"jobs": dict(cached[1]), "workers": len(self.workers), "totals": dict(self.counts)}
+        return {
+            "jobs": dict(cached[1]),
+            "workers": len(self.workers),
+            "totals": dict(self.jobs.counts),
+        }
+
+    def check(self) -> None:
+        """Assert the owners' rules and that the records mirror the fleet (for the tests).
+
+        Complexity: O(jobs + workers).
+
+        Raises:
+            AssertionError: A rule does not hold.
+        """
+        self.jobs.check()
+        self.workers.check()
+        for record in self.jobs.values():
+            assert (record.id in self.fleet) == (record.state not in FINISHED), record.id
 
     # ------------------------------------------------------------------ persistence
 
@@ -511,3 +633,34 @@ class BrokerEngine(EngineState):
         engine = cls(config)
         _snapshot.load(engine, state)
         return engine
+
+    def load_parts(self, now: float, fleet: Mapping[str, Any]) -> None:
+        """Take a snapshot's time and fleet (``_snapshot.load`` fills the books). O(fleet).
+
+        Raises:
+            ValueError: ``fleet`` is not a fleet snapshot.
+        """
+        self.now = now
+        self.fleet = restore_fleet(fleet, self.config, self.leases.lease_for)
+
+    def shift_times(self, now: float, by: float) -> None:
+        """Every time held moves ``by`` seconds earlier; then the time is ``now`` (a rebase).
+
+        The fleet is rebuilt from its snapshot with the same shift; the books shift theirs.
+        Every waiter is told (``released``): each wait moved. O(jobs + workers).
+        """
+        self.version += 1
+        at = self.now if math.isfinite(self.now) else 0.0
+        self.fleet = restore_fleet(
+            self.fleet.snapshot(now=at), self.config, self.leases.lease_for, now=at - by
+        )
+        self.jobs.shift(by)
+        self.workers.shift(by)
+        self._status = None
+        self.now = now
+        if self.on_change is not None:
+            changed = self.changed
+            changed.clear()
+            changed.note_released()
+            self.on_change(changed)
+            changed.clear()
