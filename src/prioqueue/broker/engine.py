@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 
 from prioqueue._journaled import journaled, journaled_ops
+from prioqueue._readonly import ReadOnly
 from prioqueue.broker import _groups, _snapshot, _submit, _workers
 from prioqueue.broker._fleet import make_fleet, restore_fleet
 from prioqueue.broker._state import Changed, Leases
@@ -95,19 +96,19 @@ def _in_order(method: _Op) -> _Op:
 
     @functools.wraps(method)
     def run(self: BrokerEngine, now: float, **kwargs: Any) -> Any:
-        if not now >= self.now:  # also refuses NaN
-            raise Rejected(409, f"time went backwards: {now!r} after {self.now!r}")
-        self.version += 1  # before: an operation that raises half way changed state too
-        notify = self.on_change
+        if not now >= self._now:  # also refuses NaN
+            raise Rejected(409, f"time went backwards: {now!r} after {self._now!r}")
+        self._version += 1  # before: an operation that raises half way changed state too
+        notify = self._on_change
         if notify is None:
             result = method(self, now, **kwargs)
-            self.now = now
+            self._now = now
             return result
-        changed = self.changed
+        changed = self._changed
         changed.clear()  # a refusal (or a bug) half way leaves no stale notes
         parked = self._parked()
         result = method(self, now, **kwargs)
-        self.now = now
+        self._now = now
         if self._parked() < parked:
             changed.note_released()
         notify(changed)
@@ -130,26 +131,39 @@ class BrokerEngine:
         config: The broker configuration (dispatcher options, leases, retention).
     """
 
+    config = ReadOnly[BrokerConfig]("_config", "The broker configuration.")
+    leases = ReadOnly[Leases]("_leases", "Each grant's lease and the image inputs a submit states.")
+    fleet = ReadOnly[Any]("_fleet", "The fleet dispatcher: the queue, grants, workers' runtime.")
+    jobs = ReadOnly[JobBook](
+        "_jobs", "The job records, keys, counts, queued bytes and retention (a read-only map)."
+    )
+    workers = ReadOnly[WorkerBook](
+        "_workers", "The workers' settings and last words (a read-only mapping)."
+    )
+    now = ReadOnly[float]("_now", "The time of the last operation (``-inf`` before the first).")
+    version = ReadOnly[int](
+        "_version", "Counts the operations run (refused ones included); keys the read caches."
+    )
+    on_change = ReadOnly["Callable[[Changed], None] | None"](
+        "_on_change",
+        "Called after each applied operation with what it changed (the driver wakes the long "
+        "polls it concerns; :meth:`watch` sets it); not state. Notes are taken only while set.",
+    )
+    changed = ReadOnly[Changed](
+        "_changed", "The notes of the operation running now (see :class:`Changed`); not state."
+    )
+
     def __init__(self, config: BrokerConfig) -> None:
-        self.config = config
-        self.leases = Leases(config)
-        """Each grant's lease and the image inputs a submit may state."""
-        self.fleet: Any = make_fleet(config, self.leases.lease_for)
-        """The fleet dispatcher: the queue, the grants, the workers' runtime state."""
-        self.jobs = JobBook(config.result_ttl_seconds)
-        """The job records, keys, counts, queued bytes and retention (a read-only mapping)."""
-        self.workers = WorkerBook()
-        """The workers' settings and last words (a read-only mapping)."""
-        self.now = -math.inf
-        """The time of the last operation."""
-        self.version = 0
-        """Counts the operations run (refused ones included); keys the read caches."""
+        self._config = config
+        self._leases = Leases(config)
+        self._fleet: Any = make_fleet(config, self._leases.lease_for)
+        self._jobs = JobBook(config.result_ttl_seconds)
+        self._workers = WorkerBook()
+        self._now = -math.inf
+        self._version = 0
         self._status: tuple[int, dict[str, Any]] | None = None
-        self.on_change: Callable[[Changed], None] | None = None
-        """Called after each applied operation with what it changed (the driver wakes the
-        long polls it concerns); not state. Notes are taken only while it is set."""
-        self.changed = Changed()
-        """The notes of the operation running now (see :class:`Changed`); not state."""
+        self._on_change: Callable[[Changed], None] | None = None
+        self._changed = Changed()
 
     # ------------------------------------------------------------------ driving
 
@@ -242,7 +256,7 @@ class BrokerEngine:
         record = self.owned(job_id, member)
         if record.state in FINISHED:
             raise Rejected(409, f"job {job_id!r} is already {record.state}", field="id")
-        self.fleet.cancel(job_id, now=now)
+        self._fleet.cancel(job_id, now=now)
         self.finish(record, "cancelled", None, now)
         return attrs.evolve(record)
 
@@ -358,8 +372,8 @@ class BrokerEngine:
 
         Complexity: :meth:`pop`'s; O(1) when the worker's slots are full or nothing is queued.
         """
-        if not now >= self.now:
-            raise Rejected(409, f"time went backwards: {now!r} after {self.now!r}")
+        if not now >= self._now:
+            raise Rejected(409, f"time went backwards: {now!r} after {self._now!r}")
         settings = pop_spec(spec)
         _workers.checked_amount(amount)
         fresh = _workers.fresh_worker(self, worker, settings, now)
@@ -455,7 +469,7 @@ class BrokerEngine:
         Raises:
             Rejected: 422 naming the field that is wrong, or a lease too long.
         """
-        return self.leases.check_image(image)
+        return self._leases.check_image(image)
 
     def owned(self, job_id: str, member: str | None) -> JobRecord:
         """The record of ``job_id`` if ``member`` may see it (None: anyone). O(1).
@@ -463,44 +477,44 @@ class BrokerEngine:
         Raises:
             Rejected: 404 when it is unknown or belongs to another member.
         """
-        record = self.jobs.get(job_id)
+        record = self._jobs.get(job_id)
         if record is None or (member is not None and record.member != member):
             raise Rejected(404, f"no job {job_id!r}", field="id")
         return record
 
     def note_queued(self, record: JobRecord) -> None:
         """``record`` is queued now: note its model unless it is delayed. O(1)."""
-        if self.on_change is not None and self.fleet.not_before(record.id) is None:
-            self.changed.queued.append(record.model)
+        if self._on_change is not None and self._fleet.not_before(record.id) is None:
+            self._changed.queued.append(record.model)
 
     def requeued(self, record: JobRecord) -> None:
         """A running job went back to the queue (a retry, a worker left, a lease ran out). O(1)."""
-        if self.on_change is not None and record.worker is not None:
-            self.changed.freed.append((record.worker, record.member))
-        self.note_queued(self.jobs.requeue(record.id))
+        if self._on_change is not None and record.worker is not None:
+            self._changed.freed.append((record.worker, record.member))
+        self.note_queued(self._jobs.requeue(record.id))
 
     def finish(self, record: JobRecord, state: JobStatus, result: Any, now: float) -> None:
         """``record`` ended in ``state`` (:meth:`JobBook.finish`), the change noted.
 
         O(log retention).
         """
-        if self.on_change is not None:
-            self.changed.finished.append(record.id)
+        if self._on_change is not None:
+            self._changed.finished.append(record.id)
             if record.state == "running" and record.worker is not None:
-                self.changed.freed.append((record.worker, record.member))
-        self.jobs.finish(record.id, state, result, now)
+                self._changed.freed.append((record.worker, record.member))
+        self._jobs.finish(record.id, state, result, now)
 
     def watch(self, on_change: Callable[[Changed], None] | None) -> None:
         """Call ``on_change`` after each applied operation (None: stop). O(1)."""
-        self.on_change = on_change
+        self._on_change = on_change
 
     def advance_to(self, now: float) -> None:
         """The engine's time is ``now`` (a pop that keeps time itself). O(1)."""
-        self.now = now
+        self._now = now
 
     def _parked(self) -> int:
         """Delayed jobs in the fleet (waiting for ``not_before`` or a backoff). O(levels)."""
-        parked: int = self.fleet.delayed_count()
+        parked: int = self._fleet.delayed_count()
         return parked
 
     # ------------------------------------------------------------------ time
@@ -515,10 +529,10 @@ class BrokerEngine:
 
     def next_due(self) -> float | None:
         """The earliest time at which :meth:`due` becomes true, or None. O(1)."""
-        times = [self.fleet.next_deadline(), self.jobs.retention_due()]
-        oldest = self.workers.oldest_seen()
+        times = [self._fleet.next_deadline(), self._jobs.retention_due()]
+        oldest = self._workers.oldest_seen()
         if oldest is not None:
-            times.append(oldest[1] + self.config.forget_workers_seconds)
+            times.append(oldest[1] + self._config.forget_workers_seconds)
         known = [t for t in times if t is not None]
         return min(known) if known else None
 
@@ -542,8 +556,8 @@ class BrokerEngine:
         if record.state in FINISHED:
             return None, None
         try:
-            explanation = self.fleet.explain(
-                record.id, now=self.now, ahead_limit=AHEAD_LIMIT, overtakes_limit=20
+            explanation = self._fleet.explain(
+                record.id, now=self._now, ahead_limit=AHEAD_LIMIT, overtakes_limit=20
             )
         except (UnknownJob, InvalidState):  # pragma: no cover - records mirror the fleet
             return None, None
@@ -560,7 +574,7 @@ class BrokerEngine:
         if record.state != "queued":
             return None
         try:
-            value: float | None = self.fleet.not_before(record.id)
+            value: float | None = self._fleet.not_before(record.id)
         except UnknownJob:  # pragma: no cover - records mirror the fleet
             return None
         return value
@@ -572,17 +586,17 @@ class BrokerEngine:
         by :attr:`version`), else O(jobs kept).
         """
         cached = self._status
-        if cached is None or cached[0] != self.version:
+        if cached is None or cached[0] != self._version:
             states = dict.fromkeys(
                 ("queued", "running", "done", "failed", "cancelled", "expired"), 0
             )
-            for record in self.jobs.values():
+            for record in self._jobs.values():
                 states[record.state] = states.get(record.state, 0) + 1
-            cached = self._status = (self.version, states)
+            cached = self._status = (self._version, states)
         return {
             "jobs": dict(cached[1]),
-            "workers": len(self.workers),
-            "totals": dict(self.jobs.counts),
+            "workers": len(self._workers),
+            "totals": dict(self._jobs.counts),
         }
 
     def check(self) -> None:
@@ -593,10 +607,10 @@ class BrokerEngine:
         Raises:
             AssertionError: A rule does not hold.
         """
-        self.jobs.check()
-        self.workers.check()
-        for record in self.jobs.values():
-            assert (record.id in self.fleet) == (record.state not in FINISHED), record.id
+        self._jobs.check()
+        self._workers.check()
+        for record in self._jobs.values():
+            assert (record.id in self._fleet) == (record.state not in FINISHED), record.id
 
     # ------------------------------------------------------------------ persistence
 
@@ -640,8 +654,8 @@ class BrokerEngine:
         Raises:
             ValueError: ``fleet`` is not a fleet snapshot.
         """
-        self.now = now
-        self.fleet = restore_fleet(fleet, self.config, self.leases.lease_for)
+        self._now = now
+        self._fleet = restore_fleet(fleet, self._config, self._leases.lease_for)
 
     def shift_times(self, now: float, by: float) -> None:
         """Every time held moves ``by`` seconds earlier; then the time is ``now`` (a rebase).
@@ -649,18 +663,18 @@ class BrokerEngine:
         The fleet is rebuilt from its snapshot with the same shift; the books shift theirs.
         Every waiter is told (``released``): each wait moved. O(jobs + workers).
         """
-        self.version += 1
-        at = self.now if math.isfinite(self.now) else 0.0
-        self.fleet = restore_fleet(
-            self.fleet.snapshot(now=at), self.config, self.leases.lease_for, now=at - by
+        self._version += 1
+        at = self._now if math.isfinite(self._now) else 0.0
+        self._fleet = restore_fleet(
+            self._fleet.snapshot(now=at), self._config, self._leases.lease_for, now=at - by
         )
-        self.jobs.shift(by)
-        self.workers.shift(by)
+        self._jobs.shift(by)
+        self._workers.shift(by)
         self._status = None
-        self.now = now
-        if self.on_change is not None:
-            changed = self.changed
+        self._now = now
+        if self._on_change is not None:
+            changed = self._changed
             changed.clear()
             changed.note_released()
-            self.on_change(changed)
+            self._on_change(changed)
             changed.clear()
