@@ -21,7 +21,9 @@ from hypothesis import strategies as st
 from prioqueue.broker import BrokerEngine, Rejected, parse_config
 from prioqueue.broker._fleet import group_key
 from prioqueue.broker._groups import group_status
-from prioqueue.broker.engine import FINISHED
+from prioqueue.broker.engine import FINISHED, JobRecord
+from prioqueue.broker.jobbook import JobBook
+from prioqueue.broker.workerbook import WorkerSettings
 
 CONFIG = parse_config(
     {
@@ -124,6 +126,7 @@ def _outcome(engine: BrokerEngine, name: str, args: dict[str, Any], now: float) 
 
 
 def _check(engine: BrokerEngine) -> None:
+    engine.check()  # the owners' own rules: the job book's, the worker book's
     held: dict[str, list[str]] = {}
     for record in engine.jobs.values():
         in_fleet = record.id in engine.fleet
@@ -136,7 +139,7 @@ def _check(engine: BrokerEngine) -> None:
             assert engine.fleet.holder(record.id) is None
     for worker, jobs in held.items():
         assert len(jobs) <= 2, (worker, jobs)
-    for (member, key), (ids, _digest) in engine.idempotency.items():
+    for (member, key), (ids, _digest) in engine.jobs.idempotency.items():
         for job_id in ids:  # a key names the jobs of one request, all kept
             assert engine.jobs[job_id].member == member
             assert engine.jobs[job_id].idempotency_key == key
@@ -150,7 +153,8 @@ def _check_groups(engine: BrokerEngine) -> None:
         if record.group is not None:
             states = tally.setdefault((record.member, record.group), {})
             states[record.state] = states.get(record.state, 0) + 1
-    assert engine.group_kept == {group_key(m, g): sum(c.values()) for (m, g), c in tally.items()}
+    kept = {group_key(m, g): sum(c.values()) for (m, g), c in tally.items()}
+    assert engine.jobs.group_kept == kept
     for (member, label), states in tally.items():
         status = group_status(engine, label, member)
         assert status.members == (member,)
@@ -249,7 +253,7 @@ def test_groups_of_a_snapshot_without_core_groups_are_unknown_not_fatal() -> Non
     assert "5:alice/f" in state["fleet"]["groups"]
     state["fleet"]["groups"] = {}
     old = BrokerEngine.restore(state, CONFIG)
-    assert old.group_kept == {"5:alice/f": 1}
+    assert old.jobs.group_kept == {"5:alice/f": 1}
     with pytest.raises(Rejected, match="no group 'f' of member 'alice'") as read:
         group_status(old, "f", "alice")
     with pytest.raises(Rejected, match="no group 'f' of member 'alice'") as cancel:
@@ -258,7 +262,7 @@ def test_groups_of_a_snapshot_without_core_groups_are_unknown_not_fatal() -> Non
     old.apply("cancel", {"job_id": "job-1", "member": "alice"}, now)
     old.apply("tick", {}, now + CONFIG.result_ttl_seconds)
     assert old.jobs == {}
-    assert old.group_kept == {}
+    assert old.jobs.group_kept == {}
 
 
 def test_the_journaled_operations_are_the_declared_ones() -> None:
@@ -294,3 +298,51 @@ def test_submit_and_batch_refusals_change_nothing() -> None:
     engine.apply("submit", job, 2.0)
     with pytest.raises(Rejected, match="time went backwards"):
         engine.apply("try_pop", {"worker": "w1"}, 1.0)
+
+
+def test_a_snapshot_from_before_capabilities_and_seen_restores_as_it_was_taken() -> None:
+    # Workers' settings without ``capabilities`` and no ``seen`` (older snapshots): they are
+    # written back as read, and a worker's next pop re-joins it with its full settings.
+    engine = BrokerEngine(CONFIG)
+    now = 1_000_000.0
+    engine.apply("submit", {"member": "alice", "tier": "free", "priority": 0}, now)
+    engine.apply("pop", {"worker": "w1", "resident": "m"}, now)
+    engine.apply("pop", {"worker": "w2"}, now + 1)
+    state = json.loads(json.dumps(engine.snapshot()))
+    for settings_ in state["workers"].values():
+        del settings_["capabilities"]
+    del state["seen"]
+    old = BrokerEngine.restore(state, CONFIG)
+    again = old.snapshot()
+    assert again["workers"] == state["workers"]
+    assert again["seen"] == [["w1", now], ["w2", now + 1]]  # as the fleet last saw them
+    old.apply("heartbeat", {"worker": "w1", "resident": "n"}, now + 2)
+    assert old.snapshot()["workers"]["w1"] == {
+        "models": None, "resident": "n", "slots": 1, "slow": False,
+    }  # fmt: skip
+    old.apply("pop", {"worker": "w2"}, now + 3)  # settings now stated in full: a re-join
+    assert old.snapshot()["workers"]["w2"]["capabilities"] is None
+    assert old.workers["w2"] == WorkerSettings()
+    old.check()
+
+
+def test_the_job_book_keeps_its_rules() -> None:
+    book = JobBook(result_ttl=10.0)
+    record = JobRecord(
+        id="job-1", member="alice", priority=0, model=None, estimate=None, group="g",
+        image=None, payload={"x": 1}, submitted_at=0.0, idempotency_key="k",
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="the next job is 'job-1', not 'job-2'"):
+        book.add(attrs.evolve(record, id="job-2"), 7)
+    book.add(record, 7, "digest")
+    book.check()
+    assert (book.counter, book.total_bytes, dict(book.group_kept)) == (1, 7, {"5:alice/g": 1})
+    assert book.idempotency == {("alice", "k"): (("job-1",), "digest")}
+    book.finish("job-1", "done", {"ok": True}, 5.0)
+    book.check()
+    assert (book["job-1"].payload, book.total_bytes, book.counts["done"]) == (None, 0, 1)
+    assert book.retention_due() == 15.0
+    assert book.retire_due(14.0) == []
+    assert book.retire_due(15.0) == ["5:alice/g"]  # the group's last record went
+    assert (len(book), dict(book.idempotency), dict(book.group_kept)) == (0, {}, {})
+    book.check()

@@ -151,9 +151,10 @@ def test_queued_bytes_are_bounded_per_member_and_in_total() -> None:
             await a.submit(payload=blob)
             engine = a.broker.engine
             assert engine is not None
-            assert (engine.total_bytes, engine.member_bytes) == (9006, {"alice": 6004, "bob": 3002})
-            restored = type(engine).restore(engine.snapshot(), engine.config)
-            assert (restored.total_bytes, restored.member_bytes) == (9006, engine.member_bytes)
+            jobs = engine.jobs
+            assert (jobs.total_bytes, jobs.member_bytes) == (9006, {"alice": 6004, "bob": 3002})
+            again = type(engine).restore(engine.snapshot(), engine.config).jobs
+            assert (again.total_bytes, again.member_bytes) == (9006, jobs.member_bytes)
 
     run(scenario())
 
@@ -195,7 +196,7 @@ def test_idle_workers_are_forgotten_after_a_bound() -> None:
             a.clock.advance(601)
             await a.submit()  # the tick before it (or the timer's) forgets them
             assert engine.status()["workers"] == 1
-            assert set(engine.workers) == {"busy"} == set(engine.seen)
+            assert set(engine.workers) == {"busy"} == set(engine.workers.seen)
             assert [w.name for w in engine.fleet.workers()] == ["busy"]
             r = await a.client.post("/v1/workers/w1/heartbeat", headers=WORKER)
             assert r.status_code == 404  # forgotten: pop again to join
@@ -312,12 +313,12 @@ def test_queued_bytes_follow_the_lifecycle() -> None:
                 headers=WORKER,
             )
             assert r.json()["state"] == "queued", r.text
-            assert engine.total_bytes == 3002
+            assert engine.jobs.total_bytes == 3002
             await a.submit(payload=blob, ttl=5)
-            assert engine.total_bytes == 6004
+            assert engine.jobs.total_bytes == 6004
             a.clock.advance(6)
             await a.submit()  # the tick before it expires the ttl job
-            assert engine.total_bytes == 3002
-            assert engine.member_bytes == {"alice": 3002}
+            assert engine.jobs.total_bytes == 3002
+            assert engine.jobs.member_bytes == {"alice": 3002}
 
     run(scenario())

@@ -14,11 +14,13 @@ import threading
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import httpx
 
 from prioqueue.broker import create_app, parse_config
 from prioqueue.broker.engine import AHEAD_LIMIT, BrokerEngine
+from prioqueue.broker.jobbook import JobBook
 from prioqueue.store import Event, Snapshot, Store
 from store.pg import POSTGRES_URL
 
@@ -74,14 +76,14 @@ async def _no_barrier(store: str, **config: Any) -> None:
         engine: BrokerEngine = broker.engine
         gate = Gate(broker._backend.durable.store)
         first = asyncio.ensure_future(client.post("/v1/jobs", json={}, headers=SUBMITTER))
-        assert await _until(lambda: engine.counter == 2)  # applied; its commit is held
+        assert await _until(lambda: engine.jobs.counter == 2)  # applied; its commit is held
         reader = asyncio.ensure_future(client.get("/v1/status", headers=WORKER))
         second = asyncio.ensure_future(
             client.post("/v1/jobs", json={"image": IMAGE}, headers=SUBMITTER)
         )
         # Before issue 21 the submit first awaited a read barrier: everything applied had to
         # be committed (and a waiting reader held every new operation back).
-        assert await _until(lambda: engine.counter == 3)
+        assert await _until(lambda: engine.jobs.counter == 3)
         assert not first.done()
         assert not second.done()
         assert not reader.done()
@@ -127,27 +129,26 @@ def test_a_jobs_forecast_is_bounded() -> None:
     run(scenario())
 
 
-class _CountingJobs(dict[str, Any]):
-    walks = 0
-
-    def values(self) -> Any:
-        type(self).walks += 1
-        return super().values()
-
-
 def test_status_is_not_rebuilt_while_nothing_changed() -> None:
     config = parse_config({"keys": KEYS})
     engine = BrokerEngine(config)
     for i in range(20):
         engine.submit(float(i), member="alice", tier="pro", priority=0)
-    engine.jobs = _CountingJobs(engine.jobs)
-    first = engine.status()
-    assert engine.status() == first
-    assert _CountingJobs.walks == 1
-    engine.pop(30.0, worker="gpu-1")
-    after = engine.status()
+    walks = [0]
+    values = JobBook.values
+
+    def counting(book: JobBook) -> Any:
+        walks[0] += 1
+        return values(book)
+
+    with mock.patch.object(JobBook, "values", counting):
+        first = engine.status()
+        assert engine.status() == first
+        assert walks == [1]
+        engine.pop(30.0, worker="gpu-1")
+        after = engine.status()
+        assert walks == [2]
     assert (after["jobs"]["queued"], after["jobs"]["running"]) == (19, 1)
-    assert _CountingJobs.walks == 2
     after["jobs"]["queued"] = -1  # a caller's copy: the cache is not touched
     assert engine.status()["jobs"]["queued"] == 19
 

@@ -244,7 +244,7 @@ def test_a_grant_made_as_its_client_left_is_given_back_journaled(tmp_path: Path)
             assert again is not None
             assert again.id == record.id
             assert again.attempt == 2  # a grant given back counts, as a leave does
-            assert broker.engine.counts["submitted"] == 1
+            assert broker.engine.jobs.counts["submitted"] == 1
 
         restarted = create_app(parse_config(data))  # the store holds what was acknowledged
         async with restarted.router.lifespan_context(restarted):

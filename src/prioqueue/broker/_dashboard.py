@@ -185,7 +185,7 @@ async def dashboard(
             if scope == "worker"
             else _model.groups(
                 fleet, at, wall, visible,
-                known=engine.group_kept.__contains__,
+                known=engine.jobs.has_group,
                 may_cancel=lambda m: m == member or key.admin,
                 cache=forecasts,
             )
@@ -199,7 +199,7 @@ async def dashboard(
             "now": wall,
             "queued": stats.queued,
             "running": len(stats.held),
-            "totals": dict(engine.counts),
+            "totals": dict(engine.jobs.counts),
             "level_names": names,
             "levels": recent.levels(stats, wall),
             "lanes": lanes,

@@ -12,9 +12,10 @@ forecast are the core's (docs/design/chains.md), through expired leases and requ
   the same label never mix: another member's group is simply unknown (404). A key with
   ``observer = true`` reads, and one with ``admin = true`` reads and cancels, the group of
   the member named by ``?member=`` (the HTTP layer checks that).
-* **As long as its jobs.** The broker counts its kept records per group
-  (:attr:`BrokerEngine.group_kept`, rebuilt on restore); the ``tick`` that drops a group's
-  last record (its retention ran out) also calls ``forget_group``. A group is readable
+* **As long as its jobs.** The job book counts its kept records per group
+  (:attr:`JobBook.group_kept <prioqueue.broker.jobbook.JobBook.group_kept>`, rebuilt on
+  restore); the ``tick`` that drops a group's last record (its retention ran out) also calls
+  ``forget_group`` (:func:`forget`). A group is readable
   exactly as long as one of its jobs is, and the dispatcher's memory stays bounded.
 * **One operation.** ``cancel_group`` is one journaled broker operation: it is refused (404,
   422) before anything changes, else the core cancels the jobs and the broker finishes their
@@ -30,21 +31,21 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from prioqueue.broker._fleet import group_key
-from prioqueue.broker._state import EngineState
-from prioqueue.broker.records import JobRecord, Rejected
+from prioqueue.broker._state import EngineParts
+from prioqueue.broker.records import Rejected
 from prioqueue.errors import UnknownGroup
 
 if TYPE_CHECKING:
     from prioqueue.views import GroupStatus
 
-__all__ = ["cancel_group", "group_status", "kept", "released"]
+__all__ = ["cancel_group", "forget", "group_status"]
 
 
 def _unknown(label: str, member: str) -> Rejected:
     return Rejected(404, f"no group {label!r} of member {member!r}", field="group")
 
 
-def group_status(engine: EngineState, label: str, member: str) -> GroupStatus:
+def group_status(engine: EngineParts, label: str, member: str) -> GroupStatus:
     """The core's status of ``member``'s group ``label`` as of the engine's last operation.
 
     Args:
@@ -60,7 +61,7 @@ def group_status(engine: EngineState, label: str, member: str) -> GroupStatus:
         Rejected: 404 when the member has no such group (never had, or forgotten).
     """
     key = group_key(member, label)
-    if key not in engine.group_kept:
+    if not engine.jobs.has_group(key):
         raise _unknown(label, member)
     try:
         status: GroupStatus = engine.fleet.group_status(key, now=engine.now)
@@ -70,7 +71,7 @@ def group_status(engine: EngineState, label: str, member: str) -> GroupStatus:
 
 
 def cancel_group(
-    engine: EngineState, now: float, *, label: str, member: str, running: str
+    engine: EngineParts, now: float, *, label: str, member: str, running: str
 ) -> list[str]:
     """Cancel ``member``'s group ``label`` in the core and finish the records it cancelled.
 
@@ -90,7 +91,7 @@ def cancel_group(
     if running not in ("keep", "cancel"):
         raise Rejected(422, f'running must be "keep" or "cancel", got {running!r}', field="running")
     key = group_key(member, label)
-    if key not in engine.group_kept:
+    if not engine.jobs.has_group(key):
         raise _unknown(label, member)
     try:
         jobs = engine.fleet.cancel_group(key, now=now, running=running)
@@ -104,22 +105,11 @@ def cancel_group(
     return cancelled
 
 
-def kept(engine: EngineState, record: JobRecord) -> None:
-    """Count a new record of a group. O(1)."""
-    if record.group is not None:
-        key = group_key(record.member, record.group)
-        engine.group_kept[key] = engine.group_kept.get(key, 0) + 1
+def forget(engine: EngineParts, keys: list[str]) -> None:
+    """The groups ``keys`` lost their last kept record: the fleet forgets them. O(len(keys)).
 
-
-def released(engine: EngineState, record: JobRecord) -> None:
-    """A record past its retention is gone: forget its group with its last record. O(1)."""
-    if record.group is None:
-        return
-    key = group_key(record.member, record.group)
-    left = engine.group_kept[key] - 1
-    if left:
-        engine.group_kept[key] = left
-        return
-    del engine.group_kept[key]
-    with contextlib.suppress(UnknownGroup):  # the same, see group_status
-        engine.fleet.forget_group(key)
+    ``keys``: what ``JobBook.retire_due`` returned, in its order.
+    """
+    for key in keys:
+        with contextlib.suppress(UnknownGroup):  # the same, see group_status
+            engine.fleet.forget_group(key)

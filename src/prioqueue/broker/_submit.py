@@ -1,7 +1,8 @@
 """The broker's submits: one admission check for one job and for a batch (private).
 
-Functions over :class:`~prioqueue.broker._state.EngineState`, called by the journaled
-``submit`` and ``submit_many`` of :class:`~prioqueue.broker.engine.BrokerEngine`.
+Functions over the engine's parts (:class:`~prioqueue.broker._state.EngineParts`), called by
+the journaled ``submit`` and ``submit_many`` of :class:`~prioqueue.broker.engine.BrokerEngine`;
+they change the job records through the :class:`~prioqueue.broker.jobbook.JobBook`.
 
 Theory of operation
 -------------------
@@ -34,10 +35,9 @@ from typing import Any, NamedTuple
 
 import attrs
 
-from prioqueue.broker import _groups
 from prioqueue.broker._budget import size_of
 from prioqueue.broker._fleet import group_key
-from prioqueue.broker._state import EngineState
+from prioqueue.broker._state import EngineParts
 from prioqueue.broker.records import JobRecord, Rejected, check_types, fingerprint, submit_digest
 from prioqueue.capabilities import Needs
 from prioqueue.errors import ConfigError, DuplicateJob, Overloaded, QueueFull
@@ -69,7 +69,7 @@ class Fresh(NamedTuple):
     needs: Needs | None
 
 
-def submit(state: EngineState, now: float, args: Mapping[str, Any]) -> tuple[JobRecord, bool]:
+def submit(state: EngineParts, now: float, args: Mapping[str, Any]) -> tuple[JobRecord, bool]:
     """``BrokerEngine.submit``: queue a job, or return the one its idempotency key names."""
     item = _check(state, args, _ALONE)  # admit's check of one job, without its loop
     if isinstance(item, JobRecord):
@@ -79,7 +79,7 @@ def submit(state: EngineState, now: float, args: Mapping[str, Any]) -> tuple[Job
 
 
 def submit_many(
-    state: EngineState, now: float, jobs: Sequence[Mapping[str, Any]], key: str | None
+    state: EngineParts, now: float, jobs: Sequence[Mapping[str, Any]], key: str | None
 ) -> list[tuple[JobRecord, bool]]:
     """``BrokerEngine.submit_many``: queue every job or none; ``key`` names the whole batch.
 
@@ -119,15 +119,12 @@ def submit_many(
             raise RuntimeError(f"a batch was refused half way (a bug): {exc}") from exc
         results.append((record, True))
     if key is not None:
-        state.idempotency[(str(jobs[0]["member"]), key)] = (
-            tuple(record.id for record, _ in results),
-            digest,
-        )
+        state.jobs.remember(str(jobs[0]["member"]), key, (r.id for r, _ in results), digest)
     return results
 
 
 def admit(
-    state: EngineState, now: float, jobs: Sequence[Mapping[str, Any]]
+    state: EngineParts, now: float, jobs: Sequence[Mapping[str, Any]]
 ) -> list[JobRecord | Fresh | int]:
     """The broker's admission check of a batch (see the module docstring): reads only.
 
@@ -176,7 +173,7 @@ def admit(
 
 
 def _check(
-    state: EngineState,
+    state: EngineParts,
     args: Mapping[str, Any],
     before: tuple[Mapping[str, int], int, Mapping[tuple[str, str], tuple[int, str]]],
 ) -> JobRecord | Fresh | int:
@@ -212,7 +209,7 @@ def _check(
             return earlier[0]
     mine, everyone, _ = before
     size = size_of(full["payload"], full["image"])
-    state.queued_bytes.admit(state.config, member, size, (mine.get(member, 0), everyone))
+    state.jobs.admit_bytes(state.config, member, size, (mine.get(member, 0), everyone))
     backoff = full["backoff"]
     try:
         retry = None if backoff is None else Backoff.from_mapping(backoff)
@@ -238,9 +235,9 @@ def checked_needs(needs: dict[str, Any] | None, model: str | None) -> Needs | No
     return value
 
 
-def _known(state: EngineState, member: str, key: str, digest: str) -> tuple[JobRecord, ...] | None:
+def _known(state: EngineParts, member: str, key: str, digest: str) -> tuple[JobRecord, ...] | None:
     """Copies of the jobs ``member``'s ``key`` already names, or None (422: another body)."""
-    known = state.idempotency.get((member, key))
+    known = state.jobs.idempotency.get((member, key))
     if known is None:
         return None
     ids, previous = known
@@ -262,11 +259,11 @@ def _core_args(item: Fresh) -> dict[str, Any]:
     return core
 
 
-def _queue(state: EngineState, now: float, item: Fresh, key: str | None) -> JobRecord:
+def _queue(state: EngineParts, now: float, item: Fresh, key: str | None) -> JobRecord:
     """Queue an admitted job in the fleet and keep its record; its copy is returned."""
     args = item.args
     member = args["member"]
-    job_id = f"job-{state.counter + 1}"
+    job_id = state.jobs.next_id()
     options = _core_args(item)
     del options["member"]
     try:
@@ -277,15 +274,11 @@ def _queue(state: EngineState, now: float, item: Fresh, key: str | None) -> JobR
         raise _refusal(exc) from None
     except DuplicateJob as exc:  # pragma: no cover - ids are never reused
         raise AssertionError(str(exc)) from None
-    state.count_submit()
     kept = {name: args[name] for name in _RECORDED}
     kept["idempotency_key"] = key  # the job's own, or its batch's
     record = JobRecord(id=job_id, submitted_at=now, expires_at=ticket.job.deadline, **kept)
-    state.jobs[job_id] = record
-    _groups.kept(state, record)
-    state.queued_bytes.held(record, item.size)
-    if args["idempotency_key"] is not None:
-        state.idempotency[(member, args["idempotency_key"])] = ((job_id,), item.digest)
+    own = args["idempotency_key"] is not None  # a batch's key names the batch once queued
+    state.jobs.add(record, item.size, item.digest if own else None)
     state.note_queued(record)
     return attrs.evolve(record)
 

@@ -1,10 +1,12 @@
 """The broker's worker operations: pops, grants, reports, liveness and leaving (private).
 
-Functions over :class:`~prioqueue.broker._state.EngineState`, called by the journaled
-methods of :class:`~prioqueue.broker.engine.BrokerEngine` (which keep time and count the
-operation). Each refuses (:class:`~prioqueue.broker.records.Rejected`) before it changes
-anything. Complexity: the fleet dispatcher's O(log n + M) per call, plus O(size of a result)
-to measure it.
+Functions over the engine's parts (:class:`~prioqueue.broker._state.EngineParts`), called by
+the journaled methods of :class:`~prioqueue.broker.engine.BrokerEngine` (which keep time and
+count the operation); they change the workers through the
+:class:`~prioqueue.broker.workerbook.WorkerBook` and the records through the
+:class:`~prioqueue.broker.jobbook.JobBook`. Each refuses
+(:class:`~prioqueue.broker.records.Rejected`) before it changes anything. Complexity: the fleet
+dispatcher's O(log n + M) per call, plus O(size of a result) to measure it.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import attrs
 
 from prioqueue._batch import MAX_AMOUNT
 from prioqueue.broker import _groups
-from prioqueue.broker._state import EngineState
+from prioqueue.broker._state import EngineParts
 from prioqueue.broker.records import JobRecord, PopResult, Rejected, check_types, now_past
+from prioqueue.broker.workerbook import WorkerSettings
 from prioqueue.capabilities import Capabilities
 from prioqueue.errors import InvalidState, UnknownWorker
 from prioqueue.views import WorkerLoad
@@ -42,24 +45,23 @@ __all__ = [
 ]
 
 
-def join(state: EngineState, now: float, worker: str, spec: dict[str, Any]) -> None:
-    """The worker joins the fleet with ``spec``, or (unchanged) says it is alive. O(log n)."""
-    if state.workers.get(worker) != spec:
-        state.fleet.join(worker, now=now, **spec)
-        state.workers[worker] = spec
+def join(state: EngineParts, now: float, worker: str, settings: WorkerSettings) -> None:
+    """The worker joins the fleet with ``settings``, or (unchanged) says it is alive. O(log n)."""
+    if state.workers.get(worker) != settings:
+        state.fleet.join(worker, now=now, **settings.join_args())
+        state.workers.join(worker, settings)
     else:
         state.fleet.heartbeat(worker, now=now)
 
 
-def granted(state: EngineState, worker: str, grant: Any, now: float) -> JobRecord:
+def granted(state: EngineParts, worker: str, grant: Any, now: float) -> JobRecord:
     """Record the fleet's grant on the job's record; returns a copy of the record."""
-    record = state.jobs[grant.job.id]
-    # a job that accepts several models: the one chosen
-    record.grant(worker, grant.attempt, grant.job.model, grant.lease, now)
+    job = grant.job  # a job that accepts several models: its model is the one chosen
+    record = state.jobs.grant(job.id, worker, grant.attempt, job.model, grant.lease, now)
     return attrs.evolve(record)
 
 
-def _grants(state: EngineState, worker: str, amount: int, now: float) -> list[Any]:
+def _grants(state: EngineParts, worker: str, amount: int, now: float) -> list[Any]:
     """The fleet's grants for one pop: ``amount > 1`` adds the first job's siblings."""
     if amount == 1:
         grant = state.fleet.pop(worker, now=now)
@@ -67,7 +69,7 @@ def _grants(state: EngineState, worker: str, amount: int, now: float) -> list[An
     return list(state.fleet.pop_many(worker, amount=amount, now=now, siblings=True))
 
 
-def _result(state: EngineState, worker: str, grants: list[Any], now: float) -> PopResult:
+def _result(state: EngineParts, worker: str, grants: list[Any], now: float) -> PopResult:
     first, *more = (granted(state, worker, grant, now) for grant in grants)
     return PopResult(first, {}, tuple(more))
 
@@ -81,7 +83,7 @@ def checked_amount(amount: object) -> int:
 
 
 def pop(
-    state: EngineState, now: float, worker: str, spec: dict[str, Any], amount: int = 1
+    state: EngineParts, now: float, worker: str, spec: dict[str, Any], amount: int = 1
 ) -> PopResult:
     """``BrokerEngine.pop``: join or refresh the worker, then grant it its next job(s)."""
     check_types(
@@ -95,8 +97,8 @@ def pop(
         except ValueError as exc:
             raise Rejected(422, f"capabilities: {exc}", field="capabilities") from None
     checked_amount(amount)
-    join(state, now, worker, spec)
-    state.touch(worker, now)
+    join(state, now, worker, WorkerSettings.from_mapping(spec))
+    state.workers.touch(worker, now)
     grants = _grants(state, worker, amount, now)
     if not grants:
         reasons = state.fleet.idle_reasons(worker, now=now)
@@ -104,7 +106,7 @@ def pop(
     return _result(state, worker, grants, now)
 
 
-def _known(state: EngineState, worker: str) -> WorkerLoad | None:
+def _known(state: EngineParts, worker: str) -> WorkerLoad | None:
     """The fleet's ``worker_load`` of ``worker`` (a copy), or None when it has not joined. O(1)."""
     try:
         load: WorkerLoad = state.fleet.worker_load(worker)
@@ -114,13 +116,13 @@ def _known(state: EngineState, worker: str) -> WorkerLoad | None:
 
 
 def fresh_worker(
-    state: EngineState, worker: str, spec: Mapping[str, Any], now: float
+    state: EngineParts, worker: str, spec: Mapping[str, Any], now: float
 ) -> WorkerLoad | None:
     """The fleet's ``worker_load`` when a pop need not refresh or update the worker, else None.
 
     Complexity: O(1).
     """
-    if state.workers.get(worker) != spec:
+    if state.workers.get(worker) != WorkerSettings.from_mapping(spec):
         return None
     known = _known(state, worker)
     timeout = state.config.worker_timeout_seconds
@@ -131,7 +133,7 @@ def fresh_worker(
     return known
 
 
-def would_grant(state: EngineState, now: float, worker: str, fresh: WorkerLoad) -> bool | None:
+def would_grant(state: EngineParts, now: float, worker: str, fresh: WorkerLoad) -> bool | None:
     """Whether a fresh worker's pop at ``now`` would grant a job: a read, nothing changes.
 
     The fleet's side-effect-free preview (``FleetDispatcher.would_pop``). None: it cannot
@@ -152,7 +154,7 @@ def would_grant(state: EngineState, now: float, worker: str, fresh: WorkerLoad) 
         return None
 
 
-def quiet_pop(state: EngineState, now: float, worker: str, amount: int = 1) -> PopResult:
+def quiet_pop(state: EngineParts, now: float, worker: str, amount: int = 1) -> PopResult:
     """A fresh worker's pop that :func:`would_grant` said grants: the grant(s), no refresh.
 
     Args:
@@ -166,13 +168,13 @@ def quiet_pop(state: EngineState, now: float, worker: str, amount: int = 1) -> P
     return _result(state, worker, grants, now)
 
 
-def slots_full(state: EngineState, worker: str) -> bool:
+def slots_full(state: EngineParts, worker: str) -> bool:
     """Whether ``worker`` is known and holds as many jobs as it has slots. O(1)."""
     known = _known(state, worker)
     return known is not None and known.held >= known.slots
 
 
-def liveness_due(state: EngineState, worker: str) -> float | None:
+def liveness_due(state: EngineParts, worker: str) -> float | None:
     """When a waiting ``worker``'s liveness must next be journaled (None: never). O(1)."""
     timeout = state.config.worker_timeout_seconds
     known = _known(state, worker)
@@ -181,7 +183,7 @@ def liveness_due(state: EngineState, worker: str) -> float | None:
     return float(known.last_seen) + timeout / 2
 
 
-def _held(state: EngineState, op: str, job_id: str, worker: str, attempt: int) -> JobRecord:
+def _held(state: EngineParts, op: str, job_id: str, worker: str, attempt: int) -> JobRecord:
     """The record of the job ``worker`` holds at ``attempt``, or why it does not (404, 409)."""
     check_types(op, job_id=(job_id, str), worker=(worker, str), attempt=(attempt, int))
     record = state.jobs.get(job_id)
@@ -203,7 +205,7 @@ def _held(state: EngineState, op: str, job_id: str, worker: str, attempt: int) -
     return record
 
 
-def _check_result(state: EngineState, result: Any) -> None:
+def _check_result(state: EngineParts, result: Any) -> None:
     size = len(json.dumps(result, separators=(",", ":")).encode())
     if size > state.config.result_max_bytes:
         raise Rejected(
@@ -214,19 +216,19 @@ def _check_result(state: EngineState, result: Any) -> None:
 
 
 def complete(
-    state: EngineState, now: float, job_id: str, worker: str, attempt: int, result: Any
+    state: EngineParts, now: float, job_id: str, worker: str, attempt: int, result: Any
 ) -> JobRecord:
     """``BrokerEngine.complete``: the holder finished the job."""
     record = _held(state, "complete", job_id, worker, attempt)
     _check_result(state, result)
     state.fleet.complete(job_id, now=now, worker=worker)
-    state.touch(worker, now)
+    state.workers.touch(worker, now)
     state.finish(record, "done", result, now)
     return attrs.evolve(record)
 
 
 def fail(
-    state: EngineState,
+    state: EngineParts,
     now: float,
     job_id: str,
     worker: str,
@@ -238,17 +240,17 @@ def fail(
     record = _held(state, "fail", job_id, worker, attempt)
     _check_result(state, result)
     state.fleet.fail(job_id, now=now, worker=worker, retry=retry)  # its group counts it
-    state.touch(worker, now)
+    state.workers.touch(worker, now)
     if job_id in state.fleet:  # requeued: still unfinished, its bytes stay counted
-        state.counts["retried"] += 1
+        state.jobs.count("retried")
         state.requeued(record)
-        record.note_result(result)
+        state.jobs.note_result(job_id, result)
         return attrs.evolve(record)
     state.finish(record, "failed", result, now)
     return attrs.evolve(record)
 
 
-def release(state: EngineState, now: float, job_id: str, worker: str, attempt: int) -> JobRecord:
+def release(state: EngineParts, now: float, job_id: str, worker: str, attempt: int) -> JobRecord:
     """``BrokerEngine.release``: a grant that never reached its worker goes back."""
     record = _held(state, "release", job_id, worker, attempt)
     state.fleet.requeue(job_id, now=now)
@@ -256,7 +258,7 @@ def release(state: EngineState, now: float, job_id: str, worker: str, attempt: i
     return attrs.evolve(record)
 
 
-def tick(state: EngineState, now: float) -> list[str]:
+def tick(state: EngineParts, now: float) -> list[str]:
     """``BrokerEngine.tick``: expired leases, retention, silent workers."""
     taken: list[str] = []
     for expired in state.fleet.expire(now):
@@ -264,36 +266,35 @@ def tick(state: EngineState, now: float) -> list[str]:
         if expired.cause == "ttl":  # still queued at its deadline
             state.finish(record, "expired", None, now)
             continue
-        state.counts["expired"] += 1
+        state.jobs.count("expired")
         taken.append(record.id)
         if expired.requeued:
             state.requeued(record)
         else:
             state.finish(record, "failed", {"error": "lease expired on every attempt"}, now)
-    for gone in state.retire_due(now):
-        _groups.released(state, gone)
+    _groups.forget(state, state.jobs.retire_due(now))
     forget_silent(state, now)
     return taken
 
 
 def heartbeat(
-    state: EngineState, now: float, worker: str, resident: str | None
+    state: EngineParts, now: float, worker: str, resident: str | None
 ) -> list[dict[str, Any]]:
     """``BrokerEngine.heartbeat``: the worker is alive; the jobs it holds."""
-    spec = state.workers.get(worker)
-    if spec is None:
+    settings = state.workers.get(worker)
+    if settings is None:
         raise Rejected(404, f"no worker {worker!r} (pop once to join)", field="worker")
-    if resident is not None and spec["resident"] != resident:
-        join(state, now, worker, {**spec, "resident": resident})
+    if resident is not None and settings.resident != resident:
+        join(state, now, worker, settings.with_resident(resident))
     else:
         state.fleet.heartbeat(worker, now=now)
-    state.touch(worker, now)
+    state.workers.touch(worker, now)
     held = [r for r in state.jobs.values() if r.worker == worker and r.state == "running"]
     held.sort(key=lambda r: int(r.id.rpartition("-")[2]))
     return [{"id": r.id, "attempt": r.attempt, "deadline": r.deadline} for r in held]
 
 
-def refresh(state: EngineState, now: float, workers: list[str]) -> int:
+def refresh(state: EngineParts, now: float, workers: list[str]) -> int:
     """``BrokerEngine.refresh``: waiting workers are alive; how many were known."""
     count = 0
     for name in workers:
@@ -303,30 +304,29 @@ def refresh(state: EngineState, now: float, workers: list[str]) -> int:
     return count
 
 
-def leave(state: EngineState, now: float, worker: str) -> list[str]:
+def leave(state: EngineParts, now: float, worker: str) -> list[str]:
     """``BrokerEngine.leave``: the worker's jobs go back to the heads of their lanes."""
     if worker not in state.workers:
         raise Rejected(404, f"no worker {worker!r} (pop once to join)", field="worker")
     requeued = [job.id for job in state.fleet.leave(worker, now=now)]
     for job_id in requeued:
         state.requeued(state.jobs[job_id])
-    del state.workers[worker]
+    state.workers.leave(worker)
     return requeued
 
 
-def forget_silent(state: EngineState, now: float) -> None:
+def forget_silent(state: EngineParts, now: float) -> None:
     """Forget workers silent for ``forget_workers_seconds`` (one holding a job is kept).
 
     Complexity: O(f log n) for f workers forgotten or looked at.
     """
     horizon = now - state.config.forget_workers_seconds
-    while state.seen:
-        worker, seen = next(iter(state.seen.items()))
+    while (oldest := state.workers.oldest_seen()) is not None:
+        worker, seen = oldest
         if seen > horizon:
             return
         if worker in state.workers and state.fleet.worker(worker).held:
-            state.touch(worker, now)
+            state.workers.touch(worker, now)
             continue
-        del state.seen[worker]
-        if state.workers.pop(worker, None) is not None:
+        if state.workers.forget(worker):
             state.fleet.leave(worker, now=now)

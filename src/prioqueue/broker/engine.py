@@ -5,10 +5,12 @@ purpose: splitting it would scatter the operations the journal names (issue 29).
 
 Theory of operation
 -------------------
-:class:`BrokerEngine` holds the fleet dispatcher plus what the dispatcher does not keep: each
-job's record (owner, payload, state, current grant, result), the idempotency keys and the
-retention clock of finished jobs. It does no I/O and reads no clock: every operation takes
-``now``. The HTTP layer turns a request into an operation ``(op, args, now)`` with JSON
+:class:`BrokerEngine` composes the fleet dispatcher and the owners of what the dispatcher does
+not keep: the :class:`~prioqueue.broker.jobbook.JobBook` (each job's record: owner, payload,
+state, current grant, result; the idempotency keys, the retention clock of finished jobs) and
+the :class:`~prioqueue.broker.workerbook.WorkerBook` (each worker's settings and last word);
+it inherits nothing (issue 29, item 3). It does no I/O and reads no clock: every operation
+takes ``now``. The HTTP layer turns a request into an operation ``(op, args, now)`` with JSON
 arguments and calls :meth:`BrokerEngine.apply`; the same call on a restored engine gives the
 same state and the same answer, so a journal of operations plus an occasional snapshot
 recovers the broker exactly (the LMAX design).
@@ -40,26 +42,32 @@ O((e + r) log n) for e expired leases and r records past their retention.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
 from prioqueue._journaled import journaled, journaled_ops
+from prioqueue._readonly import ReadOnly
 from prioqueue.broker import _groups, _snapshot, _submit, _workers
-from prioqueue.broker._state import EngineState
+from prioqueue.broker._fleet import make_fleet, restore_fleet
+from prioqueue.broker._state import Changed, Leases
 from prioqueue.broker.config import BrokerConfig
+from prioqueue.broker.jobbook import JobBook
 from prioqueue.broker.records import (
     AHEAD_LIMIT,
     FINISHED,
     SNAPSHOT_FORMAT,
     JobRecord,
+    JobStatus,
     PopResult,
     PopSpec,
     Rejected,
     pop_spec,
     redacted,
 )
+from prioqueue.broker.workerbook import WorkerBook
 from prioqueue.errors import InvalidState, UnknownJob
 
 if TYPE_CHECKING:
@@ -88,19 +96,19 @@ def _in_order(method: _Op) -> _Op:
 
     @functools.wraps(method)
     def run(self: BrokerEngine, now: float, **kwargs: Any) -> Any:
-        if not now >= self.now:  # also refuses NaN
-            raise Rejected(409, f"time went backwards: {now!r} after {self.now!r}")
-        self.version += 1  # before: an operation that raises half way changed state too
-        notify = self.on_change
+        if not now >= self._now:  # also refuses NaN
+            raise Rejected(409, f"time went backwards: {now!r} after {self._now!r}")
+        self._version += 1  # before: an operation that raises half way changed state too
+        notify = self._on_change
         if notify is None:
             result = method(self, now, **kwargs)
-            self.now = now
+            self._now = now
             return result
-        changed = self.changed
+        changed = self._changed
         changed.clear()  # a refusal (or a bug) half way leaves no stale notes
         parked = self._parked()
         result = method(self, now, **kwargs)
-        self.now = now
+        self._now = now
         if self._parked() < parked:
             changed.note_released()
         notify(changed)
@@ -110,16 +118,52 @@ def _in_order(method: _Op) -> _Op:
     return run  # type: ignore[return-value]
 
 
-class BrokerEngine(EngineState):
+class BrokerEngine:
     """The broker's jobs, workers and leases; see the module docstring for the rules.
 
-    The state is :class:`~prioqueue.broker._state.EngineState`'s; each method declared
+    It composes its owners (issue 29, item 3): the fleet dispatcher, the :class:`JobBook`
+    (``jobs``), the :class:`~prioqueue.broker.workerbook.WorkerBook` (``workers``), the lease
+    policy, its clock (``now``, ``version``) and the notes for waiters. Each method declared
     ``@journaled`` is one operation of the journal, carried out by the module of its role
-    (``_submit``, ``_workers``, ``_groups``).
+    (``_submit``, ``_workers``, ``_groups``), which changes the owners through their methods.
 
     Args:
         config: The broker configuration (dispatcher options, leases, retention).
     """
+
+    config = ReadOnly[BrokerConfig]("_config", "The broker configuration.")
+    leases = ReadOnly[Leases]("_leases", "Each grant's lease and the image inputs a submit states.")
+    fleet = ReadOnly[Any]("_fleet", "The fleet dispatcher: the queue, grants, workers' runtime.")
+    jobs = ReadOnly[JobBook](
+        "_jobs", "The job records, keys, counts, queued bytes and retention (a read-only map)."
+    )
+    workers = ReadOnly[WorkerBook](
+        "_workers", "The workers' settings and last words (a read-only mapping)."
+    )
+    now = ReadOnly[float]("_now", "The time of the last operation (``-inf`` before the first).")
+    version = ReadOnly[int](
+        "_version", "Counts the operations run (refused ones included); keys the read caches."
+    )
+    on_change = ReadOnly["Callable[[Changed], None] | None"](
+        "_on_change",
+        "Called after each applied operation with what it changed (the driver wakes the long "
+        "polls it concerns; :meth:`watch` sets it); not state. Notes are taken only while set.",
+    )
+    changed = ReadOnly[Changed](
+        "_changed", "The notes of the operation running now (see :class:`Changed`); not state."
+    )
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self._config = config
+        self._leases = Leases(config)
+        self._fleet: Any = make_fleet(config, self._leases.lease_for)
+        self._jobs = JobBook(config.result_ttl_seconds)
+        self._workers = WorkerBook()
+        self._now = -math.inf
+        self._version = 0
+        self._status: tuple[int, dict[str, Any]] | None = None
+        self._on_change: Callable[[Changed], None] | None = None
+        self._changed = Changed()
 
     # ------------------------------------------------------------------ driving
 
@@ -212,7 +256,7 @@ class BrokerEngine(EngineState):
         record = self.owned(job_id, member)
         if record.state in FINISHED:
             raise Rejected(409, f"job {job_id!r} is already {record.state}", field="id")
-        self.fleet.cancel(job_id, now=now)
+        self._fleet.cancel(job_id, now=now)
         self.finish(record, "cancelled", None, now)
         return attrs.evolve(record)
 
@@ -328,8 +372,8 @@ class BrokerEngine(EngineState):
 
         Complexity: :meth:`pop`'s; O(1) when the worker's slots are full or nothing is queued.
         """
-        if not now >= self.now:
-            raise Rejected(409, f"time went backwards: {now!r} after {self.now!r}")
+        if not now >= self._now:
+            raise Rejected(409, f"time went backwards: {now!r} after {self._now!r}")
         settings = pop_spec(spec)
         _workers.checked_amount(amount)
         fresh = _workers.fresh_worker(self, worker, settings, now)
@@ -417,6 +461,81 @@ class BrokerEngine(EngineState):
         """
         _snapshot.rebase(self, now, by)
 
+    # ------------------------------------------------------------------ shared steps
+
+    def check_image(self, image: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate a submit's lease inputs (:meth:`Leases.check_image <_state.Leases>`).
+
+        Raises:
+            Rejected: 422 naming the field that is wrong, or a lease too long.
+        """
+        return self._leases.check_image(image)
+
+    def owned(self, job_id: str, member: str | None) -> JobRecord:
+        """The record of ``job_id`` if ``member`` may see it (None: anyone). O(1).
+
+        Raises:
+            Rejected: 404 when it is unknown or belongs to another member.
+        """
+        record = self._jobs.get(job_id)
+        if record is None or (member is not None and record.member != member):
+            raise Rejected(404, f"no job {job_id!r}", field="id")
+        return record
+
+    def note_queued(self, record: JobRecord) -> None:
+        """``record`` is queued now: note its model unless it is delayed. O(1)."""
+        if self._on_change is not None and self._fleet.not_before(record.id) is None:
+            self._changed.queued.append(record.model)
+
+    def requeued(self, record: JobRecord) -> None:
+        """A running job went back to the queue (a retry, a worker left, a lease ran out). O(1)."""
+        if self._on_change is not None and record.worker is not None:
+            self._changed.freed.append((record.worker, record.member))
+        self.note_queued(self._jobs.requeue(record.id))
+
+    def finish(self, record: JobRecord, state: JobStatus, result: Any, now: float) -> None:
+        """``record`` ended in ``state`` (:meth:`JobBook.finish`), the change noted.
+
+        O(log retention).
+        """
+        if self._on_change is not None:
+            self._changed.finished.append(record.id)
+            if record.state == "running" and record.worker is not None:
+                self._changed.freed.append((record.worker, record.member))
+        self._jobs.finish(record.id, state, result, now)
+
+    def watch(self, on_change: Callable[[Changed], None] | None) -> None:
+        """Call ``on_change`` after each applied operation (None: stop). O(1)."""
+        self._on_change = on_change
+
+    def advance_to(self, now: float) -> None:
+        """The engine's time is ``now`` (a pop that keeps time itself). O(1)."""
+        self._now = now
+
+    def _parked(self) -> int:
+        """Delayed jobs in the fleet (waiting for ``not_before`` or a backoff). O(levels)."""
+        parked: int = self._fleet.delayed_count()
+        return parked
+
+    # ------------------------------------------------------------------ time
+
+    def due(self, now: float) -> bool:
+        """Whether a ``tick`` at ``now`` would change anything (a lease or retention ran out).
+
+        Complexity: O(1).
+        """
+        due = self.next_due()
+        return due is not None and due <= now
+
+    def next_due(self) -> float | None:
+        """The earliest time at which :meth:`due` becomes true, or None. O(1)."""
+        times = [self._fleet.next_deadline(), self._jobs.retention_due()]
+        oldest = self._workers.oldest_seen()
+        if oldest is not None:
+            times.append(oldest[1] + self._config.forget_workers_seconds)
+        known = [t for t in times if t is not None]
+        return min(known) if known else None
+
     # ------------------------------------------------------------------ reads
 
     def position(
@@ -437,8 +556,8 @@ class BrokerEngine(EngineState):
         if record.state in FINISHED:
             return None, None
         try:
-            explanation = self.fleet.explain(
-                record.id, now=self.now, ahead_limit=AHEAD_LIMIT, overtakes_limit=20
+            explanation = self._fleet.explain(
+                record.id, now=self._now, ahead_limit=AHEAD_LIMIT, overtakes_limit=20
             )
         except (UnknownJob, InvalidState):  # pragma: no cover - records mirror the fleet
             return None, None
@@ -455,7 +574,7 @@ class BrokerEngine(EngineState):
         if record.state != "queued":
             return None
         try:
-            value: float | None = self.fleet.not_before(record.id)
+            value: float | None = self._fleet.not_before(record.id)
         except UnknownJob:  # pragma: no cover - records mirror the fleet
             return None
         return value
@@ -467,14 +586,31 @@ class BrokerEngine(EngineState):
         by :attr:`version`), else O(jobs kept).
         """
         cached = self._status
-        if cached is None or cached[0] != self.version:
+        if cached is None or cached[0] != self._version:
             states = dict.fromkeys(
                 ("queued", "running", "done", "failed", "cancelled", "expired"), 0
             )
-            for record in self.jobs.values():
+            for record in self._jobs.values():
                 states[record.state] = states.get(record.state, 0) + 1
-            cached = self._status = (self.version, states)
-        return {"jobs": dict(cached[1]), "workers": len(self.workers), "totals": dict(self.counts)}
+            cached = self._status = (self._version, states)
+        return {
+            "jobs": dict(cached[1]),
+            "workers": len(self._workers),
+            "totals": dict(self._jobs.counts),
+        }
+
+    def check(self) -> None:
+        """Assert the owners' rules and that the records mirror the fleet (for the tests).
+
+        Complexity: O(jobs + workers).
+
+        Raises:
+            AssertionError: A rule does not hold.
+        """
+        self._jobs.check()
+        self._workers.check()
+        for record in self._jobs.values():
+            assert (record.id in self._fleet) == (record.state not in FINISHED), record.id
 
     # ------------------------------------------------------------------ persistence
 
@@ -511,3 +647,34 @@ class BrokerEngine(EngineState):
         engine = cls(config)
         _snapshot.load(engine, state)
         return engine
+
+    def load_parts(self, now: float, fleet: Mapping[str, Any]) -> None:
+        """Take a snapshot's time and fleet (``_snapshot.load`` fills the books). O(fleet).
+
+        Raises:
+            ValueError: ``fleet`` is not a fleet snapshot.
+        """
+        self._now = now
+        self._fleet = restore_fleet(fleet, self._config, self._leases.lease_for)
+
+    def shift_times(self, now: float, by: float) -> None:
+        """Every time held moves ``by`` seconds earlier; then the time is ``now`` (a rebase).
+
+        The fleet is rebuilt from its snapshot with the same shift; the books shift theirs.
+        Every waiter is told (``released``): each wait moved. O(jobs + workers).
+        """
+        self._version += 1
+        at = self._now if math.isfinite(self._now) else 0.0
+        self._fleet = restore_fleet(
+            self._fleet.snapshot(now=at), self._config, self._leases.lease_for, now=at - by
+        )
+        self._jobs.shift(by)
+        self._workers.shift(by)
+        self._status = None
+        self._now = now
+        if self._on_change is not None:
+            changed = self._changed
+            changed.clear()
+            changed.note_released()
+            self._on_change(changed)
+            changed.clear()

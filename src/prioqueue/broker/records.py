@@ -1,7 +1,7 @@
 """The broker's values: job records, refusals and the checks every operation shares (private).
 
-Nothing here holds state: :mod:`prioqueue.broker._state` and the operation modules import
-these, and :mod:`prioqueue.broker.engine` re-exports the public ones.
+Nothing here holds state: the owners (:mod:`prioqueue.broker.jobbook`, the engine) and the
+operation modules import these, and :mod:`prioqueue.broker.engine` re-exports the public ones.
 """
 
 from __future__ import annotations
