@@ -211,14 +211,14 @@ class FleetDispatcher(BatchPop, Facade):
             raise ValueError(f"accepts must be a callable job -> bool or None, got {accepts!r}")
         caps = checked_capabilities(capabilities)
         t = state.tick(now)
-        worker = state.workers.get(name)
+        worker = state.workers.by_name.get(name)
         if worker is None:
-            worker = state.add_worker(name, t)
+            worker = state.workers.add(name, t)
         else:
-            state.seen(worker, t)
+            state.workers.seen(worker, t)
         worker.configure(served, slots, slow, accepts, caps)
         if resident is not None:
-            state.set_resident(worker, resident)
+            state.workers.set_resident(worker, resident)
         return worker.info()
 
     @journaled
@@ -242,13 +242,13 @@ class FleetDispatcher(BatchPop, Facade):
         """
         state = self._state
         fire(state, now)
-        worker = state.worker_of(name)
+        worker = state.workers.worker_of(name)
         if resident is not _UNSET and resident is not None:
             resident = checked_name("resident", resident)
         t = state.tick(now)
-        state.seen(worker, t)
+        state.workers.seen(worker, t)
         if resident is not _UNSET:
-            state.set_resident(worker, resident)
+            state.workers.set_resident(worker, resident)
         return worker.info()
 
     @journaled
@@ -273,10 +273,10 @@ class FleetDispatcher(BatchPop, Facade):
         """
         state = self._state
         fire(state, now)
-        worker = state.worker_of(name)
+        worker = state.workers.worker_of(name)
         t = state.tick(now)
         taken = grant.take_back(state, list(worker.held), t, always=True)
-        state.remove_worker(worker)
+        state.workers.remove(worker)
         return [entry.job for entry, _ in taken]
 
     def requeue(self, job_id: str, *, now: float) -> Job:
@@ -311,7 +311,7 @@ class FleetDispatcher(BatchPop, Facade):
 
     def _narrowed(self, name: str, test: Callable[[Job], bool]) -> AbstractContextManager[None]:
         """A joined worker's filter narrowed by ``test`` (``pop_many(siblings=True)``)."""
-        return self._state.worker_of(name).narrowed(test)
+        return self._state.workers.worker_of(name).narrowed(test)
 
     @journaled
     def pop(self, name: str, *, now: float) -> Grant | None:
@@ -342,9 +342,9 @@ class FleetDispatcher(BatchPop, Facade):
         """
         state = self._state
         fire(state, now)
-        worker = state.worker_of(name)
+        worker = state.workers.worker_of(name)
         t = state.tick(now)
-        state.seen(worker, t)
+        state.workers.seen(worker, t)
         return grant.pop(state, worker, t)
 
     def would_pop(self, name: str, *, now: float) -> Grant | None:
@@ -381,7 +381,7 @@ class FleetDispatcher(BatchPop, Facade):
         Complexity: ``pop``'s, plus O(k) for k timers due at ``now`` when the earliest is.
         """
         state = self._state
-        worker = state.worker_of(name)
+        worker = state.workers.worker_of(name)
         t = state.checked_now(now)
         timers = state.timers
         if timers.next <= t and timers.any_due(t):
@@ -419,7 +419,7 @@ class FleetDispatcher(BatchPop, Facade):
         """
         state = self._state
         fire(state, now)
-        worker = state.worker_of(name)
+        worker = state.workers.worker_of(name)
         t = state.tick(now)
         entries = state.entries_in(QUEUED)
         search = choose.search_for(state, worker, t)
@@ -451,7 +451,7 @@ class FleetDispatcher(BatchPop, Facade):
             return None
         t = self._state.now
         best: float | None = None
-        for worker in self._state.workers.values():
+        for worker in self._state.workers.by_name.values():
             resident = worker.resident
             if (
                 resident is None
@@ -467,7 +467,7 @@ class FleetDispatcher(BatchPop, Facade):
 
     def workers(self) -> list[WorkerInfo]:
         """Every known worker (timed-out ones included), by name. O(workers x slots)."""
-        workers = self._state.workers
+        workers = self._state.workers.by_name
         return [workers[name].info() for name in sorted(workers)]
 
     def worker(self, name: str) -> WorkerInfo:
@@ -476,7 +476,7 @@ class FleetDispatcher(BatchPop, Facade):
         Raises:
             UnknownWorker: The worker has not joined (or left).
         """
-        return self._state.worker_of(name).info()
+        return self._state.workers.worker_of(name).info()
 
     def worker_load(self, name: str) -> WorkerLoad:
         """A worker's last word, time-out and slots in use: ``worker``'s cheap subset. O(1).
@@ -484,7 +484,7 @@ class FleetDispatcher(BatchPop, Facade):
         Raises:
             UnknownWorker: The worker has not joined (or left).
         """
-        worker = self._state.worker_of(name)
+        worker = self._state.workers.worker_of(name)
         return WorkerLoad(worker.last_seen, worker.timed_out, len(worker.held), worker.slots)
 
     def holder(self, job_id: str) -> str | None:
@@ -499,12 +499,12 @@ class FleetDispatcher(BatchPop, Facade):
     @property
     def capacity(self) -> int:
         """The fleet's capacity: its live workers (at least 1; charges are divided by it)."""
-        return max(1, self._state.live)
+        return max(1, self._state.workers.live)
 
     @property
     def held(self) -> list[Grant]:
         """The grants of every job the workers hold, by grant time. O(h log h)."""
-        return [e.grant for e in self._state.held_entries()]
+        return [e.grant for e in self._state.workers.held_entries()]
 
     @classmethod
     def restore(

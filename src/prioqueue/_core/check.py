@@ -16,11 +16,7 @@ def check(d: State) -> None:
     """Assert every internal invariant (for tests; O(n))."""
     queued = [e for e in d.entries.values() if e.state == QUEUED]
     held = [e for e in d.entries.values() if e.state == RUNNING]
-    assert len(held) == d.held
-    assert sorted(id(e) for e in held) == sorted(id(e) for w in d.workers.values() for e in w.held)
-    for worker in d.workers.values():
-        worker.check()
-    assert d.live == sum(not w.timed_out for w in d.workers.values())
+    d.workers.check(held)
     parked = [e for e in d.entries.values() if e.state == PARKED]
     assert len(queued) + len(parked) == len(d)
     d.timers.check(parked, queued)

@@ -105,7 +105,7 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
                     if higher is None:
                         higher = above(d, search, lane.level, top, every)
                     assert higher is not None
-                    live = d.live + worker.timed_out  # a pop (or its preview) revives it
+                    live = d.workers.live + worker.timed_out  # a pop (or its preview) revives it
                     if warm_crossing(live, d.divisor, resident, aff, higher[1].job, t):
                         weight = share - 1.0
                     else:
@@ -258,7 +258,7 @@ def search_for(d: State, worker: _Worker, t: float) -> Search:
     high = t + hold
     free: set[str] = set()
     free_at: dict[str, list[float]] = {}
-    for other in d.workers.values():
+    for other in d.workers.by_name.values():
         resident = other.resident
         if other is worker or resident is None or other.timed_out or not other.serves(resident):
             continue

@@ -17,7 +17,6 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterable
-from heapq import heappop as _heappop
 from typing import Literal
 
 from prioqueue._core.choose import pick
@@ -56,7 +55,7 @@ def pop(d: State, worker: _Worker, t: float, preview: bool = False) -> Grant | N
     job = worker.granted(entry.job)  # a multi-model job: with the model the grant chose
     lease = None if d.lease_for is None else lease_of(d, job, worker, t)
     charged = 0.0
-    capacity = (d.live + worker.timed_out) or 1  # a pop revived it: timed_out is False
+    capacity = (d.workers.live + worker.timed_out) or 1  # a pop revived it: timed_out is False
     expected = runtime = d.expected_runtime(job)
     if d.fair_share:
         if not d.plain_charge:
@@ -369,21 +368,16 @@ def expire(d: State, now: float) -> list[Expired]:
     t = d.tick(now)
     lapsed = drain_lapsed(d, t)
     taken: dict[int, tuple[_Entry, float, str]] = {}
-    deadlines = d.deadlines
-    while deadlines and deadlines[0].deadline <= t:
-        deadline, _, key, entry = _heappop(deadlines)
-        if entry.state == RUNNING:
-            taken[key] = (entry, deadline, "lease")
+    for deadline, key, entry in d.workers.due_leases(t):
+        taken[key] = (entry, deadline, "lease")
     timeout = d.worker_timeout
     if timeout is not None:
-        for worker in d.workers.values():
-            if not worker.timed_out and worker.last_seen + timeout <= t:
-                d.time_out(worker)
-                for entry in worker.held:
-                    if id(entry) not in taken:
-                        lease = entry.grant.lease
-                        due = worker.last_seen + timeout if lease is None else lease.deadline
-                        taken[id(entry)] = (entry, due, "worker_timeout")
+        for worker in d.workers.time_out_silent(t, timeout):
+            for entry in worker.held:
+                if id(entry) not in taken:
+                    lease = entry.grant.lease
+                    due = worker.last_seen + timeout if lease is None else lease.deadline
+                    taken[id(entry)] = (entry, due, "worker_timeout")
     if not taken:
         return lapsed
     details = {id(entry): (due, cause) for entry, due, cause in taken.values()}
@@ -416,16 +410,13 @@ def drain_lapsed(d: State, t: float) -> list[Expired]:
 
 def next_deadline(d: State) -> float | None:
     """The body of ``next_deadline`` (see ``FleetDispatcher.next_deadline``)."""
-    deadlines = d.deadlines
-    while deadlines and deadlines[0].entry.state != RUNNING:
-        _heappop(deadlines)
-    best = deadlines[0].deadline if deadlines else None
+    best = d.workers.next_lease()
     timer = d.timers.earliest()
     if timer is not None and (best is None or timer < best):
         best = timer
     timeout = d.worker_timeout
     if timeout is not None:
-        oldest = d.seen_order.oldest(d.workers)  # amortised O(log n), not a scan
+        oldest = d.workers.oldest_seen()  # amortised O(log n), not a scan
         if oldest is not None and (best is None or oldest + timeout < best):
             best = oldest + timeout
     return best

@@ -43,7 +43,7 @@ __all__: list[str] = []  # private module
 
 def single_resident(d: State) -> str | None:
     """The resident model a forecast assumes: the one worker's, else None (a fleet)."""
-    workers = d.workers
+    workers = d.workers.by_name
     if len(workers) == 1:
         return next(iter(workers.values())).resident
     return None
@@ -74,7 +74,7 @@ def runtime_estimator(d: State) -> Callable[[Job], float | None]:
 
 def _busy_until(d: State, now: float, estimate: Callable[[Job], float | None]) -> float | None:
     """When the first worker is expected to be free: ``now`` when one has a free slot."""
-    workers = [w for w in d.workers.values() if not w.timed_out]
+    workers = [w for w in d.workers.by_name.values() if not w.timed_out]
     if not workers or any(len(w.held) < w.slots for w in workers):
         return now
     best: float | None = None
@@ -100,9 +100,9 @@ def lane_score(d: State, lane: _Lane, now: float) -> float:
 def predict(d: State, now: float, *, stop_at: _Entry | None, limit: int | None) -> list[Predicted]:
     backlogged = [lane for lane in d.lanes.values() if lane.live]
     estimate = runtime_estimator(d)
-    capacity = max(1, d.live)
+    capacity = max(1, d.workers.live)
     pending = []
-    for worker in d.workers.values():
+    for worker in d.workers.by_name.values():
         for held in worker.held:
             expected = estimate(held.job)
             elapsed = max(0.0, now - held.granted_at)
@@ -196,7 +196,7 @@ def explain(
     explanation = _explain(d, entry, t, ahead_limit, overtakes_limit)
     unfit: dict[str, str] = {}
     if entry.state != RUNNING and d.name_in_grants:  # a fleet's workers that skip the job
-        for worker in d.workers.values():
+        for worker in d.workers.by_name.values():
             cause = None if worker.timed_out else worker.unfit(job)
             if cause is not None:
                 unfit[worker.name] = cause
@@ -298,7 +298,7 @@ def _stats(d: State, t: float) -> Stats:
             wait_buckets=tuple(buckets),
         )
     members = {name: m.frozen(name) for name, m in sorted(d.members.items())}
-    held = d.held_entries()
+    held = d.workers.held_entries()
     return Stats(
         now=t,
         levels=levels,
@@ -314,7 +314,9 @@ def _stats(d: State, t: float) -> Stats:
         swaps=d.swaps,
         held=tuple(e.job for e in held),
         workers=(
-            tuple(d.workers[name].info() for name in sorted(d.workers)) if d.name_in_grants else ()
+            tuple(d.workers.by_name[name].info() for name in sorted(d.workers.by_name))
+            if d.name_in_grants
+            else ()
         ),
     )
 
@@ -369,7 +371,7 @@ def forecast_finish(d: State, now: float, jobs: Collection[str]) -> float | None
     expected = runtime_estimator(d)
     wanted = set(jobs)
     finish: float | None = None
-    for worker in d.workers.values():
+    for worker in d.workers.by_name.values():
         for entry in worker.held:
             if entry.job.id in wanted:
                 runtime = expected(entry.job)

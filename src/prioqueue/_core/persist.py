@@ -49,7 +49,7 @@ def dump(d: State, t: float) -> dict[str, Any]:
         for entry in lane.queued():
             queued.append(_job_record(entry))
     held = []
-    for worker in d.workers.values():
+    for worker in d.workers.by_name.values():
         for entry in worker.held:
             record = _job_record(entry)
             grant = entry.grant
@@ -108,7 +108,7 @@ def dump(d: State, t: float) -> dict[str, Any]:
     else:
         state["format"] = SNAPSHOT_FORMAT
         state["running"] = held[0] if held else None
-        state["resident_model"] = next(iter(d.workers.values())).resident
+        state["resident_model"] = next(iter(d.workers.by_name.values())).resident
     state["groups"] = d.groups.dump()
     return state
 
@@ -163,8 +163,10 @@ def load(
         _load_lifecycle(d, state, shift, seqs, top_seq)
         if not fleet:
             resident = state["resident_model"]
-            one = next(iter(d.workers.values()))
-            d.set_resident(one, None if resident is None else checked_name("model", resident))
+            one = next(iter(d.workers.by_name.values()))
+            d.workers.set_resident(
+                one, None if resident is None else checked_name("model", resident)
+            )
     except KeyError as exc:
         raise ValueError(
             f"invalid snapshot: missing key {exc.args[0]!r} (KeyError; every field snapshot() "
@@ -325,8 +327,7 @@ def _in_lane_order(
 def _held_in_grant_order(d: State, held: list[dict[str, Any]]) -> None:
     """Give each worker its held jobs in the snapshot's (grant) order, not in lane order."""
     position = {record["id"]: i for i, record in enumerate(held)}
-    for worker in d.workers.values():
-        worker.held.sort(key=lambda entry: position[entry.job.id])
+    d.workers.order_held(lambda entry: position[entry.job.id])
 
 
 def _restore_held(
@@ -341,7 +342,7 @@ def _restore_held(
     name = record.get("worker") if d.name_in_grants else None
     if d.name_in_grants and name is None:
         raise ValueError(f"held job {job.id!r} names no worker (each held job needs its 'worker')")
-    found = next(iter(d.workers.values())) if name is None else d.workers.get(name)
+    found = next(iter(d.workers.by_name.values())) if name is None else d.workers.by_name.get(name)
     if found is None:
         raise ValueError(f"job {job.id!r} is held by unknown worker {name!r}")
     worker = found

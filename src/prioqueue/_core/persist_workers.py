@@ -33,7 +33,7 @@ def dump_workers(d: State) -> list[dict[str, Any]]:
             "timed_out": w.timed_out,
             "last_seen": w.last_seen,
         }
-        for w in d.workers.values()
+        for w in d.workers.by_name.values()
     ]
 
 
@@ -54,7 +54,7 @@ def _bool(name: str, value: object) -> bool:
 def load_workers(d: State, records: Any, shift: float) -> None:
     for record in records:
         name = checked_name("worker name", record["name"])
-        if name in d.workers:
+        if name in d.workers.by_name:
             raise ValueError(f"worker {name!r} appears twice")
         seen = record.get("last_seen")
         last_seen = (
@@ -79,7 +79,7 @@ def load_workers(d: State, records: Any, shift: float) -> None:
             worker.load(checked_name("resident", resident))
         # A timed-out worker stays out of the capacity until it speaks again.
         worker.set_timed_out(_bool("timed_out", record.get("timed_out", False)))
-        d.restore_worker(worker)
+        d.workers.restore(worker)
 
 
 def granted_as(job: Job, model: object) -> Job:

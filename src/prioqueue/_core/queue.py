@@ -247,4 +247,4 @@ def forecast_wait(d: State, level: int, more: Mapping[int, int] | None = None) -
         count = (0 if stats is None else stats.queued) + (more.get(number, 0) if more else 0)
         if count:
             ahead += count * d.runtimes.level_mean(number)
-    return ahead / max(1, d.live)
+    return ahead / max(1, d.workers.live)

@@ -24,25 +24,24 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from heapq import heappush
 
 from prioqueue._core.config import Config
 from prioqueue._core.items import (
     LAPSE,
     Arrival,
-    Deadline,
     History,
     Level,
     Timers,
     new_item,
 )
 from prioqueue._core.runtimes import Runtimes
+from prioqueue._core.workers import Workers
 from prioqueue._groups import GroupBook
 from prioqueue._lanes import Member, _Entry, _Lane
 from prioqueue._rankings import _BonusCache, rankings
 from prioqueue._validate import TIME_LIMIT, finite
-from prioqueue._workers import SeenOrder, _Worker
-from prioqueue.errors import UnknownJob, UnknownWorker
+from prioqueue._workers import _Worker
+from prioqueue.errors import UnknownJob
 from prioqueue.records import Expired, Job
 
 __all__: list[str] = []  # private module
@@ -87,12 +86,7 @@ class State:
         self.level_order: list[int] = []  # every level ever used, highest first
         self.members: dict[str, Member] = {}
         self.backlogged = 0
-        self.held = 0  # entries held by workers
-        self.deadlines: list[Deadline] = []  # held entries with a lease (lazy deletion)
-        self.workers: dict[str, _Worker] = {}
-        self.seen_order = SeenOrder()  # the live workers by last word (worker timeouts)
-        self.live = 0  # workers joined and not timed out
-        self.residents: dict[str, int] = {}  # resident model -> live workers with it
+        self.workers = Workers()  # the owner of workers, residents, held jobs, deadlines
         self.seq = 0
         self.now = -TIME_LIMIT
         self.runtimes = Runtimes()
@@ -110,7 +104,7 @@ class State:
 
     def __len__(self) -> int:
         """The queued jobs (delayed ones included, held ones not). O(1)."""
-        return len(self.entries) - self.held
+        return len(self.entries) - self.workers.held
 
     def entry(self, job_id: object) -> _Entry:
         """The entry of a queued, delayed or held job; ``UnknownJob`` otherwise. O(1)."""
@@ -119,13 +113,6 @@ class State:
             raise UnknownJob(f"job {job_id!r} is not queued or running")
         return entry
 
-    def worker_of(self, name: object) -> _Worker:
-        """A joined worker; ``UnknownWorker`` otherwise. O(1)."""
-        worker = self.workers.get(name) if isinstance(name, str) else None
-        if worker is None:
-            raise UnknownWorker(f"worker {name!r} has not joined (or it left); join() it first")
-        return worker
-
     def top_level(self) -> int | None:
         """The highest level with a backlogged lane, or None. O(levels above it)."""
         levels = self.levels
@@ -133,13 +120,6 @@ class State:
             if levels[number].lanes:
                 return number
         return None
-
-    def held_entries(self) -> list[_Entry]:
-        """Every held entry, by grant time, then submission. O(h log h)."""
-        return sorted(
-            (e for w in self.workers.values() for e in w.held),
-            key=lambda e: (e.granted_at, e.job.seq),
-        )
 
     def entries_in(self, state: int) -> list[_Entry]:
         """The entries in ``state`` (``QUEUED``, ``RUNNING`` or ``PARKED``). O(n)."""
@@ -236,58 +216,6 @@ class State:
         if not self.fair_share and not lane.live and not lane.holding:
             del self.lanes[job_id]
 
-    # ------------------------------------------------------------------ workers
-
-    def add_worker(self, name: str, t: float) -> _Worker:
-        """A worker joins (it counts in the capacity at once)."""
-        worker = self.workers[name] = _Worker(name, t)
-        self.seen_order.push(worker)
-        self.live += 1
-        return worker
-
-    def remove_worker(self, worker: _Worker) -> None:
-        """A worker that holds nothing leaves."""
-        if not worker.timed_out:
-            self.live -= 1
-            self.drop_resident(worker)
-        del self.workers[worker.name]
-
-    def seen(self, worker: _Worker, t: float) -> None:
-        """Mark the worker heard from at ``t``, reviving it when it had timed out."""
-        worker.heard(t)
-        if worker.timed_out:
-            worker.set_timed_out(False)
-            self.seen_order.push(worker)
-            self.live += 1
-            if worker.resident is not None:
-                self.residents[worker.resident] = self.residents.get(worker.resident, 0) + 1
-
-    def time_out(self, worker: _Worker) -> None:
-        """A worker silent for ``worker_timeout`` leaves the capacity (its jobs stay held)."""
-        worker.set_timed_out(True)
-        self.live -= 1
-        self.drop_resident(worker)
-
-    def set_resident(self, worker: _Worker, model: str | None) -> None:
-        """Change the model a worker has loaded (a timed-out one counts nowhere)."""
-        if worker.resident == model:
-            return
-        if not worker.timed_out:
-            self.drop_resident(worker)
-        worker.load(model)
-        if not worker.timed_out and model is not None:
-            self.residents[model] = self.residents.get(model, 0) + 1
-
-    def drop_resident(self, worker: _Worker) -> None:
-        """Uncount a worker's resident model."""
-        old = worker.resident
-        if old is not None:
-            left = self.residents[old] - 1
-            if left:
-                self.residents[old] = left
-            else:
-                del self.residents[old]
-
     # ------------------------------------------------------------------ queue
 
     def enqueue(
@@ -312,7 +240,7 @@ class State:
                 min(
                     now,
                     level.lift_floor(
-                        job, self.residents, self.affinity, self.ranking, self.divisor
+                        job, self.workers.residents, self.affinity, self.ranking, self.divisor
                     ),
                 )
             )
@@ -400,38 +328,17 @@ class State:
         """Move a granted entry to its worker (its model resident there); charge its lane."""
         lane = entry.lane
         self.dequeue(entry)
-        self.held += 1
-        worker.take(entry, t)
+        if self.workers.take(entry, worker, t):
+            self.swaps += 1
         lane.hold(charged)
         # s only grew: the lift's minimum re-files the lane when its old item surfaces
         # (``Level.lift_floor``), and ``s_log``, for explain, follows the settled part.
-        model = entry.grant.job.model  # a multi-model job's: the grant's choice
-        resident = worker.resident
-        if model is not None and model != resident:  # that is, ``grant.swap``
-            # set_resident inlined (the hot path; the popping worker is live).
-            residents = self.residents
-            if resident is not None:
-                left = residents[resident] - 1
-                if left:
-                    residents[resident] = left
-                else:
-                    del residents[resident]
-            residents[model] = residents.get(model, 0) + 1
-            worker.load(model)
-            self.swaps += 1
-        lease = entry.grant.lease
-        if lease is not None:
-            heappush(
-                self.deadlines,
-                new_item(Deadline, (lease.deadline, entry.job.seq, id(entry), entry)),
-            )
 
     def release(self, entry: _Entry) -> None:
         """Take a held entry off its worker and its lane's ``held`` (no state check)."""
         entry.close()
         del self.entries[entry.job.id]
-        self.held -= 1
-        entry.worker.let_go(entry)
+        self.workers.let_go(entry)
         entry.lane.unhold(entry.charged)
 
     # ------------------------------------------------------------------ restore
@@ -455,28 +362,14 @@ class State:
             lane = self.lanes[key] = self.new_lane(member, level, s)
         return lane
 
-    def restore_worker(self, worker: _Worker) -> None:
-        """File a worker rebuilt from a snapshot (a timed-out one stays out of the capacity)."""
-        self.workers[worker.name] = worker
-        if not worker.timed_out:
-            self.seen_order.push(worker)
-            self.live += 1
-            if worker.resident is not None:
-                self.residents[worker.resident] = self.residents.get(worker.resident, 0) + 1
-
     def restore_held(self, entry: _Entry, crossing: tuple[float, float] | None) -> None:
         """File a held entry rebuilt from a snapshot on its worker and its lane."""
         lane = entry.lane
         self.entries[entry.job.id] = entry
-        self.held += 1
-        entry.worker.keep(entry)
+        self.workers.keep(entry)
         lane.hold_restored(entry.charged)
         if lane.live:
             self.note_s(lane)
             lane.touch(self.dirty)
         if crossing is not None and crossing[0]:
             self.crossings[entry] = crossing
-        lease = entry.grant.lease
-        if lease is not None:
-            self.deadlines.append(Deadline(lease.deadline, entry.job.seq, id(entry), entry))
-            self.deadlines.sort(key=lambda item: (item.deadline, item.seq, item.key))

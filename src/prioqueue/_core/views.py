@@ -60,7 +60,7 @@ def member_lanes(d: State, heads: int, scan: int) -> list[LaneView]:
 
 def worker_views(d: State) -> list[WorkerView]:
     """Every known worker (timed-out ones included) and what it holds, by name."""
-    workers = d.workers
+    workers = d.workers.by_name
     return [
         WorkerView(
             workers[name].info(),
@@ -87,7 +87,7 @@ def group_finishes(
     expected = runtime_estimator(d)
     finish: dict[str, float | None] = {}
     unknown: set[str] = set()
-    for worker in d.workers.values():
+    for worker in d.workers.by_name.values():
         for entry in worker.held:
             key = book.group_of(entry.job.id)
             if key in left:
