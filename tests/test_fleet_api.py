@@ -57,7 +57,7 @@ def popped(f: FleetDispatcher, name: str, now: float) -> str:
 
 
 def lane_s(f: FleetDispatcher, member: str, level: int = 0) -> float:
-    return f._state.lanes[(member, level)].s
+    return f._state.lanes.by_key[(member, level)].s
 
 
 # ============================================================================ construction

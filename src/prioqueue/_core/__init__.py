@@ -6,6 +6,8 @@ fleet.md and lifecycle.md the rules):
 * ``config``: the validated constructor options and the shared constants.
 * ``items``: the records the state is built from (levels, members, reorder counts, history,
   timers, NamedTuple heap items).
+* ``lanes``: ``Lanes``, the owner of the lanes, levels, members, rankings and the crossing
+  credit (private fields, read-only reads, its own ``check``).
 * ``workers``: ``Workers``, the owner of the workers, their resident models, held count and
   lease deadlines (private fields, read-only reads, its own ``check``).
 * ``state``: ``State``, the one object holding lanes, entries, levels, members, workers,

@@ -55,14 +55,14 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
 
     Reads the state and changes nothing but stale heap items (see the design note).
     """
-    d.flush()
+    d.lanes.flush()
     resident = worker.resident
     search: Search | None = None
     fast = worker.models is None and worker.accepts is None and worker.capabilities is None
     if fast and d.warm_hold > 0:
         search = search_for(d, worker, t)
         fast = not search.warm
-    best = d.ranking.best(resident) if fast else None
+    best = d.lanes.ranking.best(resident) if fast else None
     cap = d.config.max_running
     if cap is not None and best is not None:
         best_lane, _, _ = best
@@ -72,13 +72,13 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
         if search is None:
             search = search_for(d, worker, t)
         view = search
-        best = best_for(d.ranking, search, d.window)
+        best = best_for(d.lanes.ranking, search, d.window)
         if best is None:
             # The longer hold applies only while the worker has something else to run.
             relaxed = search.relaxed()
             if relaxed is not None:
                 view = relaxed
-                best = best_for(d.ranking, relaxed, d.window)
+                best = best_for(d.lanes.ranking, relaxed, d.window)
     if best is None:
         return None
     lane, entry, aff = best
@@ -90,14 +90,14 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
     weight = 0.0
     share = d.share
     if share < 1.0:
-        top = d.top_level()
+        top = d.lanes.top_level()
         if top is not None and lane.level < top:
             if search is None:
                 search = search_for(d, worker, t)
             every = fast and cap is None  # every queued job is eligible: B is top
             higher = None if every else above(d, search, lane.level, top, every)
             if every or higher is not None:
-                if d.credit >= 0.0:
+                if d.lanes.credit >= 0.0:
                     weight = share - 1.0
                     b = top if higher is None else higher[0].level  # (lane, entry, aff)
                     lane, entry, aff, rule = cross_to(d, search, (lane, entry, aff), b, every, t)
@@ -115,7 +115,7 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
                         rule = "crossing deferred"
         # A grant at the highest eligible level while a lower level waits refills the
         # credit too (not only a deferral): crossings get their share of that time.
-        weight = weight or (share if d.credit < 0.0 and waiting_below(d, lane.level) else 0.0)
+        weight = weight or (share if d.lanes.credit < 0.0 and waiting_below(d, lane.level) else 0.0)
     # Overdue jobs: the level's oldest job, past its aging bound, goes first when fair
     # share allows it (its lane is within the offsets of the level's least-served lane).
     chosen = overdue_offer(d, worker, view, (lane, entry, aff), t)
@@ -168,7 +168,7 @@ def overdue_offer(
         and old.job.model != resident
         and d.affinity(resident) > 0.0
         and worker.serves(resident)
-        and (found := d.levels[old.job.priority].oldest_for(resident)) is not None
+        and (found := d.lanes.levels[old.job.priority].oldest_for(resident)) is not None
     ):
         warm = found.entry
         if warm.job.arrival <= old.job.arrival + d.window and eligible(d, worker, view, warm):
@@ -205,10 +205,10 @@ def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
     if not d.fair_share:
         return None  # every job ages from its own arrival: none waits for a lane's turn
     number = entry.job.priority
-    top = d.top_level()
+    top = d.lanes.top_level()
     assert top is not None  # entry is queued
     top = max(top, *d.policy.aliases.values())
-    level = d.levels[number]
+    level = d.lanes.levels[number]
     arrivals = level.arrivals
     while arrivals[0].entry.state != QUEUED:
         _heappop(arrivals)
@@ -278,12 +278,12 @@ def search_for(d: State, worker: _Worker, t: float) -> Search:
         d.config.max_running,
         frozenset(free),
         free_at,
-        d.lanes.values(),
+        d.lanes.by_key.values(),
         d.expected_runtime,
         d.config.load_seconds,
         hold,
         t,
-        max((level for level, counts in d.levels.items() if counts.queued), default=0),
+        max((level for level, counts in d.lanes.levels.items() if counts.queued), default=0),
         aging_exemption(d),
         d.divisor,
     )
@@ -304,10 +304,11 @@ def above(
     """
     if every:
         return least_served(d, top, search, True)
-    for number in d.level_order:
+    levels = d.lanes.levels
+    for number in d.lanes.level_order:
         if number <= level:
             break
-        if number > top or not d.levels[number].lanes:
+        if number > top or not levels[number].lanes:
             continue
         offer = least_served(d, number, search, False)
         if offer is not None:
@@ -328,7 +329,7 @@ def least_served(
     window, else its first eligible job. Amortised O(K log n) for K = ``LEAST_SERVED``
     plus the lanes skipped (that offer the worker nothing).
     """
-    level = d.levels[number]
+    level = d.lanes.levels[number]
     resident = search.resident
     bonus = d.affinity(resident) if resident is not None else 0.0
     div = d.divisor
@@ -374,7 +375,7 @@ def least_served_fast(
     with closing(_by_service(d, level)) as found:
         lanes = list(islice(found, want))
     div = d.divisor
-    ranking = d.ranking
+    ranking = d.lanes.ranking
     best: tuple[float, float, int] | None = None
     won: tuple[_Lane, _Entry, float] | None = None
     for lane in lanes:

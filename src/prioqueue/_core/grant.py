@@ -77,9 +77,10 @@ def pop(d: State, worker: _Worker, t: float, preview: bool = False) -> Grant | N
     if preview:
         return grant
     # State changes start here; nothing below can fail.
-    level = d.levels[job.priority]
+    levels = d.lanes.levels
+    level = levels[job.priority]
     if d.track and fast:
-        count_reorders(d, level if winner is job else d.levels[winner.priority], winner, resident)
+        count_reorders(d, level if winner is job else levels[winner.priority], winner, resident)
     number = d.dispatched()
     if d.history.limit:
         # Remember the grant for ``explain``, within ``history`` entries and bytes. O(1).
@@ -93,10 +94,9 @@ def pop(d: State, worker: _Worker, t: float, preview: bool = False) -> Grant | N
         )  # fmt: skip
     entry.hand_to(worker, t, charged, t + runtime, capacity, grant)
     if weight:
-        d.crossings[entry] = (weight, runtime)
-        d.earn(weight * runtime)
+        d.lanes.cross(entry, weight, runtime)
         if deferred is not None:
-            d.levels[deferred.job.priority].reorders.defer()
+            levels[deferred.job.priority].reorders.defer()
     d.hand_over(entry, worker, t, charged)
     level.granted(wait, bisect.bisect_left(d.buckets, wait))
     d.totals["dispatched"] += 1
@@ -134,10 +134,10 @@ def count_reorders(d: State, level: Level, job: Job, resident: str | None) -> No
     """
     # Without affinity: the real ranking's main heap, each lane offering its head.
     affinity = aging = tier = fair_share = False
-    if resident is not None and (offer := d.ranking.best(None)) is not None:
+    if resident is not None and (offer := d.lanes.ranking.best(None)) is not None:
         _, entry, _ = offer
         affinity = entry.job is not job
-    no_aging, no_tier, no_fair = d.counterfactuals
+    no_aging, no_tier, no_fair = d.lanes.counterfactuals
     if (offer := no_aging.best(resident)) is not None:
         _, entry, _ = offer
         aging = entry.job is not job
@@ -155,24 +155,20 @@ def finish(d: State, entry: _Entry, runtime: float, now: float, final: float) ->
     job = entry.job
     lane = entry.lane
     d.release(entry)
-    moved = d.crossings.pop(entry, None)
-    if moved is not None:  # the crossing credit moves by the measured, not expected, time
-        d.earn(moved[0] * (runtime - moved[1]))
+    lanes = d.lanes
+    lanes.uncross(entry, runtime)  # the credit moves by the measured, not expected, time
     lane.owner.used(final)
     if d.fair_share:
         settled = lane.settled + final / entry.capacity
-        if settled > now or (lane.live and d.levels[lane.level].lanes == 1):
+        if settled > now or (lane.live and lanes.levels[lane.level].lanes == 1):
             # Clamped at now; and alone at its level, the lane is re-anchored at now,
             # exactly as a producer that resubmits one job at a time would be lifted: lag
             # accrued while other levels used the GPU is not fair-share debt.
             settled = now
         lane.settle(settled)
-        if lane.live:  # d.refile(lane, now), inlined (the hot path)
-            lane.log_s(now)
-            d.note_s(lane)
-            lane.touch(d.dirty)
+        lanes.refile(lane, now)
     else:
-        d.drop_lane(lane, job.id)
+        lanes.drop_lane(lane, job.id)
     # The recent runtimes: for the retry-after estimate and, per model and per level,
     # for the expected charge.
     d.runtimes.add(now, runtime, job.model, job.priority)
@@ -188,12 +184,10 @@ def take_back(
         lane = entry.lane
         d.release(entry)
         held = max(0.0, now - entry.granted_at)
-        moved = d.crossings.pop(entry, None)
-        if moved is not None:  # the crossing credit counts the GPU time really held (issue 26)
-            d.earn(moved[0] * (held - moved[1]))
+        d.lanes.uncross(entry, held)  # the credit counts the GPU time really held (issue 26)
         if d.fair_share:
             lane.set_s()
-            d.refile(lane, now)
+            d.lanes.refile(lane, now)
         requeued = always or entry.attempt < (job.max_attempts or d.max_attempts)
         if requeued:
             d.enqueue(job, attempt=entry.attempt + 1, now=now, requeue=True)
@@ -201,7 +195,7 @@ def take_back(
         else:
             d.groups.move(job.id, "failed", used=held)
             d.totals["failed"] += 1
-            d.drop_lane(lane, job.id)
+            d.lanes.drop_lane(lane, job.id)
         done.append((entry, requeued))
     done.reverse()
     return done

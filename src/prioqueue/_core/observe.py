@@ -92,13 +92,13 @@ def lane_score(d: State, lane: _Lane, now: float) -> float:
     """A backlogged lane's current score (its affinity as the ranking would give it)."""
     aff = 0.0
     resident = single_resident(d)
-    if resident is not None and d.ranking.candidate(lane, resident) is not None:
+    if resident is not None and d.lanes.ranking.candidate(lane, resident) is not None:
         aff = d.affinity(resident)
     return lane.level + lane.head().job.tier_bonus + aff + (now - lane.s) / d.divisor
 
 
 def predict(d: State, now: float, *, stop_at: _Entry | None, limit: int | None) -> list[Predicted]:
-    backlogged = [lane for lane in d.lanes.values() if lane.live]
+    backlogged = [lane for lane in d.lanes.by_key.values() if lane.live]
     estimate = runtime_estimator(d)
     capacity = max(1, d.workers.live)
     pending = []
@@ -248,7 +248,7 @@ def _explain(
     ahead = ahead_jobs(steps, lane_score=lambda other: lane_score(d, other, t))
     aff = 0.0
     resident = single_resident(d)
-    if resident is not None and d.ranking.candidate(lane, resident) is not None:
+    if resident is not None and d.lanes.ranking.candidate(lane, resident) is not None:
         aff = d.affinity(resident)
     score = ScoreBreakdown(
         band=job.priority,
@@ -278,8 +278,7 @@ def stats(d: State, t: float) -> Stats:
 
 def _stats(d: State, t: float) -> Stats:
     levels = {}
-    for number in sorted(d.levels, reverse=True):
-        level = d.levels[number]
+    for number, level in sorted(d.lanes.levels.items(), reverse=True):
         first = level.oldest()
         oldest = t - first.arrival if first is not None else 0.0
         mean = t - level.sum_arrival / level.queued if level.queued else 0.0
@@ -297,7 +296,7 @@ def _stats(d: State, t: float) -> Stats:
             reorders=level.reorders.frozen(),
             wait_buckets=tuple(buckets),
         )
-    members = {name: m.frozen(name) for name, m in sorted(d.members.items())}
+    members = {name: m.frozen(name) for name, m in sorted(d.lanes.members.items())}
     held = d.workers.held_entries()
     return Stats(
         now=t,

@@ -43,7 +43,7 @@ def dump(d: State, t: float) -> dict[str, Any]:
     """Return ``d``'s state at time ``t`` as JSON-serialisable data. O(n)."""
     lanes = []
     queued = []
-    for lane in d.lanes.values():
+    for lane in d.lanes.by_key.values():
         if d.fair_share:
             lanes.append({"member": lane.member, "level": lane.level, "s": lane.settled})
         for entry in lane.queued():
@@ -62,7 +62,7 @@ def dump(d: State, t: float) -> dict[str, Any]:
                 record["granted_model"] = grant.job.model
             record["charged"] = entry.charged
             record["capacity"] = entry.capacity
-            moved = d.crossings.get(entry)
+            moved = d.lanes.crossings.get(entry)
             if moved is not None:
                 record["crossing"] = {"weight": moved[0], "basis": moved[1]}
             record["expected_end"] = entry.expected_end
@@ -75,7 +75,7 @@ def dump(d: State, t: float) -> dict[str, Any]:
         "queued": queued,
         # The crossing credit (bounded crossings): restoring it makes the next deferrals the
         # same as without the restart.
-        "crossing_credit": d.credit,
+        "crossing_credit": d.lanes.credit,
         "crossing_share": d.share,
         # The runtimes behind the expected charge: restoring them makes the next grants the
         # same as without the restart.
@@ -95,7 +95,7 @@ def dump(d: State, t: float) -> dict[str, Any]:
         state["delayed"] = parked
     if not d.fair_share:
         # Each job's own lane, in the order they were made (see ``_in_lane_order``).
-        state["lane_order"] = list(d.lanes)
+        state["lane_order"] = list(d.lanes.by_key)
     if d.timers.lapsed:
         state["lapsed"] = [
             {"job": _job_record_of(x.job, x.attempt), "deadline": x.deadline}
@@ -144,7 +144,7 @@ def load(
                 _restore_held(d, record, shift, seqs, top_seq, require_lease)
                 continue
             job = _job_from_record(d, record, shift, seqs, top_seq)
-            if snapshot_fair and d.fair_share and (job.member, job.priority) not in d.lanes:
+            if snapshot_fair and d.fair_share and (job.member, job.priority) not in d.lanes.by_key:
                 raise ValueError(f"job {job.id!r} has no lane record")
             # From a snapshot without fair share, a new lane starts at its oldest job's
             # arrival (an enqueue without a lift does that).
@@ -192,9 +192,9 @@ def _load_lanes(d: State, records: Any, taken_at: float, shift: float) -> None:
                 f"lane ({member!r}, {level}) starts at {s!r}, after the snapshot was "
                 f"taken ({taken_at!r})"
             )
-        if (member, level) in d.lanes:
+        if (member, level) in d.lanes.by_key:
             raise ValueError(f"lane ({member!r}, {level}) appears twice")
-        d.lane_for((member, level), member, level, s + shift)
+        d.lanes.lane_for((member, level), member, level, s + shift)
 
 
 def _load_lifecycle(
@@ -364,7 +364,7 @@ def _restore_held(
     if charged < 0:
         raise ValueError(f"charged must be >= 0, got {charged!r}")
     key: tuple[str, int] | str = (job.member, job.priority) if d.fair_share else job.id
-    lane = d.lane_for(key, job.member, job.priority, job.arrival)
+    lane = d.lanes.lane_for(key, job.member, job.priority, job.arrival)
     queued_at = record.get("queued_at")
     entry = _Entry(
         job,

@@ -89,7 +89,7 @@ def submit(d: State, job_id: str, spec: JobSpec, now: float) -> Ticket:
             ttl = budget.ttl
     queued = len(d)
     member = spec.member
-    d.member(member)  # a member is known from its first submit (a delayed one included)
+    d.lanes.member(member)  # a member is known from its first submit (a delayed one included)
     eligible = not_before if delayed and not_before is not None else t
     # Positional on purpose (the hot path; keywords cost about 20 % of the construction), in
     # Job's field order: id, member, priority, tier, tier_bonus, model, estimate, arrival,
@@ -180,7 +180,7 @@ def refusal(d: State, specs: Sequence[JobSpec], t: float) -> Refusal | None:
                 return Refusal(index, over)
         member = spec.member
         if cap is not None:
-            stats = d.members.get(member)
+            stats = d.lanes.members.get(member)
             count = (0 if stats is None else stats.queued) + members.get(member, 0)
             if count >= cap:
                 error = QueueFull(
@@ -205,7 +205,7 @@ def _over_budget(
 ) -> QueueFull | None:
     """A level's ``LevelBudget`` refusal of one more job (``held``/``ready``: a batch's own)."""
     if budget.max_queued is not None:
-        stats = d.levels.get(level)
+        stats = d.lanes.levels.get(level)
         queued = (0 if stats is None else stats.queued) + d.timers.parked.get(level, 0) + held
         if queued >= budget.max_queued:
             return QueueFull(
@@ -237,7 +237,7 @@ def forecast_wait(d: State, level: int, more: Mapping[int, int] | None = None) -
     per level not queued yet (a batch's earlier jobs), counted as if they were: the sum is
     the one the state would give once they are.
     """
-    levels = d.levels
+    levels = d.lanes.levels
     numbers = levels.keys() | more.keys() if more else levels
     ahead = 0.0
     for number in sorted(numbers, reverse=True):  # a fixed order: the same sum on replay

@@ -29,8 +29,8 @@ OVERDUE_BAND = 0.75
 
 def waiting_below(d: State, number: int) -> bool:
     """Whether a level below ``number`` has a backlogged lane. O(levels)."""
-    levels = d.levels
-    for other in reversed(d.level_order):
+    levels = d.lanes.levels
+    for other in reversed(d.lanes.level_order):
         if other >= number:
             return False
         if levels[other].lanes:
@@ -76,7 +76,7 @@ def crossing_level(d: State, b: int, t: float) -> int:
     O(levels + named levels).
     """
     if STARVING_FIRST:
-        top = d.top_level()
+        top = d.lanes.top_level()
         assert top is not None
         top = max(top, *d.policy.aliases.values())
         spread = aging_exemption(d)
@@ -91,8 +91,8 @@ def _heads_below(d: State, top: int) -> Iterator[tuple[int, _Entry]]:
 
     Amortised O(1) per level (the stale items met at the top of its arrival heap are dropped).
     """
-    levels = d.levels
-    for number in d.level_order:
+    levels = d.lanes.levels
+    for number in d.lanes.level_order:
         if number >= top:
             continue
         level = levels[number]

@@ -44,7 +44,7 @@ def member_lanes(d: State, heads: int, scan: int) -> list[LaneView]:
     if not d.fair_share:
         return []
     views = []
-    for lane in d.lanes.values():
+    for lane in d.lanes.by_key.values():
         if not (lane.live or lane.holding):
             continue
         first: list[Job] = []
