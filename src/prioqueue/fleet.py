@@ -383,7 +383,7 @@ class FleetDispatcher(BatchPop, Facade):
         state = self._state
         worker = state.workers.worker_of(name)
         t = state.checked_now(now)
-        timers = state.timers
+        timers = state.lifecycle.timers
         if timers.next <= t and timers.any_due(t):
             raise InvalidState(
                 f"a lifecycle timer is due at {t!r} (a delayed job's release or a ttl): a pop "

@@ -8,6 +8,8 @@ fleet.md and lifecycle.md the rules):
   timers, NamedTuple heap items).
 * ``lanes``: ``Lanes``, the owner of the lanes, levels, members, rankings and the crossing
   credit (private fields, read-only reads, its own ``check``).
+* ``lifecycle``: ``Lifecycle``, the owner of the timers, delayed jobs, recent runtimes,
+  budgets and the admission rule (``refusal``, for a submit and for ``admit``).
 * ``workers``: ``Workers``, the owner of the workers, their resident models, held count and
   lease deadlines (private fields, read-only reads, its own ``check``).
 * ``state``: ``State``, the one object holding lanes, entries, levels, members, workers,

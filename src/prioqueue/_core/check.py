@@ -19,6 +19,6 @@ def check(d: State) -> None:
     d.workers.check(held)
     parked = [e for e in d.entries.values() if e.state == PARKED]
     assert len(queued) + len(parked) == len(d)
-    d.timers.check(parked, queued)
+    d.lifecycle.check(parked, queued)
     d.lanes.check(d.entries, queued, held, d.now if d.fair_share else None)
     d.groups.check(d.entries)

@@ -558,7 +558,7 @@ class Facade:
 
         Complexity: O(levels).
         """
-        return sum(self._state.timers.parked.values())
+        return sum(self._state.lifecycle.timers.parked.values())
 
     def job_ids(self) -> list[str]:
         """The ids of every queued, delayed or held job, sorted (a copy). O(n log n)."""
@@ -567,7 +567,7 @@ class Facade:
     @property
     def budgets(self) -> dict[int, LevelBudget]:
         """The per-level budgets (``budgets=``), a copy: level -> ``LevelBudget``. O(levels)."""
-        return dict(self._state.budgets)
+        return dict(self._state.lifecycle.budgets)
 
     @property
     def backoff(self) -> Backoff:

@@ -171,7 +171,7 @@ def finish(d: State, entry: _Entry, runtime: float, now: float, final: float) ->
         lanes.drop_lane(lane, job.id)
     # The recent runtimes: for the retry-after estimate and, per model and per level,
     # for the expected charge.
-    d.runtimes.add(now, runtime, job.model, job.priority)
+    d.lifecycle.finished(now, runtime, job.model, job.priority)
 
 
 def take_back(
@@ -397,15 +397,15 @@ def expire(d: State, now: float) -> list[Expired]:
 
 def drain_lapsed(d: State, t: float) -> list[Expired]:
     """Fire the due timers and hand over the buffered ``cause="ttl"`` reports."""
-    if t >= d.timers.next:
+    if t >= d.lifecycle.timers.next:
         fire_due(d, t)
-    return d.timers.drain()
+    return d.lifecycle.drain()
 
 
 def next_deadline(d: State) -> float | None:
     """The body of ``next_deadline`` (see ``FleetDispatcher.next_deadline``)."""
     best = d.workers.next_lease()
-    timer = d.timers.earliest()
+    timer = d.lifecycle.timers.earliest()
     if timer is not None and (best is None or timer < best):
         best = timer
     timeout = d.worker_timeout

@@ -56,7 +56,7 @@ def runtime_estimator(d: State) -> Callable[[Job], float | None]:
     here, not once per job. O(64).
     """
     sums: dict[str | None, list[float]] = {}
-    for _, runtime, model in d.runtimes.recent:
+    for _, runtime, model in d.lifecycle.runtimes.recent:
         total = sums.setdefault(model, [0.0, 0.0])
         total[0] += runtime
         total[1] += 1
@@ -323,7 +323,7 @@ def _stats(d: State, t: float) -> Stats:
 def _with_lifecycle(d: State, stats: Stats) -> Stats:
     """``stats`` with the lifecycle's counts (ttl expiries, refusals, delayed jobs, groups)."""
     levels = stats.levels
-    timers = d.timers
+    timers = d.lifecycle.timers
     if timers.levels or timers.parked:
         levels = dict(levels)
         for number, level in levels.items():

@@ -80,8 +80,8 @@ def dump(d: State, t: float) -> dict[str, Any]:
         # The runtimes behind the expected charge: restoring them makes the next grants the
         # same as without the restart.
         "recent": {
-            "models": {model: list(r) for model, r in d.runtimes.by_model.items()},
-            "levels": {str(level): list(r) for level, r in d.runtimes.by_level.items()},
+            "models": {model: list(r) for model, r in d.lifecycle.runtimes.by_model.items()},
+            "levels": {str(level): list(r) for level, r in d.lifecycle.runtimes.by_level.items()},
         },
     }
     # The job lifecycle (docs/design/lifecycle.md): delayed jobs with their release times,
@@ -96,10 +96,10 @@ def dump(d: State, t: float) -> dict[str, Any]:
     if not d.fair_share:
         # Each job's own lane, in the order they were made (see ``_in_lane_order``).
         state["lane_order"] = list(d.lanes.by_key)
-    if d.timers.lapsed:
+    if d.lifecycle.timers.lapsed:
         state["lapsed"] = [
             {"job": _job_record_of(x.job, x.attempt), "deadline": x.deadline}
-            for x in d.timers.lapsed
+            for x in d.lifecycle.timers.lapsed
         ]
     if d.name_in_grants:
         state["format"] = FLEET_FORMAT
@@ -208,7 +208,7 @@ def _load_lifecycle(
     for record in state.get("lapsed", ()):
         # An expired job is gone: its id may be queued again (not "twice").
         job = _job_from_record(d, record["job"], shift, set(), top_seq, known=False)
-        d.timers.report(
+        d.lifecycle.restore_report(
             Expired(
                 job=job,
                 attempt=_int("attempt", record["job"]["attempt"], 1),

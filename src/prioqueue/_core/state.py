@@ -25,12 +25,10 @@ from collections import deque
 
 from prioqueue._core.config import Config
 from prioqueue._core.items import (
-    LAPSE,
     History,
-    Timers,
 )
 from prioqueue._core.lanes import Lanes
-from prioqueue._core.runtimes import Runtimes
+from prioqueue._core.lifecycle import Lifecycle
 from prioqueue._core.workers import Workers
 from prioqueue._groups import GroupBook
 from prioqueue._lanes import _Entry
@@ -63,7 +61,6 @@ class State:
         self.track = config.track
         self.share = config.share
         self.buckets = config.buckets
-        self.budgets = config.budgets
         self.name_in_grants = config.name_in_grants
         d = self.divisor = config.scorer.config.aging_divisor
         window = self.window = config.scorer.config.max_affinity * d
@@ -81,16 +78,17 @@ class State:
         self.workers = Workers()  # the owner of workers, residents, held jobs, deadlines
         self.seq = 0
         self.now = -TIME_LIMIT
-        self.runtimes = Runtimes()
-        self.expected_runtime = self.runtimes.expected  # the expected runtime of a job
-        self.retry_after = self.runtimes.retry_after  # ``QueueFull.retry_after``
+        # The owner of the timers, delayed jobs, recent runtimes, budgets and admission.
+        self.lifecycle = Lifecycle(config.budgets, config.max_queued, config.max_member)
+        runtimes = self.lifecycle.runtimes
+        self.expected_runtime = runtimes.expected  # the expected runtime of a job
+        self.retry_after = runtimes.retry_after  # ``QueueFull.retry_after``
         self.history = History(config.history, config.history_bytes)
         self.dispatches = 0  # grants so far (the history's record numbers)
         totals = ("dispatched", "completed", "cancelled", "expired", "failed", "ttl_expired")
         self.totals = dict.fromkeys((*totals, "refused", "retried"), 0)
         self.swaps = 0
         self.groups = GroupBook()
-        self.timers = Timers()
 
     # ------------------------------------------------------------------ reads
 
@@ -148,8 +146,7 @@ class State:
         lane = lanes.lane_of(job, lift)
         entry = _Entry(job, lane, attempt, now if requeue else job.arrival, self.dispatches)
         self.entries[job.id] = entry
-        if job.deadline is not None:
-            self.timers.push(job.deadline, LAPSE, entry)
+        self.lifecycle.watch(entry)
         lanes.file(entry, now, requeue=requeue, lift=lift, residents=self.workers.residents)
         return entry
 
@@ -168,30 +165,30 @@ class State:
         entry.park()
         self.entries[job.id] = entry
         self.lanes.level(job.priority)  # a level is known from its first job on, delayed or not
-        self.timers.park(entry)
+        self.lifecycle.park(entry)
         return entry
 
     def unpark(self, entry: _Entry) -> None:
         """Take a parked entry out (released, lapsed, cancelled or failed). O(1)."""
         entry.close()
         del self.entries[entry.job.id]
-        self.timers.unpark(entry.job.priority)
+        self.lifecycle.unpark(entry)
 
     def lapsed(self, entry: _Entry, at: float) -> None:
         """Count a job whose ttl ran out (queued or delayed) and buffer its report."""
         job = entry.job
         self.groups.move(job.id, "failed")
         self.totals["ttl_expired"] += 1
-        self.timers.life(job.priority)[0] += 1
         deadline = job.deadline if job.deadline is not None else at
-        self.timers.report(
-            Expired(job=job, attempt=entry.attempt, deadline=deadline, requeued=False, cause="ttl")
+        self.lifecycle.lapsed(
+            job.priority,
+            Expired(job=job, attempt=entry.attempt, deadline=deadline, requeued=False, cause="ttl"),
         )
 
     def refused(self, level: int) -> None:
         """Count a submit refused by its level's budget."""
         self.totals["refused"] += 1
-        self.timers.life(level)[1] += 1
+        self.lifecycle.refused(level)
 
     # ------------------------------------------------------------------ grants
 
@@ -229,7 +226,7 @@ class State:
     ) -> None:
         """A restored state's crossing credit and recent runtimes."""
         self.lanes.restore_credit(credit)
-        self.runtimes.restore(models, levels)
+        self.lifecycle.restore_runtimes(models, levels)
 
     def restore_held(self, entry: _Entry, crossing: tuple[float, float] | None) -> None:
         """File a held entry rebuilt from a snapshot on its worker and its lane."""
