@@ -6,13 +6,13 @@ docs/design/state.md against the state's read API; it changes nothing. O(n).
 
 from __future__ import annotations
 
-from prioqueue._core.state import State
+from prioqueue._core.core import Core
 from prioqueue._lanes import PARKED, QUEUED, RUNNING
 
 __all__: list[str] = []  # private module
 
 
-def check(d: State) -> None:
+def check(d: Core) -> None:
     """Assert every internal invariant (for tests; O(n))."""
     queued = [e for e in d.entries.values() if e.state == QUEUED]
     held = [e for e in d.entries.values() if e.state == RUNNING]

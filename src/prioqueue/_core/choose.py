@@ -24,6 +24,7 @@ from heapq import heapreplace as _heapreplace
 from itertools import islice
 
 from prioqueue._core.config import LEAST_SERVED
+from prioqueue._core.core import Core
 from prioqueue._core.items import Arrival, Backlog, Level, new_item
 from prioqueue._core.starving import (
     OVERDUE_BAND,
@@ -32,7 +33,6 @@ from prioqueue._core.starving import (
     waiting_below,
     warm_crossing,
 )
-from prioqueue._core.state import State
 from prioqueue._lanes import QUEUED, _Entry, _Lane
 from prioqueue._workers import Search, _Worker, best_for
 from prioqueue.records import Job
@@ -50,7 +50,7 @@ __all__: list[str] = []  # private module
 Pick = tuple[_Lane, _Entry, float, Job, bool, "_Entry | None", float, "str | None"]
 
 
-def pick(d: State, worker: _Worker, t: float) -> Pick | None:
+def pick(d: Core, worker: _Worker, t: float) -> Pick | None:
     """The job to grant the worker, or None: the ranking's winner, or a crossing's choice.
 
     Reads the state and changes nothing but stale heap items (see the design note).
@@ -126,7 +126,7 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
 
 
 def cross_to(
-    d: State, search: Search, offer: tuple[_Lane, _Entry, float], b: int, every: bool, t: float
+    d: Core, search: Search, offer: tuple[_Lane, _Entry, float], b: int, every: bool, t: float
 ) -> tuple[_Lane, _Entry, float, str | None]:
     """A crossing's grant, and its rule (None: the winner ``offer`` itself).
 
@@ -148,7 +148,7 @@ WARM_OVERDUE = True
 
 
 def overdue_offer(
-    d: State, worker: _Worker, view: Search | None, offer: tuple[_Lane, _Entry, float], t: float
+    d: Core, worker: _Worker, view: Search | None, offer: tuple[_Lane, _Entry, float], t: float
 ) -> tuple[_Lane, _Entry, float]:
     """``offer``, or the overdue job's offer that replaces it (see ``overdue``).
 
@@ -176,7 +176,7 @@ def overdue_offer(
     return old.lane, old, offered_affinity(d, resident, old)
 
 
-def offered_affinity(d: State, resident: str | None, entry: _Entry) -> float:
+def offered_affinity(d: Core, resident: str | None, entry: _Entry) -> float:
     """The affinity term of ``entry`` granted on its own (O(1)).
 
     That is ``aff(r)`` when it runs on the resident ``r`` (its model, or one of several it
@@ -190,7 +190,7 @@ def offered_affinity(d: State, resident: str | None, entry: _Entry) -> float:
     return 0.0
 
 
-def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
+def overdue(d: Core, entry: _Entry, t: float) -> _Entry | None:
     """The job that goes instead of ``entry`` because it is overdue, or None.
 
     With fair share, at ``entry``'s level ``L`` (any level, ``B`` itself included since issue
@@ -231,7 +231,7 @@ def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
     return old
 
 
-def eligible(d: State, worker: _Worker, view: Search | None, entry: _Entry) -> bool:
+def eligible(d: Core, worker: _Worker, view: Search | None, entry: _Entry) -> bool:
     """Whether ``entry`` may go to the worker under the pop's view.
 
     ``view`` None: every job may, but for the member cap. O(1) (a warm hold's limit is
@@ -243,7 +243,7 @@ def eligible(d: State, worker: _Worker, view: Search | None, entry: _Entry) -> b
     return worker.serves(entry.job.model) and not view.at_cap(entry.lane) and view.ok(entry)
 
 
-def search_for(d: State, worker: _Worker, t: float) -> Search:
+def search_for(d: Core, worker: _Worker, t: float) -> Search:
     """The pop's eligibility view, with the warm hold's workers (the design note's rule).
 
     With ``warm_hold = h > 0``, each other live worker that has a model resident and
@@ -293,7 +293,7 @@ def search_for(d: State, worker: _Worker, t: float) -> Search:
 
 
 def above(
-    d: State, search: Search, level: int, top: int, every: bool
+    d: Core, search: Search, level: int, top: int, every: bool
 ) -> tuple[_Lane, _Entry, float] | None:
     """The least-served lane's offer at the highest level above ``level`` with one.
 
@@ -317,7 +317,7 @@ def above(
 
 
 def least_served(
-    d: State, number: int, search: Search, every: bool
+    d: Core, number: int, search: Search, every: bool
 ) -> tuple[_Lane, _Entry, float] | None:
     """The offer a crossing or a deferral takes at level ``number``, or None.
 
@@ -367,7 +367,7 @@ def least_served(
 
 
 def least_served_fast(
-    d: State, level: Level, resident: str | None, bonus: float
+    d: Core, level: Level, resident: str | None, bonus: float
 ) -> tuple[_Lane, _Entry, float] | None:
     """``_least_served`` for a worker that may take every job (the fast path)."""
     # With fair share, at most the level's backlogged lanes (the scan stops there).
@@ -398,7 +398,7 @@ def least_served_fast(
     return won
 
 
-def _by_service(d: State, level: Level) -> Generator[_Lane, None, None]:
+def _by_service(d: Core, level: Level) -> Generator[_Lane, None, None]:
     """The level's backlogged lanes, least served first, each once (for ``least_served``).
 
     With fair share: by ``s`` (ties: the lane created first), read from the level's backlog

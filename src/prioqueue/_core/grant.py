@@ -20,9 +20,9 @@ from collections.abc import Iterable
 from typing import Literal
 
 from prioqueue._core.choose import pick
+from prioqueue._core.core import Core
 from prioqueue._core.items import DispatchRecord, Level, new_item
 from prioqueue._core.queue import fire, fire_due, remove_waiting
-from prioqueue._core.state import State
 from prioqueue._groups import checked_group, checked_running
 from prioqueue._lanes import RUNNING, _Entry
 from prioqueue._validate import checked_name, finite
@@ -37,7 +37,7 @@ __all__: list[str] = []  # private module
 _RECORD_BYTES = 200  # the fixed part of a history record's estimated size
 
 
-def pop(d: State, worker: _Worker, t: float, preview: bool = False) -> Grant | None:
+def pop(d: Core, worker: _Worker, t: float, preview: bool = False) -> Grant | None:
     """Grant the worker what ``choose.pick`` chose, or None (slots full, nothing eligible).
 
     The lease and the expected charge are computed before the first change: nothing
@@ -76,7 +76,7 @@ def pop(d: State, worker: _Worker, t: float, preview: bool = False) -> Grant | N
     )
     if preview:
         return grant
-    # State changes start here; nothing below can fail.
+    # Core changes start here; nothing below can fail.
     levels = d.lanes.levels
     level = levels[job.priority]
     if d.track and fast:
@@ -104,7 +104,7 @@ def pop(d: State, worker: _Worker, t: float, preview: bool = False) -> Grant | N
     return grant
 
 
-def lease_of(d: State, job: Job, worker: _Worker, t: float) -> Lease:
+def lease_of(d: Core, job: Job, worker: _Worker, t: float) -> Lease:
     """Size the winner's lease; any failure becomes a ``LeaseError`` naming the job."""
     assert d.lease_for is not None
     try:
@@ -127,7 +127,7 @@ def lease_of(d: State, job: Job, worker: _Worker, t: float) -> Lease:
     return Lease(granted_at=t, seconds=seconds)
 
 
-def count_reorders(d: State, level: Level, job: Job, resident: str | None) -> None:
+def count_reorders(d: Core, level: Level, job: Job, resident: str | None) -> None:
     """Count the score terms without which ``job`` would not have won (``Stats.reorders``).
 
     Each ranking's ``best`` is an offer ``(lane, entry, affinity)``.
@@ -150,7 +150,7 @@ def count_reorders(d: State, level: Level, job: Job, resident: str | None) -> No
     level.reorders.add(affinity, aging, tier, fair_share)
 
 
-def finish(d: State, entry: _Entry, runtime: float, now: float, final: float) -> None:
+def finish(d: Core, entry: _Entry, runtime: float, now: float, final: float) -> None:
     """Free a held entry and correct its lane with its final charge."""
     job = entry.job
     lane = entry.lane
@@ -175,7 +175,7 @@ def finish(d: State, entry: _Entry, runtime: float, now: float, final: float) ->
 
 
 def take_back(
-    d: State, entries: Iterable[_Entry], now: float, *, always: bool
+    d: Core, entries: Iterable[_Entry], now: float, *, always: bool
 ) -> list[tuple[_Entry, bool]]:
     """Refund and requeue (or fail) held entries; returns ``(entry, requeued)`` by seq."""
     done = []
@@ -201,7 +201,7 @@ def take_back(
     return done
 
 
-def held_entry(d: State, job_id: str, worker: object, action: str) -> _Entry:
+def held_entry(d: Core, job_id: str, worker: object, action: str) -> _Entry:
     entry = d.entry(job_id)
     if worker is not None:
         name = checked_name("worker", worker)
@@ -216,7 +216,7 @@ def held_entry(d: State, job_id: str, worker: object, action: str) -> _Entry:
 
 
 def complete(
-    d: State,
+    d: Core,
     job_id: str,
     now: float,
     runtime: float | None,
@@ -255,7 +255,7 @@ def complete(
     return Completed(job=entry.job, runtime=measured, charge=final)
 
 
-def cancel_group(d: State, group: str, now: float, running: str) -> list[Job]:
+def cancel_group(d: Core, group: str, now: float, running: str) -> list[Job]:
     """The body of ``cancel_group`` (after ``fire``): ``cancel`` each chosen job in turn."""
     group = checked_group(group)
     mode = checked_running(running)
@@ -268,7 +268,7 @@ def cancel_group(d: State, group: str, now: float, running: str) -> list[Job]:
     ]
 
 
-def checked_charge(d: State, job: Job, runtime: float, what: str) -> float:
+def checked_charge(d: Core, job: Job, runtime: float, what: str) -> float:
     """The charge model's value, checked: finite and ``>= 0``, else ``ChargeError``."""
     value = d.charge(job, runtime)
     charge = value if isinstance(value, (int, float)) and not isinstance(value, bool) else -1
@@ -281,7 +281,7 @@ def checked_charge(d: State, job: Job, runtime: float, what: str) -> float:
     return float(charge)
 
 
-def final_charge(d: State, job: Job, runtime: float, charge: object) -> float:
+def final_charge(d: Core, job: Job, runtime: float, charge: object) -> float:
     if charge is None:
         return checked_charge(d, job, runtime, "at completion")
     value = finite("charge", charge)
@@ -290,7 +290,7 @@ def final_charge(d: State, job: Job, runtime: float, charge: object) -> float:
     return value
 
 
-def cancel(d: State, job_id: str, now: float, worker: str | None, charge: float | None) -> Job:
+def cancel(d: Core, job_id: str, now: float, worker: str | None, charge: float | None) -> Job:
     """The body of ``cancel``."""
     fire(d, now)
     job = remove(d, job_id, now, worker, charge, "cancelled")
@@ -299,7 +299,7 @@ def cancel(d: State, job_id: str, now: float, worker: str | None, charge: float 
 
 
 def fail(
-    d: State, job_id: str, now: float, worker: str | None, charge: float | None, retry: bool
+    d: Core, job_id: str, now: float, worker: str | None, charge: float | None, retry: bool
 ) -> Job:
     """The body of ``fail``."""
     fire(d, now)
@@ -314,7 +314,7 @@ def fail(
 
 
 def remove(
-    d: State,
+    d: Core,
     job_id: str,
     now: float,
     worker: str | None,
@@ -356,7 +356,7 @@ def remove(
     return entry.job
 
 
-def expire(d: State, now: float) -> list[Expired]:
+def expire(d: Core, now: float) -> list[Expired]:
     """The body of ``expire`` (see ``FleetDispatcher.expire``)."""
     fire(d, now)
     t = d.tick(now)
@@ -395,14 +395,14 @@ def expire(d: State, now: float) -> list[Expired]:
     return result
 
 
-def drain_lapsed(d: State, t: float) -> list[Expired]:
+def drain_lapsed(d: Core, t: float) -> list[Expired]:
     """Fire the due timers and hand over the buffered ``cause="ttl"`` reports."""
     if t >= d.lifecycle.timers.next:
         fire_due(d, t)
     return d.lifecycle.drain()
 
 
-def next_deadline(d: State) -> float | None:
+def next_deadline(d: Core) -> float | None:
     """The body of ``next_deadline`` (see ``FleetDispatcher.next_deadline``)."""
     best = d.workers.next_lease()
     timer = d.lifecycle.timers.earliest()

@@ -22,8 +22,8 @@ from typing import Any
 import attrs
 
 from prioqueue._core.config import LEVEL_LIMIT, RECENT_PER_KEY
+from prioqueue._core.core import Core
 from prioqueue._core.persist_workers import _bool, _int, dump_workers, granted_as, load_workers
-from prioqueue._core.state import State
 from prioqueue._lanes import PARKED, _Entry
 from prioqueue._validate import checked_name, finite, positive_or_none
 from prioqueue.capabilities import checked_needs
@@ -39,7 +39,7 @@ SNAPSHOT_FORMAT = "prioqueue.dispatcher/1"
 FLEET_FORMAT = "prioqueue.fleet/1"
 
 
-def dump(d: State, t: float) -> dict[str, Any]:
+def dump(d: Core, t: float) -> dict[str, Any]:
     """Return ``d``'s state at time ``t`` as JSON-serialisable data. O(n)."""
     lanes = []
     queued = []
@@ -114,7 +114,7 @@ def dump(d: State, t: float) -> dict[str, Any]:
 
 
 def load(
-    d: State, state: Mapping[str, Any], now: float | None, *, require_lease: bool = False
+    d: Core, state: Mapping[str, Any], now: float | None, *, require_lease: bool = False
 ) -> None:
     """Fill the new dispatcher ``d`` from ``state`` (``restore.restored`` then loads its groups).
 
@@ -181,7 +181,7 @@ def load(
         raise ValueError(f"invalid snapshot: {exc}") from exc
 
 
-def _load_lanes(d: State, records: Any, taken_at: float, shift: float) -> None:
+def _load_lanes(d: Core, records: Any, taken_at: float, shift: float) -> None:
     """Make every lane of a fair-share snapshot again, at its settled start."""
     for record in records:
         member = checked_name("member", record["member"])
@@ -198,7 +198,7 @@ def _load_lanes(d: State, records: Any, taken_at: float, shift: float) -> None:
 
 
 def _load_lifecycle(
-    d: State, state: Mapping[str, Any], shift: float, seqs: set[int], top_seq: int
+    d: Core, state: Mapping[str, Any], shift: float, seqs: set[int], top_seq: int
 ) -> None:
     """The delayed jobs (parked again) and the ttl expiries not yet reported."""
     for record in state.get("delayed", ()):
@@ -226,7 +226,7 @@ def _level(value: object) -> int:
     return level
 
 
-def _load_recent(d: State, credit: float, state: Mapping[str, Any]) -> None:
+def _load_recent(d: Core, credit: float, state: Mapping[str, Any]) -> None:
     """Restore the crossing credit and the recent runtimes (older snapshots lack them)."""
     recent = state.get("recent")
     models: dict[str, deque[float]] = {}
@@ -249,7 +249,7 @@ def _runtimes(values: Any) -> deque[float]:
 
 
 def _job_from_record(
-    d: State,
+    d: Core,
     record: Mapping[str, Any],
     shift: float,
     seqs: set[int],
@@ -296,7 +296,7 @@ def _job_from_record(
 
 
 def _in_lane_order(
-    d: State, state: Mapping[str, Any], held: list[dict[str, Any]]
+    d: Core, state: Mapping[str, Any], held: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """The queued and held records in the order their lanes must be made again.
 
@@ -324,14 +324,14 @@ def _in_lane_order(
     return sorted(records, key=lane_rank)
 
 
-def _held_in_grant_order(d: State, held: list[dict[str, Any]]) -> None:
+def _held_in_grant_order(d: Core, held: list[dict[str, Any]]) -> None:
     """Give each worker its held jobs in the snapshot's (grant) order, not in lane order."""
     position = {record["id"]: i for i, record in enumerate(held)}
     d.workers.order_held(lambda entry: position[entry.job.id])
 
 
 def _restore_held(
-    d: State,
+    d: Core,
     record: Mapping[str, Any],
     shift: float,
     seqs: set[int],

@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from prioqueue._core.state import State
+from prioqueue._core.core import Core
 from prioqueue._validate import checked_name, finite
 from prioqueue._workers import _Worker
 from prioqueue.capabilities import checked_capabilities
@@ -20,7 +20,7 @@ from prioqueue.records import Job
 __all__: list[str] = []  # private module
 
 
-def dump_workers(d: State) -> list[dict[str, Any]]:
+def dump_workers(d: Core) -> list[dict[str, Any]]:
     """Every worker's settings and state, as JSON data. O(workers)."""
     return [
         {
@@ -51,7 +51,7 @@ def _bool(name: str, value: object) -> bool:
     return value
 
 
-def load_workers(d: State, records: Any, shift: float) -> None:
+def load_workers(d: Core, records: Any, shift: float) -> None:
     for record in records:
         name = checked_name("worker name", record["name"])
         if name in d.workers.by_name:

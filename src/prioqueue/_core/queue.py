@@ -3,8 +3,8 @@
 Theory of operation (the model is docs/design/lifecycle.md):
 
 * ``submit`` files a validated ``JobSpec``: refused (``QueueFull``, ``Overloaded``) before
-  anything changes, then queued in its lane (``State.enqueue``) or, with a future
-  ``not_before``, delayed (``State.park``: known and ``"queued"``, in no lane).
+  anything changes, then queued in its lane (``Core.enqueue``) or, with a future
+  ``not_before``, delayed (``Core.park``: known and ``"queued"``, in no lane).
 * ``fire`` runs every timer due at ``t`` in order, each *at its own time*: a release enqueues
   exactly as a submit at that time would; a lapse takes the job out and buffers its
   ``Expired(cause="ttl")`` for the next ``expire``. Every call taking ``now`` fires first, so
@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from prioqueue._core.core import Core
 from prioqueue._core.items import LAPSE
-from prioqueue._core.state import State
 from prioqueue._lanes import PARKED, QUEUED, RUNNING, _Entry
 from prioqueue._spec import JobSpec, check_options
 from prioqueue._validate import TIME_LIMIT
@@ -34,7 +34,7 @@ from prioqueue.records import Job, Refusal, Ticket
 __all__: list[str] = []  # private module
 
 
-def fire(d: State, now: object) -> None:
+def fire(d: Core, now: object) -> None:
     """Fire the lifecycle's timers due at ``now`` (see the module doc).
 
     The first thing every call taking ``now`` does, before any check but ``now``'s own (a
@@ -49,7 +49,7 @@ def fire(d: State, now: object) -> None:
         fire_due(d, float(now))  # type: ignore[arg-type,unused-ignore]
 
 
-def fire_due(d: State, t: float) -> None:
+def fire_due(d: Core, t: float) -> None:
     """Run every timer due at ``t``, in order, each at its own time."""
     lifecycle = d.lifecycle
     while (timer := lifecycle.due(t)) is not None:
@@ -68,7 +68,7 @@ def fire_due(d: State, t: float) -> None:
             released.requeued(at)  # a retry's warm hold counts from its release
 
 
-def submit(d: State, job_id: str, spec: JobSpec, now: float) -> Ticket:
+def submit(d: Core, job_id: str, spec: JobSpec, now: float) -> Ticket:
     """File a validated job (``FleetDispatcher.submit``'s body, after ``fire``)."""
     t = d.tick(now)
     if job_id in d.entries:
@@ -103,7 +103,7 @@ def submit(d: State, job_id: str, spec: JobSpec, now: float) -> Ticket:
     return Ticket(job=job, queued=queued + 1)
 
 
-def remove_waiting(d: State, entry: _Entry) -> None:
+def remove_waiting(d: Core, entry: _Entry) -> None:
     """A queued or delayed job leaves for good (cancelled or failed before any grant)."""
     if entry.state == PARKED:
         d.unpark(entry)
@@ -111,7 +111,7 @@ def remove_waiting(d: State, entry: _Entry) -> None:
         d.drop_queued(entry)
 
 
-def admit(d: State, jobs: Sequence[Mapping[str, Any]], now: object) -> Refusal | None:
+def admit(d: Core, jobs: Sequence[Mapping[str, Any]], now: object) -> Refusal | None:
     """``Facade.admit``: fire due timers, validate each job as ``submit`` does, ``refusal``.
 
     Firing changes nothing a later call would not (a timer fires at its own time, wherever it
@@ -131,7 +131,7 @@ def admit(d: State, jobs: Sequence[Mapping[str, Any]], now: object) -> Refusal |
     return refusal(d, specs, t)
 
 
-def refusal(d: State, specs: Sequence[JobSpec], t: float) -> Refusal | None:
+def refusal(d: Core, specs: Sequence[JobSpec], t: float) -> Refusal | None:
     """The first of ``specs`` that submitting them one by one at ``t`` would refuse: a read.
 
     ``Lifecycle.refusal`` with this state's counts (see there). O(b x levels) for b jobs.

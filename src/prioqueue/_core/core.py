@@ -1,13 +1,20 @@
-"""The one state of a dispatcher, and every change of it (private).
+"""``Core``: one dispatcher's state, composed of its owners, and the changes that span them.
 
 Theory of operation (the model is docs/design/dispatcher.md and docs/design/fleet.md; the
 object itself is docs/design/state.md):
 
-* ``State`` owns the lanes (one per member and level, or per job without fair share), the
-  entries (every queued, delayed or held job), the levels and members (the counts behind
-  ``stats``), the workers, the rankings (lazy heaps, see ``_lanes``), the lifecycle's timers
-  and the group book. Its attributes are the read API: other modules read them and call its
-  methods, and no module but this one assigns to the state or its structures' counters.
+* ``Core`` composes the owners, each a class with private fields, its own methods and its own
+  ``check``: ``lanes`` (``Lanes``: lanes, levels, members, rankings, crossing credit),
+  ``workers`` (``Workers``: workers, resident models, held count, lease deadlines),
+  ``lifecycle`` (``Lifecycle``: timers, delayed jobs, recent runtimes, budgets, admission)
+  and ``groups`` (``GroupBook``). It holds itself the clock (``now``), the submission counter
+  (``seq``), the entries (every queued, delayed or held job), the totals, the grant count
+  (``dispatches``), the swap count and the grant history, and the validated configuration.
+* Its methods are the changes that span owners: ``enqueue`` (an entry into the entry map, its
+  lane and its lapse timer), ``drop_queued``, ``park``/``unpark``, ``lapsed``, ``refused``,
+  ``hand_over`` (a grant: out of its lane, onto its worker, charged), ``release``, and the
+  restore steps. The journaled operations are functions of a ``Core`` (``queue.submit``,
+  ``grant.pop``, ``grant.complete``...), called by the facades.
 * ``submit`` files a job in its lane, lifting the lane's virtual start ``s`` when it becomes
   backlogged. ``pop`` asks ``choose.pick`` (which reads and changes nothing) for the winner,
   then hands it to the worker and charges its lane up front (``held += expected / N``).
@@ -16,7 +23,7 @@ object itself is docs/design/state.md):
 * Every call validates what it is given and computes what can fail before it changes
   anything: nothing is lost and nothing runs twice.
 * Sans-IO: every time-dependent call takes ``now`` (monotonic seconds, never going
-  backwards, within ``+-1e15``); ``fire`` runs the lifecycle's timers first (``timers``).
+  backwards, within ``+-1e15``); ``fire`` runs the lifecycle's timers first.
 """
 
 from __future__ import annotations
@@ -24,9 +31,7 @@ from __future__ import annotations
 from collections import deque
 
 from prioqueue._core.config import Config
-from prioqueue._core.items import (
-    History,
-)
+from prioqueue._core.items import History
 from prioqueue._core.lanes import Lanes
 from prioqueue._core.lifecycle import Lifecycle
 from prioqueue._core.workers import Workers
@@ -41,8 +46,8 @@ from prioqueue.records import Expired, Job
 __all__: list[str] = []  # private module
 
 
-class State:
-    """Lanes, entries, levels, members, workers, rankings, timers and groups (private).
+class Core:
+    """The owners (lanes, workers, lifecycle, groups), the entries, the clock (private).
 
     Built from a validated ``Config``; the facades (``FleetDispatcher``...) delegate to it.
     """
