@@ -85,6 +85,10 @@ class Core:
         self.now = -TIME_LIMIT
         # The owner of the timers, delayed jobs, recent runtimes, budgets and admission.
         self.lifecycle = Lifecycle(config.budgets, config.max_queued, config.max_member)
+        # Whether any admission limit or budget is set (a submit skips the rule without).
+        self.limited = bool(
+            config.budgets or config.max_queued is not None or config.max_member is not None
+        )
         runtimes = self.lifecycle.runtimes
         self.expected_runtime = runtimes.expected  # the expected runtime of a job
         self.retry_after = runtimes.retry_after  # ``QueueFull.retry_after``
@@ -151,7 +155,8 @@ class Core:
         lane = lanes.lane_of(job, lift)
         entry = _Entry(job, lane, attempt, now if requeue else job.arrival, self.dispatches)
         self.entries[job.id] = entry
-        self.lifecycle.watch(entry)
+        if job.deadline is not None:
+            self.lifecycle.watch(entry)
         lanes.file(entry, now, requeue=requeue, lift=lift, residents=self.workers.residents)
         return entry
 

@@ -21,7 +21,7 @@ from typing import Literal
 
 from prioqueue._core.choose import pick
 from prioqueue._core.core import Core
-from prioqueue._core.items import DispatchRecord, Level, new_item
+from prioqueue._core.items import DispatchRecord, new_item
 from prioqueue._core.queue import fire, fire_due, remove_waiting
 from prioqueue._groups import checked_group, checked_running
 from prioqueue._lanes import RUNNING, _Entry
@@ -80,7 +80,9 @@ def pop(d: Core, worker: _Worker, t: float, preview: bool = False) -> Grant | No
     levels = d.lanes.levels
     level = levels[job.priority]
     if d.track and fast:
-        count_reorders(d, level if winner is job else levels[winner.priority], winner, resident)
+        d.lanes.count_reorders(
+            level if winner is job else levels[winner.priority], winner, resident
+        )
     number = d.dispatched()
     if d.history.limit:
         # Remember the grant for ``explain``, within ``history`` entries and bytes. O(1).
@@ -125,29 +127,6 @@ def lease_of(d: Core, job: Job, worker: _Worker, t: float) -> Lease:
             job_id=job.id,
         )
     return Lease(granted_at=t, seconds=seconds)
-
-
-def count_reorders(d: Core, level: Level, job: Job, resident: str | None) -> None:
-    """Count the score terms without which ``job`` would not have won (``Stats.reorders``).
-
-    Each ranking's ``best`` is an offer ``(lane, entry, affinity)``.
-    """
-    # Without affinity: the real ranking's main heap, each lane offering its head.
-    affinity = aging = tier = fair_share = False
-    if resident is not None and (offer := d.lanes.ranking.best(None)) is not None:
-        _, entry, _ = offer
-        affinity = entry.job is not job
-    no_aging, no_tier, no_fair = d.lanes.counterfactuals
-    if (offer := no_aging.best(resident)) is not None:
-        _, entry, _ = offer
-        aging = entry.job is not job
-    if (offer := no_tier.best(resident)) is not None:
-        _, entry, _ = offer
-        tier = entry.job is not job
-    if (offer := no_fair.best(resident)) is not None:
-        _, entry, _ = offer
-        fair_share = entry.job is not job
-    level.reorders.add(affinity, aging, tier, fair_share)
 
 
 def finish(d: Core, entry: _Entry, runtime: float, now: float, final: float) -> None:

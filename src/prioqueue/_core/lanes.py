@@ -138,6 +138,25 @@ class Lanes:
                 return number
         return None
 
+    def count_reorders(self, level: Level, job: Job, resident: str | None) -> None:
+        """Count at ``level`` the score terms without which ``job`` would not have won.
+
+        ``Stats.reorders``: each counterfactual ranking's ``best`` is an offer
+        ``(lane, entry, affinity)``; a term counts when that offer is another job.
+        """
+        # Without affinity: the real ranking's main heap, each lane offering its head.
+        affinity = aging = tier = fair_share = False
+        if resident is not None and (offer := self._ranking.best(None)) is not None:
+            affinity = offer[1].job is not job
+        no_aging, no_tier, no_fair = self._counterfactuals
+        if (offer := no_aging.best(resident)) is not None:
+            aging = offer[1].job is not job
+        if (offer := no_tier.best(resident)) is not None:
+            tier = offer[1].job is not job
+        if (offer := no_fair.best(resident)) is not None:
+            fair_share = offer[1].job is not job
+        level.reorders.add(affinity, aging, tier, fair_share)
+
     # ------------------------------------------------------------------ structure
 
     def level(self, level: int) -> Level:

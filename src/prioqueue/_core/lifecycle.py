@@ -19,16 +19,33 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from prioqueue._core.items import LAPSE, Level, Timer, Timers
 from prioqueue._core.runtimes import Runtimes
-from prioqueue._lanes import Member, _Entry
+from prioqueue._lanes import _Entry
 from prioqueue._spec import JobSpec
 from prioqueue.errors import Overloaded, QueueFull
 from prioqueue.lifecycle import LevelBudget
 from prioqueue.records import Expired, Refusal
 
+if TYPE_CHECKING:
+    from prioqueue._core.lanes import Lanes
+    from prioqueue._core.workers import Workers
+
 __all__: list[str] = []  # private module
+
+
+class Queue(Protocol):
+    """What the admission rule reads of the core: its queued count, lanes and workers."""
+
+    def __len__(self) -> int: ...
+
+    @property
+    def lanes(self) -> Lanes: ...
+
+    @property
+    def workers(self) -> Workers: ...
 
 
 class Lifecycle:
@@ -125,11 +142,7 @@ class Lifecycle:
         self,
         specs: Sequence[JobSpec],
         t: float,
-        *,
-        queued: int,
-        levels: Mapping[int, Level],
-        members: Mapping[str, Member],
-        live: int,
+        queue: Queue,
     ) -> Refusal | None:
         """The first of ``specs`` that submitting them one by one at ``t`` would refuse: a read.
 
@@ -137,9 +150,9 @@ class Lifecycle:
         (``FleetDispatcher.admit``): each job is checked in order as if the jobs before it had
         been queued (delayed ones count where a delayed job counts), against ``max_queued``,
         its level's ``LevelBudget`` (``max_queued``, then ``max_wait`` for a job eligible at
-        ``t``) and ``max_queued_per_member``. ``queued``, ``levels``, ``members``, ``live``: the
-        queue's counts and the live workers now. Nothing changes, not even the refusal
-        counter (``submit`` counts its own refusals).
+        ``t``) and ``max_queued_per_member``. ``queue``: the core (its queued count, levels,
+        members and live workers), read only when a limit is set. Nothing changes, not even
+        the refusal counter (``submit`` counts its own refusals).
 
         Returns:
             None when every job would be queued, else the first refused job's index and error.
@@ -151,6 +164,10 @@ class Lifecycle:
         budgets = self._budgets
         if limit is None and cap is None and not budgets:  # no limit: the common case
             return None
+        queued = len(queue)
+        levels = queue.lanes.levels
+        members = queue.lanes.members
+        live = queue.workers.live
         last = len(specs) - 1
         held: dict[int, int] = {}  # the batch's jobs so far per level, delayed or not
         ready: dict[int, int] = {}  # those eligible at t, per level (what a forecast counts)

@@ -76,12 +76,12 @@ def submit(d: Core, job_id: str, spec: JobSpec, now: float) -> Ticket:
         raise DuplicateJob(f"job {job_id!r} is already {state}")
     not_before = spec.not_before
     delayed = not_before is not None and not_before > t
-    refused = refusal(d, (spec,), t)
+    refused = refusal(d, (spec,), t) if d.limited else None  # no call without a limit
     if refused is not None:
         if refused.error.scope in ("level", "wait"):
             d.refused(spec.level)
         raise refused.error
-    ttl = d.lifecycle.ttl(spec.level, spec.ttl)
+    ttl = d.lifecycle.ttl(spec.level, spec.ttl) if d.limited else spec.ttl
     queued = len(d)
     member = spec.member
     d.lanes.member(member)  # a member is known from its first submit (a delayed one included)
@@ -134,9 +134,6 @@ def admit(d: Core, jobs: Sequence[Mapping[str, Any]], now: object) -> Refusal | 
 def refusal(d: Core, specs: Sequence[JobSpec], t: float) -> Refusal | None:
     """The first of ``specs`` that submitting them one by one at ``t`` would refuse: a read.
 
-    ``Lifecycle.refusal`` with this state's counts (see there). O(b x levels) for b jobs.
+    ``Lifecycle.refusal`` over this core's counts (see there). O(b x levels) for b jobs.
     """
-    lanes = d.lanes
-    return d.lifecycle.refusal(
-        specs, t, queued=len(d), levels=lanes.levels, members=lanes.members, live=d.workers.live
-    )
+    return d.lifecycle.refusal(specs, t, d)
