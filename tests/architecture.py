@@ -347,7 +347,8 @@ def public_owner_fields(
     scope: Iterable[str] = CORE_OWNERS, *, trees: dict[str, ast.Module] | None = None
 ) -> list[str]:
     """``module:line Class.field`` for each public field of a core owner: a public name in its
-    ``__slots__``, or a public attribute assigned on ``self`` (reads go through properties).
+    ``__slots__``, a public attribute assigned on ``self``, or a public class attribute that is
+    not a ``read_only(...)`` read (reads go through properties).
 
     Args:
         scope: The owners' modules (default: ``CORE_OWNERS``).
@@ -371,6 +372,24 @@ def public_owner_fields(
                 ):
                     names.append((node.lineno, node.attr))
                 out += [f"{mod}:{line} {cls.name}.{name}" for line, name in names if name[0] != "_"]
+            for stmt in cls.body:  # a class attribute: only a ``read_only(...)`` read
+                value: ast.expr | None
+                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                    target, value = stmt.targets[0], stmt.value
+                elif isinstance(stmt, ast.AnnAssign):
+                    target, value = stmt.target, stmt.value
+                else:
+                    continue
+                if (
+                    isinstance(target, ast.Name)
+                    and target.id[0] != "_"
+                    and not (
+                        isinstance(value, ast.Call)
+                        and isinstance(value.func, ast.Name)
+                        and value.func.id == "read_only"
+                    )
+                ):
+                    out.append(f"{mod}:{stmt.lineno} {cls.name}.{target.id}")
     return out
 
 

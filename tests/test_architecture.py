@@ -115,10 +115,15 @@ def test_the_cores_owners_keep_their_fields_private() -> None:
         "    @property\n"
         "    def held(self):\n"
         "        return self._held\n"
+        "    count: int = read_only('_held', 'The held jobs.')\n"
+        "    total: int = 0\n"
+        "    limit = 3\n"
     )
     assert architecture.public_owner_fields(trees={"pkg.owner": planted}) == [
         "pkg.owner:2 Owner.live",
         "pkg.owner:5 Owner.live",
+        "pkg.owner:10 Owner.total",
+        "pkg.owner:11 Owner.limit",
     ]
 
 

@@ -68,17 +68,10 @@ class Core:
         self.buckets = config.buckets
         self.name_in_grants = config.name_in_grants
         d = self.divisor = config.scorer.config.aging_divisor
-        window = self.window = config.scorer.config.max_affinity * d
+        self.window = config.scorer.config.max_affinity * d
         affinity = self.affinity = _BonusCache(config.priced_affinity()).__getitem__
         # The owner of lanes, levels, members, rankings and the crossing credit.
-        self.lanes = Lanes(
-            d,
-            affinity,
-            window,
-            track=self.track,
-            fair_share=self.fair_share,
-            buckets=len(self.buckets),
-        )
+        self.lanes = Lanes(config, affinity)
         self.entries: dict[str, _Entry] = {}
         self.workers = Workers()  # the owner of workers, residents, held jobs, deadlines
         self.seq = 0

@@ -21,7 +21,8 @@ import bisect
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from prioqueue._core.items import Arrival, Level, new_item
+from prioqueue._core.config import Config
+from prioqueue._core.items import Arrival, Level, new_item, read_only
 from prioqueue._lanes import RUNNING, Member, _Entry, _Lane
 from prioqueue._rankings import _Ranking, rankings
 from prioqueue.records import Job
@@ -54,22 +55,16 @@ class Lanes:
         "_window",
     )
 
-    def __init__(
-        self,
-        divisor: float,
-        affinity: Callable[[str], float],
-        window: float,
-        *,
-        track: bool,
-        fair_share: bool,
-        buckets: int,
-    ) -> None:
-        self._divisor = divisor
-        self._affinity = affinity
-        self._window = window
-        self._fair_share = fair_share
-        self._buckets = buckets
-        self._ranking, self._counterfactuals = rankings(divisor, affinity, window, track=track)
+    def __init__(self, config: Config, affinity: Callable[[str], float]) -> None:
+        scoring = config.scorer.config
+        self._divisor = divisor = scoring.aging_divisor
+        self._window = window = scoring.max_affinity * divisor  # the affinity window
+        self._affinity = affinity  # the priced affinity bonus of a model (cached)
+        self._fair_share = config.fair_share
+        self._buckets = len(config.buckets)
+        self._ranking, self._counterfactuals = rankings(
+            divisor, affinity, window, track=config.track
+        )
         self._all_rankings = (self._ranking, *self._counterfactuals)
         self._dirty: dict[int, _Lane] = {}
         self._idents = 0
@@ -85,50 +80,30 @@ class Lanes:
 
     # ------------------------------------------------------------------ reads
 
-    @property
-    def by_key(self) -> Mapping[LaneKey, _Lane]:
-        """The lanes by key (the live map, read-only). O(1)."""
-        return self._by_key
-
-    @property
-    def levels(self) -> Mapping[int, Level]:
-        """Every level's counts by number (the live map, read-only). O(1)."""
-        return self._levels
-
-    @property
-    def level_order(self) -> Sequence[int]:
-        """Every level ever used, highest first (the live list, read-only). O(1)."""
-        return self._level_order
-
-    @property
-    def members(self) -> Mapping[str, Member]:
-        """Every member's counts by name (the live map, read-only). O(1)."""
-        return self._members
-
-    @property
-    def backlogged(self) -> int:
-        """The lanes with a queued job. O(1)."""
-        return self._backlogged
-
-    @property
-    def ranking(self) -> _Ranking:
-        """The real ranking (its heaps change only through its own methods). O(1)."""
-        return self._ranking
-
-    @property
-    def counterfactuals(self) -> tuple[_Ranking, ...]:
-        """The rankings without aging, tier and fair share (``track`` only). O(1)."""
-        return self._counterfactuals
-
-    @property
-    def credit(self) -> float:
-        """Bounded crossings' credit, GPU-s. O(1)."""
-        return self._credit
-
-    @property
-    def crossings(self) -> Mapping[_Entry, tuple[float, float]]:
-        """Held entries whose grant moved the credit: ``(weight, runtime)``. O(1)."""
-        return self._crossings
+    by_key: Mapping[LaneKey, _Lane] = read_only(
+        "_by_key", "The lanes by key (the live map, read-only). O(1)."
+    )
+    levels: Mapping[int, Level] = read_only(
+        "_levels", "Every level's counts by number (the live map, read-only). O(1)."
+    )
+    level_order: Sequence[int] = read_only(
+        "_level_order", "Every level ever used, highest first (the live list, read-only). O(1)."
+    )
+    members: Mapping[str, Member] = read_only(
+        "_members", "Every member's counts by name (the live map, read-only). O(1)."
+    )
+    backlogged: int = read_only("_backlogged", "The lanes with a queued job. O(1).")
+    ranking: _Ranking = read_only(
+        "_ranking", "The real ranking (its heaps change only through its own methods). O(1)."
+    )
+    counterfactuals: tuple[_Ranking, ...] = read_only(
+        "_counterfactuals",
+        "The rankings without aging, tier, fair share (``track`` only). O(1).",
+    )
+    credit: float = read_only("_credit", "Bounded crossings' credit, GPU-s. O(1).")
+    crossings: Mapping[_Entry, tuple[float, float]] = read_only(
+        "_crossings", "Held entries whose grant moved the credit: ``(weight, runtime)``. O(1)."
+    )
 
     def top_level(self) -> int | None:
         """The highest level with a backlogged lane, or None. O(levels above it)."""

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from prioqueue._core.items import LAPSE, Level, Timer, Timers
+from prioqueue._core.items import LAPSE, Level, Timer, Timers, read_only
 from prioqueue._core.runtimes import Runtimes
 from prioqueue._lanes import _Entry
 from prioqueue._spec import JobSpec
@@ -64,20 +64,15 @@ class Lifecycle:
 
     # ------------------------------------------------------------------ reads
 
-    @property
-    def timers(self) -> Timers:
-        """The timers, for reads (``next``, ``parked``, ``levels``, ``lapsed``...). O(1)."""
-        return self._timers
-
-    @property
-    def runtimes(self) -> Runtimes:
-        """The recent runtimes, for reads (``expected``, ``retry_after``...). O(1)."""
-        return self._runtimes
-
-    @property
-    def budgets(self) -> Mapping[int, LevelBudget]:
-        """The configured per-level budgets (read-only). O(1)."""
-        return self._budgets
+    timers: Timers = read_only(
+        "_timers", "The timers, for reads (``next``, ``parked``, ``levels``, ``lapsed``...). O(1)."
+    )
+    runtimes: Runtimes = read_only(
+        "_runtimes", "The recent runtimes, for reads (``expected``, ``retry_after``...). O(1)."
+    )
+    budgets: Mapping[int, LevelBudget] = read_only(
+        "_budgets", "The configured per-level budgets (read-only). O(1)."
+    )
 
     def ttl(self, level: int, ttl: float | None) -> float | None:
         """A job's ttl: its own, else its level's budget's. O(1)."""

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from heapq import heappop, heappush
 from typing import Any
 
-from prioqueue._core.items import Deadline, new_item
+from prioqueue._core.items import Deadline, new_item, read_only
 from prioqueue._lanes import RUNNING, _Entry
 from prioqueue._workers import SeenOrder, _Worker
 from prioqueue.errors import UnknownWorker
@@ -42,25 +42,15 @@ class Workers:
 
     # ------------------------------------------------------------------ reads
 
-    @property
-    def by_name(self) -> Mapping[str, _Worker]:
-        """The joined workers by name (the live map, read-only). O(1)."""
-        return self._by_name
-
-    @property
-    def live(self) -> int:
-        """The workers joined and not timed out. O(1)."""
-        return self._live
-
-    @property
-    def residents(self) -> Mapping[str, int]:
-        """Resident model -> live workers with it loaded (the live map, read-only). O(1)."""
-        return self._residents
-
-    @property
-    def held(self) -> int:
-        """The entries held by workers. O(1)."""
-        return self._held
+    by_name: Mapping[str, _Worker] = read_only(
+        "_by_name", "The joined workers by name (the live map, read-only). O(1)."
+    )
+    live: int = read_only("_live", "The workers joined and not timed out. O(1).")
+    residents: Mapping[str, int] = read_only(
+        "_residents",
+        "Resident model -> live workers with it (the live map, read-only). O(1).",
+    )
+    held: int = read_only("_held", "The entries held by workers. O(1).")
 
     def worker_of(self, name: object) -> _Worker:
         """A joined worker; ``UnknownWorker`` otherwise. O(1)."""
