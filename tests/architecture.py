@@ -339,6 +339,60 @@ def foreign_assignments(
     return out
 
 
+CORE_OWNERS = ("prioqueue._core.lanes", "prioqueue._core.workers", "prioqueue._core.lifecycle")
+"""The modules of the core's owners (issue 29): each a class whose fields are all private."""
+
+
+def public_owner_fields(
+    scope: Iterable[str] = CORE_OWNERS, *, trees: dict[str, ast.Module] | None = None
+) -> list[str]:
+    """``module:line Class.field`` for each public field of a core owner: a public name in its
+    ``__slots__``, a public attribute assigned on ``self``, or a public class attribute that is
+    not a ``read_only(...)`` read (reads go through properties).
+
+    Args:
+        scope: The owners' modules (default: ``CORE_OWNERS``).
+        trees: Parsed modules to check instead (for planted examples).
+    """
+    out = []
+    for mod, tree in sorted((trees if trees is not None else _sources(scope)).items()):
+        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+            for node in ast.walk(cls):
+                names: list[tuple[int, str]] = []
+                if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets
+                ):
+                    for elt in getattr(node.value, "elts", []):
+                        if isinstance(elt, ast.Constant) and isinstance(elt.value, str):
+                            names.append((node.lineno, elt.value))
+                elif (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.ctx, ast.Store)
+                    and _is_self(node.value)
+                ):
+                    names.append((node.lineno, node.attr))
+                out += [f"{mod}:{line} {cls.name}.{name}" for line, name in names if name[0] != "_"]
+            for stmt in cls.body:  # a class attribute: only a ``read_only(...)`` read
+                value: ast.expr | None
+                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                    target, value = stmt.targets[0], stmt.value
+                elif isinstance(stmt, ast.AnnAssign):
+                    target, value = stmt.target, stmt.value
+                else:
+                    continue
+                if (
+                    isinstance(target, ast.Name)
+                    and target.id[0] != "_"
+                    and not (
+                        isinstance(value, ast.Call)
+                        and isinstance(value.func, ast.Name)
+                        and value.func.id == "read_only"
+                    )
+                ):
+                    out.append(f"{mod}:{stmt.lineno} {cls.name}.{target.id}")
+    return out
+
+
 def private_reaches(
     scope: Iterable[str] | None = None,
     *,
@@ -591,6 +645,7 @@ def main() -> int:
         ),
         "clock reads outside the clock modules": time_reads(),
         "public types defined in private modules": public_types_in_private_modules(),
+        "public fields of the core's owners": public_owner_fields(),
     }
     for title, items in problems.items():
         print(f"\n{title}: {len(items)}")

@@ -102,6 +102,31 @@ def test_the_ownership_checks_find_planted_breaches() -> None:
     ]
 
 
+def test_the_cores_owners_keep_their_fields_private() -> None:
+    # Issue 29: the lanes, workers and lifecycle owners hand out reads through properties
+    # and change only through their methods: no public slot, no public ``self.x = ...``.
+    assert architecture.public_owner_fields() == []
+    planted = ast.parse(
+        "class Owner:\n"
+        "    __slots__ = ('_held', 'live')\n"
+        "    def __init__(self):\n"
+        "        self._held = 0\n"
+        "        self.live = 0\n"
+        "    @property\n"
+        "    def held(self):\n"
+        "        return self._held\n"
+        "    count: int = read_only('_held', 'The held jobs.')\n"
+        "    total: int = 0\n"
+        "    limit = 3\n"
+    )
+    assert architecture.public_owner_fields(trees={"pkg.owner": planted}) == [
+        "pkg.owner:2 Owner.live",
+        "pkg.owner:5 Owner.live",
+        "pkg.owner:10 Owner.total",
+        "pkg.owner:11 Owner.limit",
+    ]
+
+
 def test_time_is_read_only_through_the_clock_module() -> None:
     # Issue 29, item 6: one clock per process, injected; no time.* read outside it.
     assert architecture.time_reads() == []

@@ -2215,7 +2215,7 @@ def test_lazy_deletion_heaps_are_compacted() -> None:
         d.complete(grant.job.id, now=t)
     live_lanes = 2
     bound = 2 * (4 * live_lanes + 64)  # rebuilt when stale items outnumber live ones
-    for ranking in (d._state.ranking, *d._state.counterfactuals):
+    for ranking in (d._core.lanes.ranking, *d._core.lanes.counterfactuals):
         assert len(ranking.main) < bound
         assert all(len(heap) < bound for heap in ranking.models.values())
     assert d.stats(now=t).cancelled == 149

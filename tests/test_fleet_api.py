@@ -57,7 +57,7 @@ def popped(f: FleetDispatcher, name: str, now: float) -> str:
 
 
 def lane_s(f: FleetDispatcher, member: str, level: int = 0) -> float:
-    return f._state.lanes[(member, level)].s
+    return f._core.lanes.by_key[(member, level)].s
 
 
 # ============================================================================ construction
@@ -519,9 +519,9 @@ def test_the_history_is_bounded_in_bytes() -> None:
         f.submit(f"job-{i}", member="m", now=i)
         popped(f, "a", i)
         f.complete(f"job-{i}", now=i)
-    assert 0 < len(f._state.history.records) <= 5000 // 200
-    assert f._state.history.size <= 5000
-    assert "payload" not in type(f._state.history.records[0])._fields
+    assert 0 < len(f._core.history.records) <= 5000 // 200
+    assert f._core.history.size <= 5000
+    assert "payload" not in type(f._core.history.records[0])._fields
 
 
 def test_stats_list_the_workers_and_what_they_hold() -> None:

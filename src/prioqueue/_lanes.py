@@ -239,7 +239,7 @@ class _Lane:
         """Mark the lane for re-ranking after any change of its head, candidates or ``s``.
 
         Its old heap items go stale at once (the version changes); fresh ones are pushed by
-        ``State.flush`` (from ``dirty``) just before the next ranking query, so a lane
+        ``Lanes.flush`` (from ``dirty``) just before the next ranking query, so a lane
         changed twice between two grants is re-ranked once.
         """
         self.version += 1

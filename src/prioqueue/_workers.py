@@ -92,6 +92,10 @@ class _Worker(Narrowable):
         """The worker no longer holds ``entry``."""
         self.held.remove(entry)
 
+    def order_held(self, key: Callable[[_Entry], Any]) -> None:
+        """Sort the held entries by ``key`` (a restored snapshot's grant order)."""
+        self.held.sort(key=key)
+
     def set_timed_out(self, timed_out: bool) -> None:
         """Mark the worker timed out (out of the capacity) or back."""
         self.timed_out = timed_out

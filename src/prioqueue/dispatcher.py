@@ -130,7 +130,7 @@ class SizeOneDispatcher(Facade):
         backoff: Backoff | None = None,
     ) -> None:
         super().__init__(Config.checked(constructor_arguments(locals()), name_in_grants=False))
-        self._one = self._state.add_worker(_WORKER, self._state.now)
+        self._one = self._core.workers.add(_WORKER, self._core.now)
 
     @property
     def resident_model(self) -> str | None:
@@ -150,7 +150,9 @@ class SizeOneDispatcher(Facade):
         Raises:
             ValueError: ``model`` is not a non-empty str or None.
         """
-        self._state.set_resident(self._one, None if model is None else checked_name("model", model))
+        self._core.workers.set_resident(
+            self._one, None if model is None else checked_name("model", model)
+        )
 
     @journaled(skip_when_empty=True)
     def expire(self, now: float) -> list[Expired]:
@@ -186,7 +188,7 @@ class SizeOneDispatcher(Facade):
 
         Complexity: amortised O(log n + M) (times 4 with ``track_reorders``).
         """
-        state = self._state
+        state = self._core
         fire(state, now)
         t = state.tick(now)
         if self._one.held:

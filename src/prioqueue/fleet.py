@@ -193,7 +193,7 @@ class FleetDispatcher(BatchPop, Facade):
 
         Complexity: O(|models| + |capabilities|).
         """
-        state = self._state
+        state = self._core
         fire(state, now)
         name = checked_name("worker name", name)
         served = None
@@ -211,14 +211,14 @@ class FleetDispatcher(BatchPop, Facade):
             raise ValueError(f"accepts must be a callable job -> bool or None, got {accepts!r}")
         caps = checked_capabilities(capabilities)
         t = state.tick(now)
-        worker = state.workers.get(name)
+        worker = state.workers.by_name.get(name)
         if worker is None:
-            worker = state.add_worker(name, t)
+            worker = state.workers.add(name, t)
         else:
-            state.seen(worker, t)
+            state.workers.seen(worker, t)
         worker.configure(served, slots, slow, accepts, caps)
         if resident is not None:
-            state.set_resident(worker, resident)
+            state.workers.set_resident(worker, resident)
         return worker.info()
 
     @journaled
@@ -240,15 +240,15 @@ class FleetDispatcher(BatchPop, Facade):
 
         Complexity: O(1).
         """
-        state = self._state
+        state = self._core
         fire(state, now)
-        worker = state.worker_of(name)
+        worker = state.workers.worker_of(name)
         if resident is not _UNSET and resident is not None:
             resident = checked_name("resident", resident)
         t = state.tick(now)
-        state.seen(worker, t)
+        state.workers.seen(worker, t)
         if resident is not _UNSET:
-            state.set_resident(worker, resident)
+            state.workers.set_resident(worker, resident)
         return worker.info()
 
     @journaled
@@ -271,12 +271,12 @@ class FleetDispatcher(BatchPop, Facade):
 
         Complexity: O(slots log n).
         """
-        state = self._state
+        state = self._core
         fire(state, now)
-        worker = state.worker_of(name)
+        worker = state.workers.worker_of(name)
         t = state.tick(now)
         taken = grant.take_back(state, list(worker.held), t, always=True)
-        state.remove_worker(worker)
+        state.workers.remove(worker)
         return [entry.job for entry, _ in taken]
 
     def requeue(self, job_id: str, *, now: float) -> Job:
@@ -300,7 +300,7 @@ class FleetDispatcher(BatchPop, Facade):
 
         Complexity: O(log n + slots).
         """
-        state = self._state
+        state = self._core
         fire(state, now)
         entry = state.entry(job_id)
         if entry.state != RUNNING:  # queued, or delayed (docs/design/lifecycle.md)
@@ -311,7 +311,7 @@ class FleetDispatcher(BatchPop, Facade):
 
     def _narrowed(self, name: str, test: Callable[[Job], bool]) -> AbstractContextManager[None]:
         """A joined worker's filter narrowed by ``test`` (``pop_many(siblings=True)``)."""
-        return self._state.worker_of(name).narrowed(test)
+        return self._core.workers.worker_of(name).narrowed(test)
 
     @journaled
     def pop(self, name: str, *, now: float) -> Grant | None:
@@ -340,11 +340,11 @@ class FleetDispatcher(BatchPop, Facade):
 
         Complexity: see the class docstring.
         """
-        state = self._state
+        state = self._core
         fire(state, now)
-        worker = state.worker_of(name)
+        worker = state.workers.worker_of(name)
         t = state.tick(now)
-        state.seen(worker, t)
+        state.workers.seen(worker, t)
         return grant.pop(state, worker, t)
 
     def would_pop(self, name: str, *, now: float) -> Grant | None:
@@ -380,10 +380,10 @@ class FleetDispatcher(BatchPop, Facade):
 
         Complexity: ``pop``'s, plus O(k) for k timers due at ``now`` when the earliest is.
         """
-        state = self._state
-        worker = state.worker_of(name)
+        state = self._core
+        worker = state.workers.worker_of(name)
         t = state.checked_now(now)
-        timers = state.timers
+        timers = state.lifecycle.timers
         if timers.next <= t and timers.any_due(t):
             raise InvalidState(
                 f"a lifecycle timer is due at {t!r} (a delayed job's release or a ttl): a pop "
@@ -417,9 +417,9 @@ class FleetDispatcher(BatchPop, Facade):
         Complexity: O(n) in the queued jobs (diagnostic), plus one ``accepts`` call per job
         that reaches that check.
         """
-        state = self._state
+        state = self._core
         fire(state, now)
-        worker = state.worker_of(name)
+        worker = state.workers.worker_of(name)
         t = state.tick(now)
         entries = state.entries_in(QUEUED)
         search = choose.search_for(state, worker, t)
@@ -446,12 +446,12 @@ class FleetDispatcher(BatchPop, Facade):
 
         Complexity: O(workers x slots).
         """
-        hold = self._state.warm_hold
+        hold = self._core.warm_hold
         if not hold > 0:
             return None
-        t = self._state.now
+        t = self._core.now
         best: float | None = None
-        for worker in self._state.workers.values():
+        for worker in self._core.workers.by_name.values():
             resident = worker.resident
             if (
                 resident is None
@@ -467,7 +467,7 @@ class FleetDispatcher(BatchPop, Facade):
 
     def workers(self) -> list[WorkerInfo]:
         """Every known worker (timed-out ones included), by name. O(workers x slots)."""
-        workers = self._state.workers
+        workers = self._core.workers.by_name
         return [workers[name].info() for name in sorted(workers)]
 
     def worker(self, name: str) -> WorkerInfo:
@@ -476,7 +476,7 @@ class FleetDispatcher(BatchPop, Facade):
         Raises:
             UnknownWorker: The worker has not joined (or left).
         """
-        return self._state.worker_of(name).info()
+        return self._core.workers.worker_of(name).info()
 
     def worker_load(self, name: str) -> WorkerLoad:
         """A worker's last word, time-out and slots in use: ``worker``'s cheap subset. O(1).
@@ -484,7 +484,7 @@ class FleetDispatcher(BatchPop, Facade):
         Raises:
             UnknownWorker: The worker has not joined (or left).
         """
-        worker = self._state.worker_of(name)
+        worker = self._core.workers.worker_of(name)
         return WorkerLoad(worker.last_seen, worker.timed_out, len(worker.held), worker.slots)
 
     def holder(self, job_id: str) -> str | None:
@@ -493,18 +493,18 @@ class FleetDispatcher(BatchPop, Facade):
         Raises:
             UnknownJob: The id is not queued or held.
         """
-        entry = self._state.entry(job_id)
+        entry = self._core.entry(job_id)
         return entry.worker.name if entry.state == RUNNING else None
 
     @property
     def capacity(self) -> int:
         """The fleet's capacity: its live workers (at least 1; charges are divided by it)."""
-        return max(1, self._state.live)
+        return max(1, self._core.workers.live)
 
     @property
     def held(self) -> list[Grant]:
         """The grants of every job the workers hold, by grant time. O(h log h)."""
-        return [e.grant for e in self._state.held_entries()]
+        return [e.grant for e in self._core.workers.held_entries()]
 
     @classmethod
     def restore(

@@ -24,6 +24,7 @@ from heapq import heapreplace as _heapreplace
 from itertools import islice
 
 from prioqueue._core.config import LEAST_SERVED
+from prioqueue._core.core import Core
 from prioqueue._core.items import Arrival, Backlog, Level, new_item
 from prioqueue._core.starving import (
     OVERDUE_BAND,
@@ -32,7 +33,6 @@ from prioqueue._core.starving import (
     waiting_below,
     warm_crossing,
 )
-from prioqueue._core.state import State
 from prioqueue._lanes import QUEUED, _Entry, _Lane
 from prioqueue._workers import Search, _Worker, best_for
 from prioqueue.records import Job
@@ -50,19 +50,19 @@ __all__: list[str] = []  # private module
 Pick = tuple[_Lane, _Entry, float, Job, bool, "_Entry | None", float, "str | None"]
 
 
-def pick(d: State, worker: _Worker, t: float) -> Pick | None:
+def pick(d: Core, worker: _Worker, t: float) -> Pick | None:
     """The job to grant the worker, or None: the ranking's winner, or a crossing's choice.
 
     Reads the state and changes nothing but stale heap items (see the design note).
     """
-    d.flush()
+    d.lanes.flush()
     resident = worker.resident
     search: Search | None = None
     fast = worker.models is None and worker.accepts is None and worker.capabilities is None
     if fast and d.warm_hold > 0:
         search = search_for(d, worker, t)
         fast = not search.warm
-    best = d.ranking.best(resident) if fast else None
+    best = d.lanes.ranking.best(resident) if fast else None
     cap = d.config.max_running
     if cap is not None and best is not None:
         best_lane, _, _ = best
@@ -72,13 +72,13 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
         if search is None:
             search = search_for(d, worker, t)
         view = search
-        best = best_for(d.ranking, search, d.window)
+        best = best_for(d.lanes.ranking, search, d.window)
         if best is None:
             # The longer hold applies only while the worker has something else to run.
             relaxed = search.relaxed()
             if relaxed is not None:
                 view = relaxed
-                best = best_for(d.ranking, relaxed, d.window)
+                best = best_for(d.lanes.ranking, relaxed, d.window)
     if best is None:
         return None
     lane, entry, aff = best
@@ -90,14 +90,14 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
     weight = 0.0
     share = d.share
     if share < 1.0:
-        top = d.top_level()
+        top = d.lanes.top_level()
         if top is not None and lane.level < top:
             if search is None:
                 search = search_for(d, worker, t)
             every = fast and cap is None  # every queued job is eligible: B is top
             higher = None if every else above(d, search, lane.level, top, every)
             if every or higher is not None:
-                if d.credit >= 0.0:
+                if d.lanes.credit >= 0.0:
                     weight = share - 1.0
                     b = top if higher is None else higher[0].level  # (lane, entry, aff)
                     lane, entry, aff, rule = cross_to(d, search, (lane, entry, aff), b, every, t)
@@ -105,7 +105,7 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
                     if higher is None:
                         higher = above(d, search, lane.level, top, every)
                     assert higher is not None
-                    live = d.live + worker.timed_out  # a pop (or its preview) revives it
+                    live = d.workers.live + worker.timed_out  # a pop (or its preview) revives it
                     if warm_crossing(live, d.divisor, resident, aff, higher[1].job, t):
                         weight = share - 1.0
                     else:
@@ -115,7 +115,7 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
                         rule = "crossing deferred"
         # A grant at the highest eligible level while a lower level waits refills the
         # credit too (not only a deferral): crossings get their share of that time.
-        weight = weight or (share if d.credit < 0.0 and waiting_below(d, lane.level) else 0.0)
+        weight = weight or (share if d.lanes.credit < 0.0 and waiting_below(d, lane.level) else 0.0)
     # Overdue jobs: the level's oldest job, past its aging bound, goes first when fair
     # share allows it (its lane is within the offsets of the level's least-served lane).
     chosen = overdue_offer(d, worker, view, (lane, entry, aff), t)
@@ -126,7 +126,7 @@ def pick(d: State, worker: _Worker, t: float) -> Pick | None:
 
 
 def cross_to(
-    d: State, search: Search, offer: tuple[_Lane, _Entry, float], b: int, every: bool, t: float
+    d: Core, search: Search, offer: tuple[_Lane, _Entry, float], b: int, every: bool, t: float
 ) -> tuple[_Lane, _Entry, float, str | None]:
     """A crossing's grant, and its rule (None: the winner ``offer`` itself).
 
@@ -148,7 +148,7 @@ WARM_OVERDUE = True
 
 
 def overdue_offer(
-    d: State, worker: _Worker, view: Search | None, offer: tuple[_Lane, _Entry, float], t: float
+    d: Core, worker: _Worker, view: Search | None, offer: tuple[_Lane, _Entry, float], t: float
 ) -> tuple[_Lane, _Entry, float]:
     """``offer``, or the overdue job's offer that replaces it (see ``overdue``).
 
@@ -168,7 +168,7 @@ def overdue_offer(
         and old.job.model != resident
         and d.affinity(resident) > 0.0
         and worker.serves(resident)
-        and (found := d.levels[old.job.priority].oldest_for(resident)) is not None
+        and (found := d.lanes.levels[old.job.priority].oldest_for(resident)) is not None
     ):
         warm = found.entry
         if warm.job.arrival <= old.job.arrival + d.window and eligible(d, worker, view, warm):
@@ -176,7 +176,7 @@ def overdue_offer(
     return old.lane, old, offered_affinity(d, resident, old)
 
 
-def offered_affinity(d: State, resident: str | None, entry: _Entry) -> float:
+def offered_affinity(d: Core, resident: str | None, entry: _Entry) -> float:
     """The affinity term of ``entry`` granted on its own (O(1)).
 
     That is ``aff(r)`` when it runs on the resident ``r`` (its model, or one of several it
@@ -190,7 +190,7 @@ def offered_affinity(d: State, resident: str | None, entry: _Entry) -> float:
     return 0.0
 
 
-def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
+def overdue(d: Core, entry: _Entry, t: float) -> _Entry | None:
     """The job that goes instead of ``entry`` because it is overdue, or None.
 
     With fair share, at ``entry``'s level ``L`` (any level, ``B`` itself included since issue
@@ -205,10 +205,10 @@ def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
     if not d.fair_share:
         return None  # every job ages from its own arrival: none waits for a lane's turn
     number = entry.job.priority
-    top = d.top_level()
+    top = d.lanes.top_level()
     assert top is not None  # entry is queued
     top = max(top, *d.policy.aliases.values())
-    level = d.levels[number]
+    level = d.lanes.levels[number]
     arrivals = level.arrivals
     while arrivals[0].entry.state != QUEUED:
         _heappop(arrivals)
@@ -231,7 +231,7 @@ def overdue(d: State, entry: _Entry, t: float) -> _Entry | None:
     return old
 
 
-def eligible(d: State, worker: _Worker, view: Search | None, entry: _Entry) -> bool:
+def eligible(d: Core, worker: _Worker, view: Search | None, entry: _Entry) -> bool:
     """Whether ``entry`` may go to the worker under the pop's view.
 
     ``view`` None: every job may, but for the member cap. O(1) (a warm hold's limit is
@@ -243,7 +243,7 @@ def eligible(d: State, worker: _Worker, view: Search | None, entry: _Entry) -> b
     return worker.serves(entry.job.model) and not view.at_cap(entry.lane) and view.ok(entry)
 
 
-def search_for(d: State, worker: _Worker, t: float) -> Search:
+def search_for(d: Core, worker: _Worker, t: float) -> Search:
     """The pop's eligibility view, with the warm hold's workers (the design note's rule).
 
     With ``warm_hold = h > 0``, each other live worker that has a model resident and
@@ -258,7 +258,7 @@ def search_for(d: State, worker: _Worker, t: float) -> Search:
     high = t + hold
     free: set[str] = set()
     free_at: dict[str, list[float]] = {}
-    for other in d.workers.values():
+    for other in d.workers.by_name.values():
         resident = other.resident
         if other is worker or resident is None or other.timed_out or not other.serves(resident):
             continue
@@ -278,12 +278,12 @@ def search_for(d: State, worker: _Worker, t: float) -> Search:
         d.config.max_running,
         frozenset(free),
         free_at,
-        d.lanes.values(),
+        d.lanes.by_key.values(),
         d.expected_runtime,
         d.config.load_seconds,
         hold,
         t,
-        max((level for level, counts in d.levels.items() if counts.queued), default=0),
+        max((level for level, counts in d.lanes.levels.items() if counts.queued), default=0),
         aging_exemption(d),
         d.divisor,
     )
@@ -293,7 +293,7 @@ def search_for(d: State, worker: _Worker, t: float) -> Search:
 
 
 def above(
-    d: State, search: Search, level: int, top: int, every: bool
+    d: Core, search: Search, level: int, top: int, every: bool
 ) -> tuple[_Lane, _Entry, float] | None:
     """The least-served lane's offer at the highest level above ``level`` with one.
 
@@ -304,10 +304,11 @@ def above(
     """
     if every:
         return least_served(d, top, search, True)
-    for number in d.level_order:
+    levels = d.lanes.levels
+    for number in d.lanes.level_order:
         if number <= level:
             break
-        if number > top or not d.levels[number].lanes:
+        if number > top or not levels[number].lanes:
             continue
         offer = least_served(d, number, search, False)
         if offer is not None:
@@ -316,7 +317,7 @@ def above(
 
 
 def least_served(
-    d: State, number: int, search: Search, every: bool
+    d: Core, number: int, search: Search, every: bool
 ) -> tuple[_Lane, _Entry, float] | None:
     """The offer a crossing or a deferral takes at level ``number``, or None.
 
@@ -328,7 +329,7 @@ def least_served(
     window, else its first eligible job. Amortised O(K log n) for K = ``LEAST_SERVED``
     plus the lanes skipped (that offer the worker nothing).
     """
-    level = d.levels[number]
+    level = d.lanes.levels[number]
     resident = search.resident
     bonus = d.affinity(resident) if resident is not None else 0.0
     div = d.divisor
@@ -366,7 +367,7 @@ def least_served(
 
 
 def least_served_fast(
-    d: State, level: Level, resident: str | None, bonus: float
+    d: Core, level: Level, resident: str | None, bonus: float
 ) -> tuple[_Lane, _Entry, float] | None:
     """``_least_served`` for a worker that may take every job (the fast path)."""
     # With fair share, at most the level's backlogged lanes (the scan stops there).
@@ -374,7 +375,7 @@ def least_served_fast(
     with closing(_by_service(d, level)) as found:
         lanes = list(islice(found, want))
     div = d.divisor
-    ranking = d.ranking
+    ranking = d.lanes.ranking
     best: tuple[float, float, int] | None = None
     won: tuple[_Lane, _Entry, float] | None = None
     for lane in lanes:
@@ -397,7 +398,7 @@ def least_served_fast(
     return won
 
 
-def _by_service(d: State, level: Level) -> Generator[_Lane, None, None]:
+def _by_service(d: Core, level: Level) -> Generator[_Lane, None, None]:
     """The level's backlogged lanes, least served first, each once (for ``least_served``).
 
     With fair share: by ``s`` (ties: the lane created first), read from the level's backlog

@@ -1,7 +1,7 @@
 """The dispatchers' constants and validated constructor options (private).
 
 ``Config.checked(...)`` validates what ``FleetDispatcher(...)`` and ``SizeOneDispatcher(...)``
-take (the arguments are documented on ``FleetDispatcher``) into one value that ``State`` reads;
+take (the arguments are documented on ``FleetDispatcher``) into one value that ``Core`` reads;
 nothing else in the core validates a constructor argument. The constants here are the
 defaults every layer shares (other packages import them from ``prioqueue._core``).
 """

@@ -1,4 +1,4 @@
-"""What both dispatchers share: ``Facade``, which holds one ``State`` and delegates (private).
+"""What both dispatchers share: ``Facade``, which holds one ``Core`` and delegates (private).
 
 Transitions go to ``queue`` and ``grant``, reads to ``observe``, ``persist`` and ``views``; the
 public methods keep their signatures, docstrings and ``@journaled`` marks. The state never
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from prioqueue._core import check, grant, observe, persist, views
 from prioqueue._core.config import Config
+from prioqueue._core.core import Core
 from prioqueue._core.queue import admit, fire, submit
-from prioqueue._core.state import State
 from prioqueue._groups import CancelRunning, checked_group
 from prioqueue._journaled import journaled
 from prioqueue._lanes import PARKED, RUNNING
@@ -48,27 +48,27 @@ __all__: list[str] = []  # private module
 class Facade:
     """The public methods both dispatchers share, over the state they hold (private)."""
 
-    scorer = ReadOnly[Scorer]("_state.scorer", "The scorer (read-only).")
-    policy = ReadOnly[PriorityPolicy]("_state.policy", "The priority policy (read-only).")
+    scorer = ReadOnly[Scorer]("_core.scorer", "The scorer (read-only).")
+    policy = ReadOnly[PriorityPolicy]("_core.policy", "The priority policy (read-only).")
     fair_share = ReadOnly[bool](
-        "_state.fair_share", "Whether lanes are per member (True) or per job (False)."
+        "_core.fair_share", "Whether lanes are per member (True) or per job (False)."
     )
 
     def __init__(self, config: Config) -> None:
-        self._state = State(config)
+        self._core = Core(config)
 
     @staticmethod
-    def _core_of(facade: Facade) -> State:
+    def _core_of(facade: Facade) -> Core:
         """The state a facade holds (``restore.restored`` fills a new one's)."""
-        return facade._state
+        return facade._core
 
     def __len__(self) -> int:
         """Return the number of queued jobs (held ones excluded). O(1)."""
-        return len(self._state)
+        return len(self._core)
 
     def __contains__(self, job_id: object) -> bool:
         """Return whether the job is queued or held by a worker. O(1)."""
-        return job_id in self._state.entries
+        return job_id in self._core.entries
 
     def job(self, job_id: str) -> Job:
         """Return a queued or running job.
@@ -76,7 +76,7 @@ class Facade:
         Raises:
             UnknownJob: The id is not queued or running.
         """
-        return self._state.entry(job_id).job
+        return self._core.entry(job_id).job
 
     def state(self, job_id: str) -> JobState:
         """Return ``"queued"`` or ``"running"`` (held by a worker, prefetched included).
@@ -84,7 +84,7 @@ class Facade:
         Raises:
             UnknownJob: The id is not queued or running.
         """
-        return "running" if self._state.entry(job_id).state == RUNNING else "queued"
+        return "running" if self._core.entry(job_id).state == RUNNING else "queued"
 
     def not_before(self, job_id: str) -> float | None:
         """When a delayed job becomes eligible, or None for a job that is eligible or held.
@@ -97,7 +97,7 @@ class Facade:
 
         Complexity: O(1).
         """
-        entry = self._state.entry(job_id)
+        entry = self._core.entry(job_id)
         return entry.queued_at if entry.state == PARKED else None
 
     @journaled
@@ -154,7 +154,7 @@ class Facade:
         """
         if not SUBMIT_OPTIONS.issuperset(options):
             check_options(options)
-        state = self._state
+        state = self._core
         fire(state, now)
         spec = JobSpec.checked(state.policy, state.scorer, job_id, member, **options)
         return submit(state, job_id, spec, now)
@@ -179,7 +179,7 @@ class Facade:
 
         Complexity: O(b x levels) for b jobs.
         """
-        return admit(self._state, jobs, now)
+        return admit(self._core, jobs, now)
 
     @journaled
     def complete(
@@ -214,7 +214,7 @@ class Facade:
 
         Complexity: amortised O(log n + M + slots).
         """
-        return grant.complete(self._state, job_id, now, runtime, worker, charge)
+        return grant.complete(self._core, job_id, now, runtime, worker, charge)
 
     @journaled
     def cancel(
@@ -245,7 +245,7 @@ class Facade:
 
         Complexity: amortised O(log n + M + slots).
         """
-        return grant.cancel(self._state, job_id, now, worker, charge)
+        return grant.cancel(self._core, job_id, now, worker, charge)
 
     @journaled
     def fail(
@@ -289,7 +289,7 @@ class Facade:
 
         Complexity: amortised O(log n + M + slots).
         """
-        return grant.fail(self._state, job_id, now, worker, charge, retry)
+        return grant.fail(self._core, job_id, now, worker, charge, retry)
 
     @journaled
     def expire(self, now: float) -> list[Expired]:
@@ -316,7 +316,7 @@ class Facade:
 
         Complexity: O(workers + k log n) for k jobs taken back or expired (amortised).
         """
-        return grant.expire(self._state, now)
+        return grant.expire(self._core, now)
 
     def next_deadline(self) -> float | None:
         """When ``expire`` next has work: a lease deadline, worker timeout or lifecycle timer.
@@ -329,7 +329,7 @@ class Facade:
 
         Complexity: O(workers) amortised.
         """
-        return grant.next_deadline(self._state)
+        return grant.next_deadline(self._core)
 
     def forecast(self, *, now: float, limit: int | None = None) -> list[AheadJob]:
         """Predict the grant order of the queued jobs, with estimated starts.
@@ -350,8 +350,8 @@ class Facade:
 
         Complexity: O(L log L + k log L) for L backlogged lanes and k predicted jobs.
         """
-        fire(self._state, now)
-        return observe.forecast(self._state, self._state.tick(now), limit)
+        fire(self._core, now)
+        return observe.forecast(self._core, self._core.tick(now), limit)
 
     def explain(
         self,
@@ -382,8 +382,8 @@ class Facade:
         grants read; with both limits, independent of the history's and the queue's length
         beyond the lanes (O(log h + limit) for the overtakes).
         """
-        fire(self._state, now)
-        return observe.explain(self._state, job_id, now, ahead_limit, overtakes_limit)
+        fire(self._core, now)
+        return observe.explain(self._core, job_id, now, ahead_limit, overtakes_limit)
 
     def stats(self, *, now: float) -> Stats:
         """Return a consistent picture of queues, waits, grants and reorders.
@@ -399,8 +399,8 @@ class Facade:
 
         Complexity: O(levels + members + workers + held jobs).
         """
-        fire(self._state, now)
-        return observe.stats(self._state, self._state.tick(now))
+        fire(self._core, now)
+        return observe.stats(self._core, self._core.tick(now))
 
     def snapshot(self, *, now: float) -> dict[str, Any]:
         """Return the state as JSON-serialisable data, for ``restore``.
@@ -423,8 +423,8 @@ class Facade:
 
         Complexity: O(n) in the jobs.
         """
-        fire(self._state, now)
-        return persist.dump(self._state, self._state.tick(now))
+        fire(self._core, now)
+        return persist.dump(self._core, self._core.tick(now))
 
     def group_of(self, job_id: str) -> str | None:
         """Return the group of a queued or running job (None when it has none).
@@ -434,8 +434,8 @@ class Facade:
 
         Complexity: O(1).
         """
-        self._state.entry(job_id)
-        return self._state.groups.group_of(job_id)
+        self._core.entry(job_id)
+        return self._core.groups.group_of(job_id)
 
     def group_status(self, group: str, *, now: float, forecast: bool = True) -> GroupStatus:
         """Return how far a group has got: counts by state, GPU time and a finish forecast.
@@ -463,7 +463,7 @@ class Facade:
         """
         if not isinstance(forecast, bool):
             raise TypeError(f"forecast must be a bool, got {forecast!r}")
-        state = self._state
+        state = self._core
         fire(state, now)
         if forecast:
             return observe.group_status(state, group, now)
@@ -475,7 +475,7 @@ class Facade:
 
         Complexity: O(groups).
         """
-        return self._state.groups.listing()
+        return self._core.groups.listing()
 
     def group_finishes(
         self, groups: Collection[str], *, now: float, limit: int
@@ -505,7 +505,7 @@ class Facade:
         """
         wanted = {checked_group(group) for group in groups}
         limit = count("limit", limit)
-        state = self._state
+        state = self._core
         fire(state, now)
         t = state.tick(now)
         return views.group_finishes(state, t, wanted, limit)
@@ -525,7 +525,7 @@ class Facade:
 
         Complexity: O(limit).
         """
-        return views.recent_grants(self._state, finite("since", since), count("limit", limit))
+        return views.recent_grants(self._core, finite("since", since), count("limit", limit))
 
     def member_lanes(self, *, heads: int = 3, scan: int = 64) -> list[LaneView]:
         """Every member's lane with a job queued or held: counts and oldest queued jobs.
@@ -544,35 +544,35 @@ class Facade:
         Complexity: O(lanes x min(scan, heads + stale entries) + lanes log lanes); lanes
         that hold nothing and queue nothing are skipped, but still looked at.
         """
-        return views.member_lanes(self._state, count("heads", heads), count("scan", scan))
+        return views.member_lanes(self._core, count("heads", heads), count("scan", scan))
 
     def worker_views(self) -> list[WorkerView]:
         """Every known worker (timed-out ones included) with the jobs it holds, by name.
 
         Complexity: O(workers x slots + workers log workers).
         """
-        return views.worker_views(self._state)
+        return views.worker_views(self._core)
 
     def delayed_count(self) -> int:
         """The delayed jobs: a future ``not_before``, or a retry waiting out its backoff.
 
         Complexity: O(levels).
         """
-        return sum(self._state.timers.parked.values())
+        return sum(self._core.lifecycle.timers.parked.values())
 
     def job_ids(self) -> list[str]:
         """The ids of every queued, delayed or held job, sorted (a copy). O(n log n)."""
-        return sorted(self._state.entries)
+        return sorted(self._core.entries)
 
     @property
     def budgets(self) -> dict[int, LevelBudget]:
         """The per-level budgets (``budgets=``), a copy: level -> ``LevelBudget``. O(levels)."""
-        return dict(self._state.budgets)
+        return dict(self._core.lifecycle.budgets)
 
     @property
     def backoff(self) -> Backoff:
         """The retry delays of jobs without their own (``backoff=``; frozen). O(1)."""
-        return self._state.config.backoff
+        return self._core.config.backoff
 
     @journaled
     def cancel_group(self, group: str, *, now: float, running: CancelRunning = "keep") -> list[Job]:
@@ -598,8 +598,8 @@ class Facade:
 
         Complexity: O(k (log n + M)) for the k cancelled jobs.
         """
-        fire(self._state, now)
-        return grant.cancel_group(self._state, group, now, running)
+        fire(self._core, now)
+        return grant.cancel_group(self._core, group, now, running)
 
     @journaled
     def forget_group(self, group: str) -> None:
@@ -611,8 +611,8 @@ class Facade:
 
         Complexity: O(1).
         """
-        self._state.groups.forget(checked_group(group))
+        self._core.groups.forget(checked_group(group))
 
     def _check(self) -> None:
         """Assert every internal invariant (for tests; O(n))."""
-        check.check(self._state)
+        check.check(self._core)

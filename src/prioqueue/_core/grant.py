@@ -17,13 +17,12 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterable
-from heapq import heappop as _heappop
 from typing import Literal
 
 from prioqueue._core.choose import pick
-from prioqueue._core.items import DispatchRecord, Level, new_item
+from prioqueue._core.core import Core
+from prioqueue._core.items import DispatchRecord, new_item
 from prioqueue._core.queue import fire, fire_due, remove_waiting
-from prioqueue._core.state import State
 from prioqueue._groups import checked_group, checked_running
 from prioqueue._lanes import RUNNING, _Entry
 from prioqueue._validate import checked_name, finite
@@ -38,7 +37,7 @@ __all__: list[str] = []  # private module
 _RECORD_BYTES = 200  # the fixed part of a history record's estimated size
 
 
-def pop(d: State, worker: _Worker, t: float, preview: bool = False) -> Grant | None:
+def pop(d: Core, worker: _Worker, t: float, preview: bool = False) -> Grant | None:
     """Grant the worker what ``choose.pick`` chose, or None (slots full, nothing eligible).
 
     The lease and the expected charge are computed before the first change: nothing
@@ -56,7 +55,7 @@ def pop(d: State, worker: _Worker, t: float, preview: bool = False) -> Grant | N
     job = worker.granted(entry.job)  # a multi-model job: with the model the grant chose
     lease = None if d.lease_for is None else lease_of(d, job, worker, t)
     charged = 0.0
-    capacity = (d.live + worker.timed_out) or 1  # a pop revived it: timed_out is False
+    capacity = (d.workers.live + worker.timed_out) or 1  # a pop revived it: timed_out is False
     expected = runtime = d.expected_runtime(job)
     if d.fair_share:
         if not d.plain_charge:
@@ -77,10 +76,13 @@ def pop(d: State, worker: _Worker, t: float, preview: bool = False) -> Grant | N
     )
     if preview:
         return grant
-    # State changes start here; nothing below can fail.
-    level = d.levels[job.priority]
+    # Core changes start here; nothing below can fail.
+    levels = d.lanes.levels
+    level = levels[job.priority]
     if d.track and fast:
-        count_reorders(d, level if winner is job else d.levels[winner.priority], winner, resident)
+        d.lanes.count_reorders(
+            level if winner is job else levels[winner.priority], winner, resident
+        )
     number = d.dispatched()
     if d.history.limit:
         # Remember the grant for ``explain``, within ``history`` entries and bytes. O(1).
@@ -94,10 +96,9 @@ def pop(d: State, worker: _Worker, t: float, preview: bool = False) -> Grant | N
         )  # fmt: skip
     entry.hand_to(worker, t, charged, t + runtime, capacity, grant)
     if weight:
-        d.crossings[entry] = (weight, runtime)
-        d.earn(weight * runtime)
+        d.lanes.cross(entry, weight, runtime)
         if deferred is not None:
-            d.levels[deferred.job.priority].reorders.defer()
+            levels[deferred.job.priority].reorders.defer()
     d.hand_over(entry, worker, t, charged)
     level.granted(wait, bisect.bisect_left(d.buckets, wait))
     d.totals["dispatched"] += 1
@@ -105,7 +106,7 @@ def pop(d: State, worker: _Worker, t: float, preview: bool = False) -> Grant | N
     return grant
 
 
-def lease_of(d: State, job: Job, worker: _Worker, t: float) -> Lease:
+def lease_of(d: Core, job: Job, worker: _Worker, t: float) -> Lease:
     """Size the winner's lease; any failure becomes a ``LeaseError`` naming the job."""
     assert d.lease_for is not None
     try:
@@ -128,59 +129,32 @@ def lease_of(d: State, job: Job, worker: _Worker, t: float) -> Lease:
     return Lease(granted_at=t, seconds=seconds)
 
 
-def count_reorders(d: State, level: Level, job: Job, resident: str | None) -> None:
-    """Count the score terms without which ``job`` would not have won (``Stats.reorders``).
-
-    Each ranking's ``best`` is an offer ``(lane, entry, affinity)``.
-    """
-    # Without affinity: the real ranking's main heap, each lane offering its head.
-    affinity = aging = tier = fair_share = False
-    if resident is not None and (offer := d.ranking.best(None)) is not None:
-        _, entry, _ = offer
-        affinity = entry.job is not job
-    no_aging, no_tier, no_fair = d.counterfactuals
-    if (offer := no_aging.best(resident)) is not None:
-        _, entry, _ = offer
-        aging = entry.job is not job
-    if (offer := no_tier.best(resident)) is not None:
-        _, entry, _ = offer
-        tier = entry.job is not job
-    if (offer := no_fair.best(resident)) is not None:
-        _, entry, _ = offer
-        fair_share = entry.job is not job
-    level.reorders.add(affinity, aging, tier, fair_share)
-
-
-def finish(d: State, entry: _Entry, runtime: float, now: float, final: float) -> None:
+def finish(d: Core, entry: _Entry, runtime: float, now: float, final: float) -> None:
     """Free a held entry and correct its lane with its final charge."""
     job = entry.job
     lane = entry.lane
     d.release(entry)
-    moved = d.crossings.pop(entry, None)
-    if moved is not None:  # the crossing credit moves by the measured, not expected, time
-        d.earn(moved[0] * (runtime - moved[1]))
+    lanes = d.lanes
+    lanes.uncross(entry, runtime)  # the credit moves by the measured, not expected, time
     lane.owner.used(final)
     if d.fair_share:
         settled = lane.settled + final / entry.capacity
-        if settled > now or (lane.live and d.levels[lane.level].lanes == 1):
+        if settled > now or (lane.live and lanes.levels[lane.level].lanes == 1):
             # Clamped at now; and alone at its level, the lane is re-anchored at now,
             # exactly as a producer that resubmits one job at a time would be lifted: lag
             # accrued while other levels used the GPU is not fair-share debt.
             settled = now
         lane.settle(settled)
-        if lane.live:  # d.refile(lane, now), inlined (the hot path)
-            lane.log_s(now)
-            d.note_s(lane)
-            lane.touch(d.dirty)
+        lanes.refile(lane, now)
     else:
-        d.drop_lane(lane, job.id)
+        lanes.drop_lane(lane, job.id)
     # The recent runtimes: for the retry-after estimate and, per model and per level,
     # for the expected charge.
-    d.runtimes.add(now, runtime, job.model, job.priority)
+    d.lifecycle.finished(now, runtime, job.model, job.priority)
 
 
 def take_back(
-    d: State, entries: Iterable[_Entry], now: float, *, always: bool
+    d: Core, entries: Iterable[_Entry], now: float, *, always: bool
 ) -> list[tuple[_Entry, bool]]:
     """Refund and requeue (or fail) held entries; returns ``(entry, requeued)`` by seq."""
     done = []
@@ -189,12 +163,10 @@ def take_back(
         lane = entry.lane
         d.release(entry)
         held = max(0.0, now - entry.granted_at)
-        moved = d.crossings.pop(entry, None)
-        if moved is not None:  # the crossing credit counts the GPU time really held (issue 26)
-            d.earn(moved[0] * (held - moved[1]))
+        d.lanes.uncross(entry, held)  # the credit counts the GPU time really held (issue 26)
         if d.fair_share:
             lane.set_s()
-            d.refile(lane, now)
+            d.lanes.refile(lane, now)
         requeued = always or entry.attempt < (job.max_attempts or d.max_attempts)
         if requeued:
             d.enqueue(job, attempt=entry.attempt + 1, now=now, requeue=True)
@@ -202,13 +174,13 @@ def take_back(
         else:
             d.groups.move(job.id, "failed", used=held)
             d.totals["failed"] += 1
-            d.drop_lane(lane, job.id)
+            d.lanes.drop_lane(lane, job.id)
         done.append((entry, requeued))
     done.reverse()
     return done
 
 
-def held_entry(d: State, job_id: str, worker: object, action: str) -> _Entry:
+def held_entry(d: Core, job_id: str, worker: object, action: str) -> _Entry:
     entry = d.entry(job_id)
     if worker is not None:
         name = checked_name("worker", worker)
@@ -223,7 +195,7 @@ def held_entry(d: State, job_id: str, worker: object, action: str) -> _Entry:
 
 
 def complete(
-    d: State,
+    d: Core,
     job_id: str,
     now: float,
     runtime: float | None,
@@ -262,7 +234,7 @@ def complete(
     return Completed(job=entry.job, runtime=measured, charge=final)
 
 
-def cancel_group(d: State, group: str, now: float, running: str) -> list[Job]:
+def cancel_group(d: Core, group: str, now: float, running: str) -> list[Job]:
     """The body of ``cancel_group`` (after ``fire``): ``cancel`` each chosen job in turn."""
     group = checked_group(group)
     mode = checked_running(running)
@@ -275,7 +247,7 @@ def cancel_group(d: State, group: str, now: float, running: str) -> list[Job]:
     ]
 
 
-def checked_charge(d: State, job: Job, runtime: float, what: str) -> float:
+def checked_charge(d: Core, job: Job, runtime: float, what: str) -> float:
     """The charge model's value, checked: finite and ``>= 0``, else ``ChargeError``."""
     value = d.charge(job, runtime)
     charge = value if isinstance(value, (int, float)) and not isinstance(value, bool) else -1
@@ -288,7 +260,7 @@ def checked_charge(d: State, job: Job, runtime: float, what: str) -> float:
     return float(charge)
 
 
-def final_charge(d: State, job: Job, runtime: float, charge: object) -> float:
+def final_charge(d: Core, job: Job, runtime: float, charge: object) -> float:
     if charge is None:
         return checked_charge(d, job, runtime, "at completion")
     value = finite("charge", charge)
@@ -297,7 +269,7 @@ def final_charge(d: State, job: Job, runtime: float, charge: object) -> float:
     return value
 
 
-def cancel(d: State, job_id: str, now: float, worker: str | None, charge: float | None) -> Job:
+def cancel(d: Core, job_id: str, now: float, worker: str | None, charge: float | None) -> Job:
     """The body of ``cancel``."""
     fire(d, now)
     job = remove(d, job_id, now, worker, charge, "cancelled")
@@ -306,7 +278,7 @@ def cancel(d: State, job_id: str, now: float, worker: str | None, charge: float 
 
 
 def fail(
-    d: State, job_id: str, now: float, worker: str | None, charge: float | None, retry: bool
+    d: Core, job_id: str, now: float, worker: str | None, charge: float | None, retry: bool
 ) -> Job:
     """The body of ``fail``."""
     fire(d, now)
@@ -321,7 +293,7 @@ def fail(
 
 
 def remove(
-    d: State,
+    d: Core,
     job_id: str,
     now: float,
     worker: str | None,
@@ -363,27 +335,22 @@ def remove(
     return entry.job
 
 
-def expire(d: State, now: float) -> list[Expired]:
+def expire(d: Core, now: float) -> list[Expired]:
     """The body of ``expire`` (see ``FleetDispatcher.expire``)."""
     fire(d, now)
     t = d.tick(now)
     lapsed = drain_lapsed(d, t)
     taken: dict[int, tuple[_Entry, float, str]] = {}
-    deadlines = d.deadlines
-    while deadlines and deadlines[0].deadline <= t:
-        deadline, _, key, entry = _heappop(deadlines)
-        if entry.state == RUNNING:
-            taken[key] = (entry, deadline, "lease")
+    for deadline, key, entry in d.workers.due_leases(t):
+        taken[key] = (entry, deadline, "lease")
     timeout = d.worker_timeout
     if timeout is not None:
-        for worker in d.workers.values():
-            if not worker.timed_out and worker.last_seen + timeout <= t:
-                d.time_out(worker)
-                for entry in worker.held:
-                    if id(entry) not in taken:
-                        lease = entry.grant.lease
-                        due = worker.last_seen + timeout if lease is None else lease.deadline
-                        taken[id(entry)] = (entry, due, "worker_timeout")
+        for worker in d.workers.time_out_silent(t, timeout):
+            for entry in worker.held:
+                if id(entry) not in taken:
+                    lease = entry.grant.lease
+                    due = worker.last_seen + timeout if lease is None else lease.deadline
+                    taken[id(entry)] = (entry, due, "worker_timeout")
     if not taken:
         return lapsed
     details = {id(entry): (due, cause) for entry, due, cause in taken.values()}
@@ -407,25 +374,22 @@ def expire(d: State, now: float) -> list[Expired]:
     return result
 
 
-def drain_lapsed(d: State, t: float) -> list[Expired]:
+def drain_lapsed(d: Core, t: float) -> list[Expired]:
     """Fire the due timers and hand over the buffered ``cause="ttl"`` reports."""
-    if t >= d.timers.next:
+    if t >= d.lifecycle.timers.next:
         fire_due(d, t)
-    return d.timers.drain()
+    return d.lifecycle.drain()
 
 
-def next_deadline(d: State) -> float | None:
+def next_deadline(d: Core) -> float | None:
     """The body of ``next_deadline`` (see ``FleetDispatcher.next_deadline``)."""
-    deadlines = d.deadlines
-    while deadlines and deadlines[0].entry.state != RUNNING:
-        _heappop(deadlines)
-    best = deadlines[0].deadline if deadlines else None
-    timer = d.timers.earliest()
+    best = d.workers.next_lease()
+    timer = d.lifecycle.timers.earliest()
     if timer is not None and (best is None or timer < best):
         best = timer
     timeout = d.worker_timeout
     if timeout is not None:
-        oldest = d.seen_order.oldest(d.workers)  # amortised O(log n), not a scan
+        oldest = d.workers.oldest_seen()  # amortised O(log n), not a scan
         if oldest is not None and (best is None or oldest + timeout < best):
             best = oldest + timeout
     return best

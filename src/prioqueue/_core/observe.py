@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from prioqueue._core.core import Core
 from prioqueue._core.forecast import (
     OverdueRule,
     Predicted,
@@ -24,7 +25,6 @@ from prioqueue._core.forecast import (
     overtakes,
 )
 from prioqueue._core.starving import OVERDUE_BAND, aging_exemption
-from prioqueue._core.state import State
 from prioqueue._groups import checked_group
 from prioqueue._lanes import PARKED, RUNNING, _Entry, _Lane
 from prioqueue._validate import count_or_none
@@ -41,22 +41,22 @@ from prioqueue.views import GroupStatus
 __all__: list[str] = []  # private module
 
 
-def single_resident(d: State) -> str | None:
+def single_resident(d: Core) -> str | None:
     """The resident model a forecast assumes: the one worker's, else None (a fleet)."""
-    workers = d.workers
+    workers = d.workers.by_name
     if len(workers) == 1:
         return next(iter(workers.values())).resident
     return None
 
 
-def runtime_estimator(d: State) -> Callable[[Job], float | None]:
+def runtime_estimator(d: Core) -> Callable[[Job], float | None]:
     """Return ``job -> expected runtime`` (its estimate, else a recent mean, else None).
 
     The recent mean is that of the job's model, else of all jobs; the means are computed once
     here, not once per job. O(64).
     """
     sums: dict[str | None, list[float]] = {}
-    for _, runtime, model in d.runtimes.recent:
+    for _, runtime, model in d.lifecycle.runtimes.recent:
         total = sums.setdefault(model, [0.0, 0.0])
         total[0] += runtime
         total[1] += 1
@@ -72,9 +72,9 @@ def runtime_estimator(d: State) -> Callable[[Job], float | None]:
     return expected
 
 
-def _busy_until(d: State, now: float, estimate: Callable[[Job], float | None]) -> float | None:
+def _busy_until(d: Core, now: float, estimate: Callable[[Job], float | None]) -> float | None:
     """When the first worker is expected to be free: ``now`` when one has a free slot."""
-    workers = [w for w in d.workers.values() if not w.timed_out]
+    workers = [w for w in d.workers.by_name.values() if not w.timed_out]
     if not workers or any(len(w.held) < w.slots for w in workers):
         return now
     best: float | None = None
@@ -88,21 +88,21 @@ def _busy_until(d: State, now: float, estimate: Callable[[Job], float | None]) -
     return best
 
 
-def lane_score(d: State, lane: _Lane, now: float) -> float:
+def lane_score(d: Core, lane: _Lane, now: float) -> float:
     """A backlogged lane's current score (its affinity as the ranking would give it)."""
     aff = 0.0
     resident = single_resident(d)
-    if resident is not None and d.ranking.candidate(lane, resident) is not None:
+    if resident is not None and d.lanes.ranking.candidate(lane, resident) is not None:
         aff = d.affinity(resident)
     return lane.level + lane.head().job.tier_bonus + aff + (now - lane.s) / d.divisor
 
 
-def predict(d: State, now: float, *, stop_at: _Entry | None, limit: int | None) -> list[Predicted]:
-    backlogged = [lane for lane in d.lanes.values() if lane.live]
+def predict(d: Core, now: float, *, stop_at: _Entry | None, limit: int | None) -> list[Predicted]:
+    backlogged = [lane for lane in d.lanes.by_key.values() if lane.live]
     estimate = runtime_estimator(d)
-    capacity = max(1, d.live)
+    capacity = max(1, d.workers.live)
     pending = []
-    for worker in d.workers.values():
+    for worker in d.workers.by_name.values():
         for held in worker.held:
             expected = estimate(held.job)
             elapsed = max(0.0, now - held.granted_at)
@@ -126,7 +126,7 @@ def predict(d: State, now: float, *, stop_at: _Entry | None, limit: int | None) 
     )
 
 
-def _overdue_rule(d: State) -> OverdueRule | None:
+def _overdue_rule(d: Core) -> OverdueRule | None:
     """The overdue rule's constants for a forecast (None without fair share: no rule)."""
     if not d.fair_share:
         return None
@@ -135,14 +135,14 @@ def _overdue_rule(d: State) -> OverdueRule | None:
     return OverdueRule(top, OVERDUE_BAND * d.divisor, aging_exemption(d))
 
 
-def forecast(d: State, t: float, limit: int | None) -> list[AheadJob]:
-    """The body of ``State.forecast``."""
+def forecast(d: Core, t: float, limit: int | None) -> list[AheadJob]:
+    """The body of ``Core.forecast``."""
     count_or_none("limit", limit)
     predicted = predict(d, t, stop_at=None, limit=limit)
     return list(ahead_jobs(predicted, lane_score=lambda lane: lane_score(d, lane, t)))
 
 
-def _since(d: State, entry: _Entry, limit: int | None) -> list[Any]:
+def _since(d: Core, entry: _Entry, limit: int | None) -> list[Any]:
     """The remembered grants since ``entry`` was queued, oldest first.
 
     Reads the history from its newest end: all of it back to the entry's mark, or, with a
@@ -167,7 +167,7 @@ def _since(d: State, entry: _Entry, limit: int | None) -> list[Any]:
 
 
 def explain(
-    d: State, job_id: str, now: float, ahead_limit: int | None, overtakes_limit: int | None
+    d: Core, job_id: str, now: float, ahead_limit: int | None, overtakes_limit: int | None
 ) -> Explanation:
     """The body of ``FleetDispatcher.explain`` (after ``fire``)."""
     entry = d.entry(job_id)
@@ -196,7 +196,7 @@ def explain(
     explanation = _explain(d, entry, t, ahead_limit, overtakes_limit)
     unfit: dict[str, str] = {}
     if entry.state != RUNNING and d.name_in_grants:  # a fleet's workers that skip the job
-        for worker in d.workers.values():
+        for worker in d.workers.by_name.values():
             cause = None if worker.timed_out else worker.unfit(job)
             if cause is not None:
                 unfit[worker.name] = cause
@@ -206,7 +206,7 @@ def explain(
 
 
 def _explain(
-    d: State,
+    d: Core,
     entry: _Entry,
     t: float,
     ahead_limit: int | None = None,
@@ -248,7 +248,7 @@ def _explain(
     ahead = ahead_jobs(steps, lane_score=lambda other: lane_score(d, other, t))
     aff = 0.0
     resident = single_resident(d)
-    if resident is not None and d.ranking.candidate(lane, resident) is not None:
+    if resident is not None and d.lanes.ranking.candidate(lane, resident) is not None:
         aff = d.affinity(resident)
     score = ScoreBreakdown(
         band=job.priority,
@@ -271,15 +271,14 @@ def _explain(
     )
 
 
-def stats(d: State, t: float) -> Stats:
+def stats(d: Core, t: float) -> Stats:
     """The body of ``FleetDispatcher.stats`` (after ``fire``)."""
     return _with_lifecycle(d, _stats(d, t))
 
 
-def _stats(d: State, t: float) -> Stats:
+def _stats(d: Core, t: float) -> Stats:
     levels = {}
-    for number in sorted(d.levels, reverse=True):
-        level = d.levels[number]
+    for number, level in sorted(d.lanes.levels.items(), reverse=True):
         first = level.oldest()
         oldest = t - first.arrival if first is not None else 0.0
         mean = t - level.sum_arrival / level.queued if level.queued else 0.0
@@ -297,8 +296,8 @@ def _stats(d: State, t: float) -> Stats:
             reorders=level.reorders.frozen(),
             wait_buckets=tuple(buckets),
         )
-    members = {name: m.frozen(name) for name, m in sorted(d.members.items())}
-    held = d.held_entries()
+    members = {name: m.frozen(name) for name, m in sorted(d.lanes.members.items())}
+    held = d.workers.held_entries()
     return Stats(
         now=t,
         levels=levels,
@@ -314,15 +313,17 @@ def _stats(d: State, t: float) -> Stats:
         swaps=d.swaps,
         held=tuple(e.job for e in held),
         workers=(
-            tuple(d.workers[name].info() for name in sorted(d.workers)) if d.name_in_grants else ()
+            tuple(d.workers.by_name[name].info() for name in sorted(d.workers.by_name))
+            if d.name_in_grants
+            else ()
         ),
     )
 
 
-def _with_lifecycle(d: State, stats: Stats) -> Stats:
+def _with_lifecycle(d: Core, stats: Stats) -> Stats:
     """``stats`` with the lifecycle's counts (ttl expiries, refusals, delayed jobs, groups)."""
     levels = stats.levels
-    timers = d.timers
+    timers = d.lifecycle.timers
     if timers.levels or timers.parked:
         levels = dict(levels)
         for number, level in levels.items():
@@ -342,7 +343,7 @@ def _with_lifecycle(d: State, stats: Stats) -> Stats:
     )
 
 
-def group_status(d: State, group: str, now: float) -> GroupStatus:
+def group_status(d: Core, group: str, now: float) -> GroupStatus:
     """The body of ``FleetDispatcher.group_status`` (after ``fire``)."""
     group = checked_group(group)
     live = d.groups.live(group)
@@ -351,7 +352,7 @@ def group_status(d: State, group: str, now: float) -> GroupStatus:
     return d.groups.status(group, now=t, finish=finish)
 
 
-def forecast_finish(d: State, now: float, jobs: Collection[str]) -> float | None:
+def forecast_finish(d: Core, now: float, jobs: Collection[str]) -> float | None:
     """Predict when the last of ``jobs`` (queued or held) finishes.
 
     It reads the dry run behind ``forecast()`` (the current load, no new arrivals, runtimes
@@ -369,7 +370,7 @@ def forecast_finish(d: State, now: float, jobs: Collection[str]) -> float | None
     expected = runtime_estimator(d)
     wanted = set(jobs)
     finish: float | None = None
-    for worker in d.workers.values():
+    for worker in d.workers.by_name.values():
         for entry in worker.held:
             if entry.job.id in wanted:
                 runtime = expected(entry.job)

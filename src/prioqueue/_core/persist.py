@@ -22,8 +22,8 @@ from typing import Any
 import attrs
 
 from prioqueue._core.config import LEVEL_LIMIT, RECENT_PER_KEY
+from prioqueue._core.core import Core
 from prioqueue._core.persist_workers import _bool, _int, dump_workers, granted_as, load_workers
-from prioqueue._core.state import State
 from prioqueue._lanes import PARKED, _Entry
 from prioqueue._validate import checked_name, finite, positive_or_none
 from prioqueue.capabilities import checked_needs
@@ -39,17 +39,17 @@ SNAPSHOT_FORMAT = "prioqueue.dispatcher/1"
 FLEET_FORMAT = "prioqueue.fleet/1"
 
 
-def dump(d: State, t: float) -> dict[str, Any]:
+def dump(d: Core, t: float) -> dict[str, Any]:
     """Return ``d``'s state at time ``t`` as JSON-serialisable data. O(n)."""
     lanes = []
     queued = []
-    for lane in d.lanes.values():
+    for lane in d.lanes.by_key.values():
         if d.fair_share:
             lanes.append({"member": lane.member, "level": lane.level, "s": lane.settled})
         for entry in lane.queued():
             queued.append(_job_record(entry))
     held = []
-    for worker in d.workers.values():
+    for worker in d.workers.by_name.values():
         for entry in worker.held:
             record = _job_record(entry)
             grant = entry.grant
@@ -62,7 +62,7 @@ def dump(d: State, t: float) -> dict[str, Any]:
                 record["granted_model"] = grant.job.model
             record["charged"] = entry.charged
             record["capacity"] = entry.capacity
-            moved = d.crossings.get(entry)
+            moved = d.lanes.crossings.get(entry)
             if moved is not None:
                 record["crossing"] = {"weight": moved[0], "basis": moved[1]}
             record["expected_end"] = entry.expected_end
@@ -75,13 +75,13 @@ def dump(d: State, t: float) -> dict[str, Any]:
         "queued": queued,
         # The crossing credit (bounded crossings): restoring it makes the next deferrals the
         # same as without the restart.
-        "crossing_credit": d.credit,
+        "crossing_credit": d.lanes.credit,
         "crossing_share": d.share,
         # The runtimes behind the expected charge: restoring them makes the next grants the
         # same as without the restart.
         "recent": {
-            "models": {model: list(r) for model, r in d.runtimes.by_model.items()},
-            "levels": {str(level): list(r) for level, r in d.runtimes.by_level.items()},
+            "models": {model: list(r) for model, r in d.lifecycle.runtimes.by_model.items()},
+            "levels": {str(level): list(r) for level, r in d.lifecycle.runtimes.by_level.items()},
         },
     }
     # The job lifecycle (docs/design/lifecycle.md): delayed jobs with their release times,
@@ -95,11 +95,11 @@ def dump(d: State, t: float) -> dict[str, Any]:
         state["delayed"] = parked
     if not d.fair_share:
         # Each job's own lane, in the order they were made (see ``_in_lane_order``).
-        state["lane_order"] = list(d.lanes)
-    if d.timers.lapsed:
+        state["lane_order"] = list(d.lanes.by_key)
+    if d.lifecycle.timers.lapsed:
         state["lapsed"] = [
             {"job": _job_record_of(x.job, x.attempt), "deadline": x.deadline}
-            for x in d.timers.lapsed
+            for x in d.lifecycle.timers.lapsed
         ]
     if d.name_in_grants:
         state["format"] = FLEET_FORMAT
@@ -108,13 +108,13 @@ def dump(d: State, t: float) -> dict[str, Any]:
     else:
         state["format"] = SNAPSHOT_FORMAT
         state["running"] = held[0] if held else None
-        state["resident_model"] = next(iter(d.workers.values())).resident
+        state["resident_model"] = next(iter(d.workers.by_name.values())).resident
     state["groups"] = d.groups.dump()
     return state
 
 
 def load(
-    d: State, state: Mapping[str, Any], now: float | None, *, require_lease: bool = False
+    d: Core, state: Mapping[str, Any], now: float | None, *, require_lease: bool = False
 ) -> None:
     """Fill the new dispatcher ``d`` from ``state`` (``restore.restored`` then loads its groups).
 
@@ -144,7 +144,7 @@ def load(
                 _restore_held(d, record, shift, seqs, top_seq, require_lease)
                 continue
             job = _job_from_record(d, record, shift, seqs, top_seq)
-            if snapshot_fair and d.fair_share and (job.member, job.priority) not in d.lanes:
+            if snapshot_fair and d.fair_share and (job.member, job.priority) not in d.lanes.by_key:
                 raise ValueError(f"job {job.id!r} has no lane record")
             # From a snapshot without fair share, a new lane starts at its oldest job's
             # arrival (an enqueue without a lift does that).
@@ -163,8 +163,10 @@ def load(
         _load_lifecycle(d, state, shift, seqs, top_seq)
         if not fleet:
             resident = state["resident_model"]
-            one = next(iter(d.workers.values()))
-            d.set_resident(one, None if resident is None else checked_name("model", resident))
+            one = next(iter(d.workers.by_name.values()))
+            d.workers.set_resident(
+                one, None if resident is None else checked_name("model", resident)
+            )
     except KeyError as exc:
         raise ValueError(
             f"invalid snapshot: missing key {exc.args[0]!r} (KeyError; every field snapshot() "
@@ -179,7 +181,7 @@ def load(
         raise ValueError(f"invalid snapshot: {exc}") from exc
 
 
-def _load_lanes(d: State, records: Any, taken_at: float, shift: float) -> None:
+def _load_lanes(d: Core, records: Any, taken_at: float, shift: float) -> None:
     """Make every lane of a fair-share snapshot again, at its settled start."""
     for record in records:
         member = checked_name("member", record["member"])
@@ -190,13 +192,13 @@ def _load_lanes(d: State, records: Any, taken_at: float, shift: float) -> None:
                 f"lane ({member!r}, {level}) starts at {s!r}, after the snapshot was "
                 f"taken ({taken_at!r})"
             )
-        if (member, level) in d.lanes:
+        if (member, level) in d.lanes.by_key:
             raise ValueError(f"lane ({member!r}, {level}) appears twice")
-        d.lane_for((member, level), member, level, s + shift)
+        d.lanes.lane_for((member, level), member, level, s + shift)
 
 
 def _load_lifecycle(
-    d: State, state: Mapping[str, Any], shift: float, seqs: set[int], top_seq: int
+    d: Core, state: Mapping[str, Any], shift: float, seqs: set[int], top_seq: int
 ) -> None:
     """The delayed jobs (parked again) and the ttl expiries not yet reported."""
     for record in state.get("delayed", ()):
@@ -206,7 +208,7 @@ def _load_lifecycle(
     for record in state.get("lapsed", ()):
         # An expired job is gone: its id may be queued again (not "twice").
         job = _job_from_record(d, record["job"], shift, set(), top_seq, known=False)
-        d.timers.report(
+        d.lifecycle.restore_report(
             Expired(
                 job=job,
                 attempt=_int("attempt", record["job"]["attempt"], 1),
@@ -224,7 +226,7 @@ def _level(value: object) -> int:
     return level
 
 
-def _load_recent(d: State, credit: float, state: Mapping[str, Any]) -> None:
+def _load_recent(d: Core, credit: float, state: Mapping[str, Any]) -> None:
     """Restore the crossing credit and the recent runtimes (older snapshots lack them)."""
     recent = state.get("recent")
     models: dict[str, deque[float]] = {}
@@ -247,7 +249,7 @@ def _runtimes(values: Any) -> deque[float]:
 
 
 def _job_from_record(
-    d: State,
+    d: Core,
     record: Mapping[str, Any],
     shift: float,
     seqs: set[int],
@@ -294,7 +296,7 @@ def _job_from_record(
 
 
 def _in_lane_order(
-    d: State, state: Mapping[str, Any], held: list[dict[str, Any]]
+    d: Core, state: Mapping[str, Any], held: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """The queued and held records in the order their lanes must be made again.
 
@@ -322,15 +324,14 @@ def _in_lane_order(
     return sorted(records, key=lane_rank)
 
 
-def _held_in_grant_order(d: State, held: list[dict[str, Any]]) -> None:
+def _held_in_grant_order(d: Core, held: list[dict[str, Any]]) -> None:
     """Give each worker its held jobs in the snapshot's (grant) order, not in lane order."""
     position = {record["id"]: i for i, record in enumerate(held)}
-    for worker in d.workers.values():
-        worker.held.sort(key=lambda entry: position[entry.job.id])
+    d.workers.order_held(lambda entry: position[entry.job.id])
 
 
 def _restore_held(
-    d: State,
+    d: Core,
     record: Mapping[str, Any],
     shift: float,
     seqs: set[int],
@@ -341,7 +342,7 @@ def _restore_held(
     name = record.get("worker") if d.name_in_grants else None
     if d.name_in_grants and name is None:
         raise ValueError(f"held job {job.id!r} names no worker (each held job needs its 'worker')")
-    found = next(iter(d.workers.values())) if name is None else d.workers.get(name)
+    found = next(iter(d.workers.by_name.values())) if name is None else d.workers.by_name.get(name)
     if found is None:
         raise ValueError(f"job {job.id!r} is held by unknown worker {name!r}")
     worker = found
@@ -363,7 +364,7 @@ def _restore_held(
     if charged < 0:
         raise ValueError(f"charged must be >= 0, got {charged!r}")
     key: tuple[str, int] | str = (job.member, job.priority) if d.fair_share else job.id
-    lane = d.lane_for(key, job.member, job.priority, job.arrival)
+    lane = d.lanes.lane_for(key, job.member, job.priority, job.arrival)
     queued_at = record.get("queued_at")
     entry = _Entry(
         job,

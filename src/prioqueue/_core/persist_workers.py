@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from prioqueue._core.state import State
+from prioqueue._core.core import Core
 from prioqueue._validate import checked_name, finite
 from prioqueue._workers import _Worker
 from prioqueue.capabilities import checked_capabilities
@@ -20,7 +20,7 @@ from prioqueue.records import Job
 __all__: list[str] = []  # private module
 
 
-def dump_workers(d: State) -> list[dict[str, Any]]:
+def dump_workers(d: Core) -> list[dict[str, Any]]:
     """Every worker's settings and state, as JSON data. O(workers)."""
     return [
         {
@@ -33,7 +33,7 @@ def dump_workers(d: State) -> list[dict[str, Any]]:
             "timed_out": w.timed_out,
             "last_seen": w.last_seen,
         }
-        for w in d.workers.values()
+        for w in d.workers.by_name.values()
     ]
 
 
@@ -51,10 +51,10 @@ def _bool(name: str, value: object) -> bool:
     return value
 
 
-def load_workers(d: State, records: Any, shift: float) -> None:
+def load_workers(d: Core, records: Any, shift: float) -> None:
     for record in records:
         name = checked_name("worker name", record["name"])
-        if name in d.workers:
+        if name in d.workers.by_name:
             raise ValueError(f"worker {name!r} appears twice")
         seen = record.get("last_seen")
         last_seen = (
@@ -79,7 +79,7 @@ def load_workers(d: State, records: Any, shift: float) -> None:
             worker.load(checked_name("resident", resident))
         # A timed-out worker stays out of the capacity until it speaks again.
         worker.set_timed_out(_bool("timed_out", record.get("timed_out", False)))
-        d.restore_worker(worker)
+        d.workers.restore(worker)
 
 
 def granted_as(job: Job, model: object) -> Job:

@@ -3,15 +3,16 @@
 Theory of operation (the model is docs/design/lifecycle.md):
 
 * ``submit`` files a validated ``JobSpec``: refused (``QueueFull``, ``Overloaded``) before
-  anything changes, then queued in its lane (``State.enqueue``) or, with a future
-  ``not_before``, delayed (``State.park``: known and ``"queued"``, in no lane).
+  anything changes, then queued in its lane (``Core.enqueue``) or, with a future
+  ``not_before``, delayed (``Core.park``: known and ``"queued"``, in no lane).
 * ``fire`` runs every timer due at ``t`` in order, each *at its own time*: a release enqueues
   exactly as a submit at that time would; a lapse takes the job out and buffers its
   ``Expired(cause="ttl")`` for the next ``expire``. Every call taking ``now`` fires first, so
   expiry wins a tie with a grant, and where a timer fires never changes the state it leaves.
-* ``refusal`` is the one admission rule (``max_queued``, a level's ``LevelBudget``:
-  ``max_queued`` and ``max_wait`` from ``forecast_wait``, ``max_queued_per_member``), for one
-  job and for a batch: ``submit`` and ``FleetDispatcher.admit`` both call it.
+* ``refusal`` is the one admission rule (``Lifecycle.refusal``: ``max_queued``, a level's
+  ``LevelBudget``: ``max_queued`` and ``max_wait`` from ``forecast_wait``,
+  ``max_queued_per_member``), for one job and for a batch: ``submit`` and
+  ``FleetDispatcher.admit`` both call it.
 
 Costs: a timer is pushed and popped once, O(log T); a call with no due timer pays one
 comparison.
@@ -19,23 +20,21 @@ comparison.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from prioqueue._core.core import Core
 from prioqueue._core.items import LAPSE
-from prioqueue._core.state import State
 from prioqueue._lanes import PARKED, QUEUED, RUNNING, _Entry
 from prioqueue._spec import JobSpec, check_options
 from prioqueue._validate import TIME_LIMIT
-from prioqueue.errors import DuplicateJob, Overloaded, QueueFull
-from prioqueue.lifecycle import LevelBudget
+from prioqueue.errors import DuplicateJob
 from prioqueue.records import Job, Refusal, Ticket
 
 __all__: list[str] = []  # private module
 
 
-def fire(d: State, now: object) -> None:
+def fire(d: Core, now: object) -> None:
     """Fire the lifecycle's timers due at ``now`` (see the module doc).
 
     The first thing every call taking ``now`` does, before any check but ``now``'s own (a
@@ -44,16 +43,16 @@ def fire(d: State, now: object) -> None:
     """
     if (
         (now.__class__ is float or now.__class__ is int)
-        and d.timers.next <= now <= TIME_LIMIT  # type: ignore[operator,unused-ignore]
+        and d.lifecycle.timers.next <= now <= TIME_LIMIT  # type: ignore[operator,unused-ignore]
         and now >= d.now  # type: ignore[operator,unused-ignore]
     ):
         fire_due(d, float(now))  # type: ignore[arg-type,unused-ignore]
 
 
-def fire_due(d: State, t: float) -> None:
+def fire_due(d: Core, t: float) -> None:
     """Run every timer due at ``t``, in order, each at its own time."""
-    timers = d.timers
-    while (timer := timers.due(t)) is not None:
+    lifecycle = d.lifecycle
+    while (timer := lifecycle.due(t)) is not None:
         at, kind, _, _, entry = timer
         d.advance(at)
         if kind == LAPSE:
@@ -69,7 +68,7 @@ def fire_due(d: State, t: float) -> None:
             released.requeued(at)  # a retry's warm hold counts from its release
 
 
-def submit(d: State, job_id: str, spec: JobSpec, now: float) -> Ticket:
+def submit(d: Core, job_id: str, spec: JobSpec, now: float) -> Ticket:
     """File a validated job (``FleetDispatcher.submit``'s body, after ``fire``)."""
     t = d.tick(now)
     if job_id in d.entries:
@@ -77,19 +76,15 @@ def submit(d: State, job_id: str, spec: JobSpec, now: float) -> Ticket:
         raise DuplicateJob(f"job {job_id!r} is already {state}")
     not_before = spec.not_before
     delayed = not_before is not None and not_before > t
-    refused = refusal(d, (spec,), t)
+    refused = refusal(d, (spec,), t) if d.limited else None  # no call without a limit
     if refused is not None:
         if refused.error.scope in ("level", "wait"):
             d.refused(spec.level)
         raise refused.error
-    ttl = spec.ttl
-    if ttl is None and d.budgets:
-        budget = d.budgets.get(spec.level)
-        if budget is not None:
-            ttl = budget.ttl
+    ttl = d.lifecycle.ttl(spec.level, spec.ttl) if d.limited else spec.ttl
     queued = len(d)
     member = spec.member
-    d.member(member)  # a member is known from its first submit (a delayed one included)
+    d.lanes.member(member)  # a member is known from its first submit (a delayed one included)
     eligible = not_before if delayed and not_before is not None else t
     # Positional on purpose (the hot path; keywords cost about 20 % of the construction), in
     # Job's field order: id, member, priority, tier, tier_bonus, model, estimate, arrival,
@@ -108,7 +103,7 @@ def submit(d: State, job_id: str, spec: JobSpec, now: float) -> Ticket:
     return Ticket(job=job, queued=queued + 1)
 
 
-def remove_waiting(d: State, entry: _Entry) -> None:
+def remove_waiting(d: Core, entry: _Entry) -> None:
     """A queued or delayed job leaves for good (cancelled or failed before any grant)."""
     if entry.state == PARKED:
         d.unpark(entry)
@@ -116,7 +111,7 @@ def remove_waiting(d: State, entry: _Entry) -> None:
         d.drop_queued(entry)
 
 
-def admit(d: State, jobs: Sequence[Mapping[str, Any]], now: object) -> Refusal | None:
+def admit(d: Core, jobs: Sequence[Mapping[str, Any]], now: object) -> Refusal | None:
     """``Facade.admit``: fire due timers, validate each job as ``submit`` does, ``refusal``.
 
     Firing changes nothing a later call would not (a timer fires at its own time, wherever it
@@ -136,115 +131,9 @@ def admit(d: State, jobs: Sequence[Mapping[str, Any]], now: object) -> Refusal |
     return refusal(d, specs, t)
 
 
-def refusal(d: State, specs: Sequence[JobSpec], t: float) -> Refusal | None:
+def refusal(d: Core, specs: Sequence[JobSpec], t: float) -> Refusal | None:
     """The first of ``specs`` that submitting them one by one at ``t`` would refuse: a read.
 
-    The one admission rule of a submit, for one job (``submit``) and for a batch
-    (``FleetDispatcher.admit``): each job is checked in order as if the jobs before it had
-    been queued (delayed ones count where a delayed job counts), against ``max_queued``, its
-    level's ``LevelBudget`` (``max_queued``, then ``max_wait`` for a job eligible at ``t``)
-    and ``max_queued_per_member``. Nothing changes, not even the refusal counter (``submit``
-    counts its own refusals).
-
-    Returns:
-        None when every job would be queued, else the first refused job's index and error.
-
-    Complexity: O(b x levels) for b jobs with a ``max_wait``, else O(b).
+    ``Lifecycle.refusal`` over this core's counts (see there). O(b x levels) for b jobs.
     """
-    limit = d.config.max_queued
-    cap = d.config.max_member
-    budgets = d.budgets
-    if limit is None and cap is None and not budgets:  # no limit: the common case
-        return None
-    queued = len(d)
-    last = len(specs) - 1
-    held: dict[int, int] = {}  # the batch's jobs so far per level, delayed or not
-    ready: dict[int, int] = {}  # those eligible at t, per level (what a forecast counts)
-    members: dict[str, int] = {}  # those eligible at t, per member (its ``queued``)
-    for index, spec in enumerate(specs):
-        if limit is not None and queued + index >= limit:
-            error: QueueFull = QueueFull(
-                f"the queue holds {queued + index} jobs, its limit (max_queued={limit})",
-                retry_after=d.retry_after(),
-                limit=limit,
-                scope="queue",
-            )
-            return Refusal(index, error)
-        level = spec.level
-        not_before = spec.not_before
-        delayed = not_before is not None and not_before > t
-        budget = budgets.get(level) if budgets else None
-        if budget is not None:
-            over = _over_budget(d, budget, level, delayed, held.get(level, 0), ready)
-            if over is not None:
-                return Refusal(index, over)
-        member = spec.member
-        if cap is not None:
-            stats = d.members.get(member)
-            count = (0 if stats is None else stats.queued) + members.get(member, 0)
-            if count >= cap:
-                error = QueueFull(
-                    f"member {member!r} has {count} jobs queued, its limit "
-                    f"(max_queued_per_member={cap})",
-                    retry_after=d.retry_after(),
-                    limit=cap,
-                    scope="member",
-                )
-                return Refusal(index, error)
-        if index == last:
-            break
-        held[level] = held.get(level, 0) + 1
-        if not delayed:
-            ready[level] = ready.get(level, 0) + 1
-            members[member] = members.get(member, 0) + 1
-    return None
-
-
-def _over_budget(
-    d: State, budget: LevelBudget, level: int, delayed: bool, held: int, ready: Mapping[int, int]
-) -> QueueFull | None:
-    """A level's ``LevelBudget`` refusal of one more job (``held``/``ready``: a batch's own)."""
-    if budget.max_queued is not None:
-        stats = d.levels.get(level)
-        queued = (0 if stats is None else stats.queued) + d.timers.parked.get(level, 0) + held
-        if queued >= budget.max_queued:
-            return QueueFull(
-                f"level {level} holds {queued} queued or delayed jobs, its limit "
-                f"(max_queued={budget.max_queued})",
-                retry_after=d.retry_after(),
-                limit=budget.max_queued,
-                scope="level",
-            )
-    if budget.max_wait is not None and not delayed:
-        wait = forecast_wait(d, level, ready)
-        if wait > budget.max_wait:
-            return Overloaded(
-                f"level {level}: the forecast wait is {wait:.0f} s, over its budget "
-                f"(max_wait={budget.max_wait:g} s); the job was not queued",
-                retry_after=float(max(1, math.ceil(wait - budget.max_wait))),
-                forecast_wait=wait,
-                max_wait=budget.max_wait,
-                level=level,
-            )
-    return None
-
-
-def forecast_wait(d: State, level: int, more: Mapping[int, int] | None = None) -> float:
-    """The forecast wait of a job submitted now at ``level``: O(levels).
-
-    The queued jobs at its level and above, each at the recent mean runtime of its level (60 s
-    when none is known), over the fleet's capacity (docs/design/lifecycle.md). ``more``: jobs
-    per level not queued yet (a batch's earlier jobs), counted as if they were: the sum is
-    the one the state would give once they are.
-    """
-    levels = d.levels
-    numbers = levels.keys() | more.keys() if more else levels
-    ahead = 0.0
-    for number in sorted(numbers, reverse=True):  # a fixed order: the same sum on replay
-        if number < level:
-            break
-        stats = levels.get(number)
-        count = (0 if stats is None else stats.queued) + (more.get(number, 0) if more else 0)
-        if count:
-            ahead += count * d.runtimes.level_mean(number)
-    return ahead / max(1, d.live)
+    return d.lifecycle.refusal(specs, t, d)

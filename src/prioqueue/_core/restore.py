@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from prioqueue._core.config import restored_options
+from prioqueue._core.core import Core
 from prioqueue._core.persist import load
-from prioqueue._core.state import State
 from prioqueue._groups import restore_groups
 from prioqueue.scoring import Scorer
 
@@ -22,7 +22,7 @@ _D = TypeVar("_D")
 
 def restored(
     make: Callable[..., _D],
-    core_of: Callable[[_D], State],
+    core_of: Callable[[_D], Core],
     state: Mapping[str, Any],
     scorer: Scorer | None,
     now: float | None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from heapq import heappop as _heappop
 
-from prioqueue._core.state import State
+from prioqueue._core.core import Core
 from prioqueue._lanes import QUEUED, _Entry
 from prioqueue.records import Job
 
@@ -27,10 +27,10 @@ STARVING_FIRST = True
 OVERDUE_BAND = 0.75
 
 
-def waiting_below(d: State, number: int) -> bool:
+def waiting_below(d: Core, number: int) -> bool:
     """Whether a level below ``number`` has a backlogged lane. O(levels)."""
-    levels = d.levels
-    for other in reversed(d.level_order):
+    levels = d.lanes.levels
+    for other in reversed(d.lanes.level_order):
         if other >= number:
             return False
         if levels[other].lanes:
@@ -58,7 +58,7 @@ def warm_crossing(
     )
 
 
-def aging_exemption(d: State) -> float:
+def aging_exemption(d: Core) -> float:
     """``(T + A) * d``: the offsets' spread in seconds (the aging bound's constant)."""
     config = d.scorer.config
     bonuses = list(config.tier_bonuses.values())
@@ -66,7 +66,7 @@ def aging_exemption(d: State) -> float:
     return (spread + config.max_affinity) * d.divisor
 
 
-def crossing_level(d: State, b: int, t: float) -> int:
+def crossing_level(d: Core, b: int, t: float) -> int:
     """The level a crossing below ``b`` serves (docs/design/dispatcher.md, issue 26).
 
     The highest level below ``b`` whose oldest queued job waited past its aging bound
@@ -76,7 +76,7 @@ def crossing_level(d: State, b: int, t: float) -> int:
     O(levels + named levels).
     """
     if STARVING_FIRST:
-        top = d.top_level()
+        top = d.lanes.top_level()
         assert top is not None
         top = max(top, *d.policy.aliases.values())
         spread = aging_exemption(d)
@@ -86,13 +86,13 @@ def crossing_level(d: State, b: int, t: float) -> int:
     return oldest_below(d, b).job.priority
 
 
-def _heads_below(d: State, top: int) -> Iterator[tuple[int, _Entry]]:
+def _heads_below(d: Core, top: int) -> Iterator[tuple[int, _Entry]]:
     """Each backlogged level below ``top`` (in ``level_order``) with its oldest queued job.
 
     Amortised O(1) per level (the stale items met at the top of its arrival heap are dropped).
     """
-    levels = d.levels
-    for number in d.level_order:
+    levels = d.lanes.levels
+    for number in d.lanes.level_order:
         if number >= top:
             continue
         level = levels[number]
@@ -104,7 +104,7 @@ def _heads_below(d: State, top: int) -> Iterator[tuple[int, _Entry]]:
         yield number, arrivals[0].entry
 
 
-def oldest_below(d: State, top: int) -> _Entry:
+def oldest_below(d: Core, top: int) -> _Entry:
     """The queued job below level ``top`` that waited longest for its band.
 
     That is the highest ``level - arrival / d`` (band plus the aging of its own wait);

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from prioqueue._core.core import Core
 from prioqueue._core.observe import predict, runtime_estimator
-from prioqueue._core.state import State
 from prioqueue._lanes import QUEUED
 from prioqueue.records import Job
 from prioqueue.views import GrantRecord, GroupFinish, LaneView, WorkerView
@@ -19,7 +19,7 @@ from prioqueue.views import GrantRecord, GroupFinish, LaneView, WorkerView
 __all__: list[str] = []  # private module
 
 
-def recent_grants(d: State, since: float, limit: int) -> list[GrantRecord]:
+def recent_grants(d: Core, since: float, limit: int) -> list[GrantRecord]:
     """The remembered grants at or after ``since``, newest first, at most ``limit``."""
     found: list[GrantRecord] = []
     for record in reversed(d.history.records):
@@ -35,7 +35,7 @@ def recent_grants(d: State, since: float, limit: int) -> list[GrantRecord]:
     return found
 
 
-def member_lanes(d: State, heads: int, scan: int) -> list[LaneView]:
+def member_lanes(d: Core, heads: int, scan: int) -> list[LaneView]:
     """Every member lane with a job queued or held, highest level first, then by member.
 
     Each lists its first ``heads`` queued jobs among its first ``scan`` entries (lazy deletion
@@ -44,7 +44,7 @@ def member_lanes(d: State, heads: int, scan: int) -> list[LaneView]:
     if not d.fair_share:
         return []
     views = []
-    for lane in d.lanes.values():
+    for lane in d.lanes.by_key.values():
         if not (lane.live or lane.holding):
             continue
         first: list[Job] = []
@@ -58,9 +58,9 @@ def member_lanes(d: State, heads: int, scan: int) -> list[LaneView]:
     return views
 
 
-def worker_views(d: State) -> list[WorkerView]:
+def worker_views(d: Core) -> list[WorkerView]:
     """Every known worker (timed-out ones included) and what it holds, by name."""
-    workers = d.workers
+    workers = d.workers.by_name
     return [
         WorkerView(
             workers[name].info(),
@@ -72,7 +72,7 @@ def worker_views(d: State) -> list[WorkerView]:
 
 
 def group_finishes(
-    d: State, t: float, wanted: Collection[str], limit: int
+    d: Core, t: float, wanted: Collection[str], limit: int
 ) -> dict[str, GroupFinish]:
     """Each wanted group's predicted finish from one dry run of at most ``limit`` grants.
 
@@ -87,7 +87,7 @@ def group_finishes(
     expected = runtime_estimator(d)
     finish: dict[str, float | None] = {}
     unknown: set[str] = set()
-    for worker in d.workers.values():
+    for worker in d.workers.by_name.values():
         for entry in worker.held:
             key = book.group_of(entry.job.id)
             if key in left:
