@@ -307,7 +307,7 @@ def main() -> int:
         action="append",
         default=[],
         help="an ablation: NAME=0|1 for a rule switch of the core (STARVING_FIRST, "
-        "WARM_OVERDUE); repeatable",
+        "SHARE_GATE, WARM_OVERDUE); repeatable",
     )
     parser.add_argument("--markdown", help="write the pass-count table to this file")
     args = parser.parse_args()
@@ -324,7 +324,11 @@ def main() -> int:
         import prioqueue._core.choose as core_choose  # ablation switches only
         import prioqueue._core.starving as core_starving
 
-        homes = {"STARVING_FIRST": core_starving, "WARM_OVERDUE": core_choose}
+        homes = {
+            "STARVING_FIRST": core_starving,
+            "SHARE_GATE": core_starving,
+            "WARM_OVERDUE": core_choose,
+        }
         for item in args.ablate:
             name, _, value = item.partition("=")
             if name not in homes or value not in ("0", "1"):

@@ -330,3 +330,69 @@ def test_explain_names_the_rule_when_the_job_out_scored_the_grant() -> None:
         s_at=lambda at: 0.0, divisor=100.0, affinity=lambda m: 0.0,
     )  # fmt: skip
     assert untold[0].cause == "eligibility"
+
+
+# --- the share gate (issue 26, fourth round) --------------------------------------------------
+
+
+def _served_batch_then_images(make: Factory, images_at: float) -> tuple[Any, list[str]]:
+    """A batch job runs 2000 s alone (its level's recent service), then images arrive.
+
+    With ``crossing_share=0.5`` a level is short of its share below ``0.25`` GPUs of recent
+    service; the other member's batch job (its own lane, ``s = 0``) has aged past the
+    images' band by then, so its grant would be a crossing with the credit at 0.
+    """
+    d = make(FAST, crossing_share=0.5)
+    d.submit("b0", member="film", priority="batch", estimate=2000.0, now=0.0)
+    d.submit("b1", member="other", priority="batch", estimate=100.0, now=0.0)
+    assert _granted(d, 0.0) == "b0"  # nothing higher waits: no crossing, but service
+    d.complete("b0", now=2000.0)
+    t = images_at
+    for k in range(2):
+        d.submit(f"img{k}", member="u", priority="interactive", estimate=100.0, now=t)
+    order = []
+    while (grant := d.dispatch(now=t)) is not None:
+        order.append(grant.job.id)
+        t += 100.0
+        d.complete(grant.job.id, now=t)
+    return d, order
+
+
+@IMPLEMENTATIONS
+def test_a_level_served_in_the_idle_gaps_does_not_cross(make: Factory) -> None:
+    # At 2000 s the batch level has used 2000 * exp(-2000/3600) / 3600 = 0.32 GPUs: its
+    # share already, so the aged batch job waits for the images (no crossing, no credit).
+    d, order = _served_batch_then_images(make, 2000.0)
+    assert order == ["img0", "img1", "b1"]
+    stats = d.stats(now=10_000.0)
+    assert stats.levels[-100].reorders.deferred_crossings == 2
+
+
+@IMPLEMENTATIONS
+def test_a_level_short_of_its_share_crosses(make: Factory) -> None:
+    # At 6000 s that service has decayed to 0.11 GPUs: the crossing goes ahead.
+    d, order = _served_batch_then_images(make, 6000.0)
+    assert order == ["b1", "img0", "img1"]
+    assert d.stats(now=10_000.0).levels[-100].reorders.deferred_crossings == 0
+
+
+def test_restore_keeps_each_levels_recent_service() -> None:
+    """The share gate's state is in snapshots (shifted with the clock), so a restored
+    dispatcher defers the same crossings; older snapshots without it restore with none."""
+    d = SizeOneDispatcher(FAST, crossing_share=0.5)
+    d.submit("b0", member="film", priority="batch", estimate=2000.0, now=0.0)
+    d.submit("b1", member="other", priority="batch", estimate=100.0, now=0.0)
+    assert _granted(d, 0.0) == "b0"
+    d.complete("b0", now=2000.0)
+    state = json.loads(json.dumps(d.snapshot(now=2000.0)))
+    assert state["level_service"] == {"-100": [2000.0, 0.0]}
+    for shift in (0.0, 50_000.0):
+        again = SizeOneDispatcher.restore(state, scorer=FAST, now=2000.0 + shift)
+        again.submit("img", member="u", priority="interactive", estimate=100.0, now=2000.0 + shift)
+        assert _granted(again, 2000.0 + shift) == "img"  # as the original would
+    older = {k: v for k, v in state.items() if k != "level_service"}
+    again = SizeOneDispatcher.restore(older, scorer=FAST, now=2000.0)
+    again.submit("img", member="u", priority="interactive", estimate=100.0, now=2000.0)
+    assert _granted(again, 2000.0) == "b1"  # no recent service: the crossing goes ahead
+    with pytest.raises(ValueError, match="level_service"):
+        SizeOneDispatcher.restore({**state, "level_service": {"-100": [-1.0, 0.0]}}, scorer=FAST)

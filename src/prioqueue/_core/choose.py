@@ -30,6 +30,7 @@ from prioqueue._core.starving import (
     OVERDUE_BAND,
     aging_exemption,
     crossing_level,
+    short_of_share,
     waiting_below,
     warm_crossing,
 )
@@ -97,22 +98,10 @@ def pick(d: Core, worker: _Worker, t: float) -> Pick | None:
             every = fast and cap is None  # every queued job is eligible: B is top
             higher = None if every else above(d, search, lane.level, top, every)
             if every or higher is not None:
-                if d.lanes.credit >= 0.0:
-                    weight = share - 1.0
-                    b = top if higher is None else higher[0].level  # (lane, entry, aff)
-                    lane, entry, aff, rule = cross_to(d, search, (lane, entry, aff), b, every, t)
-                else:
-                    if higher is None:
-                        higher = above(d, search, lane.level, top, every)
-                    assert higher is not None
-                    live = d.workers.live + worker.timed_out  # a pop (or its preview) revives it
-                    if warm_crossing(live, d.divisor, resident, aff, higher[1].job, t):
-                        weight = share - 1.0
-                    else:
-                        deferred = entry
-                        lane, entry, aff = higher
-                        weight = share
-                        rule = "crossing deferred"
+                offer = (lane, entry, aff)
+                lane, entry, aff, deferred, weight, rule = cross_or_defer(
+                    d, search, worker, offer, higher, top, every, t
+                )
         # A grant at the highest eligible level while a lower level waits refills the
         # credit too (not only a deferral): crossings get their share of that time.
         weight = weight or (share if d.lanes.credit < 0.0 and waiting_below(d, lane.level) else 0.0)
@@ -125,16 +114,59 @@ def pick(d: Core, worker: _Worker, t: float) -> Pick | None:
     return lane, entry, aff, winner, fast, deferred, weight, rule
 
 
+#: What a crossing pop grants: the offer, the entry it deferred (or None), the credit's
+#: weight, and the rule named by ``explain`` (None: the winner itself).
+Crossed = tuple[_Lane, _Entry, float, "_Entry | None", float, "str | None"]
+
+
+def cross_or_defer(
+    d: Core,
+    search: Search,
+    worker: _Worker,
+    offer: tuple[_Lane, _Entry, float],
+    higher: tuple[_Lane, _Entry, float] | None,
+    top: int,
+    every: bool,
+    t: float,
+) -> Crossed:
+    """A crossing's grant (``offer`` won below the top eligible level): cross, or defer.
+
+    It crosses while the credit is not negative and the level it would serve is short of
+    its share (the share gate, ``short_of_share``), else a warm crossing on a fleet still
+    goes ahead, else the higher level's offer ``higher`` goes instead (found here when the
+    caller had no need of it). Amortised O(K log n + levels).
+    """
+    lane, entry, aff = offer
+    share = d.share
+    live = d.workers.live + worker.timed_out  # a pop (or its preview) revives it
+    credit = d.lanes.credit
+    if credit >= 0.0:
+        b = top if higher is None else higher[0].level  # (lane, entry, aff)
+        starving = crossing_level(d, b, t)
+        if short_of_share(d, starving, live, t):
+            lane, entry, aff, rule = cross_to(d, search, offer, starving, every)
+            return lane, entry, aff, None, share - 1.0, rule
+    # Past the credit, or the level the crossing would serve has its share already (the
+    # share gate): the higher level's offer goes instead.
+    if higher is None:
+        higher = above(d, search, lane.level, top, every)
+    assert higher is not None
+    if warm_crossing(live, d.divisor, worker.resident, aff, higher[1].job, t):
+        return lane, entry, aff, None, share - 1.0, None
+    weight = share if credit < 0.0 else 0.0  # the gate earns nothing
+    return higher[0], higher[1], higher[2], entry, weight, "crossing deferred"
+
+
 def cross_to(
-    d: Core, search: Search, offer: tuple[_Lane, _Entry, float], b: int, every: bool, t: float
+    d: Core, search: Search, offer: tuple[_Lane, _Entry, float], starving: int, every: bool
 ) -> tuple[_Lane, _Entry, float, str | None]:
     """A crossing's grant, and its rule (None: the winner ``offer`` itself).
 
-    The crossing goes to the level whose oldest job below ``b`` has waited longest for its
-    band, to that level's least-served choice. Amortised O(K log n + levels).
+    The crossing goes to the level ``starving`` (``crossing_level``: the highest level with
+    a starving job, else the one whose oldest job has waited longest for its band), to that
+    level's least-served choice. Amortised O(K log n).
     """
     lane, entry, aff = offer
-    starving = crossing_level(d, b, t)
     if starving != lane.level:
         found = least_served(d, starving, search, every)
         if found is not None and found[1] is not entry:

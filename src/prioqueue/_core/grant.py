@@ -97,10 +97,10 @@ def pop(d: Core, worker: _Worker, t: float, preview: bool = False) -> Grant | No
     entry.hand_to(worker, t, charged, t + runtime, capacity, grant)
     if weight:
         d.lanes.cross(entry, weight, runtime)
-        if deferred is not None:
-            levels[deferred.job.priority].reorders.defer()
+    if deferred is not None:  # past the credit, or by the share gate (which earns nothing)
+        levels[deferred.job.priority].reorders.defer()
     d.hand_over(entry, worker, t, charged)
-    level.granted(wait, bisect.bisect_left(d.buckets, wait))
+    level.granted(wait, bisect.bisect_left(d.buckets, wait), t, runtime)
     d.totals["dispatched"] += 1
     d.groups.move(job.id, "running")
     return grant

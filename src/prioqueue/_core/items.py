@@ -117,6 +117,12 @@ class ReorderCounts:
         return Reorders(self.aging, self.affinity, self.tier, self.fair_share, self.deferred)
 
 
+#: The window of a level's recent service (seconds; the share gate of bounded crossings,
+#: docs/design/dispatcher.md, "The share gate"): a grant's weight in it decays by ``e`` per
+#: window. Chosen by the issue-26 sweep on the tuning seeds (1800-7200 s: a plateau).
+SHARE_WINDOW = 3600.0
+
+
 class Level:
     """Per-level bookkeeping."""
 
@@ -129,6 +135,8 @@ class Level:
         "lanes",
         "queued",
         "reorders",
+        "served",
+        "served_at",
         "sum_arrival",
         "total_wait",
     )
@@ -146,6 +154,11 @@ class Level:
         # overdue rule's warm choice (``choose.overdue_offer``). Model-less jobs are not filed.
         self.by_model: dict[str, list[Arrival]] = {}
         self.backlog: list[Backlog] = []
+        # The level's recent service (the share gate, docs/design/dispatcher.md): GPU-s
+        # granted (expected runtimes), decayed by ``exp(-age / SHARE_WINDOW)``, as of
+        # ``served_at``.
+        self.served = 0.0
+        self.served_at = 0.0
 
     def add(self, item: Arrival) -> None:
         """A queued entry joins the level: counted and filed (``file``). O(k log n)."""
@@ -168,11 +181,33 @@ class Level:
         """One more lane of the level is backlogged."""
         self.lanes += 1
 
-    def granted(self, wait: float, bucket: int) -> None:
-        """Count a grant at the level: its wait, in the wait histogram's ``bucket``."""
+    def granted(self, wait: float, bucket: int, t: float, runtime: float) -> None:
+        """Count a grant at ``t``: its wait and its expected ``runtime``.
+
+        The wait goes in the wait histogram's ``bucket``; the runtime in the level's recent
+        service (``recent_gpu_seconds``). O(1).
+        """
         self.dispatched += 1
         self.total_wait += wait
         self.buckets[bucket] += 1
+        self.served = self.recent_gpu_seconds(t) + runtime
+        self.served_at = t
+
+    def recent_gpu_seconds(self, t: float) -> float:
+        """The level's recent service at ``t``, in GPU-seconds.
+
+        The expected runtimes of its grants, each weighted ``exp(-age / SHARE_WINDOW)``;
+        divided by ``SHARE_WINDOW`` it is the GPUs the level has been using (its rate). O(1).
+        """
+        served = self.served
+        if not served:
+            return 0.0
+        return served * math.exp((self.served_at - t) / SHARE_WINDOW)
+
+    def restore_service(self, served: float, served_at: float) -> None:
+        """A restored level's recent service (``served_at`` already on the new clock)."""
+        self.served = served
+        self.served_at = served_at
 
     def note_s(self, lane: _Lane, live: int) -> None:
         """Record a backlogged lane's current ``s`` for the lift's minimum.

@@ -77,6 +77,13 @@ def dump(d: Core, t: float) -> dict[str, Any]:
         # same as without the restart.
         "crossing_credit": d.lanes.credit,
         "crossing_share": d.share,
+        # Each level's recent service (the share gate): restoring it makes the next
+        # crossings the same as without the restart. Levels that never ran are left out.
+        "level_service": {
+            str(number): [level.served, level.served_at]
+            for number, level in d.lanes.levels.items()
+            if level.served
+        },
         # The runtimes behind the expected charge: restoring them makes the next grants the
         # same as without the restart.
         "recent": {
@@ -135,6 +142,7 @@ def load(
             _load_lanes(d, state["lanes"], taken_at, shift)
         seqs: set[int] = set()
         _load_recent(d, finite("crossing_credit", state.get("crossing_credit", 0.0)), state)
+        _load_service(d, state.get("level_service", {}), shift)
         if fleet:
             load_workers(d, state["workers"], shift)
         held = [r for r in (state["held"] if fleet else [state["running"]]) if r is not None]
@@ -237,6 +245,20 @@ def _load_recent(d: Core, credit: float, state: Mapping[str, Any]) -> None:
         for level, runtimes in recent["levels"].items():
             levels[_level(int(level))] = _runtimes(runtimes)
     d.restore_recent(credit, models, levels)
+
+
+def _load_service(d: Core, records: Any, shift: float) -> None:
+    """Restore each level's recent service (older snapshots lack it: none)."""
+    if not isinstance(records, dict):
+        raise ValueError(f"level_service must be an object, got {type(records).__name__}")
+    for level, pair in records.items():
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise ValueError(f"level_service[{level!r}] must be [served, at], got {pair!r}")
+        served = finite("level_service served", pair[0])
+        if served < 0:
+            raise ValueError(f"level_service[{level!r}] served must be >= 0, got {served!r}")
+        at = finite("level_service at", finite("level_service at", pair[1]) + shift)
+        d.lanes.level(_level(int(level))).restore_service(served, at)
 
 
 def _runtimes(values: Any) -> deque[float]:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from heapq import heappop as _heappop
 
 from prioqueue._core.core import Core
+from prioqueue._core.items import SHARE_WINDOW
 from prioqueue._lanes import QUEUED, _Entry
 from prioqueue.records import Job
 
@@ -25,6 +26,31 @@ STARVING_FIRST = True
 #: ``(T + A) * d`` come on top): a quarter of its band's overtake horizon is left to reach a
 #: GPU before the report counts it starved (docs/design/dispatcher.md, "Overdue jobs").
 OVERDUE_BAND = 0.75
+
+
+#: The share gate (issue 26, fourth round; ``short_of_share``): a crossing serves a level
+#: only while the level's recent service is below this fraction of the crossing share of
+#: the live workers. Chosen by the sweep on the tuning seeds (0.5 and 1; docs/design/dispatcher.md).
+SHORT_OF_SHARE = 0.5
+
+#: The share gate, on; only an ablation turns it off (``check_wide.py --ablate
+#: SHARE_GATE=0``); the reference model knows no switch.
+SHARE_GATE = True
+
+
+def short_of_share(d: Core, number: int, live: int, t: float) -> bool:
+    """Whether level ``number`` is short of its crossing share (a crossing may serve it).
+
+    That is, whether the GPUs it has been using over the last ``SHARE_WINDOW`` (its recent
+    service, ``Level.recent_gpu_seconds``, over the window) are fewer than
+    ``SHORT_OF_SHARE * share * live``. A level served in the higher levels' idle gaps (or
+    by warm crossings, overdue grants) at that rate needs no crossing, which would cost the
+    higher levels two swaps and give it nothing it is not getting already. O(1).
+    """
+    if not SHARE_GATE:
+        return True
+    used = d.lanes.levels[number].recent_gpu_seconds(t) / SHARE_WINDOW
+    return used < SHORT_OF_SHARE * d.share * (live if live > 1 else 1)
 
 
 def waiting_below(d: Core, number: int) -> bool:

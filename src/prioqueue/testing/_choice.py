@@ -3,9 +3,9 @@
 From ``docs/design/fleet.md`` and ``docs/design/dispatcher.md``: the highest key among the
 offers of the jobs eligible for the worker (the warm hold capped at load times only when
 nothing is eligible without the cap) wins; a winner below the highest level with an eligible
-job is a crossing, bounded by the crossing credit (``_rules``), then the credit's refill and
-the overdue rule (``_overdue``) have their say. Nothing here changes anything: the grant is
-the fleet's.
+job is a crossing, bounded by the crossing credit and the share gate (``_rules``), then the
+credit's refill and the overdue rule (``_overdue``) have their say. Nothing here changes
+anything: the grant is the fleet's.
 """
 
 from __future__ import annotations
@@ -48,19 +48,19 @@ def choose(rules: ReferenceRules, worker: Worker, now: float) -> Choice | None:
     weight = 0.0
     deferred: Offer | None = None
     if rules.share < 1 and win.level < top:
-        if rules.credit >= 0:
+        starving = starving_level(rules, top, now) if rules.credit >= 0 else None
+        if starving is not None and rules.short_of_share(starving, now):
             weight = -(1 - rules.share)
-            starving = starving_level(rules, top, now)
             if starving != win.level:
                 win = rules.least_served(offers, starving) or win
-        else:
+        else:  # past the credit, or the share gate: the level has its share already
             served = rules.least_served(offers, top)
             assert served is not None
             if _warm_crossing(rules, worker, win, served, now):
                 weight = -(1 - rules.share)
             else:
                 deferred = win
-                weight = rules.share
+                weight = rules.share if rules.credit < 0 else 0.0
                 win = served
     weight = refilled(rules, win, weight)  # and the overdue rule (see ``_overdue``)
     win = overdue(rules, win, worker, now)

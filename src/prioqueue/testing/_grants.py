@@ -96,6 +96,7 @@ class ReferenceGrants:
         if self._fair_share:
             self._lanes.hold(job, c)
         self._rules.move_credit(choice.weight * runtime)
+        self._rules.serve(job.priority, now, runtime)
         if choice.deferred is not None:
             self._stats.reordered(choice.deferred.level, "deferred_crossings")
         worker.take(

@@ -32,13 +32,17 @@ The rules it keeps (the note's words, in code order):
   worker timeout, leave) refunds ``c`` exactly and requeues the job at its lane's head (or
   fails it after ``max_attempts`` grants; ``leave`` always requeues).
 * Bounded crossings: when the winner's level is below the highest level at which the worker
-  has an eligible job, the grant is a crossing. With the credit ``>= 0`` it goes ahead and the
-  credit drops by ``(1 - share) * x``; the grant then goes to the best offer (by key) of the
+  has an eligible job, the grant is a crossing. With the credit ``>= 0``, and the level it
+  would serve (below) short of its share (the share gate: that level's grants' expected
+  runtimes, each weighted ``exp(-age / 3600 s)``, over 3600 s, are below ``0.5 * share *
+  N``), it goes ahead and the credit drops by ``(1 - share) * x``; the grant then goes to the
+  best offer (by key) of the
   8 least-served lanes (smallest ``s``, ties: made first) at the level of the queued job below
   that level with the highest ``level - arrival / d`` (ties by arrival, then seq), or to the
   winner when that level offers the worker nothing or is the winner's. Otherwise the same
-  choice at that highest level is granted instead, the credit rises by ``share * x`` and the
-  deferred job's level counts a deferred crossing (``x`` the granted job's expected runtime).
+  choice at that highest level is granted instead, the credit rises by ``share * x`` (past
+  the credit only: the gate earns nothing) and the deferred job's level counts a deferred
+  crossing (``x`` the granted job's expected runtime).
   The completion moves the credit by ``weight * (runtime - x)``, a take-back by ``-weight *
   x``. The credit's refill and the overdue rule: ``_overdue``.
 * The lift on submit is the size-1 note's, applied to the settled part (``settled =
@@ -74,6 +78,10 @@ __all__: list[str] = []  # private module
 
 
 _AFFINITY_PRICE = 1.0  # k of "Affinity as a priced trade" (docs/design/fleet.md)
+# The share gate (docs/design/dispatcher.md, "The share gate"): a level's recent service
+# decays by ``e`` per window; a crossing serves a level below this fraction of its share.
+SHARE_WINDOW = 3600.0
+SHORT_OF_SHARE = 0.5
 
 
 class ReferenceRules:
@@ -125,10 +133,28 @@ class ReferenceRules:
         self._max_running = max_running
         self._share = share
         self._credit = 0.0
+        self._service: dict[int, tuple[float, float]] = {}
 
     def move_credit(self, delta: float) -> None:
         """Move the crossing credit by ``delta`` (a grant, a completion or a take-back)."""
         self._credit += delta
+
+    def serve(self, level: int, now: float, runtime: float) -> None:
+        """A grant at ``level`` adds its expected ``runtime`` to the level's recent service."""
+        self._service[level] = (self._recent(level, now) + runtime, now)
+
+    def _recent(self, level: int, now: float) -> float:
+        served, at = self._service.get(level, (0.0, 0.0))
+        return served * math.exp((at - now) / SHARE_WINDOW) if served else 0.0
+
+    def short_of_share(self, level: int, now: float) -> bool:
+        """The share gate: whether a crossing may serve ``level``.
+
+        That is whether it used fewer GPUs over the recent window than
+        ``SHORT_OF_SHARE * share * N``.
+        """
+        used = self._recent(level, now) / SHARE_WINDOW
+        return used < SHORT_OF_SHARE * self._share * self.capacity
 
     def queued(self) -> list[Entry]:
         """Every queued entry (the lanes')."""
