@@ -396,3 +396,5 @@ def test_restore_keeps_each_levels_recent_service() -> None:
     assert _granted(again, 2000.0) == "b1"  # no recent service: the crossing goes ahead
     with pytest.raises(ValueError, match="level_service"):
         SizeOneDispatcher.restore({**state, "level_service": {"-100": [-1.0, 0.0]}}, scorer=FAST)
+    with pytest.raises(ValueError, match="level_service: a key must be a level number"):
+        SizeOneDispatcher.restore({**state, "level_service": {"low": [1.0, 0.0]}}, scorer=FAST)

@@ -71,7 +71,7 @@ def check_options(
 
 
 class JobSpec(NamedTuple):
-    """A submit's options, validated (frozen): what ``State`` files, before any change.
+    """A submit's options, validated (frozen): what the core (``Core``) files, before any change.
 
     ``checked`` is the one place a submit's options are validated; ``queue.submit`` makes the
     stored ``Job`` from it once the state has given it its arrival and sequence number.

@@ -243,8 +243,17 @@ def _load_recent(d: Core, credit: float, state: Mapping[str, Any]) -> None:
         for model, runtimes in recent["models"].items():
             models[checked_name("model", model)] = _runtimes(runtimes)
         for level, runtimes in recent["levels"].items():
-            levels[_level(int(level))] = _runtimes(runtimes)
+            levels[_level_key("recent levels", level)] = _runtimes(runtimes)
     d.restore_recent(credit, models, levels)
+
+
+def _level_key(what: str, key: object) -> int:
+    """A level written as a JSON object's key (``"-100"``), checked as ``_level`` does."""
+    try:
+        number = int(key)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        raise ValueError(f'{what}: a key must be a level number like "-100", got {key!r}') from None
+    return _level(number)
 
 
 def _load_service(d: Core, records: Any, shift: float) -> None:
@@ -258,7 +267,7 @@ def _load_service(d: Core, records: Any, shift: float) -> None:
         if served < 0:
             raise ValueError(f"level_service[{level!r}] served must be >= 0, got {served!r}")
         at = finite("level_service at", finite("level_service at", pair[1]) + shift)
-        d.lanes.level(_level(int(level))).restore_service(served, at)
+        d.lanes.level(_level_key("level_service", level)).restore_service(served, at)
 
 
 def _runtimes(values: Any) -> deque[float]:
