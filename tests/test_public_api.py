@@ -133,3 +133,29 @@ def test_cli_version_and_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.strip() == "prioqueue-lanes 0.1.0"
     assert main([]) == 2
     assert "simulate" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "imported", "not_imported"),
+    [
+        (["jobs", "--help"], "prioqueue.client.jobs_cli", "fastapi"),
+        (["--help"], None, "prioqueue.client"),
+        (["--version", "simulate", "--help"], "prioqueue.sim.cli", "prioqueue.broker"),
+    ],
+)
+def test_the_cli_imports_only_the_subcommand_it_runs(
+    argv: list[str], imported: str | None, not_imported: str
+) -> None:
+    # A ``prioqueue jobs`` process must not pay for the broker's web stack (issue 29: every
+    # subprocess test spent ~0.7 s, seconds under load, importing every adapter).
+    code = (
+        "import sys\nfrom prioqueue.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+        f"print({imported!r} is None or {imported!r} in sys.modules, "
+        f"{not_imported!r} in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "True False", result.stdout

@@ -27,14 +27,19 @@ async def _pop(a: Api, worker: str = "gpu-1", wait: float = 0, **body: Any) -> A
 
 
 async def _until_waiting(a: Api, count: int = 1) -> None:
-    """Let the waiting requests park. They run in this loop (ASGI in memory), so loop turns,
-    not time, bring each to its wait: about 500 turns on a quiet machine, many more under a
-    tracer (coverage) on a loaded one. Turn until the first has parked (giving up after 60 s of
-    turns), then twice as many turns again for the others. 60 s means "hung", not "slow"."""
+    """Let the waiting requests park: turn the loop until ``count`` are asleep, then more.
+
+    They run in this loop (ASGI in memory), so loop turns, not time, bring each to its wait:
+    about 500 turns on a quiet machine, many more under a tracer (coverage) on a loaded one.
+    Turn until ``count`` have parked (giving up after 60 s of turns: that means "hung", not
+    "slow"), then twice as many turns again for any others still on their way.
+    """
     deadline = time.monotonic() + 60.0
     turns = 0
-    while count and a.broker.changes.sleeping == 0:
-        assert time.monotonic() < deadline, f"no waiting request parked in {turns} loop turns"
+    while a.broker.changes.sleeping < count:
+        assert time.monotonic() < deadline, (
+            f"{a.broker.changes.sleeping} of {count} waiting requests parked in {turns} turns"
+        )
         await asyncio.sleep(0)
         turns += 1
     for _ in range(max(2000, 2 * turns)):
@@ -335,17 +340,17 @@ def test_a_waiting_fleet_journals_its_liveness_in_one_event_per_half_timeout() -
                 await _pop(a, f"gpu-{i}")  # joins: one event each
             joined = len(a.journal.entries)
             waiting = [asyncio.create_task(_pop(a, f"gpu-{i}", wait=60)) for i in range(5)]
-            await _until_waiting(a)
+            await _until_waiting(a, 5)
             assert len(a.journal.entries) == joined
             a.clock.advance(31)  # past worker_timeout / 2: liveness is due
             a.broker.changes.fire()  # the waiters re-check now (their own timer is real time)
-            await _until_waiting(a)
+            await _until_waiting(a, 5)  # all five re-parked: each has seen the refresh
             refreshes = a.journal.entries[joined:]
             assert [e.op for e in refreshes] == ["refresh"]
             assert refreshes[0].args["workers"] == [f"gpu-{i}" for i in range(5)]
             a.clock.advance(31)
             a.broker.changes.fire()
-            await _until_waiting(a)
+            await _until_waiting(a, 5)
             assert [e.op for e in a.journal.entries[joined:]] == ["refresh", "refresh"]
             a.broker.begin_stop()
             await asyncio.gather(*waiting)
