@@ -23,9 +23,9 @@ import attrs
 
 from prioqueue._core.config import LEVEL_LIMIT, RECENT_PER_KEY
 from prioqueue._core.core import Core
-from prioqueue._core.persist_workers import _bool, _int, dump_workers, granted_as, load_workers
+from prioqueue._core.persist_workers import _int, dump_workers, granted_as, load_workers
 from prioqueue._lanes import PARKED, _Entry
-from prioqueue._validate import checked_name, finite, positive_or_none
+from prioqueue._validate import checked_name, finite, flag, positive_or_none
 from prioqueue.capabilities import checked_needs
 from prioqueue.errors import DuplicateJob
 from prioqueue.lease import Lease
@@ -135,7 +135,7 @@ def load(
             raise ValueError(f"format is {state.get('format')!r}, expected {expected_format!r}")
         taken_at = finite("taken_at", state["taken_at"])
         shift = 0.0 if now is None else finite("now", now) - taken_at
-        snapshot_fair = _bool("fair_share", state["fair_share"])
+        snapshot_fair = flag("fair_share", state["fair_share"])
         top_seq = _int("seq", state["seq"], 0)
         d.restore_start(top_seq, finite("taken_at + shift", taken_at + shift))
         if d.fair_share:
