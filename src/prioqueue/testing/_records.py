@@ -142,26 +142,14 @@ class Worker(Narrowable):
     held: list[Held] = attrs.field(factory=list)
     capabilities: Capabilities | None = None
 
-    def update(
-        self,
-        models: frozenset[str] | None,
-        resident: str | None,
-        slots: int,
-        slow: bool,
-        accepts: Callable[[Job], bool] | None,
-        capabilities: Capabilities | None,
-        now: float,
-    ) -> None:
-        """A known worker joins again: every field set (``resident=None`` keeps it), revived."""
-        self.models = models
-        if resident is not None:
-            self.resident = resident
-        self.slots = slots
-        self.slow = slow
-        self.accepts = accepts
-        self.capabilities = capabilities
-        self.last_seen = now
-        self.timed_out = False
+    def succeed(self, before: Worker) -> None:
+        """This record replaces ``before`` (a known worker joins again, revived).
+
+        It keeps the jobs ``before`` holds, and its resident model when this join names none.
+        """
+        self.held = before.held
+        if self.resident is None:
+            self.resident = before.resident
 
     def revive(self, now: float) -> None:
         """Word from the worker: seen at ``now``, live again."""
