@@ -98,7 +98,7 @@ def pop(d: Core, worker: _Worker, t: float, preview: bool = False) -> Grant | No
     if weight:
         d.lanes.cross(entry, weight, runtime)
     if deferred is not None:  # past the credit, or by the share gate (which earns nothing)
-        levels[deferred.job.priority].reorders.defer()
+        levels[deferred.job.priority].reordered("deferred_crossings")
     d.hand_over(entry, worker, t, charged)
     level.granted(wait, bisect.bisect_left(d.config.buckets, wait), t, runtime)
     d.totals["dispatched"] += 1

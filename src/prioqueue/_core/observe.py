@@ -33,6 +33,7 @@ from prioqueue.records import (
     Explanation,
     Job,
     LevelStats,
+    Reorders,
     Stats,
 )
 from prioqueue.scoring import ScoreBreakdown
@@ -293,7 +294,7 @@ def _stats(d: Core, t: float) -> Stats:
             mean_wait=max(0.0, mean),
             dispatched=level.dispatched,
             total_wait=level.total_wait,
-            reorders=level.reorders.frozen(),
+            reorders=Reorders(**level.reorders),
             wait_buckets=tuple(buckets),
         )
     members = {name: m.frozen(name) for name, m in sorted(d.lanes.members.items())}

@@ -18,7 +18,7 @@ import attrs
 from prioqueue._batch import Narrowable
 from prioqueue.capabilities import FEATURES, Capabilities
 from prioqueue.lease import LeaseCalculator
-from prioqueue.records import Grant, Job
+from prioqueue.records import REORDER_CAUSES, Grant, Job
 
 __all__: list[str] = []  # private module
 
@@ -263,15 +263,7 @@ class LevelCounters:
     dispatched: int = 0
     total_wait: float = 0.0
     waits: list[float] = attrs.field(factory=list)
-    reorders: dict[str, int] = attrs.field(
-        factory=lambda: {
-            "aging": 0,
-            "affinity": 0,
-            "tier": 0,
-            "fair_share": 0,
-            "deferred_crossings": 0,
-        }
-    )
+    reorders: dict[str, int] = attrs.field(factory=lambda: dict.fromkeys(REORDER_CAUSES, 0))
 
     def granted(self, waited: float) -> None:
         """A grant at the level, of a job that waited ``waited``."""
