@@ -1,5 +1,6 @@
-"""Argument checks shared by the dispatcher's modules (private).
+"""Argument checks shared by the library's modules (private).
 
+It imports only :mod:`prioqueue.errors`, so any module may use it without an import circle.
 Each returns the checked value or raises the documented exception with a message that names
 the argument and what is allowed.
 """
@@ -7,13 +8,8 @@ the argument and what is allowed.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
 
 from prioqueue.errors import ConfigError
-
-if TYPE_CHECKING:
-    from prioqueue.records import Job
 
 __all__: list[str] = []  # private module
 
@@ -60,6 +56,13 @@ def count(name: str, value: object) -> int:
     return value
 
 
+def flag(name: str, value: object) -> bool:
+    """Return a bool (ints refused); ValueError naming ``name`` otherwise."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be a bool, got {value!r}")
+    return value
+
+
 def count_or_none(name: str, value: object) -> int | None:
     """Return None or an int >= 0 (bools refused); ValueError naming ``name`` otherwise."""
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
@@ -81,22 +84,3 @@ def checked_name(field: str, value: object) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError(f"{field} must be a non-empty str, got {value!r}")
     return value
-
-
-def charge_function(charge: object) -> Callable[[Job, float], float]:
-    """Turn a charge model into ``(job, runtime) -> seconds``; ConfigError for a bad one."""
-    if charge == "runtime":
-        return lambda job, runtime: runtime
-    if charge == "estimate":
-        return lambda job, runtime: runtime if job.estimate is None else job.estimate
-    if isinstance(charge, (int, float)) and not isinstance(charge, bool):
-        constant = float(charge)
-        if not math.isfinite(constant) or constant <= 0:
-            raise ConfigError(f"a constant charge must be a finite number > 0, got {charge!r}")
-        return lambda job, runtime: constant
-    if callable(charge):
-        return cast("Callable[[Job, float], float]", charge)
-    raise ConfigError(
-        f"charge must be 'runtime', 'estimate', a number of seconds or a callable "
-        f"(job, runtime) -> seconds, got {charge!r}"
-    )

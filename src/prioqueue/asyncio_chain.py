@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from prioqueue._readonly import ReadOnly
+from prioqueue._timers import disarm
 from prioqueue.chain import Chain, ChainProgress, ChainStep
 from prioqueue.errors import LeaseExpired
 from prioqueue.records import Grant, Job, Ticket
@@ -183,9 +184,8 @@ class AsyncChain:
 
     async def aclose(self) -> None:
         """Cancel what is left of the chain (queued and running jobs) and await its tasks."""
-        if self._retry is not None:
-            self._retry.cancel()
-            self._retry = None
+        disarm(self._retry)
+        self._retry = None
         if self._chain.progress.state in ("new", "running", "stopped"):
             self._chain.cancel(now=self._gate.now(), running="cancel")
         tasks = list(self._tasks.values())

@@ -26,6 +26,8 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
+from prioqueue._validate import count, flag
+
 __all__ = [
     "CAPABILITY_CAUSES",
     "FEATURES",
@@ -70,18 +72,6 @@ def _limit(name: str, value: object) -> int | None:
     return value
 
 
-def _count(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-    return value
-
-
-def _flag(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be a bool, got {value!r}")
-    return value
-
-
 def _words(value: object) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, Iterable):
         raise ValueError(f"blacklist must be a collection of words, got {value!r}")
@@ -118,19 +108,19 @@ def _feature_set(value: object) -> frozenset[str]:
 
 
 def _nsfw(value: object) -> bool:
-    return _flag("nsfw", value)
+    return flag("nsfw", value)
 
 
 def _declared_only(value: object) -> bool:
-    return _flag("declared_only", value)
+    return flag("declared_only", value)
 
 
 def _pixels(value: object) -> int:
-    return _count("pixels", value)
+    return count("pixels", value)
 
 
 def _steps(value: object) -> int:
-    return _count("steps", value)
+    return count("steps", value)
 
 
 def _text(value: object) -> str:

@@ -446,7 +446,7 @@ class FleetDispatcher(BatchPop, Facade):
 
         Complexity: O(workers x slots).
         """
-        hold = self._core.warm_hold
+        hold = self._core.config.warm_hold
         if not hold > 0:
             return None
         t = self._core.now

@@ -20,5 +20,5 @@ def check(d: Core) -> None:
     parked = [e for e in d.entries.values() if e.state == PARKED]
     assert len(queued) + len(parked) == len(d)
     d.lifecycle.check(parked, queued)
-    d.lanes.check(d.entries, queued, held, d.now if d.fair_share else None)
+    d.lanes.check(d.entries, queued, held, d.now if d.config.fair_share else None)
     d.groups.check(d.entries)

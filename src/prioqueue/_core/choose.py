@@ -60,7 +60,7 @@ def pick(d: Core, worker: _Worker, t: float) -> Pick | None:
     resident = worker.resident
     search: Search | None = None
     fast = worker.models is None and worker.accepts is None and worker.capabilities is None
-    if fast and d.warm_hold > 0:
+    if fast and d.config.warm_hold > 0:
         search = search_for(d, worker, t)
         fast = not search.warm
     best = d.lanes.ranking.best(resident) if fast else None
@@ -89,7 +89,7 @@ def pick(d: Core, worker: _Worker, t: float) -> Pick | None:
     deferred: _Entry | None = None
     rule: str | None = None
     weight = 0.0
-    share = d.share
+    share = d.config.share
     if share < 1.0:
         top = d.lanes.top_level()
         if top is not None and lane.level < top:
@@ -137,7 +137,7 @@ def cross_or_defer(
     caller had no need of it). Amortised O(K log n + levels).
     """
     lane, entry, aff = offer
-    share = d.share
+    share = d.config.share
     live = d.workers.live + worker.timed_out  # a pop (or its preview) revives it
     credit = d.lanes.credit
     if credit >= 0.0:
@@ -234,12 +234,12 @@ def overdue(d: Core, entry: _Entry, t: float) -> _Entry | None:
     level's aging bound (the job is starving), without the check on ``s``. Amortised
     O(log n) plus O(levels + named levels).
     """
-    if not d.fair_share:
+    if not d.config.fair_share:
         return None  # every job ages from its own arrival: none waits for a lane's turn
     number = entry.job.priority
     top = d.lanes.top_level()
     assert top is not None  # entry is queued
-    top = max(top, *d.policy.aliases.values())
+    top = max(top, *d.config.policy.aliases.values())
     level = d.lanes.levels[number]
     arrivals = level.arrivals
     while arrivals[0].entry.state != QUEUED:
@@ -283,7 +283,7 @@ def search_for(d: Core, worker: _Worker, t: float) -> Search:
     expected to free a slot at ``e`` with ``t - h < e <= t + h`` (``free_at`` lists the
     busy ones' ``e`` per model). O(workers x slots).
     """
-    hold = d.warm_hold
+    hold = d.config.warm_hold
     if not hold > 0:
         return Search(worker, d.config.max_running)
     low = t - hold
@@ -403,7 +403,7 @@ def least_served_fast(
 ) -> tuple[_Lane, _Entry, float] | None:
     """``_least_served`` for a worker that may take every job (the fast path)."""
     # With fair share, at most the level's backlogged lanes (the scan stops there).
-    want = min(LEAST_SERVED, level.lanes) if d.fair_share else LEAST_SERVED
+    want = min(LEAST_SERVED, level.lanes) if d.config.fair_share else LEAST_SERVED
     with closing(_by_service(d, level)) as found:
         lanes = list(islice(found, want))
     div = d.divisor
@@ -439,7 +439,7 @@ def _by_service(d: Core, level: Level) -> Generator[_Lane, None, None]:
     (``contextlib.closing``); stale ones are dropped, and an item below its lane's ``s`` (a
     grant raised it) is re-filed first.
     """
-    if d.fair_share:
+    if d.config.fair_share:
         backlog = level.backlog
         scratch: list[Backlog] = []
         seen: set[int] = set()

@@ -12,12 +12,12 @@ import inspect
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import attrs
 
 from prioqueue._spec import LEVEL_LIMIT
-from prioqueue._validate import charge_function, checked_name, finite, limit, positive_or_none
+from prioqueue._validate import checked_name, finite, limit, positive_or_none
 from prioqueue._workers import _Worker
 from prioqueue.errors import ConfigError
 from prioqueue.lease import ImageRequest, LeaseCalculator, _request_source
@@ -65,6 +65,25 @@ def _int_at_least(name: str, value: object, low: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
     return value
+
+
+def charge_function(charge: object) -> Callable[[Job, float], float]:
+    """Turn a charge model into ``(job, runtime) -> seconds``; ConfigError for a bad one."""
+    if charge == "runtime":
+        return lambda job, runtime: runtime
+    if charge == "estimate":
+        return lambda job, runtime: runtime if job.estimate is None else job.estimate
+    if isinstance(charge, (int, float)) and not isinstance(charge, bool):
+        constant = float(charge)
+        if not math.isfinite(constant) or constant <= 0:
+            raise ConfigError(f"a constant charge must be a finite number > 0, got {charge!r}")
+        return lambda job, runtime: constant
+    if callable(charge):
+        return cast("Callable[[Job, float], float]", charge)
+    raise ConfigError(
+        f"charge must be 'runtime', 'estimate', a number of seconds or a callable "
+        f"(job, runtime) -> seconds, got {charge!r}"
+    )
 
 
 def _wait_buckets(wait_buckets: Sequence[float]) -> tuple[float, ...]:

@@ -53,20 +53,7 @@ class Core:
     """
 
     def __init__(self, config: Config) -> None:
-        self.config = config
-        self.scorer = config.scorer
-        self.policy = config.policy
-        self.charge = config.charge
-        self.plain_charge = config.plain_charge
-        self.lease_for = config.lease_for
-        self.max_attempts = config.max_attempts
-        self.worker_timeout = config.worker_timeout
-        self.warm_hold = config.warm_hold
-        self.fair_share = config.fair_share
-        self.track = config.track
-        self.share = config.share
-        self.buckets = config.buckets
-        self.name_in_grants = config.name_in_grants
+        self.config = config  # the validated options (the scorer, the policy...): read, never set
         d = self.divisor = config.scorer.config.aging_divisor
         self.window = config.scorer.config.max_affinity * d
         affinity = self.affinity = _BonusCache(config.priced_affinity()).__getitem__

@@ -48,10 +48,10 @@ __all__: list[str] = []  # private module
 class Facade:
     """The public methods both dispatchers share, over the state they hold (private)."""
 
-    scorer = ReadOnly[Scorer]("_core.scorer", "The scorer (read-only).")
-    policy = ReadOnly[PriorityPolicy]("_core.policy", "The priority policy (read-only).")
+    scorer = ReadOnly[Scorer]("_core.config.scorer", "The scorer (read-only).")
+    policy = ReadOnly[PriorityPolicy]("_core.config.policy", "The priority policy (read-only).")
     fair_share = ReadOnly[bool](
-        "_core.fair_share", "Whether lanes are per member (True) or per job (False)."
+        "_core.config.fair_share", "Whether lanes are per member (True) or per job (False)."
     )
 
     def __init__(self, config: Config) -> None:
@@ -156,7 +156,7 @@ class Facade:
             check_options(options)
         state = self._core
         fire(state, now)
-        spec = JobSpec.checked(state.policy, state.scorer, job_id, member, **options)
+        spec = JobSpec.checked(state.config.policy, state.config.scorer, job_id, member, **options)
         return submit(state, job_id, spec, now)
 
     def admit(self, jobs: Sequence[Mapping[str, Any]], *, now: float) -> Refusal | None:

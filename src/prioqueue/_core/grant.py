@@ -53,12 +53,12 @@ def pop(d: Core, worker: _Worker, t: float, preview: bool = False) -> Grant | No
     lane, entry, aff, winner, fast, deferred, weight, rule = picked
     resident = worker.resident
     job = worker.granted(entry.job)  # a multi-model job: with the model the grant chose
-    lease = None if d.lease_for is None else lease_of(d, job, worker, t)
+    lease = None if d.config.lease_for is None else lease_of(d, job, worker, t)
     charged = 0.0
     capacity = (d.workers.live + worker.timed_out) or 1  # a pop revived it: timed_out is False
     expected = runtime = d.expected_runtime(job)
-    if d.fair_share:
-        if not d.plain_charge:
+    if d.config.fair_share:
+        if not d.config.plain_charge:
             expected = checked_charge(d, job, expected, "expected charge")
         charged = expected / capacity
     # The reported term is never negative; the ranking uses s itself (a lane charged up
@@ -68,7 +68,7 @@ def pop(d: Core, worker: _Worker, t: float, preview: bool = False) -> Grant | No
     # Positional arguments: band, tier_bonus, swap_affinity, aging (the hot path).
     score = ScoreBreakdown(job.priority, lane.head().job.tier_bonus, aff, aging)
     model = job.model
-    name = worker.name if d.name_in_grants else None
+    name = worker.name if d.config.name_in_grants else None
     # Positional: job, score, lease, granted_at, attempt, waited, swap, worker.
     wait = t - job.arrival
     grant = Grant(
@@ -79,7 +79,7 @@ def pop(d: Core, worker: _Worker, t: float, preview: bool = False) -> Grant | No
     # Core changes start here; nothing below can fail.
     levels = d.lanes.levels
     level = levels[job.priority]
-    if d.track and fast:
+    if d.config.track and fast:
         d.lanes.count_reorders(
             level if winner is job else levels[winner.priority], winner, resident
         )
@@ -98,9 +98,9 @@ def pop(d: Core, worker: _Worker, t: float, preview: bool = False) -> Grant | No
     if weight:
         d.lanes.cross(entry, weight, runtime)
     if deferred is not None:  # past the credit, or by the share gate (which earns nothing)
-        levels[deferred.job.priority].reorders.defer()
+        levels[deferred.job.priority].reordered("deferred_crossings")
     d.hand_over(entry, worker, t, charged)
-    level.granted(wait, bisect.bisect_left(d.buckets, wait), t, runtime)
+    level.granted(wait, bisect.bisect_left(d.config.buckets, wait), t, runtime)
     d.totals["dispatched"] += 1
     d.groups.move(job.id, "running")
     return grant
@@ -108,9 +108,9 @@ def pop(d: Core, worker: _Worker, t: float, preview: bool = False) -> Grant | No
 
 def lease_of(d: Core, job: Job, worker: _Worker, t: float) -> Lease:
     """Size the winner's lease; any failure becomes a ``LeaseError`` naming the job."""
-    assert d.lease_for is not None
+    assert d.config.lease_for is not None
     try:
-        seconds = d.lease_for(job, worker)
+        seconds = d.config.lease_for(job, worker)
     except Exception as exc:
         raise LeaseError(
             f"lease_for raised for job {job.id!r}: {exc!r}; the job is still queued",
@@ -137,7 +137,7 @@ def finish(d: Core, entry: _Entry, runtime: float, now: float, final: float) -> 
     lanes = d.lanes
     lanes.uncross(entry, runtime)  # the credit moves by the measured, not expected, time
     lane.owner.used(final)
-    if d.fair_share:
+    if d.config.fair_share:
         settled = lane.settled + final / entry.capacity
         if settled > now or (lane.live and lanes.levels[lane.level].lanes == 1):
             # Clamped at now; and alone at its level, the lane is re-anchored at now,
@@ -164,10 +164,10 @@ def take_back(
         d.release(entry)
         held = max(0.0, now - entry.granted_at)
         d.lanes.uncross(entry, held)  # the credit counts the GPU time really held (issue 26)
-        if d.fair_share:
+        if d.config.fair_share:
             lane.set_s()
             d.lanes.refile(lane, now)
-        requeued = always or entry.attempt < (job.max_attempts or d.max_attempts)
+        requeued = always or entry.attempt < (job.max_attempts or d.config.max_attempts)
         if requeued:
             d.enqueue(job, attempt=entry.attempt + 1, now=now, requeue=True)
             d.groups.move(job.id, "queued", used=held)
@@ -221,7 +221,7 @@ def complete(
         if measured < 0:
             raise ValueError(f"runtime must be >= 0 seconds, got {runtime!r}")
     measured = measured if measured >= 0.0 else 0.0  # max(measured, 0.0), no call
-    if charge is None and d.plain_charge:
+    if charge is None and d.config.plain_charge:
         final = measured
     else:
         final = final_charge(d, entry.job, measured, charge)
@@ -249,7 +249,7 @@ def cancel_group(d: Core, group: str, now: float, running: str) -> list[Job]:
 
 def checked_charge(d: Core, job: Job, runtime: float, what: str) -> float:
     """The charge model's value, checked: finite and ``>= 0``, else ``ChargeError``."""
-    value = d.charge(job, runtime)
+    value = d.config.charge(job, runtime)
     charge = value if isinstance(value, (int, float)) and not isinstance(value, bool) else -1
     if not 0 <= charge < math.inf:
         raise ChargeError(
@@ -317,7 +317,7 @@ def remove(
             entry.worker.heard(t)  # the worker spoke (a client's cancel does not)
         finish(d, entry, runtime, t, final)
         job = entry.job
-        if retry and entry.attempt < (job.max_attempts or d.max_attempts):
+        if retry and entry.attempt < (job.max_attempts or d.config.max_attempts):
             d.groups.move(job_id, "queued", used=runtime)
             backoff = job.backoff or d.config.backoff
             delay = backoff.delay(job.id, entry.attempt)
@@ -343,7 +343,7 @@ def expire(d: Core, now: float) -> list[Expired]:
     taken: dict[int, tuple[_Entry, float, str]] = {}
     for deadline, key, entry in d.workers.due_leases(t):
         taken[key] = (entry, deadline, "lease")
-    timeout = d.worker_timeout
+    timeout = d.config.worker_timeout
     if timeout is not None:
         for worker in d.workers.time_out_silent(t, timeout):
             for entry in worker.held:
@@ -365,7 +365,7 @@ def expire(d: Core, now: float) -> list[Expired]:
                 attempt=entry.attempt,
                 deadline=due,
                 requeued=requeued,
-                worker=worker.name if d.name_in_grants else None,
+                worker=worker.name if d.config.name_in_grants else None,
                 cause=cause,  # type: ignore[arg-type]
             )
         )
@@ -387,7 +387,7 @@ def next_deadline(d: Core) -> float | None:
     timer = d.lifecycle.timers.earliest()
     if timer is not None and (best is None or timer < best):
         best = timer
-    timeout = d.worker_timeout
+    timeout = d.config.worker_timeout
     if timeout is not None:
         oldest = d.workers.oldest_seen()  # amortised O(log n), not a scan
         if oldest is not None and (best is None or oldest + timeout < best):

@@ -14,11 +14,9 @@ from heapq import heapify, heappop, heappush, heapreplace
 from operator import attrgetter
 from typing import Any, NamedTuple
 
-import attrs
-
 from prioqueue._lanes import PARKED, QUEUED, _Entry, _Lane
 from prioqueue._rankings import _Ranking
-from prioqueue.records import Expired, Job, Reorders
+from prioqueue.records import REORDER_CAUSES, Expired, Job
 from prioqueue.scoring import ScoreBreakdown
 
 __all__: list[str] = []  # private module
@@ -91,32 +89,6 @@ class DispatchRecord(NamedTuple):
     size: int  # estimated bytes, for the history's byte budget
 
 
-@attrs.define(eq=False)
-class ReorderCounts:
-    """Grants at one level that the winner changed without one term of the score."""
-
-    aging: int = 0
-    affinity: int = 0
-    tier: int = 0
-    fair_share: int = 0
-    deferred: int = 0  # crossings deferred (counted at the level of the job that would cross)
-
-    def add(self, affinity: bool, aging: bool, tier: bool, fair_share: bool) -> None:
-        """Count one grant's reorders: each term without which another job would have won."""
-        self.affinity += affinity
-        self.aging += aging
-        self.tier += tier
-        self.fair_share += fair_share
-
-    def defer(self) -> None:
-        """Count one crossing deferred."""
-        self.deferred += 1
-
-    def frozen(self) -> Reorders:
-        """The public, frozen counts."""
-        return Reorders(self.aging, self.affinity, self.tier, self.fair_share, self.deferred)
-
-
 #: The window of a level's recent service (seconds; the share gate of bounded crossings,
 #: docs/design/dispatcher.md, "The share gate"): a grant's weight in it decays by ``e`` per
 #: window. Chosen by the issue-26 sweep on the tuning seeds (1800-7200 s: a plateau).
@@ -147,7 +119,9 @@ class Level:
         self.sum_arrival = 0.0
         self.dispatched = 0
         self.total_wait = 0.0
-        self.reorders = ReorderCounts()
+        # Grants at this level that the winner changed without one term of the score, and
+        # the crossings deferred (counted at the level of the job that would cross), by cause.
+        self.reorders = dict.fromkeys(REORDER_CAUSES, 0)
         self.buckets = [0] * (buckets + 1)
         self.arrivals: list[Arrival] = []
         # The same items per model (a multi-model job under each model it accepts): the
@@ -180,6 +154,10 @@ class Level:
     def backlogged(self) -> None:
         """One more lane of the level is backlogged."""
         self.lanes += 1
+
+    def reordered(self, cause: str) -> None:
+        """One more grant at this level reordered by ``cause`` (see ``REORDER_CAUSES``)."""
+        self.reorders[cause] += 1
 
     def granted(self, wait: float, bucket: int, t: float, runtime: float) -> None:
         """Count a grant at ``t``: its wait and its expected ``runtime``.

@@ -120,17 +120,15 @@ class Lanes:
         ``(lane, entry, affinity)``; a term counts when that offer is another job.
         """
         # Without affinity: the real ranking's main heap, each lane offering its head.
-        affinity = aging = tier = fair_share = False
-        if resident is not None and (offer := self._ranking.best(None)) is not None:
-            affinity = offer[1].job is not job
-        no_aging, no_tier, no_fair = self._counterfactuals
-        if (offer := no_aging.best(resident)) is not None:
-            aging = offer[1].job is not job
-        if (offer := no_tier.best(resident)) is not None:
-            tier = offer[1].job is not job
-        if (offer := no_fair.best(resident)) is not None:
-            fair_share = offer[1].job is not job
-        level.reorders.add(affinity, aging, tier, fair_share)
+        offer = self._ranking.best(None) if resident is not None else None
+        if offer is not None and offer[1].job is not job:
+            level.reordered("affinity")
+        # The rankings without aging, without the tier bonus, without fair share.
+        without = zip(("aging", "tier", "fair_share"), self._counterfactuals, strict=True)
+        for cause, ranking in without:
+            offer = ranking.best(resident)
+            if offer is not None and offer[1].job is not job:
+                level.reordered(cause)
 
     # ------------------------------------------------------------------ structure
 

@@ -33,6 +33,7 @@ from prioqueue.records import (
     Explanation,
     Job,
     LevelStats,
+    Reorders,
     Stats,
 )
 from prioqueue.scoring import ScoreBreakdown
@@ -107,7 +108,7 @@ def predict(d: Core, now: float, *, stop_at: _Entry | None, limit: int | None) -
             expected = estimate(held.job)
             elapsed = max(0.0, now - held.granted_at)
             runtime = elapsed if expected is None else max(expected, elapsed)
-            pending.append((held.lane, float(d.charge(held.job, runtime)) / held.capacity))
+            pending.append((held.lane, float(d.config.charge(held.job, runtime)) / held.capacity))
     return forecast_order(
         backlogged,
         now=now,
@@ -117,8 +118,8 @@ def predict(d: Core, now: float, *, stop_at: _Entry | None, limit: int | None) -
         divisor=d.divisor,
         affinity=d.affinity,
         runtime=estimate,
-        charge=d.charge,
-        fair_share=d.fair_share,
+        charge=d.config.charge,
+        fair_share=d.config.fair_share,
         stop_at=stop_at,
         limit=limit,
         parallel=capacity,
@@ -128,9 +129,9 @@ def predict(d: Core, now: float, *, stop_at: _Entry | None, limit: int | None) -
 
 def _overdue_rule(d: Core) -> OverdueRule | None:
     """The overdue rule's constants for a forecast (None without fair share: no rule)."""
-    if not d.fair_share:
+    if not d.config.fair_share:
         return None
-    named = d.policy.aliases.values()
+    named = d.config.policy.aliases.values()
     top = max(named) if named else -(2**62)
     return OverdueRule(top, OVERDUE_BAND * d.divisor, aging_exemption(d))
 
@@ -175,7 +176,7 @@ def explain(
     count_or_none("overtakes_limit", overtakes_limit)
     t = d.tick(now)
     job = entry.job
-    limit = job.max_attempts or d.max_attempts
+    limit = job.max_attempts or d.config.max_attempts
     if entry.state == PARKED:
         return Explanation(
             job=job,
@@ -195,7 +196,7 @@ def explain(
         )
     explanation = _explain(d, entry, t, ahead_limit, overtakes_limit)
     unfit: dict[str, str] = {}
-    if entry.state != RUNNING and d.name_in_grants:  # a fleet's workers that skip the job
+    if entry.state != RUNNING and d.config.name_in_grants:  # a fleet's workers that skip the job
         for worker in d.workers.by_name.values():
             cause = None if worker.timed_out else worker.unfit(job)
             if cause is not None:
@@ -220,7 +221,7 @@ def _explain(
         until=entry.granted_at if entry.state == RUNNING else t,
         history=_since(d, entry, overtakes_limit),
         tier_bonus=lane.head().job.tier_bonus if lane.live else job.tier_bonus,
-        s_at=(lambda at: lane_s_at(lane, at)) if d.fair_share else (lambda at: job.arrival),
+        s_at=(lambda at: lane_s_at(lane, at)) if d.config.fair_share else (lambda at: job.arrival),
         divisor=d.divisor,
         affinity=d.affinity,
     )
@@ -283,7 +284,7 @@ def _stats(d: Core, t: float) -> Stats:
         oldest = t - first.arrival if first is not None else 0.0
         mean = t - level.sum_arrival / level.queued if level.queued else 0.0
         cumulative, buckets = 0, []
-        for bound, count in zip((*d.buckets, math.inf), level.buckets):
+        for bound, count in zip((*d.config.buckets, math.inf), level.buckets):
             cumulative += count
             buckets.append((bound, cumulative))
         levels[number] = LevelStats(
@@ -293,7 +294,7 @@ def _stats(d: Core, t: float) -> Stats:
             mean_wait=max(0.0, mean),
             dispatched=level.dispatched,
             total_wait=level.total_wait,
-            reorders=level.reorders.frozen(),
+            reorders=Reorders(**level.reorders),
             wait_buckets=tuple(buckets),
         )
     members = {name: m.frozen(name) for name, m in sorted(d.lanes.members.items())}
@@ -314,7 +315,7 @@ def _stats(d: Core, t: float) -> Stats:
         held=tuple(e.job for e in held),
         workers=(
             tuple(d.workers.by_name[name].info() for name in sorted(d.workers.by_name))
-            if d.name_in_grants
+            if d.config.name_in_grants
             else ()
         ),
     )

@@ -23,9 +23,9 @@ import attrs
 
 from prioqueue._core.config import LEVEL_LIMIT, RECENT_PER_KEY
 from prioqueue._core.core import Core
-from prioqueue._core.persist_workers import _bool, _int, dump_workers, granted_as, load_workers
+from prioqueue._core.persist_workers import _int, dump_workers, granted_as, load_workers
 from prioqueue._lanes import PARKED, _Entry
-from prioqueue._validate import checked_name, finite, positive_or_none
+from prioqueue._validate import checked_name, finite, flag, positive_or_none
 from prioqueue.capabilities import checked_needs
 from prioqueue.errors import DuplicateJob
 from prioqueue.lease import Lease
@@ -44,7 +44,7 @@ def dump(d: Core, t: float) -> dict[str, Any]:
     lanes = []
     queued = []
     for lane in d.lanes.by_key.values():
-        if d.fair_share:
+        if d.config.fair_share:
             lanes.append({"member": lane.member, "level": lane.level, "s": lane.settled})
         for entry in lane.queued():
             queued.append(_job_record(entry))
@@ -70,13 +70,13 @@ def dump(d: Core, t: float) -> dict[str, Any]:
     state: dict[str, Any] = {
         "taken_at": t,
         "seq": d.seq,
-        "fair_share": d.fair_share,
+        "fair_share": d.config.fair_share,
         "lanes": lanes,
         "queued": queued,
         # The crossing credit (bounded crossings): restoring it makes the next deferrals the
         # same as without the restart.
         "crossing_credit": d.lanes.credit,
-        "crossing_share": d.share,
+        "crossing_share": d.config.share,
         # Each level's recent service (the share gate): restoring it makes the next
         # crossings the same as without the restart. Levels that never ran are left out.
         "level_service": {
@@ -100,7 +100,7 @@ def dump(d: Core, t: float) -> dict[str, Any]:
     ]
     if parked:
         state["delayed"] = parked
-    if not d.fair_share:
+    if not d.config.fair_share:
         # Each job's own lane, in the order they were made (see ``_in_lane_order``).
         state["lane_order"] = list(d.lanes.by_key)
     if d.lifecycle.timers.lapsed:
@@ -108,7 +108,7 @@ def dump(d: Core, t: float) -> dict[str, Any]:
             {"job": _job_record_of(x.job, x.attempt), "deadline": x.deadline}
             for x in d.lifecycle.timers.lapsed
         ]
-    if d.name_in_grants:
+    if d.config.name_in_grants:
         state["format"] = FLEET_FORMAT
         state["held"] = held
         state["workers"] = dump_workers(d)
@@ -128,17 +128,18 @@ def load(
     Raises:
         ValueError: The state is not a valid snapshot; the message says what is wrong.
     """
-    fleet = d.name_in_grants
+    fleet = d.config.name_in_grants
+    fair = d.config.fair_share
     expected_format = FLEET_FORMAT if fleet else SNAPSHOT_FORMAT
     try:
         if state.get("format") != expected_format:
             raise ValueError(f"format is {state.get('format')!r}, expected {expected_format!r}")
         taken_at = finite("taken_at", state["taken_at"])
         shift = 0.0 if now is None else finite("now", now) - taken_at
-        snapshot_fair = _bool("fair_share", state["fair_share"])
+        snapshot_fair = flag("fair_share", state["fair_share"])
         top_seq = _int("seq", state["seq"], 0)
         d.restore_start(top_seq, finite("taken_at + shift", taken_at + shift))
-        if d.fair_share:
+        if fair:
             _load_lanes(d, state["lanes"], taken_at, shift)
         seqs: set[int] = set()
         _load_recent(d, finite("crossing_credit", state.get("crossing_credit", 0.0)), state)
@@ -152,7 +153,7 @@ def load(
                 _restore_held(d, record, shift, seqs, top_seq, require_lease)
                 continue
             job = _job_from_record(d, record, shift, seqs, top_seq)
-            if snapshot_fair and d.fair_share and (job.member, job.priority) not in d.lanes.by_key:
+            if snapshot_fair and fair and (job.member, job.priority) not in d.lanes.by_key:
                 raise ValueError(f"job {job.id!r} has no lane record")
             # From a snapshot without fair share, a new lane starts at its oldest job's
             # arrival (an enqueue without a lift does that).
@@ -166,7 +167,7 @@ def load(
             queued_at = record.get("queued_at")
             if queued_at is not None:  # a requeued job's warm hold counts from its requeue
                 entry.requeued(finite("queued_at", finite("queued_at", queued_at) + shift))
-        if not d.fair_share:
+        if not fair:
             _held_in_grant_order(d, held)
         _load_lifecycle(d, state, shift, seqs, top_seq)
         if not fleet:
@@ -310,7 +311,7 @@ def _job_from_record(
         member=checked_name("member", record["member"]),
         priority=_level(record["priority"]),
         tier=tier,
-        tier_bonus=d.scorer.tier_bonus(tier),
+        tier_bonus=d.config.scorer.tier_bonus(tier),
         model=None if model is None else checked_name("model", model),
         estimate=positive_or_none("estimate", estimate),
         arrival=finite("arrival", arrival + shift),
@@ -339,7 +340,7 @@ def _in_lane_order(
     that list (older ones) gives ``seq`` order.
     """
     records = [*state["queued"], *held]
-    if d.fair_share:
+    if d.config.fair_share:
         return records
     order = state.get("lane_order")
     if order is None:
@@ -370,8 +371,8 @@ def _restore_held(
     require_lease: bool,
 ) -> None:
     job = _job_from_record(d, record, shift, seqs, top_seq)
-    name = record.get("worker") if d.name_in_grants else None
-    if d.name_in_grants and name is None:
+    name = record.get("worker") if d.config.name_in_grants else None
+    if d.config.name_in_grants and name is None:
         raise ValueError(f"held job {job.id!r} names no worker (each held job needs its 'worker')")
     found = next(iter(d.workers.by_name.values())) if name is None else d.workers.by_name.get(name)
     if found is None:
@@ -394,7 +395,7 @@ def _restore_held(
     capacity = _int("capacity", record.get("capacity", 1), 1)
     if charged < 0:
         raise ValueError(f"charged must be >= 0, got {charged!r}")
-    key: tuple[str, int] | str = (job.member, job.priority) if d.fair_share else job.id
+    key: tuple[str, int] | str = (job.member, job.priority) if d.config.fair_share else job.id
     lane = d.lanes.lane_for(key, job.member, job.priority, job.arrival)
     queued_at = record.get("queued_at")
     entry = _Entry(
@@ -420,9 +421,9 @@ def _restore_held(
         attempt=entry.attempt,
         waited=granted_at - job.arrival,
         swap=bool(record["swap"]),
-        worker=worker.name if d.name_in_grants else None,
+        worker=worker.name if d.config.name_in_grants else None,
     )
-    charged = charged if d.fair_share else 0.0
+    charged = charged if d.config.fair_share else 0.0
     entry.hand_to(worker, granted_at, charged, expected_end, capacity, grant)
     d.restore_held(entry, crossing)
 

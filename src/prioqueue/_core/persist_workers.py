@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from prioqueue._core.core import Core
-from prioqueue._validate import checked_name, finite
+from prioqueue._validate import checked_name, finite, flag
 from prioqueue._workers import _Worker
 from prioqueue.capabilities import checked_capabilities
 from prioqueue.records import Job
@@ -45,12 +45,6 @@ def _int(name: str, value: object, low: int | None = None) -> int:
     return value
 
 
-def _bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be a bool, got {value!r}")
-    return value
-
-
 def load_workers(d: Core, records: Any, shift: float) -> None:
     for record in records:
         name = checked_name("worker name", record["name"])
@@ -70,7 +64,7 @@ def load_workers(d: Core, records: Any, shift: float) -> None:
             )
         served = None if models is None else frozenset(checked_name("model", m) for m in models)
         slots = _int("slots", record["slots"], 1)
-        slow = _bool("slow", record["slow"])
+        slow = flag("slow", record["slow"])
         worker.configure(
             served, slots, slow, None, checked_capabilities(record.get("capabilities"))
         )
@@ -78,7 +72,7 @@ def load_workers(d: Core, records: Any, shift: float) -> None:
         if resident is not None:
             worker.load(checked_name("resident", resident))
         # A timed-out worker stays out of the capacity until it speaks again.
-        worker.set_timed_out(_bool("timed_out", record.get("timed_out", False)))
+        worker.set_timed_out(flag("timed_out", record.get("timed_out", False)))
         d.workers.restore(worker)
 
 

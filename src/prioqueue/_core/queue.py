@@ -125,7 +125,7 @@ def admit(d: Core, jobs: Sequence[Mapping[str, Any]], now: object) -> Refusal | 
         member = options.pop("member", None)
         try:
             check_options(options, call="admit()", named="member")
-            specs.append(JobSpec.checked(d.policy, d.scorer, "-", member, **options))
+            specs.append(JobSpec.checked(d.config.policy, d.config.scorer, "-", member, **options))
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"jobs[{index}]: {exc}") from None
     return refusal(d, specs, t)

@@ -50,7 +50,7 @@ def short_of_share(d: Core, number: int, live: int, t: float) -> bool:
     if not SHARE_GATE:
         return True
     used = d.lanes.levels[number].recent_gpu_seconds(t) / SHARE_WINDOW
-    return used < SHORT_OF_SHARE * d.share * (live if live > 1 else 1)
+    return used < SHORT_OF_SHARE * d.config.share * (live if live > 1 else 1)
 
 
 def waiting_below(d: Core, number: int) -> bool:
@@ -86,7 +86,7 @@ def warm_crossing(
 
 def aging_exemption(d: Core) -> float:
     """``(T + A) * d``: the offsets' spread in seconds (the aging bound's constant)."""
-    config = d.scorer.config
+    config = d.config.scorer.config
     bonuses = list(config.tier_bonuses.values())
     spread = max(bonuses) - min(bonuses) if bonuses else 0.0
     return (spread + config.max_affinity) * d.divisor
@@ -104,7 +104,7 @@ def crossing_level(d: Core, b: int, t: float) -> int:
     if STARVING_FIRST:
         top = d.lanes.top_level()
         assert top is not None
-        top = max(top, *d.policy.aliases.values())
+        top = max(top, *d.config.policy.aliases.values())
         spread = aging_exemption(d)
         for number, entry in _heads_below(d, b):
             if t - entry.job.arrival > (top - number) * d.divisor + spread:

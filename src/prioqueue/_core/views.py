@@ -41,7 +41,7 @@ def member_lanes(d: Core, heads: int, scan: int) -> list[LaneView]:
     Each lists its first ``heads`` queued jobs among its first ``scan`` entries (lazy deletion
     leaves entries that are no longer queued). Without fair share there are none.
     """
-    if not d.fair_share:
+    if not d.config.fair_share:
         return []
     views = []
     for lane in d.lanes.by_key.values():

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from prioqueue._driver._core import Clock, ExpiryCallback
+from prioqueue._timers import disarm
 
 if TYPE_CHECKING:
     from prioqueue.records import Expired
@@ -97,9 +98,8 @@ class Alarm:
         """
         loop = self._loop
         if deadline != self._deadline or (deadline is not None and self._lease is None):
-            if self._lease is not None:
-                self._lease.cancel()
-                self._lease = None
+            disarm(self._lease)
+            self._lease = None
             self._deadline = deadline
             if deadline is not None and loop is not None and not loop.is_closed():
                 delay = max(0.0, deadline - self._clock())
@@ -110,9 +110,8 @@ class Alarm:
 
     def cancel_retry(self) -> None:
         """Cancel the re-pump timer (the driver closed)."""
-        if self._retry is not None:
-            self._retry.cancel()
-            self._retry = None
+        disarm(self._retry)
+        self._retry = None
 
     def _fire_due(self) -> None:
         self._lease = None

@@ -20,6 +20,7 @@ from prioqueue._driver._core import Clock, DrivenCore, ExpiryCallback
 from prioqueue._driver._policy import PullPolicy
 from prioqueue._driver._reader import CoreReader, D_co
 from prioqueue._spec import check_options
+from prioqueue._timers import disarm
 from prioqueue.clock import SYSTEM_CLOCK
 from prioqueue.errors import (
     ChargeError,
@@ -115,9 +116,8 @@ class _Waiter:
 
     def stop_timer(self) -> None:
         """Cancel the queue time-out's timer (granted, removed or released)."""
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        disarm(self.timer)
+        self.timer = None
 
 
 class Driver(CoreReader[D_co]):

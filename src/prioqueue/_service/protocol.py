@@ -21,6 +21,8 @@ from typing import Any, ClassVar, Protocol
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from prioqueue._timers import disarm
+
 __all__ = ["HardenedHttpToolsProtocol", "Limits", "ServerBook", "head_end", "protocol_for"]
 
 TOO_LARGE = b"request header fields too large"
@@ -157,9 +159,8 @@ class HardenedHttpToolsProtocol(HttpToolsProtocol):
             self._header_timer = self.loop.call_later(self.book.header_timeout, self._late)
 
     def _disarm(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
+        disarm(self._header_timer)
+        self._header_timer = None
 
     def _late(self) -> None:
         self._header_timer = None

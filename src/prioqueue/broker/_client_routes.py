@@ -17,18 +17,12 @@ other jobs, fewer or more included, or for a single submit, is a 422.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Response
 from pydantic import BaseModel, Field
 
-from prioqueue.broker._http import (
-    ID,
-    PRIORITY_HEADER,
-    Submitter,
-    WorkerKey,
-    submit_args,
-)
+from prioqueue.broker._http import ID, Submitting, WorkerKey, submit_args
 from prioqueue.broker.config import BrokerConfig
 from prioqueue.broker.models import SubmitRequest
 from prioqueue.broker.records import Rejected
@@ -78,26 +72,22 @@ def client_router(broker: Broker, config: BrokerConfig) -> APIRouter:
         "/v1/jobs/batch", status_code=201, response_model=BatchCreated, tags=["submitters"]
     )
     async def submit_batch(
-        body: BatchRequest,
-        key: Submitter,
-        response: Response,
-        x_llamaswap_priority: PRIORITY_HEADER = None,
-        idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200)] = None,
+        body: BatchRequest, headers: Submitting, response: Response
     ) -> BatchCreated:
         """Queue every job of the batch as one journaled operation, or none of them."""
         engine = broker.serving_engine()  # the image check reads its config, not its state
         jobs = []
         for index, job in enumerate(body.jobs):
             try:
-                args = submit_args(job, key, config, x_llamaswap_priority, engine.check_image)
+                args = submit_args(job, headers.key, config, headers.priority, engine.check_image)
             except Rejected as exc:
                 raise Rejected(
                     exc.status, f"jobs[{index}]: {exc}", field=f"jobs.{index}.{exc.field}"
                 ) from None
             jobs.append(args)
         batch: dict[str, Any] = {"jobs": jobs}
-        if idempotency_key is not None:
-            batch["idempotency_key"] = idempotency_key
+        if headers.idempotency_key is not None:
+            batch["idempotency_key"] = headers.idempotency_key
         results = await broker.run("submit_many", batch)
         if not any(created for _, created in results):
             response.status_code = 200

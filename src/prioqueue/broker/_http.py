@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any, get_args
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
@@ -34,13 +35,16 @@ from prioqueue.jobfields import fields_in, names_in
 __all__ = [
     "ERRORS",
     "ID",
+    "IDEMPOTENCY_HEADER",
     "MEMBER",
     "PRIORITY_HEADER",
     "WAIT",
     "ActingWorker",
     "AnyKey",
     "Forbidden",
+    "SubmitHeaders",
     "Submitter",
+    "Submitting",
     "WorkerKey",
     "acts_as",
     "api_key",
@@ -78,6 +82,8 @@ WAIT = Annotated[
 ]
 PRIORITY_HEADER = Annotated[str | None, Header(max_length=64)]
 """``X-LlamaSwap-Priority``: the level when the body gives none (the gateway's header)."""
+IDEMPOTENCY_HEADER = Annotated[str | None, Header(min_length=1, max_length=200)]
+"""``Idempotency-Key``: names a submit, single or batch (its retry replays the first answer)."""
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (401, 403, 404, 408, 409, 413, 422, 429, 431, 503)
 }
@@ -172,6 +178,34 @@ AnyKey = Annotated[BrokerKey, Depends(_any_key)]
 ActingWorker = Annotated[str, Depends(_acting_worker)]
 """The ``{worker}`` of the path, once the worker key may act as it (else 403). Any route with
 ``{worker}`` in its path and a ``WorkerKey`` gets the same check."""
+
+
+@dataclass(frozen=True)
+class SubmitHeaders:
+    """What a submit route (a single job or a batch) reads besides its body.
+
+    Attributes:
+        key: The submitter's key (``Authorization``).
+        priority: ``X-LlamaSwap-Priority``, or None.
+        idempotency_key: ``Idempotency-Key``, or None.
+    """
+
+    key: BrokerKey
+    priority: str | None
+    idempotency_key: str | None
+
+
+async def _submit_headers(
+    key: Submitter,
+    x_llamaswap_priority: PRIORITY_HEADER = None,
+    idempotency_key: IDEMPOTENCY_HEADER = None,
+) -> SubmitHeaders:
+    return SubmitHeaders(key, x_llamaswap_priority, idempotency_key)
+
+
+Submitting = Annotated[SubmitHeaders, Depends(_submit_headers)]
+"""The key and headers of a submit, declared once for both submit routes (the key's 401/403
+first, then the headers' 422, as for parameters of the route itself)."""
 
 
 def _nested(name: str) -> bool:

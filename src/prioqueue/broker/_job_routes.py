@@ -7,17 +7,17 @@ table of routes and :mod:`prioqueue.broker._http` for keys and errors.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Response
 
 from prioqueue.broker._groups import group_status
 from prioqueue.broker._http import (
     ID,
     MEMBER,
-    PRIORITY_HEADER,
     WAIT,
     Submitter,
+    Submitting,
     job_view,
     whose,
 )
@@ -42,17 +42,11 @@ def submitter_router(broker: Broker, config: BrokerConfig) -> APIRouter:
 
 def _job_routes(router: APIRouter, broker: Broker, config: BrokerConfig) -> None:
     @router.post("/v1/jobs", status_code=201, response_model=JobCreated, tags=["submitters"])
-    async def submit(
-        body: SubmitRequest,
-        key: Submitter,
-        response: Response,
-        x_llamaswap_priority: PRIORITY_HEADER = None,
-        idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200)] = None,
-    ) -> JobCreated:
+    async def submit(body: SubmitRequest, headers: Submitting, response: Response) -> JobCreated:
         """Queue a job for the fleet."""
         # Served by SubmitRoute unless create_app(lean_submit=False): same steps, same answers.
         job_id, created = await submit_job(
-            broker, config, key, body, x_llamaswap_priority, idempotency_key
+            broker, config, headers.key, body, headers.priority, headers.idempotency_key
         )
         if not created:
             response.status_code = 200

@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import email.message
 import json
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Header
 from pydantic import TypeAdapter, ValidationError
 
 from prioqueue.broker._content import Message, Receive, Send
 from prioqueue.broker._http import (
+    IDEMPOTENCY_HEADER,
+    PRIORITY_HEADER,
     Forbidden,
     error_response,
     forbidden_response,
@@ -60,8 +61,8 @@ __all__ = ["SubmitRoute", "submit_job"]
 PATH = "/v1/jobs"
 
 # The headers as the FastAPI route declares them (same constraints, same messages).
-_PRIORITY = TypeAdapter(Annotated[str | None, Header(max_length=64)])
-_IDEMPOTENCY = TypeAdapter(Annotated[str | None, Header(min_length=1, max_length=200)])
+_PRIORITY = TypeAdapter(PRIORITY_HEADER)
+_IDEMPOTENCY = TypeAdapter(IDEMPOTENCY_HEADER)
 _WANTED = {
     b"authorization": "authorization",
     b"content-type": "content-type",

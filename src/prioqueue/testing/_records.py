@@ -18,7 +18,7 @@ import attrs
 from prioqueue._batch import Narrowable
 from prioqueue.capabilities import FEATURES, Capabilities
 from prioqueue.lease import LeaseCalculator
-from prioqueue.records import Grant, Job
+from prioqueue.records import REORDER_CAUSES, Grant, Job
 
 __all__: list[str] = []  # private module
 
@@ -142,26 +142,14 @@ class Worker(Narrowable):
     held: list[Held] = attrs.field(factory=list)
     capabilities: Capabilities | None = None
 
-    def update(
-        self,
-        models: frozenset[str] | None,
-        resident: str | None,
-        slots: int,
-        slow: bool,
-        accepts: Callable[[Job], bool] | None,
-        capabilities: Capabilities | None,
-        now: float,
-    ) -> None:
-        """A known worker joins again: every field set (``resident=None`` keeps it), revived."""
-        self.models = models
-        if resident is not None:
-            self.resident = resident
-        self.slots = slots
-        self.slow = slow
-        self.accepts = accepts
-        self.capabilities = capabilities
-        self.last_seen = now
-        self.timed_out = False
+    def succeed(self, before: Worker) -> None:
+        """This record replaces ``before`` (a known worker joins again, revived).
+
+        It keeps the jobs ``before`` holds, and its resident model when this join names none.
+        """
+        self.held = before.held
+        if self.resident is None:
+            self.resident = before.resident
 
     def revive(self, now: float) -> None:
         """Word from the worker: seen at ``now``, live again."""
@@ -275,15 +263,7 @@ class LevelCounters:
     dispatched: int = 0
     total_wait: float = 0.0
     waits: list[float] = attrs.field(factory=list)
-    reorders: dict[str, int] = attrs.field(
-        factory=lambda: {
-            "aging": 0,
-            "affinity": 0,
-            "tier": 0,
-            "fair_share": 0,
-            "deferred_crossings": 0,
-        }
-    )
+    reorders: dict[str, int] = attrs.field(factory=lambda: dict.fromkeys(REORDER_CAUSES, 0))
 
     def granted(self, waited: float) -> None:
         """A grant at the level, of a job that waited ``waited``."""

@@ -136,14 +136,13 @@ class ReferenceWorkers:
             raise ValueError(f"models must be non-empty strs, got {models!r}")
         if accepts is not None and not callable(accepts):
             raise ValueError(f"accepts must be callable or None, got {accepts!r}")
-        worker = self._workers.get(name)
-        if worker is None:
-            worker = Worker(
-                name, served, resident, slots, bool(slow), accepts, now, capabilities=capabilities
-            )
-            self._workers[name] = worker
-        else:
-            worker.update(served, resident, slots, bool(slow), accepts, capabilities, now)
+        worker = Worker(
+            name, served, resident, slots, bool(slow), accepts, now, capabilities=capabilities
+        )
+        known = self._workers.get(name)
+        if known is not None:
+            worker.succeed(known)
+        self._workers[name] = worker
         return self.info(worker)
 
     def heartbeat(self, name: str, now: float, resident: str | None) -> WorkerInfo:
