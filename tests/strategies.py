@@ -269,3 +269,15 @@ def two_tiers(different: bool) -> tuple[tuple[str, str], float]:
     config = ScoringConfig()
     tiers = ("free", "max") if different else ("pro", "pro")
     return tiers, config.tier_bonuses[tiers[1]] - config.tier_bonuses[tiers[0]]
+
+
+def overdue_slack_seconds(config: ScoringConfig | None = None) -> float:
+    """``k * (T + A) * d``: how far ahead of its level's least-served lane an overdue job's
+    lane may be granted (``OVERDUE_SLACK`` times the scorer's whole offset spread, every tier
+    counted, not only the two members'); the fairness bounds' width, beside the ranking's."""
+    from prioqueue.dispatcher import OVERDUE_SLACK
+
+    config = config or ScoringConfig()
+    bonuses = list(config.tier_bonuses.values())
+    spread = (max(bonuses) - min(bonuses) if bonuses else 0.0) + config.max_affinity
+    return OVERDUE_SLACK * spread * config.aging_divisor

@@ -27,7 +27,7 @@ from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.records import Grant, Job
 from prioqueue.scoring import Scorer, ScoringConfig
 from prioqueue.testing import ManualClock, ReferenceDispatcher
-from strategies import two_tiers
+from strategies import overdue_slack_seconds, two_tiers
 
 Dispatcher = SizeOneDispatcher | ReferenceDispatcher
 Factory = type[SizeOneDispatcher] | type[ReferenceDispatcher]
@@ -452,7 +452,8 @@ def test_two_backlogged_members_stay_within_the_fairness_bound(
     config = ScoringConfig()
     tiers, spread = two_tiers(different_tiers)
     largest = max(runtime for runtime, _ in jobs_a + jobs_b)
-    bound = 2 * largest + (spread + config.max_affinity) * config.aging_divisor
+    offsets = (spread + config.max_affinity) * config.aging_divisor
+    bound = 2 * largest + max(offsets, overdue_slack_seconds(config))
     gaps = _gpu_gap_run(make, jobs_a, jobs_b, fair_share=True, tiers=tiers)
     assert all(gap <= bound for gap in gaps), (max(gaps), bound)
 
@@ -460,7 +461,7 @@ def test_two_backlogged_members_stay_within_the_fairness_bound(
 @IMPLEMENTATIONS
 def test_without_fair_share_the_fairness_bound_breaks(make: Factory) -> None:
     jobs: list[tuple[float, str | None]] = [(_C, "m1")] * 20
-    bound = 2 * _C + (0 + 10) * 60.0
+    bound = 2 * _C + overdue_slack_seconds()  # the size-1 bound, 2C + max((T + A) d, k Δ)
     assert max(_gpu_gap_run(make, jobs, jobs, fair_share=True, tiers=("pro", "pro"))) <= bound
     assert max(_gpu_gap_run(make, jobs, jobs, fair_share=False, tiers=("pro", "pro"))) > bound
 

@@ -3,9 +3,9 @@
 The rules are in docs/design/dispatcher.md, "Overdue jobs" and "Share and credit". Each is
 checked on the real dispatcher and on the brute-force reference (which implements it on its
 own): a level's oldest job that waited past its aging bound goes before the fair-share choice
-when its lane is within the offsets ``(T + A) * d`` of the level's least-served lane, and not
-otherwise; a grant at the highest level refills a negative crossing credit while a lower level
-waits.
+when its lane is within the overdue slack ``k * (T + A) * d`` of the level's least-served lane
+(``k`` = ``OVERDUE_SLACK``), and not otherwise; a grant at the highest level refills a
+negative crossing credit while a lower level waits.
 """
 
 from __future__ import annotations
@@ -15,10 +15,13 @@ from typing import Any
 
 import pytest
 
-from prioqueue.dispatcher import SizeOneDispatcher
+from prioqueue._core import config as core_config
+from prioqueue.dispatcher import OVERDUE_SLACK, SizeOneDispatcher
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.scoring import Scorer, ScoringConfig
 from prioqueue.testing import ReferenceDispatcher, ReferenceFleet
+from prioqueue.testing import _overdue as reference_overdue
+from prioqueue.testing import _rules as reference_rules
 
 FAST = Scorer(ScoringConfig(aging_divisor=1.0))  # a point of aging per second
 IMPLEMENTATIONS = pytest.mark.parametrize(
@@ -27,13 +30,27 @@ IMPLEMENTATIONS = pytest.mark.parametrize(
 Factory = Callable[..., Any]
 OFFSETS = (2 + 10) * 1.0  # (T + A) * d with the default tiers (0..2) and max_affinity 10
 NORMAL_BOUND = 0.75 * 100 * 1.0 + OFFSETS  # normal's overdue bound: B = 100 (interactive)
+SLACK = OVERDUE_SLACK * OFFSETS  # how far ahead of the least-served lane an overdue lane may be
 
 
-def _overdue_pair(make: Factory, runtime: float, dispatch_at: float) -> str:
-    """Member a's two jobs at 0 (a0 runs first), member b's one at 1; the next grant's job.
+def test_the_reference_writes_the_cores_constants_down_on_its_own_and_they_agree() -> None:
+    # The reference is written from the note and never imports the core; its constants are
+    # its own, so a change to one side alone must fail here, not only in a long stateful run.
+    from prioqueue._core import items as core_items
+    from prioqueue._core import starving as core_starving
+
+    assert reference_overdue.OVERDUE_SLACK == core_config.OVERDUE_SLACK == OVERDUE_SLACK
+    assert reference_rules.SHARE_WINDOW == core_items.SHARE_WINDOW
+    assert reference_rules.SHORT_OF_SHARE == core_starving.SHORT_OF_SHARE
+    assert reference_overdue.OVERDUE_BAND == core_starving.OVERDUE_BAND
+
+
+def _overdue_pair(make: Factory, runtime: float, dispatch_at: float, b_at: float = 1.0) -> str:
+    """Member a's two jobs at 0 (a0 runs first), member b's one at ``b_at``; the next grant's.
 
     a0 runs ``runtime`` seconds up front-charged, so a's lane is at ``s = runtime`` and b's,
-    lifted while a0 ran, at ``s = 1``: fair share picks b0, while a1 is the level's oldest job.
+    lifted while a0 ran, at ``s = b_at``: fair share picks b0, while a1 is the level's oldest
+    job. b0 is overdue itself at ``dispatch_at`` when it has waited past ``NORMAL_BOUND``.
     """
     d = make(FAST)
     d.submit("a0", member="a", priority=0, estimate=runtime, now=0.0)
@@ -41,7 +58,8 @@ def _overdue_pair(make: Factory, runtime: float, dispatch_at: float) -> str:
     grant = d.dispatch(now=0.0)
     assert grant is not None
     assert grant.job.id == "a0"
-    d.submit("b0", member="b", priority=0, estimate=runtime, now=1.0)
+    assert b_at < runtime
+    d.submit("b0", member="b", priority=0, estimate=runtime, now=b_at)
     d.complete("a0", now=runtime)
     grant = d.dispatch(now=dispatch_at)
     assert grant is not None
@@ -51,8 +69,23 @@ def _overdue_pair(make: Factory, runtime: float, dispatch_at: float) -> str:
 @IMPLEMENTATIONS
 def test_an_overdue_job_goes_first_within_fair_shares_slack(make: Factory) -> None:
     # s(a) = 10 is within OFFSETS of s(b) = 1, and a1 waited 100 s > NORMAL_BOUND (87 s): a1
-    # goes first although fair share would pick b0.
+    # goes first although fair share would pick b0 (overdue too: it waited 99 s).
     assert _overdue_pair(make, 10.0, 100.0) == "a1"
+
+
+@IMPLEMENTATIONS
+@pytest.mark.parametrize("runtime", [30.0, 20.0 + SLACK])
+def test_an_overdue_job_passes_a_fresh_one_within_k_offsets(make: Factory, runtime: float) -> None:
+    # b0 came at 20: at 100 it waited 80 s, not overdue. Past it a1 may go while s(a) is within
+    # SLACK (k offsets, 48 s) of s(b) = 20 (issue 26, fifth round).
+    assert _overdue_pair(make, runtime, 100.0, b_at=20.0) == "a1"
+
+
+@IMPLEMENTATIONS
+def test_past_an_overdue_job_the_slack_stays_one_offsets(make: Factory) -> None:
+    # s(a) = 30 is within SLACK but more than OFFSETS above s(b) = 1, and b0 is overdue too
+    # (it waited 99 s): between two overdue jobs fair share keeps its own width, b0 goes.
+    assert _overdue_pair(make, 30.0, 100.0) == "b0"
 
 
 @IMPLEMENTATIONS
@@ -63,9 +96,9 @@ def test_a_job_not_yet_overdue_waits_its_fair_share_turn(make: Factory) -> None:
 
 @IMPLEMENTATIONS
 def test_fair_share_wins_over_an_overdue_job_of_a_lane_far_ahead(make: Factory) -> None:
-    # s(a) = 30 is more than OFFSETS above s(b) = 1: the fairness bound's invariant would
-    # break, so b0 goes although a1 (waited 100 s) is overdue.
-    assert _overdue_pair(make, 30.0, 100.0) == "b0"
+    # s(a) = 69 is more than SLACK above s(b) = 20: the fairness bound's invariant would
+    # break, so b0 goes although a1 (waited 100 s) is overdue and b0 (80 s) is not.
+    assert _overdue_pair(make, 21.0 + SLACK, 100.0, b_at=20.0) == "b0"
 
 
 @pytest.mark.parametrize("make", [FleetDispatcher, ReferenceFleet], ids=["real", "reference"])

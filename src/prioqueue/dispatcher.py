@@ -34,6 +34,7 @@ from prioqueue._core.config import (
     DEFAULT_HISTORY_BYTES,
     DEFAULT_RETRY_AFTER,
     DEFAULT_WAIT_BUCKETS,
+    OVERDUE_SLACK,
     ChargeModel,
     Config,
     constructor_arguments,
@@ -51,6 +52,7 @@ __all__ = [
     "DEFAULT_CROSSING_SHARE",
     "DEFAULT_RETRY_AFTER",
     "DEFAULT_WAIT_BUCKETS",
+    "OVERDUE_SLACK",
     "ChargeModel",
     "SizeOneDispatcher",
 ]

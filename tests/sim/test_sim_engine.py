@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from prioqueue.dispatcher import OVERDUE_SLACK
 from prioqueue.errors import ConfigError, InvalidState, UnknownJob
 from prioqueue.sim import engine, policies, report, scenarios
 from prioqueue.sim.policies import FifoQueue, PolicyParams, StrictQueue, parse_spec
@@ -132,8 +133,9 @@ def test_charge_models_in_report() -> None:
         summary = report.summarize(engine.simulate(workload, spec), PolicyParams())
         bound = summary["levels"]["-100"]["gap_bound"]
         if expected is not None:
-            # Theorem 2 of docs/design/fleet.md (issue 17): 2 (T + A) d + 10 C on one GPU.
-            assert bound == 2 * (0 + 10) * 60 + 10 * expected
+            # Theorem 2 of docs/design/fleet.md (issue 17): k Δ + (T + A) d + 10 C on one GPU
+            # (Δ with every tier counted: 2 + 10 points; T the level's own: one tier).
+            assert bound == OVERDUE_SLACK * (2 + 10) * 60 + (0 + 10) * 60 + 10 * expected
 
 
 def test_one_gpu_baselines_are_pull_queues_of_one_worker() -> None:

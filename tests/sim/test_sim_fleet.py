@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from sim_helpers import written
 
 from prioqueue.cli import main
+from prioqueue.dispatcher import OVERDUE_SLACK
 from prioqueue.errors import ConfigError
 from prioqueue.sim import build, build_report, parse_spec, simulate
 from prioqueue.sim.engine import CANCELLED, DONE, FAILED, PENDING, QUEUED, RUNNING, RunResult
@@ -318,8 +319,11 @@ def test_the_verdict_uses_the_n_worker_bound() -> None:
     params = report["policies"]["prioqueue"]["params"]
     largest = max(result.end[j] - result.start[j] for j in range(len(workload.arrivals)))
     offsets = (0.0 + params["max_affinity"]) * params["aging_divisor"]  # one tier (pro)
-    # Theorem 2 of docs/design/fleet.md (issue 17): 2 N (T + A) d + 10 K C.
-    assert row["gap_bound"] == pytest.approx(2 * 3 * offsets + 10 * 4 * largest, abs=1e-3)
+    # Theorem 2 of docs/design/fleet.md (issue 17): N (k Δ + (T + A) d) + 10 K C, Δ with every
+    # tier counted (2 + 10 points).
+    slack = OVERDUE_SLACK * (2 + params["max_affinity"]) * params["aging_divisor"]
+    bound = 3 * (slack + offsets) + 10 * 4 * largest
+    assert row["gap_bound"] == pytest.approx(bound, abs=1e-3)
     assert row["service_gap"] <= row["gap_bound"]
 
 

@@ -23,7 +23,7 @@ from heapq import heappush as _heappush
 from heapq import heapreplace as _heapreplace
 from itertools import islice
 
-from prioqueue._core.config import LEAST_SERVED
+from prioqueue._core.config import LEAST_SERVED, OVERDUE_SLACK
 from prioqueue._core.core import Core
 from prioqueue._core.items import Arrival, Backlog, Level, new_item
 from prioqueue._core.starving import (
@@ -229,9 +229,10 @@ def overdue(d: Core, entry: _Entry, t: float) -> _Entry | None:
     26; ``B`` is the highest of the policy's named levels and the backlogged levels), that is
     the oldest queued job at ``L`` (by arrival, then seq) when it is in another lane than
     ``entry``, has waited more than ``OVERDUE_BAND * (B - L) * d + (T + A) * d``, and its
-    lane's ``s`` is at most ``(T + A) * d`` above the smallest ``s`` among the level's
-    backlogged lanes (the fairness bound's invariant); at ``B`` itself, where that wait is the
-    level's aging bound (the job is starving), without the check on ``s``. Amortised
+    lane's ``s`` is at most ``OVERDUE_SLACK * (T + A) * d`` above the smallest ``s`` among the
+    level's backlogged lanes when ``entry`` is not overdue itself, ``(T + A) * d`` when it is
+    (the fairness bound's slack, issue 26 fifth round); at ``B`` itself, where that wait is
+    the level's aging bound (the job is starving), without the check on ``s``. Amortised
     O(log n) plus O(levels + named levels).
     """
     if not d.config.fair_share:
@@ -258,7 +259,10 @@ def overdue(d: Core, entry: _Entry, t: float) -> _Entry | None:
         return old  # the highest level past its aging bound: starving, fair share yields
     with closing(_by_service(d, level)) as lanes:
         least = next(lanes)
-    if not old.lane.s <= least.s + spread:
+    # Past a job that is not overdue itself the overdue job may run k offsets ahead; past an
+    # overdue one only the ranking's own width (issue 26, fifth round).
+    slack = spread if t - entry.job.arrival > band + spread else OVERDUE_SLACK * spread
+    if not old.lane.s <= least.s + slack:
         return None
     return old
 

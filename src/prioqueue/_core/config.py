@@ -49,6 +49,15 @@ DEFAULT_HISTORY_BYTES = 4 * 1024 * 1024
 #: see docs/design/dispatcher.md, "Bounded crossings").
 DEFAULT_CROSSING_SHARE = 0.05
 
+#: The overdue slack ``k`` (issue 26, fifth round; ``choose.overdue``): below the highest
+#: level an overdue job goes before a fair-share choice that is not overdue itself while its
+#: lane's ``s`` is at most ``k`` offsets ``(T + A) * d`` above its level's least-served lane
+#: (one offsets before an overdue choice). A member over its share may run that far ahead of
+#: a newcomer while its overdue jobs drain, so the fairness bound's width is
+#: ``(k + 1) * N * (T + A) * d + 10 * K * C`` (docs/design/fleet.md, Theorem 2). Chosen by
+#: the sweep on the tuning seeds (docs/design/dispatcher.md, "Issue 26, fifth round").
+OVERDUE_SLACK = 4.0
+
 #: How many of a level's least-served lanes a crossing or a deferral chooses among (by the
 #: ranking's order): enough to find the worker's resident model among them, few enough to keep
 #: a grant O(log n).

@@ -49,12 +49,15 @@ class OverdueRule(NamedTuple):
     """The overdue rule's constants for a dry run (``choose.overdue``; private).
 
     ``named_top``: the highest named level; ``unit``: ``OVERDUE_BAND * d`` seconds per level
-    of band; ``spread``: ``(T + A) * d``.
+    of band; ``spread``: ``(T + A) * d``; ``slack``: how far above its level's least ``s``
+    an overdue job's lane may be when the job it passes is not overdue (``OVERDUE_SLACK *
+    spread``; ``spread`` when it is).
     """
 
     named_top: int
     unit: float
     spread: float
+    slack: float
 
 
 class _SimLane:
@@ -188,12 +191,15 @@ class _Oldest:
         top = max([rule.named_top, *(number for number, count in per_level.items() if count)])
         assert old.head is not None
         wait = t - old.head.job.arrival
-        if not wait > max(0, top - level) * rule.unit + rule.spread:
+        overdue_at = max(0, top - level) * rule.unit + rule.spread
+        if not wait > overdue_at:
             return sim
         if level >= top:
             return old
         least = min(x.s for x in sims if x.head is not None and x.lane.level == level)
-        return old if old.s <= least + rule.spread else sim
+        assert sim.head is not None
+        slack = rule.spread if t - sim.head.job.arrival > overdue_at else rule.slack
+        return old if old.s <= least + slack else sim
 
 
 def _settle(

@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from prioqueue._core.config import OVERDUE_SLACK
 from prioqueue._core.core import Core
 from prioqueue._core.forecast import (
     OverdueRule,
@@ -133,7 +134,8 @@ def _overdue_rule(d: Core) -> OverdueRule | None:
         return None
     named = d.config.policy.aliases.values()
     top = max(named) if named else -(2**62)
-    return OverdueRule(top, OVERDUE_BAND * d.divisor, aging_exemption(d))
+    spread = aging_exemption(d)
+    return OverdueRule(top, OVERDUE_BAND * d.divisor, spread, OVERDUE_SLACK * spread)
 
 
 def forecast(d: Core, t: float, limit: int | None) -> list[AheadJob]:

@@ -7,7 +7,8 @@ compare members only while they are **backlogged at the same level** (holding a 
   which both are backlogged, how far the service charged to one drifts ahead of the other's;
   the largest drift over all pairs and intervals. Service is credited when a job leaves the GPU,
   in the policy's charge units, exactly as the dispatcher charges it, so the figure is directly
-  comparable with the design's bound ``2 * (T + A) * d + 10 * C`` (``docs/design/fleet.md``).
+  comparable with the design's bound ``(k + 1) * (T + A) * d + 10 * C`` (``k`` the overdue
+  slack; ``docs/design/fleet.md``).
 * **Share of the max-min fair share** (:func:`fair_shares`): time is cut into intervals in
   which the set ``B`` of backlogged members is constant. While ``|B| >= 2``, the GPU time the
   level's jobs of members of ``B`` received is what those members competed for; each member of

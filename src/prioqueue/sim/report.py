@@ -22,9 +22,11 @@ Definitions (documented in ``docs/simulator.md``):
 * **GPU seconds** of a member: every second the GPU held one of its jobs, cold loads and hung
   attempts included.
 * **service gap**, **share of the max-min fair share** and **Jain's index**: see
-  :mod:`prioqueue.sim.fairness`. The gap's analytic bound is ``2 * (T + A) * d + 10 * C``
-  (``C`` the largest charge at the level) on one GPU, and ``2 * N * (T + A) * d + 10 * K * C``
-  on a fleet of ``N`` workers holding ``K`` jobs at once in all (their slots;
+  :mod:`prioqueue.sim.fairness`. The gap's analytic bound is ``k * Δ + (T + A) * d + 10 * C``
+  on one GPU, and ``N * (k * Δ + (T + A) * d) + 10 * K * C`` on a fleet of ``N`` workers
+  holding ``K`` jobs at once in all (their slots), with ``C`` the largest charge at the
+  level, ``T`` the spread of its members' tiers and ``k * Δ`` the overdue slack
+  (:data:`~prioqueue.dispatcher.OVERDUE_SLACK` times the offsets with every tier counted;
   ``docs/design/fleet.md``, Theorem 2: the gap is measured from the moment both members are
   backlogged, when their virtual starts may differ); the baselines are measured against the
   default policy's.
@@ -42,6 +44,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from prioqueue.dispatcher import OVERDUE_SLACK
 from prioqueue.sim.fairness import OFF as _OFF
 from prioqueue.sim.fairness import ON as _ON
 from prioqueue.sim.fairness import SERVICE as _SERVICE
@@ -223,7 +226,12 @@ class _Tally:
         # docs/design/fleet.md, "Fairness bound for N workers", Theorem 2).
         fleet_n = max(1, len(result.workers))
         held_k = max(1, sum(w.slots for w in result.workers))
-        bound = 2 * fleet_n * offsets + 10 * held_k * self.largest_charge[level]
+        # A grant leaves its lane at most the pair's offsets ahead (the ranking) or the
+        # overdue slack k * (T + A) * d, every tier counted (an overdue grant): the widest.
+        every = list(params.tier_bonuses.values()) or [0.0]
+        slack = OVERDUE_SLACK * (max(every) - min(every) + params.max_affinity)
+        ahead = max(offsets, slack * params.aging_divisor)
+        bound = fleet_n * (ahead + offsets) + 10 * held_k * self.largest_charge[level]
         aging_bound = (top - level) * params.aging_divisor + offsets
         shares = fair_shares(self.backlog[level], self.runs[level])
         slowdown = self.slowdown[level]

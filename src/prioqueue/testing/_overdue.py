@@ -9,9 +9,11 @@ the crossing's level, ``starving_level``):
   issue 26; ``top`` is the highest of the policy's named levels and the queued levels), the
   oldest queued job at ``L`` (by arrival, then seq) goes instead when it is in another lane,
   waited more than
-  ``0.75 * (top - L) * d + (T + A) * d``, its lane's ``s`` is at most ``(T + A) * d`` above the
-  smallest ``s`` at ``L`` (below ``top`` only: at ``top`` the wait is the aging bound itself),
-  and it is eligible for the worker (as in the pop's offers).
+  ``0.75 * (top - L) * d + (T + A) * d``, its lane's ``s`` is at most ``4 * (T + A) * d``
+  above the smallest ``s`` at ``L`` when the job the pop would grant has not waited that long
+  itself, ``(T + A) * d`` when it has (the overdue slack, issue 26 fifth round; below ``top``
+  only: at ``top`` the wait is the aging bound itself), and it is eligible for the worker (as
+  in the pop's offers).
 """
 
 from __future__ import annotations
@@ -25,6 +27,14 @@ if TYPE_CHECKING:
     from prioqueue.testing._rules import ReferenceRules
 
 __all__: list[str] = []  # private module
+
+#: How far, in multiples of the offsets ``(T + A) * d``, an overdue job's lane may be ahead of
+#: the level's least-served lane (the note's ``k``; the core's own constant is separate on
+#: purpose: the reference is written from the note, and a test holds the two equal).
+OVERDUE_SLACK = 4.0
+
+#: The share of the band term after which a job is overdue (the note's ``0.75``).
+OVERDUE_BAND = 0.75
 
 
 def refilled(model: ReferenceRules, win: Offer, weight: float) -> float:
@@ -58,9 +68,11 @@ def overdue(model: ReferenceRules, win: Offer, worker: Worker, now: float) -> Of
     d = model.divisor
     tiers = list(config.tier_bonuses.values())
     offsets = ((max(tiers) - min(tiers) if tiers else 0.0) + config.max_affinity) * d
-    if not now - old.job.arrival > max(0, top - level) * d * 0.75 + offsets:
+    overdue_at = max(0, top - level) * d * OVERDUE_BAND + offsets
+    if not now - old.job.arrival > overdue_at:
         return win
-    if level < top and not s <= min(row[0] for row in lanes) + offsets:
+    slack = offsets if now - win.entry.job.arrival > overdue_at else OVERDUE_SLACK * offsets
+    if level < top and not s <= min(row[0] for row in lanes) + slack:
         return win  # below the top only: at the top that wait is its aging bound
     capped = not model.offers(worker, lambda e: model.ineligible(worker, e, now) is None)
     if model.ineligible(worker, old, now, capped) is not None:
