@@ -1,7 +1,7 @@
 """``ReadOnly``: a read-only attribute that shows another object's attribute (private).
 
 For the many ``@property`` blocks that only return ``self._x`` or ``self._x.y``: one line
-each, ``scorer = ReadOnly[Scorer]("_state.scorer", "The scorer (read-only).")``, instead of
+each, ``scorer = ReadOnly[Scorer]("_core.config.scorer", "The scorer (read-only).")``, instead of
 five. The dispatchers' facade and the reference models use it.
 """
 
