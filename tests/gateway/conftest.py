@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from gateway_helpers import make_stack
+from .gateway_helpers import make_stack
 
 __all__ = ["make_stack"]

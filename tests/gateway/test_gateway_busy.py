@@ -14,10 +14,11 @@ from typing import Any
 
 import httpx
 import pytest
-from gateway_helpers import CHAT, StackFactory, chat, raw_post, run, wait_for
-from test_gateway_fleet import Fleet, make_fleet
 
 from prioqueue.gateway._idle import busy_count
+
+from .gateway_helpers import CHAT, StackFactory, chat, raw_post, run, wait_for
+from .test_gateway_fleet import Fleet, make_fleet
 
 __all__ = ["make_fleet"]
 

@@ -6,7 +6,8 @@ import asyncio
 import itertools
 
 import httpx
-from gateway_helpers import CHAT, StackFactory, chat, queued, run, status, wait_for
+
+from .gateway_helpers import CHAT, StackFactory, chat, queued, run, status, wait_for
 
 MEMBERS = 10
 LEVELS = (("interactive", 100), ("normal", 0), ("batch", -100))

@@ -17,10 +17,11 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from gateway_helpers import CHAT, StackFactory, chat, run, wait_for
 
 from prioqueue._service.serving import ConnectionLimits
 from prioqueue.gateway.fake_upstream import FakeLlamaSwap, ServerThread
+
+from .gateway_helpers import CHAT, StackFactory, chat, run, wait_for
 
 
 def _connect(url: str, timeout: float = 10) -> socket.socket:

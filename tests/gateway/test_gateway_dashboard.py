@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-from gateway_helpers import CHAT, StackFactory, as_key, chat, hold_as, keyed_config, wait_for
 
 from prioqueue.gateway import Gateway, parse_config
 from prioqueue.gateway.fake_upstream import FakeLlamaSwap, ServerThread
+
+from .gateway_helpers import CHAT, StackFactory, as_key, chat, hold_as, keyed_config, wait_for
 
 
 def test_the_page_needs_no_key_and_the_endpoint_does(make_stack: StackFactory) -> None:

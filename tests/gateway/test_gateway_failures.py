@@ -13,9 +13,10 @@ from collections.abc import Awaitable, Iterator
 from pathlib import Path
 
 import httpx
-from gateway_helpers import CHAT, StackFactory, chat, queued, raw_post, run, status, wait_for
 
 from prioqueue.gateway.fake_upstream import bind_loopback
+
+from .gateway_helpers import CHAT, StackFactory, chat, queued, raw_post, run, status, wait_for
 
 
 async def _hold(client: httpx.AsyncClient, gate: str = "gpu") -> asyncio.Task[httpx.Response]:

@@ -15,10 +15,11 @@ import attrs
 import httpx
 import openai
 import pytest
-from gateway_helpers import CHAT, chat, wait_for
 
 from prioqueue.gateway import Gateway, parse_config
 from prioqueue.gateway.fake_upstream import FakeLlamaSwap, ServerThread
+
+from .gateway_helpers import CHAT, chat, wait_for
 
 
 @attrs.define

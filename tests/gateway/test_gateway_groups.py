@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-from gateway_helpers import CHAT, StackFactory, as_key, chat, hold_as, keyed_config, wait_for
+
+from .gateway_helpers import CHAT, StackFactory, as_key, chat, hold_as, keyed_config, wait_for
 
 
 def test_a_group_counts_its_requests_and_only_its_member_sees_it(

@@ -10,10 +10,11 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from gateway_helpers import CHAT, StackFactory, chat, run, status, wait_for
 
 from prioqueue.gateway.app import BadRequest, extract_model
 from prioqueue.gateway.fake_upstream import FakeLlamaSwap, ServerThread
+
+from .gateway_helpers import CHAT, StackFactory, chat, run, status, wait_for
 
 
 def _connect(url: str) -> socket.socket:

@@ -8,7 +8,6 @@ from collections.abc import Awaitable
 
 import httpx
 import pytest
-from gateway_helpers import CHAT, Stack, StackFactory, chat, queued, run, status, wait_for
 
 from prioqueue import ConfigError, LevelBudget
 from prioqueue.asyncio import AsyncDispatcher, QueueTimeout
@@ -16,6 +15,8 @@ from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.gateway import parse_config
 from prioqueue.gateway._fleetgate import FleetGate
+
+from .gateway_helpers import CHAT, Stack, StackFactory, chat, queued, run, status, wait_for
 
 
 async def _hold(client: httpx.AsyncClient) -> asyncio.Task[httpx.Response]:

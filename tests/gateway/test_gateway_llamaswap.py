@@ -16,12 +16,13 @@ from typing import Any
 
 import httpx
 import pytest
-from gateway_helpers import CHAT, KEYS, as_key, chat, run, wait_for
 
 from prioqueue import ConfigError
 from prioqueue.gateway import Gateway, parse_config
 from prioqueue.gateway._loaded import Loaded, loaded_models
 from prioqueue.gateway.fake_upstream import FakeLlamaSwap, ServerThread
+
+from .gateway_helpers import CHAT, KEYS, as_key, chat, run, wait_for
 
 MODELS = ("embed", "llama", "qwen")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-from gateway_helpers import CHAT, StackFactory, chat, queued, run, status, wait_for
+
+from .gateway_helpers import CHAT, StackFactory, chat, queued, run, status, wait_for
 
 
 async def _eq_queued(client: httpx.AsyncClient, n: int) -> bool:

@@ -7,9 +7,10 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
-from gateway_helpers import CHAT, StackFactory, chat, run
 
 from prioqueue.gateway.app import BadRequest, extract_model
+
+from .gateway_helpers import CHAT, StackFactory, chat, run
 
 KEYS = {
     "allow_anonymous": False,

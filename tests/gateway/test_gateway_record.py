@@ -10,11 +10,12 @@ from typing import Any
 
 import httpx
 import pytest
-from gateway_helpers import CHAT, chat, run, wait_for
 
 from prioqueue.gateway import Gateway, parse_config
 from prioqueue.gateway.cli import _open_recorder
 from prioqueue.gateway.fake_upstream import FakeLlamaSwap, ServerThread
+
+from .gateway_helpers import CHAT, chat, run, wait_for
 
 
 class ListRecorder:

@@ -9,10 +9,11 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from gateway_helpers import CHAT, StackFactory, chat
 
 from prioqueue.gateway import load_config, parse_config
 from prioqueue.gateway.settings import DEFAULT_PASSTHROUGH_PATHS
+
+from .gateway_helpers import CHAT, StackFactory, chat
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -130,7 +131,7 @@ def test_status_names_only_the_callers_own_jobs(make_stack: StackFactory) -> Non
 def test_queued_jobs_of_others_are_counted_not_named(make_stack: StackFactory) -> None:
     import asyncio
 
-    from gateway_helpers import run, wait_for
+    from .gateway_helpers import run, wait_for
 
     stack = make_stack(KEYS)
 
@@ -253,7 +254,7 @@ def test_a_ceiling_below_the_policy_minimum_orders_the_queue(make_stack: StackFa
     """Issue 21 item 8: the dispatcher keeps the ceiling; a -150 key waits behind a -100 batch."""
     import asyncio
 
-    from gateway_helpers import run, status, wait_for
+    from .gateway_helpers import run, status, wait_for
 
     config = {
         "policy": {"minimum": -100, "maximum": 100},

@@ -24,11 +24,12 @@ from typing import Any
 
 import httpx
 import pytest
-from gateway_helpers import CHAT, wait_for
-from llama_swap import ROOT, Events, LlamaSwap, binary, model
 
+from gateway.gateway_helpers import CHAT, wait_for
 from prioqueue.gateway import Gateway, parse_config
 from prioqueue.gateway.fake_upstream import ServerThread
+
+from .llama_swap import ROOT, Events, LlamaSwap, binary, model
 
 KEYS = {
     "k-alice": {"member": "alice", "max_priority": 100},

@@ -1,0 +1,1 @@
+"""The gateway against the real llama-swap binary (see ``test_real_llama_swap``)."""
