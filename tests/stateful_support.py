@@ -57,8 +57,7 @@ def settings_for(examples: int, steps: int) -> settings:
     return settings(
         max_examples=int(os.environ.get("PRIOQUEUE_STATEFUL_EXAMPLES", str(examples))),
         stateful_step_count=steps,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        suppress_health_check=[HealthCheck.filter_too_much],
     )
 
 

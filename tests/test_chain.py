@@ -158,7 +158,7 @@ def test_default_group_is_the_first_job_id_and_jobs_carry_it() -> None:
     assert d.group_of("s1") == "s1"
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     count=st.integers(min_value=1, max_value=8),
     depth=st.integers(min_value=1, max_value=4),
@@ -689,7 +689,7 @@ def test_async_chain_reports_an_expired_lease_as_a_failure() -> None:
 ACTIONS = ("dispatch", "complete", "fail_running", "fail_queued", "expire", "cancel")
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     count=st.integers(min_value=1, max_value=6),
     depth=st.integers(min_value=1, max_value=3),

@@ -237,7 +237,7 @@ jobs = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(jobs=jobs, share=st.sampled_from([0.05, 0.2, 0.5]))
 def test_crossings_take_at_most_the_share_plus_two_jobs(
     jobs: list[tuple[float, int, int, float]], share: float

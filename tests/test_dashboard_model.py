@@ -55,7 +55,7 @@ def _run(steps: list[tuple[Any, ...]]) -> tuple[FleetDispatcher, float]:
     return d, t
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(steps=st.lists(_step, max_size=40), who=st.sampled_from(MEMBERS))
 def test_a_member_sees_nothing_of_the_others(steps: list[tuple[Any, ...]], who: str) -> None:
     d, t = _run(steps)

@@ -441,7 +441,7 @@ _jobs = st.lists(
 
 
 @IMPLEMENTATIONS
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(jobs_a=_jobs, jobs_b=_jobs, different_tiers=st.booleans())
 def test_two_backlogged_members_stay_within_the_fairness_bound(
     make: Factory,

@@ -217,7 +217,7 @@ _jobs = st.lists(
 
 
 @IMPLEMENTATIONS
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(
     workers=st.integers(2, 4),
     jobs_a=_jobs,

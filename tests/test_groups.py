@@ -39,8 +39,7 @@ LEVELS = (-100, 0, 100)
 SETTINGS = settings(
     max_examples=80,
     stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    suppress_health_check=[HealthCheck.filter_too_much],
 )
 
 
@@ -289,7 +288,7 @@ def _workloads(draw: st.DrawFn) -> list[dict[str, Any]]:
     ]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(jobs=_workloads(), dispatch_first=st.booleans())
 def test_forecast_is_exact_when_estimates_are_and_nothing_else_arrives(
     jobs: list[dict[str, Any]], dispatch_first: bool
@@ -361,7 +360,7 @@ def test_running_only_group_forecasts_its_expected_end() -> None:
 # ---------------------------------------------------------------------------- cancel_group
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(jobs=_workloads(), dispatch_first=st.booleans(), cancel_running=st.booleans())
 def test_cancel_group_is_cancel_of_each_member_job_and_touches_nothing_else(
     jobs: list[dict[str, Any]], dispatch_first: bool, cancel_running: bool
@@ -583,7 +582,7 @@ _OVERDUE_AT_THE_TOP = [  # eve's 1 s film-a job is overdue (waited past 720 s) a
 ]  # fmt: skip
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(jobs=_workloads(), workers=st.integers(min_value=1, max_value=3))
 @example(jobs=_OVERDUE_AT_THE_TOP, workers=1)  # the forecast applies the overdue rule too
 def test_fleet_group_forecast(jobs: list[dict[str, Any]], workers: int) -> None:

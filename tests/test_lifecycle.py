@@ -386,7 +386,7 @@ def test_size_one_dispatcher_has_the_lifecycle_too() -> None:
 # ---------------------------------------------------------------- invariants
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     ops=st.lists(
         st.tuples(

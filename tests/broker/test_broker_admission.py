@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prioqueue.broker import BrokerEngine, MemoryJournal, Rejected, create_app, parse_config
@@ -231,7 +231,7 @@ JOB = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300)
 @given(
     limits=LIMITS,
     earlier=st.lists(JOB, max_size=6),

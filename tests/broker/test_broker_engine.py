@@ -166,7 +166,7 @@ def _check_groups(engine: BrokerEngine) -> None:
         assert status.failed >= states.get("failed", 0) + states.get("expired", 0)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(ops=st.lists(op, min_size=1, max_size=40), cut=st.integers(0, 40))
 def test_snapshot_restore_and_replay_agree_with_the_live_engine(
     ops: list[tuple[str, Any]], cut: int

@@ -65,7 +65,7 @@ def _run(engine: BrokerEngine, now: float, op: tuple[str, int, Any]) -> None:
         engine.tick(now + extra)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(_ops)
 def test_the_payloads_held_stay_within_the_budget(ops: list[tuple[str, int, Any]]) -> None:
     config = parse_config({"max_queued_bytes": LIMIT, "default_lease_seconds": 30.0})

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from .broker_helpers import BOB, IMAGE, KEYS, SUBMITTER, WORKER, api, run
@@ -89,7 +89,7 @@ request = st.tuples(
 )
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30)
 @given(requests=st.lists(request, min_size=1, max_size=15))
 def test_random_requests_never_crash_or_corrupt(requests: list[Any]) -> None:
     async def scenario() -> None:

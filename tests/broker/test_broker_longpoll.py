@@ -12,7 +12,7 @@ import asyncio
 import time
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prioqueue.broker import BrokerEngine, parse_config
@@ -290,7 +290,7 @@ _ops = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60)
 @given(_ops)
 def test_skipped_try_pops_leave_a_state_the_journal_replays_exactly(ops: list[Any]) -> None:
     config = parse_config(

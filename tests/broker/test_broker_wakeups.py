@@ -264,9 +264,7 @@ _action = st.one_of(
 )
 
 
-@settings(
-    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(actions=st.lists(_action, min_size=1, max_size=30))
 def test_no_lost_wake_up_and_no_job_granted_twice(actions: list[Any]) -> None:
     """After every step, once the loop is quiet: no sleeping waiter could take a queued job,

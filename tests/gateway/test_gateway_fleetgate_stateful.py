@@ -156,7 +156,5 @@ class FleetGateMachine(RuleBasedStateMachine):
         self.loop.close()
 
 
-FleetGateMachine.TestCase.settings = settings(
-    max_examples=100, stateful_step_count=50, deadline=None
-)
+FleetGateMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=50)
 TestFleetGate = FleetGateMachine.TestCase

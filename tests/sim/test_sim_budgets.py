@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_helpers import simulate_json, written
 
@@ -251,7 +251,7 @@ def _budgeted_runs(draw: st.DrawFn) -> tuple[Workload, str, int | None]:
     return _workload(*jobs), "prioqueue:" + ",".join(keys), draw(st.sampled_from([None, 2]))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60)
 @given(_budgeted_runs())
 def test_every_job_leaves_once_and_refused_or_expired_jobs_never_finish_a_run(
     run: tuple[Workload, str, int | None],

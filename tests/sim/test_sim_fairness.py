@@ -146,7 +146,7 @@ def test_service_gaps_timeline() -> None:
     ]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     st.lists(
         st.tuples(st.floats(0, 100), st.floats(0, 50), st.sampled_from("abc"), st.booleans()),
@@ -166,7 +166,7 @@ def test_fair_shares_conserve_contended_service(
     assert all(got >= 0 and f >= 0 for got, f in shares.values())
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     st.lists(
         st.tuples(

@@ -9,7 +9,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_helpers import written
 
@@ -187,7 +187,7 @@ def fleets_and_workloads(draw: st.DrawFn) -> tuple[Workload, list[WorkerSpec], f
     return workload, fleet, draw(st.sampled_from((0.0, 5.0)))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60)
 @given(case=fleets_and_workloads(), policy=st.sampled_from(POLICIES), cut=st.booleans())
 def test_every_job_is_accounted_for_and_workers_run_one_at_a_time(
     case: tuple[Workload, list[WorkerSpec], float], policy: str, cut: bool

@@ -91,7 +91,7 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(kind=st.sampled_from(("fifo", "strict", "warm-first")), script=ops)
 def test_pull_baselines_match_the_brute_force_model(kind: str, script: list[Any]) -> None:
     leases: dict[str, float] = {}

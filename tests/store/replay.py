@@ -78,7 +78,7 @@ def replay_examples(
     ``max_steps`` of ``(time step, call)``) and ``cut`` (where to snapshot)."""
 
     def wrap(test: Callable[..., None]) -> Callable[..., None]:
-        return settings(max_examples=150, deadline=None)(
+        return settings(max_examples=150)(
             given(
                 opts=options,
                 steps=st.lists(st.tuples(time_steps(), calls), min_size=1, max_size=max_steps),

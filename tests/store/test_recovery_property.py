@@ -75,7 +75,7 @@ def recovery_examples(
     restarts among the calls), ``snapshot_every`` (1 to 6) and ``fair_share`` (both)."""
 
     def wrap(test: Callable[..., None]) -> Callable[..., None]:
-        return settings(max_examples=40, deadline=None)(
+        return settings(max_examples=40)(
             given(
                 steps=st.lists(st.tuples(time_steps(), calls), min_size=1, max_size=40),
                 snapshot_every=st.integers(min_value=1, max_value=6),

@@ -537,7 +537,7 @@ def _shown_seconds(shown: str) -> tuple[float, float]:
     raise AssertionError(f"not a duration the page shows: {shown!r}")
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(st.lists(st.floats(0, 10**7, allow_nan=False), min_size=1, max_size=40))
 def test_the_duration_formatter_never_shows_60_and_never_runs_backwards(
     chrome: Any, fleet: BrokerProcess, values: list[float]
