@@ -89,7 +89,7 @@ class _Retry(Exception):
         self.delay = retry_after(response.headers.get("retry-after"))
 
 
-def _backoff(exc: Exception) -> bool | float:
+def _backoff(exc: BaseException) -> bool | float:
     """The retry hook: retry transport errors and 503/429 (a 429's Retry-After, capped)."""
     if isinstance(exc, _Retry):
         if exc.response.status_code == 429 and exc.delay is not None:
