@@ -30,6 +30,7 @@ from prioqueue._core.starving import (
     OVERDUE_BAND,
     aging_exemption,
     crossing_level,
+    overdue_wait,
     short_of_share,
     waiting_below,
     warm_crossing,
@@ -228,11 +229,12 @@ def overdue(d: Core, entry: _Entry, t: float) -> _Entry | None:
     With fair share, at ``entry``'s level ``L`` (any level, ``B`` itself included since issue
     26; ``B`` is the highest of the policy's named levels and the backlogged levels), that is
     the oldest queued job at ``L`` (by arrival, then seq) when it is in another lane than
-    ``entry``, has waited more than ``OVERDUE_BAND * (B - L) * d + (T + A) * d``, and its
+    ``entry``, has waited more than ``overdue_wait`` (``OVERDUE_BAND * (B - L) * d + (T + A)
+    * d``; at ``B`` itself ``OVERDUE_BAND * (T + A) * d``, issue 26 sixth round), and its
     lane's ``s`` is at most ``OVERDUE_SLACK * (T + A) * d`` above the smallest ``s`` among the
     level's backlogged lanes when ``entry`` is not overdue itself, ``(T + A) * d`` when it is
-    (the fairness bound's slack, issue 26 fifth round); at ``B`` itself, where that wait is
-    the level's aging bound (the job is starving), without the check on ``s``. Amortised
+    (the fairness bound's slack, issue 26 fifth round); at ``B`` without the check on ``s``
+    (a burst at the top level drains, FIFO, before it reaches its aging bound). Amortised
     O(log n) plus O(levels + named levels).
     """
     if not d.config.fair_share:
@@ -248,20 +250,21 @@ def overdue(d: Core, entry: _Entry, t: float) -> _Entry | None:
     old = arrivals[0].entry
     if old.lane is entry.lane:
         return None  # inside a lane the affinity window bounds the reordering already
-    band = max(0, top - number) * d.divisor * OVERDUE_BAND
+    above = max(0, top - number)
     wait = t - old.job.arrival
-    if not wait > band:  # cheap test first: most pops stop here
+    if not wait > above * d.divisor * OVERDUE_BAND:  # cheap test first: most pops stop here
         return None
     spread = aging_exemption(d)
-    if not wait > band + spread:
+    due = overdue_wait(above, d.divisor, spread)
+    if not wait > due:
         return None
     if number >= top:
-        return old  # the highest level past its aging bound: starving, fair share yields
+        return old  # the highest level: a burst drains before its aging bound, FIFO
     with closing(_by_service(d, level)) as lanes:
         least = next(lanes)
     # Past a job that is not overdue itself the overdue job may run k offsets ahead; past an
     # overdue one only the ranking's own width (issue 26, fifth round).
-    slack = spread if t - entry.job.arrival > band + spread else OVERDUE_SLACK * spread
+    slack = spread if t - entry.job.arrival > due else OVERDUE_SLACK * spread
     if not old.lane.s <= least.s + slack:
         return None
     return old

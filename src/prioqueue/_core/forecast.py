@@ -51,13 +51,15 @@ class OverdueRule(NamedTuple):
     ``named_top``: the highest named level; ``unit``: ``OVERDUE_BAND * d`` seconds per level
     of band; ``spread``: ``(T + A) * d``; ``slack``: how far above its level's least ``s``
     an overdue job's lane may be when the job it passes is not overdue (``OVERDUE_SLACK *
-    spread``; ``spread`` when it is).
+    spread``; ``spread`` when it is); ``top_wait``: the overdue wait at the highest level
+    (``starving.overdue_wait``).
     """
 
     named_top: int
     unit: float
     spread: float
     slack: float
+    top_wait: float
 
 
 class _SimLane:
@@ -191,7 +193,7 @@ class _Oldest:
         top = max([rule.named_top, *(number for number, count in per_level.items() if count)])
         assert old.head is not None
         wait = t - old.head.job.arrival
-        overdue_at = max(0, top - level) * rule.unit + rule.spread
+        overdue_at = (top - level) * rule.unit + rule.spread if top > level else rule.top_wait
         if not wait > overdue_at:
             return sim
         if level >= top:

@@ -27,6 +27,11 @@ STARVING_FIRST = True
 #: GPU before the report counts it starved (docs/design/dispatcher.md, "Overdue jobs").
 OVERDUE_BAND = 0.75
 
+#: The top level's overdue wait leaves a quarter of its aging bound too (issue 26, sixth
+#: round; ``overdue_wait``), on; only an ablation turns it off (``check_wide.py --ablate
+#: EARLY_TOP=0``: the wait is then the whole bound); the reference model knows no switch.
+EARLY_TOP = True
+
 
 #: The share gate (issue 26, fourth round; ``short_of_share``): a crossing serves a level
 #: only while the level's recent service is below this fraction of the crossing share of
@@ -90,6 +95,20 @@ def aging_exemption(d: Core) -> float:
     bonuses = list(config.tier_bonuses.values())
     spread = max(bonuses) - min(bonuses) if bonuses else 0.0
     return (spread + config.max_affinity) * d.divisor
+
+
+def overdue_wait(above: int, divisor: float, spread: float) -> float:
+    """How long a level's oldest job waits before it is overdue (``choose.overdue``). O(1).
+
+    ``above``: how many priority steps the highest level ``B`` is above the job's level;
+    ``spread``: ``(T + A) * d``. Below ``B`` that is ``OVERDUE_BAND * (B - L) * d + (T + A) *
+    d``: a quarter of the band term is left before the report's aging bound ``(B - L) * d +
+    (T + A) * d``. At ``B`` there is no band term, so the quarter is left of the bound itself:
+    ``OVERDUE_BAND * (T + A) * d`` (docs/design/dispatcher.md, "Overdue jobs").
+    """
+    if above > 0 or not EARLY_TOP:
+        return OVERDUE_BAND * above * divisor + spread
+    return OVERDUE_BAND * spread
 
 
 def crossing_level(d: Core, b: int, t: float) -> int:

@@ -12,8 +12,8 @@ the crossing's level, ``starving_level``):
   ``0.75 * (top - L) * d + (T + A) * d``, its lane's ``s`` is at most ``4 * (T + A) * d``
   above the smallest ``s`` at ``L`` when the job the pop would grant has not waited that long
   itself, ``(T + A) * d`` when it has (the overdue slack, issue 26 fifth round; below ``top``
-  only: at ``top`` the wait is the aging bound itself), and it is eligible for the worker (as
-  in the pop's offers).
+  only), and it is eligible for the worker (as in the pop's offers). At ``top`` the wait is
+  ``0.75 * (T + A) * d`` (a quarter of the level's aging bound left; issue 26 sixth round).
 """
 
 from __future__ import annotations
@@ -68,7 +68,9 @@ def overdue(model: ReferenceRules, win: Offer, worker: Worker, now: float) -> Of
     d = model.divisor
     tiers = list(config.tier_bonuses.values())
     offsets = ((max(tiers) - min(tiers) if tiers else 0.0) + config.max_affinity) * d
-    overdue_at = max(0, top - level) * d * OVERDUE_BAND + offsets
+    # At the top there is no band term: a quarter of the offsets is left (the sixth round).
+    above = top - level
+    overdue_at = above * d * OVERDUE_BAND + offsets if above > 0 else OVERDUE_BAND * offsets
     if not now - old.job.arrival > overdue_at:
         return win
     slack = offsets if now - win.entry.job.arrival > overdue_at else OVERDUE_SLACK * offsets
