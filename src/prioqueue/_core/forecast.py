@@ -52,7 +52,8 @@ class OverdueRule(NamedTuple):
     of band; ``spread``: ``(T + A) * d``; ``slack``: how far above its level's least ``s``
     an overdue job's lane may be when the job it passes is not overdue (``OVERDUE_SLACK *
     spread``; ``spread`` when it is); ``top_wait``: the overdue wait at the highest level
-    (``starving.overdue_wait``).
+    (``starving.overdue_wait``); ``window``: the affinity window ``A * d`` of the warm overdue
+    grant.
     """
 
     named_top: int
@@ -60,6 +61,7 @@ class OverdueRule(NamedTuple):
     spread: float
     slack: float
     top_wait: float
+    window: float
 
 
 class _SimLane:
@@ -129,7 +131,9 @@ def forecast_order(
         if sim is None:
             break
         if overdue is not None and clock is not None:  # a time rule needs a known time
-            sim = oldest.overdue(sims, sim, overdue, clock, per_level)
+            old = oldest.overdue(sims, sim, overdue, clock, per_level)
+            if old is not sim:
+                sim = _warm_overdue(sims, old, overdue, resident, heaps.affinity)
         entry = sim.head
         assert entry is not None
         out.append(Predicted(entry=entry, start=clock))
@@ -154,6 +158,46 @@ def forecast_order(
         heaps.push(sim)
         oldest.push(sim)
     return out
+
+
+def _warm_overdue(
+    sims: list[_SimLane],
+    sim: _SimLane,
+    rule: OverdueRule,
+    resident: str | None,
+    affinity: Callable[[str], float],
+) -> _SimLane:
+    """``sim`` (an overdue grant's lane), or the warm overdue grant that replaces it.
+
+    As ``choose.overdue_offer``: when ``sim``'s head needs another model than the resident
+    ``r`` (one with an affinity), the lane whose
+    head is the level's oldest job for ``r`` that arrived at most the window after it goes
+    instead; lane heads only, as the dry run's affinity. O(L) when a swap is in view, else O(1).
+    """
+    head = sim.head
+    assert head is not None
+    if resident is None or head.job.model == resident or not affinity(resident) > 0.0:
+        return sim
+    level = sim.lane.level
+    limit = head.job.arrival + rule.window
+    best = sim
+    for other in sims:
+        job = None if other.head is None else other.head.job
+        if (
+            job is not None
+            and other.lane.level == level
+            and job.model == resident
+            and job.arrival <= limit
+            and (best is sim or (job.arrival, job.seq) < _arrival(best))
+        ):
+            best = other
+    return best
+
+
+def _arrival(sim: _SimLane) -> tuple[float, int]:
+    """The (arrival, seq) of a simulated lane's head."""
+    assert sim.head is not None
+    return sim.head.job.arrival, sim.head.job.seq
 
 
 class _Oldest:

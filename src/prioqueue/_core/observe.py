@@ -136,7 +136,8 @@ def _overdue_rule(d: Core) -> OverdueRule | None:
     top = max(named) if named else -(2**62)
     spread = aging_exemption(d)
     top_wait = overdue_wait(0, d.divisor, spread)
-    return OverdueRule(top, OVERDUE_BAND * d.divisor, spread, OVERDUE_SLACK * spread, top_wait)
+    unit = OVERDUE_BAND * d.divisor
+    return OverdueRule(top, unit, spread, OVERDUE_SLACK * spread, top_wait, d.window)
 
 
 def forecast(d: Core, t: float, limit: int | None) -> list[AheadJob]:
