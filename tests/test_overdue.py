@@ -43,6 +43,7 @@ def test_the_reference_writes_the_cores_constants_down_on_its_own_and_they_agree
     assert reference_rules.SHARE_WINDOW == core_items.SHARE_WINDOW
     assert reference_rules.SHORT_OF_SHARE == core_starving.SHORT_OF_SHARE
     assert reference_overdue.OVERDUE_BAND == core_starving.OVERDUE_BAND
+    assert reference_overdue.TOP_OVERDUE == core_starving.TOP_OVERDUE
 
 
 def _overdue_pair(make: Factory, runtime: float, dispatch_at: float, b_at: float = 1.0) -> str:
@@ -120,12 +121,12 @@ def _top_burst(make: Factory, dispatch_at: float) -> str:
 
 
 @IMPLEMENTATIONS
-@pytest.mark.parametrize(("at", "expected"), [(8.5, "b0"), (9.5, "a1")])
-def test_at_the_top_a_burst_is_overdue_a_quarter_before_its_aging_bound(
+@pytest.mark.parametrize(("at", "expected"), [(5.5, "b0"), (6.5, "a1"), (11.5, "a1")])
+def test_at_the_top_a_burst_is_overdue_half_way_to_its_aging_bound(
     make: Factory, at: float, expected: str
 ) -> None:
     # Issue 26, sixth round: the top level has no band term, so its overdue wait leaves a
-    # quarter of the aging bound itself: 0.75 * OFFSETS = 9 s, not OFFSETS (12 s), after
+    # share of the aging bound itself: TOP_OVERDUE * OFFSETS = 6 s, not OFFSETS (12 s), after
     # which one member's burst drains FIFO before the report would count it starved.
     assert _top_burst(make, at) == expected
 

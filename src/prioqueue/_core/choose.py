@@ -230,7 +230,7 @@ def overdue(d: Core, entry: _Entry, t: float) -> _Entry | None:
     26; ``B`` is the highest of the policy's named levels and the backlogged levels), that is
     the oldest queued job at ``L`` (by arrival, then seq) when it is in another lane than
     ``entry``, has waited more than ``overdue_wait`` (``OVERDUE_BAND * (B - L) * d + (T + A)
-    * d``; at ``B`` itself ``OVERDUE_BAND * (T + A) * d``, issue 26 sixth round), and its
+    * d``; at ``B`` itself ``TOP_OVERDUE * (T + A) * d``, issue 26 sixth round), and its
     lane's ``s`` is at most ``OVERDUE_SLACK * (T + A) * d`` above the smallest ``s`` among the
     level's backlogged lanes when ``entry`` is not overdue itself, ``(T + A) * d`` when it is
     (the fairness bound's slack, issue 26 fifth round); at ``B`` without the check on ``s``

@@ -27,9 +27,15 @@ STARVING_FIRST = True
 #: GPU before the report counts it starved (docs/design/dispatcher.md, "Overdue jobs").
 OVERDUE_BAND = 0.75
 
-#: The top level's overdue wait leaves a quarter of its aging bound too (issue 26, sixth
-#: round; ``overdue_wait``), on; only an ablation turns it off (``check_wide.py --ablate
-#: EARLY_TOP=0``: the wait is then the whole bound); the reference model knows no switch.
+#: The share of the highest level's aging bound ``(T + A) * d`` after which its oldest job is
+#: overdue (issue 26, sixth round; ``overdue_wait``): a burst there is served by fair share
+#: for half its bound, then drains in arrival order with half the bound left to reach a GPU.
+#: Chosen by the sweep on the tuning seeds (0, 0.25, 0.5, 0.75, 1; docs/design/dispatcher.md).
+TOP_OVERDUE = 0.5
+
+#: The top level's earlier overdue wait, on; only an ablation turns it off (``check_wide.py
+#: --ablate EARLY_TOP=0``: the wait is then the whole bound, as before the sixth round); the
+#: reference model knows no switch.
 EARLY_TOP = True
 
 
@@ -103,12 +109,13 @@ def overdue_wait(above: int, divisor: float, spread: float) -> float:
     ``above``: how many priority steps the highest level ``B`` is above the job's level;
     ``spread``: ``(T + A) * d``. Below ``B`` that is ``OVERDUE_BAND * (B - L) * d + (T + A) *
     d``: a quarter of the band term is left before the report's aging bound ``(B - L) * d +
-    (T + A) * d``. At ``B`` there is no band term, so the quarter is left of the bound itself:
-    ``OVERDUE_BAND * (T + A) * d`` (docs/design/dispatcher.md, "Overdue jobs").
+    (T + A) * d``. At ``B`` there is no band term to leave a share of, so a share of the bound
+    itself is left: the wait is ``TOP_OVERDUE * (T + A) * d`` (docs/design/dispatcher.md,
+    "Overdue jobs").
     """
     if above > 0 or not EARLY_TOP:
         return OVERDUE_BAND * above * divisor + spread
-    return OVERDUE_BAND * spread
+    return TOP_OVERDUE * spread
 
 
 def crossing_level(d: Core, b: int, t: float) -> int:

@@ -13,7 +13,7 @@ the crossing's level, ``starving_level``):
   above the smallest ``s`` at ``L`` when the job the pop would grant has not waited that long
   itself, ``(T + A) * d`` when it has (the overdue slack, issue 26 fifth round; below ``top``
   only), and it is eligible for the worker (as in the pop's offers). At ``top`` the wait is
-  ``0.75 * (T + A) * d`` (a quarter of the level's aging bound left; issue 26 sixth round).
+  ``0.5 * (T + A) * d`` (half the level's aging bound left; issue 26 sixth round).
 """
 
 from __future__ import annotations
@@ -35,6 +35,10 @@ OVERDUE_SLACK = 4.0
 
 #: The share of the band term after which a job is overdue (the note's ``0.75``).
 OVERDUE_BAND = 0.75
+
+#: The share of the top level's offsets after which its oldest job is overdue (the note's
+#: ``0.5``, issue 26 sixth round).
+TOP_OVERDUE = 0.5
 
 
 def refilled(model: ReferenceRules, win: Offer, weight: float) -> float:
@@ -68,9 +72,9 @@ def overdue(model: ReferenceRules, win: Offer, worker: Worker, now: float) -> Of
     d = model.divisor
     tiers = list(config.tier_bonuses.values())
     offsets = ((max(tiers) - min(tiers) if tiers else 0.0) + config.max_affinity) * d
-    # At the top there is no band term: a quarter of the offsets is left (the sixth round).
+    # At the top there is no band term: half the offsets is left (the sixth round).
     above = top - level
-    overdue_at = above * d * OVERDUE_BAND + offsets if above > 0 else OVERDUE_BAND * offsets
+    overdue_at = above * d * OVERDUE_BAND + offsets if above > 0 else TOP_OVERDUE * offsets
     if not now - old.job.arrival > overdue_at:
         return win
     slack = offsets if now - win.entry.job.arrival > overdue_at else OVERDUE_SLACK * offsets
