@@ -9,13 +9,15 @@ Theory of operation:
   resident model. No new arrivals are assumed, and affinity is applied to lane heads only (a
   lane's affinity job further back is not pulled forward in the forecast). With fair share the
   overdue rule (``choose.overdue``) is applied too, at the predicted start while it is known
-  (every runtime on the way known): a level's oldest job goes first once it is overdue. The
-  dry run never touches the dispatcher's state.
+  (every runtime on the way known): a level's oldest job goes first once it is overdue, or the
+  resident model's oldest lane head within the affinity window after it (the warm overdue
+  grant, ``choose.overdue_offer``). The dry run never touches the dispatcher's state.
 * ``overtakes`` reads the bounded dispatch history: every dispatch of a job submitted after the
   explained one, while the explained one waited, with the term that gave the winner the biggest
   lead over the explained job at that moment.
 
-Costs: a forecast is O(L log L + k log L) for L backlogged lanes and k predicted dispatches;
+Costs: a forecast is O(L log L + k log L) for L backlogged lanes and k predicted dispatches,
+plus O(L) for each predicted overdue grant below the highest level or warm overdue grant;
 ``overtakes`` is O(g) for the g grant records it is given (``explain`` bounds them).
 """
 
