@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
 
+from prioqueue._core.starving import overdue_wait
 from prioqueue.records import AheadJob, Job, Overtake, OvertakeCause
 
 if TYPE_CHECKING:
@@ -50,19 +51,17 @@ class Predicted:
 class OverdueRule(NamedTuple):
     """The overdue rule's constants for a dry run (``choose.overdue``; private).
 
-    ``named_top``: the highest named level; ``unit``: ``OVERDUE_BAND * d`` seconds per level
-    of band; ``spread``: ``(T + A) * d``; ``slack``: how far above its level's least ``s``
-    an overdue job's lane may be when the job it passes is not overdue (``OVERDUE_SLACK *
-    spread``; ``spread`` when it is); ``top_wait``: the overdue wait at the highest level
-    (``starving.overdue_wait``); ``window``: the affinity window ``A * d`` of the warm overdue
-    grant.
+    ``named_top``: the highest named level; ``divisor``: the aging divisor ``d``; ``spread``:
+    ``(T + A) * d``; ``slack``: how far above its level's least ``s`` an overdue job's lane
+    may be when the job it passes is not overdue (``OVERDUE_SLACK * spread``; ``spread`` when
+    it is); ``window``: the affinity window ``A * d`` of the warm overdue grant. The overdue
+    wait itself is ``starving.overdue_wait``'s, as for the dispatcher.
     """
 
     named_top: int
-    unit: float
+    divisor: float
     spread: float
     slack: float
-    top_wait: float
     window: float
 
 
@@ -182,24 +181,15 @@ def _warm_overdue(
         return sim
     level = sim.lane.level
     limit = head.job.arrival + rule.window
-    best = sim
-    for other in sims:
-        job = None if other.head is None else other.head.job
-        if (
-            job is not None
-            and other.lane.level == level
-            and job.model == resident
-            and job.arrival <= limit
-            and (best is sim or (job.arrival, job.seq) < _arrival(best))
-        ):
-            best = other
-    return best
-
-
-def _arrival(sim: _SimLane) -> tuple[float, int]:
-    """The (arrival, seq) of a simulated lane's head."""
-    assert sim.head is not None
-    return sim.head.job.arrival, sim.head.job.seq
+    warm = [
+        (other.head.job.arrival, other.head.job.seq, other)
+        for other in sims
+        if other.head is not None
+        and other.lane.level == level
+        and other.head.job.model == resident
+        and other.head.job.arrival <= limit
+    ]
+    return min(warm, key=lambda item: item[:2])[2] if warm else sim
 
 
 class _Oldest:
@@ -239,7 +229,7 @@ class _Oldest:
         top = max([rule.named_top, *(number for number, count in per_level.items() if count)])
         assert old.head is not None
         wait = t - old.head.job.arrival
-        overdue_at = (top - level) * rule.unit + rule.spread if top > level else rule.top_wait
+        overdue_at = overdue_wait(max(0, top - level), rule.divisor, rule.spread)
         if not wait > overdue_at:
             return sim
         if level >= top:

@@ -25,7 +25,7 @@ from prioqueue._core.forecast import (
     lane_s_at,
     overtakes,
 )
-from prioqueue._core.starving import OVERDUE_BAND, aging_exemption, overdue_wait
+from prioqueue._core.starving import aging_exemption
 from prioqueue._groups import checked_group
 from prioqueue._lanes import PARKED, RUNNING, _Entry, _Lane
 from prioqueue._validate import count_or_none
@@ -135,9 +135,7 @@ def _overdue_rule(d: Core) -> OverdueRule | None:
     named = d.config.policy.aliases.values()
     top = max(named) if named else -(2**62)
     spread = aging_exemption(d)
-    top_wait = overdue_wait(0, d.divisor, spread)
-    unit = OVERDUE_BAND * d.divisor
-    return OverdueRule(top, unit, spread, OVERDUE_SLACK * spread, top_wait, d.window)
+    return OverdueRule(top, d.divisor, spread, OVERDUE_SLACK * spread, d.window)
 
 
 def forecast(d: Core, t: float, limit: int | None) -> list[AheadJob]:
