@@ -307,7 +307,7 @@ def main() -> int:
         action="append",
         default=[],
         help="an ablation: NAME=0|1 for a rule switch of the core (STARVING_FIRST, "
-        "SHARE_GATE, WARM_OVERDUE, EARLY_TOP); repeatable",
+        "SHARE_GATE, WARM_OVERDUE, EARLY_TOP, ONE_WORKER_WARM); repeatable",
     )
     parser.add_argument("--markdown", help="write the pass-count table to this file")
     args = parser.parse_args()
@@ -328,6 +328,7 @@ def main() -> int:
             "STARVING_FIRST": core_starving,
             "SHARE_GATE": core_starving,
             "EARLY_TOP": core_starving,
+            "ONE_WORKER_WARM": core_starving,
             "WARM_OVERDUE": core_choose,
         }
         for item in args.ablate:

@@ -80,14 +80,14 @@ def test_a_half_share_alternates_crossings_and_deferrals(make: Factory) -> None:
     assert stats.levels[-100].reorders.as_dict()["deferred_crossings"] == 3
 
 
-def _warm_fleet(make: Factory, *, workers: int = 2) -> Any:
+def _warm_fleet(make: Factory, *, workers: int = 2, loads: dict[str, float] | None = None) -> Any:
     """Two films' shots for ``flux`` (batch, at 0) on a fleet whose ``a`` has ``flux`` loaded.
 
     With a point of aging per second, the films' lanes outrank any image submitted later: a
     pop that grants a film over a waiting image is a crossing. The first crossing (at 300 s)
     spends the credit, so the next one is past it. ``f.0`` is still running.
     """
-    d = make(FAST, crossing_share=0.05, warm_hold=0.0)
+    d = make(FAST, crossing_share=0.05, warm_hold=0.0, load_seconds=loads)
     d.join("a", resident="flux", now=0.0)
     for k in range(1, workers):
         d.join(f"w{k}", resident="sd", now=0.0)
@@ -141,6 +141,74 @@ def test_a_fleet_of_one_keeps_the_size_one_rule(make: Factory) -> None:
     grant = d.pop("a", now=400.0)
     assert grant is not None
     assert (grant.job.id, grant.swap) == ("img1", True)
+
+
+#: Load times that make a deferral from ``flux`` to ``sd`` cost 150 s of loads (k = 1).
+ROUND_TRIP = {"flux": 90.0, "sd": 60.0}
+
+
+@FLEETS
+def test_on_one_worker_a_warm_crossing_is_not_deferred_within_the_loads_it_saves(
+    make: Factory,
+) -> None:
+    """docs/design/fleet.md, "Warm crossings" (issue 26, seventh round): with the load times
+    known, a job for another model that, once the warm crossing has run (100 s), will have
+    waited 105 s < L(sd) + L(flux) = 150 s does not make the only worker swap."""
+    d = _warm_fleet(make, workers=1, loads=ROUND_TRIP)
+    d.cancel("img0", now=395.0)
+    d.submit("img1", member="u", priority="interactive", model="sd", estimate=100.0, now=395.0)
+    d.complete("f.0", now=400.0)
+    grant = d.pop("a", now=400.0)
+    assert grant is not None
+    assert (grant.job.id, grant.swap) == ("g.0", False)
+    assert d.stats(now=400.0).levels[-100].reorders.deferred_crossings == 0
+
+
+@FLEETS
+def test_on_one_worker_a_job_the_loads_would_not_repay_is_served_by_a_deferral(
+    make: Factory,
+) -> None:
+    """img0 has waited 100 s: with the crossing's 100 s it would wait 200 s >= 150 s."""
+    d = _warm_fleet(make, workers=1, loads=ROUND_TRIP)
+    d.complete("f.0", now=400.0)
+    grant = d.pop("a", now=400.0)
+    assert grant is not None
+    assert (grant.job.id, grant.swap) == ("img0", True)
+    assert d.stats(now=400.0).levels[-100].reorders.deferred_crossings == 1
+
+
+@IMPLEMENTATIONS
+def test_size_one_takes_the_load_times_of_the_warm_crossing(make: Factory) -> None:
+    """``SizeOneDispatcher(load_seconds=...)``: the same rule as a fleet of one worker."""
+    d = make(FAST, crossing_share=0.05, load_seconds=ROUND_TRIP)
+    for film in ("f", "g"):
+        d.submit(f"{film}.0", member=film, priority="batch", model="flux", estimate=100.0, now=0.0)
+    d.submit("img0", member="u", priority="interactive", model="sd", estimate=100.0, now=300.0)
+    assert _granted(d, 300.0) == "f.0"  # a crossing: the credit goes negative
+    d.cancel("img0", now=395.0)
+    d.submit("img1", member="u", priority="interactive", model="sd", estimate=100.0, now=395.0)
+    d.complete("f.0", now=400.0)
+    assert _granted(d, 400.0) == "g.0"  # 5 s + 100 s < 150 s: warm, no swap
+    d.complete("g.0", now=500.0)
+    assert _granted(d, 500.0) == "img1"
+
+
+@pytest.mark.parametrize("loads", [None, {"flux": 90.0}], ids=["none", "one unknown"])
+def test_without_both_load_times_size_one_defers(loads: dict[str, float] | None) -> None:
+    d = SizeOneDispatcher(FAST, crossing_share=0.05, load_seconds=loads)
+    for film in ("f", "g"):
+        d.submit(f"{film}.0", member=film, priority="batch", model="flux", estimate=100.0, now=0.0)
+    d.submit("img0", member="u", priority="interactive", model="sd", estimate=100.0, now=300.0)
+    assert _granted(d, 300.0) == "f.0"
+    d.cancel("img0", now=395.0)
+    d.submit("img1", member="u", priority="interactive", model="sd", estimate=100.0, now=395.0)
+    d.complete("f.0", now=400.0)
+    assert _granted(d, 400.0) == "img1"  # no price known: the size-one deferral
+
+
+def test_size_one_refuses_bad_load_times() -> None:
+    with pytest.raises(ConfigError, match="load_seconds"):
+        SizeOneDispatcher(load_seconds={"flux": -1.0})
 
 
 @IMPLEMENTATIONS

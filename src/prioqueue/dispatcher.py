@@ -96,6 +96,12 @@ class SizeOneDispatcher(Facade):
             max_wait=, ttl=)}`` (docs/design/lifecycle.md); none by default.
         backoff: The retry delays of ``fail(retry=True)`` for jobs without their own
             (default: retry at once).
+        load_seconds: Cold-load seconds per model name (a swap's cost): a crossing past its
+            share that runs warm is not deferred for a job of another model while that job,
+            once the crossing has run, will have waited less than the two loads a deferral
+            costs (docs/design/fleet.md, "Warm crossings"). The affinity bonus stays the
+            scorer's (``FleetDispatcher`` also prices it: that serves placement). None (or a
+            model missing): every crossing past its share is deferred.
 
     Attributes:
         scorer: The scorer (read-only).
@@ -130,8 +136,10 @@ class SizeOneDispatcher(Facade):
         wait_buckets: Sequence[float] = DEFAULT_WAIT_BUCKETS,
         budgets: Mapping[int, LevelBudget] | None = None,
         backoff: Backoff | None = None,
+        load_seconds: Mapping[str, float] | None = None,
     ) -> None:
-        super().__init__(Config.checked(constructor_arguments(locals()), name_in_grants=False))
+        options = constructor_arguments(locals())
+        super().__init__(Config.checked(options, name_in_grants=False, priced=False))
         self._one = self._core.workers.add(_WORKER, self._core.now)
 
     @property

@@ -133,7 +133,7 @@ def cross_or_defer(
     """A crossing's grant (``offer`` won below the top eligible level): cross, or defer.
 
     It crosses while the credit is not negative and the level it would serve is short of
-    its share (the share gate, ``short_of_share``), else a warm crossing on a fleet still
+    its share (the share gate, ``short_of_share``), else a warm crossing still
     goes ahead, else the higher level's offer ``higher`` goes instead (found here when the
     caller had no need of it). Amortised O(K log n + levels).
     """
@@ -152,7 +152,7 @@ def cross_or_defer(
     if higher is None:
         higher = above(d, search, lane.level, top, every)
     assert higher is not None
-    if warm_crossing(live, d.divisor, worker.resident, aff, higher[1].job, t):
+    if warm_crossing(d, live, worker.resident, aff, entry.job, higher[1].job, t):
         return lane, entry, aff, None, share - 1.0, None
     weight = share if credit < 0.0 else 0.0  # the gate earns nothing
     return higher[0], higher[1], higher[2], entry, weight, "crossing deferred"

@@ -251,13 +251,20 @@ class Config:
     budgets: dict[int, LevelBudget]
     backoff: Backoff
     name_in_grants: bool  # SizeOneDispatcher's grants (and snapshots) carry no worker
+    priced: bool  # the load times price the affinity (a fleet's placement), not only warm crossings
 
     def priced_affinity(self) -> Callable[[str], float]:
-        """``model -> bonus``: the scorer's affinity priced by ``load_seconds`` (see above)."""
-        return priced_affinity(self.scorer, self.load_seconds)
+        """``model -> bonus``: the scorer's affinity priced by ``load_seconds`` (see above).
+
+        A ``SizeOneDispatcher``'s load times price only its warm crossing (``priced`` False):
+        pricing the bonus serves placement, which one worker does not have.
+        """
+        return priced_affinity(self.scorer, self.load_seconds if self.priced else {})
 
     @classmethod
-    def checked(cls, options: Mapping[str, Any], *, name_in_grants: bool = True) -> Config:
+    def checked(
+        cls, options: Mapping[str, Any], *, name_in_grants: bool = True, priced: bool = True
+    ) -> Config:
         """Validate a constructor's arguments (``constructor_arguments(locals())``).
 
         The names and defaults are the public constructors' (``FleetDispatcher``; a
@@ -324,6 +331,7 @@ class Config:
             budgets=checked,
             backoff=NO_BACKOFF if backoff is None else backoff,
             name_in_grants=name_in_grants,
+            priced=priced,
         )
 
 

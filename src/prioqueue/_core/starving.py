@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from heapq import heappop as _heappop
 
+from prioqueue._core.config import AFFINITY_PRICE
 from prioqueue._core.core import Core
 from prioqueue._core.items import SHARE_WINDOW
 from prioqueue._lanes import QUEUED, _Entry
@@ -75,24 +76,43 @@ def waiting_below(d: Core, number: int) -> bool:
     return False
 
 
+#: The warm crossing on one worker (issue 26, seventh round; ``warm_crossing``), on; only an
+#: ablation turns it off (``check_wide.py --ablate ONE_WORKER_WARM=0``); the reference model
+#: knows no switch.
+ONE_WORKER_WARM = True
+
+
 def warm_crossing(
-    live: int, divisor: float, resident: str | None, aff: float, yielded: Job, t: float
+    d: Core, live: int, resident: str | None, aff: float, crossing: Job, yielded: Job, t: float
 ) -> bool:
     """Whether a crossing past its credit is granted anyway (docs/design/fleet.md).
 
-    On a fleet (``live``: more than one live worker, the popping one counted) a crossing
-    that runs warm (its offer carries the worker's affinity ``aff > 0``) is not deferred for
-    a job ``yielded`` that needs another model on this worker and has waited less than that
-    affinity is worth: ``aff * divisor`` seconds, the score's own price of a swap. O(1).
+    The crossing (``crossing``, the offer that won below the top level) runs warm: its offer
+    carries the worker's affinity ``aff > 0``; the job ``yielded`` that a deferral would
+    grant instead needs another model than the worker's ``resident``. Then:
+
+    * on a fleet (``live``: more than one live worker, the popping one counted) it is not
+      deferred while ``yielded`` has waited less than that affinity is worth: ``aff * d``
+      seconds, the score's own price of a swap;
+    * on one worker, with the load times of both models known (``load_seconds``), it is not
+      deferred while ``yielded``, once the crossing has run (its expected runtime), will have
+      waited less than the loads a deferral costs: ``AFFINITY_PRICE * (L(m) + L(r))``, the
+      swap to ``yielded``'s model ``m`` now and the swap back to ``r`` when the crossing's
+      level is served next (issue 26, seventh round; docs/design/fleet.md, "Warm crossings").
+
+    O(1).
     """
     model = yielded.model
-    return (
-        aff > 0.0
-        and live > 1
-        and model is not None
-        and model != resident
-        and t - yielded.arrival < aff * divisor
-    )
+    if not (aff > 0.0 and model is not None and model != resident):
+        return False
+    waited = t - yielded.arrival
+    if live > 1:
+        return waited < aff * d.divisor
+    loads = d.config.load_seconds
+    if not ONE_WORKER_WARM or resident is None or model not in loads or resident not in loads:
+        return False
+    price = AFFINITY_PRICE * (loads[model] + loads[resident])
+    return waited + d.expected_runtime(crossing) < price
 
 
 def aging_exemption(d: Core) -> float:

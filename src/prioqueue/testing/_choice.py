@@ -70,17 +70,20 @@ def choose(rules: ReferenceRules, worker: Worker, now: float) -> Choice | None:
 def _warm_crossing(
     rules: ReferenceRules, worker: Worker, win: Offer, served: Offer, now: float
 ) -> bool:
-    """Whether a crossing past its credit is granted anyway (the design note's warm rule).
+    """Whether a crossing past its credit is granted anyway (the design note's warm rules).
 
-    On a fleet (more than one live worker), a crossing that runs warm (its offer carries
-    the worker's affinity) is not deferred for a job that needs another model on this
-    worker and has waited less than that affinity is worth: ``affinity * divisor``.
+    A crossing that runs warm (its offer carries the worker's affinity) is not deferred for
+    a job that needs another model on this worker: on a fleet (more than one live worker)
+    while that job has waited less than the affinity is worth, ``affinity * divisor``; on one
+    worker, with both load times known, while that job will have waited, once the crossing
+    has run its expected runtime, less than the two loads a deferral costs (the swap to the
+    job's model and the swap back).
     """
     job = served.entry.job
-    return (
-        rules.capacity > 1
-        and win.affinity > 0
-        and job.model is not None
-        and job.model != worker.resident
-        and now - job.arrival < win.affinity * rules.divisor
-    )
+    if not (win.affinity > 0 and job.model is not None and job.model != worker.resident):
+        return False
+    waited = now - job.arrival
+    if rules.capacity > 1:
+        return waited < win.affinity * rules.divisor
+    price = rules.round_trip(worker.resident, job.model)
+    return price is not None and waited + rules.expected_runtime(win.entry.job) < price

@@ -36,6 +36,7 @@ class _CommonOptions(TypedDict, total=False):
     wait_buckets: Sequence[float]
     budgets: Mapping[int, LevelBudget] | None
     backoff: Backoff | None
+    load_seconds: Mapping[str, float] | None
 
 
 class SizeOneOptions(_CommonOptions, total=False):
@@ -51,7 +52,6 @@ class FleetOptions(_CommonOptions, total=False):
     max_running_per_member: int | None
     worker_timeout: float | None
     warm_hold: float
-    load_seconds: Mapping[str, float] | None
 
 
 class WorkerSettings(TypedDict, total=False):

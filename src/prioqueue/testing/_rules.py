@@ -130,6 +130,7 @@ class ReferenceRules:
         self._fair_share = fair_share
         self._warm_hold = warm_hold
         self._load_seconds = dict(load_seconds)
+        self._priced = True  # the affinity priced by the load times (a fleet's)
         self._max_running = max_running
         self._share = share
         self._credit = 0.0
@@ -168,6 +169,25 @@ class ReferenceRules:
     def capacity(self) -> int:
         """``N = max(1, live workers)`` (the workers')."""
         return self._workers.capacity
+
+    def keep_affinity_unpriced(self) -> None:
+        """Leave the scorer's affinity unpriced.
+
+        ``SizeOneDispatcher``'s load times price only its warm crossing.
+        """
+        self._priced = False
+
+    def round_trip(self, resident: str | None, model: str) -> float | None:
+        """What a deferral from ``resident`` to ``model`` costs one worker in loads, priced.
+
+        ``k * (L(model) + L(resident))``: the swap to ``model`` now and the swap back (None
+        when either load time is unknown). The one-worker warm crossing's limit.
+        """
+        back = self._load_seconds.get(resident or "")
+        to = self._load_seconds.get(model)
+        if resident is None or back is None or to is None:
+            return None
+        return _AFFINITY_PRICE * (to + back)
 
     def expected_runtime(self, job: Job) -> float:
         """The expected runtime of ``job`` (the runtimes')."""
@@ -332,7 +352,7 @@ class ReferenceRules:
         """
         bonus = self._scorer.affinity(model)
         load = self._load_seconds.get(model)
-        if load is not None:
+        if load is not None and self._priced:
             bonus = min(bonus, _AFFINITY_PRICE * load / self._scorer.config.aging_divisor)
         return bonus
 

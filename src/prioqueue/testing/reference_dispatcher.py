@@ -15,7 +15,12 @@ from prioqueue.priority import PriorityPolicy
 from prioqueue.records import Completed, Expired, Grant, Job, JobState, Stats, Ticket
 from prioqueue.scoring import Scorer
 from prioqueue.testing._options import SizeOneOptions
-from prioqueue.testing.reference_fleet import ReferenceFleet, add_fixed_worker, set_resident
+from prioqueue.testing.reference_fleet import (
+    ReferenceFleet,
+    add_fixed_worker,
+    keep_affinity_unpriced,
+    set_resident,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -46,6 +51,8 @@ class ReferenceDispatcher:
         wait_buckets: Upper bounds of the grant-wait histogram (``inf`` is appended).
         budgets: ``{level: LevelBudget}`` (docs/design/lifecycle.md).
         backoff: The retry delays of ``fail(retry=True)`` for jobs without their own.
+        load_seconds: Cold-load seconds per model (the warm crossing's price; the affinity
+            stays the scorer's).
 
     Attributes:
         fleet: The one-worker fleet behind it (read-only, as the two below).
@@ -71,6 +78,7 @@ class ReferenceDispatcher:
         )
         self._fleet = ReferenceFleet(scorer, **options)
         add_fixed_worker(self._fleet, self._WORKER)
+        keep_affinity_unpriced(self._fleet)
 
     @property
     def resident_model(self) -> str | None:

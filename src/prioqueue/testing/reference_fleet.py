@@ -660,6 +660,15 @@ def add_fixed_worker(fleet: ReferenceFleet, name: str) -> None:
     fleet._workers.add_fixed(name)
 
 
+def keep_affinity_unpriced(fleet: ReferenceFleet) -> None:
+    """Leave ``fleet``'s affinity unpriced.
+
+    A size-one dispatcher's load times price only its warm crossing (docs/design/fleet.md,
+    "Warm crossings").
+    """
+    fleet._rules.keep_affinity_unpriced()
+
+
 def set_resident(fleet: ReferenceFleet, name: str, model: str | None) -> None:
     """Set a worker's resident model without a heartbeat (``set_resident_model``)."""
     fleet._workers.get(name).load(model)
