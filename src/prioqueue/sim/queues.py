@@ -184,7 +184,7 @@ def build_queue(
         spec: The policy.
         workers: The fleet (one worker when ``one_gpu``).
         lease_for: ``(job, worker name) -> seconds``, or None for no leases.
-        load_seconds: The models' cold-load seconds (the ``FleetDispatcher``'s).
+        load_seconds: The models' cold-load seconds (the dispatcher's ``load_seconds``).
         one_gpu: Run the dispatcher's policies on a ``SizeOneDispatcher`` (behind
             :class:`OneGpu`) rather than a ``FleetDispatcher``.
 
@@ -207,7 +207,8 @@ def build_queue(
             def rule(job: Any) -> float:
                 return one(job, name)
 
-        return OneGpu(SizeOneDispatcher(scorer, **_options(spec.params, rule)))
+        one_gpu_options = _options(spec.params, rule)
+        return OneGpu(SizeOneDispatcher(scorer, load_seconds=load_seconds, **one_gpu_options))
     from prioqueue.fleet import FleetDispatcher
 
     if lease_for is not None:
