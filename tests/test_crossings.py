@@ -193,6 +193,27 @@ def test_size_one_takes_the_load_times_of_the_warm_crossing(make: Factory) -> No
     assert _granted(d, 500.0) == "img1"
 
 
+@IMPLEMENTATIONS
+def test_on_one_worker_a_warm_crossing_leaves_the_credit_to_the_starving(make: Factory) -> None:
+    """The one-worker warm crossing is bounded by the loads it saves, not charged to the
+    credit: after it, one image's grant refills the credit and the next film shot crosses
+    (charged, the credit would still be negative and the shot deferred)."""
+    d = make(FAST, crossing_share=0.5, load_seconds=ROUND_TRIP)
+    for film in ("f", "g", "h"):
+        d.submit(f"{film}.0", member=film, priority="batch", model="flux", estimate=100.0, now=0.0)
+    d.submit("img0", member="u", priority="interactive", model="sd", estimate=100.0, now=300.0)
+    assert _granted(d, 300.0) == "f.0"  # a crossing: credit 0 -> -50
+    d.cancel("img0", now=395.0)
+    d.submit("img1", member="u", priority="interactive", model="sd", estimate=100.0, now=395.0)
+    d.complete("f.0", now=400.0)
+    assert _granted(d, 400.0) == "g.0"  # warm: the credit stays -50
+    d.complete("g.0", now=500.0)
+    d.submit("img2", member="v", priority="interactive", model="sd", estimate=100.0, now=500.0)
+    assert _granted(d, 500.0) == "img1"  # deferred to: the credit -50 -> 0
+    d.complete("img1", now=600.0)
+    assert _granted(d, 600.0) == "h.0"  # the credit is not negative: the shot crosses
+
+
 @pytest.mark.parametrize("loads", [None, {"flux": 90.0}], ids=["none", "one unknown"])
 def test_without_both_load_times_size_one_defers(loads: dict[str, float] | None) -> None:
     d = SizeOneDispatcher(FAST, crossing_share=0.05, load_seconds=loads)

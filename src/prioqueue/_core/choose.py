@@ -133,9 +133,10 @@ def cross_or_defer(
     """A crossing's grant (``offer`` won below the top eligible level): cross, or defer.
 
     It crosses while the credit is not negative and the level it would serve is short of
-    its share (the share gate, ``short_of_share``), else a warm crossing still
-    goes ahead, else the higher level's offer ``higher`` goes instead (found here when the
-    caller had no need of it). Amortised O(K log n + levels).
+    its share (the share gate, ``short_of_share``), else a warm crossing still goes ahead
+    (``warm_crossing``; charged to the credit on a fleet only), else the higher level's offer
+    ``higher`` goes instead (found here when the caller had no need of it). Amortised
+    O(K log n + levels).
     """
     lane, entry, aff = offer
     share = d.config.share
@@ -153,7 +154,10 @@ def cross_or_defer(
         higher = above(d, search, lane.level, top, every)
     assert higher is not None
     if warm_crossing(d, live, worker.resident, aff, entry.job, higher[1].job, t):
-        return lane, entry, aff, None, share - 1.0, None
+        # On a fleet the credit is charged as for any crossing; on one worker the crossing is
+        # bounded per job passed over (the loads it saves), not by the share: the credit stays
+        # the budget of the crossings that serve a starving level (docs/design/fleet.md).
+        return lane, entry, aff, None, share - 1.0 if live > 1 else 0.0, None
     weight = share if credit < 0.0 else 0.0  # the gate earns nothing
     return higher[0], higher[1], higher[2], entry, weight, "crossing deferred"
 

@@ -57,7 +57,9 @@ def choose(rules: ReferenceRules, worker: Worker, now: float) -> Choice | None:
             served = rules.least_served(offers, top)
             assert served is not None
             if _warm_crossing(rules, worker, win, served, now):
-                weight = -(1 - rules.share)
+                # Charged to the credit on a fleet; on one worker bounded by the loads it
+                # saves instead, the credit kept for the crossings to a starving level.
+                weight = -(1 - rules.share) if rules.capacity > 1 else 0.0
             else:
                 deferred = win
                 weight = rules.share if rules.credit < 0 else 0.0
