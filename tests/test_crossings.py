@@ -147,6 +147,21 @@ def test_a_fleet_of_one_keeps_the_size_one_rule(make: Factory) -> None:
 ROUND_TRIP = {"flux": 90.0, "sd": 60.0}
 
 
+def _pop_on_the_one_worker(make: Factory, *, fresh: bool) -> Any:
+    """``a``'s pop at 400 s on a fleet of one with ``ROUND_TRIP`` (``f.0`` just finished).
+
+    ``fresh``: the image waiting is ``img1``, submitted at 395 s, instead of ``img0`` (300 s).
+    """
+    d = _warm_fleet(make, workers=1, loads=ROUND_TRIP)
+    if fresh:
+        d.cancel("img0", now=395.0)
+        d.submit("img1", member="u", priority="interactive", model="sd", estimate=100.0, now=395.0)
+    d.complete("f.0", now=400.0)
+    grant = d.pop("a", now=400.0)
+    assert grant is not None
+    return d, grant
+
+
 @FLEETS
 def test_on_one_worker_a_warm_crossing_is_not_deferred_within_the_loads_it_saves(
     make: Factory,
@@ -154,12 +169,7 @@ def test_on_one_worker_a_warm_crossing_is_not_deferred_within_the_loads_it_saves
     """docs/design/fleet.md, "Warm crossings" (issue 26, seventh round): with the load times
     known, a job for another model that, once the warm crossing has run (100 s), will have
     waited 105 s < L(sd) + L(flux) = 150 s does not make the only worker swap."""
-    d = _warm_fleet(make, workers=1, loads=ROUND_TRIP)
-    d.cancel("img0", now=395.0)
-    d.submit("img1", member="u", priority="interactive", model="sd", estimate=100.0, now=395.0)
-    d.complete("f.0", now=400.0)
-    grant = d.pop("a", now=400.0)
-    assert grant is not None
+    d, grant = _pop_on_the_one_worker(make, fresh=True)
     assert (grant.job.id, grant.swap) == ("g.0", False)
     assert d.stats(now=400.0).levels[-100].reorders.deferred_crossings == 0
 
@@ -169,25 +179,32 @@ def test_on_one_worker_a_job_the_loads_would_not_repay_is_served_by_a_deferral(
     make: Factory,
 ) -> None:
     """img0 has waited 100 s: with the crossing's 100 s it would wait 200 s >= 150 s."""
-    d = _warm_fleet(make, workers=1, loads=ROUND_TRIP)
-    d.complete("f.0", now=400.0)
-    grant = d.pop("a", now=400.0)
-    assert grant is not None
+    d, grant = _pop_on_the_one_worker(make, fresh=False)
     assert (grant.job.id, grant.swap) == ("img0", True)
     assert d.stats(now=400.0).levels[-100].reorders.deferred_crossings == 1
 
 
-@IMPLEMENTATIONS
-def test_size_one_takes_the_load_times_of_the_warm_crossing(make: Factory) -> None:
-    """``SizeOneDispatcher(load_seconds=...)``: the same rule as a fleet of one worker."""
-    d = make(FAST, crossing_share=0.05, load_seconds=ROUND_TRIP)
-    for film in ("f", "g"):
+def _warm_size_one(make: Factory, loads: dict[str, float] | None, share: float = 0.05) -> Any:
+    """A size-one dispatcher after its first crossing (``f.0``, 300-400 s, now finished).
+
+    Films ``f``, ``g`` and ``h`` have a ``flux`` shot each (batch, at 0); ``img1`` (``sd``,
+    interactive) has waited 5 s; the credit is negative.
+    """
+    d = make(FAST, crossing_share=share, load_seconds=loads)
+    for film in ("f", "g", "h"):
         d.submit(f"{film}.0", member=film, priority="batch", model="flux", estimate=100.0, now=0.0)
     d.submit("img0", member="u", priority="interactive", model="sd", estimate=100.0, now=300.0)
     assert _granted(d, 300.0) == "f.0"  # a crossing: the credit goes negative
     d.cancel("img0", now=395.0)
     d.submit("img1", member="u", priority="interactive", model="sd", estimate=100.0, now=395.0)
     d.complete("f.0", now=400.0)
+    return d
+
+
+@IMPLEMENTATIONS
+def test_size_one_takes_the_load_times_of_the_warm_crossing(make: Factory) -> None:
+    """``SizeOneDispatcher(load_seconds=...)``: the same rule as a fleet of one worker."""
+    d = _warm_size_one(make, ROUND_TRIP)
     assert _granted(d, 400.0) == "g.0"  # 5 s + 100 s < 150 s: warm, no swap
     d.complete("g.0", now=500.0)
     assert _granted(d, 500.0) == "img1"
@@ -198,14 +215,7 @@ def test_on_one_worker_a_warm_crossing_leaves_the_credit_to_the_starving(make: F
     """The one-worker warm crossing is bounded by the loads it saves, not charged to the
     credit: after it, one image's grant refills the credit and the next film shot crosses
     (charged, the credit would still be negative and the shot deferred)."""
-    d = make(FAST, crossing_share=0.5, load_seconds=ROUND_TRIP)
-    for film in ("f", "g", "h"):
-        d.submit(f"{film}.0", member=film, priority="batch", model="flux", estimate=100.0, now=0.0)
-    d.submit("img0", member="u", priority="interactive", model="sd", estimate=100.0, now=300.0)
-    assert _granted(d, 300.0) == "f.0"  # a crossing: credit 0 -> -50
-    d.cancel("img0", now=395.0)
-    d.submit("img1", member="u", priority="interactive", model="sd", estimate=100.0, now=395.0)
-    d.complete("f.0", now=400.0)
+    d = _warm_size_one(make, ROUND_TRIP, share=0.5)  # the crossing took the credit to -50
     assert _granted(d, 400.0) == "g.0"  # warm: the credit stays -50
     d.complete("g.0", now=500.0)
     d.submit("img2", member="v", priority="interactive", model="sd", estimate=100.0, now=500.0)
@@ -216,14 +226,7 @@ def test_on_one_worker_a_warm_crossing_leaves_the_credit_to_the_starving(make: F
 
 @pytest.mark.parametrize("loads", [None, {"flux": 90.0}], ids=["none", "one unknown"])
 def test_without_both_load_times_size_one_defers(loads: dict[str, float] | None) -> None:
-    d = SizeOneDispatcher(FAST, crossing_share=0.05, load_seconds=loads)
-    for film in ("f", "g"):
-        d.submit(f"{film}.0", member=film, priority="batch", model="flux", estimate=100.0, now=0.0)
-    d.submit("img0", member="u", priority="interactive", model="sd", estimate=100.0, now=300.0)
-    assert _granted(d, 300.0) == "f.0"
-    d.cancel("img0", now=395.0)
-    d.submit("img1", member="u", priority="interactive", model="sd", estimate=100.0, now=395.0)
-    d.complete("f.0", now=400.0)
+    d = _warm_size_one(SizeOneDispatcher, loads)
     assert _granted(d, 400.0) == "img1"  # no price known: the size-one deferral
 
 
