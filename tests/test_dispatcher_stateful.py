@@ -199,10 +199,11 @@ class CallableCharge(DispatcherComparison):
 
 
 class WithLoadTimes(DispatcherComparison):
-    """Load times known: the one-worker warm crossing (issue 26, seventh round) in play."""
+    """Load times known: every call with the one-worker warm crossing (issue 26, seventh
+    round) possible; ``tests/test_crossings.py`` checks the rule itself on busier workloads."""
 
     def make(self, scorer: Scorer, options: dict[str, Any]) -> tuple[Any, Any]:
-        loads = {"m1": 30.0, "m2": 240.0}  # m3 unknown: its crossings defer as before
+        loads = {"m1": 30.0, "m2": 240.0, "m3": 900.0}
         return super().make(scorer, {**options, "load_seconds": loads})
 
 

@@ -159,10 +159,6 @@ def checked_load_seconds(value: object) -> dict[str, float]:
     return loads
 
 
-#: ``k``, the price of swap affinity (issue 26, docs/design/fleet.md, "Affinity as a priced
-#: trade"): a model's affinity bonus is worth at most ``k * load_seconds[model]`` seconds of
-#: aging, the waiting a job may be asked to pay so that a worker keeps that model loaded.
-#: Models without a known load time keep the scorer's bonus.
 #: ``(job, worker) -> seconds``: the dispatcher's lease function after adaptation.
 LeaseFunction = Callable[[Job, _Worker], float]
 
@@ -208,6 +204,12 @@ def lease_function(lease_for: object) -> LeaseFunction | None:
     return lambda job, worker: function(job, worker.info())
 
 
+#: ``k``, the price of a swap in waiting (issue 26, docs/design/fleet.md, "Affinity as a priced
+#: trade" and "Warm crossings"): on a fleet a model's affinity bonus is worth at most ``k *
+#: load_seconds[model]`` seconds of aging, the waiting a job may be asked to pay so that a
+#: worker keeps that model loaded (models without a known load time keep the scorer's bonus);
+#: on one worker a warm crossing passes over a job only while that job waits less than ``k``
+#: times the two loads a deferral costs (``starving.warm_crossing``).
 AFFINITY_PRICE = 1.0
 
 

@@ -181,15 +181,15 @@ def _warm_overdue(
         return sim
     level = sim.lane.level
     limit = head.job.arrival + rule.window
-    warm = [
+    warm = (
         (other.head.job.arrival, other.head.job.seq, other)
         for other in sims
         if other.head is not None
         and other.lane.level == level
         and other.head.job.model == resident
         and other.head.job.arrival <= limit
-    ]
-    return min(warm, key=lambda item: item[:2])[2] if warm else sim
+    )
+    return min(warm, key=lambda item: item[:2], default=(0.0, 0, sim))[2]
 
 
 class _Oldest:
