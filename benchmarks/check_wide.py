@@ -307,7 +307,7 @@ def main() -> int:
         action="append",
         default=[],
         help="an ablation: NAME=0|1 for a rule switch of the core (STARVING_FIRST, "
-        "SHARE_GATE, WARM_OVERDUE, EARLY_TOP, ONE_WORKER_WARM); repeatable",
+        "SHARE_GATE, WARM_OVERDUE, EARLY_TOP, ONE_WORKER_WARM, RETURN_LOAD); repeatable",
     )
     parser.add_argument("--markdown", help="write the pass-count table to this file")
     args = parser.parse_args()
@@ -329,6 +329,7 @@ def main() -> int:
             "SHARE_GATE": core_starving,
             "EARLY_TOP": core_starving,
             "ONE_WORKER_WARM": core_starving,
+            "RETURN_LOAD": core_starving,
             "WARM_OVERDUE": core_choose,
         }
         for item in args.ablate:

@@ -23,6 +23,7 @@ from prioqueue._core.choose import pick
 from prioqueue._core.core import Core
 from prioqueue._core.items import DispatchRecord, new_item
 from prioqueue._core.queue import fire, fire_due, remove_waiting
+from prioqueue._core.starving import return_load
 from prioqueue._groups import checked_group, checked_running
 from prioqueue._lanes import RUNNING, _Entry
 from prioqueue._validate import checked_name, finite
@@ -57,6 +58,9 @@ def pop(d: Core, worker: _Worker, t: float, preview: bool = False) -> Grant | No
     charged = 0.0
     capacity = (d.workers.live + worker.timed_out) or 1  # a pop revived it: timed_out is False
     expected = runtime = d.expected_runtime(job)
+    # A crossing on one worker that evicts the model a higher level waits for is charged
+    # the load back too (issue 26, eighth round): what it really costs that level.
+    back = return_load(d, capacity, resident, job) if weight < 0.0 else 0.0
     if d.config.fair_share:
         if not d.config.plain_charge:
             expected = checked_charge(d, job, expected, "expected charge")
@@ -96,7 +100,7 @@ def pop(d: Core, worker: _Worker, t: float, preview: bool = False) -> Grant | No
         )  # fmt: skip
     entry.hand_to(worker, t, charged, t + runtime, capacity, grant)
     if weight:
-        d.lanes.cross(entry, weight, runtime)
+        d.lanes.cross(entry, weight, runtime, back)
     if deferred is not None:  # past the credit, or by the share gate (which earns nothing)
         levels[deferred.job.priority].reordered("deferred_crossings")
     d.hand_over(entry, worker, t, charged)

@@ -255,10 +255,15 @@ class Lanes:
 
     # ------------------------------------------------------------------ crossings
 
-    def cross(self, entry: _Entry, weight: float, runtime: float) -> None:
-        """A granted crossing moves the credit by ``weight * runtime`` (expected)."""
+    def cross(self, entry: _Entry, weight: float, runtime: float, back: float = 0.0) -> None:
+        """A granted crossing moves the credit by ``weight * (runtime + back)``.
+
+        ``runtime``: its expected runtime, corrected by the time really used when it ends
+        (``uncross``); ``back``: the load it costs a higher level after it (``return_load``),
+        an estimate that stays.
+        """
         self._crossings[entry] = (weight, runtime)
-        self._credit += weight * runtime
+        self._credit += weight * (runtime + back)
 
     def uncross(self, entry: _Entry, runtime: float) -> None:
         """A held entry ends: its crossing's credit is corrected by the time really used."""

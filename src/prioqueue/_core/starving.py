@@ -115,6 +115,38 @@ def warm_crossing(
     return waited + d.expected_runtime(crossing) < price
 
 
+#: The swap back charged to a cold crossing on one worker (issue 26, eighth round;
+#: ``return_load``), on; only an ablation turns it off (``check_wide.py --ablate
+#: RETURN_LOAD=0``); the reference model knows no switch.
+RETURN_LOAD = True
+
+
+def return_load(d: Core, live: int, resident: str | None, job: Job) -> float:
+    """The load a crossing ``job`` costs the levels above it beyond its own runtime.
+
+    On one live worker (``live``, the popping one counted), when ``job`` runs cold (its
+    model is not the worker's ``resident``), the resident's load time is known
+    (``load_seconds``) and a level above ``job``'s has a queued job for the resident, that is
+    the resident's load: the crossing evicts the model those jobs run on, and the one worker
+    must load it back before they run (issue 26, eighth round; docs/design/dispatcher.md,
+    "Bounded crossings"). Else 0: on a fleet another worker may hold the model, and a job
+    that needs another model than the resident pays its own swap whatever the crossing does.
+    The crossing's own load is in its runtime already. Amortised O(levels log n).
+    """
+    if not RETURN_LOAD or live > 1 or resident is None or job.model in (None, resident):
+        return 0.0
+    load = d.config.load_seconds.get(resident)
+    if load is None:
+        return 0.0
+    levels = d.lanes.levels
+    for number in d.lanes.level_order:  # highest first
+        if number <= job.priority:
+            break
+        if levels[number].queued and levels[number].oldest_for(resident) is not None:
+            return load
+    return 0.0
+
+
 def aging_exemption(d: Core) -> float:
     """``(T + A) * d``: the offsets' spread in seconds (the aging bound's constant)."""
     config = d.config.scorer.config

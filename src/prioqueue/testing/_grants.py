@@ -92,10 +92,11 @@ class ReferenceGrants:
             for cause, other in self._rules.counterfactuals(everything, worker).items():
                 if other.seq != scored.entry.job.seq:
                     self._stats.reordered(scored.level, cause)
+        back = self._rules.load_back(job, worker.resident) if choice.weight < 0 else 0.0
         self._lanes.remove(job, entry)
         if self._fair_share:
             self._lanes.hold(job, c)
-        self._rules.move_credit(choice.weight * runtime)
+        self._rules.move_credit(choice.weight * (runtime + back))
         self._rules.serve(job.priority, now, runtime)
         if choice.deferred is not None:
             self._stats.reordered(choice.deferred.level, "deferred_crossings")

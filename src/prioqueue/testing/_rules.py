@@ -43,8 +43,12 @@ The rules it keeps (the note's words, in code order):
   choice at that highest level is granted instead, the credit rises by ``share * x`` (past
   the credit only: the gate earns nothing) and the deferred job's level counts a deferred
   crossing (``x`` the granted job's expected runtime).
-  The completion moves the credit by ``weight * (runtime - x)``, a take-back by ``-weight *
-  x``. The credit's refill and the overdue rule: ``_overdue``.
+  The completion moves the credit by ``weight * (runtime - x)``, a take-back by ``weight *
+  (held - x)`` (``held``: the GPU time it held). On one worker a crossing that runs on
+  another model than the resident one, while a higher level has a queued job for the
+  resident, is charged that model's load too (the swap back, when its load time is known;
+  ``load_back``), and no completion corrects it. The credit's refill and the overdue rule:
+  ``_overdue``.
 * The lift on submit is the size-1 note's, applied to the settled part (``settled =
   max(settled, min(now, floor))``, so a lane's held charges stay on top of it), with affinity
   offsets taken over the models resident on live workers.
@@ -188,6 +192,21 @@ class ReferenceRules:
         if resident is None or back is None or to is None:
             return None
         return _AFFINITY_PRICE * (to + back)
+
+    def load_back(self, job: Job, resident: str | None) -> float:
+        """The load a crossing ``job`` costs the levels above it: the swap back, or 0.
+
+        The resident's load time when the capacity is one worker, ``job`` runs on another
+        model than the ``resident``, that load time is known and a queued job of a level
+        above ``job``'s runs on the resident (issue 26, eighth round).
+        """
+        if self.capacity > 1 or resident is None or job.model in (None, resident):
+            return 0.0
+        load = self._load_seconds.get(resident)
+        above = (e.job for e in self._lanes.queued() if e.job.priority > job.priority)
+        if load is None or not any(other.runs_on(resident) for other in above):
+            return 0.0
+        return load
 
     def expected_runtime(self, job: Job) -> float:
         """The expected runtime of ``job`` (the runtimes')."""
