@@ -104,6 +104,16 @@ def test_oversized_or_too_many_headers_are_431(broker: int) -> None:
             assert _answer(sock).startswith(b"HTTP/1.1 431")
 
 
+def test_a_431_survives_the_rest_of_the_request(broker: int) -> None:
+    """A client still sending a huge head when the broker refuses it gets the 431: the broker
+    drops the rest instead of closing under it (closed at once, the kernel answers the unread
+    bytes with a reset, and the client's send and read fail without the answer)."""
+    head = b"GET /v1/status HTTP/1.1\r\nHost: b\r\nX-Big: " + b"a" * 4_000_000 + b"\r\n\r\n"
+    with _connect(broker) as sock:
+        sock.sendall(head)
+        assert _answer(sock).startswith(b"HTTP/1.1 431")
+
+
 def test_a_late_body_is_408() -> None:
     import asyncio
 

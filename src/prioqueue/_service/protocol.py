@@ -27,6 +27,12 @@ __all__ = ["HardenedHttpToolsProtocol", "Limits", "ServerBook", "head_end", "pro
 
 TOO_LARGE = b"request header fields too large"
 
+#: After a 431 the connection half-closes and drops what the client still sends for at most
+#: this long before it closes: closed at once with the client's bytes unread, the kernel would
+#: answer them with a reset that can destroy the 431 before the client reads it (the lingering
+#: close of web servers). The client's own close ends it sooner.
+LINGER_SECONDS = 2.0
+
 
 class Limits(Protocol):
     """What the protocol reads of :class:`prioqueue._service.serving.ConnectionLimits`."""
@@ -130,6 +136,7 @@ class HardenedHttpToolsProtocol(HttpToolsProtocol):
     _raw_tail = b""
     _reading_head = True
     _too_large = False
+    _lingering = False
     _counted = False
 
     # -- connection caps ---------------------------------------------------------------
@@ -179,6 +186,8 @@ class HardenedHttpToolsProtocol(HttpToolsProtocol):
     # -- header size -------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return  # the rest of a refused request: dropped until the connection closes
         if self._reading_head and not self._too_large:
             # Count the head's bytes before the parser sees them: the parser would buffer a
             # header of any size before its callback could refuse it.
@@ -236,7 +245,22 @@ class HardenedHttpToolsProtocol(HttpToolsProtocol):
             super().send_400_response(msg)
             return
         self.transport.write(_close_response(b"431 Request Header Fields Too Large", TOO_LARGE))
-        self.transport.close()
+        self._linger()
+
+    def _linger(self) -> None:
+        """Close after a refusal without losing it (the lingering close).
+
+        Half-close now and close ``LINGER_SECONDS`` later, or when the client closes first;
+        what it sends meanwhile is dropped unparsed.
+        """
+        self._lingering = True
+        self._disarm()
+        transport = self.transport
+        if transport.is_closing() or not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        self._header_timer = self.loop.call_later(LINGER_SECONDS, self._late)
 
 
 def protocol_for(limits: Limits) -> type[HardenedHttpToolsProtocol]:

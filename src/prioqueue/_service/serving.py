@@ -16,10 +16,13 @@ Per connection:
   connection is closed (an idle or slow-header client, "slowloris", cannot hold a socket).
 * **Header size, counted as the bytes arrive.** While a request's headers are incomplete,
   every received byte up to the end of the headers is counted *before* it is given to the
-  parser; past :meth:`ConnectionLimits.raw_header_cap` the connection is answered ``431`` and
-  closed at once, so a 64 MiB header costs the bytes of one read, not seconds of parsing.
-  The parser's callbacks then check the exact limits (``max_header_bytes`` for one header,
-  ``max_headers_bytes`` in all, ``max_header_count``): ``431`` too.
+  parser; past :meth:`ConnectionLimits.raw_header_cap` the connection is answered ``431``, so
+  a 64 MiB header is not parsed. The parser's callbacks then check the exact limits
+  (``max_header_bytes`` for one header, ``max_headers_bytes`` in all, ``max_header_count``):
+  ``431`` too. After a 431 the connection half-closes and drops, unparsed, what the client
+  still sends, for at most ``LINGER_SECONDS`` (2 s) or until the client closes (a lingering
+  close: closed at once with the client's bytes unread, the kernel would answer them with a
+  reset that can destroy the 431 before the client reads it).
 
 Per server (all connections of one ``uvicorn.Server``):
 
