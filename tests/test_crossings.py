@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from prioqueue.dispatcher import SizeOneDispatcher
@@ -317,15 +317,24 @@ def test_restore_defers_the_same_crossings(cut: int) -> None:
 
 # --- the bound: a higher level loses at most q * |I| + 2C -------------------------------------
 
-jobs = st.lists(
-    st.tuples(
-        st.floats(0.0, 3000.0),  # arrival
-        st.sampled_from([-100, 0, 100]),  # level
-        st.integers(0, 3),  # member
-        st.floats(1.0, 200.0),  # runtime (also the estimate)
-    ),
-    min_size=1,
-    max_size=40,
+
+def _one_member_on_top(job: tuple[float, int, int, float]) -> tuple[float, int, int, float]:
+    """The job with member 0 at the top level, the others below it."""
+    at, level, member, run = job
+    return at, level, 0 if level == 100 else member + 1, run
+
+
+_job = st.tuples(
+    st.floats(0.0, 3000.0),  # arrival
+    st.sampled_from([-100, 0, 100]),  # level
+    st.integers(0, 3),  # member
+    st.floats(1.0, 200.0),  # runtime (also the estimate)
+)
+#: Spread workloads, and backlogs: every job within 200 s, one member's at the top level, so
+#: that member's lane ages past the lower lanes and crossings run for most of the workload
+#: (the spread draws alone seldom make a crossing that matters to the bound).
+jobs = st.lists(_job, min_size=1, max_size=40) | st.lists(
+    _job.map(lambda job: _one_member_on_top((job[0] / 15.0, *job[1:]))), min_size=1, max_size=40
 )
 
 
@@ -352,8 +361,19 @@ def _drive(d: Any, jobs: list[Drawn], held: Callable[[Grant, float], float]) -> 
         d.complete(grant.job.id, now=t)
 
 
+#: A backlog the property's draws meet seldom (Hypothesis shrank it from one): the images of
+#: member 0 age past three batch lanes, so crossings take most of their wait; with the
+#: crossing's charge cut to a tenth it breaks the bound.
+_BACKLOG = [
+    (0.0, -100, 1, 52.0), (0.0, -100, 1, 117.0), (0.0, -100, 2, 104.0), (0.0, 0, 2, 12.0),
+    (0.0, 100, 0, 19.0), (0.0, 100, 0, 69.0), (0.0, -100, 1, 42.0), (0.0, -100, 2, 1.0),
+    (0.0, 0, 1, 122.0), (89.0, 100, 0, 159.0), (89.0, 100, 0, 1.0),
+]  # fmt: skip
+
+
 @settings(max_examples=60)
 @given(jobs=jobs, share=st.sampled_from([0.05, 0.2, 0.5]))
+@example(jobs=_BACKLOG, share=0.2)
 def test_crossings_take_at_most_the_share_plus_two_jobs(
     jobs: list[tuple[float, int, int, float]], share: float
 ) -> None:
@@ -391,62 +411,6 @@ def _waiting_intervals(
                 merged.append([start, end])
         for start, end in merged:
             yield level, start, end
-
-
-#: The most a model takes to load in the tests with load times (``ROUND_TRIP``'s ``flux``).
-LONGEST_LOAD = 90.0
-
-jobs_with_models = st.lists(
-    st.tuples(
-        st.floats(0.0, 3000.0),  # arrival
-        st.sampled_from([-100, 0, 100]),  # level
-        st.integers(0, 3),  # member
-        st.sampled_from(["flux", "sd"]),  # model
-        st.floats(1.0, 50.0),  # warm runtime (also the estimate): short beside the loads
-    ),
-    min_size=1,
-    max_size=80,
-)
-
-
-@settings(max_examples=60)
-@given(jobs=jobs_with_models, share=st.sampled_from([0.05, 0.2, 0.5]))
-def test_on_one_worker_cold_crossings_and_their_loads_back_take_at_most_the_share(
-    jobs: list[tuple[float, int, int, str, float]], share: float
-) -> None:
-    """The bound with load times (issue 26, eighth round): over any interval ``I`` in which a
-    job of level ``L`` waits, the cold grants below ``L`` (their own loads included) and
-    ``1 - q`` of the load back each owes (the resident it evicted, when a higher level waited
-    for it; the other ``q`` is in the refills of the grant that loads it back) take at most
-    ``q * |I| + 2C + L_max`` of the one GPU. A job runs its warm runtime, plus its model's
-    load when it is not resident. (Warm crossings are bounded per job instead.)"""
-    d = SizeOneDispatcher(FAST, crossing_share=share, load_seconds=ROUND_TRIP)
-    runtime = {f"j{i}": job[4] for i, job in enumerate(jobs)}
-    runs: list[tuple[float, int, float]] = []  # (start, level, GPU time it costs below L)
-    waiting: dict[int, list[tuple[float, float]]] = {}
-    resident: list[str] = []  # the resident model, once there is one
-    longest = 0.0
-
-    def held(grant: Grant, t: float) -> float:
-        nonlocal longest
-        level, model = grant.job.priority, grant.job.model
-        assert model is not None
-        waiting.setdefault(level, []).append((t - grant.waited, t))
-        cost = runtime[grant.job.id] + (ROUND_TRIP[model] if grant.swap else 0.0)
-        longest = max(longest, cost)
-        if resident and grant.swap:
-            queued = (d.job(i) for i in d.job_ids() if d.state(i) == "queued")
-            above = any(j.priority > level and j.model == resident[0] for j in queued)
-            owed = ROUND_TRIP[resident[0]] if above else 0.0
-            runs.append((t, level, cost + (1.0 - share) * owed))  # owed: the load back
-        resident[:] = [model]
-        return cost
-
-    _drive(d, list(jobs), held)
-    for level, start, end in _waiting_intervals(waiting):
-        lower = sum(cost for began, lv, cost in runs if start <= began < end and lv < level)
-        bound = share * (end - start) + 2 * longest + LONGEST_LOAD
-        assert lower <= bound + 1e-6, (level, start, end, lower, bound)
 
 
 # --- the warm crossing on one worker, against the reference ------------------------------
@@ -723,27 +687,30 @@ def test_the_generated_workloads_meet_the_load_back(monkeypatch: pytest.MonkeyPa
     assert sum(order != run(seed) for seed, order in enumerate(orders)) >= 8
 
 
-def _images_against_shots(make: Factory) -> tuple[float, float, float, float]:
-    """200 images (``sd``) and 100 film shots (``flux``, five films), all 10 s warm and all
-    queued at 0 on one GPU with ``ROUND_TRIP`` load times, ``crossing_share`` 0.5: the
-    shots cross as soon as the images' lane has aged past them, each crossing cold.
+def _images_against_shots(
+    make: Factory, share: float, run: float
+) -> tuple[float, float, float, float]:
+    """200 images (``sd``) and 100 film shots (``flux``, five films), all ``run`` seconds warm
+    and all queued at 0 on one GPU with ``ROUND_TRIP`` load times, ``crossing_share`` =
+    ``share``: the shots cross as soon as the images' lane has aged past them, each crossing
+    cold.
 
     Returns ``(|I|, X, B, longest)`` over the interval ``I`` in which images wait: the cold
     shots' GPU time (their loads included) and the loads back they owe (``sd``'s).
     """
-    d = make(FAST, crossing_share=0.5, load_seconds=ROUND_TRIP)
+    d = make(FAST, crossing_share=share, load_seconds=ROUND_TRIP)
     for k in range(100):
-        d.submit(f"s{k}", member=f"f{k % 5}", priority="batch", model="flux", estimate=10.0,
+        d.submit(f"s{k}", member=f"f{k % 5}", priority="batch", model="flux", estimate=run,
                  now=0.0)  # fmt: skip
     for k in range(200):
-        d.submit(f"i{k}", member="u", priority="interactive", model="sd", estimate=10.0, now=0.0)
+        d.submit(f"i{k}", member="u", priority="interactive", model="sd", estimate=run, now=0.0)
     t, resident, runs = 0.0, None, []
     while len(d):
         grant = d.dispatch(now=t)
         assert grant is not None
         model = grant.job.model
         assert model is not None
-        held = 10.0 + (ROUND_TRIP[model] if model != resident else 0.0)
+        held = run + (ROUND_TRIP[model] if model != resident else 0.0)
         runs.append((t, grant.job.priority, held, model != resident))
         resident = model
         t += held
@@ -753,22 +720,36 @@ def _images_against_shots(make: Factory) -> tuple[float, float, float, float]:
     return end, sum(shots), ROUND_TRIP["sd"] * len(shots), max(held for *_, held, _ in runs)
 
 
+#: The most a model takes to load in the tests with load times (``ROUND_TRIP``'s ``flux``).
+LONGEST_LOAD = 90.0
+
+#: ``(share, warm runtime)`` of the streams: in each, without the load back the images lose
+#: more than the bound below allows.
+STREAMS = pytest.mark.parametrize(("share", "run"), [(0.1, 30.0), (0.2, 100.0), (0.5, 10.0)])
+
+
 @IMPLEMENTATIONS
-def test_on_one_worker_crossings_pay_the_loads_back_they_cost(make: Factory) -> None:
+@STREAMS
+def test_on_one_worker_crossings_pay_the_loads_back_they_cost(
+    make: Factory, share: float, run: float
+) -> None:
     """The images lose to the shots at most ``q`` of the GPU plus the bound's constant, the
     loads back the shots cost them counted (``X + (1 - q) B <= q |I| + 2C + L_max``; the
     other ``q`` of each load back is in the refill of the image that pays it)."""
-    span, crossed, back, longest = _images_against_shots(make)
-    assert crossed + 0.5 * back <= 0.5 * span + 2 * longest + LONGEST_LOAD
+    span, crossed, back, longest = _images_against_shots(make, share, run)
+    assert crossed + (1 - share) * back <= share * span + 2 * longest + LONGEST_LOAD
 
 
-def test_without_the_load_back_the_crossings_take_more(monkeypatch: pytest.MonkeyPatch) -> None:
+@STREAMS
+def test_without_the_load_back_the_crossings_take_more(
+    monkeypatch: pytest.MonkeyPatch, share: float, run: float
+) -> None:
     """The rule switched off (``check_wide.py --ablate RETURN_LOAD=0``): the shots' crossings
     keep to the share by their own GPU time, but with the loads back they cost the images
-    the bound above breaks (about 79 % of the GPU against 60 % with the rule)."""
+    the bound above breaks (at 0.5 and 10 s: 79 % of the GPU against 60 % with the rule)."""
     from prioqueue._core import starving
 
     monkeypatch.setattr(starving, "RETURN_LOAD", False)
-    span, crossed, back, longest = _images_against_shots(SizeOneDispatcher)
-    assert crossed <= 0.5 * span + 2 * longest  # the issue-17 bound, loads back left out
-    assert crossed + 0.5 * back > 0.5 * span + 2 * longest + LONGEST_LOAD
+    span, crossed, back, longest = _images_against_shots(SizeOneDispatcher, share, run)
+    assert crossed <= share * span + 2 * longest  # the issue-17 bound, loads back left out
+    assert crossed + (1 - share) * back > share * span + 2 * longest + LONGEST_LOAD

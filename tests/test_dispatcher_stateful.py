@@ -199,8 +199,9 @@ class CallableCharge(DispatcherComparison):
 
 
 class WithLoadTimes(DispatcherComparison):
-    """Load times known: every call with the one-worker warm crossing (issue 26, seventh
-    round) possible; ``tests/test_crossings.py`` checks the rule itself on busier workloads."""
+    """Load times known: every call with the one-worker warm crossing and the load back
+    (issue 26, seventh and eighth rounds) possible; ``tests/test_crossings.py`` checks both
+    rules against the reference on busier workloads, where they fire."""
 
     def make(self, scorer: Scorer, options: dict[str, Any]) -> tuple[Any, Any]:
         loads = {"m1": 30.0, "m2": 240.0, "m3": 900.0}
