@@ -79,6 +79,33 @@ def test_every_key() -> None:
     assert config.charge == "estimate"
 
 
+def test_load_seconds_reach_the_fleet_and_price_the_affinity() -> None:
+    """``[load_seconds]`` goes to the broker's fleet: a model's affinity is worth at most its
+    load in waiting (docs/design/fleet.md, "Affinity as a priced trade"), here 30 s over the
+    divisor's 60 s of aging per point; a model without a load keeps the scorer's bonus."""
+    from prioqueue.broker._fleet import make_fleet
+    from prioqueue.scoring import Scorer
+
+    config = parse_config({"load_seconds": {"sdxl": 30, "flux-dev": 0.0}})
+    assert dict(config.load_seconds) == {"sdxl": 30.0, "flux-dev": 0.0}
+    assert parse_config({}).load_seconds == {}
+    scorer = Scorer(config.scoring)
+    divisor = config.scoring.aging_divisor
+    assert 30.0 / divisor < scorer.affinity("sdxl")  # the price binds: the test can fail
+
+    def affinity_granted(model: str, loads: dict[str, float] | None) -> float:
+        fleet = make_fleet(parse_config({"load_seconds": loads or {}}), lambda job, info: 60.0)
+        fleet.join("gpu-a", resident=model, now=0.0)
+        fleet.submit("j", member="m", model=model, now=0.0)
+        grant = fleet.pop("gpu-a", now=0.0)
+        assert grant is not None
+        return grant.score.swap_affinity
+
+    assert affinity_granted("sdxl", {"sdxl": 30}) == pytest.approx(30.0 / divisor)
+    assert affinity_granted("sdxl", None) == scorer.affinity("sdxl")
+    assert affinity_granted("other", {"sdxl": 30}) == scorer.affinity("other")
+
+
 def test_observer_and_admin_flags() -> None:
     keys = {
         "sk-a": {"role": "submitter", "member": "alice"},
@@ -151,6 +178,11 @@ def test_observer_and_admin_flags() -> None:
         ({"keys": {"k": {"role": "worker", "admin": False}}}, "keys.k.admin: only a submitter"),
         ({"lease": {"minimum_seconds": 0}}, "lease: LeaseCalculator.minimum_seconds"),
         ({"lease": {"speed": 1}}, "lease.speed: unknown key"),
+        ({"load_seconds": 20}, "load_seconds: must be a table, got 20"),
+        ({"load_seconds": {"sdxl": -1}}, "load_seconds.sdxl: must be >= 0, got -1"),
+        ({"load_seconds": {"sdxl": "20s"}}, "load_seconds.sdxl: must be a finite number"),
+        ({"load_seconds": {"flux.1": float("inf")}}, 'load_seconds."flux.1": must be a finite'),
+        ({"load_seconds": {" ": 5}}, 'load_seconds." ": a model name must not be empty'),
     ],
 )
 def test_errors_name_the_key(data: dict[str, Any], message: str) -> None:

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from prioqueue import ConfigError
+from prioqueue import ConfigError, FleetDispatcher, SizeOneDispatcher
+from prioqueue.gateway import Gateway
 from prioqueue.gateway.config import (
     DEFAULT_GATED_PATHS,
     ApiKey,
@@ -12,6 +14,7 @@ from prioqueue.gateway.config import (
     parse_config,
     parse_listen,
 )
+from prioqueue.scoring import Scorer, ScoringConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -166,6 +169,10 @@ def test_the_example_configuration_is_valid() -> None:
         ("routing = 'random'\n", "routing: must be warm, round-robin or least-busy"),
         ("warm_hold = -1\n", "warm_hold: must be >= 0"),
         ("max_attempts = 0\n", "max_attempts: must be >= 1"),
+        ("load_seconds = 12\n", "load_seconds: must be a table, got 12"),
+        ("[load_seconds]\nllama = -2\n", "load_seconds.llama: must be >= 0, got -2"),
+        ("[load_seconds]\nllama = true\n", "load_seconds.llama: must be a finite number"),
+        ('[load_seconds]\n"" = 1\n', 'load_seconds."": a model name must not be empty'),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -233,6 +240,63 @@ def test_command_line_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     bad.write_text('[keys."k"]\nmember = "m"\ntier = "gold"\n', encoding="utf-8")
     assert main(["gateway", "--config", str(bad)]) == 2
     assert "keys.k.tier: unknown tier 'gold'" in capsys.readouterr().err
+
+
+def _granted(d: SizeOneDispatcher, now: float) -> str:
+    grant = d.dispatch(now=now)
+    assert grant is not None
+    return grant.job.id
+
+
+def test_load_seconds_reach_the_single_upstreams_dispatcher() -> None:
+    """``[load_seconds]`` reaches the dispatcher in front of one upstream: a film shot for the
+    loaded model crosses an image that waited 5 s, since deferring it would cost two loads
+    (90 s + 60 s) against the 100 s the image waits (docs/design/dispatcher.md, "Issue 26,
+    seventh round"); without the loads the shot is deferred. The scenario of
+    ``tests/test_crossings.py::_warm_size_one``."""
+
+    def after_the_first_crossing(loads: dict[str, float] | None) -> str:
+        data: dict[str, Any] = {"scoring": {"aging_divisor": 1.0}}
+        if loads is not None:
+            data["load_seconds"] = loads
+        gateway = Gateway(parse_config(data))
+        d = gateway.dispatcher
+        assert isinstance(d, SizeOneDispatcher)
+        for film in ("f", "g", "h"):
+            d.submit(f"{film}.0", member=film, priority="batch", model="flux", estimate=100.0,
+                     now=0.0)  # fmt: skip
+        d.submit("img0", member="u", priority="interactive", model="sd", estimate=100.0, now=300)
+        assert _granted(d, 300.0) == "f.0"  # a crossing: the credit goes negative
+        d.cancel("img0", now=395.0)
+        d.submit("img1", member="u", priority="interactive", model="sd", estimate=100.0, now=395)
+        d.complete("f.0", now=400.0)
+        return _granted(d, 400.0)
+
+    assert parse_config({}).load_seconds == {}
+    assert after_the_first_crossing({"flux": 90.0, "sd": 60.0}) == "g.0"
+    assert after_the_first_crossing(None) == "img1"
+
+
+def test_load_seconds_price_the_affinity_on_several_upstreams() -> None:
+    """On several upstreams a model's affinity is worth at most its load in waiting
+    (docs/design/fleet.md, "Affinity as a priced trade"): 30 s of load over 60 s of aging per
+    point is half a point; a model without a load keeps the scorer's bonus."""
+
+    def affinity_granted(model: str, loads: dict[str, float]) -> float:
+        data = {"upstreams": [{"url": "http://127.0.0.1:9", "name": "a"}], "load_seconds": loads}
+        fleet = Gateway(parse_config(data)).dispatcher
+        assert isinstance(fleet, FleetDispatcher)
+        fleet.join("gpu", resident=model, now=0.0)
+        fleet.submit("j", member="m", model=model, now=0.0)
+        grant = fleet.pop("gpu", now=0.0)
+        assert grant is not None
+        return grant.score.swap_affinity
+
+    full = Scorer(ScoringConfig()).affinity("llama")
+    assert full > 0.5  # the price binds: the test can fail
+    assert affinity_granted("llama", {"llama": 30.0}) == pytest.approx(0.5)
+    assert affinity_granted("llama", {}) == full
+    assert affinity_granted("qwen", {"llama": 30.0}) == full
 
 
 def test_several_upstreams() -> None:

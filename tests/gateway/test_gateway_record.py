@@ -170,6 +170,30 @@ def test_a_known_load_is_recorded_apart_from_a_non_streamed_swap() -> None:
     assert second["runtime"] >= 0.3 + 0.1
 
 
+def test_the_configured_load_seconds_are_known_loads_and_record_load_overrides_them(
+    tmp_path: Path,
+) -> None:
+    """``[load_seconds]`` are the recording's known loads too; ``--record-load`` wins."""
+    pytest.importorskip("prioqueue.sim.recorder")
+    import argparse
+
+    from prioqueue.gateway.cli import _recorder
+
+    config = parse_config({"load_seconds": {"model-a": 4.0, "model-b": 7.0}})
+    target = tmp_path / "trace.jsonl"
+    args = argparse.Namespace(
+        record=str(target), record_load=["model-b=2.5"], record_default_load=0.0
+    )
+    recorder, loads = _recorder(args, config.load_seconds)
+    recorder.close()
+    assert loads == {"model-a": 4.0, "model-b": 2.5}
+    header = json.loads(target.read_text(encoding="utf-8").splitlines()[0])
+    assert header["load_seconds"] == {"model-a": 4.0, "model-b": 2.5}
+    gateway = Gateway(config, record_loads={"model-b": 2.5})
+    assert gateway.record_loads == {"model-a": 4.0, "model-b": 2.5}
+    assert Gateway(config).record_loads == {"model-a": 4.0, "model-b": 7.0}
+
+
 def test_record_load_values_are_checked() -> None:
     from prioqueue.gateway.cli import _record_loads
 

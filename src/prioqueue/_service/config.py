@@ -33,6 +33,7 @@ __all__ = [
     "level_key",
     "listen_setting",
     "load_document",
+    "load_seconds_setting",
     "parse_listen",
     "policy_setting",
     "read_toml",
@@ -362,6 +363,28 @@ def charge_setting(root: Table) -> str | float:
     if value in ("runtime", "estimate"):
         return str(value)
     return checked_number(root, "charge", value)
+
+
+def load_seconds_setting(root: Table) -> dict[str, float]:
+    """Read ``[load_seconds]``: each model's cold-load time in seconds (absent: none known).
+
+    The dispatcher's ``load_seconds`` (docs/design/fleet.md, "Affinity as a priced trade";
+    docs/design/dispatcher.md, "Issue 26, seventh round" and "eighth round"): on a fleet a
+    model's affinity is priced by its load, and on one worker a crossing is weighed against
+    the loads it costs. A model without an entry keeps the scorer's affinity. O(models).
+
+    Raises:
+        ConfigError: ``load_seconds`` is not a table, a model name is empty or holds only
+            whitespace, or a value is not a finite number >= 0 (the message names the key).
+    """
+    table = root.table("load_seconds")
+    loads: dict[str, float] = {}
+    for model in list(table.data):
+        if not model.strip():
+            raise table.fail(model, "a model name must not be empty or blank")
+        loads[model] = checked_number(table, model, table.get(model), positive=False)
+    table.finish()
+    return loads
 
 
 def api_key_entries(root: Table) -> Iterator[tuple[str, Table]]:

@@ -32,6 +32,7 @@ def _options(config: BrokerConfig, lease_for: LeaseFor) -> dict[str, Any]:
         "max_attempts": config.max_attempts,
         "worker_timeout": config.worker_timeout_seconds,
         "warm_hold": config.warm_hold_seconds,
+        "load_seconds": config.load_seconds,
         "fair_share": config.fair_share,
         "track_reorders": False,
         "history": 1000,

@@ -47,6 +47,7 @@ from prioqueue._service.config import (
     default_tier,
     listen_setting,
     load_document,
+    load_seconds_setting,
     start_document,
     tier_setting,
 )
@@ -190,6 +191,9 @@ class BrokerConfig:
             by queued jobs together (429 beyond; a single job over it is a 413), or None.
         max_queued_bytes_per_member: The same, for one member's queued jobs, or None.
         warm_hold_seconds: How long a job is held for a worker with its model loaded.
+        load_seconds: Each model's cold-load time in seconds (``[load_seconds]``): the fleet
+            prices a model's affinity by it (a cold job is not held for more than the swap it
+            saves; docs/design/fleet.md). Empty: none known (the scorer's affinity).
         fair_share: Whether fair share inside a level is on.
         charge: Fair-share charge model: ``"runtime"``, ``"estimate"`` or seconds per job.
         max_body_bytes: Largest request body read (413 beyond).
@@ -231,6 +235,7 @@ class BrokerConfig:
     max_queued_bytes: int | None = 256 * 1024 * 1024
     max_queued_bytes_per_member: int | None = None
     warm_hold_seconds: float = 0.0
+    load_seconds: Mapping[str, float] = attrs.field(factory=dict)
     fair_share: bool = True
     charge: str | float = "runtime"
     max_body_bytes: int = 1024 * 1024
@@ -430,6 +435,7 @@ def parse_config(
         max_queued_bytes=_bytes_limit(root, "max_queued_bytes", 256 * 1024 * 1024),
         max_queued_bytes_per_member=_bytes_limit(root, "max_queued_bytes_per_member", None),
         warm_hold_seconds=root.number("warm_hold_seconds", 0.0, positive=False),  # type: ignore[arg-type]
+        load_seconds=MappingProxyType(load_seconds_setting(root)),
         fair_share=root.boolean("fair_share", True),
         charge=charge,
         max_body_bytes=root.integer("max_body_bytes", 1024 * 1024, minimum=1024),  # type: ignore[arg-type]

@@ -128,7 +128,8 @@ class Gateway(Routes):
         recorder: Writes every queued request once it leaves, as a replayable trace (see
             :mod:`prioqueue.gateway._record`), or None.
         record_loads: Known cold-load seconds per model, taken out of the recorded duration
-            of a swap whose load cannot be measured (``--record-load``).
+            of a swap whose load cannot be measured (``--record-load``); they override the
+            configuration's ``load_seconds`` for the recording (not for the dispatcher).
     """
 
     def __init__(
@@ -141,7 +142,7 @@ class Gateway(Routes):
     ):
         self.config = config
         self.recorder = recorder
-        self.record_loads: Mapping[str, float] = dict(record_loads or {})
+        self.record_loads: Mapping[str, float] = {**config.load_seconds, **(record_loads or {})}
         limits = config.limits
         self.upstreams = {
             u.name: _upstreams.Upstream.of(u, config.resident_persistent) for u in config.upstreams
@@ -157,6 +158,7 @@ class Gateway(Routes):
             "max_attempts": 1,
             "fair_share": config.fair_share,
             "budgets": config.budgets,
+            "load_seconds": config.load_seconds,
         }
         if self.upstreams:
             hold = config.warm_hold if config.routing == "warm" else 0.0

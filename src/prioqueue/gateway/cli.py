@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 from prioqueue._service import cli as service
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from prioqueue.gateway.settings import GatewayConfig
 
 __all__ = ["INSTALL", "add_arguments", "missing_extras", "run"]
@@ -182,8 +184,10 @@ def _raise_file_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
-def _recorder(args: argparse.Namespace) -> tuple[Any, dict[str, float]]:
-    """The trace recorder of ``--record`` (None without it) and the ``--record-load`` times.
+def _recorder(args: argparse.Namespace, known: Mapping[str, float]) -> tuple[Any, dict[str, float]]:
+    """The trace recorder of ``--record`` (None without it) and the known load times.
+
+    Those are the configuration's ``load_seconds`` (``known``) overridden by ``--record-load``.
 
     Raises:
         ImportError: The simulator's recorder is missing.
@@ -192,7 +196,7 @@ def _recorder(args: argparse.Namespace) -> tuple[Any, dict[str, float]]:
     """
     if not args.record:
         return None, {}
-    loads = _record_loads(args.record_load)
+    loads = {**known, **_record_loads(args.record_load)}
     recorder = _open_recorder(
         args.record, load_seconds=loads, default_load=args.record_default_load
     )
@@ -235,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
     if sock is None:
         return 1
     try:
-        recorder, loads = _recorder(args)
+        recorder, loads = _recorder(args, config.load_seconds)
     except (ImportError, OSError, ValueError) as exc:
         sock.close()
         print(f"prioqueue gateway: --record {args.record}: {exc}", file=sys.stderr)

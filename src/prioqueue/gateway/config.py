@@ -42,6 +42,7 @@ from prioqueue._service.config import (
     level_key,
     listen_setting,
     load_document,
+    load_seconds_setting,
     parse_listen,
     start_document,
     tier_setting,
@@ -382,6 +383,7 @@ def parse_config(
         max_attempts=root.integer("max_attempts", 2, minimum=1),  # type: ignore[arg-type]
         health_seconds=root.number("health_seconds", 1.0),  # type: ignore[arg-type]
         budgets=MappingProxyType(budgets_setting(root, policy)),
+        load_seconds=MappingProxyType(load_seconds_setting(root)),
         routing=_routing(root),
         aborts=busy.aborts,
         busy_timeout=busy.busy_timeout,

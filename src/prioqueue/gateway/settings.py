@@ -323,6 +323,10 @@ class GatewayConfig:
             ``max_wait`` (a forecast wait over it: 503 with ``Retry-After``) and ``ttl`` (a
             request still queued that long is answered 503); none by default
             (docs/design/lifecycle.md).
+        load_seconds: Each model's cold-load time in seconds (``[load_seconds]``), handed to
+            the dispatcher: on several upstreams it prices a model's affinity (a cold request
+            is not held for more than the swap it saves), on one it weighs a crossing against
+            the loads it costs; also the known load of ``--record-load``. Empty: none known.
     """
 
     upstream: str = DEFAULT_UPSTREAM
@@ -362,6 +366,7 @@ class GatewayConfig:
     busy_timeout: float = 300.0
     idle_path: str | None = None
     budgets: Mapping[int, LevelBudget] = attrs.field(factory=dict)
+    load_seconds: Mapping[str, float] = attrs.field(factory=dict)
     _gated: PathSet = attrs.field(init=False, repr=False, eq=False)
     _passthrough: PathSet = attrs.field(init=False, repr=False, eq=False)
     _admin: PathSet = attrs.field(init=False, repr=False, eq=False)
