@@ -16,14 +16,13 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from crossing_support import FAST, ROUND_TRIP, granted, warm_size_one
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.errors import ConfigError
 from prioqueue.fleet import FleetDispatcher
 from prioqueue.records import REORDER_CAUSES, Grant
-from prioqueue.scoring import Scorer, ScoringConfig
 from prioqueue.testing import ReferenceDispatcher, ReferenceFleet
 
-FAST = Scorer(ScoringConfig(aging_divisor=1.0))  # a point of aging per second
 IMPLEMENTATIONS = pytest.mark.parametrize(
     "make", [SizeOneDispatcher, ReferenceDispatcher], ids=["real", "reference"]
 )
@@ -53,12 +52,6 @@ def _film_and_images(make: Factory, share: float) -> tuple[Any, list[str]]:
         t += 100.0
         d.complete(grant.job.id, now=t)
     return d, order
-
-
-def _granted(d: SizeOneDispatcher, now: float) -> str:
-    grant = d.dispatch(now=now)
-    assert grant is not None
-    return grant.job.id
 
 
 @IMPLEMENTATIONS
@@ -144,9 +137,6 @@ def test_a_fleet_of_one_keeps_the_size_one_rule(make: Factory) -> None:
 
 
 #: Load times that make a deferral from ``flux`` to ``sd`` cost 150 s of loads (k = 1).
-ROUND_TRIP = {"flux": 90.0, "sd": 60.0}
-
-
 def _pop_on_the_one_worker(make: Factory, *, fresh: bool) -> Any:
     """``a``'s pop at 400 s on a fleet of one with ``ROUND_TRIP`` (``f.0`` just finished).
 
@@ -184,30 +174,13 @@ def test_on_one_worker_a_job_the_loads_would_not_repay_is_served_by_a_deferral(
     assert d.stats(now=400.0).levels[-100].reorders.deferred_crossings == 1
 
 
-def _warm_size_one(make: Factory, loads: dict[str, float] | None, share: float = 0.05) -> Any:
-    """A size-one dispatcher after its first crossing (``f.0``, 300-400 s, now finished).
-
-    Films ``f``, ``g`` and ``h`` have a ``flux`` shot each (batch, at 0); ``img1`` (``sd``,
-    interactive) has waited 5 s; the credit is negative.
-    """
-    d = make(FAST, crossing_share=share, load_seconds=loads)
-    for film in ("f", "g", "h"):
-        d.submit(f"{film}.0", member=film, priority="batch", model="flux", estimate=100.0, now=0.0)
-    d.submit("img0", member="u", priority="interactive", model="sd", estimate=100.0, now=300.0)
-    assert _granted(d, 300.0) == "f.0"  # a crossing: the credit goes negative
-    d.cancel("img0", now=395.0)
-    d.submit("img1", member="u", priority="interactive", model="sd", estimate=100.0, now=395.0)
-    d.complete("f.0", now=400.0)
-    return d
-
-
 @IMPLEMENTATIONS
 def test_size_one_takes_the_load_times_of_the_warm_crossing(make: Factory) -> None:
     """``SizeOneDispatcher(load_seconds=...)``: the same rule as a fleet of one worker."""
-    d = _warm_size_one(make, ROUND_TRIP)
-    assert _granted(d, 400.0) == "g.0"  # 5 s + 100 s < 150 s: warm, no swap
+    d = warm_size_one(make(FAST, load_seconds=ROUND_TRIP))
+    assert granted(d, 400.0) == "g.0"  # 5 s + 100 s < 150 s: warm, no swap
     d.complete("g.0", now=500.0)
-    assert _granted(d, 500.0) == "img1"
+    assert granted(d, 500.0) == "img1"
 
 
 @IMPLEMENTATIONS
@@ -215,19 +188,20 @@ def test_on_one_worker_a_warm_crossing_leaves_the_credit_to_the_starving(make: F
     """The one-worker warm crossing is bounded by the loads it saves, not charged to the
     credit: after it, one image's grant refills the credit and the next film shot crosses
     (charged, the credit would still be negative and the shot deferred)."""
-    d = _warm_size_one(make, ROUND_TRIP, share=0.5)  # the crossing took the credit to -50
-    assert _granted(d, 400.0) == "g.0"  # warm: the credit stays -50
+    # The crossing took the credit to -50.
+    d = warm_size_one(make(FAST, crossing_share=0.5, load_seconds=ROUND_TRIP))
+    assert granted(d, 400.0) == "g.0"  # warm: the credit stays -50
     d.complete("g.0", now=500.0)
     d.submit("img2", member="v", priority="interactive", model="sd", estimate=100.0, now=500.0)
-    assert _granted(d, 500.0) == "img1"  # deferred to: the credit -50 -> 0
+    assert granted(d, 500.0) == "img1"  # deferred to: the credit -50 -> 0
     d.complete("img1", now=600.0)
-    assert _granted(d, 600.0) == "h.0"  # the credit is not negative: the shot crosses
+    assert granted(d, 600.0) == "h.0"  # the credit is not negative: the shot crosses
 
 
 @pytest.mark.parametrize("loads", [None, {"flux": 90.0}], ids=["none", "one unknown"])
 def test_without_both_load_times_size_one_defers(loads: dict[str, float] | None) -> None:
-    d = _warm_size_one(SizeOneDispatcher, loads)
-    assert _granted(d, 400.0) == "img1"  # no price known: the size-one deferral
+    d = warm_size_one(SizeOneDispatcher(FAST, load_seconds=loads))
+    assert granted(d, 400.0) == "img1"  # no price known: the size-one deferral
 
 
 def test_size_one_refuses_bad_load_times() -> None:
@@ -250,9 +224,9 @@ def test_explain_names_the_deferred_crossing() -> None:
     for film in ("f1", "f2"):
         d.submit(f"{film}.0", member=film, priority="batch", estimate=100.0, now=0.0)
     d.submit("img0", member="u", priority="interactive", estimate=100.0, now=300.0)
-    assert _granted(d, 300.0) == "f1.0"  # the crossing
+    assert granted(d, 300.0) == "f1.0"  # the crossing
     d.complete("f1.0", now=400.0)
-    assert _granted(d, 400.0) == "img0"  # f2's crossing, deferred
+    assert granted(d, 400.0) == "img0"  # f2's crossing, deferred
     why = d.explain("f2.0", now=450.0)
     assert [(o.job_id, o.cause) for o in why.overtaken_by] == [("img0", "crossing deferred")]
     assert "crossing deferred" in str(why)
@@ -263,8 +237,8 @@ def test_track_reorders_off_still_counts_deferrals() -> None:
     for film in ("f1", "f2"):
         d.submit(f"{film}.0", member=film, priority="batch", estimate=100.0, now=0.0)
     d.submit("img0", member="u", priority="interactive", estimate=100.0, now=300.0)
-    d.complete(_granted(d, 300.0), now=400.0)
-    assert _granted(d, 400.0) == "img0"
+    d.complete(granted(d, 300.0), now=400.0)
+    assert granted(d, 400.0) == "img0"
     assert d.stats(now=400.0).levels[-100].reorders.deferred_crossings == 1
 
 
@@ -532,7 +506,7 @@ def _served_batch_then_images(make: Factory, images_at: float) -> tuple[Any, lis
     d = make(FAST, crossing_share=0.5)
     d.submit("b0", member="film", priority="batch", estimate=2000.0, now=0.0)
     d.submit("b1", member="other", priority="batch", estimate=100.0, now=0.0)
-    assert _granted(d, 0.0) == "b0"  # nothing higher waits: no crossing, but service
+    assert granted(d, 0.0) == "b0"  # nothing higher waits: no crossing, but service
     d.complete("b0", now=2000.0)
     t = images_at
     for k in range(2):
@@ -569,18 +543,18 @@ def test_restore_keeps_each_levels_recent_service() -> None:
     d = SizeOneDispatcher(FAST, crossing_share=0.5)
     d.submit("b0", member="film", priority="batch", estimate=2000.0, now=0.0)
     d.submit("b1", member="other", priority="batch", estimate=100.0, now=0.0)
-    assert _granted(d, 0.0) == "b0"
+    assert granted(d, 0.0) == "b0"
     d.complete("b0", now=2000.0)
     state = json.loads(json.dumps(d.snapshot(now=2000.0)))
     assert state["level_service"] == {"-100": [2000.0, 0.0]}
     for shift in (0.0, 50_000.0):
         again = SizeOneDispatcher.restore(state, scorer=FAST, now=2000.0 + shift)
         again.submit("img", member="u", priority="interactive", estimate=100.0, now=2000.0 + shift)
-        assert _granted(again, 2000.0 + shift) == "img"  # as the original would
+        assert granted(again, 2000.0 + shift) == "img"  # as the original would
     older = {k: v for k, v in state.items() if k != "level_service"}
     again = SizeOneDispatcher.restore(older, scorer=FAST, now=2000.0)
     again.submit("img", member="u", priority="interactive", estimate=100.0, now=2000.0)
-    assert _granted(again, 2000.0) == "b1"  # no recent service: the crossing goes ahead
+    assert granted(again, 2000.0) == "b1"  # no recent service: the crossing goes ahead
     with pytest.raises(ValueError, match="level_service"):
         SizeOneDispatcher.restore({**state, "level_service": {"-100": [-1.0, 0.0]}}, scorer=FAST)
     with pytest.raises(ValueError, match="level_service: a key must be a level number"):
@@ -590,28 +564,36 @@ def test_restore_keeps_each_levels_recent_service() -> None:
 # --- a cold crossing pays the load back (issue 26, eighth round) -------------------------
 
 
-def _cold_crossing(make: Factory, loads: dict[str, float] | None, images: str = "sd") -> list[str]:
-    """The grant order of a size-one dispatcher (``crossing_share`` 0.5, ``load_seconds``).
+def _cold_crossing_order(
+    d: Any, grant: Callable[[float], str], images: str = "sd", left: int = 0
+) -> list[str]:
+    """The grant order of ``d`` (``crossing_share`` 0.5), granted by ``grant(t)``, until
+    ``left`` jobs are left.
 
     ``img0`` (``sd``) runs from 0 to 300 s; three film shots (``flux``, batch) wait from 0 and
     three images (model ``images``) from 300 s, so every shot's grant is a crossing, and the
     first one runs cold after ``sd``. The other jobs run 100 s each.
     """
-    d = make(FAST, crossing_share=0.5, load_seconds=loads)
     d.submit("img0", member="u", priority="interactive", model="sd", estimate=300.0, now=0.0)
     for film in ("f", "g", "h"):
         d.submit(f"{film}.0", member=film, priority="batch", model="flux", estimate=100.0, now=0.0)
-    assert _granted(d, 0.0) == "img0"
+    assert grant(0.0) == "img0"
     d.complete("img0", now=300.0)
     for k in (1, 2, 3):
         d.submit(f"img{k}", member="u", priority="interactive", model=images, estimate=100.0,
                  now=300.0)  # fmt: skip
     t, order = 300.0, []
-    while len(d):
-        order.append(_granted(d, t))
+    while len(d) > left:
+        order.append(grant(t))
         t += 100.0
         d.complete(order[-1], now=t)
     return order
+
+
+def _cold_crossing(make: Factory, loads: dict[str, float] | None, images: str = "sd") -> list[str]:
+    """``_cold_crossing_order`` on a size-one dispatcher with ``load_seconds=loads``."""
+    d = make(FAST, crossing_share=0.5, load_seconds=loads)
+    return _cold_crossing_order(d, lambda t: granted(d, t), images)
 
 
 @IMPLEMENTATIONS
@@ -653,22 +635,13 @@ def test_on_a_fleet_a_crossing_pays_no_load_back(make: Factory) -> None:
     d.join("b", now=0.0)
     d.submit("long", member="v", priority="interactive", model="sd", estimate=10_000.0, now=0.0)
     assert d.pop("b", now=0.0).job.id == "long"  # b is busy for the whole test
-    d.submit("img0", member="u", priority="interactive", model="sd", estimate=300.0, now=0.0)
-    for film in ("f", "g", "h"):
-        d.submit(f"{film}.0", member=film, priority="batch", model="flux", estimate=100.0, now=0.0)
-    assert d.pop("a", now=0.0).job.id == "img0"
-    d.complete("img0", now=300.0)
-    for k in (1, 2, 3):
-        d.submit(f"img{k}", member="u", priority="interactive", model="sd", estimate=100.0,
-                 now=300.0)  # fmt: skip
-    t, order = 300.0, []
-    while len(d) > 1:
+
+    def on_a(t: float) -> str:
         grant = d.pop("a", now=t)
         assert grant is not None
-        order.append(grant.job.id)
-        t += 100.0
-        d.complete(grant.job.id, now=t)
-    assert order[:4] == ["f.0", "img1", "g.0", "img2"]
+        return str(grant.job.id)
+
+    assert _cold_crossing_order(d, on_a, left=1)[:4] == ["f.0", "img1", "g.0", "img2"]
 
 
 def test_the_generated_workloads_meet_the_load_back(monkeypatch: pytest.MonkeyPatch) -> None:

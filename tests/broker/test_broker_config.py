@@ -83,6 +83,7 @@ def test_load_seconds_reach_the_fleet_and_price_the_affinity() -> None:
     """``[load_seconds]`` goes to the broker's fleet: a model's affinity is worth at most its
     load in waiting (docs/design/fleet.md, "Affinity as a priced trade"), here 30 s over the
     divisor's 60 s of aging per point; a model without a load keeps the scorer's bonus."""
+    from crossing_support import granted_affinity
     from prioqueue.broker._fleet import make_fleet
     from prioqueue.scoring import Scorer
 
@@ -94,12 +95,8 @@ def test_load_seconds_reach_the_fleet_and_price_the_affinity() -> None:
     assert 30.0 / divisor < scorer.affinity("sdxl")  # the price binds: the test can fail
 
     def affinity_granted(model: str, loads: dict[str, float] | None) -> float:
-        fleet = make_fleet(parse_config({"load_seconds": loads or {}}), lambda job, info: 60.0)
-        fleet.join("gpu-a", resident=model, now=0.0)
-        fleet.submit("j", member="m", model=model, now=0.0)
-        grant = fleet.pop("gpu-a", now=0.0)
-        assert grant is not None
-        return grant.score.swap_affinity
+        config = parse_config({"load_seconds": loads or {}})
+        return granted_affinity(make_fleet(config, lambda job, info: 60.0), model)
 
     assert affinity_granted("sdxl", {"sdxl": 30}) == pytest.approx(30.0 / divisor)
     assert affinity_granted("sdxl", None) == scorer.affinity("sdxl")

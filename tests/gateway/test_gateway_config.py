@@ -5,6 +5,7 @@ from typing import Any
 
 import pytest
 
+from crossing_support import FAST, ROUND_TRIP, granted, granted_affinity, warm_size_one
 from prioqueue import ConfigError, FleetDispatcher, SizeOneDispatcher
 from prioqueue.gateway import Gateway
 from prioqueue.gateway.config import (
@@ -242,39 +243,24 @@ def test_command_line_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "keys.k.tier: unknown tier 'gold'" in capsys.readouterr().err
 
 
-def _granted(d: SizeOneDispatcher, now: float) -> str:
-    grant = d.dispatch(now=now)
-    assert grant is not None
-    return grant.job.id
-
-
 def test_load_seconds_reach_the_single_upstreams_dispatcher() -> None:
-    """``[load_seconds]`` reaches the dispatcher in front of one upstream: a film shot for the
-    loaded model crosses an image that waited 5 s, since deferring it would cost two loads
-    (90 s + 60 s) against the 100 s the image waits (docs/design/dispatcher.md, "Issue 26,
-    seventh round"); without the loads the shot is deferred. The scenario of
-    ``tests/test_crossings.py::_warm_size_one``."""
+    """``[load_seconds]`` reaches the dispatcher in front of one upstream: after a first
+    crossing, a film shot for the loaded model crosses an image that waited 5 s, since
+    deferring it would cost two loads (90 s + 60 s) against the 100 s the image waits
+    (docs/design/dispatcher.md, "Issue 26, seventh round"); without the loads the shot is
+    deferred (``crossing_support.warm_size_one``)."""
 
-    def after_the_first_crossing(loads: dict[str, float] | None) -> str:
-        data: dict[str, Any] = {"scoring": {"aging_divisor": 1.0}}
+    def next_grant(loads: dict[str, float] | None) -> str:
+        data: dict[str, Any] = {"scoring": {"aging_divisor": FAST.config.aging_divisor}}
         if loads is not None:
             data["load_seconds"] = loads
-        gateway = Gateway(parse_config(data))
-        d = gateway.dispatcher
+        d = Gateway(parse_config(data)).dispatcher
         assert isinstance(d, SizeOneDispatcher)
-        for film in ("f", "g", "h"):
-            d.submit(f"{film}.0", member=film, priority="batch", model="flux", estimate=100.0,
-                     now=0.0)  # fmt: skip
-        d.submit("img0", member="u", priority="interactive", model="sd", estimate=100.0, now=300)
-        assert _granted(d, 300.0) == "f.0"  # a crossing: the credit goes negative
-        d.cancel("img0", now=395.0)
-        d.submit("img1", member="u", priority="interactive", model="sd", estimate=100.0, now=395)
-        d.complete("f.0", now=400.0)
-        return _granted(d, 400.0)
+        return granted(warm_size_one(d), 400.0)
 
     assert parse_config({}).load_seconds == {}
-    assert after_the_first_crossing({"flux": 90.0, "sd": 60.0}) == "g.0"
-    assert after_the_first_crossing(None) == "img1"
+    assert next_grant(ROUND_TRIP) == "g.0"
+    assert next_grant(None) == "img1"
 
 
 def test_load_seconds_price_the_affinity_on_several_upstreams() -> None:
@@ -282,21 +268,17 @@ def test_load_seconds_price_the_affinity_on_several_upstreams() -> None:
     (docs/design/fleet.md, "Affinity as a priced trade"): 30 s of load over 60 s of aging per
     point is half a point; a model without a load keeps the scorer's bonus."""
 
-    def affinity_granted(model: str, loads: dict[str, float]) -> float:
+    def affinity(model: str, loads: dict[str, float]) -> float:
         data = {"upstreams": [{"url": "http://127.0.0.1:9", "name": "a"}], "load_seconds": loads}
         fleet = Gateway(parse_config(data)).dispatcher
         assert isinstance(fleet, FleetDispatcher)
-        fleet.join("gpu", resident=model, now=0.0)
-        fleet.submit("j", member="m", model=model, now=0.0)
-        grant = fleet.pop("gpu", now=0.0)
-        assert grant is not None
-        return grant.score.swap_affinity
+        return granted_affinity(fleet, model)
 
     full = Scorer(ScoringConfig()).affinity("llama")
     assert full > 0.5  # the price binds: the test can fail
-    assert affinity_granted("llama", {"llama": 30.0}) == pytest.approx(0.5)
-    assert affinity_granted("llama", {}) == full
-    assert affinity_granted("qwen", {"llama": 30.0}) == full
+    assert affinity("llama", {"llama": 30.0}) == pytest.approx(0.5)
+    assert affinity("llama", {}) == full
+    assert affinity("qwen", {"llama": 30.0}) == full
 
 
 def test_several_upstreams() -> None:

@@ -185,9 +185,10 @@ def _raise_file_limit() -> None:
 
 
 def _recorder(args: argparse.Namespace, known: Mapping[str, float]) -> tuple[Any, dict[str, float]]:
-    """The trace recorder of ``--record`` (None without it) and the known load times.
+    """The trace recorder of ``--record`` (None without it) and the ``--record-load`` times.
 
-    Those are the configuration's ``load_seconds`` (``known``) overridden by ``--record-load``.
+    The trace's header names the known loads: the configuration's ``load_seconds``
+    (``known``) overridden by ``--record-load`` (as ``Gateway.record_loads`` does).
 
     Raises:
         ImportError: The simulator's recorder is missing.
@@ -196,9 +197,9 @@ def _recorder(args: argparse.Namespace, known: Mapping[str, float]) -> tuple[Any
     """
     if not args.record:
         return None, {}
-    loads = {**known, **_record_loads(args.record_load)}
+    loads = _record_loads(args.record_load)
     recorder = _open_recorder(
-        args.record, load_seconds=loads, default_load=args.record_default_load
+        args.record, load_seconds={**known, **loads}, default_load=args.record_default_load
     )
     return recorder, loads
 
