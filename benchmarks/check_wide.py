@@ -26,7 +26,11 @@ test (``--policy``, default ``prioqueue``) on the same arrivals and checks the i
   wait longer by more than C) <= no-fair-share's at
   every level, and 0 at the interactive level.
 
-It also prints each level's worst service gap as a multiple of C beside no-fair-share's.
+It also prints each level's worst service gap as a multiple of C beside no-fair-share's, and
+beside each failing cell the other simulated policies that pass every check of it (each judged
+as the policy under test; the reference meets the inverted-pairs check by definition) or that
+none does. The summary gives every simulated policy's pass count on the same checks and how
+many failing cells no simulated policy passes.
 Seeds 1-5 are the tuning seeds, 6-20 the validation seeds: the pass counts are printed per
 family and per seed range apart. With one process the ``--json`` and ``--markdown`` files are
 rewritten after every cell, so a run stopped part way keeps what it ran.
@@ -233,6 +237,20 @@ def verdicts(cell: dict[str, Any]) -> list[str]:
     return failed
 
 
+def passers(cell: dict[str, Any]) -> list[str]:
+    """The other simulated policies that pass every check of the cell.
+
+    Each is judged as if it were the policy under test, on the same arrivals. The reference
+    (``no-fair-share``) meets the inverted-pairs check by definition, so only its other checks
+    count. A cell no simulated policy passes asks for more than any of them gives.
+    """
+    return [
+        name
+        for name in cell["figures"]
+        if name != cell["policy"] and not verdicts({**cell, "policy": name})
+    ]
+
+
 def label(cell: dict[str, Any]) -> str:
     """A cell's name: family, source, load and workers."""
     load = f" load {cell['load']}" if cell["load"] else ""
@@ -256,8 +274,13 @@ def line(cell: dict[str, Any], failed: list[str]) -> str:
         f"(strict {fmt_seconds(_p99(strict, '0'))}), starved {starved} (strict {sstarved}), "
         f"swaps {mine['swaps']} (strict {strict['swaps']}), inverted {inv}, "
         f"gap/C {gaps}, C {fmt_seconds(cell['longest'])}: "
-        + ("ok" if not failed else "FAIL " + "; ".join(failed))
+        + ("ok" if not failed else "FAIL " + "; ".join(failed) + _passed_by(cell))
     )
+
+
+def _passed_by(cell: dict[str, Any]) -> str:
+    others = passers(cell)
+    return f" (passed by {', '.join(others)})" if others else " (no simulated policy passes)"
 
 
 def _ratio(fig: dict[str, Any], level: str) -> str:
@@ -274,6 +297,26 @@ def tally(results: Sequence[dict[str, Any]]) -> dict[tuple[str, str], list[int]]
         row[0] += not verdicts(cell)
         row[1] += 1
     return counts
+
+
+def summary(results: Sequence[dict[str, Any]]) -> str:
+    """Every simulated policy's pass count on the same checks, and the failures none passes.
+
+    The reference passes its own inverted-pairs check by definition; its count shows what the
+    other checks alone ask of a policy without fair share.
+    """
+    names = list(results[0]["figures"])
+    passed = dict.fromkeys(names, 0)
+    for cell in results:
+        for name in names:
+            passed[name] += not verdicts({**cell, "policy": name})
+    failing = [cell for cell in results if verdicts(cell)]
+    alone = sum(1 for cell in failing if not passers(cell))
+    each = ", ".join(f"{name} {count}/{len(results)}" for name, count in passed.items())
+    return (
+        f"every policy on the same checks: {each}\n"
+        f"failing cells that no simulated policy passes: {alone}/{len(failing)}"
+    )
 
 
 def markdown(results: Sequence[dict[str, Any]]) -> str:
@@ -363,6 +406,8 @@ def main() -> int:
         print(f"{family:<12} {where:<10} {passed}/{total} cells pass")
     bad = sum(1 for cell in results if verdicts(cell))
     print(f"{len(results) - bad}/{len(results)} cells pass")
+    if results:
+        print(summary(results))
     save(results, args.json, args.markdown)
     return 1 if bad else 0
 

@@ -7,6 +7,7 @@ validation seeds 6-20 apart) is ``python benchmarks/check_wide.py --seeds 1-20``
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
 import pytest
 from sim_helpers import load_benchmark
@@ -50,3 +51,68 @@ def test_the_matrix_has_every_family_and_seed_range() -> None:
     assert check.parse_seeds("1,4,7-9") == [1, 4, 7, 8, 9]
     with pytest.raises(SystemExit, match="seeds >= 1"):
         check.parse_seeds("0-3")
+
+
+def _figures(p99: float, inverted: int, swaps: int = 10) -> dict[str, Any]:
+    """One policy's figures in a cell: every level finished, nothing starved."""
+    level = {"p99": p99, "unfinished": 0, "starved": 0, "gap_c": 1.0}
+    return {
+        "levels": {
+            "100": {**level, "inverted": 0},
+            "0": {**level, "inverted": inverted},
+            "-100": {**level, "inverted": 0},
+        },
+        "swaps": swaps,
+        "oldest": None,
+    }
+
+
+def _cell(**figures: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "family": "overload",
+        "source": "overload",
+        "load": 1.1,
+        "workers": 1,
+        "seed": 7,
+        "longest": 60.0,
+        "fits": True,
+        "policy": "prioqueue",
+        "figures": figures,
+    }
+
+
+def test_a_failing_cell_names_the_policies_that_pass_it() -> None:
+    check = _check_wide()
+    cell = _cell(
+        fifo=_figures(p99=900.0, inverted=0),  # the interactive p99 past strict's + C
+        strict=_figures(p99=100.0, inverted=1),
+        **{"warm-first": _figures(p99=100.0, inverted=3)},  # more inverted pairs
+        **{"no-fair-share": _figures(p99=120.0, inverted=2)},
+        prioqueue=_figures(p99=110.0, inverted=3),
+    )
+    assert check.verdicts(cell) == ["3 inverted normal pairs (no-fair-share 2)"]
+    assert check.passers(cell) == ["strict", "no-fair-share"]
+    assert check.line(cell, check.verdicts(cell)).endswith(
+        "(no-fair-share 2) (passed by strict, no-fair-share)"
+    )
+    passing = {**cell, "policy": "strict"}
+    assert check.verdicts(passing) == []
+    assert check.line(passing, []).endswith(": ok")
+    summary = check.summary([cell, passing])
+    assert "fifo 0/2, strict 2/2, warm-first 0/2, no-fair-share 2/2, prioqueue 0/2" in summary
+    assert summary.endswith("failing cells that no simulated policy passes: 0/1")
+
+
+def test_a_cell_no_simulated_policy_passes_says_so() -> None:
+    check = _check_wide()
+    slow = _figures(p99=900.0, inverted=0)
+    cell = _cell(
+        fifo=slow,
+        strict=_figures(p99=100.0, inverted=1),
+        **{"warm-first": slow},
+        **{"no-fair-share": slow},
+        prioqueue=_figures(p99=100.0, inverted=2),
+    )
+    assert check.passers(cell) == []
+    assert check.line(cell, check.verdicts(cell)).endswith("(no simulated policy passes)")
+    assert check.summary([cell]).endswith("no simulated policy passes: 1/1")
