@@ -184,7 +184,7 @@ def test_the_configured_load_seconds_are_known_loads_and_record_load_overrides_t
     args = argparse.Namespace(
         record=str(target), record_load=["model-b=2.5"], record_default_load=0.0
     )
-    recorder, loads = _recorder(args, config.load_seconds)
+    recorder, loads = _recorder(args, config)
     recorder.close()
     assert loads == {"model-b": 2.5}  # what the gateway gets as record_loads
     header = json.loads(target.read_text(encoding="utf-8").splitlines()[0])
@@ -192,6 +192,8 @@ def test_the_configured_load_seconds_are_known_loads_and_record_load_overrides_t
     gateway = Gateway(config, record_loads={"model-b": 2.5})
     assert gateway.record_loads == {"model-a": 4.0, "model-b": 2.5}
     assert Gateway(config).record_loads == {"model-a": 4.0, "model-b": 7.0}
+    assert config.recording_loads() == dict(config.load_seconds)  # the dispatcher's, untouched
+    assert config.load_seconds == {"model-a": 4.0, "model-b": 7.0}
 
 
 def test_record_load_values_are_checked() -> None:

@@ -142,7 +142,7 @@ class Gateway(Routes):
     ):
         self.config = config
         self.recorder = recorder
-        self.record_loads: Mapping[str, float] = {**config.load_seconds, **(record_loads or {})}
+        self.record_loads: Mapping[str, float] = config.recording_loads(record_loads)
         limits = config.limits
         self.upstreams = {
             u.name: _upstreams.Upstream.of(u, config.resident_persistent) for u in config.upstreams

@@ -24,8 +24,6 @@ from typing import TYPE_CHECKING, Any
 from prioqueue._service import cli as service
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from prioqueue.gateway.settings import GatewayConfig
 
 __all__ = ["INSTALL", "add_arguments", "missing_extras", "run"]
@@ -184,11 +182,11 @@ def _raise_file_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
-def _recorder(args: argparse.Namespace, known: Mapping[str, float]) -> tuple[Any, dict[str, float]]:
+def _recorder(args: argparse.Namespace, config: GatewayConfig) -> tuple[Any, dict[str, float]]:
     """The trace recorder of ``--record`` (None without it) and the ``--record-load`` times.
 
-    The trace's header names the known loads: the configuration's ``load_seconds``
-    (``known``) overridden by ``--record-load`` (as ``Gateway.record_loads`` does).
+    The trace's header names the known loads, ``config.recording_loads`` (the configuration's
+    ``load_seconds`` with ``--record-load`` over them), as ``Gateway.record_loads`` does.
 
     Raises:
         ImportError: The simulator's recorder is missing.
@@ -199,7 +197,9 @@ def _recorder(args: argparse.Namespace, known: Mapping[str, float]) -> tuple[Any
         return None, {}
     loads = _record_loads(args.record_load)
     recorder = _open_recorder(
-        args.record, load_seconds={**known, **loads}, default_load=args.record_default_load
+        args.record,
+        load_seconds=config.recording_loads(loads),
+        default_load=args.record_default_load,
     )
     return recorder, loads
 
@@ -240,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
     if sock is None:
         return 1
     try:
-        recorder, loads = _recorder(args, config.load_seconds)
+        recorder, loads = _recorder(args, config)
     except (ImportError, OSError, ValueError) as exc:
         sock.close()
         print(f"prioqueue gateway: --record {args.record}: {exc}", file=sys.stderr)

@@ -412,6 +412,14 @@ class GatewayConfig:
         key = self.upstream_api_key if upstream is None else upstream.api_key
         return {} if key is None else {"authorization": f"Bearer {key}"}
 
+    def recording_loads(self, overrides: Mapping[str, float] | None = None) -> dict[str, float]:
+        """The recording's known cold loads: ``load_seconds``, ``overrides`` over them.
+
+        ``overrides`` are ``--record-load``'s, which win for the recording only (the
+        dispatcher keeps ``load_seconds``). O(models).
+        """
+        return {**self.load_seconds, **(overrides or {})}
+
     @property
     def known_models(self) -> frozenset[str]:
         """The models named in ``[[upstreams]]`` ``models`` lists (empty when none are)."""
