@@ -13,10 +13,12 @@ and ``warm-first``) and checks, against strict on the same arrivals:
 * the worst service gap within its bound at every level.
 
 Run: ``python benchmarks/check_policy.py [--seeds 5] [--jobs 2] [--policy SPEC]
-[--markdown FILE]``; the exit status is 1 when a check fails. It prints the pass count per
-family (scenario, ``/4`` on 4 workers; ``azure`` for the traces) and per seed range, the
-tuning seeds 1-5 and the validation seeds 6 and up apart. Slow (minutes): the test suite
-runs one cell of it (``tests/sim/test_policy_matrix.py``, marked slow).
+[--prototype NAME[:key=value,...]] [--markdown FILE]``; the exit status is 1 when a check
+fails. ``--prototype`` patches in a rule measured and not taken (``benchmarks/prototypes``).
+It prints the pass count per family (scenario, ``/4`` on 4 workers; ``azure`` for the
+traces) and per seed range, the tuning seeds 1-5 and the validation seeds 6 and up apart.
+Slow (minutes): the test suite runs one cell of it (``tests/sim/test_policy_matrix.py``,
+marked slow).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import prototypes
 
 from prioqueue.sim import SCENARIOS, build, build_report, parse_spec, read_trace, simulate
 from prioqueue.sim.engine import QUEUED, RunResult
@@ -239,10 +243,21 @@ def main() -> int:
     parser.add_argument("--policy", default="prioqueue")
     parser.add_argument("--only", help="run only sources whose name contains this")
     parser.add_argument("--markdown", help="write the seed-1 table to this file")
+    parser.add_argument(
+        "--prototype",
+        help="a rule measured and not taken, patched in: NAME[:key=value,...] "
+        "(benchmarks/prototypes; e.g. affinity_payment:cap=1)",
+    )
 
     args = parser.parse_args()
+    try:
+        prototypes.install(args.prototype)  # checked here; the pool's workers install it too
+    except ValueError as exc:
+        raise SystemExit(f"--prototype: {exc}") from None
     todo = [c for c in cells(args.seeds) if args.only is None or args.only in c[0]]
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+    with ProcessPoolExecutor(
+        max_workers=args.jobs, initializer=prototypes.install, initargs=(args.prototype,)
+    ) as pool:
         futures = [
             pool.submit(
                 run_cell,

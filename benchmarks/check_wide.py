@@ -37,9 +37,10 @@ rewritten after every cell, so a run stopped part way keeps what it ran.
 
 Run: ``python benchmarks/check_wide.py [--seeds 1-5] [--family overload,bursty]
 [--sample 0.25] [--jobs 1] [--policy SPEC] [--bursty key=value] [--json FILE]
-[--ablate NAME=0|1] [--markdown FILE]``; the exit status is 1 when a check fails. The whole
-matrix (36 cells x 20 seeds x 5 policies) takes tens of minutes on one core; ``nox -s slow``
-runs a sample.
+[--ablate NAME=0|1] [--prototype NAME[:key=value,...]] [--markdown FILE]``; the exit status
+is 1 when a check fails. ``--prototype`` patches in a rule measured and not taken
+(``benchmarks/prototypes``). The whole matrix (36 cells x 20 seeds x 5 policies) takes tens
+of minutes on one core; ``nox -s slow`` runs a sample.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from prioqueue.sim.workload import Workload
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import prototypes  # noqa: E402
 from check_policy import fmt_seconds, longest_runtime, oldest_queued, trace_dir  # noqa: E402
 
 FAMILIES = ("overload", "fleet-night", "bursty", "azure")
@@ -353,7 +355,16 @@ def main() -> int:
         "SHARE_GATE, WARM_OVERDUE, EARLY_TOP, ONE_WORKER_WARM, RETURN_LOAD); repeatable",
     )
     parser.add_argument("--markdown", help="write the pass-count table to this file")
+    parser.add_argument(
+        "--prototype",
+        help="a rule measured and not taken, patched in: NAME[:key=value,...] "
+        "(benchmarks/prototypes; e.g. affinity_payment:cap=1)",
+    )
     args = parser.parse_args()
+    try:
+        prototypes.install(args.prototype)
+    except ValueError as exc:
+        raise SystemExit(f"--prototype: {exc}") from None
     families = [f.strip() for f in args.family.split(",") if f.strip()]
     unknown = set(families) - set(FAMILIES)
     if unknown:
@@ -390,7 +401,9 @@ def main() -> int:
             if args.only in label({"family": c[0], "source": c[1], "load": c[2], "workers": c[3]})
         ]
     if args.jobs > 1:
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        with ProcessPoolExecutor(
+            max_workers=args.jobs, initializer=prototypes.install, initargs=(args.prototype,)
+        ) as pool:
             futures = [pool.submit(run_cell, c, args.policy, bursty) for c in todo]
             results = [f.result() for f in futures]
     else:
