@@ -29,8 +29,9 @@ test (``--policy``, default ``prioqueue``) on the same arrivals and checks the i
 It also prints each level's worst service gap as a multiple of C beside no-fair-share's, and
 beside each failing cell the other simulated policies that pass every check of it (each judged
 as the policy under test; the reference meets the inverted-pairs check by definition) or that
-none does. The summary gives every simulated policy's pass count on the same checks and how
-many failing cells no simulated policy passes.
+none does. The summary gives every simulated policy's pass count on the same checks, each
+failed check with the number of cells it failed in, and how many failing cells no simulated
+policy passes.
 Seeds 1-5 are the tuning seeds, 6-20 the validation seeds: the pass counts are printed per
 family and per seed range apart. With one process the ``--json`` and ``--markdown`` files are
 rewritten after every cell, so a run stopped part way keeps what it ran.
@@ -301,8 +302,27 @@ def tally(results: Sequence[dict[str, Any]]) -> dict[tuple[str, str], list[int]]
     return counts
 
 
+def check_of(failure: str) -> str:
+    """The check a failure message of :func:`verdicts` is about, without its figures.
+
+    ``"3 inverted normal pairs (no-fair-share 2)"`` -> ``"inverted normal pairs"``,
+    ``"swaps 30 > 1.25 x 20"`` -> ``"swaps > 1.25 x fewest"``, ``"4 batch starved > strict
+    2"`` -> ``"batch starved"``, ``"interactive p99 900s > strict + C"`` -> ``"interactive
+    p99"``.
+    """
+    words = failure.split()
+    if "inverted" in words:
+        return " ".join(words[1:4])
+    if "starved" in words:
+        return " ".join(words[1:3])
+    if words[0] == "swaps":
+        return "swaps > strict" if words[-2] == "strict" else "swaps > 1.25 x fewest"
+    return " ".join(words[:2])
+
+
 def summary(results: Sequence[dict[str, Any]]) -> str:
-    """Every simulated policy's pass count on the same checks, and the failures none passes.
+    """Every simulated policy's pass count on the same checks, the checks that failed (in how
+    many cells each) and the failures none passes.
 
     The reference passes its own inverted-pairs check by definition; its count shows what the
     other checks alone ask of a policy without fair share.
@@ -315,8 +335,15 @@ def summary(results: Sequence[dict[str, Any]]) -> str:
     failing = [cell for cell in results if verdicts(cell)]
     alone = sum(1 for cell in failing if not passers(cell))
     each = ", ".join(f"{name} {count}/{len(results)}" for name, count in passed.items())
+    checks: dict[str, int] = defaultdict(int)
+    for cell in failing:
+        for check in {check_of(failure) for failure in verdicts(cell)}:
+            checks[check] += 1
+    ranked = sorted(checks.items(), key=lambda kv: (-kv[1], kv[0]))  # most cells, then name
+    failed = ", ".join(f"{check} {count}" for check, count in ranked)
     return (
         f"every policy on the same checks: {each}\n"
+        f"checks failed (cells): {failed or 'none'}\n"
         f"failing cells that no simulated policy passes: {alone}/{len(failing)}"
     )
 

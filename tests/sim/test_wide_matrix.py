@@ -100,6 +100,7 @@ def test_a_failing_cell_names_the_policies_that_pass_it() -> None:
     assert check.line(passing, []).endswith(": ok")
     summary = check.summary([cell, passing])
     assert "fifo 0/2, strict 2/2, warm-first 0/2, no-fair-share 2/2, prioqueue 0/2" in summary
+    assert "\nchecks failed (cells): inverted normal pairs 1\n" in summary
     assert summary.endswith("failing cells that no simulated policy passes: 0/1")
 
 
@@ -116,3 +117,48 @@ def test_a_cell_no_simulated_policy_passes_says_so() -> None:
     assert check.passers(cell) == []
     assert check.line(cell, check.verdicts(cell)).endswith("(no simulated policy passes)")
     assert check.summary([cell]).endswith("no simulated policy passes: 1/1")
+
+
+def test_the_summary_counts_each_failed_check_once_a_cell() -> None:
+    check = _check_wide()
+    cell = {
+        **_cell(
+            fifo=_figures(p99=100.0, inverted=0, swaps=16),
+            strict=_figures(p99=100.0, inverted=0, swaps=10),
+            **{"warm-first": _figures(p99=100.0, inverted=0, swaps=12)},
+            **{"no-fair-share": _figures(p99=100.0, inverted=2)},
+            prioqueue=_figures(p99=900.0, inverted=3, swaps=20),
+        ),
+        "workers": 2,
+    }
+    failures = check.verdicts(cell)
+    assert [check.check_of(failure) for failure in failures] == [
+        "interactive p99",
+        "normal p99",
+        "swaps > strict",
+        "swaps > 1.25 x fewest",
+        "inverted normal pairs",
+    ]
+    quiet = {**cell, "seed": 8, "figures": {**cell["figures"], "prioqueue": _figures(100.0, 0)}}
+    assert check.verdicts(quiet) == []
+    other = {**cell, "seed": 9, "figures": {**cell["figures"], "prioqueue": _figures(100.0, 3)}}
+    line = check.summary([cell, other, quiet]).splitlines()[1]
+    assert line == (  # most cells first, then by name
+        "checks failed (cells): inverted normal pairs 2, interactive p99 1, normal p99 1, "
+        "swaps > 1.25 x fewest 1, swaps > strict 1"
+    )
+    assert check.summary([quiet]).splitlines()[1] == "checks failed (cells): none"
+
+
+@pytest.mark.parametrize(
+    ("failure", "name"),
+    [
+        ("4 normal starved > strict 2", "normal starved"),
+        ("1 interactive starved (strict 0)", "interactive starved"),
+        ("3 batch starved > strict 1", "batch starved"),
+        ("normal p99 5434s > strict + C", "normal p99"),
+        ("2 inverted interactive pairs (no-fair-share 0)", "inverted interactive pairs"),
+    ],
+)
+def test_each_failure_names_its_check(failure: str, name: str) -> None:
+    assert _check_wide().check_of(failure) == name
