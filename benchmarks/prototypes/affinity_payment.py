@@ -12,13 +12,16 @@ settled part of the lane's ``s``, clamped so that it stays at most ``now``. With
 ``Δ = (T + A) * d``, the cap bounds the payments:
 
 * ``mode=period``: at most ``cap * Δ`` between the lane becoming backlogged (its lift) and its
-  next lift. The simulator's ``gap_bound`` on one GPU widens by ``cap * Δ``. The service gap
-  is measured only while both members are backlogged, so within one backlog period payments
-  move a lane's ``s`` at most that far ahead of its service.
+  next lift. The service gap is measured only while both members are backlogged, so within
+  one backlog period payments move a lane's ``s`` at most that far ahead of its service.
 * ``mode=debt``: an outstanding debt of at most ``cap * Δ``. The lane's later final charges
   repay it before they move ``s``, and a lift above the lane's settled part forgives what it
-  covers.
-* ``cap=none``: no cap and no bound (the tenth round's rule; ``gap_bound`` is left as it is).
+  covers. What a lane owes is at most ``cap * Δ`` at any time, so its ``s`` is never more
+  than that ahead of its service either.
+* ``cap=none``: no cap and no bound (the tenth round's rule).
+
+With a cap, in either mode, the simulator's ``gap_bound`` on one GPU widens by ``cap * Δ``
+(for the policy under test; the baselines' bounds are left as they are).
 
 Parameters (strings, as ``--prototype affinity_payment:share=0.5,cap=1,mode=period`` gives
 them): ``share`` in (0, 1] (default 0.5), ``cap`` >= 0 or ``none`` (default 1), ``mode``
