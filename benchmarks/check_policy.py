@@ -243,17 +243,10 @@ def main() -> int:
     parser.add_argument("--policy", default="prioqueue")
     parser.add_argument("--only", help="run only sources whose name contains this")
     parser.add_argument("--markdown", help="write the seed-1 table to this file")
-    parser.add_argument(
-        "--prototype",
-        help="a rule measured and not taken, patched in: NAME[:key=value,...] "
-        "(benchmarks/prototypes; e.g. affinity_payment:cap=1)",
-    )
+    prototypes.add_option(parser)
 
     args = parser.parse_args()
-    try:
-        prototypes.install(args.prototype)  # checked here; the pool's workers install it too
-    except ValueError as exc:
-        raise SystemExit(f"--prototype: {exc}") from None
+    prototypes.install_option(args)
     todo = [c for c in cells(args.seeds) if args.only is None or args.only in c[0]]
     with ProcessPoolExecutor(
         max_workers=args.jobs, initializer=prototypes.install, initargs=(args.prototype,)

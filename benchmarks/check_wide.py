@@ -332,12 +332,12 @@ def summary(results: Sequence[dict[str, Any]]) -> str:
     for cell in results:
         for name in names:
             passed[name] += not verdicts({**cell, "policy": name})
-    failing = [cell for cell in results if verdicts(cell)]
-    alone = sum(1 for cell in failing if not passers(cell))
+    failing = [(cell, found) for cell in results if (found := verdicts(cell))]
+    alone = sum(1 for cell, _ in failing if not passers(cell))
     each = ", ".join(f"{name} {count}/{len(results)}" for name, count in passed.items())
     checks: dict[str, int] = defaultdict(int)
-    for cell in failing:
-        for check in {check_of(failure) for failure in verdicts(cell)}:
+    for _, failures in failing:
+        for check in {check_of(failure) for failure in failures}:
             checks[check] += 1
     ranked = sorted(checks.items(), key=lambda kv: (-kv[1], kv[0]))  # most cells, then name
     failed = ", ".join(f"{check} {count}" for check, count in ranked)
@@ -382,16 +382,9 @@ def main() -> int:
         "SHARE_GATE, WARM_OVERDUE, EARLY_TOP, ONE_WORKER_WARM, RETURN_LOAD); repeatable",
     )
     parser.add_argument("--markdown", help="write the pass-count table to this file")
-    parser.add_argument(
-        "--prototype",
-        help="a rule measured and not taken, patched in: NAME[:key=value,...] "
-        "(benchmarks/prototypes; e.g. affinity_payment:cap=1)",
-    )
+    prototypes.add_option(parser)
     args = parser.parse_args()
-    try:
-        prototypes.install(args.prototype)
-    except ValueError as exc:
-        raise SystemExit(f"--prototype: {exc}") from None
+    prototypes.install_option(args)
     families = [f.strip() for f in args.family.split(",") if f.strip()]
     unknown = set(families) - set(FAMILIES)
     if unknown:

@@ -136,7 +136,6 @@ def test_a_fleet_of_one_keeps_the_size_one_rule(make: Factory) -> None:
     assert (grant.job.id, grant.swap) == ("img1", True)
 
 
-#: Load times that make a deferral from ``flux`` to ``sd`` cost 150 s of loads (k = 1).
 def _pop_on_the_one_worker(make: Factory, *, fresh: bool) -> Any:
     """``a``'s pop at 400 s on a fleet of one with ``ROUND_TRIP`` (``f.0`` just finished).
 

@@ -56,11 +56,16 @@ MODES = ("period", "debt")
 SCAN = 4
 
 
-def _share(text: str) -> float:
+def _number(text: str) -> float:
+    """``text`` as a float, NaN when it is not a number (every range check refuses NaN)."""
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
-        value = math.nan
+        return math.nan
+
+
+def _share(text: str) -> float:
+    value = _number(text)
     if not 0.0 < value <= 1.0:
         raise ValueError(f"affinity_payment: share must be a number in (0, 1], got {text!r}")
     return value
@@ -69,10 +74,7 @@ def _share(text: str) -> float:
 def _cap(text: str) -> float:
     if text == "none":
         return math.inf
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    value = _number(text)
     if not 0.0 <= value < math.inf:
         raise ValueError(
             f"affinity_payment: cap must be a finite number >= 0 or 'none', got {text!r}"

@@ -7,6 +7,7 @@ undo restores the library.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,19 +103,46 @@ def test_the_undo_restores_the_library(installed: list[Any]) -> None:
     assert s_of(affinity_win(), "a", 100.0) == 10.0
 
 
-def test_the_period_cap_widens_the_one_gpu_gap_bound(installed: list[Any]) -> None:
+def _bounds() -> dict[str, float]:
+    """The default policy's gap bound per level on a small one-GPU workload."""
     work = build("swap-storm", seed=1)
+    report = build_report(work, [simulate(work, parse_spec("prioqueue"))])
+    return {
+        level: row["gap_bound"] for level, row in report["policies"]["prioqueue"]["levels"].items()
+    }
 
-    def bounds() -> dict[str, float]:
-        report = build_report(work, [simulate(work, parse_spec("prioqueue"))])
-        levels = report["policies"]["prioqueue"]["levels"]
-        return {level: row["gap_bound"] for level, row in levels.items()}
 
-    before = bounds()
+def test_the_period_cap_widens_the_one_gpu_gap_bound(installed: list[Any]) -> None:
+    before = _bounds()
     installed.append(prototypes.install("affinity_payment:cap=2"))
-    after = bounds()
     # The simulator's policy: a divisor of 60 s, tiers 0-2, affinity 10: (T + A) * d = 720 s.
-    assert after == {level: pytest.approx(bound + 2 * 720.0) for level, bound in before.items()}
+    assert _bounds() == {level: pytest.approx(bound + 2 * 720.0) for level, bound in before.items()}
+
+
+def test_a_process_holds_one_prototype_once(installed: list[Any]) -> None:
+    """A forked pool worker inherits its parent's prototype, then its initializer installs the
+    same spec again: that changes nothing (the bound is widened once, not twice)."""
+    before = _bounds()
+    undo = prototypes.install("affinity_payment:cap=1")
+    installed.append(undo)
+    assert prototypes.install("affinity_payment:cap=1") is undo
+    assert _bounds() == {level: pytest.approx(bound + 720.0) for level, bound in before.items()}
+    with pytest.raises(ValueError, match="'affinity_payment:cap=1' is installed; undo it before"):
+        prototypes.install("affinity_payment:cap=2")
+    undo()
+    undo()  # a second undo changes nothing
+    assert _bounds() == before
+    installed.append(prototypes.install("affinity_payment:cap=2"))
+    assert _bounds() == {level: pytest.approx(bound + 1440.0) for level, bound in before.items()}
+
+
+def test_the_command_line_option_exits_with_the_reason() -> None:
+    parser = argparse.ArgumentParser()
+    prototypes.add_option(parser)
+    args = parser.parse_args(["--prototype", "affinity_payment:cap=x"])
+    with pytest.raises(SystemExit, match="--prototype: affinity_payment: cap must be"):
+        prototypes.install_option(args)
+    prototypes.install_option(parser.parse_args([]))  # none: nothing to install
 
 
 @pytest.mark.parametrize(
@@ -122,6 +150,7 @@ def test_the_period_cap_widens_the_one_gpu_gap_bound(installed: list[Any]) -> No
     [
         ("nothing", "unknown prototype 'nothing'; known: affinity_payment"),
         ("affinity_payment:share", "expected key=value, got 'share'"),
+        ("affinity_payment:cap=1,cap=2", "'cap' is given twice"),
         ("affinity_payment:share=0", r"share must be a number in \(0, 1\], got '0'"),
         ("affinity_payment:share=x", r"share must be a number in \(0, 1\], got 'x'"),
         ("affinity_payment:cap=-1", "cap must be a finite number >= 0 or 'none', got '-1'"),
