@@ -18,6 +18,7 @@ import pytest
 from prioqueue.dispatcher import SizeOneDispatcher
 from prioqueue.scoring import Scorer, ScoringConfig
 from prioqueue.sim import build, build_report, parse_spec, simulate
+from prioqueue.sim.workload import Arrival, Workload
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 if str(BENCHMARKS) not in sys.path:
@@ -148,13 +149,19 @@ def test_the_command_line_option_exits_with_the_reason() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("nothing", "unknown prototype 'nothing'; known: affinity_payment"),
+        (
+            "nothing",
+            "unknown prototype 'nothing'; known: affinity_hold, affinity_payment, warm_charge",
+        ),
         ("affinity_payment:share", "expected key=value, got 'share'"),
         ("affinity_payment:cap=1,cap=2", "'cap' is given twice"),
         ("affinity_payment:share=0", r"share must be a number in \(0, 1\], got '0'"),
         ("affinity_payment:share=x", r"share must be a number in \(0, 1\], got 'x'"),
         ("affinity_payment:cap=-1", "cap must be a finite number >= 0 or 'none', got '-1'"),
         ("affinity_payment:mode=later", "mode must be one of period, debt, got 'later'"),
+        ("affinity_hold:budget=0", "budget must be a finite number > 0, got '0'"),
+        ("affinity_hold:budget=inf", "budget must be a finite number > 0, got 'inf'"),
+        ("warm_charge:service=all", "service must be one of core, both, got 'all'"),
     ],
 )
 def test_bad_specs_are_refused(spec: str, message: str) -> None:
@@ -165,3 +172,97 @@ def test_bad_specs_are_refused(spec: str, message: str) -> None:
 def test_an_unknown_parameter_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown parameter 'size'; it takes share, cap, mode"):
         prototypes.install("affinity_payment:size=1")
+
+
+def cold_then_warm() -> Workload:
+    """``a.1`` loads ``sd`` (100 s) and runs 10 s; ``a.2`` runs 10 s warm behind it."""
+    return Workload(
+        name="cold-then-warm",
+        arrivals=(
+            Arrival(arrival=0.0, member="a", priority=0, model="sd", duration=10.0),
+            Arrival(arrival=0.0, member="a", priority=0, model="sd", duration=10.0),
+        ),
+        load_seconds={"sd": 100.0},
+    )
+
+
+def reported_runtimes(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Record the runtimes the simulator reports to the dispatcher's ``complete``."""
+    seen: list[float] = []
+    original = SizeOneDispatcher.complete
+
+    def complete(self: SizeOneDispatcher, job_id: str, **kwargs: Any) -> Any:
+        seen.append(kwargs["runtime"])
+        return original(self, job_id, **kwargs)
+
+    monkeypatch.setattr(SizeOneDispatcher, "complete", complete)
+    simulate(cold_then_warm(), parse_spec("prioqueue"))
+    return seen
+
+
+def test_without_a_prototype_the_cold_job_pays_its_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert reported_runtimes(monkeypatch) == [pytest.approx(110.0), pytest.approx(10.0)]
+
+
+def test_the_warm_charge_leaves_the_load_out(
+    installed: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    installed.append(prototypes.install("warm_charge"))
+    assert reported_runtimes(monkeypatch) == [pytest.approx(10.0), pytest.approx(10.0)]
+
+
+def _gap_bound() -> float:
+    """The level's gap bound: it grows with the largest charge the report counted."""
+    work = cold_then_warm()
+    report = build_report(work, [simulate(work, parse_spec("prioqueue"))])
+    (row,) = report["policies"]["prioqueue"]["levels"].values()
+    return float(row["gap_bound"])
+
+
+def test_the_warm_service_is_what_the_report_counts_with_service_both(
+    installed: list[Any],
+) -> None:
+    before = _gap_bound()
+    undo = prototypes.install("warm_charge")
+    assert _gap_bound() == before  # service=core: the report counts the load still
+    undo()
+    installed.append(prototypes.install("warm_charge:service=both"))
+    assert _gap_bound() == pytest.approx(before - 10 * 100.0)  # 10 C, C without the load
+
+
+def held_order() -> list[str]:
+    """The grants while ``a``'s jobs for the resident ``sd`` pass ``b.1`` (``flux``) by affinity.
+
+    A divisor of 1 and an affinity of 10: the window ``A * d`` is 10 s. ``a.2`` and ``a.3``
+    (4 s each) rank higher with the affinity only; ``b.1`` is the less served lane.
+    """
+    d = SizeOneDispatcher(scorer=Scorer(CONFIG))
+    d.submit("a.1", member="a", model="sd", estimate=2.0, now=0.0)
+    assert d.dispatch(now=0.0) is not None
+    d.submit("b.1", member="b", model="flux", estimate=4.0, now=1.0)
+    d.submit("a.2", member="a", model="sd", estimate=4.0, now=1.0)
+    d.submit("a.3", member="a", model="sd", estimate=4.0, now=1.0)
+    d.complete("a.1", now=2.0)
+    order = []
+    now = 2.0
+    for _ in range(3):
+        grant = d.dispatch(now=now)
+        assert grant is not None
+        order.append(grant.job.id)
+        now += 4.0
+        d.complete(grant.job.id, now=now)
+    return order
+
+
+def test_without_a_prototype_the_affinity_holds_the_model() -> None:
+    assert held_order() == ["a.2", "a.3", "b.1"]
+
+
+def test_the_hold_ends_when_its_budget_is_spent(installed: list[Any]) -> None:
+    installed.append(prototypes.install("affinity_hold:budget=0.5"))  # 5 s: one 4 s job
+    assert held_order() == ["a.2", "b.1", "a.3"]
+
+
+def test_a_budget_that_covers_the_jobs_changes_nothing(installed: list[Any]) -> None:
+    installed.append(prototypes.install("affinity_hold:budget=1"))  # 10 s: both jobs
+    assert held_order() == ["a.2", "a.3", "b.1"]
