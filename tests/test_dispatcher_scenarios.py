@@ -357,6 +357,32 @@ def test_affinity_never_crosses_a_band(make: Factory) -> None:
 
 
 @IMPLEMENTATIONS
+def test_a_start_lifted_while_a_model_was_resident_does_not_outlast_it(make: Factory) -> None:
+    """Issue 26, twelfth round: the lift counts the tier, not the affinity.
+
+    Heavy ``h`` queues 30 one-minute jobs for ``x`` at 0; ``y`` is resident. Light ``l``
+    sends one job for ``y`` at 100, so it is lifted level with ``h`` (``s`` = 0). Then ``x``
+    is loaded, and ``h``, eligible for it, wins by the affinity bonus (10 points, 600 s of
+    charges) until its ``s`` has moved 600 s: 10 jobs, and ``l`` wins the tie. Had the lift
+    started ``l`` 600 s later for the bonus its job had when it arrived, ``h`` would run 20.
+    """
+    d = make()
+    d.set_resident_model("y")
+    for i in range(30):
+        d.submit(f"h{i}", member="h", model="x", estimate=60.0, now=0.0)
+    d.submit("l", member="l", model="y", estimate=60.0, now=100.0)
+    d.set_resident_model("x")
+    now, order = 1000.0, []
+    while (grant := d.dispatch(now)) is not None and grant.job.id != "l":
+        order.append(grant.job.id)
+        now += 60.0
+        d.complete(grant.job.id, now=now)
+    assert grant is not None
+    assert grant.job.id == "l"
+    assert order == [f"h{i}" for i in range(10)]
+
+
+@IMPLEMENTATIONS
 @pytest.mark.parametrize(("gap", "given"), [(600.0, "warm"), (601.0, "head")])
 def test_lane_gives_its_affinity_job_only_within_the_window(
     make: Factory, gap: float, given: str

@@ -137,7 +137,7 @@ class Core:
         self.entries[job.id] = entry
         if job.deadline is not None:
             self.lifecycle.watch(entry)
-        lanes.file(entry, now, requeue=requeue, lift=lift, residents=self.workers.residents)
+        lanes.file(entry, now, requeue=requeue, lift=lift)
         return entry
 
     def drop_queued(self, entry: _Entry) -> None:

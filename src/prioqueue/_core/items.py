@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
 from heapq import heapify, heappop, heappush, heapreplace
 from operator import attrgetter
 from typing import Any, NamedTuple
 
 from prioqueue._lanes import PARKED, QUEUED, _Entry, _Lane
-from prioqueue._rankings import _Ranking
 from prioqueue.records import REORDER_CAUSES, Expired, Job
 from prioqueue.scoring import ScoreBreakdown
 
@@ -200,21 +198,15 @@ class Level:
             self.backlog = [Backlog(lane.s, key, lane) for key, lane in current.items()]
             heapify(self.backlog)
 
-    def lift_floor(
-        self,
-        job: Job,
-        residents: Mapping[str, int],
-        affinity: Callable[[str], float],
-        ranking: _Ranking,
-        divisor: float,
-    ) -> float:
+    def lift_floor(self, job: Job, divisor: float) -> float:
         """Where a lane that becomes backlogged with ``job`` may start, before ``min(now, .)``.
 
         The most-starved backlogged lane at the level (smallest ``s``; on a tie, the lane
         created first) sets the floor: the newcomer starts level with it, later by the seconds
-        its bounded offsets (tier bonus, and affinity for a model resident on a live worker)
-        exceed that lane's, so offsets alone can never carry a newcomer past the lane that has
-        waited longest. ``inf`` when no lane is backlogged. O(log n + R) for R resident models.
+        its tier bonus exceeds that lane's head's, so a tier alone can never carry a newcomer
+        past the lane that has waited longest. The affinity bonus is not counted: it lasts
+        only while a model stays resident, and a start it delayed would outlast it (issue 26,
+        twelfth round). ``inf`` when no lane is backlogged. O(log n).
         """
         backlog = self.backlog
         while backlog:
@@ -225,22 +217,8 @@ class Level:
                 heapreplace(backlog, new_item(Backlog, (lane.s, ident, lane)))
                 continue
             if s == lane.s and lane.live:
-                mine = job.tier_bonus
-                if job.model is not None:
-                    if job.model in residents:
-                        mine += affinity(job.model)
-                elif job.needs is not None:  # several models: the best resident one's bonus
-                    mine += max(
-                        (affinity(m) for m in job.needs.models if m in residents), default=0.0
-                    )
-                theirs = lane.head().job.tier_bonus
-                best = 0.0
-                for resident in residents:
-                    bonus = affinity(resident)
-                    if bonus > best and ranking.candidate(lane, resident) is not None:
-                        best = bonus
-                theirs += best
-                return s + max(0.0, mine - theirs) * divisor
+                gap = job.tier_bonus - lane.head().job.tier_bonus
+                return s + gap * divisor if gap > 0.0 else s
             heappop(backlog)
         return math.inf
 

@@ -213,9 +213,7 @@ class Lanes:
 
     # ------------------------------------------------------------------ queue
 
-    def file(
-        self, entry: _Entry, now: float, *, requeue: bool, lift: bool, residents: Mapping[str, int]
-    ) -> None:
+    def file(self, entry: _Entry, now: float, *, requeue: bool, lift: bool) -> None:
         """File an entry in its lane (at the head for a requeue), lifting a new backlog."""
         job = entry.job
         lane = entry.lane
@@ -223,7 +221,7 @@ class Lanes:
         fair = self._fair_share
         was_backlogged = lane.live > 0
         if not was_backlogged and fair and not requeue and lift:
-            floor = level.lift_floor(job, residents, self._affinity, self._ranking, self._divisor)
+            floor = level.lift_floor(job, self._divisor)
             lane.lift(min(now, floor))
         if requeue:
             lane.appendleft(entry)

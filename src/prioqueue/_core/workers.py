@@ -1,11 +1,11 @@
-"""The workers owner: the fleet's workers, their resident models, held jobs and lease deadlines.
+"""The workers owner: the fleet's workers, their held jobs and lease deadlines.
 
 Theory of operation (docs/design/state.md, "Owners"):
 
-* ``Workers`` owns the joined workers (``_workers._Worker``, by name), the live count (workers
-  joined and not timed out), the resident models of the live workers (model -> count), the
-  number of held entries, the live workers by last word (``SeenOrder``, for the earliest worker
-  timeout) and the held entries' lease deadlines (a lazy heap of ``items.Deadline``).
+* ``Workers`` owns the joined workers (``_workers._Worker``, by name, each with its resident
+  model), the live count (workers joined and not timed out), the number of held entries, the
+  live workers by last word (``SeenOrder``, for the earliest worker timeout) and the held
+  entries' lease deadlines (a lazy heap of ``items.Deadline``).
 * Its fields are private; reads are properties returning the live structures as read-only
   types (``Mapping``), never copies: the hot paths read them. Every change is one of its
   methods; ``check`` asserts its invariant.
@@ -28,15 +28,14 @@ __all__: list[str] = []  # private module
 
 
 class Workers:
-    """The workers, their resident models, held count and lease deadlines (private)."""
+    """The workers, their held count and lease deadlines (private)."""
 
-    __slots__ = ("_by_name", "_deadlines", "_held", "_live", "_residents", "_seen_order")
+    __slots__ = ("_by_name", "_deadlines", "_held", "_live", "_seen_order")
 
     def __init__(self) -> None:
         self._by_name: dict[str, _Worker] = {}
         self._seen_order = SeenOrder()  # the live workers by last word (worker timeouts)
         self._live = 0  # workers joined and not timed out
-        self._residents: dict[str, int] = {}  # resident model -> live workers with it
         self._held = 0  # entries held by workers
         self._deadlines: list[Deadline] = []  # held entries with a lease (lazy deletion)
 
@@ -46,10 +45,6 @@ class Workers:
         "_by_name", "The joined workers by name (the live map, read-only). O(1)."
     )
     live: int = read_only("_live", "The workers joined and not timed out. O(1).")
-    residents: Mapping[str, int] = read_only(
-        "_residents",
-        "Resident model -> live workers with it (the live map, read-only). O(1).",
-    )
     held: int = read_only("_held", "The entries held by workers. O(1).")
 
     def worker_of(self, name: object) -> _Worker:
@@ -90,7 +85,6 @@ class Workers:
         """A worker that holds nothing leaves."""
         if not worker.timed_out:
             self._live -= 1
-            self._drop_resident(worker)
         del self._by_name[worker.name]
 
     def seen(self, worker: _Worker, t: float) -> None:
@@ -100,8 +94,6 @@ class Workers:
             worker.set_timed_out(False)
             self._seen_order.push(worker)
             self._live += 1
-            if worker.resident is not None:
-                self._residents[worker.resident] = self._residents.get(worker.resident, 0) + 1
 
     def time_out_silent(self, t: float, timeout: float) -> list[_Worker]:
         """Time out the live workers silent for ``timeout`` at ``t`` (their jobs stay held).
@@ -113,29 +105,13 @@ class Workers:
             if not worker.timed_out and worker.last_seen + timeout <= t:
                 worker.set_timed_out(True)
                 self._live -= 1
-                self._drop_resident(worker)
                 silent.append(worker)
         return silent
 
     def set_resident(self, worker: _Worker, model: str | None) -> None:
-        """Change the model a worker has loaded (a timed-out one counts nowhere)."""
-        if worker.resident == model:
-            return
-        if not worker.timed_out:
-            self._drop_resident(worker)
-        worker.load(model)
-        if not worker.timed_out and model is not None:
-            self._residents[model] = self._residents.get(model, 0) + 1
-
-    def _drop_resident(self, worker: _Worker) -> None:
-        """Uncount a worker's resident model."""
-        old = worker.resident
-        if old is not None:
-            left = self._residents[old] - 1
-            if left:
-                self._residents[old] = left
-            else:
-                del self._residents[old]
+        """Change the model a worker has loaded."""
+        if worker.resident != model:
+            worker.load(model)
 
     # ------------------------------------------------------------------ held jobs
 
@@ -147,15 +123,6 @@ class Workers:
         model = entry.grant.job.model  # a multi-model job's: the grant's choice
         resident = worker.resident
         if model is not None and model != resident:  # that is, ``grant.swap``
-            # set_resident inlined (the hot path; the popping worker is live).
-            residents = self._residents
-            if resident is not None:
-                left = residents[resident] - 1
-                if left:
-                    residents[resident] = left
-                else:
-                    del residents[resident]
-            residents[model] = residents.get(model, 0) + 1
             worker.load(model)
             swapped = True
         lease = entry.grant.lease
@@ -192,8 +159,6 @@ class Workers:
         if not worker.timed_out:
             self._seen_order.push(worker)
             self._live += 1
-            if worker.resident is not None:
-                self._residents[worker.resident] = self._residents.get(worker.resident, 0) + 1
 
     def keep(self, entry: _Entry) -> None:
         """File a held entry rebuilt from a snapshot on its worker, with its lease deadline."""
@@ -214,10 +179,5 @@ class Workers:
         for worker in workers:
             worker.check()
         assert self._live == sum(not w.timed_out for w in workers)
-        residents: dict[str, int] = {}
-        for worker in workers:
-            if not worker.timed_out and worker.resident is not None:
-                residents[worker.resident] = residents.get(worker.resident, 0) + 1
-        assert residents == self._residents
         ids = set(map(id, held))
         assert all(id(item.entry) in ids for item in self._deadlines if item.entry.state == RUNNING)

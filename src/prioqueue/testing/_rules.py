@@ -461,20 +461,14 @@ class ReferenceRules:
         return attrs.evolve(offer, entry=entries[0], affinity=0.0, tie=entries[0].job.seq)
 
     def lift_floor(self, job: Job) -> float:
-        """The lift's floor for a lane that ``job`` makes backlogged (``inf``: none at level)."""
+        """The lift's floor for a lane that ``job`` makes backlogged (``inf``: none at level).
+
+        The most-starved lane's ``s``, later by the tier bonus ``job`` has over its head's
+        (the affinity is not counted: issue 26, twelfth round).
+        """
         backlogged = [m for m in self._lanes.lanes() if m.level == job.priority and m.jobs]
         if not backlogged:
             return math.inf
         starved = min(backlogged, key=lambda m: m.s)  # min() keeps the first (oldest) on ties
-        residents = self._workers.residents()
-        mine = job.tier_bonus
-        mine += max((self.bonus(r) for r in residents if takes(job, r)), default=0.0)
-        head = starved.jobs[0].job
-        theirs = head.tier_bonus
-        bonuses = [
-            self.bonus(r)
-            for r in residents
-            if r is not None and self._affinity_entry(head, starved.jobs, r) is not None
-        ]
-        theirs += max(bonuses, default=0.0)
-        return starved.s + max(0.0, mine - theirs) * self._scorer.config.aging_divisor
+        gap = job.tier_bonus - starved.jobs[0].job.tier_bonus
+        return starved.s + max(0.0, gap) * self._scorer.config.aging_divisor

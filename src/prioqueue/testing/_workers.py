@@ -75,12 +75,6 @@ class ReferenceWorkers:
         """The held job ``job_id``, or None."""
         return next((h for h in self.held() if h.job.id == job_id), None)
 
-    def residents(self) -> set[str]:
-        """The models resident on live workers."""
-        return {
-            w.resident for w in self._workers.values() if not w.timed_out and w.resident is not None
-        }
-
     def next_deadline(self) -> float | None:
         """The earliest held lease deadline or live worker's timeout, or None."""
         times = [h.grant.lease.deadline for h in self.held() if h.grant.lease is not None]
