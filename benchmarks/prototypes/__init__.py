@@ -27,8 +27,8 @@ _INSTALLED: dict[str, Callable[[], None]] = {}
 
 
 def known() -> list[str]:
-    """The prototypes: the modules of this package, by name."""
-    return sorted(module.name for module in pkgutil.iter_modules(__path__))
+    """The prototypes: the modules of this package, by name (``_name``: a shared helper)."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 
 
 def parse(spec: str) -> tuple[str, dict[str, str]]:

@@ -13,11 +13,11 @@ counted the affinity; it counts the tier only now.)
 
 **Rule.** On one live worker, with fair share: a grant that the ranking chose itself (no
 crossing, deferral or overdue rule named it) with the affinity term, while another lane of its
-level among its ``SCAN`` least-served lanes ranks higher without the affinity, *holds* the
-model for that lane. The level counts the expected runtime of every such grant since the
-worker's resident model last changed. Once the next one would bring the count past
-``budget * A * d`` seconds, the best lane without the affinity goes instead (its head, which
-needs a swap or no model) and the count starts again (so it does at every change of the
+level among its least-served lanes (``_affinity_win.SCAN`` of them) ranks higher without the
+affinity, *holds* the model for that lane. The level counts the expected runtime of every such
+grant since the worker's resident model last changed. Once the next one would bring the count
+past ``budget * A * d`` seconds, the best lane without the affinity goes instead (its head,
+which needs a swap or no model) and the count starts again (so it does at every change of the
 resident model). Such a grant is named ``"least served"``.
 
 The grant that replaces the affinity winner is the level's best lane without the affinity,
@@ -34,18 +34,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from contextlib import closing
 
 from prioqueue._core import choose, grant
 from prioqueue._core.core import Core
 from prioqueue._workers import _Worker
 from prioqueue.records import Grant
+from prototypes._affinity_win import passed_lane
 
 __all__ = ["install"]
-
-#: How many of the level's least-served lanes are looked at for the best key without
-#: affinity (as in ``affinity_payment``).
-SCAN = 4
 
 
 def _budget(text: str) -> float:
@@ -75,32 +71,21 @@ class _Hold:
     def pick(self, d: Core, worker: _Worker, t: float) -> choose.Pick | None:
         picked = self.old_pick(d, worker, t)
         self.pending = None
-        if picked is None or not d.config.fair_share:
+        if picked is None or not picked[4]:  # not fast: the passed lane's head may not be eligible
             return picked
-        lane, entry, aff, winner, fast, deferred, weight, rule = picked
-        if not aff > 0.0 or rule is not None or not fast or d.workers.live + worker.timed_out != 1:
+        passed = passed_lane(d, worker, picked)
+        if passed is None:
             return picked
         if self.core is not d or self.resident != worker.resident:
             self.core, self.resident = d, worker.resident
             self.held.clear()
-        div = d.divisor
-        mine = lane.head().job.tier_bonus - lane.s / div
-        best, best_key = None, mine
-        with closing(choose._by_service(d, d.lanes.levels[lane.level])) as lanes:
-            for seen, other in enumerate(lanes):
-                if seen >= SCAN:
-                    break
-                key = other.head().job.tier_bonus - other.s / div
-                if other is not lane and key > best_key:
-                    best, best_key = other, key
-        if best is None:
-            return picked
-        counted = lane.level
-        spent = self.held.get(counted, 0.0) + d.expected_runtime(entry.job)
+        lane, entry, _aff, winner, fast, deferred, weight, _rule = picked
+        spent = self.held.get(lane.level, 0.0) + d.expected_runtime(entry.job)
         if spent <= self.windows * d.window:
-            self.pending = (counted, spent)
+            self.pending = (lane.level, spent)
             return picked
-        self.pending = (counted, 0.0)
+        self.pending = (lane.level, 0.0)
+        best = passed[0]
         return best, best.head(), 0.0, winner, fast, deferred, weight, "least served"
 
     def pop(self, d: Core, worker: _Worker, t: float, preview: bool = False) -> Grant | None:

@@ -5,7 +5,7 @@ docs/design/dispatcher.md, "Tried in the eleventh round, not taken", gives the t
 
 **Rule.** On one live worker, take a grant that the ranking chose itself (no crossing, deferral
 or overdue rule named it) with the affinity term. Suppose another backlogged lane of its level,
-among its ``SCAN`` least-served lanes, has a higher key without affinity. Then the
+among its ``_affinity_win.SCAN`` least-served lanes, has a higher key without affinity. Then the
 winner's lane pays ``share`` times the points it jumped, times the divisor ``d``. The points
 jumped are that key minus the winner's own key without affinity. The payment goes into the
 settled part of the lane's ``s``, clamped so that it stays at most ``now``. With
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from contextlib import closing
 from typing import Any
 
 from prioqueue._core import choose, grant
@@ -46,14 +45,11 @@ from prioqueue._lanes import _Entry, _Lane
 from prioqueue._workers import _Worker
 from prioqueue.records import Grant
 from prioqueue.sim import report
+from prototypes._affinity_win import passed_lane
 
 __all__ = ["install"]
 
 MODES = ("period", "debt")
-
-#: How many of the level's least-served lanes are looked at for the best key without
-#: affinity (the measured prototype's number; the least served is nearly always the best).
-SCAN = 4
 
 
 def _number(text: str) -> float:
@@ -105,22 +101,8 @@ class _Payments:
     def pick(self, d: Core, worker: _Worker, t: float) -> choose.Pick | None:
         picked = self.old_pick(d, worker, t)
         self.pending = None
-        if picked is None or not d.config.fair_share:
-            return picked
-        lane, _entry, aff, _winner, _fast, _deferred, _weight, rule = picked
-        if not aff > 0.0 or rule is not None or d.workers.live + worker.timed_out != 1:
-            return picked
-        div = d.divisor
-        mine = lane.head().job.tier_bonus - lane.s / div
-        best = -math.inf
-        with closing(choose._by_service(d, d.lanes.levels[lane.level])) as lanes:
-            for seen, other in enumerate(lanes):
-                if seen >= SCAN:
-                    break
-                if other is not lane:
-                    best = max(best, other.head().job.tier_bonus - other.s / div)
-        if best > mine:
-            self.pending = (lane, (best - mine) * div)
+        if picked is not None and (passed := passed_lane(d, worker, picked)) is not None:
+            self.pending = (picked[0], passed[1] * d.divisor)
         return picked
 
     def pop(self, d: Core, worker: _Worker, t: float, preview: bool = False) -> Grant | None:

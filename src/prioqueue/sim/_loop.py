@@ -250,11 +250,18 @@ class Loop:
             w = fleet[k]
             if w.running != j or w.run_end != done_at:
                 continue
-            self.queue.complete(str(j), now=now, runtime=now - self.start[j], worker=w.name)
+            self.queue.complete(str(j), now=now, runtime=self.ran(j), worker=w.name)
             self.events += 1
             self.status[j] = JobState.DONE
             self._stop_running(w, j)
             self.feeder.left(j, now)
+
+    def ran(self, j: int) -> float:
+        """The runtime reported for running job ``j`` now, its cold load included.
+
+        The seconds since it started on its worker: what a caller timing its request measures.
+        """
+        return self.now - self.start[j]
 
     def _expire_due(self) -> None:
         """Step 2: hung jobs' leases ran out (requeued or failed); ttl lapses leave."""
@@ -291,7 +298,7 @@ class Loop:
                 continue
             charge = None
             if j in holder and self.by_runtime:  # charge what it ran, not its prefetch wait
-                charge = now - self.start[j] if holder[j].running == j else 0.0
+                charge = self.ran(j) if holder[j].running == j else 0.0
             self.queue.cancel(str(j), now=now, charge=charge)
             self.events += 1
             if j in holder:

@@ -204,11 +204,15 @@ class _Tally:
         self.runs[level].append((start, stop, member))
         self.longest_run[level] = max(self.longest_run[level], runtime)
         if finished:
-            charge = _charge(self.params, result.spec.is_baseline, job.estimate, runtime)
+            charge = self.charge(i, job, runtime)
             self.events[level].append((end, _SERVICE, member, charge))
             self.largest_charge[level] = max(self.largest_charge[level], charge)
         if result.status[i] != JobState.CANCELLED:
             self.waits[level].append(start - came)
+
+    def charge(self, i: int, job: Arrival, runtime: float) -> float:
+        """The service job ``i`` counts for its member: the policy's charge for ``runtime``."""
+        return _charge(self.params, self.result.spec.is_baseline, job.estimate, runtime)
 
     def level(
         self, level: int, top: int, timeline: list[tuple[float, float]] | None
