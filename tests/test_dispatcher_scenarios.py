@@ -383,6 +383,33 @@ def test_a_start_lifted_while_a_model_was_resident_does_not_outlast_it(make: Fac
 
 
 @IMPLEMENTATIONS
+def test_newcomers_for_the_resident_model_pass_the_oldest_lane_until_it_is_overdue(
+    make: Factory,
+) -> None:
+    """The price of the tier-only lift: a stream of one-off members, each with a job for the
+    resident model, each lifted level with the film's lane and winning by the affinity bonus,
+    passes the film's job for another model until that job is overdue (``OVERDUE_BAND * (B -
+    L) * d + (T + A) * d`` = 0.75 * 100 * 60 + 720 = 5,220 s at the normal level), and no
+    longer. (With the affinity in the lift the job went at 600 s, the affinity window.)
+    """
+    d = make()
+    d.set_resident_model("flux")
+    d.submit("film", member="film", model="wan", estimate=60.0, now=0.0)
+    now = 0.0
+    for i in range(200):
+        d.submit(f"u{i}", member=f"u{i}", model="flux", estimate=60.0, now=now)
+        grant = d.dispatch(now)
+        assert grant is not None
+        if grant.job.id == "film":
+            break
+        now += 60.0
+        d.complete(grant.job.id, now=now)
+    assert grant is not None
+    assert grant.job.id == "film"
+    assert now == 5280.0  # the first pop after 5,220 s
+
+
+@IMPLEMENTATIONS
 @pytest.mark.parametrize(("gap", "given"), [(600.0, "warm"), (601.0, "head")])
 def test_lane_gives_its_affinity_job_only_within_the_window(
     make: Factory, gap: float, given: str
