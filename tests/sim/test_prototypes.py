@@ -151,7 +151,8 @@ def test_the_command_line_option_exits_with_the_reason() -> None:
     [
         (
             "nothing",
-            "unknown prototype 'nothing'; known: affinity_hold, affinity_payment, warm_charge",
+            "unknown prototype 'nothing'; known: affinity_hold, affinity_payment, lift_refund, "
+            "warm_charge",
         ),
         ("affinity_payment:share", "expected key=value, got 'share'"),
         ("affinity_payment:cap=1,cap=2", "'cap' is given twice"),
@@ -266,3 +267,46 @@ def test_the_hold_ends_when_its_budget_is_spent(installed: list[Any]) -> None:
 def test_a_budget_that_covers_the_jobs_changes_nothing(installed: list[Any]) -> None:
     installed.append(prototypes.install("affinity_hold:budget=1"))  # 10 s: both jobs
     assert held_order() == ["a.2", "a.3", "b.1"]
+
+
+def film_waits_for_newcomers() -> float:
+    """When the film's job (``wan``) goes, under a stream of one-off members for ``flux``."""
+    d = SizeOneDispatcher()
+    d.set_resident_model("flux")
+    d.submit("film", member="film", model="wan", estimate=60.0, now=0.0)
+    now = 0.0
+    for i in range(200):
+        d.submit(f"u{i}", member=f"u{i}", model="flux", estimate=60.0, now=now)
+        grant = d.dispatch(now)
+        assert grant is not None
+        if grant.job.id == "film":
+            return now
+        now += 60.0
+        d.complete(grant.job.id, now=now)
+    raise AssertionError("the film's job never went")
+
+
+def test_without_a_prototype_newcomers_pass_until_the_film_is_overdue() -> None:
+    assert film_waits_for_newcomers() == 5280.0
+
+
+def test_the_lift_refund_keeps_the_affinity_window(installed: list[Any]) -> None:
+    installed.append(prototypes.install("lift_refund"))
+    assert film_waits_for_newcomers() == 600.0
+
+
+def test_the_lift_refund_gives_the_gap_back_when_the_model_leaves(installed: list[Any]) -> None:
+    """``b`` is lifted 10 s later than ``a`` for the resident ``sd`` (divisor 1, affinity 10):
+    their keys tie and ``a`` (the smaller ``s``) goes, swapping ``sd`` out of the only worker,
+    so ``b`` gets its 10 s back and starts level with ``a``."""
+    installed.append(prototypes.install("lift_refund"))
+    d = SizeOneDispatcher(scorer=Scorer(CONFIG))
+    d.set_resident_model("sd")
+    d.submit("a.1", member="a", model="flux", estimate=5.0, now=0.0)
+    d.submit("a.2", member="a", model="flux", estimate=5.0, now=0.0)
+    d.submit("b.1", member="b", model="sd", estimate=5.0, now=20.0)
+    assert s_of(d, "b", 20.0) == 10.0
+    grant = d.dispatch(now=20.0)
+    assert grant is not None
+    assert (grant.job.id, grant.swap) == ("a.1", True)
+    assert s_of(d, "b", 20.0) == 0.0
