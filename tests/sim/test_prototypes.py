@@ -26,6 +26,8 @@ if str(BENCHMARKS) not in sys.path:
 
 import prototypes  # noqa: E402
 
+from affinity_support import film_passed_by_newcomers  # noqa: E402
+
 CONFIG = ScoringConfig(aging_divisor=1.0)  # a point of aging per second
 #: The offsets' width (T + A) * d of CONFIG, with every tier counted.
 DELTA = (
@@ -269,30 +271,13 @@ def test_a_budget_that_covers_the_jobs_changes_nothing(installed: list[Any]) -> 
     assert held_order() == ["a.2", "a.3", "b.1"]
 
 
-def film_waits_for_newcomers() -> float:
-    """When the film's job (``wan``) goes, under a stream of one-off members for ``flux``."""
-    d = SizeOneDispatcher()
-    d.set_resident_model("flux")
-    d.submit("film", member="film", model="wan", estimate=60.0, now=0.0)
-    now = 0.0
-    for i in range(200):
-        d.submit(f"u{i}", member=f"u{i}", model="flux", estimate=60.0, now=now)
-        grant = d.dispatch(now)
-        assert grant is not None
-        if grant.job.id == "film":
-            return now
-        now += 60.0
-        d.complete(grant.job.id, now=now)
-    raise AssertionError("the film's job never went")
-
-
 def test_without_a_prototype_newcomers_pass_until_the_film_is_overdue() -> None:
-    assert film_waits_for_newcomers() == 5280.0
+    assert film_passed_by_newcomers(SizeOneDispatcher()) == 5280.0
 
 
 def test_the_lift_refund_keeps_the_affinity_window(installed: list[Any]) -> None:
     installed.append(prototypes.install("lift_refund"))
-    assert film_waits_for_newcomers() == 600.0
+    assert film_passed_by_newcomers(SizeOneDispatcher()) == 600.0
 
 
 def test_the_lift_refund_gives_the_gap_back_when_the_model_leaves(installed: list[Any]) -> None:
