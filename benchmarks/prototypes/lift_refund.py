@@ -15,7 +15,8 @@ bonus when its model is resident on a live worker, against the largest bonus ``M
 for). The seconds the lane started later than the tier gap alone would have started it are
 remembered with the job's model; when a grant swaps that model off the last live worker that
 had it, every backlogged lane holding such a gap for it gets the gap back (its settled part
-lowered by it, the lane re-ranked). A lane that empties forgets its gap.
+lowered by it, the lane re-ranked). A lane that empties forgets its gap. Only a grant's swap
+refunds (the simulator's way of changing models); ``set_resident_model`` does not.
 
 Parameters: none.
 
@@ -25,6 +26,7 @@ It patches ``prioqueue._core.core.Core.enqueue``, ``prioqueue._core.lanes.Lanes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -55,13 +57,15 @@ class _Refund:
         self.old_file = Lanes.file
         self.old_pop = grant.pop
 
-    def affinity_floor(self, lanes: Any, job: Job, residents: set[str]) -> float:
-        """The floor of the lift before the twelfth round (the affinity counted)."""
+    def floors(self, lanes: Any, job: Job, residents: set[str]) -> tuple[float, float]:
+        """The lift's floor today (the tier gap) and before the twelfth round (the affinity
+        counted too: the new job's bonus when its model is resident, against the largest bonus
+        the most-starved lane is eligible for; a multi-model job counts none here)."""
         level = lanes._levels[job.priority]
-        floor = level.lift_floor(job, lanes._divisor)  # also drops stale heap items
-        if floor == float("inf") or not level.backlog:
-            return float(floor)
-        lane = level.backlog[0][2]
+        plain = level.lift_floor(job, lanes._divisor)  # also drops stale heap items
+        if plain == math.inf:
+            return plain, plain
+        s, _, lane = level.backlog[0]  # the most-starved lane, which set ``plain``
         affinity = lanes._affinity
         mine = job.tier_bonus
         if job.model is not None and job.model in residents:
@@ -73,7 +77,7 @@ class _Refund:
             if bonus > best and lanes._ranking.candidate(lane, resident) is not None:
                 best = bonus
         theirs += best
-        return float(level.backlog[0][0] + max(0.0, mine - theirs) * lanes._divisor)
+        return plain, float(s + max(0.0, mine - theirs) * lanes._divisor)
 
     def file(self, lanes: Lanes, entry: _Entry, now: float, *, requeue: bool, lift: bool) -> None:
         lane, job, d = entry.lane, entry.job, self.core
@@ -81,12 +85,8 @@ class _Refund:
             self.old_file(lanes, entry, now, requeue=requeue, lift=lift)
             return
         self.gaps.pop(id(lane), None)  # a new backlog: an old gap is forgotten
-        plain = lanes._levels[job.priority].lift_floor(job, lanes._divisor)
-        raised = self.affinity_floor(lanes, job, _residents(d))
-        before = lane.settled
-        lane.lift(min(now, plain))
-        by_tier = lane.settled
-        lane.settled = before
+        plain, raised = self.floors(lanes, job, _residents(d))
+        by_tier = max(lane.settled, min(now, plain))  # where today's lift would start it
         lane.lift(min(now, raised))
         gap = lane.settled - by_tier
         if gap > 0.0 and job.model is not None:
